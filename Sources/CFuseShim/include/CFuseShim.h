@@ -1,0 +1,1 @@
+int kcfs_shim_placeholder(void);

@@ -1,0 +1,48 @@
+import Foundation
+
+/// Attributes git sends with a password that must come back with it on `get`. They live in the
+/// item's `generic` attribute as `key=value` lines, the same form git uses for them.
+public struct CredentialExtras: Equatable, Sendable {
+    /// Unix time after which git discards the password; kept as git sent it.
+    public var passwordExpiryUTC: String?
+    public var oauthRefreshToken: String?
+
+    public init(passwordExpiryUTC: String? = nil, oauthRefreshToken: String? = nil) {
+        self.passwordExpiryUTC = passwordExpiryUTC
+        self.oauthRefreshToken = oauthRefreshToken
+    }
+
+    /// Empty values count as absent: git sends `key=` to clear an attribute.
+    public init(request: CredentialRequest) {
+        self.init(passwordExpiryUTC: request.passwordExpiryUTC.flatMap(Self.nonEmpty),
+                  oauthRefreshToken: request.oauthRefreshToken.flatMap(Self.nonEmpty))
+    }
+
+    /// Tolerates anything: `generic` may have been written by another program.
+    public init(decoding data: Data?) {
+        self.init()
+        guard let data, let text = String(data: data, encoding: .utf8) else { return }
+        for line in text.split(separator: "\n") {
+            guard let eq = line.firstIndex(of: "=") else { continue }
+            let value = Self.nonEmpty(String(line[line.index(after: eq)...]))
+            switch line[..<eq] {
+            case "password_expiry_utc": passwordExpiryUTC = value
+            case "oauth_refresh_token": oauthRefreshToken = value
+            default: break
+            }
+        }
+    }
+
+    public var isEmpty: Bool { passwordExpiryUTC == nil && oauthRefreshToken == nil }
+
+    /// Nil when there is nothing to keep, so items without extras leave `generic` unset.
+    public func encode() -> Data? {
+        guard !isEmpty else { return nil }
+        var text = ""
+        if let passwordExpiryUTC { text += "password_expiry_utc=\(passwordExpiryUTC)\n" }
+        if let oauthRefreshToken { text += "oauth_refresh_token=\(oauthRefreshToken)\n" }
+        return Data(text.utf8)
+    }
+
+    private static func nonEmpty(_ s: String) -> String? { s.isEmpty ? nil : s }
+}

@@ -1,0 +1,24 @@
+import KeychainModel
+
+/// What `store` writes: the item's key, its secret and the extras kept in its `generic` attribute.
+public struct CredentialStoreRequest: Equatable, Sendable {
+    public var key: InternetPasswordKey
+    public var password: String
+    public var extras: CredentialExtras
+
+    /// Needs protocol, host, username and password, each present (username and password may be
+    /// empty, as git sends them); otherwise throws and the helper stores nothing.
+    public init(request: CredentialRequest) throws(CredentialError) {
+        let (proto, host) = try request.endpoint()
+        guard let username = request.username else { throw .missingField("username") }
+        guard let password = request.password else { throw .missingField("password") }
+        do {
+            key = try InternetPasswordKey(server: host.server, port: host.port ?? 0, path: request.path ?? "",
+                                          protocol: proto, account: username)
+        } catch {
+            throw .invalidItem(error)
+        }
+        self.password = password
+        extras = CredentialExtras(request: request)
+    }
+}

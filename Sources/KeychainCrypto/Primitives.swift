@@ -1,0 +1,163 @@
+import Foundation
+import COpenSSL
+
+public enum SecureRandom {
+    public static func bytes(_ count: Int) -> SecureBytes {
+        let out = SecureBytes(count: count)
+        out.withUnsafeMutableBytes { buf in
+            guard count > 0 else { return }
+            precondition(RAND_bytes(buf.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(count)) == 1,
+                         "RAND_bytes failed")
+        }
+        return out
+    }
+
+    public static func array(_ count: Int) -> [UInt8] { bytes(count).unprotectedArray }
+}
+
+/// AES-256-GCM with a random 96-bit nonce. Sealed form: nonce ‖ ciphertext ‖ 128-bit tag.
+public enum AESGCM {
+    public static let keyBytes = 32
+    static let nonceBytes = 12
+    static let tagBytes = 16
+    public static let overhead = nonceBytes + tagBytes
+
+    public static func seal(_ plaintext: UnsafeRawBufferPointer, key: SecureBytes, aad: [UInt8]) throws -> [UInt8] {
+        try seal(plaintext, key: key, aad: aad, nonce: SecureRandom.array(nonceBytes))
+    }
+
+    public static func seal(_ plaintext: SecureBytes, key: SecureBytes, aad: [UInt8]) throws -> [UInt8] {
+        try plaintext.withUnsafeBytes { try seal($0, key: key, aad: aad) }
+    }
+
+    /// Deterministic nonce, for known-answer tests only.
+    public static func seal(_ plaintext: UnsafeRawBufferPointer, key: SecureBytes, aad: [UInt8], nonce: [UInt8]) throws -> [UInt8] {
+        precondition(key.count == keyBytes && nonce.count == nonceBytes)
+        guard let ctx = EVP_CIPHER_CTX_new() else { throw CryptoError.openSSL("EVP_CIPHER_CTX_new") }
+        defer { EVP_CIPHER_CTX_free(ctx) }
+        var out = [UInt8](repeating: 0, count: nonceBytes + plaintext.count + tagBytes)
+        try out.withUnsafeMutableBufferPointer { o in
+            let outBase = o.baseAddress!
+            outBase.update(from: nonce, count: nonceBytes)
+            try key.withUnsafeBytes { k in
+                guard EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nil, k.bindMemory(to: UInt8.self).baseAddress, nonce) == 1
+                else { throw CryptoError.openSSL("EVP_EncryptInit_ex") }
+            }
+            var n: Int32 = 0
+            if !aad.isEmpty {
+                guard EVP_EncryptUpdate(ctx, nil, &n, aad, Int32(aad.count)) == 1 else { throw CryptoError.openSSL("aad") }
+            }
+            if plaintext.count > 0 {
+                guard EVP_EncryptUpdate(ctx, outBase + nonceBytes, &n,
+                                        plaintext.bindMemory(to: UInt8.self).baseAddress, Int32(plaintext.count)) == 1
+                else { throw CryptoError.openSSL("EVP_EncryptUpdate") }
+            }
+            guard EVP_EncryptFinal_ex(ctx, outBase + nonceBytes + plaintext.count, &n) == 1,
+                  EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, Int32(tagBytes), outBase + nonceBytes + plaintext.count) == 1
+            else { throw CryptoError.openSSL("EVP_EncryptFinal_ex") }
+        }
+        return out
+    }
+
+    public static func open(_ sealed: [UInt8], key: SecureBytes, aad: [UInt8]) throws(CryptoError) -> SecureBytes {
+        guard key.count == keyBytes else { throw .malformed }
+        guard sealed.count >= overhead else { throw .authenticationFailed }
+        let plainCount = sealed.count - overhead
+        let out = SecureBytes(count: plainCount)
+        guard let ctx = EVP_CIPHER_CTX_new() else { throw .openSSL("EVP_CIPHER_CTX_new") }
+        defer { EVP_CIPHER_CTX_free(ctx) }
+        let ok: Bool = sealed.withUnsafeBufferPointer { s in
+            let inBase = s.baseAddress!
+            return key.withUnsafeBytes { k in
+                out.withUnsafeMutableBytes { o in
+                    var n: Int32 = 0
+                    guard EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nil, k.bindMemory(to: UInt8.self).baseAddress, inBase) == 1
+                    else { return false }
+                    if !aad.isEmpty, EVP_DecryptUpdate(ctx, nil, &n, aad, Int32(aad.count)) != 1 { return false }
+                    if plainCount > 0,
+                       EVP_DecryptUpdate(ctx, o.bindMemory(to: UInt8.self).baseAddress, &n,
+                                         inBase + nonceBytes, Int32(plainCount)) != 1 { return false }
+                    let tag = UnsafeMutablePointer(mutating: inBase + nonceBytes + plainCount)
+                    guard EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, Int32(tagBytes), tag) == 1 else { return false }
+                    var tail = [UInt8](repeating: 0, count: 16)
+                    return EVP_DecryptFinal_ex(ctx, &tail, &n) == 1
+                }
+            }
+        }
+        guard ok else {
+            out.wipe()
+            throw .authenticationFailed
+        }
+        return out
+    }
+}
+
+/// scrypt parameters, stored with the store so that each store keeps the cost chosen at init.
+public struct ScryptParameters: Codable, Equatable, Sendable {
+    public var logN: UInt8
+    public var r: UInt32
+    public var p: UInt32
+
+    public init(logN: UInt8, r: UInt32 = 8, p: UInt32 = 1) {
+        self.logN = logN
+        self.r = r
+        self.p = p
+    }
+
+    /// About a third of a second on this class of machine (2^17 · 8 · 128 B = 128 MiB).
+    public static let `default` = ScryptParameters(logN: 17)
+
+    public var isAcceptable: Bool { logN >= 10 && logN <= 22 && r >= 1 && r <= 32 && p >= 1 && p <= 16 }
+}
+
+public enum Scrypt {
+    public static func deriveKey(passphrase: SecureBytes, salt: [UInt8], parameters: ScryptParameters,
+                                 length: Int = 32) throws -> SecureBytes {
+        let out = SecureBytes(count: length)
+        let n = UInt64(1) << UInt64(parameters.logN)
+        let maxmem = UInt64(parameters.r) * 128 * n * UInt64(parameters.p) + 64 * 1024 * 1024
+        var empty: CChar = 0
+        let rc = passphrase.withUnsafeBytes { pw in
+            out.withUnsafeMutableBytes { o in
+                EVP_PBE_scrypt(pw.baseAddress?.assumingMemoryBound(to: CChar.self) ?? UnsafePointer(&empty), pw.count,
+                               salt, salt.count, n, UInt64(parameters.r), UInt64(parameters.p), maxmem,
+                               o.bindMemory(to: UInt8.self).baseAddress, length)
+            }
+        }
+        guard rc == 1 else { throw CryptoError.openSSL("EVP_PBE_scrypt") }
+        return out
+    }
+}
+
+public enum HMACSHA256 {
+    public static func authenticate(_ data: [UInt8], key: SecureBytes) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        var len: UInt32 = 32
+        key.withUnsafeBytes { k in
+            _ = HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), data, data.count, &out, &len)
+        }
+        return out
+    }
+}
+
+public enum HKDF {
+    /// HKDF-SHA256 (RFC 5869) of `secret` with an empty salt.
+    public static func deriveKey(from secret: SecureBytes, info: String, length: Int = 32) throws -> SecureBytes {
+        guard let ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nil) else { throw CryptoError.openSSL("HKDF ctx") }
+        defer { EVP_PKEY_CTX_free(ctx) }
+        let out = SecureBytes(count: length)
+        var outLen = length
+        let infoBytes = Array(info.utf8)
+        let ok = secret.withUnsafeBytes { s in
+            out.withUnsafeMutableBytes { o in
+                EVP_PKEY_derive_init(ctx) == 1
+                    && EVP_PKEY_CTX_set_hkdf_md(ctx, EVP_sha256()) == 1
+                    && EVP_PKEY_CTX_set1_hkdf_key(ctx, s.bindMemory(to: UInt8.self).baseAddress, Int32(s.count)) == 1
+                    && EVP_PKEY_CTX_add1_hkdf_info(ctx, infoBytes, Int32(infoBytes.count)) == 1
+                    && EVP_PKEY_derive(ctx, o.bindMemory(to: UInt8.self).baseAddress, &outLen) == 1
+            }
+        }
+        guard ok, outLen == length else { throw CryptoError.openSSL("HKDF derive") }
+        return out
+    }
+}

@@ -1,0 +1,75 @@
+/// When an item's secret may be decrypted, after Apple's `kSecAttrAccessible*` values.
+public enum AccessibilityClass: String, CaseIterable, Codable, Sendable, Comparable {
+    case whenUnlocked = "when-unlocked"
+    case afterFirstUnlock = "after-first-unlock"
+    case always = "always"
+    case whenUnlockedThisDeviceOnly = "when-unlocked-this-device-only"
+    case afterFirstUnlockThisDeviceOnly = "after-first-unlock-this-device-only"
+    case alwaysThisDeviceOnly = "always-this-device-only"
+    case whenPasscodeSetThisDeviceOnly = "when-passcode-set-this-device-only"
+
+    public static let `default` = AccessibilityClass.whenUnlocked
+
+    /// Stable number stored in the database; never renumber.
+    public var code: Int {
+        switch self {
+        case .whenUnlocked: 1
+        case .afterFirstUnlock: 2
+        case .always: 3
+        case .whenUnlockedThisDeviceOnly: 4
+        case .afterFirstUnlockThisDeviceOnly: 5
+        case .alwaysThisDeviceOnly: 6
+        case .whenPasscodeSetThisDeviceOnly: 7
+        }
+    }
+
+    public init?(code: Int) {
+        guard let c = Self.allCases.first(where: { $0.code == code }) else { return nil }
+        self = c
+    }
+
+    public init(parsing text: String) throws(ModelError) {
+        guard let c = AccessibilityClass(rawValue: text) else {
+            throw .invalid("unknown accessibility class '\(text)'; expected one of: "
+                + Self.allCases.map(\.rawValue).joined(separator: ", "))
+        }
+        self = c
+    }
+
+    public var isThisDeviceOnly: Bool {
+        switch self {
+        case .whenUnlockedThisDeviceOnly, .afterFirstUnlockThisDeviceOnly,
+             .alwaysThisDeviceOnly, .whenPasscodeSetThisDeviceOnly: true
+        default: false
+        }
+    }
+
+    /// The lock states in which the class key is held.
+    public enum Tier: Sendable { case always, afterFirstUnlock, whenUnlocked }
+
+    public var tier: Tier {
+        switch self {
+        case .always, .alwaysThisDeviceOnly: .always
+        case .afterFirstUnlock, .afterFirstUnlockThisDeviceOnly: .afterFirstUnlock
+        case .whenUnlocked, .whenUnlockedThisDeviceOnly, .whenPasscodeSetThisDeviceOnly: .whenUnlocked
+        }
+    }
+
+    public func isAvailable(in state: LockState) -> Bool {
+        switch (tier, state) {
+        case (.always, _): true
+        case (.afterFirstUnlock, .unlocked), (.afterFirstUnlock, .locked): true
+        case (.whenUnlocked, .unlocked): true
+        default: false
+        }
+    }
+
+    public static func < (a: Self, b: Self) -> Bool { a.code < b.code }
+}
+
+/// The state of a keychain, as on a device.
+public enum LockState: String, Codable, Sendable {
+    case beforeFirstUnlock = "before-first-unlock"
+    case unlocked
+    case locked
+}

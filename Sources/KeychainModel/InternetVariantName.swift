@@ -1,0 +1,58 @@
+/// File names of internet passwords that share server, port, path and account.
+///
+/// The canonical variant (the port's protocol, default authentication type, no security domain)
+/// is listed as its escaped account. Every other variant is listed as
+/// `<account>%~<protocol>[,<authtype>[,<domain>]]`, e.g. `alice%~ssh` or
+/// `alice%~https,html-form,example.org`. `%~` never comes from escaping, so the two forms
+/// cannot collide, and the name depends only on the item itself, so it is stable.
+public enum InternetVariantName {
+    public static let marker = "%~"
+
+    public static func fileName(for key: InternetPasswordKey) -> String {
+        let account = TreeName.escape(key.account)
+        return key.isCanonicalVariant ? account : account + marker + suffix(for: key)
+    }
+
+    /// The always-tagged form, which also names the canonical variant.
+    public static func taggedFileName(for key: InternetPasswordKey) -> String {
+        TreeName.escape(key.account) + marker + suffix(for: key)
+    }
+
+    static func suffix(for key: InternetPasswordKey) -> String {
+        var s = key.protocol.name
+        if key.authenticationType != .default || !key.securityDomain.isEmpty {
+            s += "," + key.authenticationType.name
+        }
+        if !key.securityDomain.isEmpty { s += "," + TreeName.escape(key.securityDomain) }
+        return s
+    }
+
+    public struct Parsed: Equatable, Sendable {
+        public var account: String
+        public var `protocol`: InternetProtocol
+        public var authenticationType: AuthenticationType
+        public var securityDomain: String
+    }
+
+    /// Splits a file name in a port or path directory; nil if it names nothing.
+    public static func parse(_ fileName: String, port: UInt16) -> Parsed? {
+        guard let r = fileName.range(of: marker) else {
+            guard let account = TreeName.unescape(fileName) else { return nil }
+            return Parsed(account: account, protocol: .forPort(port), authenticationType: .default, securityDomain: "")
+        }
+        guard let account = TreeName.unescape(String(fileName[..<r.lowerBound])) else { return nil }
+        let parts = fileName[r.upperBound...].split(separator: ",", maxSplits: 2, omittingEmptySubsequences: false)
+        guard let p = parts.first, let proto = try? InternetProtocol(parsing: String(p)) else { return nil }
+        var auth = AuthenticationType.default
+        if parts.count > 1 {
+            guard let a = try? AuthenticationType(parsing: String(parts[1])) else { return nil }
+            auth = a
+        }
+        var domain = ""
+        if parts.count > 2 {
+            guard let d = TreeName.unescape(String(parts[2])) else { return nil }
+            domain = d
+        }
+        return Parsed(account: account, protocol: proto, authenticationType: auth, securityDomain: domain)
+    }
+}

@@ -1,0 +1,187 @@
+import Foundation
+
+/// Primary key of a generic password: (access group, service, account).
+public struct GenericPasswordKey: Hashable, Codable, Sendable {
+    public var accessGroup: String
+    public var service: String
+    public var account: String
+
+    public init(service: String, account: String, accessGroup: String = "") throws(ModelError) {
+        guard !service.isEmpty else { throw .invalid("the service must not be empty") }
+        try TreeName.validate(service, as: "service")
+        try TreeName.validate(account, as: "account")
+        self.service = service
+        self.account = account
+        self.accessGroup = accessGroup
+    }
+}
+
+/// Primary key of an internet password:
+/// (access group, server, port, path, protocol, authentication type, security domain, account).
+public struct InternetPasswordKey: Hashable, Codable, Sendable {
+    public var accessGroup: String
+    public var server: String
+    public var port: UInt16
+    public var path: String
+    public var `protocol`: InternetProtocol
+    public var authenticationType: AuthenticationType
+    public var securityDomain: String
+    public var account: String
+
+    /// Port 0 becomes the protocol's well-known port; the path is normalised (`InternetPath`).
+    public init(server: String, port: UInt16 = 0, path: String = "",
+                protocol proto: InternetProtocol = .https,
+                authenticationType: AuthenticationType = .default,
+                securityDomain: String = "", account: String, accessGroup: String = "") throws(ModelError) {
+        guard !server.isEmpty else { throw .invalid("the server must not be empty") }
+        try TreeName.validate(server, as: "server")
+        try TreeName.validate(account, as: "account")
+        self.server = server
+        self.port = port == 0 ? (proto.wellKnownPort ?? 0) : port
+        self.path = InternetPath.normalize(path)
+        for segment in InternetPath.segments(self.path) { try TreeName.validate(segment, as: "path segment") }
+        self.protocol = proto
+        self.authenticationType = authenticationType
+        self.securityDomain = securityDomain
+        self.account = account
+        self.accessGroup = accessGroup
+        try TreeName.validate(InternetVariantName.fileName(for: self), as: "account with its variant suffix")
+    }
+
+    /// The item an internet file made through the tree stands for: the port's protocol,
+    /// the default authentication type and no security domain.
+    public var isCanonicalVariant: Bool {
+        `protocol` == InternetProtocol.forPort(port) && authenticationType == .default && securityDomain.isEmpty
+    }
+}
+
+/// Port text as given on the CLI, in git's `host:port`, or as a tree directory.
+public enum InternetPort {
+    /// Decimal 1–65535 (0 too when `allowUnspecified`); anything else is refused.
+    public static func parse(_ text: String, allowUnspecified: Bool = false) throws(ModelError) -> UInt16 {
+        guard !text.isEmpty, text.utf8.count <= 5, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }),
+              let n = Int(text), n <= 65535, n > 0 || allowUnspecified else {
+            throw .invalid("port '\(text)' is not a number from 1 to 65535")
+        }
+        return UInt16(n)
+    }
+}
+
+/// Internet password paths are kept as segments joined by `/`, without a leading or trailing
+/// `/` and without empty segments: `/a//b/` and `a/b` are the same path.
+public enum InternetPath {
+    public static func normalize(_ path: String) -> String {
+        segments(path).joined(separator: "/")
+    }
+
+    public static func segments(_ path: String) -> [String] {
+        path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+    }
+}
+
+public enum ItemKey: Hashable, Codable, Sendable {
+    case generic(GenericPasswordKey)
+    case internet(InternetPasswordKey)
+
+    public var kind: ItemKind {
+        switch self {
+        case .generic: .generic
+        case .internet: .internet
+        }
+    }
+
+    public var account: String {
+        switch self {
+        case .generic(let g): g.account
+        case .internet(let i): i.account
+        }
+    }
+
+    public var accessGroup: String {
+        switch self {
+        case .generic(let g): g.accessGroup
+        case .internet(let i): i.accessGroup
+        }
+    }
+
+    /// Unambiguous bytes for the blind index: a kind tag, then each field length-prefixed.
+    public var canonicalBytes: [UInt8] {
+        var out: [UInt8] = []
+        func field(_ s: String) {
+            let b = Array(s.utf8)
+            let n = UInt32(b.count)
+            out += [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)]
+            out += b
+        }
+        switch self {
+        case .generic(let g):
+            out.append(1)
+            field(g.accessGroup); field(g.service); field(g.account)
+        case .internet(let i):
+            out.append(2)
+            field(i.accessGroup); field(i.server); field(String(i.port)); field(i.path)
+            field(i.protocol.code.text); field(i.authenticationType.code.text)
+            field(i.securityDomain); field(i.account)
+        }
+        return out
+    }
+
+    /// Bytes for the group index: the service, or the server, which most queries name.
+    public var groupBytes: [UInt8] {
+        switch self {
+        case .generic(let g): ItemKey.groupBytes(kind: .generic, name: g.service)
+        case .internet(let i): ItemKey.groupBytes(kind: .internet, name: i.server)
+        }
+    }
+
+    /// Leaves out the access group so that a query naming only the service finds every group.
+    public static func groupBytes(kind: ItemKind, name: String) -> [UInt8] {
+        [kind == .generic ? 3 : 4] + Array(name.utf8)
+    }
+}
+
+public enum ItemKind: Int, Codable, Sendable {
+    case generic = 1
+    case internet = 2
+}
+
+/// The attributes every item carries besides its primary key.
+public struct ItemAttributes: Hashable, Codable, Sendable {
+    public var label: String?
+    public var comment: String?
+    public var description: String?
+    public var generic: Data?
+    public var creator: FourCharCode?
+    public var type: FourCharCode?
+    public var accessible: AccessibilityClass
+    public var created: Date
+    public var modified: Date
+
+    public init(label: String? = nil, comment: String? = nil, description: String? = nil,
+                generic: Data? = nil, creator: FourCharCode? = nil, type: FourCharCode? = nil,
+                accessible: AccessibilityClass = .default, created: Date = Date(), modified: Date? = nil) {
+        self.label = label
+        self.comment = comment
+        self.description = description
+        self.generic = generic
+        self.creator = creator
+        self.type = type
+        self.accessible = accessible
+        self.created = created
+        self.modified = modified ?? created
+    }
+}
+
+/// An item's key and attributes: everything but the secret.
+public struct ItemRecord: Hashable, Codable, Sendable {
+    public var key: ItemKey
+    public var attributes: ItemAttributes
+
+    public init(key: ItemKey, attributes: ItemAttributes) {
+        self.key = key
+        self.attributes = attributes
+    }
+}
+
+/// The largest secret an item may hold.
+public let maxSecretBytes = 16 * 1024 * 1024

@@ -1,0 +1,118 @@
+import Foundation
+import KeychainModel
+
+/// Which items a find or delete acts on. Attributes left nil match anything, as with
+/// `SecItemCopyMatching`.
+public struct ItemQuery: Codable, Sendable, Equatable {
+    public var kind: ItemKind
+    public var accessGroup: String?
+    public var account: String?
+    /// Generic passwords.
+    public var service: String?
+    /// Internet passwords.
+    public var server: String?
+    public var port: UInt16?
+    public var path: String?
+    public var `protocol`: InternetProtocol?
+    public var authenticationType: AuthenticationType?
+    public var securityDomain: String?
+
+    public init(kind: ItemKind, accessGroup: String? = nil, account: String? = nil, service: String? = nil,
+                server: String? = nil, port: UInt16? = nil, path: String? = nil, protocol proto: InternetProtocol? = nil,
+                authenticationType: AuthenticationType? = nil, securityDomain: String? = nil) {
+        self.kind = kind; self.accessGroup = accessGroup; self.account = account; self.service = service
+        self.server = server; self.port = port; self.path = path.map(InternetPath.normalize); self.protocol = proto
+        self.authenticationType = authenticationType; self.securityDomain = securityDomain
+    }
+
+    public static func exactly(_ key: ItemKey) -> ItemQuery {
+        switch key {
+        case .generic(let g):
+            ItemQuery(kind: .generic, accessGroup: g.accessGroup, account: g.account, service: g.service)
+        case .internet(let i):
+            ItemQuery(kind: .internet, accessGroup: i.accessGroup, account: i.account, server: i.server, port: i.port,
+                      path: i.path, protocol: i.protocol, authenticationType: i.authenticationType,
+                      securityDomain: i.securityDomain)
+        }
+    }
+
+    /// The full primary key, when the query names every part of it: then one blind-index probe finds it.
+    var exactKey: ItemKey? {
+        guard let account else { return nil }
+        switch kind {
+        case .generic:
+            guard let service else { return nil }
+            return try? .generic(GenericPasswordKey(service: service, account: account, accessGroup: accessGroup ?? ""))
+        case .internet:
+            guard let server, let port, let path, let proto = self.protocol, let authenticationType, let securityDomain
+            else { return nil }
+            return try? .internet(InternetPasswordKey(server: server, port: port, path: path, protocol: proto,
+                                                      authenticationType: authenticationType,
+                                                      securityDomain: securityDomain, account: account,
+                                                      accessGroup: accessGroup ?? ""))
+        }
+    }
+
+    /// The service or server, which narrows a query through the group index.
+    var groupName: String? { kind == .generic ? service : server }
+
+    public func matches(_ key: ItemKey) -> Bool {
+        func eq<T: Equatable>(_ want: T?, _ have: T) -> Bool { want.map { $0 == have } ?? true }
+        switch key {
+        case .generic(let g):
+            return kind == .generic && eq(accessGroup, g.accessGroup) && eq(service, g.service) && eq(account, g.account)
+        case .internet(let i):
+            let wantPort = port.flatMap { $0 == 0 ? (self.protocol?.wellKnownPort ?? 0) : $0 }
+            return kind == .internet && eq(accessGroup, i.accessGroup) && eq(server, i.server)
+                && (wantPort == nil || wantPort == 0 || wantPort == i.port)
+                && eq(path, i.path) && eq(self.protocol, i.protocol) && eq(authenticationType, i.authenticationType)
+                && eq(securityDomain, i.securityDomain) && eq(account, i.account)
+        }
+    }
+}
+
+/// Attribute values to set on add or update; nil leaves an attribute as it is.
+public struct AttributeChanges: Codable, Sendable, Equatable {
+    public var label: String?
+    public var comment: String?
+    public var description: String?
+    public var generic: Data?
+    public var creator: FourCharCode?
+    public var type: FourCharCode?
+    public var accessible: AccessibilityClass?
+
+    public init(label: String? = nil, comment: String? = nil, description: String? = nil, generic: Data? = nil,
+                creator: FourCharCode? = nil, type: FourCharCode? = nil, accessible: AccessibilityClass? = nil) {
+        self.label = label; self.comment = comment; self.description = description; self.generic = generic
+        self.creator = creator; self.type = type; self.accessible = accessible
+    }
+
+    public func applied(to a: ItemAttributes) -> ItemAttributes {
+        var a = a
+        if let label { a.label = label }
+        if let comment { a.comment = comment }
+        if let description { a.description = description }
+        if let generic { a.generic = generic }
+        if let creator { a.creator = creator }
+        if let type { a.type = type }
+        if let accessible { a.accessible = accessible }
+        return a
+    }
+}
+
+/// An item as read from the store: its decrypted record, and its sealed row, from which
+/// the secret is opened on demand.
+public struct KeychainItem: Sendable, Hashable {
+    public let sealed: SealedItem
+    public let record: ItemRecord
+    public var id: Int64 { sealed.id }
+    public var key: ItemKey { record.key }
+    public var accessible: AccessibilityClass { record.attributes.accessible }
+}
+
+/// One item that failed its integrity check.
+public struct IntegrityProblem: Sendable, Hashable, Codable, CustomStringConvertible {
+    public var itemID: Int64
+    public var reason: String
+    public var description: String { "item #\(itemID): \(reason)" }
+}

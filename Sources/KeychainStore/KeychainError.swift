@@ -1,0 +1,102 @@
+import KeychainModel
+
+/// Every way a keychain operation fails. Each case has its own CLI exit code
+/// (`exitCode`, the one table) and the filesystem maps them to errno in its own table.
+public enum KeychainError: Error, Equatable, Sendable, CustomStringConvertible {
+    case itemNotFound
+    case duplicateItem
+    case wrongPassphrase
+    /// Too many wrong passphrases in a row; the next attempt is allowed after this many seconds.
+    case tooManyAttempts(retryAfter: Int)
+    /// The item's class key is not held in this lock state (or not on this device).
+    case unavailable(AccessibilityClass)
+    /// A sealed value failed authentication: tampered, swapped or corrupt.
+    case integrityFailure(String)
+    case invalidInput(String)
+    case nameTooLong(String)
+    case secretTooLarge(Int)
+    case noSuchStore(String)
+    /// The file is not a keychainfs store, or its header is damaged.
+    case notAKeychain(String)
+    case storeExists(String)
+    /// Another daemon serves this store (message names its mountpoint), or no daemon does.
+    case storeBusy(String)
+    case notMounted(String)
+    case mountFailed(String)
+    case io(String)
+
+    public var description: String {
+        switch self {
+        case .itemNotFound: "The specified item could not be found in the keychain."
+        case .duplicateItem: "The specified item already exists in the keychain (use -U to update it)."
+        case .wrongPassphrase: "The passphrase is wrong; nothing was changed."
+        case .tooManyAttempts(let s): "Too many wrong passphrases; try again in \(s) second\(s == 1 ? "" : "s")."
+        case .unavailable(let c): "Required key not available: '\(c.rawValue)' items cannot be used in the keychain's current state."
+        case .integrityFailure(let m): "Integrity check failed: \(m)"
+        case .invalidInput(let m): m
+        case .nameTooLong(let m): m
+        case .secretTooLarge(let n): "The secret is \(n) bytes; the limit is \(maxSecretBytes) (16 MiB)."
+        case .noSuchStore(let p): "No keychain store at \(p) (create one with 'keychainfs init')."
+        case .notAKeychain(let m): m
+        case .storeExists(let p): "A keychain store already exists at \(p)."
+        case .storeBusy(let m): m
+        case .notMounted(let m): m
+        case .mountFailed(let m): m
+        case .io(let m): m
+        }
+    }
+
+    /// The CLI exit status. Where macOS `security` has one, it is the same number
+    /// (its OSStatus's low byte): 44 not found, 45 duplicate, 51 auth failed, 36 interaction
+    /// not allowed, 50 no such keychain, 49 invalid keychain. 64 is usage (swift-argument-parser).
+    public var exitCode: Int32 {
+        switch self {
+        case .itemNotFound: 44
+        case .duplicateItem: 45
+        case .wrongPassphrase: 51
+        case .tooManyAttempts: 52
+        case .unavailable: 36
+        case .integrityFailure: 93
+        case .invalidInput: 65
+        case .nameTooLong: 66
+        case .secretTooLarge: 67
+        case .noSuchStore: 50
+        case .notAKeychain: 49
+        case .storeExists: 48
+        case .storeBusy: 75
+        case .notMounted: 69
+        case .mountFailed: 70
+        case .io: 74
+        }
+    }
+
+    /// The exit-code table as printed by `--help` and the README.
+    public static let exitCodeTable: [(code: Int32, meaning: String)] = [
+        (0, "success"),
+        (1, "other failure"),
+        (36, "locked: the item's accessibility class is not available now"),
+        (44, "item not found"),
+        (45, "duplicate item"),
+        (48, "store already exists"),
+        (49, "not a keychainfs store, or a corrupt one"),
+        (50, "no such store"),
+        (51, "wrong passphrase"),
+        (52, "too many wrong passphrases; wait and retry"),
+        (64, "usage error"),
+        (65, "bad input (name, port, protocol, class, ...)"),
+        (66, "name too long (over 255 bytes once escaped)"),
+        (67, "secret over 16 MiB"),
+        (69, "not mounted"),
+        (70, "mount failed"),
+        (74, "I/O error"),
+        (75, "store busy: served by another daemon"),
+        (93, "integrity failure: a tampered or corrupt item"),
+    ]
+
+    public init(_ error: ModelError) {
+        switch error {
+        case .invalid(let m): self = .invalidInput(m)
+        case .nameTooLong(let m): self = .nameTooLong(m)
+        }
+    }
+}

@@ -1,0 +1,39 @@
+import Foundation
+
+/// Where keychainfs keeps its files, after the XDG base directory spec.
+public enum KeychainLocations {
+    static var env: [String: String] { ProcessInfo.processInfo.environment }
+    static var home: String { env["HOME"] ?? NSHomeDirectory() }
+
+    private static func xdg(_ name: String, _ fallback: String) -> String {
+        if let v = env[name], v.hasPrefix("/") { return v }
+        return home + "/" + fallback
+    }
+
+    /// `--store`, else `KEYCHAINFS_STORE`, else `$XDG_DATA_HOME/keychainfs/keychain.db`.
+    public static func store(_ explicit: String? = nil) -> String {
+        if let explicit, !explicit.isEmpty { return absolute(explicit) }
+        if let v = env["KEYCHAINFS_STORE"], !v.isEmpty { return absolute(v) }
+        return xdg("XDG_DATA_HOME", ".local/share") + "/keychainfs/keychain.db"
+    }
+
+    /// The device key: outside every store, so that copying a store does not copy it.
+    public static var deviceKey: String { xdg("XDG_STATE_HOME", ".local/state") + "/keychainfs/device.key" }
+
+    /// Control sockets and mount records, in a 0700 directory.
+    public static var runtimeDirectory: String {
+        if let v = env["XDG_RUNTIME_DIR"], v.hasPrefix("/") { return v + "/keychainfs" }
+        return "/tmp/keychainfs-\(getuid())"
+    }
+
+    public static func absolute(_ path: String) -> String {
+        if path.hasPrefix("/") { return path }
+        return FileManager.default.currentDirectoryPath + "/" + path
+    }
+
+    /// Creates `path` and its parents; the last component gets `mode`.
+    public static func makeDirectory(_ path: String, mode: mode_t = 0o700) throws {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        chmod(path, mode)
+    }
+}

@@ -1,0 +1,114 @@
+import Foundation
+import GRDB
+import KeychainCrypto
+
+/// The SQLite file: schema, migrations and the few statements the keychain runs.
+/// Nothing here is plaintext but the item kind, class number and version.
+struct StoreDatabase {
+    static let format = "keychainfs-store"
+    let queue: DatabaseQueue
+
+    static func migrator() -> DatabaseMigrator {
+        var m = DatabaseMigrator()
+        m.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+                CREATE TABLE wrapped_keys (
+                    name TEXT NOT NULL, wrapping TEXT NOT NULL, blob BLOB NOT NULL,
+                    PRIMARY KEY (name, wrapping));
+                CREATE TABLE items (
+                    id INTEGER PRIMARY KEY,
+                    kind INTEGER NOT NULL,
+                    class INTEGER NOT NULL,
+                    version INTEGER NOT NULL,
+                    blind BLOB NOT NULL UNIQUE,
+                    group_blind BLOB NOT NULL,
+                    wrapped_key BLOB NOT NULL,
+                    attributes BLOB NOT NULL,
+                    secret BLOB NOT NULL);
+                CREATE INDEX items_group ON items (group_blind);
+                """)
+        }
+        return m
+    }
+
+    /// Opens an existing store; `create` makes a new file instead.
+    init(path: String, create: Bool) throws {
+        var config = Configuration()
+        config.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA secure_delete = ON")
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        config.busyMode = .timeout(10)
+        if !create {
+            guard FileManager.default.fileExists(atPath: path) else { throw KeychainError.noSuchStore(path) }
+            if let head = FileHandle(forReadingAtPath: path)?.readData(ofLength: 16),
+               head != Data("SQLite format 3\0".utf8) {
+                throw KeychainError.notAKeychain("\(path) is not a keychainfs store (not an SQLite database)")
+            }
+        }
+        do {
+            queue = try DatabaseQueue(path: path, configuration: config)
+            try queue.writeWithoutTransaction { db in _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") }
+            if create {
+                try Self.migrator().migrate(queue)
+                chmod(path, 0o600)
+            } else {
+                let ok = try queue.read { db in
+                    try db.tableExists("meta")
+                        && (try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'format'")) == Data(Self.format.utf8)
+                }
+                guard ok else { throw KeychainError.notAKeychain("\(path) is an SQLite file but not a keychainfs store") }
+                try Self.migrator().migrate(queue)
+            }
+        } catch let e as KeychainError {
+            throw e
+        } catch let e as DatabaseError where e.resultCode == .SQLITE_NOTADB || e.resultCode == .SQLITE_CORRUPT {
+            throw KeychainError.notAKeychain("\(path) is corrupt or not a keychainfs store: \(e.message ?? "\(e)")")
+        } catch {
+            throw KeychainError.io("cannot open \(path): \(error)")
+        }
+    }
+}
+
+/// One `items` row as stored: everything sealed, plus what the seals are bound to.
+public struct SealedItem: Sendable, Hashable {
+    public var id: Int64
+    public var kind: Int
+    public var classCode: Int
+    public var version: Int64
+    public var blind: [UInt8]
+    public var groupBlind: [UInt8]
+    public var wrappedKey: [UInt8]
+    public var attributes: [UInt8]
+    public var secret: [UInt8]
+
+    static let columns = "id, kind, class, version, blind, group_blind, wrapped_key, attributes, secret"
+
+    init(row: Row) {
+        id = row[0]; kind = row[1]; classCode = row[2]; version = row[3]
+        blind = [UInt8](row[4] as Data); groupBlind = [UInt8](row[5] as Data)
+        wrappedKey = [UInt8](row[6] as Data); attributes = [UInt8](row[7] as Data); secret = [UInt8](row[8] as Data)
+    }
+
+    init(id: Int64, kind: Int, classCode: Int, version: Int64, blind: [UInt8], groupBlind: [UInt8],
+         wrappedKey: [UInt8], attributes: [UInt8], secret: [UInt8]) {
+        self.id = id; self.kind = kind; self.classCode = classCode; self.version = version
+        self.blind = blind; self.groupBlind = groupBlind
+        self.wrappedKey = wrappedKey; self.attributes = attributes; self.secret = secret
+    }
+
+    var arguments: StatementArguments {
+        [id, kind, classCode, version, Data(blind), Data(groupBlind), Data(wrappedKey), Data(attributes), Data(secret)]
+    }
+
+    /// What every seal of this row is bound to, so a row moved, replayed under another id,
+    /// reclassed or re-keyed fails to open.
+    func aad(_ part: String) -> [UInt8] {
+        var out = Array("kcfs-item-v1|\(part)|".utf8)
+        for v in [UInt64(bitPattern: id), UInt64(classCode), UInt64(bitPattern: version), UInt64(kind)] {
+            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: v >> UInt64(shift))) }
+        }
+        return out + blind
+    }
+}
