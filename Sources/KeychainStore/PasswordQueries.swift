@@ -16,12 +16,12 @@ public struct GenericPasswordQuery: Sendable {
         self.keychain = keychain; self.service = service; self.accessGroup = accessGroup
     }
 
-    func key(_ account: String) throws -> ItemKey {
+    public func key(_ account: String) throws -> ItemKey {
         do { return .generic(try GenericPasswordKey(service: service, account: account, accessGroup: accessGroup)) }
         catch { throw KeychainError(error) }
     }
 
-    var query: ItemQuery { ItemQuery(kind: .generic, accessGroup: accessGroup, service: service) }
+    public var query: ItemQuery { ItemQuery(kind: .generic, accessGroup: accessGroup, service: service) }
 }
 
 /// Internet passwords of one server, port, path, protocol, authentication type and domain.
@@ -42,7 +42,7 @@ public struct InternetPasswordQuery: Sendable {
         self.authenticationType = authenticationType; self.securityDomain = securityDomain; self.accessGroup = accessGroup
     }
 
-    func key(_ account: String) throws -> ItemKey {
+    public func key(_ account: String) throws -> ItemKey {
         do {
             return .internet(try InternetPasswordKey(server: server, port: port, path: path, protocol: self.protocol,
                                                      authenticationType: authenticationType,
@@ -51,7 +51,7 @@ public struct InternetPasswordQuery: Sendable {
         } catch { throw KeychainError(error) }
     }
 
-    var query: ItemQuery {
+    public var query: ItemQuery {
         ItemQuery(kind: .internet, accessGroup: accessGroup, server: server, port: port, path: path,
                   protocol: self.protocol, authenticationType: authenticationType, securityDomain: securityDomain)
     }
@@ -60,7 +60,7 @@ public struct InternetPasswordQuery: Sendable {
 /// What both query shapes offer: add-or-update, get, remove, remove all, attributes.
 public protocol PasswordQuery {
     var keychain: Keychain { get }
-    var query: ItemQuery { get }
+    public var query: ItemQuery { get }
     func key(_ account: String) throws -> ItemKey
 }
 
