@@ -60,7 +60,7 @@ public struct InternetPasswordQuery: Sendable {
 /// What both query shapes offer: add-or-update, get, remove, remove all, attributes.
 public protocol PasswordQuery {
     var keychain: Keychain { get }
-    public var query: ItemQuery { get }
+    var query: ItemQuery { get }
     func key(_ account: String) throws -> ItemKey
 }
 
