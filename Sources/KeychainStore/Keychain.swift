@@ -363,7 +363,7 @@ public final class Keychain: @unchecked Sendable {
         } catch let e as DatabaseError where e.resultCode == .SQLITE_CONSTRAINT {
             throw KeychainError.duplicateItem
         } catch let e as DatabaseError where e.resultCode == .SQLITE_FULL {
-            throw KeychainError.io("the disk is full; nothing was changed")
+            throw KeychainError.diskFull
         } catch let e as DatabaseError {
             throw KeychainError.io("database error: \(e.message ?? "\(e)")")
         }

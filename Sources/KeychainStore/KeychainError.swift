@@ -2,7 +2,7 @@ import KeychainModel
 
 /// Every way a keychain operation fails. Each case has its own CLI exit code
 /// (`exitCode`, the one table) and the filesystem maps them to errno in its own table.
-public enum KeychainError: Error, Equatable, Sendable, CustomStringConvertible {
+public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConvertible {
     case itemNotFound
     case duplicateItem
     case wrongPassphrase
@@ -23,6 +23,7 @@ public enum KeychainError: Error, Equatable, Sendable, CustomStringConvertible {
     case storeBusy(String)
     case notMounted(String)
     case mountFailed(String)
+    case diskFull
     case io(String)
 
     public var description: String {
@@ -42,6 +43,7 @@ public enum KeychainError: Error, Equatable, Sendable, CustomStringConvertible {
         case .storeBusy(let m): m
         case .notMounted(let m): m
         case .mountFailed(let m): m
+        case .diskFull: "The disk is full; nothing was changed."
         case .io(let m): m
         }
     }
@@ -66,6 +68,7 @@ public enum KeychainError: Error, Equatable, Sendable, CustomStringConvertible {
         case .storeBusy: 75
         case .notMounted: 69
         case .mountFailed: 70
+        case .diskFull: 73
         case .io: 74
         }
     }
@@ -88,6 +91,7 @@ public enum KeychainError: Error, Equatable, Sendable, CustomStringConvertible {
         (67, "secret over 16 MiB"),
         (69, "not mounted"),
         (70, "mount failed"),
+        (73, "disk full; nothing was changed"),
         (74, "I/O error"),
         (75, "store busy: served by another daemon"),
         (93, "integrity failure: a tampered or corrupt item"),

@@ -1,1 +1,16 @@
-int kcfs_shim_placeholder(void);
+#ifndef KEYCHAINFS_CFUSESHIM_H
+#define KEYCHAINFS_CFUSESHIM_H
+
+/* libfuse selects its ABI through macros (fuse_new, fuse_loop_mt) that Swift cannot call;
+ * these functions pin the 3.1 API for the Swift binding. */
+#define FUSE_USE_VERSION 31
+#include <fuse3/fuse.h>
+
+struct fuse *kcfs_fuse_new(int argc, char **argv, const struct fuse_operations *ops, void *user_data);
+int kcfs_fuse_mount(struct fuse *f, const char *mountpoint);
+int kcfs_fuse_loop(struct fuse *f);
+void kcfs_fuse_unmount_and_destroy(struct fuse *f);
+void *kcfs_private_data(void);
+void kcfs_fuse_invalidate(struct fuse *f, const char *path);
+
+#endif

@@ -1,0 +1,126 @@
+import Foundation
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+
+/// Open files: open, create, read, write, truncate, commit.
+extension KeychainTree {
+    /// Opens an item. A class whose key is not held answers ENOKEY here, at open().
+    public func open(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
+        let location = try TreeLocation.parse(path)
+        let mode = OpenMode(flags: flags)
+        return try state.withLock { s throws(FileSystemError) in
+            guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
+            let contents: SecureBytes
+            if mode.truncate && !mode.readable {
+                guard keychain.isAvailable(item.accessible) else { throw .keyUnavailable }
+                contents = SecureBytes()
+            } else {
+                do { contents = try keychain.secret(of: item) } catch { throw .from(error) }
+            }
+            return Self.register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode, contents: contents), &s)
+        }
+    }
+
+    /// Creates an empty item of the mount's default class (committed at once, so that it
+    /// is visible while being written) and opens it.
+    public func create(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
+        let location = try TreeLocation.parse(path)
+        let key = try itemKey(at: location)
+        return try state.withLock { s throws(FileSystemError) in
+            if case .item? = try? node(location, s.index) { throw .exists }
+            guard keychain.isAvailable(defaultClass) else { throw .keyUnavailable }
+            try requireParent(of: location, s.index)
+            let item: KeychainItem
+            do {
+                item = try keychain.add(ItemRecord(key: key, attributes: ItemAttributes(accessible: defaultClass)),
+                                        secret: SecureBytes())
+            } catch { throw .from(error) }
+            s.index.insert(item)
+            return Self.register(OpenFile(itemID: item.id, accessible: defaultClass, mode: OpenMode(flags: flags),
+                                          contents: SecureBytes()), &s)
+        }
+    }
+
+    private func requireParent(of location: TreeLocation, _ index: ItemIndex) throws(FileSystemError) {
+        switch location {
+        case .genericItem(let svc, _): if index.services[svc] == nil { throw .notFound }
+        case .internetEntry(let server, let port, let parent, _):
+            if index.directory(server: server, port: port, path: parent) == nil { throw .notFound }
+        default: break
+        }
+    }
+
+    private static func register(_ file: OpenFile, _ s: inout TreeState) -> UInt64 {
+        let h = s.nextHandle
+        s.nextHandle += 1
+        s.files[h] = file
+        return h
+    }
+
+    private func file(_ handle: UInt64, _ s: TreeState) throws(FileSystemError) -> OpenFile {
+        guard let f = s.files[handle] else { throw .badHandle }
+        return f
+    }
+
+    public func read(_ handle: UInt64, offset: Int, count: Int, into buffer: UnsafeMutableRawPointer) throws(FileSystemError) -> Int {
+        try state.withLock { s throws(FileSystemError) in try file(handle, s).read(offset: offset, count: count, into: buffer) }
+    }
+
+    public func write(_ handle: UInt64, offset: Int, data: UnsafeRawBufferPointer) throws(FileSystemError) -> Int {
+        try state.withLock { s throws(FileSystemError) in try file(handle, s).write(data, offset: offset) }
+    }
+
+    /// truncate(2) on an open file changes its copy; on a path it commits at once.
+    public func truncate(_ path: String, size: Int, handle: UInt64?) throws(FileSystemError) {
+        if let handle {
+            try state.withLock { s throws(FileSystemError) in try file(handle, s).truncate(to: size) }
+            return
+        }
+        let h = try open(path, flags: O_RDWR)
+        defer { try? release(h) }
+        try state.withLock { s throws(FileSystemError) in try file(h, s).truncate(to: size) }
+        try flush(h)
+    }
+
+    /// Commits the open copy as one atomic, durable update (at close(2) and fsync(2)).
+    public func flush(_ handle: UInt64) throws(FileSystemError) {
+        try state.withLock { s throws(FileSystemError) in try commit(try file(handle, s), &s.index) }
+    }
+
+    public func release(_ handle: UInt64) throws(FileSystemError) {
+        try state.withLock { s throws(FileSystemError) in
+            guard let f = s.files.removeValue(forKey: handle) else { throw .badHandle }
+            defer { f.revoke() }
+            try commit(f, &s.index)
+        }
+    }
+
+    private func commit(_ f: OpenFile, _ index: inout ItemIndex) throws(FileSystemError) {
+        guard f.isDirty else { return }
+        guard !f.isRevoked else { throw .keyUnavailable }
+        // Deleted or replaced while open: like a write to an unlinked file, it goes nowhere.
+        guard let item = index.item(f.itemID) else { f.markCommitted(); return }
+        do {
+            index.insert(try keychain.update(item, to: item.record, secret: f.buffer))
+            f.markCommitted()
+        } catch { throw .from(error) }
+    }
+
+    // MARK: mode, owner, times
+
+    /// chmod that keeps access at 0600 (files) / 0700 (directories) or narrower is accepted
+    /// and changes nothing; anything wider is refused, so `cp -p` and `install -m 600` work.
+    public func setMode(_ path: String, mode: UInt32) throws(FileSystemError) {
+        let st = try stat(path)
+        let allowed: UInt32 = st.isDirectory ? 0o700 : 0o600
+        guard mode & 0o7777 & ~allowed == 0 else { throw .notPermitted }
+    }
+
+    /// chown to the mounting user (or -1, "unchanged") is accepted; any other owner is refused.
+    public func setOwner(_ path: String, uid: UInt32, gid: UInt32) throws(FileSystemError) {
+        _ = try stat(path)
+        let keep = UInt32.max
+        guard uid == keep || uid == getuid(), gid == keep || gid == getgid() else { throw .notPermitted }
+    }
+}

@@ -1,0 +1,150 @@
+import Foundation
+import KeychainModel
+import KeychainStore
+
+/// The `user.keychain.*` extended attributes of items and of the mount root.
+extension KeychainTree {
+    static let prefix = "user.keychain."
+    static let itemNames = ["label", "comment", "description", "generic", "creator", "type", "accessible",
+                            "created", "modified"]
+    static let internetNames = ["protocol", "authtype", "securitydomain"]
+    static let rootNames = ["state", "lock-after", "items"]
+    static let readOnly: Set<String> = ["created", "modified"]
+    static let removable: Set<String> = ["label", "comment", "description", "generic", "creator", "type", "securitydomain"]
+
+    private func attributeName(_ name: String) throws(FileSystemError) -> String {
+        guard name.hasPrefix(Self.prefix) else { throw .noData }
+        return String(name.dropFirst(Self.prefix.count))
+    }
+
+    public func listAttributes(_ path: String) throws(FileSystemError) -> [String] {
+        let (_, node) = try resolve(path)
+        switch node {
+        case .root: return Self.rootNames.map { Self.prefix + $0 }
+        case .item(let item):
+            var names = Self.itemNames + (item.key.kind == .internet ? Self.internetNames : [])
+            names.removeAll { (try? value(of: $0, item)) == nil }
+            return names.map { Self.prefix + $0 }
+        default: return []
+        }
+    }
+
+    public func attribute(_ path: String, name: String) throws(FileSystemError) -> [UInt8] {
+        let short = try attributeName(name)
+        let (_, node) = try resolve(path)
+        switch node {
+        case .root:
+            switch short {
+            case "state": return Array(keychain.state.rawValue.utf8)
+            case "lock-after": return Array((lockAfter.map(String.init) ?? "off").utf8)
+            case "items": return Array(String(state.withLock { $0.index.items.count }).utf8)
+            default: throw .noData
+            }
+        case .item(let item):
+            guard let v = try value(of: short, item) else { throw .noData }
+            return v
+        default: throw .noData
+        }
+    }
+
+    private func value(of name: String, _ item: KeychainItem) throws(FileSystemError) -> [UInt8]? {
+        let a = item.record.attributes
+        func text(_ s: String?) -> [UInt8]? { s.map { Array($0.utf8) } }
+        let iso = ISO8601DateFormatter()
+        switch (name, item.key) {
+        case ("label", _): return text(a.label)
+        case ("comment", _): return text(a.comment)
+        case ("description", _): return text(a.description)
+        case ("generic", _): return a.generic.map { [UInt8]($0) }
+        case ("creator", _): return text(a.creator?.text)
+        case ("type", _): return text(a.type?.text)
+        case ("accessible", _): return text(a.accessible.rawValue)
+        case ("created", _): return text(iso.string(from: a.created))
+        case ("modified", _): return text(iso.string(from: a.modified))
+        case ("protocol", .internet(let k)): return text(k.protocol.name)
+        case ("authtype", .internet(let k)): return text(k.authenticationType.name)
+        case ("securitydomain", .internet(let k)): return text(k.securityDomain)
+        default: return nil
+        }
+    }
+
+    /// Sets an attribute by re-sealing the item. Changing `accessible` moves it to the new
+    /// class; changing protocol, authtype or domain renames it (EEXIST if that name is taken).
+    public func setAttribute(_ path: String, name: String, value: [UInt8]) throws(FileSystemError) {
+        try change(path, name: name) { record throws(FileSystemError) in
+            guard let text = String(validating: value, as: UTF8.self) else { throw .invalid }
+            let short = try attributeName(name)
+            do {
+                switch (short, record.key) {
+                case ("label", _): record.attributes.label = text
+                case ("comment", _): record.attributes.comment = text
+                case ("description", _): record.attributes.description = text
+                case ("generic", _): record.attributes.generic = Data(value)
+                case ("creator", _): record.attributes.creator = try FourCharCode(text)
+                case ("type", _): record.attributes.type = try FourCharCode(text)
+                case ("accessible", _): record.attributes.accessible = try AccessibilityClass(parsing: text)
+                case ("protocol", .internet(var k)):
+                    k.protocol = try InternetProtocol(parsing: text)
+                    record.key = .internet(try Self.revalidated(k))
+                case ("authtype", .internet(var k)):
+                    k.authenticationType = try AuthenticationType(parsing: text)
+                    record.key = .internet(try Self.revalidated(k))
+                case ("securitydomain", .internet(var k)):
+                    k.securityDomain = text
+                    record.key = .internet(try Self.revalidated(k))
+                default: throw FileSystemError.notPermitted
+                }
+            } catch let e as ModelError { throw FileSystemError(e) } catch { throw .from(error) }
+        }
+    }
+
+    public func removeAttribute(_ path: String, name: String) throws(FileSystemError) {
+        try change(path, name: name) { record throws(FileSystemError) in
+            switch try attributeName(name) {
+            case "label": record.attributes.label = nil
+            case "comment": record.attributes.comment = nil
+            case "description": record.attributes.description = nil
+            case "generic": record.attributes.generic = nil
+            case "creator": record.attributes.creator = nil
+            case "type": record.attributes.type = nil
+            case "securitydomain":
+                guard case .internet(var k) = record.key else { throw .noData }
+                k.securityDomain = ""
+                do { record.key = .internet(try Self.revalidated(k)) } catch { throw FileSystemError.from(error) }
+            default: throw .notPermitted
+            }
+        }
+    }
+
+    private static func revalidated(_ k: InternetPasswordKey) throws(ModelError) -> InternetPasswordKey {
+        try InternetPasswordKey(server: k.server, port: k.port, path: k.path, protocol: k.protocol,
+                                authenticationType: k.authenticationType, securityDomain: k.securityDomain,
+                                account: k.account, accessGroup: k.accessGroup)
+    }
+
+    private func change(_ path: String, name: String,
+                        _ edit: (inout ItemRecord) throws(FileSystemError) -> Void) throws(FileSystemError) {
+        let short = try attributeName(name)
+        let location = try TreeLocation.parse(path)
+        try state.withLock { s throws(FileSystemError) in
+            guard case .item(let item) = try node(location, s.index) else {
+                throw Self.rootNames.contains(short) ? .notPermitted : .noData
+            }
+            guard Self.itemNames.contains(short) || (item.key.kind == .internet && Self.internetNames.contains(short))
+            else { throw .noData }
+            guard !Self.readOnly.contains(short) else { throw .notPermitted }
+            var record = item.record
+            try edit(&record)
+            // Both the old and the new class key are needed: the secret is re-sealed.
+            guard keychain.isAvailable(record.attributes.accessible) else { throw .keyUnavailable }
+            var replaced: KeychainItem?
+            if record.key != item.key {
+                if let other = try? keychain.item(for: record.key) { replaced = other }
+                if replaced != nil { throw .exists }
+            }
+            do {
+                s.index.insert(try keychain.update(item, to: record))
+            } catch { throw .from(error) }
+        }
+    }
+}

@@ -1,0 +1,326 @@
+import Foundation
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+import Synchronization
+
+/// What `stat` reports for a path.
+public struct FileStat: Equatable, Sendable {
+    public var isDirectory: Bool
+    public var size: Int
+    public var mode: UInt32
+    public var modified: Date
+    public var links: Int
+}
+
+public struct DirectoryEntry: Equatable, Sendable {
+    public var name: String
+    public var isDirectory: Bool
+}
+
+/// The filesystem semantics of the mount, in plain Swift: path mapping, directories, open
+/// files and their buffers, rename, attributes and lock state. The FUSE binding only
+/// translates C calls into these methods and errors into errno.
+///
+/// Thread-safe: one mutex guards the index and the open files. The keychain never calls
+/// back into the tree, so holding the mutex across keychain calls cannot deadlock.
+public final class KeychainTree: @unchecked Sendable {
+    public let keychain: Keychain
+    public let defaultClass: AccessibilityClass
+    public let lockAfter: Int?
+    let state: Mutex<TreeState>
+    private let lastAccess = Atomic<Int64>(0)
+
+    struct TreeState {
+        var index = ItemIndex()
+        var files: [UInt64: OpenFile] = [:]
+        var nextHandle: UInt64 = 1
+    }
+
+    public init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) throws {
+        self.keychain = keychain
+        self.defaultClass = defaultClass
+        self.lockAfter = lockAfter
+        state = Mutex(TreeState())
+        try reload()
+        noteAccess()
+    }
+
+    /// Rebuilds the index from the store: at mount, and when unlocking reveals more names.
+    public func reload() throws {
+        let (items, _) = try keychain.allItems()
+        state.withLock { s in
+            for item in items { s.index.insert(item) }
+            let live = Set(items.map(\.id))
+            for id in s.index.items.keys where !live.contains(id) { s.index.remove(id: id) }
+        }
+    }
+
+    // MARK: lock state
+
+    /// Seconds since the monotonic clock's epoch of the last file operation.
+    public func noteAccess() { lastAccess.store(Self.now(), ordering: .relaxed) }
+    public var idleSeconds: Int64 { Self.now() - lastAccess.load(ordering: .relaxed) }
+    private static func now() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Int64(ts.tv_sec)
+    }
+
+    /// Locks the keychain, then wipes the open copies of every secret whose class key is gone.
+    public func lock() {
+        keychain.lock()
+        state.withLock { s in
+            for f in s.files.values where !keychain.isAvailable(f.accessible) { f.revoke() }
+        }
+    }
+
+    public func unlock(passphrase: SecureBytes?) throws {
+        let before = keychain.state
+        try keychain.unlock(passphrase: passphrase)
+        if before == .beforeFirstUnlock { try reload() }
+        noteAccess()
+    }
+
+    /// Wipes every open copy and every key, as at unmount.
+    public func forgetEverything() {
+        state.withLock { s in
+            for f in s.files.values { f.revoke() }
+            s.files = [:]
+            s.index.removeAll()
+        }
+        keychain.forgetKeys()
+    }
+
+    /// Brings the index up to date after a change made outside the tree (the CLI, git).
+    public func apply(saved: [KeychainItem], deleted: [Int64]) {
+        state.withLock { s in
+            for id in deleted { s.index.remove(id: id) }
+            for item in saved { s.index.insert(item) }
+        }
+    }
+
+    // MARK: resolving paths
+
+    enum Node {
+        case root, internetRoot
+        case service(String)
+        case server(String)
+        case port(String, UInt16)
+        case pathDirectory(PathDirectory)
+        case item(KeychainItem)
+    }
+
+    /// Finds what exists at `location`; ENOENT if nothing does.
+    func node(_ location: TreeLocation, _ index: ItemIndex) throws(FileSystemError) -> Node {
+        switch location {
+        case .root: return .root
+        case .internetRoot: return .internetRoot
+        case .service(let s):
+            guard index.services[s] != nil else { throw .notFound }
+            return .service(s)
+        case .genericItem(let s, let a):
+            guard let item = index.item(index.services[s]?[a]) else { throw .notFound }
+            return .item(item)
+        case .server(let s):
+            guard index.servers[s] != nil else { throw .notFound }
+            return .server(s)
+        case .port(let s, let p):
+            guard index.servers[s]?[p] != nil else { throw .notFound }
+            return .port(s, p)
+        case .internetEntry(let s, let p, let parent, let name):
+            guard let dir = index.directory(server: s, port: p, path: parent) else { throw .notFound }
+            if !name.contains(InternetVariantName.marker), let segment = TreeName.unescape(name),
+               let sub = dir.directories[segment] {
+                return .pathDirectory(sub)
+            }
+            guard let parsed = InternetVariantName.parse(name, port: p),
+                  let item = index.item(dir.items[VariantKey(parsed)]) else { throw .notFound }
+            return .item(item)
+        }
+    }
+
+    func resolve(_ path: String) throws(FileSystemError) -> (TreeLocation, Node) {
+        let location = try TreeLocation.parse(path)
+        let n = try state.withLock { s throws(FileSystemError) in try node(location, s.index) }
+        return (location, n)
+    }
+
+    /// The primary key a file at `location` stands for (for create and rename).
+    func itemKey(at location: TreeLocation) throws(FileSystemError) -> ItemKey {
+        do {
+            switch location {
+            case .genericItem(let s, let a):
+                return .generic(try GenericPasswordKey(service: s, account: a))
+            case .internetEntry(let server, let port, let parent, let name):
+                guard let v = InternetVariantName.parse(name, port: port) else { throw FileSystemError.invalid }
+                return .internet(try InternetPasswordKey(server: server, port: port, path: parent.joined(separator: "/"),
+                                                         protocol: v.protocol, authenticationType: v.authenticationType,
+                                                         securityDomain: v.securityDomain, account: v.account))
+            case .root, .internetRoot: throw FileSystemError.exists
+            case .service, .server, .port: throw FileSystemError.notPermitted
+            }
+        } catch let e as ModelError {
+            throw FileSystemError(e)
+        } catch {
+            throw FileSystemError.from(error)
+        }
+    }
+
+    // MARK: metadata
+
+    public func stat(_ path: String) throws(FileSystemError) -> FileStat {
+        let (_, node) = try resolve(path)
+        switch node {
+        case .item(let item):
+            return FileStat(isDirectory: false, size: item.sealed.secret.count - AESGCM.overhead, mode: 0o100600,
+                            modified: item.record.attributes.modified, links: 1)
+        default:
+            return FileStat(isDirectory: true, size: 0, mode: 0o040700, modified: Date(timeIntervalSince1970: 0), links: 2)
+        }
+    }
+
+    public func list(_ path: String) throws(FileSystemError) -> [DirectoryEntry] {
+        let location = try TreeLocation.parse(path)
+        return try state.withLock { s throws(FileSystemError) in
+            let index = s.index
+            switch try node(location, index) {
+            case .root:
+                return [DirectoryEntry(name: TreeLocation.internetName, isDirectory: true)]
+                    + index.services.keys.sorted().map { DirectoryEntry(name: TreeLocation.serviceFileName($0), isDirectory: true) }
+            case .internetRoot:
+                return index.servers.keys.sorted().map { DirectoryEntry(name: TreeName.escape($0), isDirectory: true) }
+            case .service(let svc):
+                return (index.services[svc] ?? [:]).keys.sorted().map { DirectoryEntry(name: TreeName.escape($0), isDirectory: false) }
+            case .server(let server):
+                return (index.servers[server] ?? [:]).keys.sorted().map { DirectoryEntry(name: String($0), isDirectory: true) }
+            case .port(let server, let port):
+                return Self.entries(of: index.servers[server]![port]!, index)
+            case .pathDirectory(let dir):
+                return Self.entries(of: dir, index)
+            case .item:
+                throw .notDirectory
+            }
+        }
+    }
+
+    /// A path directory's entries: sub-directories by name, items by their variant name,
+    /// except that an item whose plain name a directory holds is listed by its tagged name.
+    static func entries(of dir: PathDirectory, _ index: ItemIndex) -> [DirectoryEntry] {
+        var out = dir.directories.keys.sorted().map { DirectoryEntry(name: TreeName.escape($0), isDirectory: true) }
+        let dirNames = Set(dir.directories.keys.map(TreeName.escape))
+        for id in dir.items.values {
+            guard let item = index.item(id), case .internet(let key) = item.key else { continue }
+            var name = InternetVariantName.fileName(for: key)
+            if dirNames.contains(name) { name = InternetVariantName.taggedFileName(for: key) }
+            out.append(DirectoryEntry(name: name, isDirectory: false))
+        }
+        return out.sorted { $0.name < $1.name }
+    }
+
+    // MARK: directories
+
+    public func makeDirectory(_ path: String) throws(FileSystemError) {
+        let location = try TreeLocation.parse(path)
+        try state.withLock { s throws(FileSystemError) in
+            if (try? node(location, s.index)) != nil { throw .exists }
+            switch location {
+            case .root, .internetRoot: throw .exists
+            case .service(let name):
+                guard !name.isEmpty else { throw .invalid }
+                s.index.makeService(name)
+            case .genericItem: throw .notPermitted
+            case .server(let name):
+                guard !name.isEmpty else { throw .invalid }
+                s.index.makeServer(name)
+            case .port(let server, let port):
+                guard s.index.servers[server] != nil else { throw .notFound }
+                s.index.makeDirectory(server: server, port: port, path: [])
+            case .internetEntry(let server, let port, let parent, let name):
+                guard !name.contains(InternetVariantName.marker), let segment = TreeName.unescape(name), !segment.isEmpty
+                else { throw .invalid }
+                guard s.index.directory(server: server, port: port, path: parent) != nil else { throw .notFound }
+                s.index.makeDirectory(server: server, port: port, path: parent + [segment])
+            }
+        }
+    }
+
+    public func removeDirectory(_ path: String) throws(FileSystemError) {
+        let location = try TreeLocation.parse(path)
+        try state.withLock { s throws(FileSystemError) in
+            switch try node(location, s.index) {
+            case .root, .internetRoot: throw .notPermitted
+            case .service(let name):
+                guard s.index.services[name]?.isEmpty ?? true else { throw .notEmpty }
+                s.index.removeService(name)
+            case .server(let name):
+                guard s.index.servers[name]?.isEmpty ?? true else { throw .notEmpty }
+                s.index.removeServer(name)
+            case .port(let server, let port):
+                guard s.index.servers[server]?[port]?.isEmpty ?? true else { throw .notEmpty }
+                s.index.removePort(server: server, port: port)
+            case .pathDirectory(let dir):
+                guard dir.isEmpty else { throw .notEmpty }
+                guard case .internetEntry(let server, let port, let parent, let name) = location,
+                      let segment = TreeName.unescape(name) else { throw .invalid }
+                s.index.directory(server: server, port: port, path: parent)?.directories[segment] = nil
+            case .item: throw .notDirectory
+            }
+        }
+    }
+
+    // MARK: items
+
+    public func remove(_ path: String) throws(FileSystemError) {
+        let location = try TreeLocation.parse(path)
+        try state.withLock { s throws(FileSystemError) in
+            guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
+            do { try keychain.delete([item]) } catch { throw .from(error) }
+            s.index.remove(id: item.id)
+        }
+    }
+
+    /// Moves or renames an item. Onto an existing item it replaces it in one transaction.
+    /// Non-empty directories answer EXDEV, so `mv` copies them item by item instead.
+    public func rename(_ from: String, to: String, noReplace: Bool, exchange: Bool) throws(FileSystemError) {
+        guard !exchange else { throw .invalid }
+        let src = try TreeLocation.parse(from), dst = try TreeLocation.parse(to)
+        try state.withLock { s throws(FileSystemError) in
+            let source = try node(src, s.index)
+            let target = try? node(dst, s.index)
+            guard case .item(let item) = source else {
+                try renameDirectory(source, src, dst, target: target, &s.index)
+                return
+            }
+            if case .item(let existing)? = target {
+                guard existing.id != item.id else { return }
+                if noReplace { throw .exists }
+            } else if target != nil {
+                throw .isDirectory
+            }
+            let newKey = try itemKey(at: dst)
+            guard newKey.kind == item.key.kind else { throw .crossDevice }
+            var replaced: KeychainItem?
+            if case .item(let existing)? = target { replaced = existing }
+            var record = item.record
+            record.key = newKey
+            do {
+                let moved = try keychain.update(item, to: record, replacing: replaced)
+                if let replaced { s.index.remove(id: replaced.id) }
+                s.index.insert(moved)
+            } catch { throw .from(error) }
+        }
+    }
+
+    private func renameDirectory(_ source: Node, _ src: TreeLocation, _ dst: TreeLocation, target: Node?,
+                                 _ index: inout ItemIndex) throws(FileSystemError) {
+        guard case .service(let from) = source, case .service(let to) = dst else { throw .crossDevice }
+        guard index.services[from]?.isEmpty ?? false else { throw .crossDevice }
+        if let target {
+            guard case .service(let t) = target, index.services[t]?.isEmpty ?? false else { throw .notEmpty }
+        }
+        guard !to.isEmpty else { throw .invalid }
+        index.removeService(from)
+        index.makeService(to)
+    }
+}

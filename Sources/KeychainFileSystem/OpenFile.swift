@@ -1,0 +1,85 @@
+import Glibc
+import KeychainCrypto
+import KeychainModel
+
+/// How an open file was opened, from open(2) flags.
+public struct OpenMode: Equatable, Sendable {
+    public var readable: Bool
+    public var writable: Bool
+    public var append: Bool
+    public var truncate: Bool
+
+    public init(flags: Int32) {
+        let access = flags & O_ACCMODE
+        readable = access == O_RDONLY || access == O_RDWR
+        writable = access == O_WRONLY || access == O_RDWR
+        append = flags & O_APPEND != 0
+        truncate = flags & O_TRUNC != 0 && writable
+    }
+}
+
+/// One open file: a private copy of the secret in locked memory. Writes change only this
+/// copy; `commit` happens at flush, fsync and release, so a reader sees the old value or
+/// the new one, never a mix. Not thread-safe; `KeychainTree` guards it.
+final class OpenFile {
+    let itemID: Int64
+    let accessible: AccessibilityClass
+    let mode: OpenMode
+    private(set) var buffer: SecureBytes
+    private(set) var isDirty = false
+    /// Set when the keychain locks and this item's class key goes: reads then fail with ENOKEY.
+    private(set) var isRevoked = false
+
+    init(itemID: Int64, accessible: AccessibilityClass, mode: OpenMode, contents: SecureBytes) {
+        self.itemID = itemID
+        self.accessible = accessible
+        self.mode = mode
+        self.buffer = contents
+        if mode.truncate && contents.count > 0 {
+            contents.resize(to: 0)
+            isDirty = true
+        }
+    }
+
+    func read(offset: Int, count: Int, into destination: UnsafeMutableRawPointer) throws(FileSystemError) -> Int {
+        guard !isRevoked else { throw .keyUnavailable }
+        guard mode.readable else { throw .badHandle }
+        guard offset >= 0 else { throw .invalid }
+        guard offset < buffer.count else { return 0 }
+        let n = min(count, buffer.count - offset)
+        buffer.withUnsafeBytes { destination.copyMemory(from: $0.baseAddress! + offset, byteCount: n) }
+        return n
+    }
+
+    /// Writes at `offset` (at the end when opened with O_APPEND), zero-filling any gap.
+    func write(_ data: UnsafeRawBufferPointer, offset: Int) throws(FileSystemError) -> Int {
+        guard !isRevoked else { throw .keyUnavailable }
+        guard mode.writable else { throw .badHandle }
+        guard offset >= 0 else { throw .invalid }
+        let start = mode.append ? buffer.count : offset
+        let end = start + data.count
+        guard end <= maxSecretBytes else { throw .tooLarge }
+        if end > buffer.count { buffer.resize(to: end) }
+        if data.count > 0 {
+            buffer.withUnsafeMutableBytes { ($0.baseAddress! + start).copyMemory(from: data.baseAddress!, byteCount: data.count) }
+        }
+        isDirty = true
+        return data.count
+    }
+
+    func truncate(to size: Int) throws(FileSystemError) {
+        guard !isRevoked else { throw .keyUnavailable }
+        guard size >= 0 else { throw .invalid }
+        guard size <= maxSecretBytes else { throw .tooLarge }
+        buffer.resize(to: size)
+        isDirty = true
+    }
+
+    func markCommitted() { isDirty = false }
+
+    /// Wipes the copy: at lock for unavailable classes, and at release.
+    func revoke() {
+        isRevoked = true
+        buffer.wipe()
+    }
+}

@@ -1,0 +1,57 @@
+import KeychainModel
+
+/// What a path in the mount names, decoded from its escaped components. Whether an
+/// internet entry is a directory or a file depends on the index, so that is left open here.
+public enum TreeLocation: Equatable, Sendable {
+    case root
+    case internetRoot
+    case service(String)
+    case genericItem(service: String, account: String)
+    case server(String)
+    case port(server: String, port: UInt16)
+    /// `/internet/<server>/<port>/<parent…>/<name>`: a path directory or an item.
+    case internetEntry(server: String, port: UInt16, parent: [String], name: String)
+
+    /// The reserved root name, and how a generic service of that name is spelled.
+    public static let internetName = "internet"
+    public static let escapedInternetService = "%69nternet"
+
+    /// Parses an absolute mount path. Throws ENOENT-free errors only for names that cannot
+    /// exist: invalid escapes (EINVAL), bad ports (EINVAL), over-long names (ENAMETOOLONG).
+    public static func parse(_ path: String) throws(FileSystemError) -> TreeLocation {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        guard let first = parts.first else { return .root }
+        if first == internetName { return try parseInternet(Array(parts.dropFirst())) }
+        let service = try decode(first)
+        switch parts.count {
+        case 1: return .service(service)
+        case 2: return .genericItem(service: service, account: try decode(parts[1]))
+        default: throw .notDirectory
+        }
+    }
+
+    private static func parseInternet(_ parts: [String]) throws(FileSystemError) -> TreeLocation {
+        guard let serverName = parts.first else { return .internetRoot }
+        let server = try decode(serverName)
+        guard parts.count > 1 else { return .server(server) }
+        let port: UInt16
+        do { port = try InternetPort.parse(parts[1]) } catch { throw .invalid }
+        guard parts.count > 2 else { return .port(server: server, port: port) }
+        var parent: [String] = []
+        for p in parts[2..<(parts.count - 1)] { parent.append(try decode(p)) }
+        let last = parts[parts.count - 1]
+        guard last.utf8.count <= TreeName.maxBytes else { throw .nameTooLong }
+        return .internetEntry(server: server, port: port, parent: parent, name: last)
+    }
+
+    static func decode(_ component: String) throws(FileSystemError) -> String {
+        guard component.utf8.count <= TreeName.maxBytes else { throw .nameTooLong }
+        guard let name = TreeName.unescape(component) else { throw .invalid }
+        return name
+    }
+
+    /// The file name a service is listed under in the root.
+    public static func serviceFileName(_ service: String) -> String {
+        service == internetName ? escapedInternetService : TreeName.escape(service)
+    }
+}

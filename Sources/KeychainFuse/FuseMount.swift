@@ -1,0 +1,53 @@
+import CFuseShim
+import Glibc
+import KeychainFileSystem
+import KeychainStore
+
+/// A mounted `KeychainTree`: mounts it with libfuse and serves it until unmounted.
+public final class FuseMount: @unchecked Sendable {
+    public let tree: KeychainTree
+    public let mountpoint: String
+    private var fuse: OpaquePointer?
+    private var operations = FuseOperations.make()
+
+    public init(tree: KeychainTree, mountpoint: String) {
+        self.tree = tree
+        self.mountpoint = mountpoint
+    }
+
+    /// Mounts; after this returns the kernel routes the mountpoint to us, and `serve()` answers.
+    public func mount() throws {
+        // default_permissions: the kernel enforces our 0600/0700 modes, so other users get EACCES.
+        let args = ["keychainfs", "-o", "default_permissions,fsname=keychainfs,subtype=keychainfs"]
+        var cArgs = args.map { strdup($0) }
+        defer { cArgs.forEach { free($0) } }
+        let userData = Unmanaged.passUnretained(tree).toOpaque()
+        guard let f = cArgs.withUnsafeMutableBufferPointer({ buf in
+            kcfs_fuse_new(Int32(buf.count), buf.baseAddress, &operations, userData)
+        }) else { throw KeychainError.mountFailed("libfuse could not start (bad options?)") }
+        guard kcfs_fuse_mount(f, mountpoint) == 0 else {
+            fuse_destroy(f)
+            throw KeychainError.mountFailed("cannot mount at \(mountpoint) (is /dev/fuse usable and fusermount3 installed?)")
+        }
+        fuse = f
+    }
+
+    /// Serves requests on libfuse's worker threads until the filesystem is unmounted.
+    public func serve() -> Int32 {
+        guard let fuse else { return -1 }
+        return kcfs_fuse_loop(fuse)
+    }
+
+    /// Drops the kernel's cached attributes of a path changed outside the mount.
+    public func invalidate(_ path: String) {
+        guard let fuse else { return }
+        kcfs_fuse_invalidate(fuse, path)
+    }
+
+    /// Unmounts (if still mounted) and frees libfuse's state.
+    public func close() {
+        guard let f = fuse else { return }
+        fuse = nil
+        kcfs_fuse_unmount_and_destroy(f)
+    }
+}
