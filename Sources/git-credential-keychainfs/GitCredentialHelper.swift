@@ -1,0 +1,68 @@
+import Foundation
+import GitCredential
+import KeychainControl
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+
+/// `git-credential-keychainfs get|store|erase`: git's credential helper protocol over the
+/// internet passwords of the mounted keychain (the default store, or `KEYCHAINFS_STORE`).
+///
+/// It acts through the daemon, so the mount stays the one source of truth. Without a
+/// mount, with the keychain locked, or on any input it cannot serve, `get` prints nothing
+/// and `store`/`erase` change nothing. It never writes to stderr: git shows that to users.
+@main
+enum GitCredentialHelper {
+    static func main() {
+        guard let argument = CommandLine.arguments.dropFirst().first,
+              let action = CredentialAction(argument: argument) else { return }
+        let input = FileHandle.standardInput.readDataToEndOfFile()
+        guard let request = try? CredentialRequest(parsing: input),
+              let keychain = MountRegistry.servingDaemon(forStore: KeychainLocations.store()) else { return }
+        switch action {
+        case .get: get(request, keychain)
+        case .store: store(request, keychain)
+        case .erase: erase(request, keychain)
+        }
+    }
+
+    /// The items of git's kind that may match: the canonical variants on that server and port.
+    static func candidates(_ query: CredentialQuery, _ keychain: KeychainService, withSecrets: Bool) -> [FoundItem] {
+        let itemQuery = ItemQuery(kind: .internet, account: query.account, server: query.server, port: query.port,
+                                  path: query.path, protocol: query.protocol, authenticationType: .default,
+                                  securityDomain: "")
+        let found = (try? keychain.find(query: itemQuery, withSecrets: withSecrets)) ?? []
+        return found.filter { item in
+            guard case .internet(let key) = item.record.key else { return false }
+            return query.matches(key: key)
+        }
+    }
+
+    static func get(_ request: CredentialRequest, _ keychain: KeychainService) {
+        guard let query = try? CredentialQuery(request: request),
+              let item = candidates(query, keychain, withSecrets: true).first,
+              let secret = try? item.secretBytes(),
+              let out = try? CredentialResponse.format(account: item.record.key.account, secret: secret.unprotectedArray,
+                                                       extras: CredentialExtras(decoding: item.record.attributes.generic))
+        else { return }
+        FileHandle.standardOutput.write(Data(out))
+    }
+
+    static func store(_ request: CredentialRequest, _ keychain: KeychainService) {
+        guard let stored = try? CredentialStoreRequest(request: request) else { return }
+        let secret = SecureBytes(copying: Array(stored.password.utf8))
+        // An empty generic attribute drops extras that an earlier store kept.
+        let changes = AttributeChanges(label: "\(stored.key.server) (git)", generic: stored.extras.encode() ?? Data())
+        _ = try? keychain.save(key: .internet(stored.key), secret: secret, changes: changes, updateExisting: true)
+    }
+
+    static func erase(_ request: CredentialRequest, _ keychain: KeychainService) {
+        guard let query = try? CredentialQuery(request: request) else { return }
+        for item in candidates(query, keychain, withSecrets: request.password != nil) {
+            guard case .internet(let key) = item.record.key else { continue }
+            let secret = (try? item.secretBytes())?.unprotectedArray ?? []
+            if request.password != nil && item.secret == nil { continue }
+            if request.erases(key: key, secret: secret) { _ = try? keychain.delete(query: .exactly(item.record.key)) }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+import Foundation
+import KeychainCrypto
+import KeychainStore
+
+/// Starts the mount daemon as a child in its own session and waits until it reports that the
+/// mount serves, so that a script may use the mount on its next line.
+///
+/// The passphrase goes to the child through a pipe (never argv); the child answers on a
+/// second pipe with one line: `OK`, or `ERR <KeychainError as JSON>`.
+enum DaemonLauncher {
+    static let passphraseFD: Int32 = 3
+    static let readyFD: Int32 = 4
+
+    static func launch(arguments: [String], passphrase: SecureBytes?) throws {
+        var secretPipe: [Int32] = [0, 0], readyPipe: [Int32] = [0, 0]
+        guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else {
+            throw KeychainError.mountFailed("cannot create pipes: \(String(cString: strerror(errno)))")
+        }
+        // Only the dup2'ed copies reach the daemon.
+        for fd in secretPipe + readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, secretPipe[0], passphraseFD)
+        posix_spawn_file_actions_adddup2(&actions, readyPipe[1], readyFD)
+        var attr = posix_spawnattr_t()
+        posix_spawnattr_init(&attr)
+        defer { posix_spawnattr_destroy(&attr) }
+        // Its own session: the daemon outlives the shell that mounted, and is scheduled apart from it.
+        let setsid: Int16 = 0x80  // POSIX_SPAWN_SETSID, hidden behind _GNU_SOURCE
+        posix_spawnattr_setflags(&attr, setsid)
+
+        let exe = "/proc/self/exe"
+        let argv = ([exe] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, exe, &actions, &attr, argv, environ)
+        close(secretPipe[0]); close(readyPipe[1])
+        guard rc == 0 else {
+            close(secretPipe[1]); close(readyPipe[0])
+            throw KeychainError.mountFailed("cannot start the daemon: \(String(cString: strerror(rc)))")
+        }
+        if let passphrase {
+            passphrase.withUnsafeBytes { _ = write(secretPipe[1], $0.baseAddress, $0.count) }
+            _ = write(secretPipe[1], "\n", 1)
+        }
+        close(secretPipe[1])
+        let answer = readAll(readyPipe[0])
+        close(readyPipe[0])
+        if answer.hasPrefix("OK") { return }
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        if answer.hasPrefix("ERR "),
+           let error = try? JSONDecoder().decode(KeychainError.self, from: Data(answer.dropFirst(4).utf8)) {
+            throw error
+        }
+        throw KeychainError.mountFailed("the daemon exited before the mount was ready (status \(status))")
+    }
+
+    private static func readAll(_ fd: Int32) -> String {
+        var out = [UInt8]()
+        var buf = [UInt8](repeating: 0, count: 512)
+        while true {
+            let n = read(fd, &buf, buf.count)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            out += buf[0..<n]
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// The child's side of the ready pipe.
+    static func report(_ result: Result<Void, KeychainError>, fd: Int32) {
+        let line: String
+        switch result {
+        case .success: line = "OK\n"
+        case .failure(let e):
+            let json = (try? JSONEncoder().encode(e)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+            line = "ERR \(json)\n"
+        }
+        _ = line.withCString { write(fd, $0, strlen($0)) }
+        close(fd)
+    }
+}

@@ -1,0 +1,162 @@
+import XCTest
+@testable import KeychainFileSystem
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+
+/// The tree's semantics against a real store, without a mount.
+final class KeychainTreeTests: XCTestCase {
+    var dir: String!
+    var keychain: Keychain!
+    var tree: KeychainTree!
+    let passphrase = SecureBytes(copying: Array("correct horse".utf8))
+
+    override func setUpWithError() throws {
+        dir = NSTemporaryDirectory() + "kcfs-tree-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        keychain = try Keychain.create(at: dir + "/k.db", passphrase: passphrase, scrypt: ScryptParameters(logN: 10),
+                                       deviceKeyPath: dir + "/device.key")
+        tree = try KeychainTree(keychain: keychain)
+    }
+
+    override func tearDownWithError() throws { try? FileManager.default.removeItem(atPath: dir) }
+
+    func put(_ path: String, _ text: String) throws {
+        let h: UInt64
+        if let opened = try? tree.open(path, flags: O_WRONLY | O_TRUNC) { h = opened } else { h = try tree.create(path, flags: O_WRONLY) }
+        _ = try Array(text.utf8).withUnsafeBytes { try tree.write(h, offset: 0, data: $0) }
+        try tree.release(h)
+    }
+
+    func get(_ path: String) throws -> String {
+        let h = try tree.open(path, flags: O_RDONLY)
+        defer { try? tree.release(h) }
+        var buf = [UInt8](repeating: 0, count: 4096)
+        let n = try buf.withUnsafeMutableBytes { try tree.read(h, offset: 0, count: 4096, into: $0.baseAddress!) }
+        return String(decoding: buf[0..<n], as: UTF8.self)
+    }
+
+    func names(_ path: String) throws -> [String] { try tree.list(path).map(\.name) }
+
+    func testCreateWriteReadAndStat() throws {
+        try tree.makeDirectory("/github")
+        try put("/github/alice", "s3cret")
+        XCTAssertEqual(try get("/github/alice"), "s3cret")
+        XCTAssertEqual(try tree.stat("/github/alice").size, 6)
+        XCTAssertEqual(try tree.stat("/github/alice").mode, 0o100600)
+        XCTAssertEqual(try tree.stat("/github").mode, 0o040700)
+        XCTAssertEqual(try names("/"), ["github", "internet"])
+        XCTAssertEqual(try names("/github"), ["alice"])
+        // The store has it too, under the blind index.
+        let item = try keychain.item(for: .generic(GenericPasswordKey(service: "github", account: "alice")))
+        XCTAssertEqual(try item.map { try keychain.secret(of: $0).unprotectedArray }, Array("s3cret".utf8))
+    }
+
+    func testFilesInRootAndInternetLevelsArePermissionErrors() throws {
+        XCTAssertThrowsError(try tree.create("/file", flags: O_WRONLY)) { XCTAssertEqual($0 as? FileSystemError, .notPermitted) }
+        XCTAssertThrowsError(try tree.create("/internet/h", flags: O_WRONLY)) { XCTAssertEqual($0 as? FileSystemError, .notPermitted) }
+        try tree.makeDirectory("/internet/h")
+        XCTAssertThrowsError(try tree.create("/internet/h/443", flags: O_WRONLY)) { XCTAssertEqual($0 as? FileSystemError, .notPermitted) }
+        XCTAssertThrowsError(try tree.makeDirectory("/internet/h/99999")) { XCTAssertEqual($0 as? FileSystemError, .invalid) }
+    }
+
+    func testRmdirNonEmptyAndDirectoriesOutliveTheirItems() throws {
+        try tree.makeDirectory("/svc")
+        try put("/svc/a", "1")
+        XCTAssertThrowsError(try tree.removeDirectory("/svc")) { XCTAssertEqual($0 as? FileSystemError, .notEmpty) }
+        try tree.remove("/svc/a")
+        XCTAssertEqual(try names("/svc"), [])
+        try tree.removeDirectory("/svc")
+        XCTAssertThrowsError(try tree.stat("/svc")) { XCTAssertEqual($0 as? FileSystemError, .notFound) }
+    }
+
+    func testRenameReplacesAtomicallyAndHonoursNoReplace() throws {
+        try tree.makeDirectory("/svc")
+        try put("/svc/acct", "old")
+        try put("/svc/tmp", "new")
+        XCTAssertThrowsError(try tree.rename("/svc/tmp", to: "/svc/acct", noReplace: true, exchange: false)) {
+            XCTAssertEqual($0 as? FileSystemError, .exists)
+        }
+        XCTAssertThrowsError(try tree.rename("/svc/tmp", to: "/svc/acct", noReplace: false, exchange: true)) {
+            XCTAssertEqual($0 as? FileSystemError, .invalid)
+        }
+        try tree.rename("/svc/tmp", to: "/svc/acct", noReplace: false, exchange: false)
+        XCTAssertEqual(try names("/svc"), ["acct"])
+        XCTAssertEqual(try get("/svc/acct"), "new")
+        XCTAssertEqual(try keychain.allItems().items.count, 1)
+        try tree.makeDirectory("/other")
+        try tree.rename("/svc/acct", to: "/other/moved", noReplace: false, exchange: false)
+        XCTAssertEqual(try get("/other/moved"), "new")
+    }
+
+    func testInternetVariantsStayReachable() throws {
+        try tree.makeDirectory("/internet/h")
+        try tree.makeDirectory("/internet/h/443")
+        try put("/internet/h/443/alice", "web")
+        try put("/internet/h/443/alice%~ssh", "shell")
+        XCTAssertEqual(try names("/internet/h/443"), ["alice", "alice%~ssh"])
+        XCTAssertEqual(try get("/internet/h/443/alice"), "web")
+        XCTAssertEqual(try get("/internet/h/443/alice%~ssh"), "shell")
+        // Changing the protocol renames; onto an existing variant it is refused.
+        XCTAssertThrowsError(try tree.setAttribute("/internet/h/443/alice", name: "user.keychain.protocol", value: Array("ssh".utf8))) {
+            XCTAssertEqual($0 as? FileSystemError, .exists)
+        }
+        try tree.setAttribute("/internet/h/443/alice", name: "user.keychain.protocol", value: Array("http".utf8))
+        XCTAssertEqual(try names("/internet/h/443"), ["alice%~http", "alice%~ssh"])
+        // A path directory wins the plain name; the item keeps its tagged one.
+        try put("/internet/h/443/docs", "file")
+        try tree.makeDirectory("/internet/h/443/docs")
+        XCTAssertEqual(try names("/internet/h/443"), ["alice%~http", "alice%~ssh", "docs", "docs%~https"])
+        XCTAssertEqual(try get("/internet/h/443/docs%~https"), "file")
+        XCTAssertTrue(try tree.stat("/internet/h/443/docs").isDirectory)
+    }
+
+    func testLockRevokesOpenHandlesAndRefusesOpen() throws {
+        try tree.makeDirectory("/svc")
+        try put("/svc/wu", "locked-away")
+        try put("/svc/afu", "stays")
+        try tree.setAttribute("/svc/afu", name: "user.keychain.accessible", value: Array("after-first-unlock".utf8))
+        let h = try tree.open("/svc/wu", flags: O_RDONLY)
+        tree.lock()
+        var buf = [UInt8](repeating: 0, count: 16)
+        XCTAssertThrowsError(try buf.withUnsafeMutableBytes { try tree.read(h, offset: 0, count: 16, into: $0.baseAddress!) }) {
+            XCTAssertEqual($0 as? FileSystemError, .keyUnavailable)
+        }
+        XCTAssertThrowsError(try tree.open("/svc/wu", flags: O_RDONLY)) { XCTAssertEqual($0 as? FileSystemError, .keyUnavailable) }
+        XCTAssertEqual(try get("/svc/afu"), "stays")
+        XCTAssertEqual(try names("/svc"), ["afu", "wu"])
+        try tree.unlock(passphrase: passphrase)
+        XCTAssertEqual(try get("/svc/wu"), "locked-away")
+    }
+
+    func testXattrs() throws {
+        try tree.makeDirectory("/svc")
+        try put("/svc/a", "x")
+        try tree.setAttribute("/svc/a", name: "user.keychain.label", value: Array("My label".utf8))
+        XCTAssertEqual(try tree.attribute("/svc/a", name: "user.keychain.label"), Array("My label".utf8))
+        XCTAssertTrue(try tree.listAttributes("/svc/a").contains("user.keychain.label"))
+        XCTAssertThrowsError(try tree.attribute("/svc/a", name: "security.selinux")) { XCTAssertEqual($0 as? FileSystemError, .noData) }
+        XCTAssertThrowsError(try tree.attribute("/svc/a", name: "user.other")) { XCTAssertEqual($0 as? FileSystemError, .noData) }
+        XCTAssertThrowsError(try tree.setAttribute("/svc/a", name: "user.keychain.created", value: [49])) {
+            XCTAssertEqual($0 as? FileSystemError, .notPermitted)
+        }
+        XCTAssertThrowsError(try tree.setAttribute("/svc/a", name: "user.keychain.accessible", value: Array("sometimes".utf8))) {
+            XCTAssertEqual($0 as? FileSystemError, .invalid)
+        }
+        XCTAssertEqual(try tree.attribute("/", name: "user.keychain.state"), Array("unlocked".utf8))
+    }
+
+    func testModeAndOwnerChanges() throws {
+        try tree.makeDirectory("/svc")
+        try put("/svc/a", "x")
+        XCTAssertNoThrow(try tree.setMode("/svc/a", mode: 0o600))
+        XCTAssertNoThrow(try tree.setMode("/svc/a", mode: 0o400))
+        XCTAssertThrowsError(try tree.setMode("/svc/a", mode: 0o644)) { XCTAssertEqual($0 as? FileSystemError, .notPermitted) }
+        XCTAssertNoThrow(try tree.setMode("/svc", mode: 0o700))
+        XCTAssertThrowsError(try tree.setMode("/svc", mode: 0o755)) { XCTAssertEqual($0 as? FileSystemError, .notPermitted) }
+        XCTAssertNoThrow(try tree.setOwner("/svc/a", uid: getuid(), gid: UInt32.max))
+        XCTAssertThrowsError(try tree.setOwner("/svc/a", uid: getuid() + 1, gid: UInt32.max)) {
+            XCTAssertEqual($0 as? FileSystemError, .notPermitted)
+        }
+    }
+}

@@ -1,0 +1,47 @@
+import XCTest
+@testable import KeychainFileSystem
+import KeychainModel
+
+final class TreeLocationTests: XCTestCase {
+    func testGenericPaths() throws {
+        XCTAssertEqual(try TreeLocation.parse("/"), .root)
+        XCTAssertEqual(try TreeLocation.parse("/github"), .service("github"))
+        XCTAssertEqual(try TreeLocation.parse("/github/alice"), .genericItem(service: "github", account: "alice"))
+        XCTAssertEqual(try TreeLocation.parse("/a%2Fb/%25"), .genericItem(service: "a/b", account: "%"))
+        XCTAssertEqual(try TreeLocation.parse("/%69nternet"), .service("internet"))
+        XCTAssertEqual(try TreeLocation.parse("/svc/%"), .genericItem(service: "svc", account: ""))
+        XCTAssertEqual(try TreeLocation.parse("/svc/%2E%2E"), .genericItem(service: "svc", account: ".."))
+    }
+
+    func testGenericPathErrors() {
+        XCTAssertThrowsError(try TreeLocation.parse("/svc/acct/more")) { XCTAssertEqual($0 as? FileSystemError, .notDirectory) }
+        XCTAssertThrowsError(try TreeLocation.parse("/svc/100%")) { XCTAssertEqual($0 as? FileSystemError, .invalid) }
+        XCTAssertThrowsError(try TreeLocation.parse("/" + String(repeating: "x", count: 256))) {
+            XCTAssertEqual($0 as? FileSystemError, .nameTooLong)
+        }
+    }
+
+    func testInternetPaths() throws {
+        XCTAssertEqual(try TreeLocation.parse("/internet"), .internetRoot)
+        XCTAssertEqual(try TreeLocation.parse("/internet/github.com"), .server("github.com"))
+        XCTAssertEqual(try TreeLocation.parse("/internet/github.com/443"), .port(server: "github.com", port: 443))
+        XCTAssertEqual(try TreeLocation.parse("/internet/github.com/443/alice"),
+                       .internetEntry(server: "github.com", port: 443, parent: [], name: "alice"))
+        XCTAssertEqual(try TreeLocation.parse("/internet/h/8443/a/b/bob%~ssh"),
+                       .internetEntry(server: "h", port: 8443, parent: ["a", "b"], name: "bob%~ssh"))
+    }
+
+    func testBadPortsAreEINVAL() {
+        for port in ["0", "65536", "abc", "-1", "+80", "080x"] {
+            XCTAssertThrowsError(try TreeLocation.parse("/internet/h/\(port)"), port) {
+                XCTAssertEqual($0 as? FileSystemError, .invalid)
+            }
+        }
+    }
+
+    func testServiceFileNames() {
+        XCTAssertEqual(TreeLocation.serviceFileName("internet"), "%69nternet")
+        XCTAssertEqual(TreeLocation.serviceFileName("a/b"), "a%2Fb")
+        XCTAssertEqual(TreeLocation.serviceFileName("."), "%2E")
+    }
+}
