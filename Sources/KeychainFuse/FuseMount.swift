@@ -51,3 +51,9 @@ public final class FuseMount: @unchecked Sendable {
         kcfs_fuse_unmount_and_destroy(f)
     }
 }
+
+/// The daemon holds keys: it must not be dumpable and must write no core file.
+public enum ProcessHardening {
+    @discardableResult
+    public static func apply() -> Bool { kcfs_harden_process() == 0 }
+}

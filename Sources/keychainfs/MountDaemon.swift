@@ -25,16 +25,10 @@ final class MountDaemon: @unchecked Sendable {
 
     init(settings: MountSettings) { self.settings = settings }
 
-    /// Makes the process undumpable and core-less before any key is loaded.
-    static func harden() {
-        _ = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-        var none = rlimit(rlim_cur: 0, rlim_max: 0)
-        _ = setrlimit(RLIMIT_CORE, &none)
-    }
-
     /// Runs until unmounted. `ready` is told once the mount serves, or why it could not.
     func run(passphrase: SecureBytes?, ready: (Result<Void, KeychainError>) -> Void) -> Int32 {
-        Self.harden()
+        // Before any key is loaded.
+        ProcessHardening.apply()
         let storeLock: Int32, keychain: Keychain, tree: KeychainTree, mount: FuseMount
         do {
             storeLock = try Self.lockStore(settings.storePath)
