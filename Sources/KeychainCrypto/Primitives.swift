@@ -161,3 +161,12 @@ public enum HKDF {
         return out
     }
 }
+
+public enum SHA256Digest {
+    public static func hash(_ data: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        var len: UInt32 = 32
+        _ = EVP_Digest(data, data.count, &out, &len, EVP_sha256(), nil)
+        return out
+    }
+}

@@ -99,6 +99,7 @@ extension KeychainTree {
     private func commit(_ f: OpenFile, _ index: inout ItemIndex) throws(FileSystemError) {
         guard f.isDirty else { return }
         guard !f.isRevoked else { throw .keyUnavailable }
+        guard !f.isAbandoned else { f.markCommitted(); throw .tooLarge }
         // Deleted or replaced while open: like a write to an unlinked file, it goes nowhere.
         guard let item = index.item(f.itemID) else { f.markCommitted(); return }
         do {

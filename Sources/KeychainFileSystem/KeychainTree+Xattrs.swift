@@ -71,6 +71,9 @@ extension KeychainTree {
     /// Sets an attribute by re-sealing the item. Changing `accessible` moves it to the new
     /// class; changing protocol, authtype or domain renames it (EEXIST if that name is taken).
     public func setAttribute(_ path: String, name: String, value: [UInt8]) throws(FileSystemError) {
+        // Other namespaces (ACLs, security labels) are not supported, so cp -p and install
+        // fall back to plain chmod.
+        guard name.hasPrefix(Self.prefix) else { throw FileSystemError(EOPNOTSUPP) }
         try change(path, name: name) { record throws(FileSystemError) in
             guard let text = String(validating: value, as: UTF8.self) else { throw .invalid }
             let short = try attributeName(name)

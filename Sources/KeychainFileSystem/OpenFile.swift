@@ -29,6 +29,9 @@ final class OpenFile {
     private(set) var isDirty = false
     /// Set when the keychain locks and this item's class key goes: reads then fail with ENOKEY.
     private(set) var isRevoked = false
+    /// Set by a write or truncate past 16 MiB: the copy is then never committed, so the
+    /// stored value stays as it was rather than becoming a cut-off prefix.
+    private(set) var isAbandoned = false
 
     init(itemID: Int64, accessible: AccessibilityClass, mode: OpenMode, contents: SecureBytes) {
         self.itemID = itemID
@@ -58,7 +61,7 @@ final class OpenFile {
         guard offset >= 0 else { throw .invalid }
         let start = mode.append ? buffer.count : offset
         let end = start + data.count
-        guard end <= maxSecretBytes else { throw .tooLarge }
+        guard end <= maxSecretBytes else { isAbandoned = true; throw .tooLarge }
         if end > buffer.count { buffer.resize(to: end) }
         if data.count > 0 {
             buffer.withUnsafeMutableBytes { ($0.baseAddress! + start).copyMemory(from: data.baseAddress!, byteCount: data.count) }
@@ -70,7 +73,7 @@ final class OpenFile {
     func truncate(to size: Int) throws(FileSystemError) {
         guard !isRevoked else { throw .keyUnavailable }
         guard size >= 0 else { throw .invalid }
-        guard size <= maxSecretBytes else { throw .tooLarge }
+        guard size <= maxSecretBytes else { isAbandoned = true; throw .tooLarge }
         buffer.resize(to: size)
         isDirty = true
     }

@@ -130,6 +130,14 @@ struct Keybag {
                 throw KeychainError.wrongPassphrase
             }
         }
+        // A device key from another machine (the store was copied) opens nothing here: treat it
+        // as absent, so that the passphrase still opens everything that does not need this device.
+        var deviceKey = self.deviceKey
+        if hasPassphrase, let d = deviceKey,
+           let check = wrapped.first(where: { $0.name == Self.indexKeyName && $0.wrapping == .device }),
+           (try? AESGCM.open(check.blob, key: d, aad: Self.aad(check.name, .device))) == nil {
+            deviceKey = nil
+        }
         for w in wrapped {
             guard let wk = try Self.wrappingKey(w.wrapping, passphraseKey: passphraseKey, deviceKey: deviceKey) else { continue }
             do {

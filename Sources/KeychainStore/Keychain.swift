@@ -147,7 +147,8 @@ public final class Keychain: @unchecked Sendable {
         guard hasPassphrase else {
             throw KeychainError.invalidInput("this store has no passphrase (it was made with --no-passphrase)")
         }
-        if state != .unlocked { try unlock(passphrase: old) }
+        // Always check the old passphrase, even when already unlocked.
+        try unlock(passphrase: old)
         let oldParams = try database.queue.read { db in
             try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'scrypt'").flatMap { try? JSONDecoder().decode(ScryptParameters.self, from: $0) }
         }
@@ -213,7 +214,8 @@ public final class Keychain: @unchecked Sendable {
         var items: [KeychainItem] = [], problems: [IntegrityProblem] = []
         for row in rows {
             let sealed = SealedItem(row: row)
-            guard metadataKey(sealed) != nil else { continue }
+            // A class number we do not know is damage, not a lock state: `decode` reports it.
+            guard metadataKey(sealed) != nil || AccessibilityClass(code: sealed.classCode) == nil else { continue }
             do { items.append(try decode(sealed)) } catch let e as KeychainError {
                 problems.append(IntegrityProblem(itemID: sealed.id, reason: e.description))
             }

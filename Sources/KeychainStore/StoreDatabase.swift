@@ -42,23 +42,30 @@ struct StoreDatabase {
         config.busyMode = .timeout(10)
         if !create {
             guard FileManager.default.fileExists(atPath: path) else { throw KeychainError.noSuchStore(path) }
-            if let head = FileHandle(forReadingAtPath: path)?.readData(ofLength: 16),
-               head != Data("SQLite format 3\0".utf8) {
-                throw KeychainError.notAKeychain("\(path) is not a keychainfs store (not an SQLite database)")
-            }
         }
         do {
+            if !create {
+                // Check the format through SQLite, read-only, before anything writes to the file: a foreign
+                // file must be left as it was. (Not with FileHandle: closing it would drop the POSIX locks
+                // that other connections in this process hold on the file, and another process could
+                // then delete the WAL under them.)
+                var probeConfig = Configuration()
+                probeConfig.readonly = true
+                probeConfig.busyMode = .timeout(10)
+                let probe = try DatabaseQueue(path: path, configuration: probeConfig)
+                let ok = try probe.read { db in
+                    try db.tableExists("meta")
+                        && (try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'format'")) == Data(Self.format.utf8)
+                }
+                try probe.close()
+                guard ok else { throw KeychainError.notAKeychain("\(path) is not a keychainfs store") }
+            }
             queue = try DatabaseQueue(path: path, configuration: config)
             try queue.writeWithoutTransaction { db in _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") }
             if create {
                 try Self.migrator().migrate(queue)
                 chmod(path, 0o600)
             } else {
-                let ok = try queue.read { db in
-                    try db.tableExists("meta")
-                        && (try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'format'")) == Data(Self.format.utf8)
-                }
-                guard ok else { throw KeychainError.notAKeychain("\(path) is an SQLite file but not a keychainfs store") }
                 try Self.migrator().migrate(queue)
             }
         } catch let e as KeychainError {

@@ -1,0 +1,112 @@
+import ArgumentParser
+import KeychainControl
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+
+private let protocolHelp = "A name (\(InternetProtocol.knownNames.joined(separator: ", "))) or a four-character code."
+private let authenticationHelp = "A name (\(AuthenticationType.knownNames.joined(separator: ", "))) or a four-character code."
+
+/// The attributes that make up an internet password's primary key, all optional for matching.
+struct InternetKeyOptions: ParsableArguments {
+    @Option(name: .customShort("s"), help: ArgumentHelp("The server.", valueName: "server"))
+    var server: String?
+    @Option(name: .customShort("P"), help: ArgumentHelp("The port, 1-65535 (0: the protocol's well-known port).", valueName: "port"))
+    var port: String?
+    @Option(name: .customShort("p"), help: ArgumentHelp("The path.", valueName: "path"))
+    var path: String?
+    @Option(name: .customShort("r"), help: ArgumentHelp("The protocol. " + protocolHelp, valueName: "protocol"))
+    var proto: String?
+    @Option(name: .customShort("t"), help: ArgumentHelp("The authentication type. " + authenticationHelp, valueName: "type"))
+    var authenticationType: String?
+    @Option(name: .customShort("d"), help: ArgumentHelp("The security domain.", valueName: "domain"))
+    var securityDomain: String?
+    @Option(name: .customShort("a"), help: ArgumentHelp("The account.", valueName: "account"))
+    var account: String?
+
+    /// The key of a new item: protocol https, the protocol's port, empty path and domain,
+    /// default authentication type where left out.
+    func key() throws -> ItemKey {
+        let port = try ModelInput.port(port) ?? 0
+        let proto = try ModelInput.protocol(proto) ?? .https
+        let auth = try ModelInput.authenticationType(authenticationType) ?? .default
+        return try ModelInput.parse {
+            .internet(try InternetPasswordKey(server: server ?? "", port: port, path: path ?? "", protocol: proto,
+                                              authenticationType: auth, securityDomain: securityDomain ?? "",
+                                              account: account ?? ""))
+        }
+    }
+
+    func query() throws -> ItemQuery {
+        ItemQuery(kind: .internet, account: account, server: server, port: try ModelInput.port(port), path: path,
+                  protocol: try ModelInput.protocol(proto),
+                  authenticationType: try ModelInput.authenticationType(authenticationType),
+                  securityDomain: securityDomain)
+    }
+}
+
+struct AddInternetPassword: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "add-internet-password",
+        abstract: "Add an internet password, or update it with -U.",
+        discussion: """
+            Left out: protocol https, port 0 (the protocol's well-known port), path "", \
+            authentication type default, security domain "". Without -w the password is read \
+            from standard input exactly as sent: no newline is added or stripped.
+            """)
+
+    @OptionGroup var keyOptions: InternetKeyOptions
+    @Option(name: .customShort("w"), help: ArgumentHelp("The password (else standard input).", valueName: "password"))
+    var password: String?
+    @Flag(name: .customShort("U"), help: "Update the item if it exists (otherwise a duplicate is an error).")
+    var update = false
+    @OptionGroup var attributes: AttributeOptions
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+
+    func run() throws {
+        let key = try keyOptions.key()
+        let changes = try attributes.changes()
+        let keychain = try storeOptions.connect(passphrase)
+        let secret = try password.map { SecureBytes(copying: $0.utf8) } ?? SecretInput.read()
+        _ = try keychain.save(key: key, secret: secret, changes: changes, updateExisting: update)
+    }
+}
+
+struct FindInternetPassword: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "find-internet-password",
+        abstract: "Show the first internet password that matches.",
+        discussion: """
+            Attributes left out match anything. Matches are ordered by server, port, path, account, \
+            protocol, authentication type, security domain; the first one is shown. With -w only its \
+            password is written, as its exact bytes with no newline added.
+            """)
+
+    @OptionGroup var keyOptions: InternetKeyOptions
+    @Flag(name: .customShort("w"), help: "Write only the password.")
+    var printPassword = false
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+
+    func run() throws {
+        try ItemPrinter.printFirstMatch(of: keyOptions.query(), in: storeOptions, passphrase: passphrase,
+                                        secretOnly: printPassword)
+    }
+}
+
+struct DeleteInternetPassword: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "delete-internet-password",
+        abstract: "Delete every internet password that matches, and say how many.")
+
+    @OptionGroup var keyOptions: InternetKeyOptions
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+
+    func run() throws {
+        let query = try keyOptions.query()
+        let count = try storeOptions.connect(passphrase).delete(query: query)
+        Output.line("deleted \(count) item\(count == 1 ? "" : "s")")
+    }
+}

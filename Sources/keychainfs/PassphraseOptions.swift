@@ -1,0 +1,101 @@
+import ArgumentParser
+import Foundation
+import KeychainCrypto
+import KeychainStore
+
+/// Where a passphrase comes from. Never argv: other users can read a process's arguments.
+enum PassphraseInput {
+    /// Up to the first newline or the end of the stream, as gpg's --passphrase-fd.
+    case fileDescriptor(Int32)
+    /// The file's first line.
+    case file(String)
+    /// Typed at /dev/tty without echo.
+    case terminal
+
+    /// Reads the passphrase; a new one typed at the terminal is asked twice (`confirm`).
+    func read(prompt: String, confirm: Bool = false) throws -> SecureBytes {
+        switch self {
+        case .fileDescriptor(let fd):
+            return try LineReader.readLine(fd: fd, what: "the passphrase from file descriptor \(fd)")
+        case .file(let path):
+            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else {
+                throw KeychainError.invalidInput("cannot open the passphrase file \(path): \(String(cString: strerror(errno)))")
+            }
+            defer { close(fd) }
+            return try LineReader.readLine(fd: fd, what: "the passphrase file \(path)")
+        case .terminal:
+            let terminal = try Terminal.open(purpose: "ask for the passphrase", alternatives: "--passphrase-fd N or --passphrase-file PATH")
+            let first = try terminal.readHidden(prompt: prompt)
+            guard confirm else { return first }
+            let again = try terminal.readHidden(prompt: "Repeat the passphrase: ")
+            guard first.isEqual(to: again) else { throw KeychainError.invalidInput("the two passphrases differ") }
+            return first
+        }
+    }
+
+    static func choose(fd: Int32?, file: String?) -> PassphraseInput {
+        if let fd { return .fileDescriptor(fd) }
+        if let file { return .file(file) }
+        return .terminal
+    }
+}
+
+/// `--passphrase-fd N` / `--passphrase-file PATH`, else the terminal.
+struct PassphraseOptions: ParsableArguments {
+    @Option(name: .customLong("passphrase-fd"), help: ArgumentHelp(
+        "Read the passphrase from file descriptor N, up to the first newline or end of file.", valueName: "n"))
+    var passphraseFD: Int32?
+
+    @Option(name: .customLong("passphrase-file"), help: ArgumentHelp(
+        "Read the passphrase from the first line of this file.", valueName: "path"))
+    var passphraseFile: String?
+
+    func validate() throws {
+        if passphraseFD != nil && passphraseFile != nil {
+            throw ValidationError("give either --passphrase-fd or --passphrase-file, not both")
+        }
+    }
+
+    var input: PassphraseInput { .choose(fd: passphraseFD, file: passphraseFile) }
+
+    var isGiven: Bool { passphraseFD != nil || passphraseFile != nil }
+
+    func read(prompt: String) throws -> SecureBytes { try input.read(prompt: prompt) }
+
+    /// A passphrase for a new store or a new one for `passwd`: asked twice at a terminal, never empty.
+    func readNew(prompt: String) throws -> SecureBytes {
+        try NewPassphrase.check(input.read(prompt: prompt, confirm: true))
+    }
+}
+
+/// `passwd`'s `--new-passphrase-fd N` / `--new-passphrase-file PATH`, else the terminal.
+struct NewPassphraseOptions: ParsableArguments {
+    @Option(name: .customLong("new-passphrase-fd"), help: ArgumentHelp(
+        "Read the new passphrase from file descriptor N, up to the first newline or end of file.", valueName: "n"))
+    var newPassphraseFD: Int32?
+
+    @Option(name: .customLong("new-passphrase-file"), help: ArgumentHelp(
+        "Read the new passphrase from the first line of this file.", valueName: "path"))
+    var newPassphraseFile: String?
+
+    func validate() throws {
+        if newPassphraseFD != nil && newPassphraseFile != nil {
+            throw ValidationError("give either --new-passphrase-fd or --new-passphrase-file, not both")
+        }
+    }
+
+    func read() throws -> SecureBytes {
+        try NewPassphrase.check(PassphraseInput.choose(fd: newPassphraseFD, file: newPassphraseFile)
+            .read(prompt: "New passphrase: ", confirm: true))
+    }
+}
+
+enum NewPassphrase {
+    static func check(_ passphrase: SecureBytes) throws -> SecureBytes {
+        guard passphrase.count > 0 else {
+            throw KeychainError.invalidInput("the passphrase is empty; 'init --no-passphrase' makes a store without one")
+        }
+        return passphrase
+    }
+}

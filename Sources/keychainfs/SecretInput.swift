@@ -1,0 +1,56 @@
+import Foundation
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+
+/// The secret of an added item when `-w` is not given.
+enum SecretInput {
+    /// From standard input exactly as sent, no newline added or stripped, so binary secrets
+    /// survive; at a terminal, typed twice without echo instead.
+    static func read() throws -> SecureBytes {
+        if isatty(0) == 1 {
+            let terminal = try Terminal.open(purpose: "ask for the password", alternatives: "-w PASSWORD or standard input")
+            let first = try terminal.readHidden(prompt: "password data for new item: ")
+            let again = try terminal.readHidden(prompt: "retype password for new item: ")
+            guard first.isEqual(to: again) else { throw KeychainError.invalidInput("the two passwords differ") }
+            return first
+        }
+        return try readAll(fd: 0)
+    }
+
+    /// Reads to end of file into locked memory. Past the limit the rest is only counted, so
+    /// that the error can say how large the secret was.
+    static func readAll(fd: Int32) throws -> SecureBytes {
+        let secret = SecureBytes(count: 0)
+        var chunk = 64 * 1024
+        while true {
+            let start = secret.count
+            secret.resize(to: start + chunk)
+            let n = secret.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + start, chunk) }
+            if n < 0 {
+                secret.resize(to: start)
+                if errno == EINTR { continue }
+                throw KeychainError.io("cannot read the secret from standard input: \(String(cString: strerror(errno)))")
+            }
+            secret.resize(to: start + n)
+            if n == 0 { return secret }
+            if secret.count > maxSecretBytes {
+                let total = secret.count + (try countRemaining(fd: fd))
+                secret.wipe()
+                throw KeychainError.secretTooLarge(total)
+            }
+            chunk = min(chunk * 2, 1 << 20)
+        }
+    }
+
+    private static func countRemaining(fd: Int32) throws -> Int {
+        let buffer = SecureBytes(count: 1 << 16)
+        var total = 0
+        while true {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n < 0 { if errno == EINTR { continue }; return total }
+            if n == 0 { return total }
+            total += n
+        }
+    }
+}

@@ -1,0 +1,140 @@
+import ArgumentParser
+import Foundation
+import KeychainControl
+import KeychainCrypto
+import KeychainStore
+
+struct InitCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "init",
+        abstract: "Create a keychain store.",
+        discussion: "At a terminal the passphrase is asked twice. --no-passphrase makes a store protected by this machine's device key alone; it refuses 'when-passcode-set-this-device-only' items.")
+
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+    @Flag(help: "Protect the store with the device key only.")
+    var noPassphrase = false
+    @Option(help: ArgumentHelp("scrypt cost as log2(N), 10-22 (default \(ScryptParameters.default.logN)).", valueName: "n"))
+    var scryptLogN: UInt8?
+
+    func validate() throws {
+        if noPassphrase && passphrase.isGiven {
+            throw ValidationError("--no-passphrase takes no --passphrase-fd or --passphrase-file")
+        }
+    }
+
+    func run() throws {
+        let path = storeOptions.path
+        // Checked before asking, so nobody types a passphrase for nothing.
+        if FileManager.default.fileExists(atPath: path) { throw KeychainError.storeExists(path) }
+        let scrypt = scryptLogN.map { ScryptParameters(logN: $0) } ?? .default
+        guard scrypt.isAcceptable else { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
+        let secret = noPassphrase ? nil : try passphrase.readNew(prompt: "Passphrase for the new keychain: ")
+        let keychain = try Keychain.create(at: path, passphrase: secret, scrypt: scrypt)
+        keychain.forgetKeys()
+        Output.line("created keychain store \(path)")
+    }
+}
+
+struct PasswdCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "passwd",
+        abstract: "Change the store's passphrase.",
+        discussion: """
+            Only the class keys are re-wrapped, so it takes the same time however many items there \
+            are. It acts on the store file directly even while it is mounted: the daemon keeps the \
+            same class keys and reads the new wrapping at its next unlock.
+            """)
+
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+    @OptionGroup var newPassphrase: NewPassphraseOptions
+    @Option(help: ArgumentHelp("New scrypt cost as log2(N), 10-22 (default: keep the current one).", valueName: "n"))
+    var scryptLogN: UInt8?
+
+    func run() throws {
+        let path = storeOptions.path
+        let keychain = try Keychain(openingAt: path)
+        guard keychain.hasPassphrase else {
+            throw KeychainError.invalidInput("\(path) has no passphrase (it was made with --no-passphrase)")
+        }
+        let scrypt = scryptLogN.map { ScryptParameters(logN: $0) }
+        if let scrypt, !scrypt.isAcceptable { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
+        let old = try passphrase.read(prompt: "Current passphrase for \(path): ")
+        // Unlocked before the new one is asked, so a wrong passphrase is said at once.
+        try keychain.unlock(passphrase: old)
+        let new = try newPassphrase.read()
+        try keychain.changePassphrase(old: old, new: new, scrypt: scrypt)
+        keychain.forgetKeys()
+        Output.line("changed the passphrase of \(path)")
+    }
+}
+
+struct DumpKeychain: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dump-keychain",
+        abstract: "Show every item's attributes; -d adds the secrets.",
+        discussion: """
+            A secret is shown as "text" when it is UTF-8 without control characters, else as 0x and \
+            hex. A secret that cannot be read is shown as <unavailable: ...> (its class is locked) or \
+            <integrity failure: ...>; the dump goes on, and exits with status 93 at the end. With --json, bytes are base64 and an \
+            unreadable secret is left out with a "secretError". Items whose attributes cannot be \
+            read now are not listed ('verify' reports damaged ones).
+            """)
+
+    @Flag(name: .customShort("d"), help: "Include the secrets.")
+    var withSecrets = false
+    @Flag(help: "Write JSON.")
+    var json = false
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+
+    func run() throws {
+        let items = try storeOptions.connect(passphrase).dump(withSecrets: withSecrets)
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            encoder.dateEncodingStrategy = .iso8601
+            var data = try encoder.encode(DumpDocument(store: storeOptions.path, items: items.map(DumpedItem.init)))
+            data.append(UInt8(ascii: "\n"))
+            let bytes = SecureBytes(copying: data)
+            data.resetBytes(in: 0..<data.count)
+            Output.write(bytes)
+            try Self.failIfDamaged(items)
+            return
+        }
+        let blocks = items.map { item in
+            (ItemPrinter.lines(for: item, storePath: storeOptions.path) + [ItemPrinter.secretLine(item.secret)].compactMap { $0 })
+                .joined(separator: "\n")
+        }
+        if !blocks.isEmpty { Output.write(blocks.joined(separator: "\n\n") + "\n") }
+        try Self.failIfDamaged(items)
+    }
+
+    /// The dump shows everything it can, then still fails like `verify` if a secret was damaged.
+    static func failIfDamaged(_ items: [FoundItem]) throws {
+        let damaged = items.filter { if case .damaged = $0.secret { true } else { false } }
+        if !damaged.isEmpty {
+            throw KeychainError.integrityFailure("\(damaged.count) secret\(damaged.count == 1 ? "" : "s") failed; see 'keychainfs verify'")
+        }
+    }
+}
+
+struct VerifyCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Open every item that can be opened and report each integrity failure.",
+        discussion: "Exits with status 93 if any item fails.")
+
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+
+    func run() throws {
+        let report = try storeOptions.connect(passphrase).verify()
+        for problem in report.problems { Output.line(Printable.text(problem.description)) }
+        Output.line("checked \(report.checked) item\(report.checked == 1 ? "" : "s"), \(report.problems.count) failed")
+        if !report.problems.isEmpty {
+            throw KeychainError.integrityFailure("\(report.problems.count) of \(report.checked) items failed")
+        }
+    }
+}

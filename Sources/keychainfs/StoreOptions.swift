@@ -1,0 +1,22 @@
+import ArgumentParser
+import KeychainControl
+import KeychainStore
+
+/// `--store PATH`, shared by every command that acts on a store.
+struct StoreOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp(
+        "The keychain store (default: $KEYCHAINFS_STORE, else $XDG_DATA_HOME/keychainfs/keychain.db).",
+        valueName: "path"))
+    var store: String?
+
+    var path: String { KeychainLocations.store(store) }
+
+    /// The daemon serving the store when it is mounted, else the store opened here; the
+    /// passphrase is read only in the second case, and only if the store has one.
+    func connect(_ passphrase: PassphraseOptions) throws -> KeychainService {
+        let path = self.path
+        return try KeychainEndpoint.connect(storePath: path) {
+            try passphrase.read(prompt: "Passphrase for \(path): ")
+        }
+    }
+}

@@ -1,0 +1,72 @@
+import KeychainModel
+import XCTest
+
+final class InternetPortTests: XCTestCase {
+    func testValidPortsParse() throws {
+        XCTAssertEqual(try InternetPort.parse("1"), 1)
+        XCTAssertEqual(try InternetPort.parse("443"), 443)
+        XCTAssertEqual(try InternetPort.parse("65535"), 65535)
+    }
+
+    func testZeroIsRefusedUnlessUnspecifiedIsAllowed() throws {
+        XCTAssertThrowsError(try InternetPort.parse("0"))
+        XCTAssertEqual(try InternetPort.parse("0", allowUnspecified: true), 0)
+    }
+
+    func testBadPortsAreRefused() {
+        for bad in ["65536", "99999", "100000", "abc", "+1", " 1", "1 ", "-1", "", "1.0", "0x10", "١"] {
+            XCTAssertThrowsError(try InternetPort.parse(bad), "'\(bad)' should be refused") { error in
+                guard case ModelError.invalid = error else { return XCTFail("\(error)") }
+            }
+        }
+    }
+}
+
+final class AccessibilityClassTests: XCTestCase {
+    /// The table in DESIGN §2: before first unlock, unlocked, locked.
+    private let table: [AccessibilityClass: (Bool, Bool, Bool)] = [
+        .always: (true, true, true),
+        .alwaysThisDeviceOnly: (true, true, true),
+        .afterFirstUnlock: (false, true, true),
+        .afterFirstUnlockThisDeviceOnly: (false, true, true),
+        .whenUnlocked: (false, true, false),
+        .whenUnlockedThisDeviceOnly: (false, true, false),
+        .whenPasscodeSetThisDeviceOnly: (false, true, false),
+    ]
+
+    func testTableCoversEveryClass() {
+        XCTAssertEqual(Set(table.keys), Set(AccessibilityClass.allCases))
+    }
+
+    func testAvailabilityBeforeFirstUnlock() {
+        for (c, row) in table { XCTAssertEqual(c.isAvailable(in: .beforeFirstUnlock), row.0, c.rawValue) }
+    }
+
+    func testAvailabilityWhenUnlocked() {
+        for (c, row) in table { XCTAssertEqual(c.isAvailable(in: .unlocked), row.1, c.rawValue) }
+    }
+
+    func testAvailabilityWhenLocked() {
+        for (c, row) in table { XCTAssertEqual(c.isAvailable(in: .locked), row.2, c.rawValue) }
+    }
+
+    func testThisDeviceOnlyClasses() {
+        let expected: Set<AccessibilityClass> = [.whenUnlockedThisDeviceOnly, .afterFirstUnlockThisDeviceOnly,
+                                                 .alwaysThisDeviceOnly, .whenPasscodeSetThisDeviceOnly]
+        XCTAssertEqual(Set(AccessibilityClass.allCases.filter(\.isThisDeviceOnly)), expected)
+    }
+
+    func testCodesAreStableAndRoundTrip() {
+        XCTAssertEqual(AccessibilityClass.allCases.map(\.code), [1, 2, 3, 4, 5, 6, 7])
+        for c in AccessibilityClass.allCases { XCTAssertEqual(AccessibilityClass(code: c.code), c) }
+        XCTAssertNil(AccessibilityClass(code: 0))
+        XCTAssertNil(AccessibilityClass(code: 8))
+    }
+
+    func testParsingNamesAndDefault() throws {
+        XCTAssertEqual(AccessibilityClass.default, .whenUnlocked)
+        for c in AccessibilityClass.allCases { XCTAssertEqual(try AccessibilityClass(parsing: c.rawValue), c) }
+        XCTAssertThrowsError(try AccessibilityClass(parsing: "sometimes"))
+        XCTAssertThrowsError(try AccessibilityClass(parsing: "When-Unlocked"))
+    }
+}

@@ -1,0 +1,167 @@
+import Foundation
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+import XCTest
+
+final class ChangePassphraseTests: XCTestCase {
+    var store: TempStore!
+
+    override func setUpWithError() throws { store = try TempStore() }
+    override func tearDown() { store = nil }
+
+    func itemRows() throws -> String {
+        try store.sql("SELECT id, kind, class, version, hex(blind), hex(group_blind), hex(wrapped_key), hex(attributes), hex(secret) FROM items ORDER BY id")
+    }
+
+    func makeStore() throws {
+        let k = try store.create()
+        for c in AccessibilityClass.allCases { try add(k, genericKey("svc", c.rawValue), "s-\(c.rawValue)", class: c) }
+    }
+
+    func testOldPassphraseFailsAndNewWorks() throws {
+        try makeStore()
+        try store.openUnlocked().changePassphrase(old: secure(TempStore.passphrase), new: secure("new pass"))
+        let k = try store.open()
+        assertKeychainError(.wrongPassphrase, try k.unlock(passphrase: secure(TempStore.passphrase)))
+        try k.unlock(passphrase: secure("new pass"))
+        XCTAssertEqual(k.state, .unlocked)
+        for c in AccessibilityClass.allCases {
+            XCTAssertEqual(text(try k.secret(of: XCTUnwrap(try k.item(for: genericKey("svc", c.rawValue))))), "s-\(c.rawValue)")
+        }
+    }
+
+    func testChangeFromBeforeFirstUnlockUnlocksWithTheOldPassphrase() throws {
+        try makeStore()
+        let k = try store.open()
+        try k.changePassphrase(old: secure(TempStore.passphrase), new: secure("new pass"))
+        XCTAssertEqual(k.state, .unlocked)
+        XCTAssertNoThrow(try store.open().unlock(passphrase: secure("new pass")))
+    }
+
+    func testChangeDoesNotTouchTheItemsTable() throws {
+        try makeStore()
+        let before = try itemRows()
+        XCTAssertFalse(before.isEmpty)
+        let wrappedBefore = try store.sql("SELECT hex(blob) FROM wrapped_keys WHERE wrapping IN ('p', 'pd') ORDER BY name, wrapping")
+        try store.openUnlocked().changePassphrase(old: secure(TempStore.passphrase), new: secure("new pass"))
+        XCTAssertEqual(try itemRows(), before)
+        XCTAssertNotEqual(try store.sql("SELECT hex(blob) FROM wrapped_keys WHERE wrapping IN ('p', 'pd') ORDER BY name, wrapping"),
+                          wrappedBefore, "the class keys are re-wrapped")
+    }
+
+    func testWrongOldPassphraseChangesNothing() throws {
+        try makeStore()
+        let k = try store.open()
+        assertKeychainError(.wrongPassphrase, try k.changePassphrase(old: secure("wrong"), new: secure("new pass")))
+        XCTAssertNoThrow(try store.open().unlock(passphrase: secure(TempStore.passphrase)))
+    }
+
+    func testWrongOldPassphraseIsRefusedEvenWhenUnlocked() throws {
+        try makeStore()
+        let k = try store.openUnlocked()
+        assertKeychainError(.wrongPassphrase, try k.changePassphrase(old: secure("wrong"), new: secure("new pass")))
+        XCTAssertNoThrow(try store.open().unlock(passphrase: secure(TempStore.passphrase)))
+    }
+
+    func testNewScryptParametersAreStored() throws {
+        try makeStore()
+        try store.openUnlocked().changePassphrase(old: secure(TempStore.passphrase), new: secure("new pass"),
+                                                  scrypt: ScryptParameters(logN: 11))
+        let json = try store.sql("SELECT CAST(value AS TEXT) FROM meta WHERE name = 'scrypt'")
+        let params = try JSONDecoder().decode(ScryptParameters.self, from: Data(json.utf8))
+        XCTAssertEqual(params, ScryptParameters(logN: 11))
+        XCTAssertNoThrow(try store.open().unlock(passphrase: secure("new pass")))
+    }
+}
+
+final class BackoffTests: XCTestCase {
+    var store: TempStore!
+
+    override func setUpWithError() throws {
+        store = try TempStore()
+        _ = try store.create()
+    }
+    override func tearDown() { store = nil }
+
+    func testBackoffDelaySchedule() {
+        XCTAssertEqual(Keychain.backoffDelay(failures: 0), 0)
+        XCTAssertEqual(Keychain.backoffDelay(failures: 1), 0)
+        XCTAssertEqual(Keychain.backoffDelay(failures: 2), 0)
+        XCTAssertEqual(Keychain.backoffDelay(failures: 3), 5)
+        XCTAssertEqual(Keychain.backoffDelay(failures: 4), 10)
+        XCTAssertEqual(Keychain.backoffDelay(failures: 5), 20)
+        XCTAssertEqual(Keychain.backoffDelay(failures: 12), 2560)
+        XCTAssertEqual(Keychain.backoffDelay(failures: 13), 3600)
+        XCTAssertEqual(Keychain.backoffDelay(failures: 1000), 3600)
+        XCTAssertEqual(Keychain.backoffDelay(failures: Int.max), 3600)
+    }
+
+    func fail(_ k: Keychain, times: Int) {
+        for _ in 0..<times { assertKeychainError(.wrongPassphrase, try k.unlock(passphrase: secure("wrong"))) }
+    }
+
+    func testThreeFailuresBlockEvenTheRightPassphrase() throws {
+        let k = try store.open()
+        fail(k, times: 3)
+        XCTAssertEqual(try k.failureRecord().failures, 3)
+        do {
+            try k.unlock(passphrase: secure(TempStore.passphrase))
+            XCTFail("unlock should be refused")
+        } catch KeychainError.tooManyAttempts(let wait) {
+            XCTAssertGreaterThan(wait, 0)
+            XCTAssertLessThanOrEqual(wait, 5)
+        }
+        XCTAssertEqual(k.state, .beforeFirstUnlock)
+    }
+
+    func testBackoffSurvivesReopening() throws {
+        fail(try store.open(), times: 3)
+        let fresh = try store.open()
+        XCTAssertEqual(try fresh.failureRecord().failures, 3)
+        assertKeychainError(isTooManyAttempts, "tooManyAttempts", try fresh.unlock(passphrase: secure(TempStore.passphrase)))
+    }
+
+    func testBlockedAttemptDoesNotCountAsAFailure() throws {
+        let k = try store.open()
+        fail(k, times: 3)
+        assertKeychainError(isTooManyAttempts, "tooManyAttempts", try k.unlock(passphrase: secure("wrong")))
+        XCTAssertEqual(try k.failureRecord().failures, 3)
+    }
+
+    func testTwoFailuresDoNotBlockAndSuccessResetsTheCounter() throws {
+        let k = try store.open()
+        fail(k, times: 2)
+        XCTAssertEqual(try k.failureRecord().failures, 2)
+        try k.unlock(passphrase: secure(TempStore.passphrase))
+        XCTAssertEqual(k.state, .unlocked)
+        XCTAssertEqual(try k.failureRecord().failures, 0)
+    }
+
+    func testUnlockIsAllowedAgainOnceTheDelayHasPassed() throws {
+        let k = try store.open()
+        fail(k, times: 3)
+        // Pretend the last failure was a minute ago.
+        let past = Int(Date().timeIntervalSince1970) - 60
+        try store.sql("UPDATE meta SET value = CAST('\(past)' AS BLOB) WHERE name = 'last_failed_unlock'")
+        try k.unlock(passphrase: secure(TempStore.passphrase))
+        XCTAssertEqual(k.state, .unlocked)
+        XCTAssertEqual(try k.failureRecord().failures, 0)
+    }
+
+    func testFailureAfterTheDelayDoublesIt() throws {
+        let k = try store.open()
+        fail(k, times: 3)
+        let past = Int(Date().timeIntervalSince1970) - 60
+        try store.sql("UPDATE meta SET value = CAST('\(past)' AS BLOB) WHERE name = 'last_failed_unlock'")
+        fail(k, times: 1)
+        XCTAssertEqual(try k.failureRecord().failures, 4)
+        do {
+            try k.unlock(passphrase: secure(TempStore.passphrase))
+            XCTFail("unlock should be refused")
+        } catch KeychainError.tooManyAttempts(let wait) {
+            XCTAssertGreaterThan(wait, 5)
+            XCTAssertLessThanOrEqual(wait, 10)
+        }
+    }
+}

@@ -1,0 +1,141 @@
+import Foundation
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+import XCTest
+
+final class StoreFileTests: XCTestCase {
+    var store: TempStore!
+
+    override func setUpWithError() throws {
+        store = try TempStore()
+        try FileManager.default.createDirectory(atPath: store.directory + "/store", withIntermediateDirectories: true)
+    }
+    override func tearDown() { store = nil }
+
+    func testMissingStoreIsNoSuchStore() {
+        assertKeychainError(isNoSuchStore, "noSuchStore", try store.open())
+        XCTAssertFalse(FileManager.default.fileExists(atPath: store.path), "opening must not create the store")
+    }
+
+    func testRandomFileIsNotAKeychain() throws {
+        try Data(SecureRandom.array(4096)).write(to: URL(fileURLWithPath: store.path))
+        assertKeychainError(isNotAKeychain, "notAKeychain", try store.open())
+    }
+
+    func testEmptyFileIsNotAKeychain() throws {
+        XCTAssertTrue(FileManager.default.createFile(atPath: store.path, contents: Data()))
+        assertKeychainError(isNotAKeychain, "notAKeychain", try store.open())
+    }
+
+    func testTextFileIsNotAKeychain() throws {
+        try Data("just some notes\n".utf8).write(to: URL(fileURLWithPath: store.path))
+        assertKeychainError(isNotAKeychain, "notAKeychain", try store.open())
+    }
+
+    func testSQLiteFileWithAnotherSchemaIsNotAKeychain() throws {
+        try runSQLite(store.path, "CREATE TABLE notes (x TEXT); INSERT INTO notes VALUES ('hello');")
+        assertKeychainError(isNotAKeychain, "notAKeychain", try store.open())
+    }
+
+    func testSQLiteFileWithAnotherFormatInMetaIsNotAKeychain() throws {
+        try runSQLite(store.path, "CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL); INSERT INTO meta VALUES ('format', CAST('something-else' AS BLOB));")
+        assertKeychainError(isNotAKeychain, "notAKeychain", try store.open())
+    }
+
+    func testForeignSQLiteFileIsLeftUnchanged() throws {
+        try runSQLite(store.path, "CREATE TABLE notes (x TEXT); INSERT INTO notes VALUES ('hello');")
+        let before = try Data(contentsOf: URL(fileURLWithPath: store.path))
+        _ = try? store.open()
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: store.path)), before)
+        XCTAssertEqual(try runSQLite(store.path, "PRAGMA journal_mode"), "delete")
+    }
+
+    func testCorruptStoreIsNotAKeychain() throws {
+        _ = try store.create()
+        // Keep the 100-byte header, overwrite the rest of the first page (the schema).
+        let handle = try XCTUnwrap(FileHandle(forUpdatingAtPath: store.path))
+        try handle.seek(toOffset: 100)
+        try handle.write(contentsOf: Data(repeating: 0xA5, count: 3996))
+        try handle.close()
+        assertKeychainError(isNotAKeychain, "notAKeychain", try store.open())
+    }
+
+    func testCreateRefusesAnExistingStore() throws {
+        _ = try store.create()
+        assertKeychainError(.storeExists(store.path), try store.create())
+        XCTAssertNoThrow(try store.openUnlocked())
+    }
+
+    func testCreateRefusesUnacceptableScryptParameters() {
+        assertKeychainError(isInvalidInput, "invalidInput",
+                            try Keychain.create(at: store.path, passphrase: secure("x"), scrypt: ScryptParameters(logN: 4, r: 1, p: 1),
+                                                deviceKeyPath: store.deviceKeyPath))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: store.path))
+    }
+
+    func testCreateStoresTheChosenScryptParameters() throws {
+        _ = try Keychain.create(at: store.path, passphrase: secure("x"), scrypt: ScryptParameters(logN: 11, r: 4, p: 2),
+                                deviceKeyPath: store.deviceKeyPath)
+        let json = try store.sql("SELECT CAST(value AS TEXT) FROM meta WHERE name = 'scrypt'")
+        XCTAssertEqual(try JSONDecoder().decode(ScryptParameters.self, from: Data(json.utf8)), ScryptParameters(logN: 11, r: 4, p: 2))
+        XCTAssertEqual(try store.sql("PRAGMA journal_mode"), "wal")
+    }
+}
+
+/// No secret and no name appears in the database, its WAL or its shared-memory file.
+final class PlaintextTests: XCTestCase {
+    static let needles = [
+        "SVC-q7Zx-plaintext-service", "ACCT-w3Lk-plaintext-account", "SRV-p9Hd.example.org",
+        "PATH-k2Jm-plaintext-segment", "ACCT-m5Rt-internet-account", "DOMAIN-v8Qs-realm",
+        "LABEL-c4Nf-plaintext-label", "COMMENT-t6Yb-plaintext-comment", "DESC-h1Gw-plaintext-description",
+        "GROUP-e3Vu-access-group", "SECRET-z0Xa-generic-secret", "SECRET-b8Kp-internet-secret",
+    ]
+
+    func files(_ store: TempStore) -> [String] {
+        [store.path, store.path + "-wal", store.path + "-shm", store.path + "-journal"]
+    }
+
+    func assertNoNeedles(_ store: TempStore, file: StaticString = #filePath, line: UInt = #line) throws {
+        var read = 0
+        for path in files(store) {
+            guard let data = FileManager.default.contents(atPath: path) else { continue }
+            read += 1
+            for needle in Self.needles {
+                XCTAssertNil(data.range(of: Data(needle.utf8)), "\(needle) in \((path as NSString).lastPathComponent)",
+                             file: file, line: line)
+                // Also its distinctive prefix alone, in case it was stored cut up.
+                let prefix = needle.split(separator: "-").prefix(2).joined(separator: "-")
+                XCTAssertNil(data.range(of: Data(prefix.utf8)), "\(prefix) in \((path as NSString).lastPathComponent)",
+                             file: file, line: line)
+            }
+        }
+        XCTAssertGreaterThan(read, 0, file: file, line: line)
+    }
+
+    func testNoPlaintextInDatabaseWALOrSHM() throws {
+        let store = try TempStore()
+        let n = Self.needles
+        var k: Keychain? = try store.create()
+        try k!.save(genericKey(n[0], n[1], group: n[9]), secret: secure(n[10]),
+                    changes: AttributeChanges(label: n[6], comment: n[7], description: n[8]), updateExisting: false)
+        try k!.save(internetKey(n[2], port: 8443, path: "/\(n[3])/x", domain: n[5], account: n[4], group: n[9]), secret: secure(n[11]),
+                    changes: AttributeChanges(label: n[6], comment: n[7], description: n[8], accessible: .always),
+                    updateExisting: false)
+        // Update and delete too, so that old versions of rows pass through the WAL.
+        try k!.save(genericKey(n[0], n[1], group: n[9]), secret: secure(n[10] + "-v2"), updateExisting: true)
+        try k!.save(genericKey(n[0], "tmp-" + n[1]), secret: secure(n[10]), updateExisting: false)
+        try k!.delete([XCTUnwrap(try k!.item(for: genericKey(n[0], "tmp-" + n[1])))])
+        XCTAssertTrue(FileManager.default.fileExists(atPath: store.path + "-wal"), "the test should see a WAL")
+        try assertNoNeedles(store)
+
+        // And after closing, when the WAL has been checkpointed into the database.
+        k = nil
+        try assertNoNeedles(store)
+        // The values really are in there.
+        let reopened = try store.openUnlocked()
+        let item = try XCTUnwrap(try reopened.item(for: genericKey(n[0], n[1], group: n[9])))
+        XCTAssertEqual(item.record.attributes.label, n[6])
+        XCTAssertEqual(text(try reopened.secret(of: item)), n[10] + "-v2")
+    }
+}

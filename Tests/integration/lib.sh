@@ -1,0 +1,147 @@
+# Shared harness for the shell integration tests. Source it from a POSIX sh script:
+#
+#     . "$(dirname "$0")/lib.sh"
+#     kc init --scrypt-log-n 10 --passphrase-file "$PASSFILE"
+#     expect_exit 44 "missing item" kc find-generic-password -s nope
+#     finish
+#
+# It gives each test run its own HOME, XDG directories and store under a temporary
+# directory, counts passes and failures, and always cleans up on exit: registered commands
+# run (mounts are unmounted, registered PIDs killed — by PID, never by name), then the
+# temporary directory is removed.
+
+set -u
+
+TESTS_DIR=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$TESTS_DIR/../.." && pwd)
+KEYCHAINFS_BIN=${KEYCHAINFS_BIN:-$REPO/.build/debug/keychainfs}
+if [ ! -x "$KEYCHAINFS_BIN" ]; then
+    echo "lib.sh: no keychainfs binary at $KEYCHAINFS_BIN (build first, or set KEYCHAINFS_BIN)" >&2
+    exit 2
+fi
+
+TEST_ROOT=$(mktemp -d "${TMPDIR:-/tmp}/kcfs-test.XXXXXX") || exit 2
+export HOME="$TEST_ROOT/home"
+export XDG_DATA_HOME="$TEST_ROOT/data"
+export XDG_STATE_HOME="$TEST_ROOT/state"
+export XDG_RUNTIME_DIR="$TEST_ROOT/run"
+export KEYCHAINFS_STORE="$TEST_ROOT/data/keychainfs/keychain.db"
+mkdir -p "$HOME" "$XDG_DATA_HOME" "$XDG_STATE_HOME" "$XDG_RUNTIME_DIR"
+chmod 0700 "$XDG_RUNTIME_DIR"
+unset KEYCHAINFS_PASSPHRASE 2>/dev/null || true
+
+# The passphrase of every store the tests make, in a file (the newline is not part of it).
+PASSPHRASE='correct horse battery staple'
+PASSFILE="$TEST_ROOT/passphrase"
+printf '%s\n' "$PASSPHRASE" >"$PASSFILE"
+chmod 0600 "$PASSFILE"
+
+# Where the last expect_* command's output went.
+OUT="$TEST_ROOT/last.out"
+ERR="$TEST_ROOT/last.err"
+
+PASSED=0
+FAILED=0
+CLEANUPS=""
+
+# on_exit CMD: run CMD (a shell string) at exit, most recently registered first.
+on_exit() {
+    CLEANUPS="$1
+$CLEANUPS"
+}
+
+# on_exit_kill PID: kill that process at exit if it still runs.
+on_exit_kill() {
+    on_exit "kill $1 2>/dev/null; sleep 0.2; kill -9 $1 2>/dev/null"
+}
+
+# on_exit_unmount MOUNTPOINT: unmount it at exit, through keychainfs and then fusermount3.
+on_exit_unmount() {
+    on_exit "\"\$KEYCHAINFS_BIN\" unmount '$1' >/dev/null 2>&1; fusermount3 -u -z '$1' >/dev/null 2>&1"
+}
+
+run_cleanups() {
+    status=$?
+    trap - EXIT INT TERM HUP
+    printf '%s\n' "$CLEANUPS" | while IFS= read -r cmd; do
+        [ -n "$cmd" ] && eval "$cmd" >/dev/null 2>&1
+    done
+    # A leftover mount would make rm fail on its contents; cleanups above should prevent it.
+    rm -rf "$TEST_ROOT" 2>/dev/null
+    exit "$status"
+}
+trap run_cleanups EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
+
+kc() { "$KEYCHAINFS_BIN" "$@"; }
+
+pass() {
+    PASSED=$((PASSED + 1))
+    printf 'ok   %s\n' "$1"
+}
+
+fail() {
+    FAILED=$((FAILED + 1))
+    printf 'FAIL %s\n' "$1"
+    shift
+    for line in "$@"; do printf '     %s\n' "$line"; done
+}
+
+show_output() {
+    [ -s "$OUT" ] && sed 's/^/     stdout: /' "$OUT" | head -20
+    [ -s "$ERR" ] && sed 's/^/     stderr: /' "$ERR" | head -20
+    return 0
+}
+
+# expect_exit CODE NAME CMD...: runs CMD (stdin as given to expect_exit), output to $OUT and
+# $ERR, and checks its exit status.
+expect_exit() {
+    want=$1 name=$2
+    shift 2
+    "$@" >"$OUT" 2>"$ERR"
+    got=$?
+    if [ "$got" -eq "$want" ]; then
+        pass "$name"
+    else
+        fail "$name" "expected exit $want, got $got: $*"
+        show_output
+    fi
+}
+
+# expect_eq WANT GOT NAME
+expect_eq() {
+    if [ "$1" = "$2" ]; then pass "$3"; else fail "$3" "expected: [$1]" "got:      [$2]"; fi
+}
+
+# expect_contains FILE-OR-TEXT NEEDLE NAME: a file's content, or else the text itself, contains NEEDLE.
+expect_contains() {
+    if [ -f "$1" ]; then haystack=$(cat "$1"); else haystack=$1; fi
+    case $haystack in
+        *"$2"*) pass "$3" ;;
+        *) fail "$3" "expected to contain: [$2]" "in: [$(printf '%s' "$haystack" | head -c 2000)]" ;;
+    esac
+}
+
+# expect_not_contains FILE-OR-TEXT NEEDLE NAME
+expect_not_contains() {
+    if [ -f "$1" ]; then haystack=$(cat "$1"); else haystack=$1; fi
+    case $haystack in
+        *"$2"*) fail "$3" "expected not to contain: [$2]" ;;
+        *) pass "$3" ;;
+    esac
+}
+
+# init_store [ARGS...]: a fresh store with the test passphrase (fast scrypt), at $KEYCHAINFS_STORE
+# unless --store is among ARGS.
+init_store() {
+    kc init --scrypt-log-n 10 --passphrase-file "$PASSFILE" "$@" >/dev/null
+}
+
+# finish: prints the summary; the script exits non-zero if anything failed.
+finish() {
+    echo
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+    exit $?
+}

@@ -1,0 +1,65 @@
+# Mount helpers for the integration tests; source after lib.sh.
+
+MP="$TEST_ROOT/mnt"
+mkdir -p "$MP"
+
+# mount_kc MOUNTPOINT [ARGS...]: mounts the test store with the test passphrase and makes
+# sure it is unmounted, and its daemon ended, at exit.
+mount_kc() {
+    mp=$1
+    shift
+    on_exit_unmount "$mp"
+    kc mount "$mp" --passphrase-file "$PASSFILE" "$@" >"$OUT" 2>"$ERR"
+    rc=$?
+    pid=$(daemon_pid "$mp")
+    [ -n "$pid" ] && on_exit_kill "$pid"
+    return $rc
+}
+
+# daemon_pid MOUNTPOINT: the PID of the daemon serving it, from its mount record.
+daemon_pid() {
+    python3 - "$1" "$XDG_RUNTIME_DIR/keychainfs" <<'PY'
+import json, os, sys
+mp, d = os.path.realpath(sys.argv[1]), sys.argv[2]
+for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+    if name.endswith(".json"):
+        r = json.load(open(os.path.join(d, name)))
+        if os.path.realpath(r["mountpoint"]) == mp:
+            print(r["pid"])
+PY
+}
+
+# wait_gone PID: waits up to 5 s for the process to end.
+wait_gone() {
+    i=0
+    while kill -0 "$1" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    ! kill -0 "$1" 2>/dev/null
+}
+
+# rename2 FROM TO FLAGS: renameat2(2), which coreutils does not expose; prints strerror on failure.
+rename2() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.renameat2(-100, sys.argv[1].encode(), -100, sys.argv[2].encode(), int(sys.argv[3])) != 0:
+    print(os.strerror(ctypes.get_errno()), file=sys.stderr)
+    sys.exit(1)
+PY
+}
+
+# state MOUNTPOINT: the root's user.keychain.state.
+state() { getfattr --only-values -n user.keychain.state "$1" 2>/dev/null; }
+
+# expect_errno NAME MESSAGE CMD...: CMD fails and its stderr carries strerror's MESSAGE.
+expect_errno() {
+    name=$1 message=$2
+    shift 2
+    "$@" >"$OUT" 2>"$ERR"
+    rc=$?
+    if [ $rc -ne 0 ] && grep -q "$message" "$ERR"; then
+        pass "$name"
+    else
+        fail "$name" "expected failure with '$message', got exit $rc: $*"
+        show_output
+    fi
+}
