@@ -116,6 +116,6 @@ public struct SealedItem: Sendable, Hashable {
         for v in [UInt64(bitPattern: id), UInt64(classCode), UInt64(bitPattern: version), UInt64(kind)] {
             for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: v >> UInt64(shift))) }
         }
-        return out + blind
+        return out + blind + groupBlind
     }
 }

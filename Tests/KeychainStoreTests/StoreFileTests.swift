@@ -61,6 +61,26 @@ final class StoreFileTests: XCTestCase {
         assertKeychainError(isNotAKeychain, "notAKeychain", try store.open())
     }
 
+    /// A second connection opened in the same process must not drop the first one's locks, or
+    /// another process (here the sqlite3 tool) checkpoints and deletes the WAL under it.
+    func testSecondOpenInTheSameProcessKeepsTheWALShared() throws {
+        _ = try store.create()
+        let first = try store.openUnlocked()
+        let second = try store.open()
+        try store.sql("SELECT count(*) FROM items")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: store.path + "-wal"), "the WAL was deleted while in use")
+        try store.sql("INSERT OR REPLACE INTO meta (name, value) VALUES ('failed_unlocks', CAST('7' AS BLOB))")
+        XCTAssertEqual(try first.failureRecord().failures, 7, "the first connection no longer sees other processes' writes")
+        XCTAssertEqual(try second.failureRecord().failures, 7)
+    }
+
+    func testCreatedKeychainSeesWritesOfOtherProcesses() throws {
+        let k = try store.create()
+        try store.sql("SELECT count(*) FROM items")
+        try store.sql("INSERT OR REPLACE INTO meta (name, value) VALUES ('failed_unlocks', CAST('2' AS BLOB))")
+        XCTAssertEqual(try k.failureRecord().failures, 2)
+    }
+
     func testCreateRefusesAnExistingStore() throws {
         _ = try store.create()
         assertKeychainError(.storeExists(store.path), try store.create())

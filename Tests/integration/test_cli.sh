@@ -1,6 +1,7 @@
 #!/bin/sh
-# The keychainfs command line, run as a user would: every verb and every exit code that
-# can happen without a mount (the mount tests cover 36 through a lock, 70 and 75).
+# The keychainfs command line, run as a user would: every verb, and every exit code but
+# 1, 73 and 74 (a failing disk). The last part goes through a real mount's control socket
+# when /dev/fuse is there; the mount's own behaviour is tested in the mount tests.
 #
 #     swift build --scratch-path .build-cli &&
 #         KEYCHAINFS_BIN=$PWD/.build-cli/debug/keychainfs sh Tests/integration/test_cli.sh
@@ -310,6 +311,12 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
     pid=$(daemon_pid)
     [ -n "$pid" ] && on_exit_kill "$pid"
     expect_eq "700" "$(stat -c %a "$XDG_RUNTIME_DIR/keychainfs")" "the runtime directory is 0700"
+    mkdir -p "$T/mnt2"
+    on_exit_unmount "$T/mnt2"
+    expect_exit 75 "a second daemon on the same store: 75" kc mount "$T/mnt2" $MS $P
+    expect_contains "$ERR" "$(realpath "$MNT")" "the refusal names the existing mountpoint"
+    : >"$T/not-a-dir"
+    expect_exit 70 "mount on a file: 70" kc mount "$T/not-a-dir" --store "$T/tamper.db" $P
     expect_exit 0 "add through the daemon with no passphrase at hand" \
         setsid -w "$KEYCHAINFS_BIN" add-generic-password $MS -s daemon -a cli -w viaSocket
     expect_eq "viaSocket" "$(cat "$MNT/daemon/cli" 2>&1)" "the mount sees the CLI's item at once"
