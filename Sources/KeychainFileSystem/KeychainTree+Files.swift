@@ -11,14 +11,20 @@ extension KeychainTree {
         let mode = OpenMode(flags: flags)
         return try state.withLock { s throws(FileSystemError) in
             guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
-            let contents: SecureBytes
+            guard keychain.isAvailable(item.accessible) else { throw .keyUnavailable }
             if mode.truncate && !mode.readable {
-                guard keychain.isAvailable(item.accessible) else { throw .keyUnavailable }
-                contents = SecureBytes()
+                return Self.register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode,
+                                              contents: SecureBytes()), &s)
+            }
+            let contents: SecureBytes
+            if let cached = s.plaintext[item.id] {
+                contents = cached
             } else {
                 do { contents = try keychain.secret(of: item) } catch { throw .from(error) }
+                s.plaintext[item.id] = contents
             }
-            return Self.register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode, contents: contents), &s)
+            return Self.register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode,
+                                          contents: contents, shared: true), &s)
         }
     }
 
@@ -85,27 +91,28 @@ extension KeychainTree {
 
     /// Commits the open copy as one atomic, durable update (at close(2) and fsync(2)).
     public func flush(_ handle: UInt64) throws(FileSystemError) {
-        try state.withLock { s throws(FileSystemError) in try commit(try file(handle, s), &s.index) }
+        try state.withLock { s throws(FileSystemError) in try commit(try file(handle, s), &s) }
     }
 
     public func release(_ handle: UInt64) throws(FileSystemError) {
         try state.withLock { s throws(FileSystemError) in
             guard let f = s.files.removeValue(forKey: handle) else { throw .badHandle }
-            defer { f.revoke() }
-            try commit(f, &s.index)
+            defer { f.close() }
+            try commit(f, &s)
         }
     }
 
-    private func commit(_ f: OpenFile, _ index: inout ItemIndex) throws(FileSystemError) {
+    private func commit(_ f: OpenFile, _ s: inout TreeState) throws(FileSystemError) {
         guard f.isDirty else { return }
         guard !f.isRevoked else { throw .keyUnavailable }
         guard !f.isAbandoned else { f.markCommitted(); throw .tooLarge }
         // Deleted or replaced while open: like a write to an unlinked file, it goes nowhere.
-        guard let item = index.item(f.itemID) else { f.markCommitted(); return }
+        guard let item = s.index.item(f.itemID) else { f.markCommitted(); return }
         do {
-            index.insert(try keychain.update(item, to: item.record, secret: f.buffer))
+            s.index.insert(try keychain.update(item, to: item.record, secret: f.buffer))
             f.markCommitted()
         } catch { throw .from(error) }
+        s.forgetPlaintext(f.itemID)
     }
 
     // MARK: mode, owner, times

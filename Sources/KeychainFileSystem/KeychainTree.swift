@@ -35,6 +35,11 @@ public final class KeychainTree: @unchecked Sendable {
         var index = ItemIndex()
         var files: [UInt64: OpenFile] = [:]
         var nextHandle: UInt64 = 1
+        /// Decrypted secrets by item id, so that opening a file costs no decryption; wiped
+        /// per item on change and per class on lock.
+        var plaintext: [Int64: SecureBytes] = [:]
+
+        mutating func forgetPlaintext(_ id: Int64) { plaintext.removeValue(forKey: id)?.wipe() }
     }
 
     public init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) throws {
@@ -72,6 +77,10 @@ public final class KeychainTree: @unchecked Sendable {
         keychain.lock()
         state.withLock { s in
             for f in s.files.values where !keychain.isAvailable(f.accessible) { f.revoke() }
+            for id in Array(s.plaintext.keys) {
+                if let item = s.index.item(id), keychain.isAvailable(item.accessible) { continue }
+                s.forgetPlaintext(id)
+            }
         }
     }
 
@@ -86,6 +95,7 @@ public final class KeychainTree: @unchecked Sendable {
     public func forgetEverything() {
         state.withLock { s in
             for f in s.files.values { f.revoke() }
+            for id in Array(s.plaintext.keys) { s.forgetPlaintext(id) }
             s.files = [:]
             s.index.removeAll()
         }
@@ -95,6 +105,7 @@ public final class KeychainTree: @unchecked Sendable {
     /// Brings the index up to date after a change made outside the tree (the CLI, git).
     public func apply(saved: [KeychainItem], deleted: [Int64]) {
         state.withLock { s in
+            for id in deleted + saved.map(\.id) { s.forgetPlaintext(id) }
             for id in deleted { s.index.remove(id: id) }
             for item in saved { s.index.insert(item) }
         }
@@ -276,6 +287,7 @@ public final class KeychainTree: @unchecked Sendable {
         try state.withLock { s throws(FileSystemError) in
             guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
             do { try keychain.delete([item]) } catch { throw .from(error) }
+            s.forgetPlaintext(item.id)
             s.index.remove(id: item.id)
         }
     }
@@ -306,7 +318,7 @@ public final class KeychainTree: @unchecked Sendable {
             record.key = newKey
             do {
                 let moved = try keychain.update(item, to: record, replacing: replaced)
-                if let replaced { s.index.remove(id: replaced.id) }
+                if let replaced { s.forgetPlaintext(replaced.id); s.index.remove(id: replaced.id) }
                 s.index.insert(moved)
             } catch { throw .from(error) }
         }

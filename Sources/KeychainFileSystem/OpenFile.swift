@@ -18,14 +18,17 @@ public struct OpenMode: Equatable, Sendable {
     }
 }
 
-/// One open file: a private copy of the secret in locked memory. Writes change only this
-/// copy; `commit` happens at flush, fsync and release, so a reader sees the old value or
-/// the new one, never a mix. Not thread-safe; `KeychainTree` guards it.
+/// One open file: the secret in locked memory. Readers share the tree's decrypted copy;
+/// the first change makes a private copy (copy on write). Changes are committed at flush,
+/// fsync and release, so a reader sees the old value or the new one, never a mix.
+/// Not thread-safe; `KeychainTree` guards it.
 final class OpenFile {
     let itemID: Int64
     let accessible: AccessibilityClass
     let mode: OpenMode
     private(set) var buffer: SecureBytes
+    /// False while `buffer` is the tree's shared copy, which this handle must neither change nor wipe.
+    private var ownsBuffer: Bool
     private(set) var isDirty = false
     /// Set when the keychain locks and this item's class key goes: reads then fail with ENOKEY.
     private(set) var isRevoked = false
@@ -33,15 +36,23 @@ final class OpenFile {
     /// stored value stays as it was rather than becoming a cut-off prefix.
     private(set) var isAbandoned = false
 
-    init(itemID: Int64, accessible: AccessibilityClass, mode: OpenMode, contents: SecureBytes) {
+    init(itemID: Int64, accessible: AccessibilityClass, mode: OpenMode, contents: SecureBytes, shared: Bool = false) {
         self.itemID = itemID
         self.accessible = accessible
         self.mode = mode
         self.buffer = contents
+        self.ownsBuffer = !shared
         if mode.truncate && contents.count > 0 {
-            contents.resize(to: 0)
+            buffer = SecureBytes()
+            ownsBuffer = true
             isDirty = true
         }
+    }
+
+    private func makeOwned() {
+        guard !ownsBuffer else { return }
+        buffer = buffer.copy()
+        ownsBuffer = true
     }
 
     func read(offset: Int, count: Int, into destination: UnsafeMutableRawPointer) throws(FileSystemError) -> Int {
@@ -62,6 +73,7 @@ final class OpenFile {
         let start = mode.append ? buffer.count : offset
         let end = start + data.count
         guard end <= maxSecretBytes else { isAbandoned = true; throw .tooLarge }
+        makeOwned()
         if end > buffer.count { buffer.resize(to: end) }
         if data.count > 0 {
             buffer.withUnsafeMutableBytes { ($0.baseAddress! + start).copyMemory(from: data.baseAddress!, byteCount: data.count) }
@@ -74,15 +86,23 @@ final class OpenFile {
         guard !isRevoked else { throw .keyUnavailable }
         guard size >= 0 else { throw .invalid }
         guard size <= maxSecretBytes else { isAbandoned = true; throw .tooLarge }
+        makeOwned()
         buffer.resize(to: size)
         isDirty = true
     }
 
     func markCommitted() { isDirty = false }
 
-    /// Wipes the copy: at lock for unavailable classes, and at release.
+    /// At lock, for classes whose key is gone: later reads and writes fail with ENOKEY.
     func revoke() {
         isRevoked = true
-        buffer.wipe()
+        close()
+    }
+
+    /// Wipes a private copy and lets go of a shared one.
+    func close() {
+        if ownsBuffer { buffer.wipe() }
+        buffer = SecureBytes()
+        ownsBuffer = true
     }
 }
