@@ -1,0 +1,3 @@
+// Users of the library need the model and SecureBytes; one import brings them.
+@_exported import KeychainCrypto
+@_exported import KeychainModel
