@@ -34,7 +34,8 @@ extension KeychainTree {
         let location = try TreeLocation.parse(path)
         let key = try itemKey(at: location)
         return try state.withLock { s throws(FileSystemError) in
-            if case .item? = try? node(location, s.index) { throw .exists }
+            // Whatever exists there (an item, or a path directory of that name) is not replaced.
+            if (try? node(location, s.index)) != nil { throw .exists }
             guard keychain.isAvailable(defaultClass) else { throw .keyUnavailable }
             try requireParent(of: location, s.index)
             let item: KeychainItem

@@ -18,7 +18,10 @@ enum GitCredentialHelper {
               let action = CredentialAction(argument: argument) else { return }
         let input = FileHandle.standardInput.readDataToEndOfFile()
         guard let request = try? CredentialRequest(parsing: input),
-              let keychain = MountRegistry.servingDaemon(forStore: KeychainLocations.store()) else { return }
+              let keychain = MountRegistry.servingDaemon(forStore: KeychainLocations.store()),
+              // Locked (or before first unlock) means no answer and no change, even for items
+              // whose class would allow it: the store would still delete while locked.
+              (try? keychain.status())?.state == .unlocked else { return }
         switch action {
         case .get: get(request, keychain)
         case .store: store(request, keychain)

@@ -45,7 +45,7 @@ final class KeychainTreeTests: XCTestCase {
         XCTAssertEqual(try tree.stat("/github/alice").size, 6)
         XCTAssertEqual(try tree.stat("/github/alice").mode, 0o100600)
         XCTAssertEqual(try tree.stat("/github").mode, 0o040700)
-        XCTAssertEqual(try names("/"), ["github", "internet"])
+        XCTAssertEqual(try names("/").sorted(), ["github", "internet"])
         XCTAssertEqual(try names("/github"), ["alice"])
         // The store has it too, under the blind index.
         let item = try keychain.item(for: .generic(GenericPasswordKey(service: "github", account: "alice")))
@@ -104,8 +104,11 @@ final class KeychainTreeTests: XCTestCase {
         try tree.setAttribute("/internet/h/443/alice", name: "user.keychain.protocol", value: Array("http".utf8))
         XCTAssertEqual(try names("/internet/h/443"), ["alice%~http", "alice%~ssh"])
         // A path directory wins the plain name; the item keeps its tagged one.
-        try put("/internet/h/443/docs", "file")
         try tree.makeDirectory("/internet/h/443/docs")
+        XCTAssertThrowsError(try tree.create("/internet/h/443/docs", flags: O_WRONLY)) {
+            XCTAssertEqual($0 as? FileSystemError, .exists)
+        }
+        try put("/internet/h/443/docs%~https", "file")
         XCTAssertEqual(try names("/internet/h/443"), ["alice%~http", "alice%~ssh", "docs", "docs%~https"])
         XCTAssertEqual(try get("/internet/h/443/docs%~https"), "file")
         XCTAssertTrue(try tree.stat("/internet/h/443/docs").isDirectory)

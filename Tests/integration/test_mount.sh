@@ -212,6 +212,17 @@ expect_exit 70 "mounting over an existing mount is refused" kc mount "$MP" --sto
 expect_exit 70 "no /dev/fuse is a clear failure" unshare -m sh -c "mount -t tmpfs tmpfs /dev && exec \"\$0\" mount \"\$1\" --store \"\$2\" --passphrase-file \"\$3\"" "$KEYCHAINFS_BIN" "$TEST_ROOT/mnt2" "$TEST_ROOT/other.db" "$PASSFILE"
 expect_contains "$ERR" "/dev/fuse" "the message names /dev/fuse"
 
+echo "== foreground"
+kc unmount "$MP" >/dev/null
+kc mount "$MP" --foreground --passphrase-file "$PASSFILE" 2>"$TEST_ROOT/fg.log" &
+fgpid=$!
+on_exit_kill "$fgpid"
+i=0; while ! mountpoint -q "$MP" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+expect_eq "fresh!" "$(cat "$MP/github/alice")" "mount --foreground serves"
+expect_exit 0 "unmount a foreground mount" kc unmount "$MP"
+expect_exit 0 "the foreground process exits at unmount" wait_gone "$fgpid"
+expect_exit 0 "mount again" mount_kc "$MP"
+
 echo "== a killed daemon"
 pid=$(daemon_pid "$MP")
 kill -9 "$pid"

@@ -1,0 +1,53 @@
+#!/bin/sh
+# Faults through the mount: a tampered row, a full disk, a corrupt store. Each gives a clear
+# error and loses nothing else.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/mount_lib.sh"
+
+echo "== a tampered row fails alone"
+init_store
+kc add-generic-password -s svc -a good -w good-secret --passphrase-file "$PASSFILE" >/dev/null
+kc add-generic-password -s svc -a bad -w bad-secret --passphrase-file "$PASSFILE" >/dev/null
+# The second item added has the highest id; flip the last byte of its sealed secret (the tag).
+sqlite3 "$KEYCHAINFS_STORE" "UPDATE items SET secret = substr(secret, 1, length(secret) - 1) || X'00' WHERE id = (SELECT MAX(id) FROM items) AND substr(secret, -1) != X'00';
+    UPDATE items SET secret = substr(secret, 1, length(secret) - 1) || X'01' WHERE id = (SELECT MAX(id) FROM items) AND substr(secret, -1) = X'00';"
+expect_exit 0 "a store with a tampered row still mounts" mount_kc "$MP"
+expect_errno "reading the tampered item fails with EBADMSG" "Bad message" cat "$MP/svc/bad"
+expect_eq "good-secret" "$(cat "$MP/svc/good")" "every other item still reads"
+expect_exit 93 "verify reports it" kc verify
+expect_contains "$(cat "$OUT" "$ERR")" "fails authentication" "and says why"
+kc unmount "$MP" >/dev/null
+
+echo "== a full disk"
+FS="$TEST_ROOT/small"
+mkdir -p "$FS"
+if mount -t tmpfs -o size=2m tmpfs "$FS" 2>/dev/null; then
+    on_exit "umount -l '$FS'"
+    S="$FS/k.db"
+    kc init --store "$S" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+    kc mount "$MP" --store "$S" --passphrase-file "$PASSFILE" >/dev/null
+    on_exit_unmount "$MP"
+    pid=$(daemon_pid "$MP"); [ -n "$pid" ] && on_exit_kill "$pid"
+    mkdir -p "$MP/svc"
+    sh -c "printf kept > '$MP/svc/item'"
+    dd if=/dev/zero of="$FS/filler" bs=4k 2>/dev/null
+    expect_errno "a write to a full disk fails with ENOSPC" "No space left on device" sh -c "head -c 500000 /dev/urandom > '$MP/svc/item'"
+    expect_eq "kept" "$(cat "$MP/svc/item")" "the old value is intact"
+    head -c 500000 /dev/urandom >"$TEST_ROOT/big"
+    expect_exit 73 "the CLI gets the disk-full exit code" kc add-generic-password --store "$S" -s svc -a other -U <"$TEST_ROOT/big"
+    rm -f "$FS/filler"
+    sh -c "printf after > '$MP/svc/item'"
+    expect_eq "after" "$(cat "$MP/svc/item")" "with space again, writes work"
+    kc unmount "$MP" >/dev/null
+    expect_exit 0 "and the store verifies" kc verify --store "$S" --passphrase-file "$PASSFILE"
+else
+    fail "mount a small tmpfs (needs root)"
+fi
+
+echo "== a corrupt store"
+head -c 8192 /dev/urandom >"$TEST_ROOT/random.db"
+expect_exit 49 "mounting a file that is not a store fails" kc mount "$MP" --store "$TEST_ROOT/random.db" --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "not a keychainfs store" "and says so"
+expect_exit 32 "nothing is mounted" mountpoint -q "$MP"
+
+finish

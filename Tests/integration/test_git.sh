@@ -1,0 +1,371 @@
+#!/bin/sh
+# git-credential-keychainfs, fed directly (every behaviour of git's own helper test suite, plus
+# the keychain's: no mount, locked, port rule, extras, the tree), then driven by the real git.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/mount_lib.sh"
+
+GIT_HELPER_BIN=${GIT_HELPER_BIN:-$(dirname "$KEYCHAINFS_BIN")/git-credential-keychainfs}
+if [ ! -x "$GIT_HELPER_BIN" ]; then
+    echo "test_git.sh: no helper at $GIT_HELPER_BIN (build first, or set GIT_HELPER_BIN)" >&2
+    exit 2
+fi
+
+# cred ACTION [LINE...]: runs the helper with ACTION, its stdin the LINEs each ending in a
+# newline (none at all for no LINE), stdout to $OUT. Every call must exit 0 and write nothing
+# to stderr: each one that does not is a failure of its own, and the rest are counted and
+# checked once at the end.
+CALLS=0
+NOISY=0
+cred() {
+    action=$1
+    shift
+    CALLS=$((CALLS + 1))
+    if [ $# -gt 0 ]; then printf '%s\n' "$@"; fi | "$GIT_HELPER_BIN" "$action" >"$OUT" 2>"$ERR"
+    rc=$?
+    if [ $rc -ne 0 ] || [ -s "$ERR" ]; then
+        NOISY=$((NOISY + 1))
+        fail "helper $action exited $rc (want 0) or wrote to stderr" "input: $*"
+        show_output
+    fi
+    return 0
+}
+
+# cred_file ACTION FILE: as cred, with stdin from FILE (for inputs too long for arguments).
+cred_file() {
+    CALLS=$((CALLS + 1))
+    "$GIT_HELPER_BIN" "$1" <"$2" >"$OUT" 2>"$ERR"
+    rc=$?
+    if [ $rc -ne 0 ] || [ -s "$ERR" ]; then
+        NOISY=$((NOISY + 1))
+        fail "helper $1 exited $rc (want 0) or wrote to stderr" "input: $2"
+        show_output
+    fi
+    return 0
+}
+
+# expect_get NAME WANT [LINE...]: `get` with LINEs prints exactly WANT (without its final newline).
+expect_get() {
+    name=$1 want=$2
+    shift 2
+    cred get "$@"
+    expect_eq "$want" "$(cat "$OUT")" "$name"
+}
+
+# expect_miss NAME [LINE...]: `get` with LINEs prints nothing at all.
+expect_miss() {
+    name=$1
+    shift
+    cred get "$@"
+    if [ -s "$OUT" ]; then fail "$name" "expected no output"; show_output; else pass "$name"; fi
+}
+
+items() { getfattr --only-values -n user.keychain.items "$MP" 2>/dev/null; }
+
+# A credential for ACCOUNT (and PASSWORD) as git prints it.
+creds() { printf 'username=%s\npassword=%s' "$1" "$2"; }
+
+echo "== no mount running"
+expect_miss "no store: get prints nothing" protocol=https host=example.com username=alice
+cred store protocol=https host=example.com username=alice password=pw-nostore
+cred erase protocol=https host=example.com
+expect_eq "" "$(cat "$OUT")" "no store: store and erase print nothing"
+expect_exit 1 "no store: store created no store file" test -e "$KEYCHAINFS_STORE"
+init_store
+kc add-internet-password -s keep.example -a kept -w kept-pw --passphrase-file "$PASSFILE" >/dev/null
+expect_miss "store not mounted: get prints nothing" protocol=https host=keep.example username=kept
+cred store protocol=https host=example.com username=bob password=pw-unmounted
+cred erase protocol=https host=keep.example
+cred erase protocol=https host=keep.example username=kept password=kept-pw
+expect_exit 0 "mount" mount_kc "$MP"
+expect_eq "1" "$(items)" "nothing was stored without a mount"
+expect_get "nothing was erased without a mount" "$(creds kept kept-pw)" protocol=https host=keep.example
+expect_miss "get with no match prints nothing" protocol=https host=example.com
+cred erase protocol=https host=keep.example
+
+echo "== store and get"
+cred store protocol=https host=example.com username=store-user password=store-pass
+expect_eq "" "$(cat "$OUT")" "store prints nothing"
+expect_get "store then get returns username and password" "$(creds store-user store-pass)" \
+    protocol=https host=example.com username=store-user
+expect_get "get without a username returns the stored one" "$(creds store-user store-pass)" \
+    protocol=https host=example.com
+expect_get "an empty path matches a credential stored without one" "$(creds store-user store-pass)" \
+    protocol=https host=example.com path=
+expect_miss "a different protocol misses" protocol=http host=example.com
+expect_miss "a different host misses" protocol=https host=other.tld
+expect_miss "a host that only shares a suffix misses" protocol=https host=ample.com
+expect_miss "a different username misses" protocol=https host=example.com username=other
+expect_miss "a username differing in case misses" protocol=https host=example.com username=Store-User
+cred store protocol=http host=path.tld path=foo.git username=user password=pass
+expect_get "get with the stored path returns it" "$(creds user pass)" protocol=http host=path.tld path=foo.git
+expect_get "get without a path returns it" "$(creds user pass)" protocol=http host=path.tld
+expect_miss "a different path misses" protocol=http host=path.tld path=bar.git
+expect_miss "a longer path misses" protocol=http host=path.tld path=foo.git/more
+expect_miss "the empty path misses a stored path" protocol=http host=path.tld path=
+expect_eq "pass" "$(cat "$MP/internet/path.tld/80/foo.git/user")" "the path is a directory in the tree"
+
+echo "== overwrite"
+n=$(items)
+cred store protocol=https host=example.com username=store-user password=new-pass
+expect_get "the same key overwrites on store" "$(creds store-user new-pass)" protocol=https host=example.com
+expect_eq "$n" "$(items)" "the overwrite made no second item"
+
+echo "== erase"
+cred store protocol=https host=example.com username=user1 password=pass1
+cred store protocol=https host=example.com username=user2 password=pass2
+cred store protocol=https host=example.com:8443 username=user1 password=pass-port
+cred store protocol=https host=example.org username=user1 password=pass-org
+cred store protocol=http host=example.com username=user1 password=pass-http
+expect_get "two users on one host: the first" "$(creds user1 pass1)" protocol=https host=example.com username=user1
+expect_get "two users on one host: the second" "$(creds user2 pass2)" protocol=https host=example.com username=user2
+cred erase protocol=https host=example.com username=user1
+expect_eq "" "$(cat "$OUT")" "erase prints nothing"
+expect_miss "erase with a username forgets that user" protocol=https host=example.com username=user1
+expect_get "and keeps the other user" "$(creds user2 pass2)" protocol=https host=example.com username=user2
+expect_get "and keeps the same user on another port" "$(creds user1 pass-port)" \
+    protocol=https host=example.com:8443 username=user1
+cred erase protocol=https host=example.com username=user2 password=wrong
+expect_get "erase with a different password removes nothing" "$(creds user2 pass2)" \
+    protocol=https host=example.com username=user2
+cred erase protocol=https host=example.com password=wrong
+expect_get "erase with a different password and no username removes nothing" "$(creds user2 pass2)" \
+    protocol=https host=example.com username=user2
+cred store protocol=https host=example.com username=user3 password=pass3
+cred erase protocol=https host=example.com password=pass2
+expect_miss "erase with a password removes the credential holding it" protocol=https host=example.com username=user2
+expect_get "and only that one" "$(creds user3 pass3)" protocol=https host=example.com username=user3
+cred store protocol=https host=example.com username=user1 password=pass1
+cred erase protocol=https host=example.com
+expect_miss "erase with protocol and host removes every credential on that host" protocol=https host=example.com
+expect_get "it keeps the same host on another port" "$(creds user1 pass-port)" protocol=https host=example.com:8443
+expect_get "it keeps another host" "$(creds user1 pass-org)" protocol=https host=example.org
+expect_get "it keeps another protocol" "$(creds user1 pass-http)" protocol=http host=example.com
+cred erase protocol=https host=nothing.example
+expect_eq "" "$(cat "$OUT")" "erasing what is not there is silent"
+n=$(items)
+cred erase host=example.org
+cred erase protocol=https
+cred erase
+expect_eq "$n" "$(items)" "erase without protocol or host removes nothing"
+
+echo "== empty username and password"
+cred store protocol=https host=sso.tld username= password=
+expect_get "an empty username and password come back as username= / password=" "$(creds '' '')" \
+    protocol=https host=sso.tld
+expect_get "and with an explicit empty username" "$(creds '' '')" protocol=https host=sso.tld username=
+expect_miss "an empty username does not match another" protocol=https host=sso.tld username=someone
+cred store protocol=https host=sso.tld username= password=sso-pass
+expect_get "an empty username with a password" "$(creds '' sso-pass)" protocol=https host=sso.tld
+expect_eq "sso-pass" "$(cat "$MP/internet/sso.tld/443/%")" "the empty account is a lone % in the tree"
+cred erase protocol=https host=sso.tld username=
+expect_miss "erase with an empty username" protocol=https host=sso.tld
+n=$(items)
+cred store protocol=https host=nouser.tld password=p
+cred store protocol=https host=nopass.tld username=u
+expect_eq "$n" "$(items)" "store without a username or without a password stores nothing"
+
+echo "== long lines"
+cred store protocol=https host=victim.example.com username=user password=to-be-stolen
+# As git's t/lib-credential.sh: "host=" starts right at a buffer boundary (23 bytes are
+# "wwwauth[]=basic realm=" plus git's NUL), for git's 1024 and a few other common sizes.
+for buf in 1024 4096 8192 65536; do
+    long=$(printf "%0$((buf - 23))d" 0 | tr 0 a)
+    expect_miss "a $buf-byte wwwauth[] line cannot smuggle a host=" \
+        protocol=https host=badguy.example.com "wwwauth[]=basic realm=${long}host=victim.example.com"
+done
+long=$(printf '%01001d' 0 | tr 0 a)
+expect_get "a host= line after a 1,000+ byte line is read" "$(creds user to-be-stolen)" \
+    "wwwauth[]=basic realm=${long}" protocol=https host=victim.example.com
+{
+    printf 'protocol=https\nhost=badguy.example.com\nwwwauth[]=basic realm='
+    head -c 100000 /dev/zero | tr '\0' a
+    printf 'host=victim.example.com\n'
+} >"$TEST_ROOT/long100k"
+cred_file get "$TEST_ROOT/long100k"
+expect_eq "" "$(cat "$OUT")" "a 100,000-byte wwwauth[] line cannot smuggle a host="
+{
+    printf 'wwwauth[]=basic realm='
+    head -c 100000 /dev/zero | tr '\0' a
+    printf '\nprotocol=https\nhost=victim.example.com\n'
+} >"$TEST_ROOT/long100k-then-host"
+cred_file get "$TEST_ROOT/long100k-then-host"
+expect_eq "$(creds user to-be-stolen)" "$(cat "$OUT")" "lines after a 100,000-byte line are read"
+{
+    printf 'protocol=https\nhost=long.example\nusername=u\npassword='
+    head -c 100000 /dev/zero | tr '\0' p
+    printf '\n'
+} >"$TEST_ROOT/longpass"
+cred_file store "$TEST_ROOT/longpass"
+expect_eq "100000" "$(stat -c %s "$MP/internet/long.example/443/u")" "a 100,000-byte password is stored whole"
+cred get protocol=https host=long.example
+expect_eq "100021" "$(wc -c <"$OUT" | tr -d ' ')" "and comes back whole"
+
+echo "== unknown keys and actions"
+cred store protocol=https host=unknown.example username=u password=p
+n=$(items)
+expect_get "unknown keys are ignored on get" "$(creds u p)" \
+    protocol=https host=unknown.example frob=nicate "capability[]=authtype" "state[]=x" ephemeral=1
+cred store protocol=https host=unknown.example username=u password=p2 frob=nicate "wwwauth[]=basic"
+expect_get "unknown keys are ignored on store" "$(creds u p2)" protocol=https host=unknown.example
+cred frobnicate protocol=https host=unknown.example username=u password=p3
+expect_eq "" "$(cat "$OUT")" "an unknown action prints nothing"
+cred frobnicate protocol=https host=unknown.example
+expect_get "an unknown action changes nothing" "$(creds u p2)" protocol=https host=unknown.example
+expect_eq "$n" "$(items)" "an unknown action adds nothing"
+CALLS=$((CALLS + 1))
+"$GIT_HELPER_BIN" </dev/null >"$OUT" 2>"$ERR"
+rc=$?
+[ $rc -eq 0 ] && [ ! -s "$OUT" ] && [ ! -s "$ERR" ] && pass "no action at all: silent, exit 0" ||
+    { NOISY=$((NOISY + 1)); fail "no action at all: silent, exit 0" "exit $rc"; show_output; }
+expect_miss "a malformed line (no =) answers nothing" protocol=https host=unknown.example garbage
+expect_miss "an unsupported protocol answers nothing" protocol=gopher host=unknown.example
+expect_miss "a bad port answers nothing" protocol=https host=unknown.example:99999
+expect_miss "nothing after an empty line is read" protocol=https "" host=unknown.example
+expect_get "CRLF line ends are accepted" "$(creds u p2)" "protocol=https$(printf '\r')" "host=unknown.example$(printf '\r')"
+
+echo "== port rule"
+cred store protocol=https host=port.example:8443 username=u password=on-8443
+expect_get "a credential stored for host:8443 is returned for host:8443" "$(creds u on-8443)" \
+    protocol=https host=port.example:8443
+expect_miss "and not for the default port" protocol=https host=port.example
+expect_miss "nor for another port" protocol=https host=port.example:8444
+expect_eq "on-8443" "$(cat "$MP/internet/port.example/8443/u")" "it sits in the 8443 directory"
+cred store protocol=https host=default.example username=u password=on-default
+expect_miss "a credential stored for the default port is not returned for host:8443" \
+    protocol=https host=default.example:8443
+expect_get "but for the host alone" "$(creds u on-default)" protocol=https host=default.example
+cred erase protocol=https host=port.example
+expect_get "erase on the default port keeps host:8443" "$(creds u on-8443)" protocol=https host=port.example:8443
+cred store protocol=https "host=[::1]:8443" username=v6 password=pw-v6
+expect_get "bracketed IPv6 with a port" "$(creds v6 pw-v6)" protocol=https "host=[::1]:8443"
+expect_miss "bracketed IPv6 without the port misses" protocol=https "host=[::1]"
+expect_eq "pw-v6" "$(kc find-internet-password -s ::1 -P 8443 -a v6 -w)" "the server is the bare address"
+cred store protocol=https "host=[fe80::1]" username=v6 password=pw-v6-default
+expect_get "bracketed IPv6 without a port" "$(creds v6 pw-v6-default)" protocol=https "host=[fe80::1]"
+expect_eq "pw-v6-default" "$(cat "$MP/internet/fe80::1/443/v6")" "it sits in the well-known port's directory"
+cred erase protocol=https "host=[::1]:8443" username=v6
+expect_miss "erase with bracketed IPv6" protocol=https "host=[::1]:8443"
+
+echo "== password_expiry_utc and oauth_refresh_token"
+cred store protocol=https host=example.com username=user-expiry password=pass password_expiry_utc=9999999999
+expect_get "password_expiry_utc is kept and returned" "$(creds user-expiry pass)
+password_expiry_utc=9999999999" protocol=https host=example.com username=user-expiry
+cred store protocol=https host=example.com username=user-oauth password=pass oauth_refresh_token=xyzzy
+expect_get "oauth_refresh_token is kept and returned" "$(creds user-oauth pass)
+oauth_refresh_token=xyzzy" protocol=https host=example.com username=user-oauth
+cred store protocol=https host=example.com username=user-both password=pass \
+    oauth_refresh_token=tok password_expiry_utc=1700000000
+expect_get "both are kept and returned" "$(creds user-both pass)
+password_expiry_utc=1700000000
+oauth_refresh_token=tok" protocol=https host=example.com username=user-both
+cred store protocol=https host=example.com username=user-both password=pass2
+expect_get "a store without them drops them" "$(creds user-both pass2)" \
+    protocol=https host=example.com username=user-both
+cred erase protocol=https host=example.com
+
+echo "== visible in the tree"
+cred store protocol=https host=github.com username=alice password=gh-s3cret
+expect_eq "gh-s3cret|" "$(cat "$MP/internet/github.com/443/alice"; printf '|')" \
+    "cat internet/github.com/443/alice prints the password exactly, no newline"
+expect_eq "gh-s3cret|" "$(kc find-internet-password -s github.com -a alice -w; printf '|')" \
+    "find-internet-password -s github.com -a alice -w prints it"
+expect_eq "https" "$(getfattr --only-values -n user.keychain.protocol "$MP/internet/github.com/443/alice" 2>/dev/null)" \
+    "its protocol attribute is https"
+mkdir -p "$MP/internet/tree.example/443"
+sh -c "printf 'from-tree' > '$MP/internet/tree.example/443/carol'"
+expect_get "an item written in the tree is served to git" "$(creds carol from-tree)" protocol=https host=tree.example
+sh -c "printf 'edited' > '$MP/internet/github.com/443/alice'"
+expect_get "an edit in the tree shows in the helper at once" "$(creds alice edited)" protocol=https host=github.com
+rm "$MP/internet/tree.example/443/carol"
+expect_miss "an rm in the tree shows too" protocol=https host=tree.example
+cred store protocol=https host=git.example path=org/repo.git username=dave password=with-path
+expect_eq "with-path" "$(cat "$MP/internet/git.example/443/org/repo.git/dave")" "a path becomes directories"
+cred erase protocol=https host=github.com username=alice
+expect_exit 1 "an erase removes the file" test -e "$MP/internet/github.com/443/alice"
+expect_exit 0 "KEYCHAINFS_STORE unset: the default store (the same one here) is used" \
+    env -u KEYCHAINFS_STORE sh -c 'printf "protocol=https\nhost=git.example\n" | "$0" get | grep -qx password=with-path' \
+    "$GIT_HELPER_BIN"
+kc init --store "$TEST_ROOT/other.db" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+KEYCHAINFS_STORE="$TEST_ROOT/other.db" cred get protocol=https host=git.example
+expect_eq "" "$(cat "$OUT")" "KEYCHAINFS_STORE naming an unmounted store: get answers nothing"
+
+echo "== locked"
+cred store protocol=https host=lock.example username=u password=before-lock
+kc add-internet-password -s lock.example -a always -w always-pw --accessible always >/dev/null
+n=$(items)
+expect_exit 0 "keychainfs lock" kc lock "$MP"
+expect_miss "locked: get answers nothing" protocol=https host=lock.example username=u
+expect_miss "locked: not even an always item" protocol=https host=lock.example username=always
+cred store protocol=https host=lock.example username=u password=while-locked
+cred store protocol=https host=lock.example username=new password=while-locked
+cred store protocol=https host=lock.example username=always password=while-locked
+cred erase protocol=https host=lock.example username=u password=before-lock
+cred erase protocol=https host=lock.example
+cred erase protocol=https host=lock.example username=always
+expect_eq "locked" "$(state "$MP")" "still locked"
+expect_exit 0 "keychainfs unlock" kc unlock "$MP" --passphrase-file "$PASSFILE"
+expect_eq "$n" "$(items)" "locked: store and erase added and removed nothing"
+expect_get "locked: store changed nothing" "$(creds u before-lock)" protocol=https host=lock.example username=u
+expect_get "locked: erase removed nothing" "$(creds always always-pw)" \
+    protocol=https host=lock.example username=always
+
+echo "== the real git"
+GITBIN_DIR=$(dirname "$GIT_HELPER_BIN")
+gitc() {
+    env -u XDG_CONFIG_HOME -u GIT_CONFIG_GLOBAL -u GIT_CONFIG_PARAMETERS -u GIT_CONFIG_COUNT \
+        -u GIT_ASKPASS -u SSH_ASKPASS -u GIT_DIR \
+        PATH="$GITBIN_DIR:$PATH" GIT_TERMINAL_PROMPT=0 GIT_CONFIG_NOSYSTEM=1 git "$@"
+}
+printf 'protocol=https\nhost=git-e2e.example\nusername=erin\npassword=e2e-pass\n' |
+    expect_exit 0 "git credential approve" gitc -c credential.helper=keychainfs credential approve
+expect_eq "e2e-pass" "$(kc find-internet-password -s git-e2e.example -a erin -w)" "approve stored it"
+printf 'protocol=https\nhost=git-e2e.example\n' |
+    expect_exit 0 "git credential fill" gitc -c credential.helper=keychainfs credential fill
+expect_eq "protocol=https
+host=git-e2e.example
+username=erin
+password=e2e-pass" "$(cat "$OUT")" "fill returns the stored credential"
+expect_eq "" "$(cat "$ERR")" "fill wrote nothing to stderr"
+printf 'url=https://erin@git-e2e.example/some/repo.git\n' |
+    expect_exit 0 "git credential fill with a url" gitc -c credential.helper=keychainfs credential fill
+expect_contains "$OUT" "password=e2e-pass" "a url with the username finds it"
+printf 'url=https://git-e2e.example:8443/\n' |
+    expect_exit 128 "git credential fill on another port fails (no prompting)" \
+    gitc -c credential.helper=keychainfs credential fill
+expect_contains "$ERR" "terminal prompts disabled" "git reports it could not prompt"
+printf 'protocol=https\nhost=git-e2e.example\nusername=erin\npassword=e2e-pass\n' |
+    expect_exit 0 "git credential reject" gitc -c credential.helper=keychainfs credential reject
+expect_exit 44 "reject removed it" kc find-internet-password -s git-e2e.example -a erin
+printf 'protocol=https\nhost=git-e2e.example\n' |
+    expect_exit 128 "fill then fails, since prompting is disabled" gitc -c credential.helper=keychainfs credential fill
+expect_not_contains "$OUT" "password=" "and prints no password"
+expect_exit 0 "git config --global credential.helper keychainfs" gitc config --global credential.helper keychainfs
+expect_contains "$HOME/.gitconfig" "helper = keychainfs" "it went to the test HOME"
+printf 'protocol=https\nhost=github.com\nusername=frank\npassword=readme-pass\n' |
+    expect_exit 0 "the README set-up: git credential approve" gitc credential approve
+printf 'url=https://github.com\n' | expect_exit 0 "the README set-up: git credential fill" gitc credential fill
+expect_eq "protocol=https
+host=github.com
+username=frank
+password=readme-pass" "$(cat "$OUT")" "the README set-up returns the stored credential"
+expect_eq "readme-pass" "$(cat "$MP/internet/github.com/443/frank")" "and git's credential is in the tree"
+printf 'protocol=https\nhost=github.com\nusername=frank\npassword=readme-pass\n' |
+    expect_exit 0 "git credential reject, configured globally" gitc credential reject
+expect_exit 1 "and it is gone from the tree" test -e "$MP/internet/github.com/443/frank"
+
+echo "== a killed daemon"
+pid=$(daemon_pid "$MP")
+kill -9 "$pid"
+wait_gone "$pid"
+expect_miss "a killed daemon: get answers nothing" protocol=https host=git.example
+cred store protocol=https host=git.example username=z password=z
+cred erase protocol=https host=git.example
+
+echo "== stderr"
+if [ "$NOISY" -eq 0 ]; then
+    pass "every one of the $CALLS helper calls exited 0 and wrote nothing to stderr"
+else
+    fail "$NOISY of the $CALLS helper calls failed or wrote to stderr"
+fi
+
+finish
