@@ -25,43 +25,57 @@ public struct FourCharCode: Hashable, Codable, Sendable, CustomStringConvertible
     }
 }
 
-/// `kSecAttrProtocol`: a four-char code with a friendly name for the CLI and the tree.
-public struct InternetProtocol: Hashable, Codable, Sendable, CustomStringConvertible, Comparable {
-    public let code: FourCharCode
+/// A vocabulary of four-char codes with friendly names (`htps` is `https`): the protocols
+/// and authentication types. Parsing accepts a friendly name or any four-char code.
+public protocol FourCharVocabulary: Hashable, Codable, Sendable, CustomStringConvertible, Comparable {
+    var code: FourCharCode { get }
+    init(code: FourCharCode)
+    /// Friendly name and code of every known value.
+    static var vocabulary: [(name: String, code: String)] { get }
+    /// What the values are, for error messages ("protocol").
+    static var noun: String { get }
+}
 
-    public init(code: FourCharCode) { self.code = code }
-
-    /// Accepts a friendly name (`https`), or any four-char code (`htps`).
+extension FourCharVocabulary {
     public init(parsing text: String) throws(ModelError) {
-        if let known = Self.table.first(where: { $0.name == text.lowercased() }) {
-            self.code = FourCharCode(known: known.code)
+        if let known = Self.vocabulary.first(where: { $0.name == text.lowercased() }) {
+            self.init(code: FourCharCode(known: known.code))
         } else if let c = try? FourCharCode(text) {
-            self.code = c
+            self.init(code: c)
         } else {
-            throw .invalid("unknown protocol '\(text)'; expected one of: "
-                + Self.table.map(\.name).joined(separator: ", ") + ", or a four-character code")
+            throw .invalid("unknown \(Self.noun) '\(text)'; expected one of: "
+                + Self.knownNames.joined(separator: ", ") + ", or a four-character code")
         }
     }
 
-    public var name: String { Self.table.first(where: { $0.code == code.text })?.name ?? code.text }
+    public static var knownNames: [String] { vocabulary.map(\.name) }
+    public var name: String { Self.vocabulary.first(where: { $0.code == code.text })?.name ?? code.text }
     public var description: String { name }
+    public static func < (a: Self, b: Self) -> Bool { a.code < b.code }
+    public init(from decoder: Decoder) throws { self.init(code: try FourCharCode(from: decoder)) }
+    public func encode(to encoder: Encoder) throws { try code.encode(to: encoder) }
+
+    static func known(_ code: String) -> Self { Self(code: FourCharCode(known: code)) }
+}
+
+/// `kSecAttrProtocol`.
+public struct InternetProtocol: FourCharVocabulary {
+    public let code: FourCharCode
+    public init(code: FourCharCode) { self.code = code }
+    public static let noun = "protocol"
+    public static var vocabulary: [(name: String, code: String)] { table.map { ($0.name, $0.code) } }
 
     /// The port this protocol uses when an item leaves its port unspecified.
     public var wellKnownPort: UInt16? { Self.table.first(where: { $0.code == code.text })?.port }
 
     /// The protocol an item made through the tree takes on `port`; `https` where the port has none.
     public static func forPort(_ port: UInt16) -> InternetProtocol {
-        if let p = table.first(where: { $0.port == port && $0.portDefault }) { return InternetProtocol(code: FourCharCode(known: p.code)) }
-        return .https
+        table.first(where: { $0.port == port && $0.portDefault }).map { known($0.code) } ?? .https
     }
 
-    public static let https = InternetProtocol(code: FourCharCode(known: "htps"))
-    public static let http = InternetProtocol(code: FourCharCode(known: "http"))
-    public static let ssh = InternetProtocol(code: FourCharCode(known: "ssh "))
-
-    public static func < (a: Self, b: Self) -> Bool { a.code < b.code }
-    public init(from decoder: Decoder) throws { code = try FourCharCode(from: decoder) }
-    public func encode(to encoder: Encoder) throws { try code.encode(to: encoder) }
+    public static let https = known("htps")
+    public static let http = known("http")
+    public static let ssh = known("ssh ")
 
     /// Apple's kSecAttrProtocol codes. `portDefault` marks the protocol a port maps to in the tree.
     static let table: [(name: String, code: String, port: UInt16?, portDefault: Bool)] = [
@@ -77,38 +91,18 @@ public struct InternetProtocol: Hashable, Codable, Sendable, CustomStringConvert
         ("daap", "daap", 3689, true), ("eppc", "eppc", 3031, true), ("http-proxy", "htpx", nil, false),
         ("https-proxy", "htsx", nil, false), ("ftp-proxy", "ftpx", nil, false),
     ]
-    public static var knownNames: [String] { table.map(\.name) }
 }
 
 /// `kSecAttrAuthenticationType`.
-public struct AuthenticationType: Hashable, Codable, Sendable, CustomStringConvertible, Comparable {
+public struct AuthenticationType: FourCharVocabulary {
     public let code: FourCharCode
-
     public init(code: FourCharCode) { self.code = code }
+    public static let noun = "authentication type"
 
-    public init(parsing text: String) throws(ModelError) {
-        if let known = Self.table.first(where: { $0.name == text.lowercased() }) {
-            self.code = FourCharCode(known: known.code)
-        } else if let c = try? FourCharCode(text) {
-            self.code = c
-        } else {
-            throw .invalid("unknown authentication type '\(text)'; expected one of: "
-                + Self.table.map(\.name).joined(separator: ", ") + ", or a four-character code")
-        }
-    }
+    public static let `default` = known("dflt")
 
-    public var name: String { Self.table.first(where: { $0.code == code.text })?.name ?? code.text }
-    public var description: String { name }
-
-    public static let `default` = AuthenticationType(code: FourCharCode(known: "dflt"))
-
-    public static func < (a: Self, b: Self) -> Bool { a.code < b.code }
-    public init(from decoder: Decoder) throws { code = try FourCharCode(from: decoder) }
-    public func encode(to encoder: Encoder) throws { try code.encode(to: encoder) }
-
-    static let table: [(name: String, code: String)] = [
+    public static let vocabulary: [(name: String, code: String)] = [
         ("default", "dflt"), ("html-form", "form"), ("http-basic", "http"), ("http-digest", "httd"),
         ("ntlm", "ntlm"), ("msn", "msna"), ("dpa", "dpaa"), ("rpa", "rpaa"),
     ]
-    public static var knownNames: [String] { table.map(\.name) }
 }
