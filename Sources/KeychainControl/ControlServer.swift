@@ -13,6 +13,7 @@ public final class ControlServer: @unchecked Sendable {
     private let service: KeychainService
     private let listenFD: Int32
     private let running = Atomic<Bool>(true)
+    private let started = Atomic<Bool>(false)
     /// Connections being answered; `stop` waits for them so that a reply (to `unmount`, say)
     /// is not cut off by the process exiting.
     private let inFlight = Mutex<Int>(0)
@@ -29,6 +30,7 @@ public final class ControlServer: @unchecked Sendable {
 
     /// Starts the accept loop on its own thread.
     public func start() {
+        guard !started.exchange(true, ordering: .sequentiallyConsistent) else { return }
         let thread = Thread { [self] in acceptLoop() }
         thread.name = "keychainfs-control"
         thread.start()
@@ -39,9 +41,10 @@ public final class ControlServer: @unchecked Sendable {
     public func stop() {
         guard running.exchange(false, ordering: .sequentiallyConsistent) else { return }
         unlink(socketPath)
-        // shutdown wakes the thread blocked in accept(); close alone would not.
+        // shutdown wakes the thread blocked in accept() (close alone would not); that thread
+        // closes the descriptor, so it never calls accept() on a number reused meanwhile.
         shutdown(listenFD, Int32(SHUT_RDWR))
-        close(listenFD)
+        if !started.exchange(true, ordering: .sequentiallyConsistent) { close(listenFD) }
         let own = Thread.current.threadDictionary[Self.handlerMarker] != nil ? 1 : 0
         let deadline = Date().addingTimeInterval(2)
         while inFlight.withLock({ $0 }) > own && Date() < deadline { usleep(10_000) }
@@ -50,6 +53,7 @@ public final class ControlServer: @unchecked Sendable {
     private static let handlerMarker = "keychainfs.control-handler"
 
     private func acceptLoop() {
+        defer { close(listenFD) }
         while running.load(ordering: .sequentiallyConsistent) {
             let fd = accept(listenFD, nil, nil)
             if fd < 0 {

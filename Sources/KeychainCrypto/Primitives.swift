@@ -116,12 +116,15 @@ public enum Scrypt {
         let out = SecureBytes(count: length)
         let n = UInt64(1) << UInt64(parameters.logN)
         let maxmem = UInt64(parameters.r) * 128 * n * UInt64(parameters.p) + 64 * 1024 * 1024
-        var empty: CChar = 0
+        // OpenSSL wants a non-null pointer even for an empty passphrase.
+        let empty: [CChar] = [0]
         let rc = passphrase.withUnsafeBytes { pw in
-            out.withUnsafeMutableBytes { o in
-                EVP_PBE_scrypt(pw.baseAddress?.assumingMemoryBound(to: CChar.self) ?? UnsafePointer(&empty), pw.count,
-                               salt, salt.count, n, UInt64(parameters.r), UInt64(parameters.p), maxmem,
-                               o.bindMemory(to: UInt8.self).baseAddress, length)
+            empty.withUnsafeBufferPointer { e in
+                out.withUnsafeMutableBytes { o in
+                    EVP_PBE_scrypt(pw.baseAddress?.assumingMemoryBound(to: CChar.self) ?? e.baseAddress!, pw.count,
+                                   salt, salt.count, n, UInt64(parameters.r), UInt64(parameters.p), maxmem,
+                                   o.bindMemory(to: UInt8.self).baseAddress, length)
+                }
             }
         }
         guard rc == 1 else { throw CryptoError.openSSL("EVP_PBE_scrypt") }

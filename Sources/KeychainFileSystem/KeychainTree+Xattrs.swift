@@ -135,7 +135,8 @@ extension KeychainTree {
             }
             guard Self.itemNames.contains(short) || (item.key.kind == .internet && Self.internetNames.contains(short))
             else { throw .noData }
-            guard !Self.readOnly.contains(short) else { throw .notPermitted }
+            // ENOTSUP rather than EPERM: cp -a and mv, copying attributes, pass over it quietly.
+            guard !Self.readOnly.contains(short) else { throw FileSystemError(EOPNOTSUPP) }
             var record = item.record
             try edit(&record)
             // Both the old and the new class key are needed: the secret is re-sealed.

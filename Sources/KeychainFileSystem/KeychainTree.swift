@@ -28,6 +28,8 @@ public final class KeychainTree: @unchecked Sendable {
     public let keychain: Keychain
     public let defaultClass: AccessibilityClass
     public let lockAfter: Int?
+    /// Directories have no dates of their own; they show the time of mounting.
+    let mountTime = Date()
     let state: Mutex<TreeState>
     private let lastAccess = Atomic<Int64>(0)
 
@@ -180,14 +182,19 @@ public final class KeychainTree: @unchecked Sendable {
 
     // MARK: metadata
 
+    /// A file's size is that of its stored secret, or of an open copy being written, so
+    /// that `stat` during a copy does not report (and the kernel cache) a stale size.
     public func stat(_ path: String) throws(FileSystemError) -> FileStat {
-        let (_, node) = try resolve(path)
-        switch node {
-        case .item(let item):
-            return FileStat(isDirectory: false, size: item.sealed.secret.count - AESGCM.overhead, mode: 0o100600,
-                            modified: item.record.attributes.modified, links: 1)
-        default:
-            return FileStat(isDirectory: true, size: 0, mode: 0o040700, modified: Date(timeIntervalSince1970: 0), links: 2)
+        let location = try TreeLocation.parse(path)
+        return try state.withLock { s throws(FileSystemError) in
+            switch try node(location, s.index) {
+            case .item(let item):
+                let pending = s.files.values.first { $0.itemID == item.id && $0.isDirty }
+                return FileStat(isDirectory: false, size: pending?.buffer.count ?? item.sealed.secret.count - AESGCM.overhead,
+                                mode: 0o100600, modified: item.record.attributes.modified, links: 1)
+            default:
+                return FileStat(isDirectory: true, size: 0, mode: 0o040700, modified: mountTime, links: 2)
+            }
         }
     }
 
@@ -292,7 +299,8 @@ public final class KeychainTree: @unchecked Sendable {
         }
     }
 
-    /// Moves or renames an item. Onto an existing item it replaces it in one transaction.
+    /// Moves or renames an item. Onto an existing item it replaces that item's secret in one
+    /// transaction, keeping the target's attributes.
     /// Non-empty directories answer EXDEV, so `mv` copies them item by item instead.
     public func rename(_ from: String, to: String, noReplace: Bool, exchange: Bool) throws(FileSystemError) {
         guard !exchange else { throw .invalid }
@@ -314,7 +322,9 @@ public final class KeychainTree: @unchecked Sendable {
             guard newKey.kind == item.key.kind else { throw .crossDevice }
             var replaced: KeychainItem?
             if case .item(let existing)? = target { replaced = existing }
-            var record = item.record
+            // Onto an existing item, the secret moves but the target keeps its attributes and
+            // class: editors save through a temporary file, and a save must not weaken an item.
+            var record = replaced?.record ?? item.record
             record.key = newKey
             do {
                 let moved = try keychain.update(item, to: record, replacing: replaced)

@@ -33,7 +33,8 @@ enum DaemonLauncher {
         let setsid: Int16 = 0x80  // POSIX_SPAWN_SETSID, hidden behind _GNU_SOURCE
         posix_spawnattr_setflags(&attr, setsid)
 
-        let exe = "/proc/self/exe"
+        // The real path, so that ps shows the daemon as keychainfs rather than "exe".
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
         let argv = ([exe] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0

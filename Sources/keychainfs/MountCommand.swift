@@ -15,7 +15,7 @@ struct MountCommand: ParsableCommand {
             on in the background until 'keychainfs unmount'.
             """)
 
-    @Argument(help: "An existing, empty directory to mount on.") var mountpoint: String
+    @Argument(help: "An existing directory to mount on; its contents are hidden while mounted.") var mountpoint: String
     @OptionGroup var store: StoreOptions
     @Flag(help: "Mount without unlocking (before first unlock).") var locked = false
     @Option(help: "Lock after this many seconds without file access.") var lockAfter: Int?

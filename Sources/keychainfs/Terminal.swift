@@ -19,29 +19,68 @@ final class Terminal {
         return Terminal(fd: fd)
     }
 
-    /// Prompts and reads one line without echo. Signals are off meanwhile so that Ctrl-C
-    /// cannot leave the terminal without echo; it is read as a byte and aborts here instead.
+    /// Prompts and reads one line without echo, into locked memory.
+    ///
+    /// The terminal is put in non-canonical mode with signals off, and the few editing keys
+    /// are handled here: the kernel's line buffer would otherwise hold the passphrase, and a
+    /// Ctrl-C delivered as a signal would leave the terminal without echo. Ctrl-C aborts
+    /// (exit 130), Ctrl-D on an empty line ends it, Backspace and Ctrl-U edit.
     func readHidden(prompt: String) throws -> SecureBytes {
         write(prompt)
         var saved = termios()
         guard tcgetattr(fd, &saved) == 0 else {
             throw KeychainError.io("cannot configure the terminal: \(String(cString: strerror(errno)))")
         }
-        var quiet = saved
-        quiet.c_lflag &= ~tcflag_t(ECHO | ISIG)
-        quiet.c_lflag |= tcflag_t(ICANON)
-        tcsetattr(fd, TCSAFLUSH, &quiet)
+        var raw = saved
+        raw.c_lflag &= ~tcflag_t(ECHO | ICANON | ISIG | IEXTEN)
+        withUnsafeMutableBytes(of: &raw.c_cc) { cc in
+            cc[Int(VMIN)] = 1
+            cc[Int(VTIME)] = 0
+        }
+        tcsetattr(fd, TCSAFLUSH, &raw)
         defer {
             tcsetattr(fd, TCSAFLUSH, &saved)
             write("\n")
         }
-        let line = try LineReader.readLine(fd: fd, what: "the terminal")
-        let interrupted = line.withUnsafeBytes { $0.contains(0x03) }
-        if interrupted {
-            line.wipe()
-            throw ExitCode(130)
+        return try readEditedLine()
+    }
+
+    private func readEditedLine() throws -> SecureBytes {
+        let line = SecureBytes(count: 0)
+        var byte: UInt8 = 0
+        defer { byte = 0 }
+        while true {
+            let n = read(fd, &byte, 1)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw KeychainError.io("cannot read from the terminal: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { return line }
+            switch byte {
+            case 0x0a, 0x0d: return line
+            case 0x03:
+                line.wipe()
+                throw ExitCode(130)
+            case 0x04 where line.count == 0: return line
+            case 0x15: line.resize(to: 0)
+            case 0x7f, 0x08: line.resize(to: Self.lengthWithoutLastCharacter(line))
+            default:
+                guard line.count < LineReader.maxBytes else {
+                    throw KeychainError.invalidInput("the input is longer than \(LineReader.maxBytes) bytes")
+                }
+                line.resize(to: line.count + 1)
+                line.withUnsafeMutableBytes { $0[$0.count - 1] = byte }
+            }
         }
-        return line
+    }
+
+    /// Backspace removes a whole UTF-8 character: its continuation bytes and its lead byte.
+    private static func lengthWithoutLastCharacter(_ line: SecureBytes) -> Int {
+        line.withUnsafeBytes { b in
+            var n = b.count
+            while n > 0 && b[n - 1] & 0xC0 == 0x80 { n -= 1 }
+            return max(n - 1, 0)
+        }
     }
 
     private func write(_ text: String) {

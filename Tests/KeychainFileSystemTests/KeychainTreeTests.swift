@@ -84,9 +84,15 @@ final class KeychainTreeTests: XCTestCase {
         XCTAssertEqual(try names("/svc"), ["acct"])
         XCTAssertEqual(try get("/svc/acct"), "new")
         XCTAssertEqual(try keychain.allItems().items.count, 1)
+        // The replaced item's class and attributes stay; only the secret moved.
+        try tree.setAttribute("/svc/acct", name: "user.keychain.accessible", value: Array("always".utf8))
+        try put("/svc/tmp2", "newer")
+        try tree.rename("/svc/tmp2", to: "/svc/acct", noReplace: false, exchange: false)
+        XCTAssertEqual(try tree.attribute("/svc/acct", name: "user.keychain.accessible"), Array("always".utf8))
+        XCTAssertEqual(try get("/svc/acct"), "newer")
         try tree.makeDirectory("/other")
         try tree.rename("/svc/acct", to: "/other/moved", noReplace: false, exchange: false)
-        XCTAssertEqual(try get("/other/moved"), "new")
+        XCTAssertEqual(try get("/other/moved"), "newer")
     }
 
     func testInternetVariantsStayReachable() throws {
@@ -141,7 +147,7 @@ final class KeychainTreeTests: XCTestCase {
         XCTAssertThrowsError(try tree.attribute("/svc/a", name: "security.selinux")) { XCTAssertEqual($0 as? FileSystemError, .noData) }
         XCTAssertThrowsError(try tree.attribute("/svc/a", name: "user.other")) { XCTAssertEqual($0 as? FileSystemError, .noData) }
         XCTAssertThrowsError(try tree.setAttribute("/svc/a", name: "user.keychain.created", value: [49])) {
-            XCTAssertEqual($0 as? FileSystemError, .notPermitted)
+            XCTAssertEqual($0 as? FileSystemError, FileSystemError(EOPNOTSUPP))
         }
         XCTAssertThrowsError(try tree.setAttribute("/svc/a", name: "user.keychain.accessible", value: Array("sometimes".utf8))) {
             XCTAssertEqual($0 as? FileSystemError, .invalid)

@@ -80,6 +80,10 @@ expect_errno "symlink is EPERM" "Operation not permitted" ln -s alice "$MP/githu
 expect_errno "mknod (mkfifo) is EPERM" "Operation not permitted" mkfifo "$MP/github/fifo"
 expect_errno "rmdir of a non-empty service is ENOTEMPTY" "Directory not empty" rmdir "$MP/github"
 expect_errno "mkdir inside a service is EPERM" "Operation not permitted" mkdir "$MP/github/sub"
+setfattr -n user.keychain.accessible -v after-first-unlock "$MP/github/edit"
+setfattr -n user.keychain.label -v "Edited" "$MP/github/edit"
+sed -i 's/line/Line/' "$MP/github/edit"
+expect_eq "after-first-unlock Edited" "$(getfattr --only-values -n user.keychain.accessible "$MP/github/edit") $(getfattr --only-values -n user.keychain.label "$MP/github/edit")" "a save through a temporary file keeps the item's class and label"
 expect_errno "a missing item is ENOENT" "No such file or directory" cat "$MP/github/nobody"
 expect_errno "RENAME_NOREPLACE onto an item is EEXIST" "File exists" rename2 "$MP/github/copied" "$MP/github/alice" 1
 expect_errno "RENAME_EXCHANGE is EINVAL" "Invalid argument" rename2 "$MP/github/copied" "$MP/github/alice" 2
@@ -114,7 +118,7 @@ expect_eq "GitHub" "$(getfattr --only-values -n user.keychain.label "$MP/github/
 getfattr -d "$MP/github/alice" >"$TEST_ROOT/attrs" 2>&1
 expect_contains "$TEST_ROOT/attrs" 'user.keychain.accessible="when-unlocked"' "getfattr -d shows the class"
 expect_contains "$TEST_ROOT/attrs" 'user.keychain.created=' "getfattr -d shows created"
-expect_errno "created is read-only" "Operation not permitted" setfattr -n user.keychain.created -v 2020 "$MP/github/alice"
+expect_errno "created is read-only" "Operation not supported" setfattr -n user.keychain.created -v 2020 "$MP/github/alice"
 expect_errno "an unknown class is EINVAL" "Invalid argument" setfattr -n user.keychain.accessible -v sometimes "$MP/github/alice"
 for a in comment description generic; do
     setfattr -n "user.keychain.$a" -v "v-$a" "$MP/github/alice"
