@@ -14,22 +14,10 @@ struct AddGenericPassword: ParsableCommand {
     var service = ""
     @Option(name: .customShort("a"), help: ArgumentHelp("The account.", valueName: "account"))
     var account = ""
-    @Option(name: .customShort("w"), help: ArgumentHelp("The password (else standard input).", valueName: "password"))
-    var password: String?
-    @Flag(name: .customShort("U"), help: "Update the item if it exists (otherwise a duplicate is an error).")
-    var update = false
-    @OptionGroup var attributes: AttributeOptions
-    @OptionGroup var storeOptions: StoreOptions
-    @OptionGroup var passphrase: PassphraseOptions
+    @OptionGroup var saving: SaveOptions
 
     func run() throws {
-        let key = try ModelInput.parse { ItemKey.generic(try GenericPasswordKey(service: service, account: account)) }
-        let changes = try attributes.changes()
-        // Connected first, so that --passphrase-fd 0 can take the first line of standard input
-        // and leave the rest for the secret.
-        let keychain = try storeOptions.connect(passphrase)
-        let secret = try password.map { SecureBytes(copying: $0.utf8) } ?? SecretInput.read()
-        _ = try keychain.save(key: key, secret: secret, changes: changes, updateExisting: update)
+        try saving.save(ModelInput.parse { ItemKey.generic(try GenericPasswordKey(service: service, account: account)) })
     }
 }
 
@@ -71,7 +59,34 @@ struct DeleteGenericPassword: ParsableCommand {
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        let count = try storeOptions.connect(passphrase).delete(query: ItemQuery(kind: .generic, account: account, service: service))
+        try storeOptions.deleteMatches(ItemQuery(kind: .generic, account: account, service: service), passphrase)
+    }
+}
+
+/// What both add commands take besides the key: the secret, -U, the attributes, the store.
+struct SaveOptions: ParsableArguments {
+    @Option(name: .customShort("w"), help: ArgumentHelp("The password (else standard input).", valueName: "password"))
+    var password: String?
+    @Flag(name: .customShort("U"), help: "Update the item if it exists (otherwise a duplicate is an error).")
+    var update = false
+    @OptionGroup var attributes: AttributeOptions
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+
+    func save(_ key: ItemKey) throws {
+        let changes = try attributes.changes()
+        // Connected first, so that --passphrase-fd 0 can take the first line of standard input
+        // and leave the rest for the secret.
+        let keychain = try storeOptions.connect(passphrase)
+        let secret = try password.map { SecureBytes(copying: $0.utf8) } ?? SecretInput.read()
+        _ = try keychain.save(key: key, secret: secret, changes: changes, updateExisting: update)
+    }
+}
+
+extension StoreOptions {
+    /// Deletes every match and says how many.
+    func deleteMatches(_ query: ItemQuery, _ passphrase: PassphraseOptions) throws {
+        let count = try connect(passphrase).delete(query: query)
         Output.line("deleted \(count) item\(count == 1 ? "" : "s")")
     }
 }

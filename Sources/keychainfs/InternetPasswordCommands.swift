@@ -56,21 +56,9 @@ struct AddInternetPassword: ParsableCommand {
             """)
 
     @OptionGroup var keyOptions: InternetKeyOptions
-    @Option(name: .customShort("w"), help: ArgumentHelp("The password (else standard input).", valueName: "password"))
-    var password: String?
-    @Flag(name: .customShort("U"), help: "Update the item if it exists (otherwise a duplicate is an error).")
-    var update = false
-    @OptionGroup var attributes: AttributeOptions
-    @OptionGroup var storeOptions: StoreOptions
-    @OptionGroup var passphrase: PassphraseOptions
+    @OptionGroup var saving: SaveOptions
 
-    func run() throws {
-        let key = try keyOptions.key()
-        let changes = try attributes.changes()
-        let keychain = try storeOptions.connect(passphrase)
-        let secret = try password.map { SecureBytes(copying: $0.utf8) } ?? SecretInput.read()
-        _ = try keychain.save(key: key, secret: secret, changes: changes, updateExisting: update)
-    }
+    func run() throws { try saving.save(keyOptions.key()) }
 }
 
 struct FindInternetPassword: ParsableCommand {
@@ -105,8 +93,6 @@ struct DeleteInternetPassword: ParsableCommand {
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        let query = try keyOptions.query()
-        let count = try storeOptions.connect(passphrase).delete(query: query)
-        Output.line("deleted \(count) item\(count == 1 ? "" : "s")")
+        try storeOptions.deleteMatches(keyOptions.query(), passphrase)
     }
 }
