@@ -44,8 +44,9 @@ extension KeychainTree {
                                         secret: SecureBytes())
             } catch { throw .from(error) }
             s.index.insert(item)
-            return Self.register(OpenFile(itemID: item.id, accessible: defaultClass, mode: OpenMode(flags: flags),
-                                          contents: SecureBytes()), &s)
+            let file = OpenFile(itemID: item.id, accessible: defaultClass, mode: OpenMode(flags: flags), contents: SecureBytes())
+            file.createdItem = true
+            return Self.register(file, &s)
         }
     }
 
@@ -106,7 +107,14 @@ extension KeychainTree {
     private func commit(_ f: OpenFile, _ s: inout TreeState) throws(FileSystemError) {
         guard f.isDirty else { return }
         guard !f.isRevoked else { throw .keyUnavailable }
-        guard !f.isAbandoned else { f.markCommitted(); throw .tooLarge }
+        guard !f.isAbandoned else {
+            f.markCommitted()
+            if f.createdItem, let item = s.index.item(f.itemID) {
+                try? keychain.delete([item])
+                s.index.remove(id: item.id)
+            }
+            throw .tooLarge
+        }
         // Deleted or replaced while open: like a write to an unlinked file, it goes nowhere.
         guard let item = s.index.item(f.itemID) else { f.markCommitted(); return }
         do {

@@ -35,6 +35,8 @@ final class OpenFile {
     /// Set by a write or truncate past 16 MiB: the copy is then never committed, so the
     /// stored value stays as it was rather than becoming a cut-off prefix.
     private(set) var isAbandoned = false
+    /// This handle's create() made the (empty) item; an abandoned create removes it again.
+    var createdItem = false
 
     init(itemID: Int64, accessible: AccessibilityClass, mode: OpenMode, contents: SecureBytes, shared: Bool = false) {
         self.itemID = itemID

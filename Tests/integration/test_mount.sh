@@ -90,6 +90,8 @@ expect_errno "RENAME_EXCHANGE is EINVAL" "Invalid argument" rename2 "$MP/github/
 expect_exit 0 "RENAME_NOREPLACE onto a free name works" rename2 "$MP/github/copied" "$MP/github/copied2" 1
 expect_errno "a write over 16 MiB is EFBIG" "File too large" sh -c "head -c 17000000 /dev/zero > '$MP/github/alice'"
 expect_eq "fresh!" "$(cat "$MP/github/alice")" "the failed oversized write lost nothing"
+expect_errno "a new file over 16 MiB is EFBIG" "File too large" sh -c "head -c 17000000 /dev/zero > '$MP/github/toobig'"
+expect_errno "and leaves no empty item behind" "No such file or directory" stat "$MP/github/toobig"
 expect_errno "truncate over 16 MiB is EFBIG" "File too large" truncate -s 17M "$MP/github/alice"
 sh -c "head -c 16777216 /dev/zero > '$MP/github/max'"
 expect_eq "16777216" "$(stat -c %s "$MP/github/max")" "exactly 16 MiB is accepted"
