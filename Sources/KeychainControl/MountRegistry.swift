@@ -40,7 +40,8 @@ public enum MountRegistry {
         let data: Data
         do { data = try JSONEncoder().encode(record) } catch { throw KeychainError.io("cannot encode the mount record: \(error)") }
         let temp = path + ".\(getpid()).tmp"
-        let fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        unlink(temp)
+        let fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw KeychainError.io("cannot write \(temp): \(String(cString: strerror(errno)))") }
         let written = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         close(fd)

@@ -18,6 +18,10 @@ public final class RemoteKeychainService: KeychainService {
             throw KeychainError.notMounted("no daemon answers on \(socketPath)")
         }
         defer { close(fd) }
+        // Passphrases and secrets go only to a daemon of our own uid.
+        guard UnixSocket.peerUID(fd) == getuid() else {
+            throw KeychainError.io("the process on \(socketPath) belongs to another user; refusing to talk to it")
+        }
         UnixSocket.setTimeout(fd, seconds: Self.replyTimeout)
         try ControlFrame.send(request, to: fd)
         guard let response = try ControlFrame.receive(ControlResponse.self, from: fd) else {

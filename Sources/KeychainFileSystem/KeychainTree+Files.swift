@@ -93,19 +93,25 @@ extension KeychainTree {
 
     /// Commits the open copy as one atomic, durable update (at close(2) and fsync(2)).
     public func flush(_ handle: UInt64) throws(FileSystemError) {
-        try state.withLock { s throws(FileSystemError) in try commit(try file(handle, s), &s) }
+        try state.withLock { s throws(FileSystemError) in try commit(try file(handle, s), &s, final: false) }
+    }
+
+    /// fsync(2): everything, a pending O_TRUNC included, is committed.
+    public func sync(_ handle: UInt64) throws(FileSystemError) {
+        try state.withLock { s throws(FileSystemError) in try commit(try file(handle, s), &s, final: true) }
     }
 
     public func release(_ handle: UInt64) throws(FileSystemError) {
         try state.withLock { s throws(FileSystemError) in
             guard let f = s.files.removeValue(forKey: handle) else { throw .badHandle }
             defer { f.close() }
-            try commit(f, &s)
+            try commit(f, &s, final: true)
         }
     }
 
-    private func commit(_ f: OpenFile, _ s: inout TreeState) throws(FileSystemError) {
-        guard f.isDirty else { return }
+    private func commit(_ f: OpenFile, _ s: inout TreeState, final: Bool) throws(FileSystemError) {
+        guard f.isDirty || f.isAbandoned else { return }
+        guard final || f.hasWrites || f.isAbandoned else { return }
         guard !f.isRevoked else { throw .keyUnavailable }
         guard !f.isAbandoned else {
             f.markCommitted()

@@ -75,8 +75,11 @@ extension KeychainTree {
         // fall back to plain chmod.
         guard name.hasPrefix(Self.prefix) else { throw FileSystemError(EOPNOTSUPP) }
         try change(path, name: name) { record throws(FileSystemError) in
-            guard let text = String(validating: value, as: UTF8.self) else { throw .invalid }
             let short = try attributeName(name)
+            // `generic` holds bytes; every other attribute is text.
+            guard let text = String(validating: value, as: UTF8.self) ?? (short == "generic" ? "" : nil) else {
+                throw .invalid
+            }
             do {
                 switch (short, record.key) {
                 case ("label", _): record.attributes.label = text

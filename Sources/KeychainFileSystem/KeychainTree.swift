@@ -40,8 +40,12 @@ public final class KeychainTree: @unchecked Sendable {
         /// Decrypted secrets by item id, so that opening a file costs no decryption; wiped
         /// per item on change and per class on lock.
         var plaintext: [Int64: SecureBytes] = [:]
+        /// Ids deleted while mounted; ids are never reused, so a late report cannot revive one.
+        var deleted: Set<Int64> = []
 
-        mutating func forgetPlaintext(_ id: Int64) { plaintext.removeValue(forKey: id)?.wipe() }
+        /// Drops the cached copy. Open readers may still share it; `SecureBytes` wipes it
+        /// when the last one lets go.
+        mutating func forgetPlaintext(_ id: Int64) { plaintext[id] = nil }
     }
 
     public init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) throws {
@@ -78,7 +82,11 @@ public final class KeychainTree: @unchecked Sendable {
     public func lock() {
         keychain.lock()
         state.withLock { s in
-            for f in s.files.values where !keychain.isAvailable(f.accessible) { f.revoke() }
+            // The class the item has now counts too: it may have changed while open.
+            for f in s.files.values where !keychain.isAvailable(f.accessible)
+                || !(s.index.item(f.itemID).map { keychain.isAvailable($0.accessible) } ?? true) {
+                f.revoke()
+            }
             for id in Array(s.plaintext.keys) {
                 if let item = s.index.item(id), keychain.isAvailable(item.accessible) { continue }
                 s.forgetPlaintext(id)
@@ -87,6 +95,8 @@ public final class KeychainTree: @unchecked Sendable {
     }
 
     public func unlock(passphrase: SecureBytes?) throws {
+        // Not idle: the lock-after timer must not lock again while the names are reloaded.
+        noteAccess()
         let before = keychain.state
         try keychain.unlock(passphrase: passphrase)
         if before == .beforeFirstUnlock { try reload() }
@@ -108,8 +118,12 @@ public final class KeychainTree: @unchecked Sendable {
     public func apply(saved: [KeychainItem], deleted: [Int64]) {
         state.withLock { s in
             for id in deleted + saved.map(\.id) { s.forgetPlaintext(id) }
-            for id in deleted { s.index.remove(id: id) }
-            for item in saved { s.index.insert(item) }
+            for id in deleted { s.index.remove(id: id); s.deleted.insert(id) }
+            // Reports from concurrent control requests may arrive out of order.
+            for item in saved where !s.deleted.contains(item.id) {
+                if let current = s.index.items[item.id], current.sealed.version > item.sealed.version { continue }
+                s.index.insert(item)
+            }
         }
     }
 
@@ -255,8 +269,8 @@ public final class KeychainTree: @unchecked Sendable {
                 guard s.index.servers[server] != nil else { throw .notFound }
                 s.index.makeDirectory(server: server, port: port, path: [])
             case .internetEntry(let server, let port, let parent, let name):
-                guard !name.contains(InternetVariantName.marker), let segment = TreeName.unescape(name), !segment.isEmpty
-                else { throw .invalid }
+                guard !name.contains(InternetVariantName.marker) else { throw .invalid }
+                let segment = try TreeLocation.segment(name)
                 guard s.index.directory(server: server, port: port, path: parent) != nil else { throw .notFound }
                 s.index.makeDirectory(server: server, port: port, path: parent + [segment])
             }

@@ -29,7 +29,13 @@ final class OpenFile {
     private(set) var buffer: SecureBytes
     /// False while `buffer` is the tree's shared copy, which this handle must neither change nor wipe.
     private var ownsBuffer: Bool
-    private(set) var isDirty = false
+    /// Opened with O_TRUNC: the stored value is to become empty. That alone is committed only
+    /// at release, not at the flush a shell's dup-and-close sends before the first write, so a
+    /// write that then fails (EFBIG) leaves the stored value as it was.
+    private(set) var truncatedAtOpen = false
+    /// Written or truncated since the last commit.
+    private(set) var hasWrites = false
+    var isDirty: Bool { truncatedAtOpen || hasWrites }
     /// Set when the keychain locks and this item's class key goes: reads then fail with ENOKEY.
     private(set) var isRevoked = false
     /// Set by a write or truncate past 16 MiB: the copy is then never committed, so the
@@ -44,10 +50,10 @@ final class OpenFile {
         self.mode = mode
         self.buffer = contents
         self.ownsBuffer = !shared
-        if mode.truncate && contents.count > 0 {
+        if mode.truncate {
             buffer = SecureBytes()
             ownsBuffer = true
-            isDirty = true
+            truncatedAtOpen = true
         }
     }
 
@@ -80,7 +86,7 @@ final class OpenFile {
         if data.count > 0 {
             buffer.withUnsafeMutableBytes { ($0.baseAddress! + start).copyMemory(from: data.baseAddress!, byteCount: data.count) }
         }
-        isDirty = true
+        hasWrites = true
         return data.count
     }
 
@@ -90,10 +96,10 @@ final class OpenFile {
         guard size <= maxSecretBytes else { isAbandoned = true; throw .tooLarge }
         makeOwned()
         buffer.resize(to: size)
-        isDirty = true
+        hasWrites = true
     }
 
-    func markCommitted() { isDirty = false }
+    func markCommitted() { truncatedAtOpen = false; hasWrites = false }
 
     /// At lock, for classes whose key is gone: later reads and writes fail with ENOKEY.
     func revoke() {

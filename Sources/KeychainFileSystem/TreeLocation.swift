@@ -38,10 +38,17 @@ public enum TreeLocation: Equatable, Sendable {
         do { port = try InternetPort.parse(parts[1]) } catch { throw .invalid }
         guard parts.count > 2 else { return .port(server: server, port: port) }
         var parent: [String] = []
-        for p in parts[2..<(parts.count - 1)] { parent.append(try decode(p)) }
+        for p in parts[2..<(parts.count - 1)] { parent.append(try segment(p)) }
         let last = parts[parts.count - 1]
         guard last.utf8.count <= TreeName.maxBytes else { throw .nameTooLong }
         return .internetEntry(server: server, port: port, parent: parent, name: last)
+    }
+
+    /// A path segment: paths are split on `/`, so a segment can hold neither `/` nor nothing.
+    static func segment(_ component: String) throws(FileSystemError) -> String {
+        let s = try decode(component)
+        guard !s.isEmpty, !s.contains("/") else { throw .invalid }
+        return s
     }
 
     static func decode(_ component: String) throws(FileSystemError) -> String {

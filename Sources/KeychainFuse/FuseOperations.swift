@@ -83,8 +83,12 @@ enum FuseOperations {
         }
         ops.utimens = { path, _, _ in FuseOperations.call(path) { t, p throws(FileSystemError) in _ = try t.stat(p); return 0 } }
         ops.truncate = { path, size, fi in
-            FuseOperations.call(path) { t, p throws(FileSystemError) in
-                try t.truncate(p, size: Int(size), handle: fi.map { $0.pointee.fh })
+            // ftruncate(2) names the open file; its path may be gone (NULL) by then.
+            if let fi {
+                return FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in try t.truncate("", size: Int(size), handle: h); return 0 }
+            }
+            return FuseOperations.call(path) { t, p throws(FileSystemError) in
+                try t.truncate(p, size: Int(size), handle: nil)
                 return 0
             }
         }
@@ -111,7 +115,7 @@ enum FuseOperations {
             }
         }
         ops.flush = { _, fi in FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in try t.flush(h); return 0 } }
-        ops.fsync = { _, _, fi in FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in try t.flush(h); return 0 } }
+        ops.fsync = { _, _, fi in FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in try t.sync(h); return 0 } }
         ops.release = { _, fi in FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in try t.release(h); return 0 } }
         ops.statfs = { path, st in
             FuseOperations.call(path) { t, _ throws(FileSystemError) in

@@ -4,7 +4,8 @@ public struct FourCharCode: Hashable, Codable, Sendable, CustomStringConvertible
 
     public init(_ text: String) throws(ModelError) {
         let bytes = Array(text.utf8)
-        guard bytes.count == 4, bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7f }) else {
+        // `/`, `%` and `,` would make a variant file name ambiguous.
+        guard bytes.count == 4, bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && !"/%,".utf8.contains($0) }) else {
             throw .invalid("'\(text)' is not a four-character code")
         }
         self.text = text

@@ -37,7 +37,10 @@ public struct InternetPasswordKey: Hashable, Codable, Sendable {
         try TreeName.validate(server, as: "server")
         try TreeName.validate(account, as: "account")
         self.server = server
-        self.port = port == 0 ? (proto.wellKnownPort ?? 0) : port
+        guard port != 0 || proto.wellKnownPort != nil else {
+            throw .invalid("protocol '\(proto.name)' has no well-known port; give a port from 1 to 65535")
+        }
+        self.port = port == 0 ? proto.wellKnownPort! : port
         self.path = InternetPath.normalize(path)
         for segment in InternetPath.segments(self.path) { try TreeName.validate(segment, as: "path segment") }
         self.protocol = proto

@@ -155,15 +155,14 @@ struct Keybag {
     /// Forgets the keys of `when-unlocked*` classes; the secrets of those items become unreadable.
     mutating func lock() {
         guard state == .unlocked else { return }
-        for c in classKeys.keys where c.tier == .whenUnlocked { classKeys[c]?.wipe(); classKeys[c] = nil }
+        // Dropped, not wiped in place: another thread may be mid-decryption with it; the last
+        // reference's deinit wipes and unmaps it.
+        for c in classKeys.keys where c.tier == .whenUnlocked { classKeys[c] = nil }
         state = .locked
     }
 
     /// Forgets every key.
     mutating func forget() {
-        for k in classKeys.values { k.wipe() }
-        for k in metadataKeys.values { k.wipe() }
-        indexKey?.wipe()
         classKeys = [:]; metadataKeys = [:]; indexKey = nil
         state = .beforeFirstUnlock
     }

@@ -202,7 +202,8 @@ public final class Keychain: @unchecked Sendable {
         for row in rows {
             let sealed = SealedItem(row: row)
             guard metadataKey(sealed) != nil else { continue }
-            let item = try decode(sealed)
+            // A tampered row fails alone (verify reports it); the others still match.
+            guard let item = try? decode(sealed) else { continue }
             if query.matches(item.key) { out.append(item) }
         }
         return out.sorted(by: ItemOrder.precedes)

@@ -31,9 +31,15 @@ public enum KeychainLocations {
         return FileManager.default.currentDirectoryPath + "/" + path
     }
 
-    /// Creates `path` and its parents; the last component gets `mode`.
+    /// Creates `path` and its parents; the last component gets `mode`. An existing directory
+    /// must be ours and not a symlink: the runtime directory's fallback is in /tmp, where
+    /// another user could have made it first to catch passphrases sent to the daemon.
     public static func makeDirectory(_ path: String, mode: mode_t = 0o700) throws {
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        chmod(path, mode)
+        do { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        catch { throw KeychainError.io("cannot create \(path): \(error.localizedDescription)") }
+        var st = stat()
+        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid(), chmod(path, mode) == 0 else {
+            throw KeychainError.io("\(path) is not a directory owned by this user; refusing to use it")
+        }
     }
 }

@@ -85,6 +85,8 @@ struct DaemonCommand: ParsableCommand {
     }
 
     func run() throws {
+        // Do not pin the directory the user mounted from.
+        _ = chdir("/")
         let settings = MountSettings(storePath: store, mountpoint: mountpoint, startLocked: locked, lockAfter: lockAfter,
                                      defaultClass: AccessibilityClass(rawValue: defaultAccessible) ?? .default)
         let secret = readPassphrase

@@ -169,3 +169,65 @@ final class KeychainTreeTests: XCTestCase {
         }
     }
 }
+
+/// Regressions found in review.
+extension KeychainTreeTests {
+    func testAReaderKeepsTheValueItOpenedAcrossACommit() throws {
+        try tree.makeDirectory("/svc")
+        try put("/svc/a", "old")
+        let reader = try tree.open("/svc/a", flags: O_RDONLY)
+        try put("/svc/a", "new")
+        var buf = [UInt8](repeating: 0, count: 16)
+        let n = try buf.withUnsafeMutableBytes { try tree.read(reader, offset: 0, count: 16, into: $0.baseAddress!) }
+        XCTAssertEqual(String(decoding: buf[0..<n], as: UTF8.self), "old")
+        try tree.release(reader)
+        XCTAssertEqual(try get("/svc/a"), "new")
+    }
+
+    func testTruncatingOpenWithoutWritesEmptiesTheValue() throws {
+        try tree.makeDirectory("/svc")
+        try put("/svc/a", "old")
+        try tree.release(try tree.open("/svc/a", flags: O_WRONLY | O_TRUNC))
+        XCTAssertEqual(try get("/svc/a"), "")
+    }
+
+    func testLockRevokesAHandleWhoseItemChangedClass() throws {
+        try tree.makeDirectory("/svc")
+        try put("/svc/a", "secret")
+        try tree.setAttribute("/svc/a", name: "user.keychain.accessible", value: Array("after-first-unlock".utf8))
+        let h = try tree.open("/svc/a", flags: O_RDWR)
+        _ = try Array("!".utf8).withUnsafeBytes { try tree.write(h, offset: 6, data: $0) }
+        try tree.setAttribute("/svc/a", name: "user.keychain.accessible", value: Array("when-unlocked".utf8))
+        tree.lock()
+        var buf = [UInt8](repeating: 0, count: 16)
+        XCTAssertThrowsError(try buf.withUnsafeMutableBytes { try tree.read(h, offset: 0, count: 16, into: $0.baseAddress!) }) {
+            XCTAssertEqual($0 as? FileSystemError, .keyUnavailable)
+        }
+    }
+
+    func testSegmentsWithSlashesAreRefused() throws {
+        try tree.makeDirectory("/internet/h")
+        try tree.makeDirectory("/internet/h/443")
+        XCTAssertThrowsError(try tree.makeDirectory("/internet/h/443/a%2Fb")) { XCTAssertEqual($0 as? FileSystemError, .invalid) }
+    }
+
+    func testBinaryGenericAttribute() throws {
+        try tree.makeDirectory("/svc")
+        try put("/svc/a", "x")
+        try tree.setAttribute("/svc/a", name: "user.keychain.generic", value: [0xff, 0x00, 0xfe])
+        XCTAssertEqual(try tree.attribute("/svc/a", name: "user.keychain.generic"), [0xff, 0x00, 0xfe])
+    }
+
+    func testLateReportsDoNotReviveOrRollBack() throws {
+        try tree.makeDirectory("/svc")
+        try put("/svc/a", "v1")
+        let v1 = try XCTUnwrap(keychain.item(for: .generic(GenericPasswordKey(service: "svc", account: "a"))))
+        try put("/svc/a", "v2")
+        tree.apply(saved: [v1], deleted: [])
+        XCTAssertEqual(try get("/svc/a"), "v2")
+        try tree.remove("/svc/a")
+        tree.apply(saved: [], deleted: [v1.id])
+        tree.apply(saved: [v1], deleted: [])
+        XCTAssertThrowsError(try tree.stat("/svc/a")) { XCTAssertEqual($0 as? FileSystemError, .notFound) }
+    }
+}

@@ -91,10 +91,16 @@ final class PrimaryKeyTests: XCTestCase {
         XCTAssertEqual(try InternetPasswordKey(server: "h", port: 0, protocol: InternetProtocol(parsing: "imaps"), account: "a").port, 993)
     }
 
-    func testPortZeroStaysZeroForAProtocolWithoutWellKnownPort() throws {
+    /// Port 0 could not be reached through the tree (a port directory is 1–65535).
+    func testPortZeroIsRefusedForAProtocolWithoutWellKnownPort() throws {
         let proto = try InternetProtocol(parsing: "appletalk")
         XCTAssertNil(proto.wellKnownPort)
-        XCTAssertEqual(try InternetPasswordKey(server: "h", port: 0, protocol: proto, account: "a").port, 0)
+        XCTAssertThrowsError(try InternetPasswordKey(server: "h", port: 0, protocol: proto, account: "a"))
+        XCTAssertEqual(try InternetPasswordKey(server: "h", port: 201, protocol: proto, account: "a").port, 201)
+    }
+
+    func testFourCharCodesCannotHoldVariantNameSeparators() {
+        for text in ["a/bc", "a%bc", "a,bc"] { XCTAssertThrowsError(try FourCharCode(text), text) }
     }
 
     func testExplicitPortIsKept() throws {

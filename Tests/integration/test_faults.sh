@@ -9,8 +9,8 @@ init_store
 kc add-generic-password -s svc -a good -w good-secret --passphrase-file "$PASSFILE" >/dev/null
 kc add-generic-password -s svc -a bad -w bad-secret --passphrase-file "$PASSFILE" >/dev/null
 # The second item added has the highest id; flip the last byte of its sealed secret (the tag).
-sqlite3 "$KEYCHAINFS_STORE" "UPDATE items SET secret = substr(secret, 1, length(secret) - 1) || X'00' WHERE id = (SELECT MAX(id) FROM items) AND substr(secret, -1) != X'00';
-    UPDATE items SET secret = substr(secret, 1, length(secret) - 1) || X'01' WHERE id = (SELECT MAX(id) FROM items) AND substr(secret, -1) = X'00';"
+sqlite3 "$KEYCHAINFS_STORE" "UPDATE items SET secret = substr(secret, 1, length(secret) - 1) ||
+    CASE WHEN substr(secret, -1) = X'00' THEN X'01' ELSE X'00' END WHERE id = (SELECT MAX(id) FROM items)"
 expect_exit 0 "a store with a tampered row still mounts" mount_kc "$MP"
 expect_errno "reading the tampered item fails with EBADMSG" "Bad message" cat "$MP/svc/bad"
 expect_eq "good-secret" "$(cat "$MP/svc/good")" "every other item still reads"
