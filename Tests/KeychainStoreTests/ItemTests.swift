@@ -4,15 +4,7 @@ import KeychainModel
 import KeychainStore
 import XCTest
 
-final class BlindIndexLookupTests: XCTestCase {
-    var store: TempStore!
-    var k: Keychain!
-
-    override func setUpWithError() throws {
-        store = try TempStore()
-        k = try store.create()
-    }
-    override func tearDown() { k = nil; store = nil }
+final class BlindIndexLookupTests: StoreTestCase {
 
     func testItemForKeyFindsExactGenericItem() throws {
         try add(k, genericKey("github", "alice"), "a-secret")
@@ -146,15 +138,7 @@ final class ItemMatchingTests: XCTestCase {
     }
 }
 
-final class SaveUpdateDeleteTests: XCTestCase {
-    var store: TempStore!
-    var k: Keychain!
-
-    override func setUpWithError() throws {
-        store = try TempStore()
-        k = try store.create()
-    }
-    override func tearDown() { k = nil; store = nil }
+final class SaveUpdateDeleteTests: StoreTestCase {
 
     func testSaveWithoutUpdateRefusesDuplicate() throws {
         let key = try genericKey("svc", "alice")

@@ -110,3 +110,16 @@ func isNotAKeychain(_ e: KeychainError) -> Bool { if case .notAKeychain = e { tr
 func isNoSuchStore(_ e: KeychainError) -> Bool { if case .noSuchStore = e { true } else { false } }
 func isInvalidInput(_ e: KeychainError) -> Bool { if case .invalidInput = e { true } else { false } }
 func isTooManyAttempts(_ e: KeychainError) -> Bool { if case .tooManyAttempts = e { true } else { false } }
+
+/// A test case with a fresh, unlocked store for each test.
+class StoreTestCase: XCTestCase {
+    var store: TempStore!
+    var k: Keychain!
+
+    override func setUpWithError() throws {
+        store = try TempStore()
+        k = try store.create()
+    }
+
+    override func tearDown() { k = nil; store = nil }
+}
