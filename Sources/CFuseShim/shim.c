@@ -26,7 +26,6 @@ void kcfs_fuse_unmount_and_destroy(struct fuse *f) {
 
 void *kcfs_private_data(void) { return fuse_get_context()->private_data; }
 
-void kcfs_fuse_invalidate(struct fuse *f, const char *path) { (void)fuse_invalidate_path(f, path); }
 
 #include <sys/prctl.h>
 #include <sys/resource.h>

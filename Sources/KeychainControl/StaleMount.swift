@@ -9,18 +9,30 @@ public enum StaleMount {
         return stat(mountpoint, &st) != 0 && errno == ENOTCONN
     }
 
-    /// Detaches a stale mount with `fusermount3 -u -z` (lazily, so that a process still
-    /// sitting in the directory does not block it).
+    /// Detaches a stale mount lazily, so that a process still sitting in the directory does
+    /// not block it.
     public static func detach(_ mountpoint: String) throws {
+        do { try Fusermount.unmount(mountpoint, lazy: true) } catch {
+            guard isStale(mountpoint) else { return }
+            throw error
+        }
+    }
+}
+
+/// `fusermount3 -u`, which unmounts a FUSE mount for the user who made it (root or not).
+public enum Fusermount {
+    public static func unmount(_ mountpoint: String, lazy: Bool = false) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
-        process.arguments = ["-u", "-z", mountpoint]
-        do { try process.run() } catch {
-            throw KeychainError.io("cannot run fusermount3 to detach the stale mount at \(mountpoint): \(error)")
-        }
+        process.arguments = ["-u"] + (lazy ? ["-z"] : []) + [mountpoint]
+        let err = Pipe()
+        process.standardError = err
+        do { try process.run() } catch { throw KeychainError.io("cannot run fusermount3: \(error)") }
         process.waitUntilExit()
-        guard process.terminationStatus == 0 || !isStale(mountpoint) else {
-            throw KeychainError.io("fusermount3 could not detach the stale mount at \(mountpoint)")
+        guard process.terminationStatus == 0 else {
+            let why = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            throw KeychainError.storeBusy("cannot unmount \(mountpoint): \(why.isEmpty ? "busy" : why)")
         }
     }
 }

@@ -79,12 +79,13 @@ extension KeychainTree {
         try state.withLock { s throws(FileSystemError) in try file(handle, s).write(data, offset: offset) }
     }
 
-    /// truncate(2) on an open file changes its copy; on a path it commits at once.
-    public func truncate(_ path: String, size: Int, handle: UInt64?) throws(FileSystemError) {
-        if let handle {
-            try state.withLock { s throws(FileSystemError) in try file(handle, s).truncate(to: size) }
-            return
-        }
+    /// ftruncate(2): changes the open copy, committed with it.
+    public func truncate(handle: UInt64, size: Int) throws(FileSystemError) {
+        try state.withLock { s throws(FileSystemError) in try file(handle, s).truncate(to: size) }
+    }
+
+    /// truncate(2) on a path commits at once.
+    public func truncate(_ path: String, size: Int) throws(FileSystemError) {
         let h = try open(path, flags: O_RDWR)
         defer { try? release(h) }
         try state.withLock { s throws(FileSystemError) in try file(h, s).truncate(to: size) }

@@ -38,12 +38,6 @@ public final class FuseMount: @unchecked Sendable {
         return kcfs_fuse_loop(fuse)
     }
 
-    /// Drops the kernel's cached attributes of a path changed outside the mount.
-    public func invalidate(_ path: String) {
-        guard let fuse else { return }
-        kcfs_fuse_invalidate(fuse, path)
-    }
-
     /// Unmounts (if still mounted) and frees libfuse's state.
     public func close() {
         guard let f = fuse else { return }

@@ -85,10 +85,10 @@ enum FuseOperations {
         ops.truncate = { path, size, fi in
             // ftruncate(2) names the open file; its path may be gone (NULL) by then.
             if let fi {
-                return FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in try t.truncate("", size: Int(size), handle: h); return 0 }
+                return FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in try t.truncate(handle: h, size: Int(size)); return 0 }
             }
             return FuseOperations.call(path) { t, p throws(FileSystemError) in
-                try t.truncate(p, size: Int(size), handle: nil)
+                try t.truncate(p, size: Int(size))
                 return 0
             }
         }

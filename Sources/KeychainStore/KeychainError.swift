@@ -97,6 +97,11 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         (93, "integrity failure: a tampered or corrupt item"),
     ]
 
+    /// One daemon serves a store; the refusal names where it is mounted.
+    public static func alreadyServed(_ store: String, at mountpoint: String?) -> KeychainError {
+        .storeBusy("\(store) is already mounted at \(mountpoint ?? "another mountpoint"); one daemon serves a store")
+    }
+
     public init(_ error: ModelError) {
         switch error {
         case .invalid(let m): self = .invalidInput(m)

@@ -31,18 +31,14 @@ struct FindGenericPassword: ParsableCommand {
             bytes with no newline added, so binary passwords round-trip.
             """)
 
-    @Option(name: .customShort("s"), help: ArgumentHelp("Match this service.", valueName: "service"))
-    var service: String?
-    @Option(name: .customShort("a"), help: ArgumentHelp("Match this account.", valueName: "account"))
-    var account: String?
+    @OptionGroup var match: GenericMatchOptions
     @Flag(name: .customShort("w"), help: "Write only the password.")
     var printPassword = false
     @OptionGroup var storeOptions: StoreOptions
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        let query = ItemQuery(kind: .generic, account: account, service: service)
-        try ItemPrinter.printFirstMatch(of: query, in: storeOptions, passphrase: passphrase, secretOnly: printPassword)
+        try ItemPrinter.printFirstMatch(of: match.query, in: storeOptions, passphrase: passphrase, secretOnly: printPassword)
     }
 }
 
@@ -51,15 +47,12 @@ struct DeleteGenericPassword: ParsableCommand {
         commandName: "delete-generic-password",
         abstract: "Delete every generic password that matches, and say how many.")
 
-    @Option(name: .customShort("s"), help: ArgumentHelp("Match this service.", valueName: "service"))
-    var service: String?
-    @Option(name: .customShort("a"), help: ArgumentHelp("Match this account.", valueName: "account"))
-    var account: String?
+    @OptionGroup var match: GenericMatchOptions
     @OptionGroup var storeOptions: StoreOptions
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        try storeOptions.deleteMatches(ItemQuery(kind: .generic, account: account, service: service), passphrase)
+        try storeOptions.deleteMatches(match.query, passphrase)
     }
 }
 
@@ -89,4 +82,14 @@ extension StoreOptions {
         let count = try connect(passphrase).delete(query: query)
         Output.line("deleted \(count) item\(count == 1 ? "" : "s")")
     }
+}
+
+/// `-s` and `-a` of find and delete; left out, they match anything.
+struct GenericMatchOptions: ParsableArguments {
+    @Option(name: .customShort("s"), help: ArgumentHelp("Match this service.", valueName: "service"))
+    var service: String?
+    @Option(name: .customShort("a"), help: ArgumentHelp("Match this account.", valueName: "account"))
+    var account: String?
+
+    var query: ItemQuery { ItemQuery(kind: .generic, account: account, service: service) }
 }

@@ -50,7 +50,7 @@ struct MountCommand: ParsableCommand {
         catch { throw KeychainError(error) }
         let mp = MountRegistry.canonicalPath(mountpoint)
         if let live = MountRegistry.liveRecord(forStore: storePath) {
-            throw KeychainError.storeBusy("\(storePath) is already mounted at \(live.mountpoint); one daemon serves a store")
+            throw KeychainError.alreadyServed(storePath, at: live.mountpoint)
         }
         if StaleMount.isStale(mp) { try StaleMount.detach(mp) }
         var st = stat()

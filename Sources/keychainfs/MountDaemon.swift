@@ -77,8 +77,7 @@ final class MountDaemon: @unchecked Sendable {
         guard fd >= 0 else { throw KeychainError.noSuchStore(path) }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             close(fd)
-            let at = MountRegistry.record(forStore: path)?.mountpoint ?? "another mountpoint"
-            throw KeychainError.storeBusy("\(path) is already mounted at \(at); one daemon serves a store")
+            throw KeychainError.alreadyServed(path, at: MountRegistry.record(forStore: path)?.mountpoint)
         }
         return fd
     }
@@ -89,7 +88,7 @@ final class MountDaemon: @unchecked Sendable {
         let hooks = DaemonHooks(
             lock: { tree.lock() },
             unlock: { try tree.unlock(passphrase: $0) },
-            unmount: { try Self.unmount(settings.mountpoint) },
+            unmount: { try Fusermount.unmount(settings.mountpoint) },
             status: { MountStatus(mountpoint: settings.mountpoint, lockAfter: settings.lockAfter) })
         return LocalKeychainService(keychain: tree.keychain, hooks: hooks) { change in
             switch change {
@@ -97,22 +96,6 @@ final class MountDaemon: @unchecked Sendable {
             case .deleted(let ids): tree.apply(saved: [], deleted: ids)
             case .lockStateChanged: break
             }
-        }
-    }
-
-    /// Asks the kernel to unmount; the FUSE loop then ends and `run` cleans up.
-    static func unmount(_ mountpoint: String) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
-        p.arguments = ["-u", mountpoint]
-        let err = Pipe()
-        p.standardError = err
-        do { try p.run() } catch { throw KeychainError.io("cannot run fusermount3: \(error)") }
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else {
-            let why = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                .trimmingCharacters(in: .whitespacesAndNewlines)
-            throw KeychainError.storeBusy("cannot unmount \(mountpoint): \(why.isEmpty ? "busy" : why)")
         }
     }
 

@@ -44,6 +44,32 @@ else
     fail "mount a small tmpfs (needs root)"
 fi
 
+echo "== a store on a machine without its device key"
+kc add-generic-password -s dev -a tdo -w bound --accessible when-unlocked-this-device-only --passphrase-file "$PASSFILE" >/dev/null
+kc add-generic-password -s dev -a plain -w portable --passphrase-file "$PASSFILE" >/dev/null
+mv "$XDG_STATE_HOME/keychainfs/device.key" "$TEST_ROOT/device.key.away"
+on_exit "mv '$TEST_ROOT/device.key.away' '$XDG_STATE_HOME/keychainfs/device.key'"
+expect_exit 0 "the passphrase still mounts the store" mount_kc "$MP"
+expect_eq "portable" "$(cat "$MP/dev/plain")" "items that are not device-bound read"
+# Their names are sealed under a key that needs the device key too, so they are not even listed.
+expect_eq "plain" "$(ls "$MP/dev")" "this-device-only items are neither listed"
+expect_errno "nor readable" "No such file or directory" cat "$MP/dev/tdo"
+kc unmount "$MP" >/dev/null
+mv "$TEST_ROOT/device.key.away" "$XDG_STATE_HOME/keychainfs/device.key"
+expect_exit 0 "with the device key back" mount_kc "$MP"
+expect_eq "bound" "$(cat "$MP/dev/tdo")" "they read again"
+
+echo "== wrong passphrases through the mount back off"
+kc lock "$MP" >/dev/null
+echo wrong >"$TEST_ROOT/wrong"
+for i in 1 2 3; do kc unlock "$MP" --passphrase-file "$TEST_ROOT/wrong" >/dev/null 2>&1; done
+expect_exit 52 "after three wrong passphrases even the right one must wait" kc unlock "$MP" --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "try again in" "and the message says how long"
+expect_eq "locked" "$(getfattr --only-values -n user.keychain.state "$MP" 2>/dev/null)" "nothing was unlocked"
+sleep 6
+expect_exit 0 "after the wait the right passphrase unlocks" kc unlock "$MP" --passphrase-file "$PASSFILE"
+kc unmount "$MP" >/dev/null
+
 echo "== a corrupt store"
 head -c 8192 /dev/urandom >"$TEST_ROOT/random.db"
 expect_exit 49 "mounting a file that is not a store fails" kc mount "$MP" --store "$TEST_ROOT/random.db" --passphrase-file "$PASSFILE"

@@ -95,6 +95,9 @@ expect_errno "and leaves no empty item behind" "No such file or directory" stat 
 expect_errno "truncate over 16 MiB is EFBIG" "File too large" truncate -s 17M "$MP/github/alice"
 sh -c "head -c 16777216 /dev/zero > '$MP/github/max'"
 expect_eq "16777216" "$(stat -c %s "$MP/github/max")" "exactly 16 MiB is accepted"
+long=$(python3 -c "print('%25' * 86)")
+expect_errno "a name over 255 bytes once escaped is ENAMETOOLONG" "File name too long" sh -c "echo x > '$MP/github/$long'"
+expect_exit 66 "and the CLI refuses its unescaped form" kc add-generic-password -s github -a "$(python3 -c "print('%' * 86)")" -w x
 expect_errno "a bad escape is EINVAL" "Invalid argument" sh -c "echo x > '$MP/github/100%'"
 expect_errno "security.* attributes are ENODATA" "No such attribute" getfattr -n security.selinux "$MP/github/alice"
 expect_errno "unknown attributes are ENODATA" "No such attribute" getfattr -n user.keychain.colour "$MP/github/alice"
@@ -133,7 +136,8 @@ expect_exit 0 "setfattr -x removes the comment" setfattr -x user.keychain.commen
 expect_exit 0 "accessible re-seals the item" setfattr -n user.keychain.accessible -v after-first-unlock "$MP/github/alice"
 expect_contains "$(kc find-generic-password -s github -a alice)" "after-first-unlock" "the store shows the new class"
 expect_eq "fresh!" "$(cat "$MP/github/alice")" "the re-sealed item still reads"
-expect_exit 0 "the root has user.keychain.items" getfattr -n user.keychain.items "$MP"
+expect_eq "$(kc dump-keychain --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["items"]))')" \
+    "$(getfattr --only-values -n user.keychain.items "$MP")" "the root's user.keychain.items counts the items"
 expect_eq "off" "$(getfattr --only-values -n user.keychain.lock-after "$MP")" "lock-after is off by default"
 
 echo "== CLI and mount see each other"

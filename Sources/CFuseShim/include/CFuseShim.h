@@ -11,7 +11,6 @@ int kcfs_fuse_mount(struct fuse *f, const char *mountpoint);
 int kcfs_fuse_loop(struct fuse *f);
 void kcfs_fuse_unmount_and_destroy(struct fuse *f);
 void *kcfs_private_data(void);
-void kcfs_fuse_invalidate(struct fuse *f, const char *path);
 /* For the mount daemon: PR_SET_DUMPABLE 0 and RLIMIT_CORE 0. */
 int kcfs_harden_process(void);
 
