@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Layers, each depending only on those above it:
-// KeychainModel → KeychainCrypto → KeychainStore → KeychainFileSystem → KeychainFuse
+// KeychainErrors (leaf) → KeychainModel → KeychainCrypto → KeychainStore → KeychainFileSystem → KeychainFuse
 // → KeychainControl → executables.
 let package = Package(
     name: "keychainfs",
@@ -23,7 +23,8 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto",
                        providers: [.apt(["libssl-dev"])]),
         .target(name: "CFuseShim", dependencies: ["CFuse"]),
-        .target(name: "KeychainModel"),
+        .target(name: "KeychainErrors"),
+        .target(name: "KeychainModel", dependencies: ["KeychainErrors"]),
         .target(name: "KeychainCrypto", dependencies: ["COpenSSL"]),
         .target(name: "KeychainStore", dependencies: [
             "KeychainModel", "KeychainCrypto",
@@ -46,5 +47,5 @@ let package = Package(
         .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem"]),
         .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
     ],
-    swiftLanguageModes: [.v5]
+    swiftLanguageModes: [.v6]
 )

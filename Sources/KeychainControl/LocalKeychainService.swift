@@ -48,8 +48,8 @@ public final class LocalKeychainService: KeychainService {
     private func secretForDump(_ item: KeychainItem) -> FoundSecret {
         do {
             return .value(try keychain.secret(of: item))
-        } catch KeychainError.unavailable(let c) {
-            return .unavailable(c)
+        } catch KeychainError.unavailable {
+            return .unavailable(item.accessible)
         } catch {
             return .damaged((error as? KeychainError)?.description ?? "\(error)")
         }

@@ -18,7 +18,7 @@ struct VariantKey: Hashable {
 }
 
 /// A directory below a port: path segments and the items whose path ends here.
-final class PathDirectory {
+final class PathDirectory: @unchecked Sendable {
     var directories: [String: PathDirectory] = [:]
     var items: [VariantKey: Int64] = [:]
     var isEmpty: Bool { directories.isEmpty && items.isEmpty }

@@ -22,7 +22,7 @@ public struct OpenMode: Equatable, Sendable {
 /// the first change makes a private copy (copy on write). Changes are committed at flush,
 /// fsync and release, so a reader sees the old value or the new one, never a mix.
 /// Not thread-safe; `KeychainTree` guards it.
-final class OpenFile {
+final class OpenFile: @unchecked Sendable {
     let itemID: Int64
     let accessible: AccessibilityClass
     let mode: OpenMode

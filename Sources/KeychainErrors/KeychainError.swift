@@ -1,5 +1,3 @@
-import KeychainModel
-
 /// Every way a keychain operation fails. Each case has its own CLI exit code
 /// (`exitCode`, the one table) and the filesystem maps them to errno in its own table.
 public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConvertible {
@@ -9,7 +7,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     /// Too many wrong passphrases in a row; the next attempt is allowed after this many seconds.
     case tooManyAttempts(retryAfter: Int)
     /// The item's class key is not held in this lock state (or not on this device).
-    case unavailable(AccessibilityClass)
+    case unavailable(className: String)
     /// A sealed value failed authentication: tampered, swapped or corrupt.
     case integrityFailure(String)
     case invalidInput(String)
@@ -32,11 +30,11 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .duplicateItem: "The specified item already exists in the keychain (use -U to update it)."
         case .wrongPassphrase: "The passphrase is wrong; nothing was changed."
         case .tooManyAttempts(let s): "Too many wrong passphrases; try again in \(s) second\(s == 1 ? "" : "s")."
-        case .unavailable(let c): "Required key not available: '\(c.rawValue)' items cannot be used in the keychain's current state."
+        case .unavailable(let c): "Required key not available: '\(c)' items cannot be used in the keychain's current state; run 'keychainfs unlock'."
         case .integrityFailure(let m): "Integrity check failed: \(m)"
         case .invalidInput(let m): m
         case .nameTooLong(let m): m
-        case .secretTooLarge(let n): "The secret is \(n) bytes; the limit is \(maxSecretBytes) (16 MiB)."
+        case .secretTooLarge(let n): "The secret is \(n) bytes; the limit is 16 MiB."
         case .noSuchStore(let p): "No keychain store at \(p) (create one with 'keychainfs init')."
         case .notAKeychain(let m): m
         case .storeExists(let p): "A keychain store already exists at \(p)."
@@ -100,12 +98,5 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     /// One daemon serves a store; the refusal names where it is mounted.
     public static func alreadyServed(_ store: String, at mountpoint: String?) -> KeychainError {
         .storeBusy("\(store) is already mounted at \(mountpoint ?? "another mountpoint"); one daemon serves a store")
-    }
-
-    public init(_ error: ModelError) {
-        switch error {
-        case .invalid(let m): self = .invalidInput(m)
-        case .nameTooLong(let m): self = .nameTooLong(m)
-        }
     }
 }
