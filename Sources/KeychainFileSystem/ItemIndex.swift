@@ -18,28 +18,32 @@ struct VariantKey: Hashable {
 }
 
 /// A directory below a port: path segments and the items whose path ends here.
+// @unchecked Sendable because it is only reached through `ServedKeychain.state`, under its mutex.
 final class PathDirectory: @unchecked Sendable {
     var directories: [String: PathDirectory] = [:]
     var items: [VariantKey: Int64] = [:]
     var isEmpty: Bool { directories.isEmpty && items.isEmpty }
 }
 
-/// The tree as the mount shows it, kept in memory so that no file operation runs SQL or
-/// decrypts names. Directories persist once made (by an item or by mkdir) until rmdir or
-/// unmount, so `rm -r` can remove a directory whose last item it just deleted.
-/// Not thread-safe; `KeychainTree` guards it.
+/// Every item whose name can be read now, by id and by primary key, and the tree the mount
+/// shows, kept in memory so that no file operation runs SQL or decrypts names. Directories
+/// persist once made (by an item or by mkdir) until rmdir or unmount, so `rm -r` can remove a
+/// directory whose last item it just deleted.
+/// Not thread-safe; `ServedKeychain` guards it.
 struct ItemIndex {
     private(set) var items: [Int64: KeychainItem] = [:]
+    private(set) var ids: [ItemKey: Int64] = [:]
     private(set) var services: [String: [String: Int64]] = [:]
     private(set) var servers: [String: [UInt16: PathDirectory]] = [:]
 
-    /// Only the default access group is shown in the tree.
+    /// Only the default access group is shown in the tree; the others are only in `items`.
     static func isShown(_ key: ItemKey) -> Bool { key.accessGroup.isEmpty }
 
     mutating func insert(_ item: KeychainItem) {
         remove(id: item.id)
-        guard Self.isShown(item.key) else { return }
         items[item.id] = item
+        ids[item.key] = item.id
+        guard Self.isShown(item.key) else { return }
         switch item.key {
         case .generic(let g): services[g.service, default: [:]][g.account] = item.id
         case .internet(let i):
@@ -49,6 +53,8 @@ struct ItemIndex {
 
     mutating func remove(id: Int64) {
         guard let old = items.removeValue(forKey: id) else { return }
+        if ids[old.key] == id { ids[old.key] = nil }
+        guard Self.isShown(old.key) else { return }
         switch old.key {
         case .generic(let g): services[g.service]?[g.account] = nil
         case .internet(let i):
@@ -57,7 +63,13 @@ struct ItemIndex {
     }
 
     mutating func removeAll() {
-        items = [:]; services = [:]; servers = [:]
+        items = [:]; ids = [:]; services = [:]; servers = [:]
+    }
+
+    /// Items that match, in the documented order.
+    func items(matching query: ItemQuery) -> [KeychainItem] {
+        if let key = query.exactKey { return item(ids[key]).map { [$0] } ?? [] }
+        return items.values.filter { query.matches($0.key) }.sorted(by: ItemOrder.precedes)
     }
 
     // MARK: directories

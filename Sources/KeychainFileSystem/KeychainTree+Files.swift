@@ -9,23 +9,19 @@ extension KeychainTree {
     public func open(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
         let location = try TreeLocation.parse(path)
         let mode = OpenMode(flags: flags)
-        return try state.withLock { s throws(FileSystemError) in
+        let item = try served.state.withLock { s throws(FileSystemError) -> KeychainItem in
             guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
-            guard keychain.isAvailable(item.accessible) else { throw .keyUnavailable }
-            if mode.truncate && !mode.readable {
-                return Self.register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode,
-                                              contents: SecureBytes()), &s)
-            }
-            let contents: SecureBytes
-            if let cached = s.plaintext[item.id] {
-                contents = cached
-            } else {
-                do { contents = try keychain.secret(of: item) } catch { throw .from(error) }
-                s.plaintext[item.id] = contents
-            }
-            return Self.register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode,
-                                          contents: contents, shared: true), &s)
+            return item
         }
+        guard keychain.isAvailable(item.accessible) else { throw .keyUnavailable }
+        let contents: SecureBytes?
+        if mode.truncate && !mode.readable {
+            contents = nil
+        } else {
+            do { contents = try served.secret(of: item) } catch { throw .from(error) }
+        }
+        return try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode,
+                                     contents: contents ?? SecureBytes(), shared: contents != nil))
     }
 
     /// Creates an empty item of the mount's default class (committed at once, so that it
@@ -33,21 +29,24 @@ extension KeychainTree {
     public func create(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
         let location = try TreeLocation.parse(path)
         let key = try itemKey(at: location)
-        return try state.withLock { s throws(FileSystemError) in
-            // Whatever exists there (an item, or a path directory of that name) is not replaced.
-            if (try? node(location, s.index)) != nil { throw .exists }
-            guard keychain.isAvailable(defaultClass) else { throw .keyUnavailable }
-            try requireParent(of: location, s.index)
+        guard keychain.isAvailable(defaultClass) else { throw .keyUnavailable }
+        let item = try served.change { () throws(FileSystemError) -> KeychainItem in
+            try served.state.withLock { s throws(FileSystemError) in
+                // Whatever exists there (an item, or a path directory of that name) is not replaced.
+                if (try? node(location, s.index)) != nil { throw .exists }
+                try requireParent(of: location, s.index)
+            }
             let item: KeychainItem
             do {
                 item = try keychain.add(ItemRecord(key: key, attributes: ItemAttributes(accessible: defaultClass)),
                                         secret: SecureBytes())
             } catch { throw .from(error) }
-            s.index.insert(item)
-            let file = OpenFile(itemID: item.id, accessible: defaultClass, mode: OpenMode(flags: flags), contents: SecureBytes())
-            file.createdItem = true
-            return Self.register(file, &s)
+            served.state.withLock { $0.saved(item) }
+            return item
         }
+        let file = OpenFile(itemID: item.id, accessible: defaultClass, mode: OpenMode(flags: flags), contents: SecureBytes())
+        file.createdItem = true
+        return try register(file)
     }
 
     private func requireParent(of location: TreeLocation, _ index: ItemIndex) throws(FileSystemError) {
@@ -59,76 +58,113 @@ extension KeychainTree {
         }
     }
 
-    private static func register(_ file: OpenFile, _ s: inout TreeState) -> UInt64 {
-        let h = s.nextHandle
-        s.nextHandle += 1
-        s.files[h] = file
-        return h
+    /// Adds the handle, unless a lock took the file's class key since it was opened: `lock()`
+    /// takes the keys before it revokes open files, so checking here closes the gap.
+    private func register(_ file: OpenFile) throws(FileSystemError) -> UInt64 {
+        try served.state.withLock { s throws(FileSystemError) -> UInt64 in
+            guard keychain.isAvailable(file.accessible) else {
+                file.revoke()
+                throw .keyUnavailable
+            }
+            let h = s.nextHandle
+            s.nextHandle += 1
+            s.files[h] = file
+            return h
+        }
     }
 
-    private func file(_ handle: UInt64, _ s: TreeState) throws(FileSystemError) -> OpenFile {
-        guard let f = s.files[handle] else { throw .badHandle }
-        return f
+    private func withFile<T>(_ handle: UInt64, _ body: (OpenFile) throws(FileSystemError) -> T) throws(FileSystemError) -> T {
+        try served.state.withLock { s throws(FileSystemError) -> T in
+            guard let f = s.files[handle] else { throw .badHandle }
+            return try body(f)
+        }
     }
 
     public func read(_ handle: UInt64, offset: Int, count: Int, into buffer: UnsafeMutableRawPointer) throws(FileSystemError) -> Int {
-        try state.withLock { s throws(FileSystemError) in try file(handle, s).read(offset: offset, count: count, into: buffer) }
+        try withFile(handle) { f throws(FileSystemError) in try f.read(offset: offset, count: count, into: buffer) }
     }
 
     public func write(_ handle: UInt64, offset: Int, data: UnsafeRawBufferPointer) throws(FileSystemError) -> Int {
-        try state.withLock { s throws(FileSystemError) in try file(handle, s).write(data, offset: offset) }
+        try withFile(handle) { f throws(FileSystemError) in try f.write(data, offset: offset) }
     }
 
     /// ftruncate(2): changes the open copy, committed with it.
     public func truncate(handle: UInt64, size: Int) throws(FileSystemError) {
-        try state.withLock { s throws(FileSystemError) in try file(handle, s).truncate(to: size) }
+        try withFile(handle) { f throws(FileSystemError) in try f.truncate(to: size) }
     }
 
     /// truncate(2) on a path commits at once.
     public func truncate(_ path: String, size: Int) throws(FileSystemError) {
         let h = try open(path, flags: O_RDWR)
         defer { try? release(h) }
-        try state.withLock { s throws(FileSystemError) in try file(h, s).truncate(to: size) }
+        try truncate(handle: h, size: size)
         try flush(h)
     }
 
     /// Commits the open copy as one atomic, durable update (at close(2) and fsync(2)).
     public func flush(_ handle: UInt64) throws(FileSystemError) {
-        try state.withLock { s throws(FileSystemError) in try commit(try file(handle, s), &s, final: false) }
+        try commit(try withFile(handle) { $0 }, final: false)
     }
 
     /// fsync(2): everything, a pending O_TRUNC included, is committed.
     public func sync(_ handle: UInt64) throws(FileSystemError) {
-        try state.withLock { s throws(FileSystemError) in try commit(try file(handle, s), &s, final: true) }
+        try commit(try withFile(handle) { $0 }, final: true)
     }
 
     public func release(_ handle: UInt64) throws(FileSystemError) {
-        try state.withLock { s throws(FileSystemError) in
+        let f = try served.state.withLock { s throws(FileSystemError) -> OpenFile in
             guard let f = s.files.removeValue(forKey: handle) else { throw .badHandle }
-            defer { f.close() }
-            try commit(f, &s, final: true)
+            return f
         }
+        defer { served.state.withLock { _ in f.close() } }
+        try commit(f, final: true)
     }
 
-    private func commit(_ f: OpenFile, _ s: inout TreeState, final: Bool) throws(FileSystemError) {
-        guard f.isDirty || f.isAbandoned else { return }
-        guard final || f.hasWrites || f.isAbandoned else { return }
-        guard !f.isRevoked else { throw .keyUnavailable }
-        guard !f.isAbandoned else {
-            f.markCommitted()
-            if f.createdItem, let item = s.index.item(f.itemID) {
-                try? keychain.delete([item])
-                s.index.remove(id: item.id)
+    /// What a commit of an open copy writes: taken under `state`, written without it.
+    private enum Pending {
+        case nothing
+        case abandon(KeychainItem?)
+        case update(KeychainItem, SecureBytes, writes: UInt64)
+    }
+
+    private func commit(_ f: OpenFile, final: Bool) throws(FileSystemError) {
+        // A reader's close commits nothing, and must not wait for another item's commit.
+        let needed = served.state.withLock { _ in (f.isDirty && (final || f.hasWrites)) || f.isAbandoned }
+        guard needed else { return }
+        try served.change { () throws(FileSystemError) -> Void in
+            let pending = try served.state.withLock { s throws(FileSystemError) -> Pending in
+                guard f.isDirty || f.isAbandoned else { return .nothing }
+                guard final || f.hasWrites || f.isAbandoned else { return .nothing }
+                guard !f.isRevoked else { throw .keyUnavailable }
+                guard !f.isAbandoned else {
+                    f.markCommitted(writes: f.writes)
+                    return .abandon(f.createdItem ? s.index.item(f.itemID) : nil)
+                }
+                // Deleted or replaced while open: like a write to an unlinked file, it goes nowhere.
+                guard let item = s.index.item(f.itemID) else {
+                    f.markCommitted(writes: f.writes)
+                    return .nothing
+                }
+                // A copy, so that writes on this handle may go on while it is sealed and committed.
+                return .update(item, f.buffer.copy(), writes: f.writes)
             }
-            throw .tooLarge
+            switch pending {
+            case .nothing: return
+            case .abandon(let created):
+                if let created, (try? keychain.delete([created])) != nil {
+                    served.state.withLock { $0.deleted(created.id) }
+                }
+                throw .tooLarge
+            case .update(let item, let value, let writes):
+                defer { value.wipe() }
+                let updated: KeychainItem
+                do { updated = try keychain.update(item, to: item.record, secret: value) } catch { throw .from(error) }
+                served.state.withLock { s in
+                    s.saved(updated)
+                    f.markCommitted(writes: writes)
+                }
+            }
         }
-        // Deleted or replaced while open: like a write to an unlinked file, it goes nowhere.
-        guard let item = s.index.item(f.itemID) else { f.markCommitted(); return }
-        do {
-            s.index.insert(try keychain.update(item, to: item.record, secret: f.buffer))
-            f.markCommitted()
-        } catch { throw .from(error) }
-        s.forgetPlaintext(f.itemID)
     }
 
     // MARK: mode, owner, times

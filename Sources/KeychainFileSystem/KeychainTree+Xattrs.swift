@@ -37,7 +37,7 @@ extension KeychainTree {
             switch short {
             case "state": return Array(keychain.state.rawValue.utf8)
             case "lock-after": return Array((lockAfter.map(String.init) ?? "off").utf8)
-            case "items": return Array(String(state.withLock { $0.index.items.count }).utf8)
+            case "items": return Array(String(served.state.withLock { $0.index.items.count }).utf8)
             default: throw .noData
             }
         case .item(let item):
@@ -132,9 +132,12 @@ extension KeychainTree {
                         _ edit: (inout ItemRecord) throws(FileSystemError) -> Void) throws(FileSystemError) {
         let short = try attributeName(name)
         let location = try TreeLocation.parse(path)
-        try state.withLock { s throws(FileSystemError) in
-            guard case .item(let item) = try node(location, s.index) else {
-                throw Self.rootNames.contains(short) ? .notPermitted : .noData
+        try served.change { () throws(FileSystemError) -> Void in
+            let item = try served.state.withLock { s throws(FileSystemError) -> KeychainItem in
+                guard case .item(let item) = try node(location, s.index) else {
+                    throw Self.rootNames.contains(short) ? .notPermitted : .noData
+                }
+                return item
             }
             guard Self.itemNames.contains(short) || (item.key.kind == .internet && Self.internetNames.contains(short))
             else { throw .noData }
@@ -144,14 +147,10 @@ extension KeychainTree {
             try edit(&record)
             // Both the old and the new class key are needed: the secret is re-sealed.
             guard keychain.isAvailable(record.attributes.accessible) else { throw .keyUnavailable }
-            var replaced: KeychainItem?
-            if record.key != item.key {
-                if let other = try? keychain.item(for: record.key) { replaced = other }
-                if replaced != nil { throw .exists }
-            }
-            do {
-                s.index.insert(try keychain.update(item, to: record))
-            } catch { throw .from(error) }
+            if record.key != item.key, served.state.withLock({ $0.index.ids[record.key] }) != nil { throw .exists }
+            let updated: KeychainItem
+            do { updated = try keychain.update(item, to: record) } catch { throw .from(error) }
+            served.state.withLock { $0.saved(updated) }
         }
     }
 }

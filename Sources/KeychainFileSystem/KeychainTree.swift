@@ -22,49 +22,26 @@ public struct DirectoryEntry: Equatable, Sendable {
 /// files and their buffers, rename, attributes and lock state. The FUSE binding only
 /// translates C calls into these methods and errors into errno.
 ///
-/// Thread-safe: one mutex guards the index and the open files. The keychain never calls
-/// back into the tree, so holding the mutex across keychain calls cannot deadlock.
-public final class KeychainTree: @unchecked Sendable {
-    public let keychain: Keychain
+/// Thread-safe. Its state is `ServedKeychain`'s, and every change it makes goes through
+/// `served.change`, the same path the control socket's requests take.
+public final class KeychainTree: Sendable {
+    package let served: ServedKeychain
+    public var keychain: Keychain { served.keychain }
     public let defaultClass: AccessibilityClass
     public let lockAfter: Int?
     /// Directories have no dates of their own; they show the time of mounting.
     let mountTime = Date()
-    let state: Mutex<TreeState>
     private let lastAccess = Atomic<Int64>(0)
 
-    struct TreeState {
-        var index = ItemIndex()
-        var files: [UInt64: OpenFile] = [:]
-        var nextHandle: UInt64 = 1
-        /// Decrypted secrets by item id, so that opening a file costs no decryption; wiped
-        /// per item on change and per class on lock.
-        var plaintext: [Int64: SecureBytes] = [:]
-        /// Ids deleted while mounted; ids are never reused, so a late report cannot revive one.
-        var deleted: Set<Int64> = []
-
-        /// Drops the cached copy. Open readers may still share it; `SecureBytes` wipes it
-        /// when the last one lets go.
-        mutating func forgetPlaintext(_ id: Int64) { plaintext[id] = nil }
-    }
-
-    public init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) throws {
-        self.keychain = keychain
+    package init(served: ServedKeychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) {
+        self.served = served
         self.defaultClass = defaultClass
         self.lockAfter = lockAfter
-        state = Mutex(TreeState())
-        try reload()
         noteAccess()
     }
 
-    /// Rebuilds the index from the store: at mount, and when unlocking reveals more names.
-    public func reload() throws {
-        let (items, _) = try keychain.allItems()
-        state.withLock { s in
-            for item in items { s.index.insert(item) }
-            let live = Set(items.map(\.id))
-            for id in s.index.items.keys where !live.contains(id) { s.index.remove(id: id) }
-        }
+    public convenience init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) throws {
+        self.init(served: try ServedKeychain(keychain: keychain), defaultClass: defaultClass, lockAfter: lockAfter)
     }
 
     // MARK: lock state
@@ -78,54 +55,16 @@ public final class KeychainTree: @unchecked Sendable {
         return Int64(ts.tv_sec)
     }
 
-    /// Locks the keychain, then wipes the open copies of every secret whose class key is gone.
-    public func lock() {
-        keychain.lock()
-        state.withLock { s in
-            // The class the item has now counts too: it may have changed while open.
-            for f in s.files.values where !keychain.isAvailable(f.accessible)
-                || !(s.index.item(f.itemID).map { keychain.isAvailable($0.accessible) } ?? true) {
-                f.revoke()
-            }
-            for id in Array(s.plaintext.keys) {
-                if let item = s.index.item(id), keychain.isAvailable(item.accessible) { continue }
-                s.forgetPlaintext(id)
-            }
-        }
-    }
+    public func lock() { served.lock() }
 
     public func unlock(passphrase: SecureBytes?) throws {
         // Not idle: the lock-after timer must not lock again while the names are reloaded.
         noteAccess()
-        let before = keychain.state
-        try keychain.unlock(passphrase: passphrase)
-        if before == .beforeFirstUnlock { try reload() }
+        try served.unlock(passphrase: passphrase)
         noteAccess()
     }
 
-    /// Wipes every open copy and every key, as at unmount.
-    public func forgetEverything() {
-        state.withLock { s in
-            for f in s.files.values { f.revoke() }
-            for id in Array(s.plaintext.keys) { s.forgetPlaintext(id) }
-            s.files = [:]
-            s.index.removeAll()
-        }
-        keychain.forgetKeys()
-    }
-
-    /// Brings the index up to date after a change made outside the tree (the CLI, git).
-    public func apply(saved: [KeychainItem], deleted: [Int64]) {
-        state.withLock { s in
-            for id in deleted + saved.map(\.id) { s.forgetPlaintext(id) }
-            for id in deleted { s.index.remove(id: id); s.deleted.insert(id) }
-            // Reports from concurrent control requests may arrive out of order.
-            for item in saved where !s.deleted.contains(item.id) {
-                if let current = s.index.items[item.id], current.sealed.version > item.sealed.version { continue }
-                s.index.insert(item)
-            }
-        }
-    }
+    public func forgetEverything() { served.forgetEverything() }
 
     // MARK: resolving paths
 
@@ -169,7 +108,7 @@ public final class KeychainTree: @unchecked Sendable {
 
     func resolve(_ path: String) throws(FileSystemError) -> (TreeLocation, Node) {
         let location = try TreeLocation.parse(path)
-        let n = try state.withLock { s throws(FileSystemError) in try node(location, s.index) }
+        let n = try served.state.withLock { s throws(FileSystemError) in try node(location, s.index) }
         return (location, n)
     }
 
@@ -200,7 +139,7 @@ public final class KeychainTree: @unchecked Sendable {
     /// that `stat` during a copy does not report (and the kernel cache) a stale size.
     public func stat(_ path: String) throws(FileSystemError) -> FileStat {
         let location = try TreeLocation.parse(path)
-        return try state.withLock { s throws(FileSystemError) in
+        return try served.state.withLock { s throws(FileSystemError) in
             switch try node(location, s.index) {
             case .item(let item):
                 let pending = s.files.values.first { $0.itemID == item.id && $0.isDirty }
@@ -214,7 +153,7 @@ public final class KeychainTree: @unchecked Sendable {
 
     public func list(_ path: String) throws(FileSystemError) -> [DirectoryEntry] {
         let location = try TreeLocation.parse(path)
-        return try state.withLock { s throws(FileSystemError) in
+        return try served.state.withLock { s throws(FileSystemError) in
             let index = s.index
             switch try node(location, index) {
             case .root:
@@ -254,7 +193,7 @@ public final class KeychainTree: @unchecked Sendable {
 
     public func makeDirectory(_ path: String) throws(FileSystemError) {
         let location = try TreeLocation.parse(path)
-        try state.withLock { s throws(FileSystemError) in
+        try served.state.withLock { s throws(FileSystemError) in
             if (try? node(location, s.index)) != nil { throw .exists }
             switch location {
             case .root, .internetRoot: throw .exists
@@ -279,7 +218,7 @@ public final class KeychainTree: @unchecked Sendable {
 
     public func removeDirectory(_ path: String) throws(FileSystemError) {
         let location = try TreeLocation.parse(path)
-        try state.withLock { s throws(FileSystemError) in
+        try served.state.withLock { s throws(FileSystemError) in
             switch try node(location, s.index) {
             case .root, .internetRoot: throw .notPermitted
             case .service(let name):
@@ -305,11 +244,13 @@ public final class KeychainTree: @unchecked Sendable {
 
     public func remove(_ path: String) throws(FileSystemError) {
         let location = try TreeLocation.parse(path)
-        try state.withLock { s throws(FileSystemError) in
-            guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
+        try served.change { () throws(FileSystemError) -> Void in
+            let item = try served.state.withLock { s throws(FileSystemError) -> KeychainItem in
+                guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
+                return item
+            }
             do { try keychain.delete([item]) } catch { throw .from(error) }
-            s.forgetPlaintext(item.id)
-            s.index.remove(id: item.id)
+            served.state.withLock { $0.deleted(item.id) }
         }
     }
 
@@ -319,11 +260,14 @@ public final class KeychainTree: @unchecked Sendable {
     public func rename(_ from: String, to: String, noReplace: Bool, exchange: Bool) throws(FileSystemError) {
         guard !exchange else { throw .invalid }
         let src = try TreeLocation.parse(from), dst = try TreeLocation.parse(to)
-        try state.withLock { s throws(FileSystemError) in
-            let source = try node(src, s.index)
-            let target = try? node(dst, s.index)
+        try served.change { () throws(FileSystemError) -> Void in
+            let (source, target) = try served.state.withLock { s throws(FileSystemError) -> (Node, Node?) in
+                (try node(src, s.index), try? node(dst, s.index))
+            }
             guard case .item(let item) = source else {
-                try renameDirectory(source, src, dst, target: target, &s.index)
+                try served.state.withLock { s throws(FileSystemError) in
+                    try renameDirectory(source, src, dst, target: target, &s.index)
+                }
                 return
             }
             if case .item(let existing)? = target {
@@ -340,11 +284,12 @@ public final class KeychainTree: @unchecked Sendable {
             // class: editors save through a temporary file, and a save must not weaken an item.
             var record = replaced?.record ?? item.record
             record.key = newKey
-            do {
-                let moved = try keychain.update(item, to: record, replacing: replaced)
-                if let replaced { s.forgetPlaintext(replaced.id); s.index.remove(id: replaced.id) }
-                s.index.insert(moved)
-            } catch { throw .from(error) }
+            let moved: KeychainItem
+            do { moved = try keychain.update(item, to: record, replacing: replaced) } catch { throw .from(error) }
+            served.state.withLock { s in
+                if let replaced { s.deleted(replaced.id) }
+                s.saved(moved)
+            }
         }
     }
 

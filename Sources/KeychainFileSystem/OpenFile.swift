@@ -21,7 +21,7 @@ public struct OpenMode: Equatable, Sendable {
 /// One open file: the secret in locked memory. Readers share the tree's decrypted copy;
 /// the first change makes a private copy (copy on write). Changes are committed at flush,
 /// fsync and release, so a reader sees the old value or the new one, never a mix.
-/// Not thread-safe; `KeychainTree` guards it.
+// @unchecked Sendable because it is only touched under `ServedKeychain.state`, under its mutex.
 final class OpenFile: @unchecked Sendable {
     let itemID: Int64
     let accessible: AccessibilityClass
@@ -35,6 +35,9 @@ final class OpenFile: @unchecked Sendable {
     private(set) var truncatedAtOpen = false
     /// Written or truncated since the last commit.
     private(set) var hasWrites = false
+    /// Writes and truncations so far: a commit clears `hasWrites` only if none came after
+    /// the copy it committed.
+    private(set) var writes: UInt64 = 0
     var isDirty: Bool { truncatedAtOpen || hasWrites }
     /// Set when the keychain locks and this item's class key goes: reads then fail with ENOKEY.
     private(set) var isRevoked = false
@@ -87,6 +90,7 @@ final class OpenFile: @unchecked Sendable {
             buffer.withUnsafeMutableBytes { ($0.baseAddress! + start).copyMemory(from: data.baseAddress!, byteCount: data.count) }
         }
         hasWrites = true
+        writes += 1
         return data.count
     }
 
@@ -97,9 +101,13 @@ final class OpenFile: @unchecked Sendable {
         makeOwned()
         buffer.resize(to: size)
         hasWrites = true
+        writes += 1
     }
 
-    func markCommitted() { truncatedAtOpen = false; hasWrites = false }
+    func markCommitted(writes committed: UInt64) {
+        truncatedAtOpen = false
+        if writes == committed { hasWrites = false }
+    }
 
     /// At lock, for classes whose key is gone: later reads and writes fail with ENOKEY.
     func revoke() {

@@ -37,7 +37,7 @@ public struct ItemQuery: Codable, Sendable, Equatable {
     }
 
     /// The full primary key, when the query names every part of it: then one blind-index probe finds it.
-    var exactKey: ItemKey? {
+    package var exactKey: ItemKey? {
         guard let account else { return nil }
         switch kind {
         case .generic:

@@ -47,9 +47,11 @@ public final class Keychain: @unchecked Sendable {
     public init(openingAt path: String, deviceKeyPath: String = KeychainLocations.deviceKey) throws {
         self.path = path
         database = try StoreDatabase(path: path, create: false)
-        let flag = try database.queue.read { db in try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'has_passphrase'") }
+        let flag = try Self.mappingErrors { [database] in
+            try database.queue.read { db in try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'has_passphrase'") }
+        }
         hasPassphrase = flag != Data([0])
-        let wrapped = try database.queue.read { db in try Self.fetchWrapped(db) }
+        let wrapped = try Self.mappingErrors { [database] in try database.queue.read { db in try Self.fetchWrapped(db) } }
         keybag = Mutex(Keybag(wrapped: wrapped, hasPassphrase: hasPassphrase, deviceKey: DeviceKey.load(path: deviceKeyPath)))
     }
 
@@ -60,7 +62,7 @@ public final class Keychain: @unchecked Sendable {
         }
     }
 
-    private func wrappedKeys() throws -> [WrappedKey] { try database.queue.read { try Self.fetchWrapped($0) } }
+    private func wrappedKeys() throws -> [WrappedKey] { try read { try Self.fetchWrapped($0) } }
 
     private static func insert(_ wrapped: [WrappedKey], _ db: Database) throws {
         for w in wrapped {
@@ -106,7 +108,7 @@ public final class Keychain: @unchecked Sendable {
 
     /// Wrong passphrases in a row and the time of the last one, kept in the store.
     public func failureRecord() throws -> (failures: Int, lastFailure: Int) {
-        try database.queue.read { db in
+        try read { db in
             func int(_ name: String) throws -> Int {
                 try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = ?", arguments: [name])
                     .flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? 0
@@ -116,7 +118,7 @@ public final class Keychain: @unchecked Sendable {
     }
 
     private func setFailureRecord(_ failures: Int, _ time: Int) throws {
-        try database.queue.write { db in
+        try write { db in
             for (k, v) in [("failed_unlocks", failures), ("last_failed_unlock", time)] {
                 try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
                                arguments: [k, Data(String(v).utf8)])
@@ -125,14 +127,14 @@ public final class Keychain: @unchecked Sendable {
     }
 
     private func passphraseKey(_ passphrase: SecureBytes) throws -> SecureBytes {
-        let (params, salt) = try database.queue.read { db -> (ScryptParameters, [UInt8]) in
+        let (params, salt) = try read { db -> (ScryptParameters, [UInt8]) in
             guard let p = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'scrypt'"),
                   let params = try? JSONDecoder().decode(ScryptParameters.self, from: p), params.isAcceptable,
                   let salt = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'salt'")
             else { throw KeychainError.notAKeychain("\(path): the store's key-derivation parameters are damaged") }
             return (params, [UInt8](salt))
         }
-        return try Scrypt.deriveKey(passphrase: passphrase, salt: salt, parameters: params)
+        return try Self.mappingErrors { try Scrypt.deriveKey(passphrase: passphrase, salt: salt, parameters: params) }
     }
 
     /// Forgets the keys of `when-unlocked*` items at once.
@@ -149,14 +151,14 @@ public final class Keychain: @unchecked Sendable {
         }
         // Always check the old passphrase, even when already unlocked.
         try unlock(passphrase: old)
-        let oldParams = try database.queue.read { db in
+        let oldParams = try read { db in
             try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'scrypt'").flatMap { try? JSONDecoder().decode(ScryptParameters.self, from: $0) }
         }
         let params = scrypt ?? oldParams ?? .default
         let salt = SecureRandom.array(16)
         let newKey = try Scrypt.deriveKey(passphrase: new, salt: salt, parameters: params)
         let wrapped = try keybag.withLock { try $0.rewrap(under: newKey) }
-        try database.queue.write { db in
+        try write { db in
             try db.execute(sql: "DELETE FROM wrapped_keys WHERE wrapping IN ('p', 'pd')")
             try Self.insert(wrapped, db)
             try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('salt', ?), ('scrypt', ?)",
@@ -176,11 +178,11 @@ public final class Keychain: @unchecked Sendable {
     /// The item with exactly this primary key: one probe of the blind index.
     public func item(for key: ItemKey) throws -> KeychainItem? {
         let b = try blind(key.canonicalBytes)
-        let row = try database.queue.read { db in
+        let row = try read { db in
             try Row.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE blind = ?", arguments: [Data(b)])
         }
         guard let row else { return nil }
-        return try decode(SealedItem(row: row))
+        return try decode(try SealedItem(row: row))
     }
 
     /// Items that match, in the documented order (`ItemOrder`). Items whose names cannot be
@@ -190,18 +192,17 @@ public final class Keychain: @unchecked Sendable {
         let rows: [Row]
         if let group = query.groupName {
             let g = try blind(ItemKey.groupBytes(kind: query.kind, name: group))
-            rows = try database.queue.read { db in
+            rows = try read { db in
                 try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?", arguments: [Data(g)])
             }
         } else {
-            rows = try database.queue.read { db in
+            rows = try read { db in
                 try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE kind = ?", arguments: [query.kind.rawValue])
             }
         }
         var out: [KeychainItem] = []
         for row in rows {
-            let sealed = SealedItem(row: row)
-            guard metadataKey(sealed) != nil else { continue }
+            guard let sealed = try? SealedItem(row: row), metadataKey(sealed) != nil else { continue }
             // A tampered row fails alone (verify reports it); the others still match.
             guard let item = try? decode(sealed) else { continue }
             if query.matches(item.key) { out.append(item) }
@@ -211,10 +212,14 @@ public final class Keychain: @unchecked Sendable {
 
     /// Every item whose name is readable now, and the ones that fail their integrity check.
     public func allItems() throws -> (items: [KeychainItem], problems: [IntegrityProblem]) {
-        let rows = try database.queue.read { db in try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items ORDER BY id") }
+        let rows = try read { db in try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items ORDER BY id") }
         var items: [KeychainItem] = [], problems: [IntegrityProblem] = []
         for row in rows {
-            let sealed = SealedItem(row: row)
+            let sealed: SealedItem
+            do { sealed = try SealedItem(row: row) } catch {
+                problems.append(IntegrityProblem(itemID: Int64.fromDatabaseValue(row[0]) ?? -1, reason: error.description))
+                continue
+            }
             // A class number we do not know is damage, not a lock state: `decode` reports it.
             guard metadataKey(sealed) != nil || AccessibilityClass(code: sealed.classCode) == nil else { continue }
             do { items.append(try decode(sealed)) } catch let e as KeychainError {
@@ -226,7 +231,7 @@ public final class Keychain: @unchecked Sendable {
 
     /// Item counts per class, from the plaintext class column; no key needed.
     public func countsByClass() throws -> [AccessibilityClass: Int] {
-        try database.queue.read { db in
+        try read { db in
             var out: [AccessibilityClass: Int] = [:]
             for row in try Row.fetchAll(db, sql: "SELECT class, COUNT(*) FROM items GROUP BY class") {
                 if let c = AccessibilityClass(code: row[0]) { out[c] = row[1] }
@@ -361,14 +366,31 @@ public final class Keychain: @unchecked Sendable {
     }
 
     private func write<T>(_ body: (Database) throws -> T) throws -> T {
+        try Self.mappingErrors { try database.queue.write(body) }
+    }
+
+    private func read<T>(_ body: (Database) throws -> T) throws -> T {
+        try Self.mappingErrors { try database.queue.read(body) }
+    }
+
+    /// Every failure leaves the store as a `KeychainError`: SQLite's and OpenSSL's included.
+    static func mappingErrors<T>(_ body: () throws -> T) throws -> T {
         do {
-            return try database.queue.write(body)
+            return try body()
+        } catch let e as KeychainError {
+            throw e
         } catch let e as DatabaseError where e.resultCode == .SQLITE_CONSTRAINT {
             throw KeychainError.duplicateItem
         } catch let e as DatabaseError where e.resultCode == .SQLITE_FULL {
             throw KeychainError.diskFull
+        } catch let e as DatabaseError where e.resultCode == .SQLITE_CORRUPT || e.resultCode == .SQLITE_NOTADB {
+            throw KeychainError.notAKeychain("the store is corrupt: \(e.message ?? "\(e)")")
         } catch let e as DatabaseError {
             throw KeychainError.io("database error: \(e.message ?? "\(e)")")
+        } catch let e as CryptoError {
+            throw KeychainError.io("crypto failure: \(e)")
+        } catch {
+            throw KeychainError.io("\(error)")
         }
     }
 

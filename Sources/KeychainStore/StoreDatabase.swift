@@ -92,10 +92,31 @@ public struct SealedItem: Sendable, Hashable {
 
     static let columns = "id, kind, class, version, blind, group_blind, wrapped_key, attributes, secret"
 
-    init(row: Row) {
-        id = row[0]; kind = row[1]; classCode = row[2]; version = row[3]
-        blind = [UInt8](row[4] as Data); groupBlind = [UInt8](row[5] as Data)
-        wrappedKey = [UInt8](row[6] as Data); attributes = [UInt8](row[7] as Data); secret = [UInt8](row[8] as Data)
+    /// A row whose columns hold the wrong SQLite types (forged or damaged) is that item's
+    /// integrity failure, never a trap.
+    init(row: Row) throws(KeychainError) {
+        let id: Int64 = switch (row[0] as DatabaseValue).storage { case .int64(let v): v; default: -1 }
+        func integer(_ i: Int, _ column: String) throws(KeychainError) -> Int64 {
+            guard case .int64(let v) = (row[i] as DatabaseValue).storage else { throw Self.damaged(id, column) }
+            return v
+        }
+        // Text is taken as its bytes, as SQLite's own `||` turns a blob into text: such a
+        // value then fails authentication like any other altered byte.
+        func blob(_ i: Int, _ column: String) throws(KeychainError) -> [UInt8] {
+            switch (row[i] as DatabaseValue).storage {
+            case .blob(let d): return [UInt8](d)
+            case .string(let s): return Array(s.utf8)
+            default: throw Self.damaged(id, column)
+            }
+        }
+        self.id = id
+        kind = Int(try integer(1, "kind")); classCode = Int(try integer(2, "class")); version = try integer(3, "version")
+        blind = try blob(4, "blind"); groupBlind = try blob(5, "group_blind")
+        wrappedKey = try blob(6, "wrapped_key"); attributes = try blob(7, "attributes"); secret = try blob(8, "secret")
+    }
+
+    private static func damaged(_ id: Int64, _ column: String) -> KeychainError {
+        .integrityFailure("item #\(id): its \(column) column holds a value of the wrong type")
     }
 
     init(id: Int64, kind: Int, classCode: Int, version: Int64, blind: [UInt8], groupBlind: [UInt8],

@@ -82,21 +82,10 @@ final class MountDaemon: @unchecked Sendable {
         return fd
     }
 
-    /// The control socket's service: the same store, with every change reflected in the tree.
-    private func service(tree: KeychainTree, mount: FuseMount) -> LocalKeychainService {
-        let settings = self.settings
-        let hooks = DaemonHooks(
-            lock: { tree.lock() },
-            unlock: { try tree.unlock(passphrase: $0) },
-            unmount: { try Fusermount.unmount(settings.mountpoint) },
-            status: { MountStatus(mountpoint: settings.mountpoint, lockAfter: settings.lockAfter) })
-        return LocalKeychainService(keychain: tree.keychain, hooks: hooks) { change in
-            switch change {
-            case .saved(let items): tree.apply(saved: items, deleted: [])
-            case .deleted(let ids): tree.apply(saved: [], deleted: ids)
-            case .lockStateChanged: break
-            }
-        }
+    /// The control socket's service: the mount's own owner of the store.
+    private func service(tree: KeychainTree, mount: FuseMount) -> DaemonKeychainService {
+        let mountpoint = settings.mountpoint
+        return DaemonKeychainService(tree: tree, settings: settings) { try Fusermount.unmount(mountpoint) }
     }
 
     /// Locks after `seconds` without file access, checked every half second.

@@ -217,17 +217,4 @@ extension KeychainTreeTests {
         try tree.setAttribute("/svc/a", name: "user.keychain.generic", value: [0xff, 0x00, 0xfe])
         XCTAssertEqual(try tree.attribute("/svc/a", name: "user.keychain.generic"), [0xff, 0x00, 0xfe])
     }
-
-    func testLateReportsDoNotReviveOrRollBack() throws {
-        try tree.makeDirectory("/svc")
-        try put("/svc/a", "v1")
-        let v1 = try XCTUnwrap(keychain.item(for: .generic(GenericPasswordKey(service: "svc", account: "a"))))
-        try put("/svc/a", "v2")
-        tree.apply(saved: [v1], deleted: [])
-        XCTAssertEqual(try get("/svc/a"), "v2")
-        try tree.remove("/svc/a")
-        tree.apply(saved: [], deleted: [v1.id])
-        tree.apply(saved: [v1], deleted: [])
-        XCTAssertThrowsError(try tree.stat("/svc/a")) { XCTAssertEqual($0 as? FileSystemError, .notFound) }
-    }
 }

@@ -70,6 +70,29 @@ sleep 6
 expect_exit 0 "after the wait the right passphrase unlocks" kc unlock "$MP" --passphrase-file "$PASSFILE"
 kc unmount "$MP" >/dev/null
 
+echo "== a row whose columns hold the wrong SQLite types fails alone"
+T="$TEST_ROOT/typed.db"
+kc init --store "$T" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+kc add-generic-password --store "$T" -s svc -a good -w good-secret --passphrase-file "$PASSFILE" >/dev/null
+kc add-generic-password --store "$T" -s svc -a victim -w victim-secret --passphrase-file "$PASSFILE" >/dev/null
+victim=$(sqlite3 "$T" "SELECT MAX(id) FROM items")
+for change in "kind = 'x'" "class = X'01'" "version = 'v'" "blind = 7" "group_blind = 'g'" \
+              "wrapped_key = 1.5" "attributes = X'00' || 'a'" "secret = 42"; do
+    cp "$T" "$T.orig"
+    sqlite3 "$T" "UPDATE items SET $change WHERE id = $victim"
+    expect_exit 93 "verify names the damaged row ($change)" kc verify --store "$T" --passphrase-file "$PASSFILE"
+    expect_contains "$OUT" "item #$victim" "  the report names item #$victim"
+    expect_exit 0 "  find of another item still works" kc find-generic-password --store "$T" -s svc -a good -w --passphrase-file "$PASSFILE"
+    kc dump-keychain --store "$T" -d --passphrase-file "$PASSFILE" >"$OUT" 2>"$ERR"
+    rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 93 ]; then pass "  dump-keychain does not trap (exit $rc)"; else fail "  dump-keychain trapped (exit $rc)"; show_output; fi
+    expect_exit 0 "  the store still mounts" mount_kc "$MP" --store "$T"
+    expect_eq "good-secret" "$(cat "$MP/svc/good")" "  and the other item reads"
+    kc unmount "$MP" >/dev/null 2>&1
+    mv "$T.orig" "$T"
+    rm -f "$T-wal" "$T-shm"
+done
+
 echo "== a corrupt store"
 head -c 8192 /dev/urandom >"$TEST_ROOT/random.db"
 expect_exit 49 "mounting a file that is not a store fails" kc mount "$MP" --store "$TEST_ROOT/random.db" --passphrase-file "$PASSFILE"

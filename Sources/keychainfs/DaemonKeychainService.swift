@@ -1,0 +1,73 @@
+import Foundation
+import KeychainControl
+import KeychainCrypto
+import KeychainFileSystem
+import KeychainModel
+import KeychainStore
+
+/// What the daemon's control socket serves: every request is a call on the mount's
+/// `ServedKeychain`, the same owner the FUSE callbacks change, so a change made either way is
+/// committed and visible in the tree in one step.
+final class DaemonKeychainService: KeychainService {
+    let tree: KeychainTree
+    let settings: MountSettings
+    private let unmountMount: @Sendable () throws -> Void
+
+    init(tree: KeychainTree, settings: MountSettings, unmount: @escaping @Sendable () throws -> Void) {
+        self.tree = tree
+        self.settings = settings
+        self.unmountMount = unmount
+    }
+
+    private var served: ServedKeychain { tree.served }
+
+    func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
+        try served.save(key, secret: secret, changes: changes, defaultClass: tree.defaultClass,
+                        updateExisting: updateExisting).record
+    }
+
+    func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem] {
+        var items = try served.items(matching: query)
+        if let limit { items = Array(items.prefix(max(limit, 0))) }
+        return try items.map { item in
+            FoundItem(itemID: item.id, record: item.record,
+                      secret: withSecrets ? .value(try served.secret(of: item)) : nil)
+        }
+    }
+
+    func delete(query: ItemQuery) throws -> Int {
+        try served.delete(matching: query, all: true).count
+    }
+
+    func dump(withSecrets: Bool) throws -> [FoundItem] {
+        served.allItems().map { item in
+            FoundItem(itemID: item.id, record: item.record, secret: withSecrets ? secretForDump(item) : nil)
+        }
+    }
+
+    /// A dump reads every secret once; it does not fill the cache with them.
+    private func secretForDump(_ item: KeychainItem) -> FoundSecret {
+        do {
+            return .value(try served.secret(of: item, caching: false))
+        } catch KeychainError.unavailable {
+            return .unavailable(item.accessible)
+        } catch {
+            return .damaged((error as? KeychainError)?.description ?? "\(error)")
+        }
+    }
+
+    func verify() throws -> VerifyReport {
+        let (checked, problems) = try served.keychain.verify()
+        return VerifyReport(checked: checked, problems: problems)
+    }
+
+    func status() throws -> KeychainStatus {
+        KeychainStatus(state: served.lockState, storePath: settings.storePath, mountpoint: settings.mountpoint,
+                       lockAfter: tree.lockAfter, itemCounts: try served.keychain.countsByClass(),
+                       hasPassphrase: served.keychain.hasPassphrase)
+    }
+
+    func lock() throws { tree.lock() }
+    func unlock(passphrase: SecureBytes?) throws { try tree.unlock(passphrase: passphrase) }
+    func unmount() throws { try unmountMount() }
+}

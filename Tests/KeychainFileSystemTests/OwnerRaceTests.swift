@@ -1,0 +1,140 @@
+import Synchronization
+import XCTest
+@testable import KeychainFileSystem
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+
+/// The interleavings that broke when the control socket wrote to the store behind the tree:
+/// every change now goes through `ServedKeychain`, so after any mix of them the tree, the
+/// index and the store agree exactly.
+final class OwnerRaceTests: XCTestCase {
+    var dir: String!
+    var keychain: Keychain!
+    var served: ServedKeychain!
+    var tree: KeychainTree!
+    let passphrase = SecureBytes(copying: Array("correct horse".utf8))
+
+    override func setUpWithError() throws {
+        dir = NSTemporaryDirectory() + "kcfs-race-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        keychain = try Keychain.create(at: dir + "/k.db", passphrase: passphrase, scrypt: ScryptParameters(logN: 10),
+                                       deviceKeyPath: dir + "/device.key")
+        served = try ServedKeychain(keychain: keychain)
+        tree = KeychainTree(served: served)
+        try tree.makeDirectory("/svc")
+    }
+
+    override func tearDownWithError() throws { try? FileManager.default.removeItem(atPath: dir) }
+
+    func key(_ account: String) throws -> ItemKey { .generic(try GenericPasswordKey(service: "svc", account: account)) }
+
+    func put(_ path: String, _ text: String) throws {
+        let h: UInt64
+        if let opened = try? tree.open(path, flags: O_WRONLY | O_TRUNC) { h = opened } else { h = try tree.create(path, flags: O_WRONLY) }
+        _ = try Array(text.utf8).withUnsafeBytes { try tree.write(h, offset: 0, data: $0) }
+        try tree.release(h)
+    }
+
+    func get(_ path: String) throws -> String {
+        let h = try tree.open(path, flags: O_RDONLY)
+        defer { try? tree.release(h) }
+        var buf = [UInt8](repeating: 0, count: 4096)
+        let n = try buf.withUnsafeMutableBytes { try tree.read(h, offset: 0, count: 4096, into: $0.baseAddress!) }
+        return String(decoding: buf[0..<n], as: UTF8.self)
+    }
+
+    /// The mount's listing and contents, the index, and a fresh read of the store are one view.
+    func assertViewsAgree(_ context: String) throws {
+        let listed = Set(try tree.list("/svc").map(\.name))
+        let (stored, problems) = try keychain.allItems()
+        XCTAssertEqual(problems, [], context)
+        XCTAssertEqual(listed, Set(stored.map(\.key.account)), context)
+        XCTAssertEqual(Set(served.allItems().map(\.id)), Set(stored.map(\.id)), context)
+        for item in stored {
+            let value = try keychain.secret(of: item)
+            XCTAssertEqual(try get("/svc/" + item.key.account), String(decoding: value.unprotectedArray, as: UTF8.self), context)
+        }
+    }
+
+    /// Unlink through the tree against a save through the control path, and a rename onto the
+    /// same name against both: run together many times, each round ends with one view.
+    func testUnlinkRenameAndControlSaveInterleave() throws {
+        for round in 0..<150 {
+            try put("/svc/tmp", "renamed-\(round)")
+            let group = DispatchGroup()
+            let tree = self.tree!, served = self.served!, target = try key("acct")
+            DispatchQueue.global().async(group: group) {
+                _ = try? served.save(target, secret: SecureBytes(copying: Array("saved-\(round)".utf8)),
+                                     changes: AttributeChanges(), defaultClass: .default, updateExisting: true)
+            }
+            DispatchQueue.global().async(group: group) { try? tree.remove("/svc/acct") }
+            DispatchQueue.global().async(group: group) {
+                try? tree.rename("/svc/tmp", to: "/svc/acct", noReplace: false, exchange: false)
+            }
+            group.wait()
+            try assertViewsAgree("round \(round)")
+        }
+    }
+
+    /// The sequence that once revived a deleted item: a control save, then an unlink.
+    func testUnlinkAfterControlSaveStaysDeleted() throws {
+        _ = try served.save(try key("a"), secret: SecureBytes(copying: Array("v1".utf8)), changes: AttributeChanges(),
+                            defaultClass: .default, updateExisting: true)
+        XCTAssertEqual(try get("/svc/a"), "v1")
+        try tree.remove("/svc/a")
+        XCTAssertThrowsError(try tree.stat("/svc/a")) { XCTAssertEqual($0 as? FileSystemError, .notFound) }
+        XCTAssertNil(try keychain.item(for: try key("a")))
+        try assertViewsAgree("after unlink")
+    }
+
+    /// A lock that lands while a secret is being decrypted for open(): the open fails with
+    /// ENOKEY and no copy is cached or left open.
+    func testLockDuringOpenLeavesNothing() throws {
+        try put("/svc/a", "secret")
+        served.state.withLock { $0.plaintext = [:] }
+        let served = self.served!
+        served.setAfterDecrypt { served.lock() }
+        XCTAssertThrowsError(try tree.open("/svc/a", flags: O_RDONLY)) { XCTAssertEqual($0 as? FileSystemError, .keyUnavailable) }
+        served.setAfterDecrypt(nil)
+        XCTAssertEqual(served.state.withLock { $0.plaintext.count }, 0)
+        XCTAssertEqual(served.state.withLock { $0.files.count }, 0)
+        XCTAssertEqual(keychain.state, .locked)
+    }
+
+    /// A commit holds only the commit lock across its fsync: reads of another item go on.
+    func testReadsProceedWhileAnotherItemCommits() throws {
+        try put("/svc/a", "a")
+        try put("/svc/b", "b")
+        let inCommit = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let served = self.served!
+        DispatchQueue.global().async {
+            served.change { () -> Void in
+                inCommit.signal()
+                release.wait()
+            }
+        }
+        inCommit.wait()
+        XCTAssertEqual(try get("/svc/b"), "b")
+        XCTAssertEqual(try tree.list("/svc").map(\.name), ["a", "b"])
+        release.signal()
+    }
+
+    /// Sixteen wrong passphrases at once are judged one after another, so the backoff holds.
+    func testConcurrentWrongUnlocksAreSerialised() throws {
+        served.lock()
+        let wrong = SecureBytes(copying: Array("wrong".utf8))
+        let results = Mutex<[KeychainError]>([])
+        let served = self.served!
+        DispatchQueue.concurrentPerform(iterations: 16) { _ in
+            do { try served.unlock(passphrase: wrong) } catch let e as KeychainError {
+                results.withLock { $0.append(e) }
+            } catch {}
+        }
+        let errors = results.withLock { $0 }
+        XCTAssertEqual(errors.count, 16)
+        XCTAssertEqual(errors.filter { $0 == .wrongPassphrase }.count, 3)
+        XCTAssertEqual(errors.filter { if case .tooManyAttempts = $0 { true } else { false } }.count, 13)
+        XCTAssertEqual(try keychain.failureRecord().failures, 3)
+    }
+}
