@@ -47,8 +47,10 @@ public enum MountRegistry {
     /// Publishes a daemon's record (0600), replacing an older one for the same store.
     public static func register(_ record: MountRecord) throws {
         let path = recordPath(forStore: record.storePath)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let data: Data
-        do { data = try JSONEncoder().encode(record) } catch { throw KeychainError.io("cannot encode the mount record: \(error)") }
+        do { data = try encoder.encode(record) } catch { throw KeychainError.io("cannot encode the mount record: \(error)") }
         let temp = path + ".\(getpid()).tmp"
         unlink(temp)
         let fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
