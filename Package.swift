@@ -37,8 +37,8 @@ let package = Package(
         .target(name: "KeychainFileSystem", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStore"]),
         .target(name: "KeychainFuse", dependencies: ["KeychainFileSystem", "CFuseShim"]),
         .target(name: "KeychainControlProtocol", dependencies: ["KeychainModel", "KeychainCrypto"]),
-        .target(name: "KeychainClient", dependencies: ["KeychainControlProtocol"]),
-        .target(name: "KeychainControlServer", dependencies: ["KeychainControlProtocol"]),
+        .target(name: "KeychainClient", dependencies: ["KeychainControlProtocol", "KeychainModel", "KeychainCrypto"]),
+        .target(name: "KeychainControlServer", dependencies: ["KeychainControlProtocol", "KeychainModel", "KeychainCrypto"]),
         .target(name: "KeychainControl", dependencies: ["KeychainStore", "KeychainClient", "KeychainControlProtocol"]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
         .executableTarget(name: "keychainfs", dependencies: [

@@ -204,7 +204,8 @@ for u in $ATTACKER $VICTIM; do
     on_exit "userdel '$u'"
 done
 VUID=$(id -u $VICTIM)
-VHOME=$(mktemp -d /tmp/kcfs-victim.XXXXXX)
+VHOME="/tmp/kcfs-victim.$$.$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')"
+mkdir -m 0755 "$VHOME" || { fail "mkdir $VHOME"; finish; }
 chown $VICTIM "$VHOME"
 on_exit "rm -rf '$VHOME'"
 victim() {
