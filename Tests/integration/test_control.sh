@@ -89,6 +89,13 @@ mv "$S.sock.away" "$S.sock"
 expect_exit 0 "with its socket back the daemon answers again" kc find-generic-password -s github -a alice -w
 expect_eq "fromcron" "$(cat "$OUT")" "and nothing was written behind it"
 expect_eq "gitpw" "$(cat "$MP/internet/example.com/443/git")" "not by the git helper either"
+mv "$S.sock" "$S.sock.away"
+expect_exit 0 "unmount detaches the mount of a daemon that does not answer" kc unmount
+expect_exit 0 "which ends it" wait_gone "$pid"
+expect_exit 32 "nothing is left mounted" mountpoint -q "$MP"
+rm -f "$S.sock.away"
+expect_exit 0 "mount again" mount_kc "$MP"
+pid=$(daemon_pid "$MP")
 
 echo "== a daemon of another version: 76, in one line"
 V="$TEST_ROOT/versioned.db"
