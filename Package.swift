@@ -3,7 +3,10 @@ import PackageDescription
 
 // Layers, each depending only on those above it:
 // KeychainErrors (leaf) → KeychainModel → KeychainCrypto → KeychainStore → KeychainFileSystem → KeychainFuse
-// → KeychainControl → executables.
+// → executables. The control socket is apart from the store: KeychainControlProtocol (wire format,
+// records, `KeychainService`) → KeychainClient (reaching a daemon) and KeychainControlServer (the
+// daemon's end); KeychainControl adds the store opened in-process. git-credential-keychainfs
+// links only the client, so neither GRDB nor SQLite.
 let package = Package(
     name: "keychainfs",
     platforms: [.macOS(.v15)],
@@ -33,19 +36,25 @@ let package = Package(
         ]),
         .target(name: "KeychainFileSystem", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStore"]),
         .target(name: "KeychainFuse", dependencies: ["KeychainFileSystem", "CFuseShim"]),
-        .target(name: "KeychainControl", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStore"]),
+        .target(name: "KeychainControlProtocol", dependencies: ["KeychainModel", "KeychainCrypto"]),
+        .target(name: "KeychainClient", dependencies: ["KeychainControlProtocol", "KeychainModel", "KeychainCrypto"]),
+        .target(name: "KeychainControlServer", dependencies: ["KeychainControlProtocol", "KeychainModel", "KeychainCrypto"]),
+        .target(name: "KeychainControl", dependencies: ["KeychainStore", "KeychainClient", "KeychainControlProtocol"]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
         .executableTarget(name: "keychainfs", dependencies: [
-            "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl",
+            "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
-        .executableTarget(name: "git-credential-keychainfs", dependencies: ["KeychainModel", "KeychainControl", "GitCredential"]),
+        .executableTarget(name: "git-credential-keychainfs", dependencies: ["KeychainModel", "KeychainClient", "GitCredential"]),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
         .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainStore"]),
         .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem"]),
         .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
+        .testTarget(name: "KeychainControlTests", dependencies: [
+            "KeychainControlProtocol", "KeychainClient", "KeychainControlServer",
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,4 +1,6 @@
 import Foundation
+import KeychainClient
+import KeychainControlProtocol
 import KeychainCrypto
 import KeychainStore
 
@@ -10,16 +12,17 @@ public typealias PassphraseSource = () throws -> SecureBytes
 public enum KeychainEndpoint {
     /// The daemon serving the store when there is one, so the mount and the command see each
     /// other's changes at once; it needs no passphrase (a locked class answers `unavailable`).
-    /// Otherwise the store opened and unlocked in this process.
+    /// Otherwise the store opened and unlocked in this process, under a shared lock that keeps
+    /// a daemon from starting meanwhile. A daemon that holds the store but cannot be reached is
+    /// a refusal (`storeBusy`): the store is then neither read nor written here.
     public static func connect(storePath: String, passphraseSource: PassphraseSource) throws -> KeychainService {
-        if let daemon = MountRegistry.servingDaemon(forStore: storePath) { return daemon }
-        return try openDirectly(storePath: storePath, passphraseSource: passphraseSource)
-    }
-
-    /// The store opened in this process and unlocked, whether or not a daemon serves it.
-    public static func openDirectly(storePath: String, passphraseSource: PassphraseSource) throws -> LocalKeychainService {
-        let keychain = try Keychain(openingAt: storePath)
-        try keychain.unlock(passphrase: keychain.hasPassphrase ? try passphraseSource() : nil)
-        return LocalKeychainService(keychain: keychain)
+        switch try DaemonLocator.route(forStore: storePath) {
+        case .daemon(let service, _):
+            return service
+        case .direct(let lease):
+            let keychain = try Keychain(openingAt: storePath)
+            try keychain.unlock(passphrase: keychain.hasPassphrase ? try passphraseSource() : nil)
+            return LocalKeychainService(keychain: keychain, lease: lease)
+        }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainControlProtocol
 import KeychainCrypto
 import KeychainModel
 import KeychainStore
@@ -9,11 +10,13 @@ public final class LocalKeychainService: KeychainService {
     public let keychain: Keychain
     private let hooks: DaemonHooks?
     private let onChange: (@Sendable (KeychainChange) -> Void)?
+    /// The shared lock a command holds on the store it opened, so that no daemon starts under it.
+    private let lease: StoreLease?
 
     /// `hooks` nil means no mount: lock and unmount then throw `notMounted`.
-    public init(keychain: Keychain, hooks: DaemonHooks? = nil,
+    public init(keychain: Keychain, hooks: DaemonHooks? = nil, lease: StoreLease? = nil,
                 onChange: (@Sendable (KeychainChange) -> Void)? = nil) {
-        self.keychain = keychain; self.hooks = hooks; self.onChange = onChange
+        self.keychain = keychain; self.hooks = hooks; self.lease = lease; self.onChange = onChange
     }
 
     public func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
@@ -82,4 +85,12 @@ public final class LocalKeychainService: KeychainService {
         guard let hooks else { throw KeychainError.notMounted("\(keychain.path) is not mounted") }
         try hooks.unmount()
     }
+}
+
+/// A change made through a `LocalKeychainService`, reported after it is committed so the
+/// daemon can bring its in-memory tree up to date.
+public enum KeychainChange: Sendable {
+    case saved([KeychainItem])
+    case deleted([Int64])
+    case lockStateChanged(LockState)
 }

@@ -20,6 +20,8 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     /// Another daemon serves this store (message names its mountpoint), or no daemon does.
     case storeBusy(String)
     case notMounted(String)
+    /// The daemon serving the store speaks another control protocol; names its version.
+    case daemonVersionMismatch(running: String)
     case mountFailed(String)
     case diskFull
     case io(String)
@@ -40,6 +42,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .storeExists(let p): "A keychain store already exists at \(p)."
         case .storeBusy(let m): m
         case .notMounted(let m): m
+        case .daemonVersionMismatch(let v): "the running daemon is version \(v); unmount and mount again"
         case .mountFailed(let m): m
         case .diskFull: "The disk is full; nothing was changed."
         case .io(let m): m
@@ -64,6 +67,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .notAKeychain: 49
         case .storeExists: 48
         case .storeBusy: 75
+        case .daemonVersionMismatch: 76
         case .notMounted: 69
         case .mountFailed: 70
         case .diskFull: 73
@@ -91,7 +95,8 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         (70, "mount failed"),
         (73, "disk full; nothing was changed"),
         (74, "I/O error"),
-        (75, "store busy: served by another daemon"),
+        (75, "store busy: held by a daemon that cannot be reached, or served elsewhere"),
+        (76, "the running daemon is another version; unmount and mount again"),
         (93, "integrity failure: a tampered or corrupt item"),
     ]
 

@@ -37,7 +37,7 @@ public struct FileSystemError: Error, Equatable, CustomStringConvertible {
         case .storeBusy: self.init(EBUSY)
         case .notMounted: self.init(ENOTCONN)
         case .diskFull: self.init(ENOSPC)
-        case .notAKeychain, .mountFailed, .io: self.init(EIO)
+        case .notAKeychain, .mountFailed, .daemonVersionMismatch, .io: self.init(EIO)
         }
     }
 

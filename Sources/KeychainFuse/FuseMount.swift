@@ -7,18 +7,24 @@ import KeychainStore
 public final class FuseMount: @unchecked Sendable {
     public let tree: KeychainTree
     public let mountpoint: String
+    /// What the mount table shows as the mount's source: the store's real path, by which
+    /// `keychainfs` finds the store (and its daemon) of a mountpoint.
+    public let source: String
     private var fuse: OpaquePointer?
     private var operations = FuseOperations.make()
 
-    public init(tree: KeychainTree, mountpoint: String) {
+    public init(tree: KeychainTree, mountpoint: String, source: String = "keychainfs") {
         self.tree = tree
         self.mountpoint = mountpoint
+        self.source = source
     }
 
     /// Mounts; after this returns the kernel routes the mountpoint to us, and `serve()` answers.
     public func mount() throws {
         // default_permissions: the kernel enforces our 0600/0700 modes, so other users get EACCES.
-        let args = ["keychainfs", "-o", "default_permissions,fsname=keychainfs,subtype=keychainfs"]
+        // libfuse splits options at commas; a backslash escapes the next character.
+        let fsname = source.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ",", with: "\\,")
+        let args = ["keychainfs", "-o", "default_permissions,fsname=\(fsname),subtype=keychainfs"]
         var cArgs = args.map { strdup($0) }
         defer { cArgs.forEach { free($0) } }
         let userData = Unmanaged.passUnretained(tree).toOpaque()

@@ -1,16 +1,18 @@
 import Foundation
 import GitCredential
-import KeychainControl
+import KeychainClient
+import KeychainControlProtocol
 import KeychainCrypto
 import KeychainModel
-import KeychainStore
 
 /// `git-credential-keychainfs get|store|erase`: git's credential helper protocol over the
 /// internet passwords of the mounted keychain (the default store, or `KEYCHAINFS_STORE`).
 ///
-/// It acts through the daemon, so the mount stays the one source of truth. Without a
-/// mount, with the keychain locked, or on any input it cannot serve, `get` prints nothing
-/// and `store`/`erase` change nothing. It never writes to stderr: git shows that to users.
+/// It acts through the daemon, found from the store path whatever the environment, so the
+/// mount stays the one source of truth; it never opens the store itself (and links neither
+/// GRDB nor SQLite). Without a mount, with a daemon it cannot reach, with the keychain locked,
+/// or on any input it cannot serve, `get` prints nothing and `store`/`erase` change nothing.
+/// It never writes to stderr: git shows that to users.
 @main
 enum GitCredentialHelper {
     static func main() {
@@ -18,7 +20,7 @@ enum GitCredentialHelper {
               let action = CredentialAction(argument: argument) else { return }
         let input = FileHandle.standardInput.readDataToEndOfFile()
         guard let request = try? CredentialRequest(parsing: input),
-              let keychain = MountRegistry.servingDaemon(forStore: KeychainLocations.store()),
+              let (keychain, _) = (try? DaemonLocator.daemon(forStore: KeychainLocations.store())) ?? nil,
               // Locked (or before first unlock) means no answer and no change, even for items
               // whose class would allow it: the store would still delete while locked.
               (try? keychain.status())?.state == .unlocked else { return }

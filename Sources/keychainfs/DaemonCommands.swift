@@ -10,20 +10,39 @@ struct MountTarget: ParsableArguments {
     var mountpoint: String?
     @OptionGroup var storeOptions: StoreOptions
 
-    /// The record of the mount, live or not; nil when nothing is known about one.
-    func record() -> MountRecord? {
-        if let mountpoint { return MountRegistry.record(forMountpoint: mountpoint) }
-        return MountRegistry.record(forStore: storeOptions.path)
+    /// MOUNTPOINT as the mount table spells it.
+    var canonicalMountpoint: String? { mountpoint.map(MountRegistry.canonicalPath) }
+
+    /// The store in question: the one the mount table shows at MOUNTPOINT, else --store's.
+    func storePath() throws -> String {
+        guard let mp = canonicalMountpoint else { return storeOptions.path }
+        guard let entry = MountTable.keychainfsMount(at: mp) else { throw notMounted }
+        return entry.source
     }
 
-    /// The daemon of a live mount, or `notMounted`.
+    /// The daemon of a live mount; `notMounted` (naming a stale mount, if there is one, and what
+    /// to run) without one; `storeBusy` when a daemon holds the store but does not answer.
     func daemon() throws -> (MountRecord, RemoteKeychainService) {
-        guard let record = record() else { throw notMounted }
-        guard MountRegistry.isAlive(record) else {
-            MountRegistry.removeStale(record)
-            throw notMounted
+        let store = try storePath()
+        guard FileManager.default.fileExists(atPath: store) else { throw notMounted }
+        guard let (service, record) = try DaemonLocator.daemon(forStore: store),
+              canonicalMountpoint == nil || canonicalMountpoint == record.mountpoint else {
+            throw notMounted(store: store)
         }
-        return (record, RemoteKeychainService(socketPath: record.socketPath))
+        return (record, service)
+    }
+
+    /// The keychainfs mounts in question (at MOUNTPOINT, else every one of the store) whose daemon is gone.
+    func staleMounts(store: String) -> [MountEntry] {
+        MountTable.keychainfsMounts(ofStore: MountRegistry.canonicalPath(store))
+            .filter { canonicalMountpoint == nil || $0.mountpoint == canonicalMountpoint }
+            .filter { if case .gone = StaleMount.owner(of: $0) { true } else { false } }
+    }
+
+    func notMounted(store: String) -> KeychainError {
+        guard let stale = staleMounts(store: store).first else { return notMounted }
+        return .notMounted("\(stale.mountpoint) is a stale mount of \(store): its daemon is gone. Run 'keychainfs "
+            + "unmount \(stale.mountpoint)' to detach it, or 'keychainfs mount \(stale.mountpoint)' to mount it again.")
     }
 
     var notMounted: KeychainError {
@@ -96,19 +115,42 @@ struct UnmountCommand: ParsableCommand {
     static let exitWait: TimeInterval = 10
 
     func run() throws {
-        let record = target.record()
-        if let record, MountRegistry.isAlive(record) {
-            try RemoteKeychainService(socketPath: record.socketPath).unmount()
-            let deadline = Date().addingTimeInterval(Self.exitWait)
-            while kill(record.pid, 0) == 0 && Date() < deadline { usleep(20_000) }
+        let store = try target.storePath()
+        do {
+            if FileManager.default.fileExists(atPath: store), let (service, record) = try DaemonLocator.daemon(forStore: store),
+               target.canonicalMountpoint == nil || target.canonicalMountpoint == record.mountpoint {
+                try service.unmount()
+                Self.waitForExit(record.pid)
+                return
+            }
+        } catch let error as KeychainError where Self.cannotBeAsked(error) {
+            // A daemon that cannot be asked (it does not answer, or speaks another version) is
+            // ended by detaching its mount: the one the mount table shows for this store.
+            let mounts = MountTable.keychainfsMounts(ofStore: MountRegistry.canonicalPath(store))
+                .filter { target.canonicalMountpoint == nil || $0.mountpoint == target.canonicalMountpoint }
+            guard !mounts.isEmpty else { throw error }
+            let holder = MountRegistry.record(forStore: store)?.pid
+            for entry in mounts { try Fusermount.unmount(entry.mountpoint) }
+            if let holder { Self.waitForExit(holder) }
             return
         }
-        guard let mountpoint = target.mountpoint ?? record?.mountpoint, StaleMount.isStale(mountpoint) else {
-            if let record { MountRegistry.removeStale(record) }
-            throw target.notMounted
+        let stale = target.staleMounts(store: store)
+        guard !stale.isEmpty else { throw target.notMounted }
+        for entry in stale {
+            try StaleMount.detach(entry.mountpoint)
+            Output.line("detached the stale mount at \(entry.mountpoint)")
         }
-        try StaleMount.detach(mountpoint)
-        if let record { MountRegistry.removeStale(record) }
-        Output.line("detached the stale mount at \(mountpoint)")
+    }
+
+    static func cannotBeAsked(_ error: KeychainError) -> Bool {
+        switch error {
+        case .storeBusy, .daemonVersionMismatch: true
+        default: false
+        }
+    }
+
+    static func waitForExit(_ pid: Int32) {
+        let deadline = Date().addingTimeInterval(exitWait)
+        while ProcessState.isRunning(pid) && Date() < deadline { usleep(20_000) }
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainControl
 import KeychainStore
 
 @main
@@ -8,7 +9,7 @@ struct KeychainFS: ParsableCommand {
         commandName: "keychainfs",
         abstract: "An encrypted keychain for Linux that can be mounted as a directory.",
         discussion: ExitStatusHelp.text,
-        version: "0.1.0",
+        version: ControlProtocol.softwareVersion,
         subcommands: [
             InitCommand.self, PasswdCommand.self,
             AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self,

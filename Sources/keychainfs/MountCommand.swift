@@ -49,10 +49,12 @@ struct MountCommand: ParsableCommand {
         do { defaultClass = try defaultAccessible.map(AccessibilityClass.init(parsing:)) ?? .default }
         catch { throw KeychainError(error) }
         let mp = MountRegistry.canonicalPath(mountpoint)
-        if let live = MountRegistry.liveRecord(forStore: storePath) {
+        try recoverStaleMount(at: mp)
+        if let live = try DaemonLocator.daemon(forStore: storePath)?.1 {
             throw KeychainError.alreadyServed(storePath, at: live.mountpoint)
         }
-        if StaleMount.isStale(mp) { try StaleMount.detach(mp) }
+        // A killed daemon's mount of this store elsewhere is cleaned up too.
+        try StaleMount.detachAll(ofStore: storePath)
         var st = stat()
         guard stat(mp, &st) == 0 else { throw KeychainError.mountFailed("\(mountpoint): \(String(cString: strerror(errno)))") }
         guard st.st_mode & S_IFMT == S_IFDIR else { throw KeychainError.mountFailed("\(mountpoint) is not a directory") }
@@ -62,6 +64,22 @@ struct MountCommand: ParsableCommand {
         }
         return MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: lockAfter,
                              defaultClass: defaultClass)
+    }
+
+    /// A keychainfs mount already at the mountpoint is detached if its daemon is gone, whenever
+    /// that happened: the mount table and the store's lock say so, not stat(), which can still
+    /// answer from the kernel's cache just after the daemon was killed.
+    private func recoverStaleMount(at mp: String) throws {
+        guard let entry = MountTable.keychainfsMount(at: mp) else { return }
+        switch StaleMount.owner(of: entry) {
+        case .gone:
+            try StaleMount.detach(mp)
+        case .live:
+            break  // Refused below: by its store if it is this one, else as a mountpoint in use.
+        case .unresponsive(let pid):
+            throw KeychainError.storeBusy("\(mountpoint) is mounted by \(pid.map(ProcessState.describe) ?? "a process") "
+                + "that does not answer; run 'keychainfs unmount \(mountpoint)'")
+        }
     }
 }
 
@@ -94,19 +112,5 @@ struct DaemonCommand: ParsableCommand {
         close(DaemonLauncher.passphraseFD)
         let code = MountDaemon(settings: settings).run(passphrase: secret) { DaemonLauncher.report($0, fd: DaemonLauncher.readyFD) }
         if code != 0 { throw ExitCode(code) }
-    }
-}
-
-/// The kernel's table of mounts, from /proc/self/mountinfo.
-enum MountTable {
-    static func isMountpoint(_ path: String) -> Bool {
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
-        // Field 5 is the mount point, with spaces and the like octal-escaped.
-        let escaped = path.replacingOccurrences(of: "\\", with: "\\134").replacingOccurrences(of: " ", with: "\\040")
-            .replacingOccurrences(of: "\t", with: "\\011").replacingOccurrences(of: "\n", with: "\\012")
-        return text.split(separator: "\n").contains { line in
-            let fields = line.split(separator: " ", maxSplits: 5)
-            return fields.count > 4 && fields[4] == escaped
-        }
     }
 }

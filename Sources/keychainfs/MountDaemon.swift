@@ -1,5 +1,6 @@
 import Foundation
 import KeychainControl
+import KeychainControlServer
 import KeychainCrypto
 import KeychainFileSystem
 import KeychainFuse
@@ -35,7 +36,8 @@ final class MountDaemon: @unchecked Sendable {
             keychain = try Keychain(openingAt: settings.storePath)
             if !settings.startLocked { try keychain.unlock(passphrase: passphrase) }
             tree = try KeychainTree(keychain: keychain, defaultClass: settings.defaultClass, lockAfter: settings.lockAfter)
-            mount = FuseMount(tree: tree, mountpoint: settings.mountpoint)
+            mount = FuseMount(tree: tree, mountpoint: settings.mountpoint,
+                              source: MountRegistry.canonicalPath(settings.storePath))
             try mount.mount()
         } catch {
             let e = error as? KeychainError ?? .mountFailed("\(error)")
@@ -72,15 +74,7 @@ final class MountDaemon: @unchecked Sendable {
     }
 
     /// One daemon per store: an exclusive flock on the store file, held for the daemon's life.
-    static func lockStore(_ path: String) throws -> Int32 {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw KeychainError.noSuchStore(path) }
-        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
-            close(fd)
-            throw KeychainError.alreadyServed(path, at: MountRegistry.record(forStore: path)?.mountpoint)
-        }
-        return fd
-    }
+    static func lockStore(_ path: String) throws -> Int32 { try StoreLock.acquireExclusive(path) }
 
     /// The control socket's service: the mount's own owner of the store.
     private func service(tree: KeychainTree, mount: FuseMount) -> DaemonKeychainService {

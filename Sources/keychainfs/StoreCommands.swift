@@ -54,6 +54,13 @@ struct PasswdCommand: ParsableCommand {
 
     func run() throws {
         let path = storeOptions.path
+        // A daemon that holds the store but cannot be reached is a refusal, as for every command.
+        // Without a daemon, the shared lock keeps one from starting while the keybag changes.
+        let route = try DaemonLocator.route(forStore: path)
+        try withExtendedLifetime(route) { try change(path) }
+    }
+
+    private func change(_ path: String) throws {
         let keychain = try Keychain(openingAt: path)
         guard keychain.hasPassphrase else {
             throw KeychainError.invalidInput("\(path) has no passphrase (it was made with --no-passphrase)")

@@ -16,16 +16,22 @@ mount_kc() {
     return $rc
 }
 
-# daemon_pid MOUNTPOINT: the PID of the daemon serving it, from its mount record.
+# daemon_pid MOUNTPOINT: the PID of the daemon serving it: the mount table names the store,
+# and the record beside the store (<store>.daemon) the daemon.
 daemon_pid() {
-    python3 - "$1" "$XDG_RUNTIME_DIR/keychainfs" <<'PY'
+    python3 - "$1" <<'PY'
 import json, os, sys
-mp, d = os.path.realpath(sys.argv[1]), sys.argv[2]
-for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
-    if name.endswith(".json"):
-        r = json.load(open(os.path.join(d, name)))
-        if os.path.realpath(r["mountpoint"]) == mp:
-            print(r["pid"])
+mp = os.path.realpath(sys.argv[1])
+def unescape(s):
+    return s.encode().decode("unicode_escape").encode("latin-1").decode()
+for line in open("/proc/self/mountinfo"):
+    f = line.split()
+    dash = f.index("-")
+    if unescape(f[4]) == mp and f[dash + 1] == "fuse.keychainfs":
+        try:
+            print(json.load(open(unescape(f[dash + 2]) + ".daemon"))["pid"])
+        except (OSError, ValueError, KeyError):
+            pass
 PY
 }
 

@@ -306,11 +306,12 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
     kc init $MS --scrypt-log-n 10 $P >/dev/null
     mkdir -p "$MNT"
     on_exit_unmount "$MNT"
-    daemon_pid() { sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$XDG_RUNTIME_DIR"/keychainfs/*.json 2>/dev/null | head -n 1; }
+    daemon_pid() { sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$T/mounted.db.daemon" 2>/dev/null; }
     expect_exit 0 "mount" kc mount "$MNT" $MS $P
     pid=$(daemon_pid)
     [ -n "$pid" ] && on_exit_kill "$pid"
-    expect_eq "700" "$(stat -c %a "$XDG_RUNTIME_DIR/keychainfs")" "the runtime directory is 0700"
+    expect_eq "600" "$(stat -c %a "$T/mounted.db.daemon")" "the daemon's record beside the store is 0600"
+    expect_eq "600" "$(stat -c %a "$T/mounted.db.sock")" "its control socket beside the store is 0600"
     mkdir -p "$T/mnt2"
     on_exit_unmount "$T/mnt2"
     expect_exit 75 "a second daemon on the same store: 75" kc mount "$T/mnt2" $MS $P

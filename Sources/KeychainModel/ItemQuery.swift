@@ -1,5 +1,4 @@
 import Foundation
-import KeychainModel
 
 /// Which items a find or delete acts on. Attributes left nil match anything, as with
 /// `SecItemCopyMatching`.
@@ -54,7 +53,7 @@ public struct ItemQuery: Codable, Sendable, Equatable {
     }
 
     /// The service or server, which narrows a query through the group index.
-    var groupName: String? { kind == .generic ? service : server }
+    package var groupName: String? { kind == .generic ? service : server }
 
     public func matches(_ key: ItemKey) -> Bool {
         func eq<T: Equatable>(_ want: T?, _ have: T) -> Bool { want.map { $0 == have } ?? true }
@@ -100,19 +99,11 @@ public struct AttributeChanges: Codable, Sendable, Equatable {
     }
 }
 
-/// An item as read from the store: its decrypted record, and its sealed row, from which
-/// the secret is opened on demand.
-public struct KeychainItem: Sendable, Hashable {
-    public let sealed: SealedItem
-    public let record: ItemRecord
-    public var id: Int64 { sealed.id }
-    public var key: ItemKey { record.key }
-    public var accessible: AccessibilityClass { record.attributes.accessible }
-}
-
 /// One item that failed its integrity check.
 public struct IntegrityProblem: Sendable, Hashable, Codable, CustomStringConvertible {
     public var itemID: Int64
     public var reason: String
     public var description: String { "item #\(itemID): \(reason)" }
+
+    public init(itemID: Int64, reason: String) { self.itemID = itemID; self.reason = reason }
 }

@@ -1,7 +1,6 @@
 import Foundation
 import KeychainCrypto
 import KeychainModel
-import KeychainStore
 
 /// What the command line does to a keychain. Implemented by `LocalKeychainService` (a store
 /// opened in this process) and `RemoteKeychainService` (the daemon serving a mounted store),
@@ -94,14 +93,6 @@ public struct KeychainStatus: Codable, Sendable, Equatable {
         self.state = state; self.storePath = storePath; self.mountpoint = mountpoint; self.lockAfter = lockAfter
         self.itemCounts = itemCounts; self.hasPassphrase = hasPassphrase
     }
-}
-
-/// A change made through a `LocalKeychainService`, reported after it is committed so the
-/// daemon can bring its in-memory tree up to date.
-public enum KeychainChange: Sendable {
-    case saved([KeychainItem])
-    case deleted([Int64])
-    case lockStateChanged(LockState)
 }
 
 /// What a mount's status adds to the store's own.

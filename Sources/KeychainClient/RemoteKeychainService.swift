@@ -1,0 +1,104 @@
+import Foundation
+import KeychainControlProtocol
+import KeychainCrypto
+import KeychainModel
+
+/// The keychain service of a running daemon, over its control socket. Each call is one
+/// connection carrying one request and its reply.
+public final class RemoteKeychainService: KeychainService {
+    public let socketPath: String
+    /// Long enough for an unlock's key derivation behind other unlocks, and a large dump; a
+    /// daemon that has not answered by then is treated as gone.
+    static let replyTimeout: Double = 120
+
+    public init(socketPath: String) { self.socketPath = socketPath }
+
+    /// A connection to the daemon, checked to be of this user: passphrases and secrets go to
+    /// no one else. Nil when nothing listens, or when the socket's directory is not trusted.
+    static func connect(_ socketPath: String, deadline: Deadline) throws -> Int32? {
+        guard TrustedPath.isTrustedDirectory((socketPath as NSString).deletingLastPathComponent),
+              let fd = try UnixSocket.connect(path: socketPath, deadline: deadline) else { return nil }
+        guard UnixSocket.peerUID(fd) == getuid() else {
+            close(fd)
+            throw KeychainError.storeBusy("the process on \(socketPath) belongs to another user; refusing to talk to it")
+        }
+        return fd
+    }
+
+    /// Sends `request` and reads the replies up to the last one: the single reply, or the
+    /// `end` of a stream of items, each of which goes to `onItem`.
+    private func call(_ request: ControlRequest, onItem: (FoundItem) throws -> Void = { _ in }) throws -> ControlReply {
+        let deadline = Deadline.after(seconds: Self.replyTimeout)
+        guard let fd = try Self.connect(socketPath, deadline: .after(seconds: 5)) else {
+            throw KeychainError.notMounted("no daemon answers on \(socketPath)")
+        }
+        defer { close(fd) }
+        try ControlFrame.send(try request.frame(), to: fd, deadline: deadline)
+        while true {
+            guard let (header, payload) = try ControlFrame.receive(from: fd, deadline: deadline) else {
+                throw KeychainError.io("the daemon closed the connection without replying")
+            }
+            let reply = try ControlReply(kind: header.kind, payload: payload)
+            switch reply {
+            case .item(let item): try onItem(item)
+            case .failed(let error): throw error
+            default: return reply
+            }
+        }
+    }
+
+    private static func unexpected(_ r: ControlReply) -> KeychainError {
+        KeychainError.io("the daemon sent a reply of the wrong kind (\(r.kind))")
+    }
+
+    public func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
+        let r = try call(.save(key: key, secret: secret, changes: changes, updateExisting: updateExisting))
+        guard case .saved(let record) = r else { throw Self.unexpected(r) }
+        return record
+    }
+
+    private func items(_ request: ControlRequest) throws -> [FoundItem] {
+        var items: [FoundItem] = []
+        let r = try call(request) { items.append($0) }
+        guard case .end(let count) = r else { throw Self.unexpected(r) }
+        guard count == items.count else {
+            throw KeychainError.io("the daemon announced \(count) items and sent \(items.count)")
+        }
+        return items
+    }
+
+    public func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem] {
+        try items(.find(query: query, withSecrets: withSecrets, limit: limit))
+    }
+
+    public func delete(query: ItemQuery) throws -> Int {
+        let r = try call(.delete(query: query))
+        guard case .deleted(let count) = r else { throw Self.unexpected(r) }
+        return count
+    }
+
+    public func dump(withSecrets: Bool) throws -> [FoundItem] {
+        try items(.dump(withSecrets: withSecrets))
+    }
+
+    public func verify() throws -> VerifyReport {
+        let r = try call(.verify)
+        guard case .verified(let report) = r else { throw Self.unexpected(r) }
+        return report
+    }
+
+    public func status() throws -> KeychainStatus {
+        let r = try call(.status)
+        guard case .status(let status) = r else { throw Self.unexpected(r) }
+        return status
+    }
+
+    public func lock() throws { try expectDone(.lock) }
+    public func unlock(passphrase: SecureBytes?) throws { try expectDone(.unlock(passphrase: passphrase)) }
+    public func unmount() throws { try expectDone(.unmount) }
+
+    private func expectDone(_ request: ControlRequest) throws {
+        let r = try call(request)
+        guard case .done = r else { throw Self.unexpected(r) }
+    }
+}

@@ -1,0 +1,135 @@
+import Foundation
+import KeychainControlProtocol
+import KeychainModel
+
+/// One mount in the kernel's table.
+public struct MountEntry: Equatable, Sendable {
+    public var mountpoint: String
+    public var fstype: String
+    /// For keychainfs mounts, the real path of the store (the FUSE `fsname`).
+    public var source: String
+}
+
+/// The kernel's table of mounts, from /proc/self/mountinfo. It is the truth about what is
+/// mounted: unlike stat(), it does not answer from the attribute cache of a dead mount.
+public enum MountTable {
+    public static let keychainfsType = "fuse.keychainfs"
+
+    public static func entries() -> [MountEntry] {
+        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            // "36 35 98:0 /root /mnt opts [optional fields...] - fstype source superopts"
+            let fields = line.split(separator: " ", omittingEmptySubsequences: false)
+            guard fields.count > 4, let dash = fields.firstIndex(of: "-"), dash + 2 < fields.count else { return nil }
+            return MountEntry(mountpoint: unescape(fields[4]), fstype: String(fields[dash + 1]),
+                              source: unescape(fields[dash + 2]))
+        }
+    }
+
+    /// The kernel writes space, tab, newline and backslash as octal escapes (`\040`).
+    static func unescape(_ field: Substring) -> String {
+        let b = Array(field.utf8)
+        func octal(_ c: UInt8) -> UInt8? { c >= 0x30 && c <= 0x37 ? c - 0x30 : nil }
+        var out: [UInt8] = []
+        var i = 0
+        while i < b.count {
+            if b[i] == UInt8(ascii: "\\"), i + 3 < b.count,
+               let d1 = octal(b[i + 1]), let d2 = octal(b[i + 2]), let d3 = octal(b[i + 3]) {
+                out.append(d1 << 6 | d2 << 3 | d3)
+                i += 4
+            } else {
+                out.append(b[i])
+                i += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public static func isMountpoint(_ path: String) -> Bool { entries().contains { $0.mountpoint == path } }
+
+    /// The keychainfs mount at `mountpoint` (a real path), if any.
+    public static func keychainfsMount(at mountpoint: String) -> MountEntry? {
+        entries().last { $0.mountpoint == mountpoint && $0.fstype == keychainfsType }
+    }
+
+    /// The keychainfs mounts of a store (its real path).
+    public static func keychainfsMounts(ofStore store: String) -> [MountEntry] {
+        entries().filter { $0.fstype == keychainfsType && $0.source == store }
+    }
+}
+
+/// A FUSE mount whose daemon died: every access fails with ENOTCONN ("Transport endpoint is
+/// not connected") until it is detached. Whether a mount is stale is decided from the mount
+/// table, the store's flock and the record's owner, never from stat(), which may answer from
+/// the kernel's cache for a while after the daemon died.
+public enum StaleMount {
+    public enum Owner: Equatable {
+        /// The daemon holding the store serves this mountpoint and answers.
+        case live(MountRecord)
+        /// No daemon serves this mountpoint: the mount is stale.
+        case gone(pid: Int32?)
+        /// A process holds the store but does not answer, even after waiting.
+        case unresponsive(pid: Int32?)
+    }
+
+    /// Whose the keychainfs mount `entry` is. A daemon that is still dying (just killed) or
+    /// still starting is waited for, up to `waiting` seconds.
+    public static func owner(of entry: MountEntry, waiting: Double = DaemonLocator.startupGrace) -> Owner {
+        let store = entry.source
+        var st = stat()
+        guard stat(store, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+            // Not a store path: a mount made by an older keychainfs. Only stat can tell.
+            return stat(entry.mountpoint, &st) != 0 && errno == ENOTCONN ? .gone(pid: nil) : .unresponsive(pid: nil)
+        }
+        let deadline = Deadline.after(seconds: waiting)
+        while true {
+            let record = MountRegistry.record(forStore: store)
+            guard StoreLock.isHeld(store) else { return .gone(pid: record?.pid) }
+            if let record, ProcessState.isRunning(record.pid) {
+                guard record.mountpoint == entry.mountpoint else { return .gone(pid: nil) }
+                if let fd = try? RemoteKeychainService.connect(record.socketPath, deadline: .after(seconds: 1)) {
+                    close(fd)
+                    return .live(record)
+                }
+            }
+            if deadline.hasPassed { return .unresponsive(pid: record?.pid) }
+            usleep(50_000)
+        }
+    }
+
+    /// Detaches a mount lazily, so that a process still sitting in the directory does not block it.
+    public static func detach(_ mountpoint: String) throws {
+        try Fusermount.unmount(mountpoint, lazy: true)
+    }
+
+    /// Detaches every stale mount of the store; returns their mountpoints.
+    @discardableResult
+    public static func detachAll(ofStore store: String) throws -> [String] {
+        var detached: [String] = []
+        for entry in MountTable.keychainfsMounts(ofStore: MountRegistry.canonicalPath(store)) {
+            if case .gone = owner(of: entry, waiting: 0) {
+                try detach(entry.mountpoint)
+                detached.append(entry.mountpoint)
+            }
+        }
+        return detached
+    }
+}
+
+/// `fusermount3 -u`, which unmounts a FUSE mount for the user who made it (root or not).
+public enum Fusermount {
+    public static func unmount(_ mountpoint: String, lazy: Bool = false) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
+        process.arguments = ["-u"] + (lazy ? ["-z"] : []) + [mountpoint]
+        let err = Pipe()
+        process.standardError = err
+        do { try process.run() } catch { throw KeychainError.io("cannot run fusermount3: \(error)") }
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            let why = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            throw KeychainError.storeBusy("cannot unmount \(mountpoint): \(why.isEmpty ? "busy" : why)")
+        }
+    }
+}

@@ -1,0 +1,438 @@
+import Foundation
+import KeychainCrypto
+import KeychainModel
+
+/// A request on the control socket: one `KeychainService` call, one per connection.
+package enum ControlRequest {
+    case save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool)
+    case find(query: ItemQuery, withSecrets: Bool, limit: Int?)
+    case delete(query: ItemQuery)
+    case dump(withSecrets: Bool)
+    case verify
+    case status
+    case lock
+    case unlock(passphrase: SecureBytes?)
+    case unmount
+
+    /// The frame kinds of requests. Never renumber.
+    package enum Kind: UInt16, CaseIterable {
+        case save = 1, find = 2, delete = 3, dump = 4, verify = 5, status = 6, lock = 7, unlock = 8, unmount = 9
+    }
+
+    package var kind: Kind {
+        switch self {
+        case .save: .save
+        case .find: .find
+        case .delete: .delete
+        case .dump: .dump
+        case .verify: .verify
+        case .status: .status
+        case .lock: .lock
+        case .unlock: .unlock
+        case .unmount: .unmount
+        }
+    }
+
+    package func frame() throws -> SecureBytes {
+        try ControlFrame.encode(kind: kind.rawValue) { w in
+            switch self {
+            case .save(let key, let secret, let changes, let updateExisting):
+                guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
+                w.nested(.key) { WireItem.write(key, to: $0) }
+                w.field(.secret, secret: secret)
+                w.nested(.changes) { WireItem.write(changes, to: $0) }
+                w.field(.updateExisting, updateExisting)
+            case .find(let query, let withSecrets, let limit):
+                w.nested(.query) { WireItem.write(query, to: $0) }
+                w.field(.withSecrets, withSecrets)
+                if let limit { w.field(.limit, UInt64(max(limit, 0))) }
+            case .delete(let query):
+                w.nested(.query) { WireItem.write(query, to: $0) }
+            case .dump(let withSecrets):
+                w.field(.withSecrets, withSecrets)
+            case .unlock(let passphrase):
+                if let passphrase { w.field(.passphrase, secret: passphrase) }
+            case .verify, .status, .lock, .unmount:
+                break
+            }
+        }
+    }
+
+    /// Decodes and validates a request by the rules of the CLI and the tree: keys are built
+    /// through their validating initializers, so a bad name, port or code fails here with the
+    /// same error (and exit code) as on the command line.
+    package init(kind rawKind: UInt16, payload: SecureBytes) throws {
+        guard let kind = Kind(rawValue: rawKind) else { throw KeychainError.io("unknown control request kind \(rawKind)") }
+        let f = try WireFields(payload)
+        switch kind {
+        case .save:
+            let secret = try f.secret(.secret) ?? SecureBytes()
+            guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
+            self = .save(key: try WireItem.newKey(f.nested(required: .key)), secret: secret,
+                         changes: try WireItem.changes(f.nested(.changes)), updateExisting: try f.flag(.updateExisting))
+        case .find:
+            let limit = try f.integer(.limit, as: UInt64.self).map { Int(clamping: $0) }
+            self = .find(query: try WireItem.query(f.nested(required: .query)), withSecrets: try f.flag(.withSecrets),
+                         limit: limit)
+        case .delete: self = .delete(query: try WireItem.query(f.nested(required: .query)))
+        case .dump: self = .dump(withSecrets: try f.flag(.withSecrets))
+        case .verify: self = .verify
+        case .status: self = .status
+        case .lock: self = .lock
+        case .unlock: self = .unlock(passphrase: try f.secret(.passphrase))
+        case .unmount: self = .unmount
+        }
+    }
+}
+
+/// A reply frame. `find` and `dump` are answered with one `item` frame per item and then
+/// `end`, so that no frame holds more than one secret; every other request with one frame.
+package enum ControlReply {
+    case saved(ItemRecord)
+    case item(FoundItem)
+    case end(count: Int)
+    case deleted(count: Int)
+    case verified(VerifyReport)
+    case status(KeychainStatus)
+    case done
+    /// The very `KeychainError` the daemon met, so the client exits with the same code.
+    case failed(KeychainError)
+
+    /// The frame kinds of replies. Never renumber.
+    package enum Kind: UInt16 {
+        case saved = 0x8001, item = 0x8002, end = 0x8003, deleted = 0x8004, verified = 0x8005, status = 0x8006
+        case done = 0x8007, failed = 0x80FF
+    }
+
+    package var kind: Kind {
+        switch self {
+        case .saved: .saved
+        case .item: .item
+        case .end: .end
+        case .deleted: .deleted
+        case .verified: .verified
+        case .status: .status
+        case .done: .done
+        case .failed: .failed
+        }
+    }
+
+    package func frame() throws -> SecureBytes {
+        try ControlFrame.encode(kind: kind.rawValue) { w in
+            switch self {
+            case .saved(let record): w.nested(.record) { WireItem.write(record, to: $0) }
+            case .item(let item): WireItem.write(item, to: w)
+            case .end(let count), .deleted(let count): w.field(.count, UInt64(count))
+            case .verified(let report):
+                w.field(.count, UInt64(report.checked))
+                for p in report.problems {
+                    w.nested(.problem) { n in
+                        n.field(.itemID, UInt64(bitPattern: p.itemID))
+                        n.field(.damage, p.reason)
+                    }
+                }
+            case .status(let s): WireItem.write(s, to: w)
+            case .done: break
+            case .failed(let error): WireError.write(error, to: w)
+            }
+        }
+    }
+
+    package init(kind rawKind: UInt16, payload: SecureBytes) throws {
+        guard let kind = Kind(rawValue: rawKind) else { throw KeychainError.io("unknown control reply kind \(rawKind)") }
+        let f = try WireFields(payload)
+        switch kind {
+        case .saved: self = .saved(try WireItem.record(f.nested(required: .record)))
+        case .item: self = .item(try WireItem.foundItem(f))
+        case .end: self = .end(count: Int(clamping: try f.integer(required: .count, as: UInt64.self)))
+        case .deleted: self = .deleted(count: Int(clamping: try f.integer(required: .count, as: UInt64.self)))
+        case .verified:
+            let problems = try f.nestedAll(.problem).map { p in
+                IntegrityProblem(itemID: Int64(bitPattern: try p.integer(required: .itemID, as: UInt64.self)),
+                                 reason: try p.string(required: .damage))
+            }
+            self = .verified(VerifyReport(checked: Int(clamping: try f.integer(required: .count, as: UInt64.self)),
+                                          problems: problems))
+        case .status: self = .status(try WireItem.status(f))
+        case .done: self = .done
+        case .failed: self = .failed(try WireError.read(f))
+        }
+    }
+}
+
+/// Keys, queries, attributes and items as explicit fields.
+package enum WireItem {
+    static func write(_ key: ItemKey, to w: WireWriter) {
+        switch key {
+        case .generic(let g):
+            w.field(.itemKind, UInt8(1))
+            w.field(.accessGroup, g.accessGroup)
+            w.field(.service, g.service)
+            w.field(.account, g.account)
+        case .internet(let i):
+            w.field(.itemKind, UInt8(2))
+            w.field(.accessGroup, i.accessGroup)
+            w.field(.server, i.server)
+            w.field(.port, i.port)
+            w.field(.path, i.path)
+            w.field(.internetProtocol, i.protocol.code.text)
+            w.field(.authenticationType, i.authenticationType.code.text)
+            w.field(.securityDomain, i.securityDomain)
+            w.field(.account, i.account)
+        }
+    }
+
+    static func kind(_ f: WireFields) throws -> ItemKind {
+        switch try f.integer(required: .itemKind, as: UInt8.self) {
+        case 1: .generic
+        case 2: .internet
+        case let k: throw KeychainError.invalidInput("unknown item kind \(k)")
+        }
+    }
+
+    static func code<T: FourCharVocabulary>(_ f: WireFields, _ tag: WireTag, as: T.Type) throws -> T? {
+        try f.string(tag).map { text in T(code: try validated { try FourCharCode(text) }) }
+    }
+
+    /// A key for a new item, validated as the CLI and the tree validate it.
+    package static func newKey(_ f: WireFields) throws -> ItemKey {
+        let account = try f.string(required: .account), group = try f.string(.accessGroup) ?? ""
+        switch try kind(f) {
+        case .generic:
+            let service = try f.string(required: .service)
+            return try validated { .generic(try GenericPasswordKey(service: service, account: account, accessGroup: group)) }
+        case .internet:
+            let server = try f.string(required: .server), path = try f.string(.path) ?? ""
+            let port = try f.integer(.port, as: UInt16.self) ?? 0
+            let proto = try code(f, .internetProtocol, as: InternetProtocol.self) ?? .https
+            let auth = try code(f, .authenticationType, as: AuthenticationType.self) ?? .default
+            let domain = try f.string(.securityDomain) ?? ""
+            return try validated {
+                .internet(try InternetPasswordKey(server: server, port: port, path: path, protocol: proto,
+                                                  authenticationType: auth, securityDomain: domain, account: account,
+                                                  accessGroup: group))
+            }
+        }
+    }
+
+    /// A key as the daemon's store holds it, taken as it is (it may predate a rule).
+    static func storedKey(_ f: WireFields) throws -> ItemKey {
+        let account = try f.string(required: .account), group = try f.string(.accessGroup) ?? ""
+        switch try kind(f) {
+        case .generic:
+            return .generic(GenericPasswordKey(storedService: try f.string(required: .service), account: account,
+                                               accessGroup: group))
+        case .internet:
+            guard let proto = try code(f, .internetProtocol, as: InternetProtocol.self),
+                  let auth = try code(f, .authenticationType, as: AuthenticationType.self) else {
+                throw WireFields.malformed("an internet key without protocol or authentication type")
+            }
+            return .internet(InternetPasswordKey(
+                storedServer: try f.string(required: .server), port: try f.integer(required: .port, as: UInt16.self),
+                path: try f.string(.path) ?? "", protocol: proto, authenticationType: auth,
+                securityDomain: try f.string(.securityDomain) ?? "", account: account, accessGroup: group))
+        }
+    }
+
+    static func write(_ q: ItemQuery, to w: WireWriter) {
+        w.field(.itemKind, UInt8(q.kind == .generic ? 1 : 2))
+        w.field(.accessGroup, ifPresent: q.accessGroup)
+        w.field(.account, ifPresent: q.account)
+        w.field(.service, ifPresent: q.service)
+        w.field(.server, ifPresent: q.server)
+        if let port = q.port { w.field(.port, port) }
+        w.field(.path, ifPresent: q.path)
+        w.field(.internetProtocol, ifPresent: q.protocol?.code.text)
+        w.field(.authenticationType, ifPresent: q.authenticationType?.code.text)
+        w.field(.securityDomain, ifPresent: q.securityDomain)
+    }
+
+    package static func query(_ f: WireFields) throws -> ItemQuery {
+        ItemQuery(kind: try kind(f), accessGroup: try f.string(.accessGroup), account: try f.string(.account),
+                  service: try f.string(.service), server: try f.string(.server),
+                  port: try f.integer(.port, as: UInt16.self), path: try f.string(.path),
+                  protocol: try code(f, .internetProtocol, as: InternetProtocol.self),
+                  authenticationType: try code(f, .authenticationType, as: AuthenticationType.self),
+                  securityDomain: try f.string(.securityDomain))
+    }
+
+    static func write(_ c: AttributeChanges, to w: WireWriter) {
+        w.field(.label, ifPresent: c.label)
+        w.field(.comment, ifPresent: c.comment)
+        w.field(.description, ifPresent: c.description)
+        if let generic = c.generic { w.field(.generic, bytes: Array(generic)) }
+        w.field(.creator, ifPresent: c.creator?.text)
+        w.field(.type, ifPresent: c.type?.text)
+        if let a = c.accessible { w.field(.accessible, UInt8(a.code)) }
+    }
+
+    static func accessible(_ f: WireFields) throws -> AccessibilityClass? {
+        try f.integer(.accessible, as: UInt8.self).map { code in
+            guard let c = AccessibilityClass(code: Int(code)) else {
+                throw KeychainError.invalidInput("unknown accessibility class number \(code)")
+            }
+            return c
+        }
+    }
+
+    package static func changes(_ f: WireFields?) throws -> AttributeChanges {
+        guard let f else { return AttributeChanges() }
+        return AttributeChanges(
+            label: try f.string(.label), comment: try f.string(.comment), description: try f.string(.description),
+            generic: try f.bytes(.generic).map { Data($0) },
+            creator: try f.string(.creator).map { t in try validated { try FourCharCode(t) } },
+            type: try f.string(.type).map { t in try validated { try FourCharCode(t) } },
+            accessible: try accessible(f))
+    }
+
+    static func write(_ r: ItemRecord, to w: WireWriter) {
+        w.nested(.key) { write(r.key, to: $0) }
+        let a = r.attributes
+        w.field(.label, ifPresent: a.label)
+        w.field(.comment, ifPresent: a.comment)
+        w.field(.description, ifPresent: a.description)
+        if let generic = a.generic { w.field(.generic, bytes: Array(generic)) }
+        w.field(.creator, ifPresent: a.creator?.text)
+        w.field(.type, ifPresent: a.type?.text)
+        w.field(.accessible, UInt8(a.accessible.code))
+        w.field(.created, a.created.timeIntervalSinceReferenceDate.bitPattern)
+        w.field(.modified, a.modified.timeIntervalSinceReferenceDate.bitPattern)
+    }
+
+    static func record(_ f: WireFields) throws -> ItemRecord {
+        func date(_ tag: WireTag) throws -> Date {
+            Date(timeIntervalSinceReferenceDate: Double(bitPattern: try f.integer(required: tag, as: UInt64.self)))
+        }
+        let changes = try changes(f)
+        guard let accessible = changes.accessible else { throw WireFields.malformed("a record without its class") }
+        let attributes = ItemAttributes(label: changes.label, comment: changes.comment, description: changes.description,
+                                        generic: changes.generic, creator: changes.creator, type: changes.type,
+                                        accessible: accessible, created: try date(.created), modified: try date(.modified))
+        return ItemRecord(key: try storedKey(f.nested(required: .key)), attributes: attributes)
+    }
+
+    static func write(_ item: FoundItem, to w: WireWriter) {
+        w.field(.itemID, UInt64(bitPattern: item.itemID))
+        w.nested(.record) { write(item.record, to: $0) }
+        switch item.secret {
+        case .value(let bytes):
+            w.field(.secretState, UInt8(1))
+            w.field(.secret, secret: bytes)
+        case .unavailable(let c):
+            w.field(.secretState, UInt8(2))
+            w.field(.accessible, UInt8(c.code))
+        case .damaged(let reason):
+            w.field(.secretState, UInt8(3))
+            w.field(.damage, reason)
+        case nil:
+            break
+        }
+    }
+
+    static func foundItem(_ f: WireFields) throws -> FoundItem {
+        let secret: FoundSecret?
+        switch try f.integer(.secretState, as: UInt8.self) {
+        case nil: secret = nil
+        case 1: secret = .value(try f.secret(.secret) ?? SecureBytes())
+        case 2:
+            guard let c = try accessible(f) else { throw WireFields.malformed("an unavailable secret without its class") }
+            secret = .unavailable(c)
+        case 3: secret = .damaged(try f.string(required: .damage))
+        case let s?: throw WireFields.malformed("unknown secret state \(s)")
+        }
+        return FoundItem(itemID: Int64(bitPattern: try f.integer(required: .itemID, as: UInt64.self)),
+                         record: try record(f.nested(required: .record)), secret: secret)
+    }
+
+    static let lockStates: [(LockState, UInt8)] = [(.beforeFirstUnlock, 1), (.unlocked, 2), (.locked, 3)]
+
+    static func write(_ s: KeychainStatus, to w: WireWriter) {
+        w.field(.lockState, lockStates.first { $0.0 == s.state }!.1)
+        w.field(.storePath, s.storePath)
+        w.field(.mountpoint, ifPresent: s.mountpoint)
+        if let lockAfter = s.lockAfter { w.field(.lockAfter, UInt64(max(lockAfter, 0))) }
+        for (c, n) in s.itemCounts.sorted(by: { $0.key < $1.key }) {
+            w.nested(.classCount) { n2 in
+                n2.field(.accessible, UInt8(c.code))
+                n2.field(.count, UInt64(n))
+            }
+        }
+        w.field(.hasPassphrase, s.hasPassphrase)
+    }
+
+    static func status(_ f: WireFields) throws -> KeychainStatus {
+        let raw = try f.integer(required: .lockState, as: UInt8.self)
+        guard let state = lockStates.first(where: { $0.1 == raw })?.0 else { throw WireFields.malformed("unknown lock state \(raw)") }
+        var counts: [AccessibilityClass: Int] = [:]
+        for n in try f.nestedAll(.classCount) {
+            guard let c = try accessible(n) else { throw WireFields.malformed("a class count without its class") }
+            counts[c] = Int(clamping: try n.integer(required: .count, as: UInt64.self))
+        }
+        return KeychainStatus(state: state, storePath: try f.string(required: .storePath), mountpoint: try f.string(.mountpoint),
+                              lockAfter: try f.integer(.lockAfter, as: UInt64.self).map { Int(clamping: $0) },
+                              itemCounts: counts, hasPassphrase: try f.flag(.hasPassphrase))
+    }
+}
+
+/// `KeychainError` as explicit fields: a case number, its message and its number.
+package enum WireError {
+    /// Never renumber; a case this side does not know arrives as `io` with its message.
+    static func write(_ e: KeychainError, to w: WireWriter) {
+        let (code, message, number): (UInt16, String?, Int?) = switch e {
+        case .itemNotFound: (1, nil, nil)
+        case .duplicateItem: (2, nil, nil)
+        case .wrongPassphrase: (3, nil, nil)
+        case .tooManyAttempts(let s): (4, nil, s)
+        case .unavailable(let c): (5, c, nil)
+        case .integrityFailure(let m): (6, m, nil)
+        case .invalidInput(let m): (7, m, nil)
+        case .nameTooLong(let m): (8, m, nil)
+        case .secretTooLarge(let n): (9, nil, n)
+        case .noSuchStore(let p): (10, p, nil)
+        case .notAKeychain(let m): (11, m, nil)
+        case .storeExists(let p): (12, p, nil)
+        case .storeBusy(let m): (13, m, nil)
+        case .notMounted(let m): (14, m, nil)
+        case .mountFailed(let m): (15, m, nil)
+        case .diskFull: (16, nil, nil)
+        case .io(let m): (17, m, nil)
+        case .daemonVersionMismatch(let v): (18, v, nil)
+        }
+        w.field(.errorCase, code)
+        w.field(.errorText, e.description)
+        if let message { w.field(.message, message) }
+        if let number { w.field(.number, UInt64(max(number, 0))) }
+    }
+
+    static func read(_ f: WireFields) throws -> KeychainError {
+        let code = try f.integer(required: .errorCase, as: UInt16.self)
+        let text = try f.string(.message) ?? ""
+        let number = Int(clamping: try f.integer(.number, as: UInt64.self) ?? 0)
+        switch code {
+        case 1: return .itemNotFound
+        case 2: return .duplicateItem
+        case 3: return .wrongPassphrase
+        case 4: return .tooManyAttempts(retryAfter: number)
+        case 5: return .unavailable(className: text)
+        case 6: return .integrityFailure(text)
+        case 7: return .invalidInput(text)
+        case 8: return .nameTooLong(text)
+        case 9: return .secretTooLarge(number)
+        case 10: return .noSuchStore(text)
+        case 11: return .notAKeychain(text)
+        case 12: return .storeExists(text)
+        case 13: return .storeBusy(text)
+        case 14: return .notMounted(text)
+        case 15: return .mountFailed(text)
+        case 16: return .diskFull
+        case 17: return .io(text)
+        case 18: return .daemonVersionMismatch(running: text)
+        default: return .io(try f.string(.errorText) ?? "the daemon failed (error \(code))")
+        }
+    }
+}
+
+/// Turns the item model's errors into the keychain's, so they get the CLI's exit codes.
+private func validated<T>(_ body: () throws -> T) throws -> T {
+    do { return try body() } catch let error as ModelError { throw KeychainError(error) }
+}

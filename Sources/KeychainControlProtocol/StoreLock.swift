@@ -1,0 +1,80 @@
+import Foundation
+import KeychainModel
+
+/// The store file's flock says who may touch it: a daemon holds it exclusively for its life;
+/// a command that opens the store itself holds it shared while it works, so that no daemon
+/// starts under it. A shared lock that cannot be had means a daemon serves the store.
+public enum StoreLock {
+    /// How long a starting daemon waits for commands that opened the store themselves.
+    public static let daemonWait: Double = 5
+
+    /// The exclusive lock for a daemon's life. Waits up to `daemonWait` for commands working on
+    /// the store; a running daemon is refused at once, by its mountpoint.
+    public static func acquireExclusive(_ path: String) throws -> Int32 {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw KeychainError.noSuchStore(path) }
+        let deadline = Deadline.after(seconds: daemonWait)
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK || errno == EINTR else {
+                let why = String(cString: strerror(errno))
+                close(fd)
+                throw KeychainError.io("cannot lock \(path): \(why)")
+            }
+            if let record = MountRegistry.record(forStore: path), ProcessState.isRunning(record.pid),
+               holders(of: fd).contains(where: { $0.pid == record.pid && $0.exclusive }) {
+                close(fd)
+                throw KeychainError.alreadyServed(path, at: record.mountpoint)
+            }
+            if deadline.hasPassed {
+                let who = holders(of: fd).map { ProcessState.describe($0.pid) }
+                close(fd)
+                throw KeychainError.storeBusy("\(path) is in use by \(who.isEmpty ? "another process" : who.joined(separator: ", "))")
+            }
+            usleep(50_000)
+        }
+        return fd
+    }
+
+    /// A shared lock on the store for as long as the lease lives, or nil when a daemon holds it.
+    package static func sharedLease(_ fd: Int32) throws -> StoreLease? {
+        while flock(fd, LOCK_SH | LOCK_NB) != 0 {
+            if errno == EINTR { continue }
+            guard errno == EWOULDBLOCK else { throw KeychainError.io("cannot lock the store: \(String(cString: strerror(errno)))") }
+            return nil
+        }
+        return StoreLease(fd: fd)
+    }
+
+    /// Whether a daemon holds the store now; probes with a shared lock dropped at once.
+    package static func isHeld(_ path: String) -> Bool {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        while flock(fd, LOCK_SH | LOCK_NB) != 0 {
+            if errno != EINTR { return errno == EWOULDBLOCK }
+        }
+        return false
+    }
+
+    /// The processes holding a flock on the file open at `fd`, from /proc/locks (waiters left out).
+    package static func holders(of fd: Int32) -> [(pid: Int32, exclusive: Bool)] {
+        var st = stat()
+        guard fstat(fd, &st) == 0, let table = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
+        let dev = UInt64(st.st_dev)
+        let major = (dev >> 8) & 0xfff | (dev >> 32) & ~0xfff, minor = dev & 0xff | (dev >> 12) & ~0xff
+        let id = String(format: "%02x:%02x:%llu", major, minor, UInt64(st.st_ino))
+        return table.split(separator: "\n").compactMap { line in
+            // "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; waiters have "->" after the number.
+            let f = line.split(separator: " ")
+            guard f.count >= 6, f[1] == "FLOCK", f[2] != "->", f[5] == id, let pid = Int32(f[4]) else { return nil }
+            return (pid, f[3] == "WRITE")
+        }
+    }
+}
+
+/// A shared flock on the store, released when the lease is dropped.
+public final class StoreLease: Sendable {
+    let fd: Int32
+    init(fd: Int32) { self.fd = fd }
+    deinit { close(fd) }
+}

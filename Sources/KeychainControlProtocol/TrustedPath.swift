@@ -1,0 +1,71 @@
+import Foundation
+import KeychainModel
+
+/// What a process may believe about files others could have made: a directory or record is
+/// trusted only if this user owns it, it is not a symlink, and no one else can write to it.
+/// Anything else (a `/tmp/keychainfs-UID` another user made first, say) is ignored, never
+/// read, written or removed.
+package enum TrustedPath {
+    package static func isTrustedDirectory(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR && st.st_uid == getuid()
+            && st.st_mode & 0o022 == 0
+    }
+
+    /// The contents of a regular file this user owns that no one else can write, up to
+    /// `maxBytes`; nil for anything else.
+    package static func readOwnFile(_ path: String, maxBytes: Int = 64 << 10) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_uid == getuid(), st.st_mode & 0o022 == 0,
+              Int(st.st_size) <= maxBytes else { return nil }
+        var out = [UInt8](repeating: 0, count: Int(st.st_size))
+        var off = 0
+        while off < out.count {
+            let n = out.withUnsafeMutableBytes { read(fd, $0.baseAddress! + off, $0.count - off) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return nil }
+            off += n
+        }
+        return out
+    }
+
+    /// Makes the directory for sockets if needed (0700) and checks it is trusted; an existing
+    /// directory of this user is narrowed to 0700 first.
+    package static func makePrivateDirectory(_ path: String) throws {
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw KeychainError.io("cannot create \(path): \(error.localizedDescription)")
+        }
+        var st = stat()
+        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid() else {
+            throw KeychainError.io("\(path) is not a directory owned by this user; refusing to use it")
+        }
+        if st.st_mode & 0o077 != 0 { _ = chmod(path, 0o700) }
+        guard isTrustedDirectory(path) else {
+            throw KeychainError.io("\(path) can be written by other users; refusing to use it")
+        }
+    }
+}
+
+/// Whether a process still runs: it exists and is not a zombie, which would still answer
+/// kill(pid, 0) though it holds no lock and serves nothing.
+package enum ProcessState {
+    package static func isRunning(_ pid: Int32) -> Bool {
+        guard pid > 0, let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return false }
+        let state = stat[stat.index(after: close)...].drop(while: { $0 == " " }).first
+        return state != nil && state != "Z" && state != "X"
+    }
+
+    /// "process 123 (keychainfs)", for messages.
+    package static func describe(_ pid: Int32) -> String {
+        let comm = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        return "process \(pid)" + (comm.map { " (\($0))" } ?? "")
+    }
+}

@@ -1,0 +1,235 @@
+import Foundation
+import Synchronization
+import XCTest
+@testable import KeychainClient
+@testable import KeychainControlProtocol
+import KeychainControlServer
+import KeychainCrypto
+import KeychainModel
+
+/// A keychain held in memory, to drive the server and the client end to end over a real socket.
+private final class MemoryKeychain: KeychainService {
+    private struct Entry { var record: ItemRecord; var secret: SecureBytes }
+    private let state = Mutex<(items: [Int64: Entry], next: Int64, locked: Bool, calls: [String])>(([:], 1, false, []))
+
+    var calls: [String] { state.withLock { $0.calls } }
+
+    func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
+        try state.withLock { s in
+            s.calls.append("save")
+            let existing = s.items.first { $0.value.record.key == key }
+            if existing != nil && !updateExisting { throw KeychainError.duplicateItem }
+            let record = ItemRecord(key: key, attributes: changes.applied(to: existing?.value.record.attributes ?? ItemAttributes()))
+            let id = existing?.key ?? s.next
+            if existing == nil { s.next += 1 }
+            s.items[id] = Entry(record: record, secret: secret.copy())
+            return record
+        }
+    }
+
+    func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem] {
+        try state.withLock { s in
+            s.calls.append("find")
+            let found = s.items.filter { query.matches($0.value.record.key) }.sorted { $0.key < $1.key }
+            if withSecrets && s.locked && !found.isEmpty { throw KeychainError.unavailable(.whenUnlocked) }
+            return found.prefix(limit ?? .max).map {
+                FoundItem(itemID: $0.key, record: $0.value.record, secret: withSecrets ? .value($0.value.secret.copy()) : nil)
+            }
+        }
+    }
+
+    func delete(query: ItemQuery) throws -> Int {
+        try state.withLock { s in
+            s.calls.append("delete")
+            let ids = s.items.filter { query.matches($0.value.record.key) }.map(\.key)
+            guard !ids.isEmpty else { throw KeychainError.itemNotFound }
+            for id in ids { s.items[id] = nil }
+            return ids.count
+        }
+    }
+
+    func dump(withSecrets: Bool) throws -> [FoundItem] {
+        state.withLock { s in
+            s.calls.append("dump")
+            return s.items.sorted { $0.key < $1.key }.map {
+                FoundItem(itemID: $0.key, record: $0.value.record,
+                          secret: withSecrets ? (s.locked ? .unavailable(.whenUnlocked) : .value($0.value.secret.copy())) : nil)
+            }
+        }
+    }
+
+    func verify() throws -> VerifyReport {
+        state.withLock { s in
+            s.calls.append("verify")
+            return VerifyReport(checked: s.items.count, problems: [])
+        }
+    }
+
+    func status() throws -> KeychainStatus {
+        state.withLock { s in
+            s.calls.append("status")
+            return KeychainStatus(state: s.locked ? .locked : .unlocked, storePath: "/memory", mountpoint: "/mnt",
+                                  itemCounts: [.whenUnlocked: s.items.count], hasPassphrase: true)
+        }
+    }
+
+    func lock() throws { state.withLock { $0.locked = true; $0.calls.append("lock") } }
+
+    func unlock(passphrase: SecureBytes?) throws {
+        try state.withLock { s in
+            s.calls.append("unlock")
+            guard passphrase?.unprotectedArray == Array("right".utf8) else { throw KeychainError.wrongPassphrase }
+            s.locked = false
+        }
+    }
+
+    func unmount() throws { state.withLock { $0.calls.append("unmount") } }
+}
+
+final class ControlServerTests: XCTestCase {
+    private var directory = ""
+    private var socketPath = ""
+    private var server: ControlServer?
+    private let keychain = MemoryKeychain()
+    private lazy var client = RemoteKeychainService(socketPath: socketPath)
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "kcfs-control-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        XCTAssertEqual(mkdir(directory, 0o700), 0)
+        socketPath = directory + "/s.sock"
+        let server = try ControlServer(socketPath: socketPath, service: keychain)
+        server.start()
+        self.server = server
+    }
+
+    override func tearDown() {
+        server?.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private func key(_ account: String) throws -> ItemKey { .generic(try GenericPasswordKey(service: "svc", account: account)) }
+
+    func testEveryCallThroughTheSocket() throws {
+        let secret = SecureBytes(copying: [0, 1, 2, 200, 10])
+        _ = try client.save(key: key("a"), secret: secret, changes: AttributeChanges(label: "A"), updateExisting: false)
+        _ = try client.save(key: key("b"), secret: SecureBytes(copying: Array("bee".utf8)), changes: AttributeChanges(),
+                            updateExisting: false)
+        XCTAssertThrowsError(try client.save(key: key("a"), secret: secret, changes: AttributeChanges(), updateExisting: false)) {
+            XCTAssertEqual($0 as? KeychainError, .duplicateItem)
+        }
+        let found = try client.find(query: ItemQuery(kind: .generic, account: "a", service: "svc"), withSecrets: true)
+        XCTAssertEqual(found.count, 1)
+        XCTAssertTrue(try found[0].secretBytes().isEqual(to: secret))
+        XCTAssertEqual(found[0].record.attributes.label, "A")
+        XCTAssertEqual(try client.find(query: ItemQuery(kind: .generic), withSecrets: false, limit: 1).count, 1)
+        XCTAssertEqual(try client.dump(withSecrets: true).map(\.record.key.account), ["a", "b"])
+        XCTAssertEqual(try client.verify(), VerifyReport(checked: 2, problems: []))
+        XCTAssertEqual(try client.status().state, .unlocked)
+        try client.lock()
+        XCTAssertEqual(try client.status().state, .locked)
+        XCTAssertThrowsError(try client.find(query: ItemQuery(kind: .generic), withSecrets: true)) {
+            XCTAssertEqual($0 as? KeychainError, .unavailable(.whenUnlocked))
+        }
+        guard case .unavailable? = try client.dump(withSecrets: true).first?.secret else { return XCTFail("dump while locked") }
+        XCTAssertThrowsError(try client.unlock(passphrase: SecureBytes(copying: Array("wrong".utf8)))) {
+            XCTAssertEqual($0 as? KeychainError, .wrongPassphrase)
+        }
+        try client.unlock(passphrase: SecureBytes(copying: Array("right".utf8)))
+        XCTAssertEqual(try client.delete(query: ItemQuery(kind: .generic, service: "svc")), 2)
+        XCTAssertThrowsError(try client.delete(query: ItemQuery(kind: .generic))) {
+            XCTAssertEqual($0 as? KeychainError, .itemNotFound)
+        }
+        try client.unmount()
+        XCTAssertEqual(keychain.calls.last, "unmount")
+    }
+
+    func testALargeSecretAndManyItemsStream() throws {
+        let big = SecureBytes(count: maxSecretBytes)
+        big.withUnsafeMutableBytes { raw in for i in stride(from: 0, to: raw.count, by: 4093) { raw[i] = UInt8(i & 0xff) } }
+        _ = try client.save(key: key("big"), secret: big, changes: AttributeChanges(), updateExisting: false)
+        for i in 0..<50 {
+            _ = try client.save(key: key("n\(i)"), secret: SecureBytes(copying: [UInt8(i)]), changes: AttributeChanges(),
+                                updateExisting: false)
+        }
+        let all = try client.dump(withSecrets: true)
+        XCTAssertEqual(all.count, 51)
+        XCTAssertTrue(try all[0].secretBytes().isEqual(to: big))
+    }
+
+    func testARequestTheServerRefusesIsTheCLIsError() throws {
+        // Built by hand: the client's own types would refuse the empty service first.
+        let frame = try ControlFrame.encode(kind: ControlRequest.Kind.save.rawValue) { w in
+            w.nested(.key) { k in k.field(.itemKind, UInt8(1)); k.field(.service, ""); k.field(.account, "a") }
+        }
+        let reply = try exchange(frame.unprotectedArray)
+        guard case .failed(let e)? = reply else { return XCTFail("\(String(describing: reply))") }
+        XCTAssertEqual(e.exitCode, 65)
+        XCTAssertFalse(keychain.calls.contains("save"))
+    }
+
+    func testAnOversizeHeaderIsRefusedAtOnce() throws {
+        var header = Array("KCFS".utf8) + [0, UInt8(ControlProtocol.version), 0, 1]
+        header += [0x7f, 0xff, 0xff, 0xff]
+        let reply = try exchange(header)
+        guard case .failed(let e)? = reply else { return XCTFail("\(String(describing: reply))") }
+        XCTAssertTrue(e.description.contains("over the limit"), e.description)
+    }
+
+    func testAnotherVersionGetsTheMismatchFrame() throws {
+        let frame = try ControlFrame.encode(kind: ControlRequest.Kind.status.rawValue, version: 1) { _ in }
+        XCTAssertThrowsError(try exchange(frame.unprotectedArray)) {
+            XCTAssertEqual($0 as? KeychainError, .daemonVersionMismatch(
+                running: "\(ControlProtocol.softwareVersion) (control protocol \(ControlProtocol.version))"))
+        }
+        XCTAssertFalse(keychain.calls.contains("status"))
+    }
+
+    func testGarbageIsRefused() throws {
+        let reply = try exchange(Array("GET / HTTP/1.0\r\n\r\n".utf8))
+        guard case .failed(let e)? = reply else { return XCTFail("\(String(describing: reply))") }
+        XCTAssertTrue(e.description.contains("does not speak"), e.description)
+    }
+
+    /// Idle connections take no thread and are pushed out by new ones, so a lock gets through.
+    func testALockGetsThroughPastManyIdleConnections() throws {
+        var idle: [Int32] = []
+        defer { idle.forEach { close($0) } }
+        for _ in 0..<(ControlServer.maxPendingConnections * 3) {
+            guard let fd = try UnixSocket.connect(path: socketPath) else { return XCTFail("connect") }
+            idle.append(fd)
+        }
+        let started = Date()
+        try client.lock()
+        XCTAssertLessThan(Date().timeIntervalSince(started), 3)
+        XCTAssertEqual(try client.status().state, .locked)
+    }
+
+    /// The deadline covers the whole request: a byte at a time does not keep a connection open.
+    func testASlowClientIsDroppedAtTheRequestDeadline() throws {
+        guard let fd = try UnixSocket.connect(path: socketPath) else { return XCTFail("connect") }
+        defer { close(fd) }
+        let frame = try ControlRequest.status.frame().unprotectedArray
+        let started = Date()
+        var closedAfter: TimeInterval?
+        for byte in frame.prefix(frame.count - 1) {
+            var b = byte
+            if send(fd, &b, 1, Int32(MSG_NOSIGNAL)) < 0 { closedAfter = Date().timeIntervalSince(started); break }
+            var probe: UInt8 = 0
+            if recv(fd, &probe, 1, Int32(MSG_DONTWAIT)) == 0 { closedAfter = Date().timeIntervalSince(started); break }
+            usleep(800_000)
+        }
+        let after = try XCTUnwrap(closedAfter, "the connection was still open after the whole trickle")
+        XCTAssertGreaterThanOrEqual(after, ControlServer.requestDeadline - 1)
+        XCTAssertLessThan(after, ControlServer.requestDeadline + 2)
+        XCTAssertFalse(keychain.calls.contains("status"))
+    }
+
+    /// Sends raw bytes on a fresh connection and reads the one reply, if any.
+    private func exchange(_ bytes: [UInt8]) throws -> ControlReply? {
+        guard let fd = try UnixSocket.connect(path: socketPath) else { throw KeychainError.io("connect") }
+        defer { close(fd) }
+        _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard let (header, payload) = try ControlFrame.receive(from: fd, deadline: .after(seconds: 5)) else { return nil }
+        return try ControlReply(kind: header.kind, payload: payload)
+    }
+}

@@ -1,0 +1,201 @@
+import Foundation
+import XCTest
+@testable import KeychainClient
+@testable import KeychainControlProtocol
+import KeychainModel
+
+final class DiscoveryTests: XCTestCase {
+    private var directory = ""
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "kcfs-discovery-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        XCTAssertEqual(mkdir(directory, 0o700), 0)
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private func makeStore(_ name: String = "k.db") -> String {
+        let path = directory + "/" + name
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("store".utf8)))
+        return path
+    }
+
+    private func writeRecord(_ text: String, for store: String, mode: mode_t = 0o600) {
+        let path = store + ".daemon"
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(text.utf8)))
+        chmod(path, mode)
+    }
+
+    // MARK: Trust
+
+    func testOnlyADirectoryOfThisUserThatNoOneElseCanWriteIsTrusted() throws {
+        XCTAssertTrue(TrustedPath.isTrustedDirectory(directory))
+        for (mode, trusted) in [(0o700, true), (0o755, true), (0o770, false), (0o777, false), (0o1777, false), (0o702, false)] {
+            let d = directory + "/d\(mode)"
+            mkdir(d, 0o700)
+            chmod(d, mode_t(mode))
+            XCTAssertEqual(TrustedPath.isTrustedDirectory(d), trusted, String(mode, radix: 8))
+        }
+        symlink(directory, directory + "/link")
+        XCTAssertFalse(TrustedPath.isTrustedDirectory(directory + "/link"), "a symlink, even to a trusted directory")
+        XCTAssertFalse(TrustedPath.isTrustedDirectory(directory + "/missing"))
+    }
+
+    func testAnotherUsersDirectoryOrRecordIsNotTrusted() throws {
+        try XCTSkipIf(getuid() != 0, "needs root to give files to another user")
+        let d = directory + "/theirs"
+        mkdir(d, 0o700)
+        chown(d, 65534, 65534)
+        XCTAssertFalse(TrustedPath.isTrustedDirectory(d))
+        let store = makeStore()
+        writeRecord(#"{"pid":1,"storePath":"\#(store)","mountpoint":"/m","socketPath":"/s"}"#, for: store)
+        XCTAssertNotNil(MountRegistry.record(forStore: store))
+        chown(store + ".daemon", 65534, 65534)
+        XCTAssertNil(MountRegistry.record(forStore: store))
+    }
+
+    func testARecordIsReadOnlyWhenItIsTrustedAndAboutThisStore() throws {
+        let store = makeStore()
+        XCTAssertNil(MountRegistry.record(forStore: store))
+        let text = #"{"pid":42,"storePath":"\#(store)","mountpoint":"/m","socketPath":"/s","version":"9","protocol":7,"new":1}"#
+        writeRecord(text, for: store)
+        let record = try XCTUnwrap(MountRegistry.record(forStore: store))
+        XCTAssertEqual(record, MountRecord(pid: 42, storePath: store, mountpoint: "/m", socketPath: "/s", version: "9",
+                                           protocolVersion: 7))
+        writeRecord(text, for: store, mode: 0o620)
+        XCTAssertNil(MountRegistry.record(forStore: store), "group-writable")
+        writeRecord(#"{"pid":42,"storePath":"/elsewhere.db","mountpoint":"/m","socketPath":"/s"}"#, for: store)
+        XCTAssertNil(MountRegistry.record(forStore: store), "about another store")
+        writeRecord("not json", for: store)
+        XCTAssertNil(MountRegistry.record(forStore: store))
+        unlink(store + ".daemon")
+        symlink(directory + "/elsewhere", store + ".daemon")
+        writeRecord(text, for: directory + "/elsewhere")
+        XCTAssertNil(MountRegistry.record(forStore: store), "a symlink")
+    }
+
+    func testRegisterWritesARecordThatReadsBack() throws {
+        let store = makeStore()
+        let record = MountRecord(pid: getpid(), storePath: store, mountpoint: "/m", socketPath: store + ".sock")
+        try MountRegistry.register(record)
+        XCTAssertEqual(MountRegistry.record(forStore: store), record)
+        var st = stat()
+        XCTAssertEqual(stat(store + ".daemon", &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o600)
+        MountRegistry.unregister(MountRecord(pid: 1, storePath: store, mountpoint: "/m", socketPath: "/x"))
+        XCTAssertNotNil(MountRegistry.record(forStore: store), "another daemon's record is left alone")
+        MountRegistry.unregister(record)
+        XCTAssertNil(MountRegistry.record(forStore: store))
+    }
+
+    func testTheSocketSitsBesideTheStoreOnlyInATrustedDirectoryAndWhenItFits() throws {
+        let store = makeStore()
+        XCTAssertEqual(MountRegistry.socketPath(forStore: store), store + ".sock")
+        let shared = directory + "/shared"
+        mkdir(shared, 0o700)
+        chmod(shared, 0o1777)
+        let sharedStore = shared + "/k.db"
+        XCTAssertEqual((MountRegistry.socketPath(forStore: sharedStore) as NSString).deletingLastPathComponent,
+                       KeychainLocations.runtimeDirectory)
+        let deep = directory + "/" + String(repeating: "d", count: 120)
+        mkdir(deep, 0o700)
+        XCTAssertEqual((MountRegistry.socketPath(forStore: deep + "/k.db") as NSString).deletingLastPathComponent,
+                       KeychainLocations.runtimeDirectory)
+    }
+
+    func testMountTableEscapes() {
+        XCTAssertEqual(MountTable.unescape(#"/a\040b\134c\011d\012e"#), "/a b\\c\td\ne")
+        XCTAssertEqual(MountTable.unescape(#"/a\04"#), #"/a\04"#)
+        XCTAssertEqual(MountTable.unescape(#"/a\9999"#), #"/a\9999"#)
+    }
+
+    // MARK: The store's lock decides
+
+    func testNoHolderMeansTheStoreIsOpenedHere() throws {
+        let store = makeStore()
+        guard case .direct = try DaemonLocator.route(forStore: store) else { return XCTFail("expected the direct route") }
+        XCTAssertFalse(StoreLock.isHeld(store))
+        XCTAssertThrowsError(try DaemonLocator.route(forStore: directory + "/missing.db")) {
+            XCTAssertEqual(($0 as? KeychainError)?.exitCode, 50)
+        }
+    }
+
+    func testACommandsSharedLockDoesNotLookLikeADaemon() throws {
+        let store = makeStore()
+        guard case .direct(let lease) = try DaemonLocator.route(forStore: store) else { return XCTFail("direct") }
+        XCTAssertFalse(StoreLock.isHeld(store))
+        guard case .direct = try DaemonLocator.route(forStore: store) else { return XCTFail("a second command too") }
+        withExtendedLifetime(lease) {}
+    }
+
+    /// Holds the store as a daemon does, from another open file description.
+    private func holdExclusively(_ store: String) -> Int32 {
+        let fd = open(store, O_RDONLY | O_CLOEXEC)
+        XCTAssertEqual(flock(fd, LOCK_EX | LOCK_NB), 0)
+        return fd
+    }
+
+    func testAHolderThatDoesNotAnswerIsARefusalNamingIt() throws {
+        let store = makeStore()
+        let fd = holdExclusively(store)
+        defer { close(fd) }
+        XCTAssertTrue(StoreLock.isHeld(store))
+        XCTAssertTrue(StoreLock.holders(of: fd).contains { $0.pid == getpid() && $0.exclusive })
+        // A record of the holder whose socket is gone: refused at once.
+        try MountRegistry.register(MountRecord(pid: getpid(), storePath: MountRegistry.canonicalPath(store),
+                                               mountpoint: "/m", socketPath: directory + "/gone.sock"))
+        let started = Date()
+        XCTAssertThrowsError(try DaemonLocator.route(forStore: store)) { error in
+            let e = error as? KeychainError
+            XCTAssertEqual(e?.exitCode, 75)
+            XCTAssertTrue(e?.description.contains("process \(getpid())") ?? false, "\(String(describing: e))")
+            XCTAssertTrue(e?.description.contains("nothing was read or written") ?? false)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 2)
+    }
+
+    func testAHolderWithoutARecordIsWaitedForThenRefused() throws {
+        let store = makeStore()
+        let fd = holdExclusively(store)
+        defer { close(fd) }
+        let started = Date()
+        XCTAssertThrowsError(try DaemonLocator.route(forStore: store)) {
+            XCTAssertEqual(($0 as? KeychainError)?.exitCode, 75)
+            XCTAssertTrue("\($0)".contains("process \(getpid())"), "\($0)")
+        }
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), DaemonLocator.startupGrace - 0.5)
+    }
+
+    func testARecordOfAnotherProtocolIsAVersionMismatch() throws {
+        let store = makeStore()
+        let fd = holdExclusively(store)
+        defer { close(fd) }
+        try MountRegistry.register(MountRecord(pid: getpid(), storePath: MountRegistry.canonicalPath(store),
+                                               mountpoint: "/m", socketPath: "/s", version: "7.0.0", protocolVersion: 99))
+        XCTAssertThrowsError(try DaemonLocator.route(forStore: store)) {
+            XCTAssertEqual($0 as? KeychainError, .daemonVersionMismatch(running: "7.0.0"))
+            XCTAssertEqual(($0 as? KeychainError)?.exitCode, 76)
+        }
+    }
+
+    func testARecordOfADeadDaemonIsIgnored() throws {
+        let store = makeStore()
+        let gone = Process()
+        gone.executableURL = URL(fileURLWithPath: "/bin/true")
+        try gone.run()
+        gone.waitUntilExit()
+        XCTAssertFalse(ProcessState.isRunning(gone.processIdentifier))
+        try MountRegistry.register(MountRecord(pid: gone.processIdentifier, storePath: MountRegistry.canonicalPath(store),
+                                               mountpoint: "/m", socketPath: "/s"))
+        guard case .direct = try DaemonLocator.route(forStore: store) else { return XCTFail("direct") }
+    }
+
+    func testProcessState() {
+        XCTAssertTrue(ProcessState.isRunning(getpid()))
+        XCTAssertFalse(ProcessState.isRunning(0))
+        XCTAssertFalse(ProcessState.isRunning(-1))
+        XCTAssertTrue(ProcessState.describe(getpid()).hasPrefix("process \(getpid()) ("))
+    }
+}

@@ -1,0 +1,372 @@
+import Foundation
+import XCTest
+@testable import KeychainControlProtocol
+import KeychainCrypto
+import KeychainModel
+
+final class WireFormatTests: XCTestCase {
+    // MARK: Helpers
+
+    /// The header and payload of an encoded frame, as the other side reads them.
+    private func split(_ frame: SecureBytes) throws -> (ControlFrame.Header, SecureBytes) {
+        let bytes = frame.unprotectedArray
+        let header = try ControlFrame.Header(parsing: Array(bytes[0..<ControlFrame.headerSize]))
+        XCTAssertEqual(header.length, bytes.count - ControlFrame.headerSize)
+        return (header, SecureBytes(copying: bytes[ControlFrame.headerSize...]))
+    }
+
+    private func roundTrip(_ request: ControlRequest) throws -> ControlRequest {
+        let (header, payload) = try split(try request.frame())
+        XCTAssertEqual(header.version, ControlProtocol.version)
+        return try ControlRequest(kind: header.kind, payload: payload)
+    }
+
+    private func roundTrip(_ reply: ControlReply) throws -> ControlReply {
+        let (header, payload) = try split(try reply.frame())
+        return try ControlReply(kind: header.kind, payload: payload)
+    }
+
+    /// A save request written field by field, as a client that skips validation would send it.
+    private func rawSave(_ key: (WireWriter) -> Void) throws -> SecureBytes {
+        let frame = try ControlFrame.encode(kind: ControlRequest.Kind.save.rawValue) { w in
+            w.nested(.key, key)
+            w.field(.secret, secret: SecureBytes(copying: Array("pw".utf8)))
+        }
+        return try split(frame).1
+    }
+
+    private func assertRefused(_ payload: SecureBytes, exitCode: Int32, _ text: String, line: UInt = #line) {
+        XCTAssertThrowsError(try ControlRequest(kind: ControlRequest.Kind.save.rawValue, payload: payload), line: line) { error in
+            guard let e = error as? KeychainError else { return XCTFail("not a KeychainError: \(error)", line: line) }
+            XCTAssertEqual(e.exitCode, exitCode, "\(e)", line: line)
+            XCTAssertTrue(e.description.contains(text), "\(e.description)", line: line)
+        }
+    }
+
+    private let generic = ItemKey.generic(try! GenericPasswordKey(service: "svc", account: "alice", accessGroup: "grp"))
+    private let internet = ItemKey.internet(try! InternetPasswordKey(
+        server: "example.com", port: 8443, path: "a/b", protocol: .https, authenticationType: .default,
+        securityDomain: "realm", account: "bob"))
+
+    private var record: ItemRecord {
+        ItemRecord(key: internet, attributes: ItemAttributes(
+            label: "Label", comment: "c", description: "d", generic: Data([0, 1, 2, 255]),
+            creator: try! FourCharCode("crtr"), type: try! FourCharCode("type"), accessible: .afterFirstUnlock,
+            created: Date(timeIntervalSinceReferenceDate: 12345.678901), modified: Date(timeIntervalSinceReferenceDate: 99999.5)))
+    }
+
+    // MARK: Round trips
+
+    func testSaveRoundTripKeepsTheSecretBytesExactly() throws {
+        let secret = SecureBytes(copying: [0, 10, 13, 255, 0x80] + Array("tail".utf8))
+        let changes = AttributeChanges(label: "L", generic: Data([9, 0]), creator: try FourCharCode("abcd"),
+                                       accessible: .whenUnlockedThisDeviceOnly)
+        for key in [generic, internet] {
+            guard case .save(let k, let s, let c, let u) = try roundTrip(.save(key: key, secret: secret, changes: changes,
+                                                                                updateExisting: true)) else {
+                return XCTFail("not a save")
+            }
+            XCTAssertEqual(k, key)
+            XCTAssertTrue(s.isEqual(to: secret))
+            XCTAssertEqual(c, changes)
+            XCTAssertTrue(u)
+        }
+    }
+
+    func testEmptySecretAndNoChanges() throws {
+        guard case .save(_, let s, let c, let u) = try roundTrip(.save(key: generic, secret: SecureBytes(),
+                                                                        changes: AttributeChanges(), updateExisting: false)) else {
+            return XCTFail("not a save")
+        }
+        XCTAssertEqual(s.count, 0)
+        XCTAssertEqual(c, AttributeChanges())
+        XCTAssertFalse(u)
+    }
+
+    func testQueriesRoundTripWithTheirUnsetFields() throws {
+        let queries = [
+            ItemQuery(kind: .generic),
+            ItemQuery(kind: .generic, account: "", service: "svc"),
+            ItemQuery(kind: .internet, account: "a", server: "s", port: 0, path: "/x//y/", protocol: .ssh,
+                      authenticationType: try AuthenticationType(parsing: "html-form"), securityDomain: ""),
+            .exactly(internet),
+        ]
+        for q in queries {
+            guard case .find(let got, let withSecrets, let limit) = try roundTrip(.find(query: q, withSecrets: true, limit: 3)) else {
+                return XCTFail("not a find")
+            }
+            XCTAssertEqual(got, q)
+            XCTAssertTrue(withSecrets)
+            XCTAssertEqual(limit, 3)
+            guard case .delete(let deleted) = try roundTrip(.delete(query: q)) else { return XCTFail("not a delete") }
+            XCTAssertEqual(deleted, q)
+        }
+        guard case .find(_, false, nil) = try roundTrip(.find(query: queries[0], withSecrets: false, limit: nil)) else {
+            return XCTFail("limit and withSecrets")
+        }
+    }
+
+    func testRequestsWithoutArguments() throws {
+        guard case .dump(true) = try roundTrip(.dump(withSecrets: true)) else { return XCTFail("dump") }
+        guard case .verify = try roundTrip(.verify) else { return XCTFail("verify") }
+        guard case .status = try roundTrip(.status) else { return XCTFail("status") }
+        guard case .lock = try roundTrip(.lock) else { return XCTFail("lock") }
+        guard case .unmount = try roundTrip(.unmount) else { return XCTFail("unmount") }
+        guard case .unlock(nil) = try roundTrip(.unlock(passphrase: nil)) else { return XCTFail("unlock without") }
+        guard case .unlock(let p?) = try roundTrip(.unlock(passphrase: SecureBytes(copying: Array("pass phrase".utf8)))) else {
+            return XCTFail("unlock with")
+        }
+        XCTAssertEqual(p.unprotectedArray, Array("pass phrase".utf8))
+    }
+
+    func testRepliesRoundTrip() throws {
+        guard case .saved(let r) = try roundTrip(.saved(record)) else { return XCTFail("saved") }
+        XCTAssertEqual(r, record)
+        guard case .end(7) = try roundTrip(.end(count: 7)) else { return XCTFail("end") }
+        guard case .deleted(2) = try roundTrip(.deleted(count: 2)) else { return XCTFail("deleted") }
+        guard case .done = try roundTrip(.done) else { return XCTFail("done") }
+        let report = VerifyReport(checked: 5, problems: [IntegrityProblem(itemID: -3, reason: "bad seal"),
+                                                         IntegrityProblem(itemID: 9, reason: "")])
+        guard case .verified(let v) = try roundTrip(.verified(report)) else { return XCTFail("verified") }
+        XCTAssertEqual(v, report)
+        for status in [
+            KeychainStatus(state: .locked, storePath: "/s", mountpoint: "/m", lockAfter: 30,
+                           itemCounts: [.always: 2, .whenUnlocked: 5], hasPassphrase: true),
+            KeychainStatus(state: .beforeFirstUnlock, storePath: "/s", itemCounts: [:], hasPassphrase: false),
+        ] {
+            guard case .status(let s) = try roundTrip(.status(status)) else { return XCTFail("status") }
+            XCTAssertEqual(s, status)
+        }
+    }
+
+    func testFoundItemsRoundTripWithEachKindOfSecret() throws {
+        let secrets: [FoundSecret?] = [.value(SecureBytes(copying: [1, 2, 3])), .value(SecureBytes()),
+                                       .unavailable(.whenUnlocked), .damaged("tampered"), nil]
+        for secret in secrets {
+            guard case .item(let item) = try roundTrip(.item(FoundItem(itemID: 42, record: record, secret: secret))) else {
+                return XCTFail("item")
+            }
+            XCTAssertEqual(item.itemID, 42)
+            XCTAssertEqual(item.record, record)
+            switch (secret, item.secret) {
+            case (.value(let a)?, .value(let b)?): XCTAssertTrue(a.isEqual(to: b))
+            case (.unavailable(let a)?, .unavailable(let b)?): XCTAssertEqual(a, b)
+            case (.damaged(let a)?, .damaged(let b)?): XCTAssertEqual(a, b)
+            case (nil, nil): break
+            default: XCTFail("\(String(describing: secret)) came back as \(String(describing: item.secret))")
+            }
+        }
+    }
+
+    /// A key the store holds from before a rule existed still lists (replies are not re-validated).
+    func testStoredKeysAreTakenAsTheyAre() throws {
+        let old = ItemRecord(key: .generic(GenericPasswordKey(storedService: "", account: "a", accessGroup: "")),
+                             attributes: ItemAttributes(created: Date(timeIntervalSinceReferenceDate: 0)))
+        guard case .saved(let r) = try roundTrip(.saved(old)) else { return XCTFail("saved") }
+        XCTAssertEqual(r, old)
+    }
+
+    func testEveryErrorCrossesWithItsExitCode() throws {
+        let errors: [KeychainError] = [
+            .itemNotFound, .duplicateItem, .wrongPassphrase, .tooManyAttempts(retryAfter: 20),
+            .unavailable(className: "when-unlocked"), .integrityFailure("x"), .invalidInput("bad"), .nameTooLong("long"),
+            .secretTooLarge(20_000_000), .noSuchStore("/s"), .notAKeychain("no"), .storeExists("/s"), .storeBusy("busy"),
+            .notMounted("nm"), .daemonVersionMismatch(running: "9"), .mountFailed("mf"), .diskFull, .io("io"),
+        ]
+        for e in errors {
+            guard case .failed(let got) = try roundTrip(.failed(e)) else { return XCTFail("failed") }
+            XCTAssertEqual(got, e)
+            XCTAssertEqual(got.exitCode, e.exitCode)
+        }
+    }
+
+    func testAnErrorCaseFromANewerDaemonArrivesAsItsText() throws {
+        let frame = try ControlFrame.encode(kind: ControlReply.Kind.failed.rawValue) { w in
+            w.field(.errorCase, UInt16(999))
+            w.field(.errorText, "something new went wrong")
+        }
+        let (header, payload) = try split(frame)
+        guard case .failed(let e) = try ControlReply(kind: header.kind, payload: payload) else { return XCTFail("failed") }
+        XCTAssertEqual(e, .io("something new went wrong"))
+    }
+
+    // MARK: Versions
+
+    func testAFrameOfAnotherVersionIsAVersionMismatch() throws {
+        let (a, b) = try socketPair()
+        defer { close(a); close(b) }
+        let frame = try ControlFrame.encode(kind: ControlReply.Kind.done.rawValue, version: 99) { _ in }
+        try ControlFrame.send(frame, to: a, deadline: .after(seconds: 2))
+        XCTAssertThrowsError(try ControlFrame.receive(from: b, deadline: .after(seconds: 2))) { error in
+            XCTAssertEqual(error as? KeychainError, .daemonVersionMismatch(running: "unknown (control protocol 99)"))
+            XCTAssertEqual((error as? KeychainError)?.exitCode, 76)
+        }
+    }
+
+    func testAMismatchFrameNamesTheDaemonsVersionInOneLine() throws {
+        let (a, b) = try socketPair()
+        defer { close(a); close(b) }
+        let frame = try ControlFrame.encode(kind: ControlFrame.versionMismatchKind, version: 7) { w in
+            w.field(.softwareVersion, "9.9.9")
+            w.field(.protocolVersion, UInt16(7))
+        }
+        try ControlFrame.send(frame, to: a, deadline: .after(seconds: 2))
+        XCTAssertThrowsError(try ControlFrame.receive(from: b, deadline: .after(seconds: 2))) { error in
+            let e = error as? KeychainError
+            XCTAssertEqual(e, .daemonVersionMismatch(running: "9.9.9 (control protocol 7)"))
+            XCTAssertEqual(e?.description, "the running daemon is version 9.9.9 (control protocol 7); unmount and mount again")
+            XCTAssertFalse(e?.description.contains("\n") ?? true)
+        }
+        // What this version answers has the same frozen layout.
+        let (header, payload) = try split(ControlFrame.versionMismatch())
+        XCTAssertEqual(header.kind, ControlFrame.versionMismatchKind)
+        XCTAssertEqual(ControlFrame.mismatchError(header, payload: payload),
+                       .daemonVersionMismatch(running: "\(ControlProtocol.softwareVersion) (control protocol \(ControlProtocol.version))"))
+    }
+
+    func testTheHeaderLayoutIsFrozen() throws {
+        let frame = try ControlFrame.encode(kind: 0x0102, version: 0x0304) { w in w.field(.count, UInt64(1)) }
+        let b = frame.unprotectedArray
+        XCTAssertEqual(Array(b[0..<12]), Array("KCFS".utf8) + [3, 4, 1, 2, 0, 0, 0, 14])
+        XCTAssertEqual(Array(b[12...]), [0, 62, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1])
+    }
+
+    // MARK: Truncated, malformed and oversize frames
+
+    func testTruncatedFramesAreErrorsNotHangs() throws {
+        let frame = try ControlReply.deleted(count: 3).frame().unprotectedArray
+        for cut in [1, 5, ControlFrame.headerSize, frame.count - 1] {
+            let (a, b) = try socketPair()
+            defer { close(b) }
+            _ = frame.prefix(cut).withUnsafeBytes { send(a, $0.baseAddress, $0.count, 0) }
+            close(a)
+            XCTAssertThrowsError(try ControlFrame.receive(from: b, deadline: .after(seconds: 2)), "cut at \(cut)") { error in
+                XCTAssertTrue("\(error)".contains("closed in the middle"), "\(error)")
+            }
+        }
+        // Nothing at all is a clean end.
+        let (a, b) = try socketPair()
+        close(a)
+        XCTAssertNil(try ControlFrame.receive(from: b, deadline: .after(seconds: 2)))
+        close(b)
+    }
+
+    func testASilentPeerTimesOutAtTheDeadline() throws {
+        let (a, b) = try socketPair()
+        defer { close(a); close(b) }
+        let started = Date()
+        XCTAssertThrowsError(try ControlFrame.receive(from: b, deadline: .after(seconds: 0.3)))
+        XCTAssertLessThan(Date().timeIntervalSince(started), 2)
+    }
+
+    func testMalformedPayloads() throws {
+        // A field that claims more bytes than the payload holds.
+        XCTAssertThrowsError(try WireFields(SecureBytes(copying: [0, 13, 0, 0, 0, 9, 65]))) {
+            XCTAssertTrue("\($0)".contains("malformed"))
+        }
+        // A field header cut short.
+        XCTAssertThrowsError(try WireFields(SecureBytes(copying: [0, 13, 0])))
+        // A single-valued field twice, a wrong width, text that is not UTF-8, a missing field.
+        let twice = try split(ControlFrame.encode(kind: 1) { w in w.field(.count, UInt64(1)); w.field(.count, UInt64(2)) }).1
+        XCTAssertThrowsError(try ControlReply(kind: ControlReply.Kind.end.rawValue, payload: twice))
+        let narrow = try split(ControlFrame.encode(kind: 1) { w in w.field(.count, UInt16(1)) }).1
+        XCTAssertThrowsError(try ControlReply(kind: ControlReply.Kind.end.rawValue, payload: narrow))
+        let badText = try rawSave { w in
+            w.field(.itemKind, UInt8(1))
+            w.field(.service, bytes: [0xff, 0xfe])
+            w.field(.account, "a")
+        }
+        assertRefused(badText, exitCode: 74, "not UTF-8")
+        let noAccount = try rawSave { w in w.field(.itemKind, UInt8(1)); w.field(.service, "s") }
+        assertRefused(noAccount, exitCode: 74, "missing")
+        XCTAssertThrowsError(try ControlRequest(kind: 77, payload: SecureBytes()))
+        XCTAssertThrowsError(try ControlReply(kind: 77, payload: SecureBytes()))
+    }
+
+    func testOversizeFrames() throws {
+        var header = Array("KCFS".utf8) + [0, UInt8(ControlProtocol.version), 0, 1]
+        let n = UInt32(ControlFrame.maxPayload + 1)
+        header += [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)]
+        XCTAssertThrowsError(try ControlFrame.Header(parsing: header)) { XCTAssertTrue("\($0)".contains("over the limit")) }
+        header[8...11] = [0xff, 0xff, 0xff, 0xff]
+        XCTAssertThrowsError(try ControlFrame.Header(parsing: header))
+        // The largest legal request fits: a 16 MiB secret and long names and attributes.
+        let big = SecureBytes(count: maxSecretBytes)
+        let long = String(repeating: "x", count: 255)
+        let frame = try ControlRequest.save(key: .generic(try GenericPasswordKey(service: long, account: long, accessGroup: long)),
+                                            secret: big, changes: AttributeChanges(label: String(repeating: "l", count: 60_000),
+                                                                                   generic: Data(count: 65_536)),
+                                            updateExisting: true).frame()
+        XCTAssertLessThanOrEqual(frame.count - ControlFrame.headerSize, ControlFrame.maxPayload)
+        // One byte more of secret is refused before anything is sent.
+        XCTAssertThrowsError(try ControlRequest.save(key: generic, secret: SecureBytes(count: maxSecretBytes + 1),
+                                                     changes: AttributeChanges(), updateExisting: false).frame()) {
+            XCTAssertEqual($0 as? KeychainError, .secretTooLarge(maxSecretBytes + 1))
+        }
+        // So is a payload over the cap made of attributes.
+        XCTAssertThrowsError(try ControlRequest.save(key: generic, secret: big,
+                                                     changes: AttributeChanges(generic: Data(count: 2 << 20)),
+                                                     updateExisting: false).frame()) {
+            XCTAssertTrue("\($0)".contains("over the limit"))
+        }
+    }
+
+    // MARK: Validation of requests by the CLI's and the tree's rules
+
+    func testInvalidKeysAreRefusedWithTheCLIsErrors() throws {
+        assertRefused(try rawSave { w in w.field(.itemKind, UInt8(1)); w.field(.service, ""); w.field(.account, "a") },
+                      exitCode: 65, "service must not be empty")
+        let long = String(repeating: "n", count: 256)
+        assertRefused(try rawSave { w in w.field(.itemKind, UInt8(1)); w.field(.service, "s"); w.field(.account, long) },
+                      exitCode: 66, "limit is 255")
+        assertRefused(try rawSave { w in w.field(.itemKind, UInt8(1)); w.field(.service, long); w.field(.account, "a") },
+                      exitCode: 66, "limit is 255")
+        // Escaping counts: 100 `%` are 300 bytes as a file name.
+        assertRefused(try rawSave { w in
+            w.field(.itemKind, UInt8(1)); w.field(.service, "s"); w.field(.account, String(repeating: "%", count: 100))
+        }, exitCode: 66, "once escaped")
+        assertRefused(try rawSave { w in w.field(.itemKind, UInt8(9)); w.field(.service, "s"); w.field(.account, "a") },
+                      exitCode: 65, "unknown item kind")
+
+        func internetKey(server: String = "example.com", port: UInt16 = 0, proto: String? = "htps",
+                         path: String = "") -> (WireWriter) -> Void {
+            { w in
+                w.field(.itemKind, UInt8(2)); w.field(.server, server); w.field(.account, "a"); w.field(.port, port)
+                w.field(.path, path)
+                if let proto { w.field(.internetProtocol, proto) }
+            }
+        }
+        assertRefused(try rawSave(internetKey(server: "")), exitCode: 65, "server must not be empty")
+        assertRefused(try rawSave(internetKey(proto: "ab")), exitCode: 65, "not a four-character code")
+        assertRefused(try rawSave(internetKey(proto: "a/bc")), exitCode: 65, "not a four-character code")
+        assertRefused(try rawSave(internetKey(proto: "ht\u{0}s")), exitCode: 65, "not a four-character code")
+        assertRefused(try rawSave(internetKey(proto: "zzzz")), exitCode: 65, "no well-known port")
+        assertRefused(try rawSave(internetKey(path: "a/" + long)), exitCode: 66, "path segment")
+        assertRefused(try rawSave(internetKey(server: long)), exitCode: 66, "limit is 255")
+
+        // The same keys are accepted where the CLI accepts them: port 0 means the protocol's port.
+        let ok = try ControlRequest(kind: ControlRequest.Kind.save.rawValue, payload: try rawSave(internetKey(proto: "ssh ")))
+        guard case .save(.internet(let key), _, _, _) = ok else { return XCTFail("save") }
+        XCTAssertEqual(key.port, 22)
+        XCTAssertEqual(key.protocol, .ssh)
+    }
+
+    func testInvalidAttributesAreRefused() throws {
+        func save(_ changes: @escaping (WireWriter) -> Void) throws -> SecureBytes {
+            try split(ControlFrame.encode(kind: ControlRequest.Kind.save.rawValue) { w in
+                w.nested(.key) { k in k.field(.itemKind, UInt8(1)); k.field(.service, "s"); k.field(.account, "a") }
+                w.nested(.changes, changes)
+            }).1
+        }
+        assertRefused(try save { $0.field(.accessible, UInt8(99)) }, exitCode: 65, "accessibility class")
+        assertRefused(try save { $0.field(.creator, "toolong") }, exitCode: 65, "four-character code")
+        assertRefused(try save { $0.field(.type, "a,bc") }, exitCode: 65, "four-character code")
+    }
+
+    private func socketPair() throws -> (Int32, Int32) {
+        var fds: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0 else { throw KeychainError.io("socketpair") }
+        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        return (fds[0], fds[1])
+    }
+}
