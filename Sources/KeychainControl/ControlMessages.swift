@@ -8,13 +8,14 @@ import KeychainStore
 enum ControlRequest: Codable {
     case save(key: ItemKey, secret: Data, changes: AttributeChanges, updateExisting: Bool)
     case find(query: ItemQuery, withSecrets: Bool, limit: Int?)
-    case delete(query: ItemQuery)
+    case delete(query: ItemQuery, all: Bool)
     case dump(withSecrets: Bool)
     case verify
     case status
     case lock
     case unlock(passphrase: Data?)
     case unmount
+    case setLockAfter(seconds: Int?)
 }
 
 /// The reply to one request. Failures carry the `KeychainError` itself, so the client
@@ -22,7 +23,7 @@ enum ControlRequest: Codable {
 enum ControlResponse: Codable {
     case saved(ItemRecord)
     case found([WireItem])
-    case deleted(count: Int)
+    case deleted([ItemRecord])
     case verified(VerifyReport)
     case status(KeychainStatus)
     case done

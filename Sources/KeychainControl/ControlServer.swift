@@ -103,8 +103,8 @@ public final class ControlServer: @unchecked Sendable {
                                                updateExisting: updateExisting))
             case .find(let query, let withSecrets, let limit):
                 return .found(try service.find(query: query, withSecrets: withSecrets, limit: limit).map(WireItem.init))
-            case .delete(let query):
-                return .deleted(count: try service.delete(query: query))
+            case .delete(let query, let all):
+                return .deleted(try service.delete(query: query, all: all))
             case .dump(let withSecrets):
                 return .found(try service.dump(withSecrets: withSecrets).map(WireItem.init))
             case .verify:
@@ -117,6 +117,8 @@ public final class ControlServer: @unchecked Sendable {
                 try service.unlock(passphrase: passphrase.map { SecureBytes(copying: $0) })
             case .unmount:
                 try service.unmount()
+            case .setLockAfter(let seconds):
+                try service.setLockAfter(seconds)
             }
             return .done
         } catch let error as KeychainError {

@@ -47,10 +47,10 @@ public final class RemoteKeychainService: KeychainService {
         return items.map(\.foundItem)
     }
 
-    public func delete(query: ItemQuery) throws -> Int {
-        let r = try call(.delete(query: query))
-        guard case .deleted(let count) = r else { throw Self.unexpected(r) }
-        return count
+    public func delete(query: ItemQuery, all: Bool) throws -> [ItemRecord] {
+        let r = try call(.delete(query: query, all: all))
+        guard case .deleted(let records) = r else { throw Self.unexpected(r) }
+        return records
     }
 
     public func dump(withSecrets: Bool) throws -> [FoundItem] {
@@ -74,6 +74,7 @@ public final class RemoteKeychainService: KeychainService {
     public func lock() throws { try expectDone(.lock) }
     public func unlock(passphrase: SecureBytes?) throws { try expectDone(.unlock(passphrase: passphrase?.wireData)) }
     public func unmount() throws { try expectDone(.unmount) }
+    public func setLockAfter(_ seconds: Int?) throws { try expectDone(.setLockAfter(seconds: seconds)) }
 
     private func expectDone(_ request: ControlRequest) throws {
         let r = try call(request)

@@ -27,7 +27,9 @@ public struct DirectoryEntry: Equatable, Sendable {
 public final class KeychainTree: @unchecked Sendable {
     public let keychain: Keychain
     public let defaultClass: AccessibilityClass
-    public let lockAfter: Int?
+    /// Seconds without file access before the mount locks itself, 0 for never; changed at
+    /// run time by `set-keychain-settings` or the root's `lock-after` attribute.
+    private let lockAfterSeconds: Atomic<Int>
     /// Directories have no dates of their own; they show the time of mounting.
     let mountTime = Date()
     let state: Mutex<TreeState>
@@ -51,7 +53,7 @@ public final class KeychainTree: @unchecked Sendable {
     public init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) throws {
         self.keychain = keychain
         self.defaultClass = defaultClass
-        self.lockAfter = lockAfter
+        lockAfterSeconds = Atomic(max(lockAfter ?? 0, 0))
         state = Mutex(TreeState())
         try reload()
         noteAccess()
@@ -76,6 +78,24 @@ public final class KeychainTree: @unchecked Sendable {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return Int64(ts.tv_sec)
+    }
+
+    public var lockAfter: Int? {
+        let s = lockAfterSeconds.load(ordering: .relaxed)
+        return s > 0 ? s : nil
+    }
+
+    /// A new setting counts from now, so shortening it does not lock at once.
+    public func setLockAfter(_ seconds: Int?) {
+        noteAccess()
+        lockAfterSeconds.store(max(seconds ?? 0, 0), ordering: .relaxed)
+    }
+
+    /// Locks if unlocked and idle for at least the lock-after setting; the daemon calls it
+    /// twice a second.
+    public func lockIfIdle() {
+        guard let limit = lockAfter, keychain.state == .unlocked, idleSeconds >= Int64(limit) else { return }
+        lock()
     }
 
     /// Locks the keychain, then wipes the open copies of every secret whose class key is gone.

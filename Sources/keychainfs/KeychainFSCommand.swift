@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainControl
 import KeychainStore
 
 @main
@@ -8,13 +9,14 @@ struct KeychainFS: ParsableCommand {
         commandName: "keychainfs",
         abstract: "An encrypted keychain for Linux that can be mounted as a directory.",
         discussion: ExitStatusHelp.text,
-        version: "0.1.0",
+        version: KeychainFSVersion.text,
         subcommands: [
             InitCommand.self, PasswdCommand.self,
             AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self,
             AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
             DumpKeychain.self, VerifyCommand.self,
             MountCommand.self, UnmountCommand.self, LockCommand.self, UnlockCommand.self, StatusCommand.self,
+            SetKeychainSettingsCommand.self,
             DaemonCommand.self,
         ]
     )
@@ -26,11 +28,33 @@ struct KeychainFS: ParsableCommand {
             var command = try parseAsRoot()
             try command.run()
         } catch let error as KeychainError {
-            FileHandle.standardError.write(Data("keychainfs: \(error.description)\n".utf8))
+            FileHandle.standardError.write(Data("keychainfs: \(message(for: error))\n".utf8))
             Glibc.exit(error.exitCode)
+        } catch let error as UsageError {
+            FileHandle.standardError.write(Data("keychainfs: \(error.message)\n".utf8))
+            Glibc.exit(ExitCode.validationFailure.rawValue)
         } catch {
             exit(withError: error)
         }
+    }
+}
+
+/// A usage error found while a command runs (after parsing): exit 64 with one line, without
+/// the usage text of the root command that ArgumentParser would print at that point.
+struct UsageError: Error {
+    var message: String
+    init(_ message: String) { self.message = message }
+}
+
+extension KeychainFS {
+    /// The error's own text, plus the next step where there is an obvious one.
+    static func message(for error: KeychainError) -> String {
+        guard case .unavailable(let c) = error else { return error.description }
+        if c.isThisDeviceOnly && !FileManager.default.fileExists(atPath: KeychainLocations.deviceKey) {
+            return error.description + " This-device-only items need this machine's device key, "
+                + "which is missing at \(KeychainLocations.deviceKey)."
+        }
+        return error.description + " The keychain is locked: run 'keychainfs unlock', then try again."
     }
 }
 

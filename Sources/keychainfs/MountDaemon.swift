@@ -29,7 +29,8 @@ final class MountDaemon: @unchecked Sendable {
     func run(passphrase: SecureBytes?, ready: (Result<Void, KeychainError>) -> Void) -> Int32 {
         // Before any key is loaded.
         ProcessHardening.apply()
-        let storeLock: Int32, keychain: Keychain, tree: KeychainTree, mount: FuseMount
+        var storeLock: Int32 = -1
+        let keychain: Keychain, tree: KeychainTree, mount: FuseMount
         do {
             storeLock = try Self.lockStore(settings.storePath)
             keychain = try Keychain(openingAt: settings.storePath)
@@ -38,6 +39,8 @@ final class MountDaemon: @unchecked Sendable {
             mount = FuseMount(tree: tree, mountpoint: settings.mountpoint)
             try mount.mount()
         } catch {
+            // Released, so that `mount --foreground` can try again with another passphrase.
+            if storeLock >= 0 { close(storeLock) }
             let e = error as? KeychainError ?? .mountFailed("\(error)")
             ready(.failure(e))
             return e.exitCode
@@ -58,7 +61,7 @@ final class MountDaemon: @unchecked Sendable {
             ready(.failure(e))
             return e.exitCode
         }
-        if let lockAfter = settings.lockAfter { startIdleLock(tree: tree, after: lockAfter) }
+        startIdleLock(tree: tree)
         log.info("serving \(settings.storePath) at \(settings.mountpoint), \(keychain.state.rawValue)")
         ready(.success(()))
 
@@ -89,7 +92,8 @@ final class MountDaemon: @unchecked Sendable {
             lock: { tree.lock() },
             unlock: { try tree.unlock(passphrase: $0) },
             unmount: { try Fusermount.unmount(settings.mountpoint) },
-            status: { MountStatus(mountpoint: settings.mountpoint, lockAfter: settings.lockAfter) })
+            status: { MountStatus(mountpoint: settings.mountpoint, lockAfter: tree.lockAfter) },
+            setLockAfter: { tree.setLockAfter($0) })
         return LocalKeychainService(keychain: tree.keychain, hooks: hooks) { change in
             switch change {
             case .saved(let items): tree.apply(saved: items, deleted: [])
@@ -99,12 +103,13 @@ final class MountDaemon: @unchecked Sendable {
         }
     }
 
-    /// Locks after `seconds` without file access, checked every half second.
-    private func startIdleLock(tree: KeychainTree, after seconds: Int) {
+    /// Locks after the tree's lock-after setting without file access, checked every half
+    /// second; it runs even while the setting is off, since it can be changed at run time.
+    private func startIdleLock(tree: KeychainTree) {
         let thread = Thread {
             while true {
                 usleep(500_000)
-                if tree.keychain.state == .unlocked && tree.idleSeconds >= Int64(seconds) { tree.lock() }
+                tree.lockIfIdle()
             }
         }
         thread.name = "keychainfs-idle-lock"
