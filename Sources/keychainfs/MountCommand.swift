@@ -19,7 +19,9 @@ struct MountCommand: ParsableCommand {
     var mountpoint: String
     @OptionGroup var store: StoreOptions
     @Flag(help: "Mount without unlocking (before first unlock).") var locked = false
-    @Option(help: "Lock after this many seconds without file access.") var lockAfter: Int?
+    @Option(help: ArgumentHelp("Lock after this many seconds without file access (see set-keychain-settings).",
+                               valueName: "seconds"))
+    var lockAfter: Int?
     @Flag(help: "Stay in the foreground and log to stderr.") var foreground = false
     @Option(help: ArgumentHelp("Class of items created through the tree (default when-unlocked).", valueName: "class"),
             completion: .accessibilityClasses)

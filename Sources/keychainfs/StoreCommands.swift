@@ -51,8 +51,8 @@ struct PasswdCommand: ParsableCommand {
     @OptionGroup var storeOptions: StoreOptions
     @OptionGroup var passphrase: PassphraseOptions
     @OptionGroup var newPassphrase: NewPassphraseOptions
-    @Option(help: ArgumentHelp("New scrypt cost as log2(N), 10-22 (default: keep the current one; "
-        + "\(ScryptCost.defaultSummary) at init). Each step doubles memory and time.", valueName: "n"))
+    @Option(help: ArgumentHelp("New scrypt cost as log2(N), 10-22 (default: keep the current one). "
+        + "init's default is \(ScryptCost.defaultSummary); each step up doubles both.", valueName: "n"))
     var scryptLogN: UInt8?
 
     func run() throws {
