@@ -78,7 +78,8 @@ enum HexInput {
         try out.withUnsafeMutableBytes { dst in
             for i in 0..<dst.count {
                 guard let hi = value(digits[2 * i]), let lo = value(digits[2 * i + 1]) else {
-                    throw KeychainError.invalidInput("-X takes hexadecimal digits (0-9, a-f); '\(text.count > 80 ? "the value" : text)' has others")
+                    // The value is the secret: the message does not repeat it.
+                    throw KeychainError.invalidInput("-X takes hexadecimal digits (0-9, a-f, A-F) only")
                 }
                 dst[i] = hi << 4 | lo
             }
