@@ -26,8 +26,9 @@ public final class RemoteKeychainService: KeychainService {
     }
 
     /// Sends `request` and reads the replies up to the last one: the single reply, or the
-    /// `end` of a stream of items, each of which goes to `onItem`.
-    private func call(_ request: ControlRequest, onItem: (FoundItem) throws -> Void = { _ in }) throws -> ControlReply {
+    /// `end` of a stream of items or deleted records, each of which goes to `onItem` or `onDeleted`.
+    private func call(_ request: ControlRequest, onItem: (FoundItem) throws -> Void = { _ in },
+                      onDeleted: (ItemRecord) throws -> Void = { _ in }) throws -> ControlReply {
         let deadline = Deadline.after(seconds: Self.replyTimeout)
         guard let fd = try Self.connect(socketPath, deadline: .after(seconds: 5)) else {
             throw KeychainError.notMounted("no daemon answers on \(socketPath)")
@@ -41,6 +42,7 @@ public final class RemoteKeychainService: KeychainService {
             let reply = try ControlReply(kind: header.kind, payload: payload)
             switch reply {
             case .item(let item): try onItem(item)
+            case .deleted(let record): try onDeleted(record)
             case .failed(let error): throw error
             default: return reply
             }
@@ -71,10 +73,14 @@ public final class RemoteKeychainService: KeychainService {
         try items(.find(query: query, withSecrets: withSecrets, limit: limit))
     }
 
-    public func delete(query: ItemQuery) throws -> Int {
-        let r = try call(.delete(query: query))
-        guard case .deleted(let count) = r else { throw Self.unexpected(r) }
-        return count
+    public func delete(query: ItemQuery, all: Bool) throws -> [ItemRecord] {
+        var records: [ItemRecord] = []
+        let r = try call(.delete(query: query, all: all), onDeleted: { records.append($0) })
+        guard case .end(let count) = r else { throw Self.unexpected(r) }
+        guard count == records.count else {
+            throw KeychainError.io("the daemon announced \(count) deleted items and sent \(records.count)")
+        }
+        return records
     }
 
     public func dump(withSecrets: Bool) throws -> [FoundItem] {
@@ -96,6 +102,7 @@ public final class RemoteKeychainService: KeychainService {
     public func lock() throws { try expectDone(.lock) }
     public func unlock(passphrase: SecureBytes?) throws { try expectDone(.unlock(passphrase: passphrase)) }
     public func unmount() throws { try expectDone(.unmount) }
+    public func setLockAfter(_ seconds: Int?) throws { try expectDone(.setLockAfter(seconds: seconds)) }
 
     private func expectDone(_ request: ControlRequest) throws {
         let r = try call(request)

@@ -8,6 +8,8 @@ public struct MountEntry: Equatable, Sendable {
     public var fstype: String
     /// For keychainfs mounts, the real path of the store (the FUSE `fsname`).
     public var source: String
+    /// Who mounted it, for FUSE mounts (their `user_id` option).
+    public var ownerUID: uid_t? = nil
 }
 
 /// The kernel's table of mounts, from /proc/self/mountinfo. It is the truth about what is
@@ -21,8 +23,10 @@ public enum MountTable {
             // "36 35 98:0 /root /mnt opts [optional fields...] - fstype source superopts"
             let fields = line.split(separator: " ", omittingEmptySubsequences: false)
             guard fields.count > 4, let dash = fields.firstIndex(of: "-"), dash + 2 < fields.count else { return nil }
+            let options = dash + 3 < fields.count ? fields[dash + 3].split(separator: ",") : []
+            let owner = options.first { $0.hasPrefix("user_id=") }.flatMap { uid_t($0.dropFirst("user_id=".count)) }
             return MountEntry(mountpoint: unescape(fields[4]), fstype: String(fields[dash + 1]),
-                              source: unescape(fields[dash + 2]))
+                              source: unescape(fields[dash + 2]), ownerUID: owner)
         }
     }
 
@@ -50,6 +54,11 @@ public enum MountTable {
     /// The keychainfs mount at `mountpoint` (a real path), if any.
     public static func keychainfsMount(at mountpoint: String) -> MountEntry? {
         entries().last { $0.mountpoint == mountpoint && $0.fstype == keychainfsType }
+    }
+
+    /// The keychainfs mounts that user made.
+    public static func keychainfsMounts(ownedBy uid: uid_t) -> [MountEntry] {
+        entries().filter { $0.fstype == keychainfsType && $0.ownerUID == uid }
     }
 
     /// The keychainfs mounts of a store (its real path).

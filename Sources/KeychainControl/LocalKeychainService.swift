@@ -34,12 +34,13 @@ public final class LocalKeychainService: KeychainService {
         }
     }
 
-    public func delete(query: ItemQuery) throws -> Int {
-        let items = try keychain.items(matching: query)
+    public func delete(query: ItemQuery, all: Bool) throws -> [ItemRecord] {
+        var items = try keychain.items(matching: query)
         guard !items.isEmpty else { throw KeychainError.itemNotFound }
+        if !all { items = [items[0]] }
         try keychain.delete(items)
         onChange?(.deleted(items.map(\.id)))
-        return items.count
+        return items.map(\.record)
     }
 
     public func dump(withSecrets: Bool) throws -> [FoundItem] {
@@ -84,6 +85,14 @@ public final class LocalKeychainService: KeychainService {
     public func unmount() throws {
         guard let hooks else { throw KeychainError.notMounted("\(keychain.path) is not mounted") }
         try hooks.unmount()
+    }
+
+    public func setLockAfter(_ seconds: Int?) throws {
+        guard let hooks else {
+            throw KeychainError.notMounted("\(keychain.path) is not mounted; lock-after is a setting of a mount")
+        }
+        if let seconds, seconds <= 0 { throw KeychainError.invalidInput("lock-after must be a positive number of seconds") }
+        try hooks.setLockAfter(seconds)
     }
 }
 

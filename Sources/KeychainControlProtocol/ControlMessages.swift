@@ -6,17 +6,20 @@ import KeychainModel
 package enum ControlRequest {
     case save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool)
     case find(query: ItemQuery, withSecrets: Bool, limit: Int?)
-    case delete(query: ItemQuery)
+    case delete(query: ItemQuery, all: Bool)
     case dump(withSecrets: Bool)
     case verify
     case status
     case lock
     case unlock(passphrase: SecureBytes?)
     case unmount
+    /// Nil turns the idle lock off.
+    case setLockAfter(seconds: Int?)
 
     /// The frame kinds of requests. Never renumber.
     package enum Kind: UInt16, CaseIterable {
         case save = 1, find = 2, delete = 3, dump = 4, verify = 5, status = 6, lock = 7, unlock = 8, unmount = 9
+        case setLockAfter = 10
     }
 
     package var kind: Kind {
@@ -30,6 +33,7 @@ package enum ControlRequest {
         case .lock: .lock
         case .unlock: .unlock
         case .unmount: .unmount
+        case .setLockAfter: .setLockAfter
         }
     }
 
@@ -46,8 +50,11 @@ package enum ControlRequest {
                 w.nested(.query) { WireItem.write(query, to: $0) }
                 w.field(.withSecrets, withSecrets)
                 if let limit { w.field(.limit, UInt64(max(limit, 0))) }
-            case .delete(let query):
+            case .delete(let query, let all):
                 w.nested(.query) { WireItem.write(query, to: $0) }
+                w.field(.all, all)
+            case .setLockAfter(let seconds):
+                if let seconds { w.field(.lockAfter, UInt64(max(seconds, 0))) }
             case .dump(let withSecrets):
                 w.field(.withSecrets, withSecrets)
             case .unlock(let passphrase):
@@ -74,24 +81,30 @@ package enum ControlRequest {
             let limit = try f.integer(.limit, as: UInt64.self).map { Int(clamping: $0) }
             self = .find(query: try WireItem.query(f.nested(required: .query)), withSecrets: try f.flag(.withSecrets),
                          limit: limit)
-        case .delete: self = .delete(query: try WireItem.query(f.nested(required: .query)))
+        case .delete: self = .delete(query: try WireItem.query(f.nested(required: .query)), all: try f.flag(.all))
         case .dump: self = .dump(withSecrets: try f.flag(.withSecrets))
         case .verify: self = .verify
         case .status: self = .status
         case .lock: self = .lock
         case .unlock: self = .unlock(passphrase: try f.secret(.passphrase))
         case .unmount: self = .unmount
+        case .setLockAfter:
+            // Never is the field left out, so 0 is no setting.
+            let seconds = try f.integer(.lockAfter, as: UInt64.self)
+            if seconds == 0 { throw KeychainError.invalidInput("lock-after must be a positive number of seconds") }
+            self = .setLockAfter(seconds: seconds.map { Int(clamping: $0) })
         }
     }
 }
 
-/// A reply frame. `find` and `dump` are answered with one `item` frame per item and then
-/// `end`, so that no frame holds more than one secret; every other request with one frame.
+/// A reply frame. `find` and `dump` are answered with one `item` frame per item, and
+/// `delete` with one `deleted` frame per deleted record, then `end`, so that no frame holds
+/// more than one item; every other request with one frame.
 package enum ControlReply {
     case saved(ItemRecord)
     case item(FoundItem)
     case end(count: Int)
-    case deleted(count: Int)
+    case deleted(ItemRecord)
     case verified(VerifyReport)
     case status(KeychainStatus)
     case done
@@ -120,9 +133,9 @@ package enum ControlReply {
     package func frame() throws -> SecureBytes {
         try ControlFrame.encode(kind: kind.rawValue) { w in
             switch self {
-            case .saved(let record): w.nested(.record) { WireItem.write(record, to: $0) }
+            case .saved(let record), .deleted(let record): w.nested(.record) { WireItem.write(record, to: $0) }
             case .item(let item): WireItem.write(item, to: w)
-            case .end(let count), .deleted(let count): w.field(.count, UInt64(count))
+            case .end(let count): w.field(.count, UInt64(count))
             case .verified(let report):
                 w.field(.count, UInt64(report.checked))
                 for p in report.problems {
@@ -145,7 +158,7 @@ package enum ControlReply {
         case .saved: self = .saved(try WireItem.record(f.nested(required: .record)))
         case .item: self = .item(try WireItem.foundItem(f))
         case .end: self = .end(count: Int(clamping: try f.integer(required: .count, as: UInt64.self)))
-        case .deleted: self = .deleted(count: Int(clamping: try f.integer(required: .count, as: UInt64.self)))
+        case .deleted: self = .deleted(try WireItem.record(f.nested(required: .record)))
         case .verified:
             let problems = try f.nestedAll(.problem).map { p in
                 IntegrityProblem(itemID: Int64(bitPattern: try p.integer(required: .itemID, as: UInt64.self)),
@@ -245,6 +258,12 @@ package enum WireItem {
         w.field(.internetProtocol, ifPresent: q.protocol?.code.text)
         w.field(.authenticationType, ifPresent: q.authenticationType?.code.text)
         w.field(.securityDomain, ifPresent: q.securityDomain)
+        w.field(.label, ifPresent: q.label)
+        w.field(.comment, ifPresent: q.comment)
+        w.field(.description, ifPresent: q.description)
+        if let generic = q.generic { w.field(.generic, bytes: Array(generic)) }
+        w.field(.creator, ifPresent: q.creator?.text)
+        w.field(.type, ifPresent: q.type?.text)
     }
 
     package static func query(_ f: WireFields) throws -> ItemQuery {
@@ -253,7 +272,11 @@ package enum WireItem {
                   port: try f.integer(.port, as: UInt16.self), path: try f.string(.path),
                   protocol: try code(f, .internetProtocol, as: InternetProtocol.self),
                   authenticationType: try code(f, .authenticationType, as: AuthenticationType.self),
-                  securityDomain: try f.string(.securityDomain))
+                  securityDomain: try f.string(.securityDomain), label: try f.string(.label),
+                  comment: try f.string(.comment), description: try f.string(.description),
+                  generic: try f.bytes(.generic).map { Data($0) },
+                  creator: try f.string(.creator).map { t in try validated { try FourCharCode(t) } },
+                  type: try f.string(.type).map { t in try validated { try FourCharCode(t) } })
     }
 
     static func write(_ c: AttributeChanges, to w: WireWriter) {

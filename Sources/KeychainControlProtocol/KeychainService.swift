@@ -17,8 +17,9 @@ public protocol KeychainService: Sendable {
     /// whose class key is not held throws `unavailable`.
     func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem]
 
-    /// Deletes every match, all or none, and returns how many; `itemNotFound` when none match.
-    func delete(query: ItemQuery) throws -> Int
+    /// Deletes the first match in `ItemOrder` (the one `find` shows), or with `all` every
+    /// match, all or none; returns what it deleted. `itemNotFound` when nothing matches.
+    func delete(query: ItemQuery, all: Bool) throws -> [ItemRecord]
 
     /// Every item whose attributes can be read now. With `withSecrets`, each item's secret is
     /// given as `.value`, or as `.unavailable` / `.damaged` instead of failing the whole dump.
@@ -27,10 +28,13 @@ public protocol KeychainService: Sendable {
     func verify() throws -> VerifyReport
     func status() throws -> KeychainStatus
 
-    /// Lock, unlock and unmount act on a mount; without a daemon, lock and unmount throw `notMounted`.
+    /// Lock, unlock, unmount and the lock-after setting act on a mount; without a daemon,
+    /// all but unlock throw `notMounted`.
     func lock() throws
     func unlock(passphrase: SecureBytes?) throws
     func unmount() throws
+    /// Seconds without file access after which the mount locks itself; nil for never.
+    func setLockAfter(_ seconds: Int?) throws
 }
 
 extension KeychainService {
@@ -112,11 +116,14 @@ public struct DaemonHooks: Sendable {
     public var unlock: @Sendable (SecureBytes?) throws -> Void
     public var unmount: @Sendable () throws -> Void
     public var status: @Sendable () -> MountStatus
+    public var setLockAfter: @Sendable (Int?) throws -> Void
 
     public init(lock: @escaping @Sendable () throws -> Void,
                 unlock: @escaping @Sendable (SecureBytes?) throws -> Void,
                 unmount: @escaping @Sendable () throws -> Void,
-                status: @escaping @Sendable () -> MountStatus) {
+                status: @escaping @Sendable () -> MountStatus,
+                setLockAfter: @escaping @Sendable (Int?) throws -> Void) {
         self.lock = lock; self.unlock = unlock; self.unmount = unmount; self.status = status
+        self.setLockAfter = setLockAfter
     }
 }

@@ -55,6 +55,7 @@ package enum WireTag: UInt16 {
     case lockAfter = 67             // u64
     case classCount = 68            // nested, repeated: accessible and count
     case hasPassphrase = 69         // u8 0/1
+    case all = 70                   // u8 0/1: a delete acts on every match, not the first
 
     // Errors.
     case errorCase = 80             // u16: `WireError` case

@@ -265,8 +265,10 @@ public final class ControlServer: Sendable {
                 try send(.saved(try service.save(key: key, secret: secret, changes: changes, updateExisting: updateExisting)))
             case .find(let query, let withSecrets, let limit):
                 try stream(try service.find(query: query, withSecrets: withSecrets, limit: limit), send)
-            case .delete(let query):
-                try send(.deleted(count: try service.delete(query: query)))
+            case .delete(let query, let all):
+                let deleted = try service.delete(query: query, all: all)
+                for record in deleted { try send(.deleted(record)) }
+                try send(.end(count: deleted.count))
             case .dump(let withSecrets):
                 try stream(try service.dump(withSecrets: withSecrets), send)
             case .verify:
@@ -281,6 +283,9 @@ public final class ControlServer: Sendable {
                 try send(.done)
             case .unmount:
                 try service.unmount()
+                try send(.done)
+            case .setLockAfter(let seconds):
+                try service.setLockAfter(seconds)
                 try send(.done)
             }
         } catch let error as KeychainError {

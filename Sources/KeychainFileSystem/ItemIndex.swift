@@ -68,8 +68,8 @@ struct ItemIndex {
 
     /// Items that match, in the documented order.
     func items(matching query: ItemQuery) -> [KeychainItem] {
-        if let key = query.exactKey { return item(ids[key]).map { [$0] } ?? [] }
-        return items.values.filter { query.matches($0.key) }.sorted(by: ItemOrder.precedes)
+        if let key = query.exactKey { return item(ids[key]).map { query.matches($0.record) ? [$0] : [] } ?? [] }
+        return items.values.filter { query.matches($0.record) }.sorted(by: ItemOrder.precedes)
     }
 
     // MARK: directories

@@ -74,6 +74,10 @@ extension KeychainTree {
         // Other namespaces (ACLs, security labels) are not supported, so cp -p and install
         // fall back to plain chmod.
         guard name.hasPrefix(Self.prefix) else { throw FileSystemError(EOPNOTSUPP) }
+        if case .root = try TreeLocation.parse(path), try attributeName(name) == "lock-after" {
+            setLockAfter(try Self.parseLockAfter(value))
+            return
+        }
         try change(path, name: name) { record throws(FileSystemError) in
             let short = try attributeName(name)
             // `generic` holds bytes; every other attribute is text.
@@ -102,6 +106,15 @@ extension KeychainTree {
                 }
             } catch let e as ModelError { throw FileSystemError(e) } catch { throw .from(error) }
         }
+    }
+
+    /// `off` (what it reads while unset) or a positive number of seconds.
+    static func parseLockAfter(_ value: [UInt8]) throws(FileSystemError) -> Int? {
+        guard let text = String(validating: value, as: UTF8.self) else { throw .invalid }
+        if text == "off" { return nil }
+        guard !text.isEmpty, text.utf8.count <= 9, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }),
+              let n = Int(text), n > 0 else { throw .invalid }
+        return n
     }
 
     public func removeAttribute(_ path: String, name: String) throws(FileSystemError) {

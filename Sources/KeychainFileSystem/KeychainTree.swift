@@ -28,7 +28,9 @@ public final class KeychainTree: Sendable {
     package let served: ServedKeychain
     public var keychain: Keychain { served.keychain }
     public let defaultClass: AccessibilityClass
-    public let lockAfter: Int?
+    /// Seconds without file access before the mount locks itself, 0 for never; changed at
+    /// run time by `set-keychain-settings` or the root's `lock-after` attribute.
+    private let lockAfterSeconds: Atomic<Int>
     /// Directories have no dates of their own; they show the time of mounting.
     let mountTime = Date()
     private let lastAccess = Atomic<Int64>(0)
@@ -36,7 +38,7 @@ public final class KeychainTree: Sendable {
     package init(served: ServedKeychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) {
         self.served = served
         self.defaultClass = defaultClass
-        self.lockAfter = lockAfter
+        lockAfterSeconds = Atomic(max(lockAfter ?? 0, 0))
         noteAccess()
     }
 
@@ -53,6 +55,24 @@ public final class KeychainTree: Sendable {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return Int64(ts.tv_sec)
+    }
+
+    public var lockAfter: Int? {
+        let s = lockAfterSeconds.load(ordering: .relaxed)
+        return s > 0 ? s : nil
+    }
+
+    /// A new setting counts from now, so shortening it does not lock at once.
+    public func setLockAfter(_ seconds: Int?) {
+        noteAccess()
+        lockAfterSeconds.store(max(seconds ?? 0, 0), ordering: .relaxed)
+    }
+
+    /// Locks if unlocked and idle for at least the lock-after setting; the daemon calls it
+    /// twice a second.
+    public func lockIfIdle() {
+        guard let limit = lockAfter, served.lockState == .unlocked, idleSeconds >= Int64(limit) else { return }
+        lock()
     }
 
     public func lock() { served.lock() }

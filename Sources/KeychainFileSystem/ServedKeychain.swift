@@ -155,7 +155,7 @@ package final class ServedKeychain: Sendable {
     package func items(matching query: ItemQuery) throws -> [KeychainItem] {
         let found = state.withLock { $0.index.items(matching: query) }
         if found.isEmpty, let key = query.exactKey, keychain.state == .beforeFirstUnlock {
-            return try keychain.item(for: key).map { [$0] } ?? []
+            return try keychain.item(for: key).map { query.matches($0.record) ? [$0] : [] } ?? []
         }
         return found
     }

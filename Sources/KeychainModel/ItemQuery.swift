@@ -1,7 +1,8 @@
 import Foundation
 
 /// Which items a find or delete acts on. Attributes left nil match anything, as with
-/// `SecItemCopyMatching`.
+/// `SecItemCopyMatching`; an attribute filter matches only items that have that attribute,
+/// with exactly that value.
 public struct ItemQuery: Codable, Sendable, Equatable {
     public var kind: ItemKind
     public var accessGroup: String?
@@ -15,14 +16,29 @@ public struct ItemQuery: Codable, Sendable, Equatable {
     public var `protocol`: InternetProtocol?
     public var authenticationType: AuthenticationType?
     public var securityDomain: String?
+    /// Attribute filters (macOS `security`'s -l -j -D -G -c -C); they are sealed, so they are
+    /// checked on each candidate after it is decrypted.
+    public var label: String?
+    public var comment: String?
+    public var description: String?
+    public var generic: Data?
+    public var creator: FourCharCode?
+    public var type: FourCharCode?
 
     public init(kind: ItemKind, accessGroup: String? = nil, account: String? = nil, service: String? = nil,
                 server: String? = nil, port: UInt16? = nil, path: String? = nil, protocol proto: InternetProtocol? = nil,
-                authenticationType: AuthenticationType? = nil, securityDomain: String? = nil) {
+                authenticationType: AuthenticationType? = nil, securityDomain: String? = nil,
+                label: String? = nil, comment: String? = nil, description: String? = nil, generic: Data? = nil,
+                creator: FourCharCode? = nil, type: FourCharCode? = nil) {
         self.kind = kind; self.accessGroup = accessGroup; self.account = account; self.service = service
         self.server = server; self.port = port; self.path = path.map(InternetPath.normalize); self.protocol = proto
         self.authenticationType = authenticationType; self.securityDomain = securityDomain
+        self.label = label; self.comment = comment; self.description = description; self.generic = generic
+        self.creator = creator; self.type = type
     }
+
+    /// True when the query names nothing but the kind: it matches every item of that kind.
+    public var isUnfiltered: Bool { self == ItemQuery(kind: kind) }
 
     public static func exactly(_ key: ItemKey) -> ItemQuery {
         switch key {
@@ -67,6 +83,14 @@ public struct ItemQuery: Codable, Sendable, Equatable {
                 && eq(path, i.path) && eq(self.protocol, i.protocol) && eq(authenticationType, i.authenticationType)
                 && eq(securityDomain, i.securityDomain) && eq(account, i.account)
         }
+    }
+
+    /// The key matches, and so does every attribute filter.
+    public func matches(_ record: ItemRecord) -> Bool {
+        func eq<T: Equatable>(_ want: T?, _ have: T?) -> Bool { want.map { $0 == have } ?? true }
+        let a = record.attributes
+        return matches(record.key) && eq(label, a.label) && eq(comment, a.comment) && eq(description, a.description)
+            && eq(generic, a.generic) && eq(creator, a.creator) && eq(type, a.type)
     }
 }
 

@@ -188,7 +188,7 @@ public final class Keychain: @unchecked Sendable {
     /// Items that match, in the documented order (`ItemOrder`). Items whose names cannot be
     /// read in this lock state are left out; items that fail their integrity check throw.
     public func items(matching query: ItemQuery) throws -> [KeychainItem] {
-        if let key = query.exactKey { return try item(for: key).map { [$0] } ?? [] }
+        if let key = query.exactKey { return try item(for: key).map { query.matches($0.record) ? [$0] : [] } ?? [] }
         let rows: [Row]
         if let group = query.groupName {
             let g = try blind(ItemKey.groupBytes(kind: query.kind, name: group))
@@ -205,7 +205,7 @@ public final class Keychain: @unchecked Sendable {
             guard let sealed = try? SealedItem(row: row), metadataKey(sealed) != nil else { continue }
             // A tampered row fails alone (verify reports it); the others still match.
             guard let item = try? decode(sealed) else { continue }
-            if query.matches(item.key) { out.append(item) }
+            if query.matches(item.record) { out.append(item) }
         }
         return out.sorted(by: ItemOrder.precedes)
     }

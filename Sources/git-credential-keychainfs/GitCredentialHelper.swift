@@ -10,25 +10,83 @@ import KeychainModel
 ///
 /// It acts through the daemon, found from the store path whatever the environment, so the
 /// mount stays the one source of truth; it never opens the store itself (and links neither
-/// GRDB nor SQLite). Without a mount, with a daemon it cannot reach, with the keychain locked,
-/// or on any input it cannot serve, `get` prints nothing and `store`/`erase` change nothing.
-/// It never writes to stderr: git shows that to users.
+/// GRDB nor SQLite). Without a mount, or with the keychain locked, `get` prints nothing,
+/// `store`/`erase` change nothing, and one line on stderr says why: git shows it, so the user
+/// learns why they were asked for a password. On anything else (no match, input it cannot
+/// serve, a daemon it cannot reach or of another version) it is silent.
 @main
 enum GitCredentialHelper {
     static func main() {
-        guard let argument = CommandLine.arguments.dropFirst().first,
-              let action = CredentialAction(argument: argument) else { return }
+        guard let argument = CommandLine.arguments.dropFirst().first else { return }
+        switch argument {
+        case "--help", "-h":
+            FileHandle.standardOutput.write(Data(usage.utf8))
+            return
+        case "--version":
+            FileHandle.standardOutput.write(Data("git-credential-keychainfs \(ControlProtocol.softwareVersion)\n".utf8))
+            return
+        default: break
+        }
+        guard let action = CredentialAction(argument: argument) else { return }
         let input = FileHandle.standardInput.readDataToEndOfFile()
-        guard let request = try? CredentialRequest(parsing: input),
-              let (keychain, _) = (try? DaemonLocator.daemon(forStore: KeychainLocations.store())) ?? nil,
-              // Locked (or before first unlock) means no answer and no change, even for items
-              // whose class would allow it: the store would still delete while locked.
-              (try? keychain.status())?.state == .unlocked else { return }
+        // A request the helper would not serve anyway gets no note.
+        guard let request = try? CredentialRequest(parsing: input), isServable(request, action) else { return }
+        let located: (RemoteKeychainService, MountRecord)?
+        do { located = try DaemonLocator.daemon(forStore: KeychainLocations.store()) }
+        catch KeychainError.noSuchStore { located = nil }
+        catch { return }
+        let notMounted = "the keychain is not mounted, so \(consequence(action)); run 'keychainfs mount DIR'"
+        guard let (keychain, _) = located else { return note(notMounted) }
+        let status: KeychainStatus
+        do { status = try keychain.status() }
+        catch KeychainError.notMounted { return note(notMounted) }
+        catch { return }
+        // Locked (or before first unlock) means no answer and no change, even for items
+        // whose class would allow it: the store would still delete while locked.
+        guard status.state == .unlocked else {
+            note("the keychain is locked, so \(consequence(action)); run 'keychainfs unlock'")
+            return
+        }
         switch action {
         case .get: get(request, keychain)
         case .store: store(request, keychain)
         case .erase: erase(request, keychain)
         }
+    }
+
+    static let usage = """
+        usage: git-credential-keychainfs get|store|erase
+
+        A git credential helper that keeps git's credentials as internet passwords in the
+        mounted keychainfs keychain (the store named by KEYCHAINFS_STORE, else the default
+        one). Set it up with:
+
+            git config --global credential.helper keychainfs
+
+        git runs it with the action and the credential on standard input. When the keychain
+        is not mounted or is locked, it answers nothing, changes nothing, and writes one line
+        to standard error saying so. See git-credential-keychainfs(1) and gitcredentials(7).
+
+        """
+
+    private static func isServable(_ request: CredentialRequest, _ action: CredentialAction) -> Bool {
+        switch action {
+        case .get, .erase: (try? CredentialQuery(request: request)) != nil
+        case .store: (try? CredentialStoreRequest(request: request)) != nil
+        }
+    }
+
+    private static func consequence(_ action: CredentialAction) -> String {
+        switch action {
+        case .get: "git has to ask for the credential"
+        case .store: "the credential was not saved"
+        case .erase: "the credential was not erased"
+        }
+    }
+
+    /// One line, as git passes the helper's stderr through to the user.
+    private static func note(_ text: String) {
+        FileHandle.standardError.write(Data("git-credential-keychainfs: \(text)\n".utf8))
     }
 
     /// The items of git's kind that may match: the canonical variants on that server and port.
@@ -67,7 +125,10 @@ enum GitCredentialHelper {
             guard case .internet(let key) = item.record.key else { continue }
             let secret = (try? item.secretBytes())?.unprotectedArray ?? []
             if request.password != nil && item.secret == nil { continue }
-            if request.erases(key: key, secret: secret) { _ = try? keychain.delete(query: .exactly(item.record.key)) }
+            // The exact key matches at most this one item.
+            if request.erases(key: key, secret: secret) {
+                _ = try? keychain.delete(query: .exactly(item.record.key), all: false)
+            }
         }
     }
 }

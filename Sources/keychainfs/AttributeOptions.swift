@@ -25,7 +25,7 @@ struct AttributeOptions: ParsableArguments {
 
     @Option(name: .long, help: ArgumentHelp(
         "When the secret may be read: \(AccessibilityClass.allCases.map(\.rawValue).joined(separator: ", ")). Default: when-unlocked.",
-        valueName: "class"))
+        valueName: "class"), completion: .accessibilityClasses)
     var accessible: String?
 
     /// Bad values are `invalidInput` (exit 65), not usage errors, as for every name.
@@ -38,6 +38,43 @@ struct AttributeOptions: ParsableArguments {
                              accessible: try accessible.map { try AccessibilityClass(parsing: $0) })
         }
     }
+}
+
+/// The attribute filters of find and delete, as in macOS `security`: an item matches only
+/// if it has the attribute, with exactly that value.
+struct AttributeFilterOptions: ParsableArguments {
+    @Option(name: [.customShort("l"), .long], help: "Match this label.")
+    var label: String?
+
+    @Option(name: [.customShort("j"), .long], help: "Match this comment.")
+    var comment: String?
+
+    @Option(name: [.customShort("D"), .customLong("description")], help: "Match this kind (description).")
+    var kindDescription: String?
+
+    @Option(name: [.customShort("G"), .long], help: "Match this generic attribute (its UTF-8 bytes).")
+    var generic: String?
+
+    @Option(name: [.customShort("c"), .long], help: ArgumentHelp("Match this creator code.", valueName: "code"))
+    var creator: String?
+
+    @Option(name: [.customShort("C"), .long], help: ArgumentHelp("Match this type code.", valueName: "code"))
+    var type: String?
+
+    func apply(to query: ItemQuery) throws -> ItemQuery {
+        var q = query
+        q.label = label; q.comment = comment; q.description = kindDescription
+        q.generic = generic.map { Data($0.utf8) }
+        q.creator = try creator.map { c in try ModelInput.parse { try FourCharCode(c) } }
+        q.type = try type.map { t in try ModelInput.parse { try FourCharCode(t) } }
+        return q
+    }
+}
+
+extension CompletionKind {
+    static var accessibilityClasses: CompletionKind { .list(AccessibilityClass.allCases.map(\.rawValue)) }
+    static var protocols: CompletionKind { .list(InternetProtocol.knownNames) }
+    static var authenticationTypes: CompletionKind { .list(AuthenticationType.knownNames) }
 }
 
 /// Turns the item model's errors into the keychain's, so they get its exit codes.

@@ -6,7 +6,8 @@ import KeychainStore
 
 /// Which mount a daemon command acts on: the one at MOUNTPOINT, else the store's.
 struct MountTarget: ParsableArguments {
-    @Argument(help: ArgumentHelp("The mountpoint (default: the mount of the store).", valueName: "mountpoint"))
+    @Argument(help: ArgumentHelp("The mountpoint (default: the mount of the store).", valueName: "mountpoint"),
+              completion: .directory)
     var mountpoint: String?
     @OptionGroup var storeOptions: StoreOptions
 
@@ -54,11 +55,65 @@ struct MountTarget: ParsableArguments {
 struct LockCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "lock",
-        abstract: "Lock a mounted keychain: 'when-unlocked' items become unreadable at once.")
+        abstract: "Lock a mounted keychain: 'when-unlocked' items become unreadable at once.",
+        discussion: "With -a, every keychain this user has mounted is locked (none mounted is not an error).")
 
     @OptionGroup var target: MountTarget
+    @Flag(name: [.customShort("a"), .customLong("all")], help: "Lock every mount of this user.")
+    var all = false
 
-    func run() throws { try target.daemon().1.lock() }
+    func validate() throws {
+        if all && (target.mountpoint != nil || target.storeOptions.store != nil) {
+            throw ValidationError("-a locks every mount; give no mountpoint or --store with it")
+        }
+    }
+
+    func run() throws {
+        guard all else { return try target.daemon().1.lock() }
+        // One mount that fails does not keep the others unlocked.
+        var failure: Error?
+        // The mount table names each mount's store; a store mounted twice is locked once. A
+        // mount whose daemon is gone (stale) has nothing to lock.
+        var stores: [String] = []
+        for entry in MountTable.keychainfsMounts(ownedBy: getuid()) where !stores.contains(entry.source) {
+            stores.append(entry.source)
+        }
+        for store in stores where FileManager.default.fileExists(atPath: store) {
+            do {
+                guard let (service, _) = try DaemonLocator.daemon(forStore: store) else { continue }
+                try service.lock()
+            } catch {
+                Output.error("keychainfs: cannot lock the keychain \(store): \(error)")
+                failure = failure ?? error
+            }
+        }
+        if let failure { throw failure }
+    }
+}
+
+struct SetKeychainSettingsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "set-keychain-settings",
+        abstract: "Change when a mounted keychain locks itself.",
+        discussion: """
+            -t SECONDS locks the mount after that many seconds without file access, counted from \
+            now. Without -t (-u alone, or nothing) it never locks by itself, as with macOS \
+            security, where leaving out -t means no timeout and -t implies -u. The setting lasts \
+            until unmount ('mount --lock-after' sets it at mount); 'status' and the root's \
+            user.keychain.lock-after attribute show it, and 'setfattr -n user.keychain.lock-after \
+            -v SECONDS|off MOUNTPOINT' changes it too. macOS's -l (lock on sleep) is not supported.
+            """)
+
+    @Option(name: .customShort("t"), help: ArgumentHelp("Lock after this many seconds without file access.", valueName: "seconds"))
+    var timeout: Int?
+    @Flag(name: .customShort("u"), help: "Accepted as in macOS (implied by -t); alone, it means never.")
+    var lockAfterTimeout = false
+    @OptionGroup var target: MountTarget
+
+    func run() throws {
+        if let timeout, timeout <= 0 { throw KeychainError.invalidInput("-t must be a positive number of seconds") }
+        try target.daemon().1.setLockAfter(timeout)
+    }
 }
 
 struct UnlockCommand: ParsableCommand {
@@ -76,8 +131,9 @@ struct UnlockCommand: ParsableCommand {
             Output.line("\(record.mountpoint) is already unlocked")
             return
         }
-        try daemon.unlock(passphrase: status.hasPassphrase
-            ? try passphrase.read(prompt: "Passphrase for \(record.storePath): ") : nil)
+        try passphrase.withRetries(prompt: "Passphrase for \(record.storePath): ") { read in
+            try daemon.unlock(passphrase: status.hasPassphrase ? try read() : nil)
+        }
     }
 }
 

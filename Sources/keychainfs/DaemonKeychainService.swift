@@ -35,8 +35,8 @@ final class DaemonKeychainService: KeychainService {
         }
     }
 
-    func delete(query: ItemQuery) throws -> Int {
-        try served.delete(matching: query, all: true).count
+    func delete(query: ItemQuery, all: Bool) throws -> [ItemRecord] {
+        try served.delete(matching: query, all: all).map(\.record)
     }
 
     func dump(withSecrets: Bool) throws -> [FoundItem] {
@@ -70,4 +70,9 @@ final class DaemonKeychainService: KeychainService {
     func lock() throws { tree.lock() }
     func unlock(passphrase: SecureBytes?) throws { try tree.unlock(passphrase: passphrase) }
     func unmount() throws { try unmountMount() }
+
+    func setLockAfter(_ seconds: Int?) throws {
+        if let seconds, seconds <= 0 { throw KeychainError.invalidInput("lock-after must be a positive number of seconds") }
+        tree.setLockAfter(seconds)
+    }
 }

@@ -8,7 +8,12 @@ struct AddGenericPassword: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "add-generic-password",
         abstract: "Add a generic password, or update it with -U.",
-        discussion: "Without -w the password is read from standard input exactly as sent: no newline is added or stripped.")
+        discussion: """
+            The password comes from -w PASSWORD, -X HEX, or standard input, read exactly as sent: \
+            no newline is added or stripped. -w as the last argument asks for it at the terminal \
+            (twice, without echo). -w PASSWORD is visible to other users in the process list; \
+            standard input is the safe way in scripts: printf '%s' "$pw" | keychainfs add-generic-password -s S -a A
+            """ + MacOSDifferences.addGeneric)
 
     @Option(name: .customShort("s"), help: ArgumentHelp("The service (required, not empty).", valueName: "service"))
     var service = ""
@@ -28,59 +33,41 @@ struct FindGenericPassword: ParsableCommand {
         discussion: """
             Attributes left out match anything. Matches are ordered by service, then account, then \
             access group; the first one is shown. With -w only its password is written, as its exact \
-            bytes with no newline added, so binary passwords round-trip.
-            """)
+            bytes with no newline added, so binary passwords round-trip. With -g the password follows \
+            the attributes on standard error, as macOS prints it.
+            """ + MacOSDifferences.findGeneric)
 
     @OptionGroup var match: GenericMatchOptions
-    @Flag(name: .customShort("w"), help: "Write only the password.")
-    var printPassword = false
+    @OptionGroup var filters: AttributeFilterOptions
+    @OptionGroup var output: FindOutputOptions
     @OptionGroup var storeOptions: StoreOptions
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        try ItemPrinter.printFirstMatch(of: match.query, in: storeOptions, passphrase: passphrase, secretOnly: printPassword)
+        try ItemPrinter.printFirstMatch(of: filters.apply(to: match.query), in: storeOptions, passphrase: passphrase,
+                                        output: output)
     }
 }
 
 struct DeleteGenericPassword: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "delete-generic-password",
-        abstract: "Delete every generic password that matches, and say how many.")
+        abstract: "Delete the first generic password that matches (every match with --all).",
+        discussion: """
+            Matches are ordered as by find-generic-password, so the item deleted is the one it shows. \
+            The attributes of what was deleted are written to standard output. --all deletes every \
+            match; --all with no filter at all (every generic password) needs --yes, or a "y" at the \
+            terminal.
+            """ + MacOSDifferences.deleteGeneric)
 
     @OptionGroup var match: GenericMatchOptions
+    @OptionGroup var filters: AttributeFilterOptions
+    @OptionGroup var deleting: DeleteOptions
     @OptionGroup var storeOptions: StoreOptions
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        try storeOptions.deleteMatches(match.query, passphrase)
-    }
-}
-
-/// What both add commands take besides the key: the secret, -U, the attributes, the store.
-struct SaveOptions: ParsableArguments {
-    @Option(name: .customShort("w"), help: ArgumentHelp("The password (else standard input).", valueName: "password"))
-    var password: String?
-    @Flag(name: .customShort("U"), help: "Update the item if it exists (otherwise a duplicate is an error).")
-    var update = false
-    @OptionGroup var attributes: AttributeOptions
-    @OptionGroup var storeOptions: StoreOptions
-    @OptionGroup var passphrase: PassphraseOptions
-
-    func save(_ key: ItemKey) throws {
-        let changes = try attributes.changes()
-        // Connected first, so that --passphrase-fd 0 can take the first line of standard input
-        // and leave the rest for the secret.
-        let keychain = try storeOptions.connect(passphrase)
-        let secret = try password.map { SecureBytes(copying: $0.utf8) } ?? SecretInput.read()
-        _ = try keychain.save(key: key, secret: secret, changes: changes, updateExisting: update)
-    }
-}
-
-extension StoreOptions {
-    /// Deletes every match and says how many.
-    func deleteMatches(_ query: ItemQuery, _ passphrase: PassphraseOptions) throws {
-        let count = try connect(passphrase).delete(query: query)
-        Output.line("deleted \(count) item\(count == 1 ? "" : "s")")
+        try deleting.delete(filters.apply(to: match.query), what: "generic password", storeOptions, passphrase)
     }
 }
 

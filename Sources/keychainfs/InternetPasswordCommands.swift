@@ -15,9 +15,11 @@ struct InternetKeyOptions: ParsableArguments {
     var port: String?
     @Option(name: .customShort("p"), help: ArgumentHelp("The path.", valueName: "path"))
     var path: String?
-    @Option(name: .customShort("r"), help: ArgumentHelp("The protocol. " + protocolHelp, valueName: "protocol"))
+    @Option(name: .customShort("r"), help: ArgumentHelp("The protocol. " + protocolHelp, valueName: "protocol"),
+            completion: .protocols)
     var proto: String?
-    @Option(name: .customShort("t"), help: ArgumentHelp("The authentication type. " + authenticationHelp, valueName: "type"))
+    @Option(name: .customShort("t"), help: ArgumentHelp("The authentication type. " + authenticationHelp, valueName: "type"),
+            completion: .authenticationTypes)
     var authenticationType: String?
     @Option(name: .customShort("d"), help: ArgumentHelp("The security domain.", valueName: "domain"))
     var securityDomain: String?
@@ -51,9 +53,11 @@ struct AddInternetPassword: ParsableCommand {
         abstract: "Add an internet password, or update it with -U.",
         discussion: """
             Left out: protocol https, port 0 (the protocol's well-known port), path "", \
-            authentication type default, security domain "". Without -w the password is read \
-            from standard input exactly as sent: no newline is added or stripped.
-            """)
+            authentication type default, security domain "". The password comes from -w PASSWORD, \
+            -X HEX, or standard input, read exactly as sent: no newline is added or stripped. -w as \
+            the last argument asks for it at the terminal (twice, without echo). -w PASSWORD is \
+            visible to other users in the process list; standard input is the safe way in scripts.
+            """ + MacOSDifferences.addInternet)
 
     @OptionGroup var keyOptions: InternetKeyOptions
     @OptionGroup var saving: SaveOptions
@@ -68,31 +72,40 @@ struct FindInternetPassword: ParsableCommand {
         discussion: """
             Attributes left out match anything. Matches are ordered by server, port, path, account, \
             protocol, authentication type, security domain; the first one is shown. With -w only its \
-            password is written, as its exact bytes with no newline added.
-            """)
+            password is written, as its exact bytes with no newline added. With -g the password \
+            follows the attributes on standard error, as macOS prints it.
+            """ + MacOSDifferences.findInternet)
 
     @OptionGroup var keyOptions: InternetKeyOptions
-    @Flag(name: .customShort("w"), help: "Write only the password.")
-    var printPassword = false
+    @OptionGroup var filters: AttributeFilterOptions
+    @OptionGroup var output: FindOutputOptions
     @OptionGroup var storeOptions: StoreOptions
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        try ItemPrinter.printFirstMatch(of: keyOptions.query(), in: storeOptions, passphrase: passphrase,
-                                        secretOnly: printPassword)
+        try ItemPrinter.printFirstMatch(of: filters.apply(to: keyOptions.query()), in: storeOptions,
+                                        passphrase: passphrase, output: output)
     }
 }
 
 struct DeleteInternetPassword: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "delete-internet-password",
-        abstract: "Delete every internet password that matches, and say how many.")
+        abstract: "Delete the first internet password that matches (every match with --all).",
+        discussion: """
+            Matches are ordered as by find-internet-password, so the item deleted is the one it \
+            shows. The attributes of what was deleted are written to standard output. --all deletes \
+            every match; --all with no filter at all (every internet password) needs --yes, or a \
+            "y" at the terminal.
+            """ + MacOSDifferences.deleteInternet)
 
     @OptionGroup var keyOptions: InternetKeyOptions
+    @OptionGroup var filters: AttributeFilterOptions
+    @OptionGroup var deleting: DeleteOptions
     @OptionGroup var storeOptions: StoreOptions
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        try storeOptions.deleteMatches(keyOptions.query(), passphrase)
+        try deleting.delete(filters.apply(to: keyOptions.query()), what: "internet password", storeOptions, passphrase)
     }
 }

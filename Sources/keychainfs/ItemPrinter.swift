@@ -8,22 +8,40 @@ import KeychainStore
 /// attributes that are set.
 enum ItemPrinter {
     static func printFirstMatch(of query: ItemQuery, in store: StoreOptions, passphrase: PassphraseOptions,
-                                secretOnly: Bool) throws {
+                                output: FindOutputOptions) throws {
         let service = try store.connect(passphrase)
-        guard let item = try service.find(query: query, withSecrets: secretOnly, limit: 1).first else {
+        guard let item = try service.find(query: query, withSecrets: output.needsSecret, limit: 1).first else {
             throw KeychainError.itemNotFound
         }
-        if secretOnly {
+        if output.passwordOnly {
             Output.write(try item.secretBytes())
-        } else {
-            Output.write(lines(for: item, storePath: store.path).map { $0 + "\n" }.joined())
+            return
+        }
+        // Read before anything is printed, so a locked secret fails the command cleanly.
+        let secret = output.showPassword ? try item.secretBytes() : nil
+        Output.write(lines(for: item, storePath: store.path).map { $0 + "\n" }.joined())
+        if let secret {
+            let prefix = Array("password: ".utf8)
+            let shown = Printable.macOSBuffer(secret)
+            let line = SecureBytes(count: prefix.count + shown.count + 1)
+            line.withUnsafeMutableBytes { dst in
+                for (i, b) in prefix.enumerated() { dst[i] = b }
+                shown.withUnsafeBytes { src in for i in 0..<src.count { dst[prefix.count + i] = src[i] } }
+                dst[dst.count - 1] = UInt8(ascii: "\n")
+            }
+            Output.error(line)
         }
     }
 
     static func lines(for item: FoundItem, storePath: String) -> [String] {
+        lines(for: item.record, itemID: item.itemID, storePath: storePath)
+    }
+
+    /// `itemID` nil leaves out the item-id line (a deleted item has none left).
+    static func lines(for record: ItemRecord, itemID: Int64?, storePath: String) -> [String] {
         var out = ["keychain: \(Printable.text(storePath))"]
         func add(_ key: String, _ value: String?) { if let value { out.append("\(key): \(value)") } }
-        switch item.record.key {
+        switch record.key {
         case .generic(let g):
             add("class", "generic-password")
             add("service", Printable.text(g.service))
@@ -38,8 +56,8 @@ enum ItemPrinter {
             add("security-domain", Printable.text(i.securityDomain))
             add("account", Printable.text(i.account))
         }
-        let a = item.record.attributes
-        if !item.record.key.accessGroup.isEmpty { add("access-group", Printable.text(item.record.key.accessGroup)) }
+        let a = record.attributes
+        if !record.key.accessGroup.isEmpty { add("access-group", Printable.text(record.key.accessGroup)) }
         add("label", a.label.map(Printable.text))
         add("comment", a.comment.map(Printable.text))
         add("description", a.description.map(Printable.text))
@@ -49,7 +67,7 @@ enum ItemPrinter {
         add("accessible", a.accessible.rawValue)
         add("created", Printable.date(a.created))
         add("modified", Printable.date(a.modified))
-        add("item-id", String(item.itemID))
+        add("item-id", itemID.map(String.init))
         return out
     }
 

@@ -16,6 +16,7 @@ struct KeychainFS: ParsableCommand {
             AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
             DumpKeychain.self, VerifyCommand.self,
             MountCommand.self, UnmountCommand.self, LockCommand.self, UnlockCommand.self, StatusCommand.self,
+            SetKeychainSettingsCommand.self,
             DaemonCommand.self,
         ]
     )
@@ -27,11 +28,33 @@ struct KeychainFS: ParsableCommand {
             var command = try parseAsRoot()
             try command.run()
         } catch let error as KeychainError {
-            FileHandle.standardError.write(Data("keychainfs: \(error.description)\n".utf8))
+            FileHandle.standardError.write(Data("keychainfs: \(message(for: error))\n".utf8))
             Glibc.exit(error.exitCode)
+        } catch let error as UsageError {
+            FileHandle.standardError.write(Data("keychainfs: \(error.message)\n".utf8))
+            Glibc.exit(ExitCode.validationFailure.rawValue)
         } catch {
             exit(withError: error)
         }
+    }
+}
+
+/// A usage error found while a command runs (after parsing): exit 64 with one line, without
+/// the usage text of the root command that ArgumentParser would print at that point.
+struct UsageError: Error {
+    var message: String
+    init(_ message: String) { self.message = message }
+}
+
+extension KeychainFS {
+    /// The error's own text, plus the next step where there is an obvious one.
+    /// The locked error already says to unlock; a missing device key is the one case where
+    /// unlocking does not help.
+    static func message(for error: KeychainError) -> String {
+        guard case .unavailable(let name) = error, let c = AccessibilityClass(rawValue: name), c.isThisDeviceOnly,
+              !FileManager.default.fileExists(atPath: KeychainLocations.deviceKey) else { return error.description }
+        return "Required key not available: '\(name)' items need this machine's device key, "
+            + "which is missing at \(KeychainLocations.deviceKey)."
     }
 }
 

@@ -15,19 +15,29 @@ struct MountCommand: ParsableCommand {
             on in the background until 'keychainfs unmount'.
             """)
 
-    @Argument(help: "An existing directory to mount on; its contents are hidden while mounted.") var mountpoint: String
+    @Argument(help: "An existing directory to mount on; its contents are hidden while mounted.", completion: .directory)
+    var mountpoint: String
     @OptionGroup var store: StoreOptions
     @Flag(help: "Mount without unlocking (before first unlock).") var locked = false
-    @Option(help: "Lock after this many seconds without file access.") var lockAfter: Int?
+    @Option(help: ArgumentHelp("Lock after this many seconds without file access (see set-keychain-settings).",
+                               valueName: "seconds"))
+    var lockAfter: Int?
     @Flag(help: "Stay in the foreground and log to stderr.") var foreground = false
-    @Option(help: "Class of items created through the tree (default when-unlocked).") var defaultAccessible: String?
+    @Option(help: ArgumentHelp("Class of items created through the tree (default when-unlocked).", valueName: "class"),
+            completion: .accessibilityClasses)
+    var defaultAccessible: String?
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
         let settings = try preflight()
-        let keychain = try Keychain(openingAt: settings.storePath)
-        let secret = !settings.startLocked && keychain.hasPassphrase
-            ? try passphrase.read(prompt: "Passphrase for \(settings.storePath): ") : nil
+        let needsPassphrase = try !settings.startLocked && Keychain(openingAt: settings.storePath).hasPassphrase
+        // The daemon unlocks; a wrong passphrase typed at the terminal is asked again.
+        try passphrase.withRetries(prompt: "Passphrase for \(settings.storePath): ") { read in
+            try start(settings, passphrase: needsPassphrase ? try read() : nil)
+        }
+    }
+
+    private func start(_ settings: MountSettings, passphrase secret: SecureBytes?) throws {
         guard foreground else {
             try DaemonLauncher.launch(arguments: DaemonCommand.arguments(for: settings), passphrase: secret)
             return

@@ -30,7 +30,8 @@ final class MountDaemon: @unchecked Sendable {
     func run(passphrase: SecureBytes?, ready: (Result<Void, KeychainError>) -> Void) -> Int32 {
         // Before any key is loaded.
         ProcessHardening.apply()
-        let storeLock: Int32, keychain: Keychain, tree: KeychainTree, mount: FuseMount
+        var storeLock: Int32 = -1
+        let keychain: Keychain, tree: KeychainTree, mount: FuseMount
         do {
             storeLock = try Self.lockStore(settings.storePath)
             keychain = try Keychain(openingAt: settings.storePath)
@@ -40,6 +41,8 @@ final class MountDaemon: @unchecked Sendable {
                               source: MountRegistry.canonicalPath(settings.storePath))
             try mount.mount()
         } catch {
+            // Released, so that `mount --foreground` can try again with another passphrase.
+            if storeLock >= 0 { close(storeLock) }
             let e = error as? KeychainError ?? .mountFailed("\(error)")
             ready(.failure(e))
             return e.exitCode
@@ -60,7 +63,7 @@ final class MountDaemon: @unchecked Sendable {
             ready(.failure(e))
             return e.exitCode
         }
-        if let lockAfter = settings.lockAfter { startIdleLock(tree: tree, after: lockAfter) }
+        startIdleLock(tree: tree)
         log.info("serving \(settings.storePath) at \(settings.mountpoint), \(keychain.state.rawValue)")
         ready(.success(()))
 
@@ -82,12 +85,13 @@ final class MountDaemon: @unchecked Sendable {
         return DaemonKeychainService(tree: tree, settings: settings) { try Fusermount.unmount(mountpoint) }
     }
 
-    /// Locks after `seconds` without file access, checked every half second.
-    private func startIdleLock(tree: KeychainTree, after seconds: Int) {
+    /// Locks after the tree's lock-after setting without file access, checked every half
+    /// second; it runs even while the setting is off, since it can be changed at run time.
+    private func startIdleLock(tree: KeychainTree) {
         let thread = Thread {
             while true {
                 usleep(500_000)
-                if tree.keychain.state == .unlocked && tree.idleSeconds >= Int64(seconds) { tree.lock() }
+                tree.lockIfIdle()
             }
         }
         thread.name = "keychainfs-idle-lock"

@@ -16,10 +16,18 @@ enum Output {
 
     static func write(_ secret: SecureBytes) { secret.withUnsafeBytes { writeAll($0) } }
 
-    private static func writeAll(_ raw: UnsafeRawBufferPointer) {
+    /// A line on standard error.
+    static func error(_ text: String) {
+        var text = text + "\n"
+        text.withUTF8 { writeAll(UnsafeRawBufferPointer($0), fd: 2) }
+    }
+
+    static func error(_ secret: SecureBytes) { secret.withUnsafeBytes { writeAll($0, fd: 2) } }
+
+    private static func writeAll(_ raw: UnsafeRawBufferPointer, fd: Int32 = 1) {
         var off = 0
         while off < raw.count {
-            let n = Glibc.write(1, raw.baseAddress! + off, raw.count - off)
+            let n = Glibc.write(fd, raw.baseAddress! + off, raw.count - off)
             if n < 0 { if errno == EINTR { continue }; return }
             off += n
         }
@@ -55,4 +63,40 @@ enum Printable {
     }
 
     static func date(_ d: Date) -> String { d.formatted(.iso8601) }
+
+    /// macOS `security`'s print_buffer, which `find-*-password -g` uses for the password:
+    /// `"text"` when every byte is printable ASCII other than `\`; otherwise `0x` and upper-case
+    /// hex, then (if any byte is printable) two spaces and the text with the other bytes as
+    /// `\ooo` octal; a password of no printable byte keeps the one space macOS leaves after
+    /// the hex. Built in locked memory, as it holds the secret.
+    static func macOSBuffer(_ secret: SecureBytes) -> SecureBytes {
+        secret.withUnsafeBytes { raw in
+            func printable(_ b: UInt8) -> Bool { b >= 0x20 && b <= 0x7e && b != UInt8(ascii: "\\") }
+            let hex = raw.contains { !printable($0) }, ascii = raw.contains(where: printable)
+            let out = SecureBytes(count: 0)
+            var n = 0
+            out.resize(to: (hex ? 2 + 2 * raw.count + 2 : 0) + (ascii ? 2 + 4 * raw.count : 0))
+            out.withUnsafeMutableBytes { dst in
+                func put(_ b: UInt8) { dst[n] = b; n += 1 }
+                let digits = Array("0123456789ABCDEF".utf8)
+                if hex {
+                    put(UInt8(ascii: "0")); put(UInt8(ascii: "x"))
+                    for b in raw { put(digits[Int(b >> 4)]); put(digits[Int(b & 15)]) }
+                    if ascii { put(0x20) }
+                    put(0x20)
+                }
+                if ascii {
+                    put(UInt8(ascii: "\""))
+                    for b in raw {
+                        if printable(b) { put(b); continue }
+                        put(UInt8(ascii: "\\"))
+                        put(48 + (b >> 6 & 7)); put(48 + (b >> 3 & 7)); put(48 + (b & 7))
+                    }
+                    put(UInt8(ascii: "\""))
+                }
+            }
+            out.resize(to: n)
+            return out
+        }
+    }
 }

@@ -26,12 +26,28 @@ enum PassphraseInput {
             return try LineReader.readLine(fd: fd, what: "the passphrase file \(path)")
         case .terminal:
             let terminal = try Terminal.open(purpose: "ask for the passphrase", alternatives: "--passphrase-fd N or --passphrase-file PATH")
-            let first = try terminal.readHidden(prompt: prompt)
-            guard confirm else { return first }
-            let again = try terminal.readHidden(prompt: "Repeat the passphrase: ")
-            guard first.isEqual(to: again) else { throw KeychainError.invalidInput("the two passphrases differ") }
-            return first
+            guard confirm else { return try terminal.readHidden(prompt: prompt) }
+            return try Self.askNew(terminal, prompt: prompt)
         }
+    }
+
+    /// A new passphrase at the terminal, in up to three rounds: an empty one is refused at
+    /// once (no point repeating it), and a mismatch is asked again.
+    private static func askNew(_ terminal: Terminal, prompt: String) throws -> SecureBytes {
+        var refusal = KeychainError.invalidInput("")
+        for round in 1...3 {
+            let first = try terminal.readHidden(prompt: prompt)
+            if first.count == 0 {
+                refusal = NewPassphrase.emptyRefusal
+            } else {
+                let again = try terminal.readHidden(prompt: "Repeat the passphrase: ")
+                if first.isEqual(to: again) { return first }
+                first.wipe(); again.wipe()
+                refusal = .invalidInput("the two passphrases differ")
+            }
+            if round < 3 { terminal.say("Sorry: \(refusal.description); try again.") }
+        }
+        throw refusal
     }
 
     static func choose(fd: Int32?, file: String?) -> PassphraseInput {
@@ -48,7 +64,7 @@ struct PassphraseOptions: ParsableArguments {
     var passphraseFD: Int32?
 
     @Option(name: .customLong("passphrase-file"), help: ArgumentHelp(
-        "Read the passphrase from the first line of this file.", valueName: "path"))
+        "Read the passphrase from the first line of this file.", valueName: "path"), completion: .file())
     var passphraseFile: String?
 
     func validate() throws {
@@ -63,6 +79,28 @@ struct PassphraseOptions: ParsableArguments {
 
     func read(prompt: String) throws -> SecureBytes { try input.read(prompt: prompt) }
 
+    /// How many times a passphrase typed at the terminal may be wrong before the command fails.
+    static let terminalTries = 3
+
+    /// Runs `body` with a way to read the passphrase. At the terminal a wrong passphrase is
+    /// asked again, up to three tries in all; from a descriptor or a file there is one try.
+    func withRetries<T>(prompt: String, _ body: (_ passphrase: () throws -> SecureBytes) throws -> T) throws -> T {
+        guard case .terminal = input else { return try body { try input.read(prompt: prompt) } }
+        var attempt = 1
+        while true {
+            var asked = false
+            do {
+                return try body {
+                    asked = true
+                    return try input.read(prompt: prompt)
+                }
+            } catch KeychainError.wrongPassphrase where asked && attempt < Self.terminalTries {
+                attempt += 1
+                (try? Terminal.open(purpose: "", alternatives: ""))?.say("Sorry, the passphrase is wrong; try again.")
+            }
+        }
+    }
+
     /// A passphrase for a new store or a new one for `passwd`: asked twice at a terminal, never empty.
     func readNew(prompt: String) throws -> SecureBytes {
         try NewPassphrase.check(input.read(prompt: prompt, confirm: true))
@@ -76,7 +114,7 @@ struct NewPassphraseOptions: ParsableArguments {
     var newPassphraseFD: Int32?
 
     @Option(name: .customLong("new-passphrase-file"), help: ArgumentHelp(
-        "Read the new passphrase from the first line of this file.", valueName: "path"))
+        "Read the new passphrase from the first line of this file.", valueName: "path"), completion: .file())
     var newPassphraseFile: String?
 
     func validate() throws {
@@ -93,9 +131,10 @@ struct NewPassphraseOptions: ParsableArguments {
 
 enum NewPassphrase {
     static func check(_ passphrase: SecureBytes) throws -> SecureBytes {
-        guard passphrase.count > 0 else {
-            throw KeychainError.invalidInput("the passphrase is empty; 'init --no-passphrase' makes a store without one")
-        }
+        guard passphrase.count > 0 else { throw emptyRefusal }
         return passphrase
     }
+
+    static let emptyRefusal = KeychainError.invalidInput(
+        "the passphrase is empty; 'init --no-passphrase' makes a store without one")
 }

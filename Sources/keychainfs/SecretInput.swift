@@ -6,16 +6,26 @@ import KeychainStore
 /// The secret of an added item when `-w` is not given.
 enum SecretInput {
     /// From standard input exactly as sent, no newline added or stripped, so binary secrets
-    /// survive; at a terminal, typed twice without echo instead.
-    static func read() throws -> SecureBytes {
-        if isatty(0) == 1 {
-            let terminal = try Terminal.open(purpose: "ask for the password", alternatives: "-w PASSWORD or standard input")
-            let first = try terminal.readHidden(prompt: "password data for new item: ")
-            let again = try terminal.readHidden(prompt: "retype password for new item: ")
-            guard first.isEqual(to: again) else { throw KeychainError.invalidInput("the two passwords differ") }
-            return first
+    /// survive; when standard input is a terminal, or `preferTerminal` (a bare -w) and there is
+    /// one, typed twice without echo instead, as macOS asks.
+    static func read(preferTerminal: Bool) throws -> SecureBytes {
+        if isatty(0) == 1 || preferTerminal,
+           let terminal = try? Terminal.open(purpose: "ask for the password", alternatives: "-w PASSWORD or standard input") {
+            return try askTwice(terminal)
         }
         return try readAll(fd: 0)
+    }
+
+    /// Up to three rounds: a mismatch is asked again.
+    private static func askTwice(_ terminal: Terminal) throws -> SecureBytes {
+        for round in 1...3 {
+            let first = try terminal.readHidden(prompt: "password data for new item: ")
+            let again = try terminal.readHidden(prompt: "retype password for new item: ")
+            if first.isEqual(to: again) { return first }
+            first.wipe(); again.wipe()
+            if round < 3 { terminal.say("The two passwords differ; type them again.") }
+        }
+        throw KeychainError.invalidInput("the two passwords differed three times; nothing was saved")
     }
 
     /// Reads to end of file into locked memory. Past the limit the rest is only counted, so

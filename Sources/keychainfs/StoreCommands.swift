@@ -14,7 +14,8 @@ struct InitCommand: ParsableCommand {
     @OptionGroup var passphrase: PassphraseOptions
     @Flag(help: "Protect the store with the device key only.")
     var noPassphrase = false
-    @Option(help: ArgumentHelp("scrypt cost as log2(N), 10-22 (default \(ScryptParameters.default.logN)).", valueName: "n"))
+    @Option(help: ArgumentHelp("scrypt cost as log2(N), 10-22 (default \(ScryptCost.defaultSummary)); "
+        + "each step doubles both, e.g. 20 needs \(ScryptCost.memoryText(logN: 20)).", valueName: "n"))
     var scryptLogN: UInt8?
 
     func validate() throws {
@@ -29,6 +30,7 @@ struct InitCommand: ParsableCommand {
         if FileManager.default.fileExists(atPath: path) { throw KeychainError.storeExists(path) }
         let scrypt = scryptLogN.map { ScryptParameters(logN: $0) } ?? .default
         guard scrypt.isAcceptable else { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
+        if !noPassphrase { ScryptCost.warnIfExpensive(scrypt) }
         let secret = noPassphrase ? nil : try passphrase.readNew(prompt: "Passphrase for the new keychain: ")
         let keychain = try Keychain.create(at: path, passphrase: secret, scrypt: scrypt)
         keychain.forgetKeys()
@@ -49,7 +51,8 @@ struct PasswdCommand: ParsableCommand {
     @OptionGroup var storeOptions: StoreOptions
     @OptionGroup var passphrase: PassphraseOptions
     @OptionGroup var newPassphrase: NewPassphraseOptions
-    @Option(help: ArgumentHelp("New scrypt cost as log2(N), 10-22 (default: keep the current one).", valueName: "n"))
+    @Option(help: ArgumentHelp("New scrypt cost as log2(N), 10-22 (default: keep the current one). "
+        + "init's default is \(ScryptCost.defaultSummary); each step up doubles both.", valueName: "n"))
     var scryptLogN: UInt8?
 
     func run() throws {
@@ -67,9 +70,14 @@ struct PasswdCommand: ParsableCommand {
         }
         let scrypt = scryptLogN.map { ScryptParameters(logN: $0) }
         if let scrypt, !scrypt.isAcceptable { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
-        let old = try passphrase.read(prompt: "Current passphrase for \(path): ")
-        // Unlocked before the new one is asked, so a wrong passphrase is said at once.
-        try keychain.unlock(passphrase: old)
+        if let scrypt { ScryptCost.warnIfExpensive(scrypt) }
+        // Unlocked before the new one is asked, so a wrong passphrase is said at once (and
+        // asked again at the terminal).
+        let old = try passphrase.withRetries(prompt: "Current passphrase for \(path): ") { read in
+            let old = try read()
+            try keychain.unlock(passphrase: old)
+            return old
+        }
         let new = try newPassphrase.read()
         try keychain.changePassphrase(old: old, new: new, scrypt: scrypt)
         keychain.forgetKeys()
@@ -143,5 +151,55 @@ struct VerifyCommand: ParsableCommand {
         if !report.problems.isEmpty {
             throw KeychainError.integrityFailure("\(report.problems.count) of \(report.checked) items failed")
         }
+    }
+}
+
+/// What an scrypt setting costs, said before a costly one is used: the memory is
+/// 128 · r · 2^n bytes, and the time is measured here on a small run and scaled up.
+enum ScryptCost {
+    static var defaultSummary: String {
+        "\(ScryptParameters.default.logN): \(memoryText(logN: ScryptParameters.default.logN)) of memory, about 0.3 s"
+    }
+
+    static func memoryBytes(_ p: ScryptParameters) -> UInt64 { (128 * UInt64(p.r) * UInt64(p.p)) << UInt64(p.logN) }
+
+    static func memoryText(logN: UInt8) -> String { memoryText(memoryBytes(ScryptParameters(logN: logN))) }
+
+    static func memoryText(_ bytes: UInt64) -> String {
+        bytes >= 1 << 30 ? "\(bytes >> 30) GiB" : "\(bytes >> 20) MiB"
+    }
+
+    /// Above the default, writes the memory and the estimated time of every unlock to stderr,
+    /// and a warning when that memory is more than the machine has available now.
+    static func warnIfExpensive(_ p: ScryptParameters) {
+        guard p.logN > ScryptParameters.default.logN else { return }
+        let memory = memoryBytes(p)
+        var text = "keychainfs: scrypt 2^\(p.logN) needs \(memoryText(memory)) of memory"
+        if let seconds = estimatedSeconds(p) {
+            text += " and about \(String(format: "%.1f", seconds)) s on this machine"
+        }
+        text += " for every unlock and mount (the default 2^\(ScryptParameters.default.logN): \(memoryText(logN: ScryptParameters.default.logN)), about 0.3 s)."
+        if let available = availableMemory(), available < memory {
+            text += " Only \(memoryText(available)) is available now, so it may fail."
+        }
+        Output.error(text)
+    }
+
+    /// A 2^14 run (16 MiB, a few tens of milliseconds) scaled linearly, as scrypt's time is.
+    static func estimatedSeconds(_ p: ScryptParameters) -> Double? {
+        let probe = ScryptParameters(logN: 14, r: p.r, p: p.p)
+        let start = DispatchTime.now().uptimeNanoseconds
+        guard (try? Scrypt.deriveKey(passphrase: SecureBytes(copying: Array("probe".utf8)), salt: Array(repeating: 0, count: 16),
+                                     parameters: probe)) != nil else { return nil }
+        let elapsed = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+        return elapsed * Double(UInt64(1) << UInt64(p.logN - 14))
+    }
+
+    /// MemAvailable from /proc/meminfo.
+    static func availableMemory() -> UInt64? {
+        guard let text = try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("MemAvailable:") }),
+              let kib = UInt64(line.split(separator: " ").dropFirst().first ?? "") else { return nil }
+        return kib * 1024
     }
 }

@@ -6,17 +6,18 @@ import KeychainStore
 struct StoreOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp(
         "The keychain store (default: $KEYCHAINFS_STORE, else $XDG_DATA_HOME/keychainfs/keychain.db).",
-        valueName: "path"))
+        valueName: "path"), completion: .file())
     var store: String?
 
     var path: String { KeychainLocations.store(store) }
 
     /// The daemon serving the store when it is mounted, else the store opened here; the
-    /// passphrase is read only in the second case, and only if the store has one.
+    /// passphrase is read only in the second case, and only if the store has one (at the
+    /// terminal, a wrong one is asked again).
     func connect(_ passphrase: PassphraseOptions) throws -> KeychainService {
         let path = self.path
-        return try KeychainEndpoint.connect(storePath: path) {
-            try passphrase.read(prompt: "Passphrase for \(path): ")
+        return try passphrase.withRetries(prompt: "Passphrase for \(path): ") { read in
+            try KeychainEndpoint.connect(storePath: path, passphraseSource: read)
         }
     }
 }

@@ -26,7 +26,6 @@ final class Terminal {
     /// Ctrl-C delivered as a signal would leave the terminal without echo. Ctrl-C aborts
     /// (exit 130), Ctrl-D on an empty line ends it, Backspace and Ctrl-U edit.
     func readHidden(prompt: String) throws -> SecureBytes {
-        write(prompt)
         var saved = termios()
         guard tcgetattr(fd, &saved) == 0 else {
             throw KeychainError.io("cannot configure the terminal: \(String(cString: strerror(errno)))")
@@ -37,13 +36,36 @@ final class Terminal {
             cc[Int(VMIN)] = 1
             cc[Int(VTIME)] = 0
         }
+        // Echo goes off before the prompt shows, so nothing typed in answer to it is echoed
+        // or flushed; only what was typed ahead of it is dropped.
         tcsetattr(fd, TCSAFLUSH, &raw)
+        write(prompt)
         defer {
             tcsetattr(fd, TCSAFLUSH, &saved)
             write("\n")
         }
         return try readEditedLine()
     }
+
+    /// Prompts and reads a short answer with echo, as typed (y/n questions).
+    func readAnswer(prompt: String) throws -> String {
+        write(prompt)
+        var bytes: [UInt8] = []
+        var byte: UInt8 = 0
+        while bytes.count < 256 {
+            let n = read(fd, &byte, 1)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw KeychainError.io("cannot read from the terminal: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 || byte == 0x0a { break }
+            bytes.append(byte)
+        }
+        return String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespaces).lowercased()
+    }
+
+    /// A line for the person at the terminal (a retry, a refusal), not for the output.
+    func say(_ text: String) { write(text + "\n") }
 
     private func readEditedLine() throws -> SecureBytes {
         let line = SecureBytes(count: 0)

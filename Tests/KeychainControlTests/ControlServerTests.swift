@@ -10,7 +10,8 @@ import KeychainModel
 /// A keychain held in memory, to drive the server and the client end to end over a real socket.
 private final class MemoryKeychain: KeychainService {
     private struct Entry { var record: ItemRecord; var secret: SecureBytes }
-    private let state = Mutex<(items: [Int64: Entry], next: Int64, locked: Bool, calls: [String])>(([:], 1, false, []))
+    private let state = Mutex<(items: [Int64: Entry], next: Int64, locked: Bool, lockAfter: Int?, calls: [String])>(
+        ([:], 1, false, nil, []))
 
     var calls: [String] { state.withLock { $0.calls } }
 
@@ -30,7 +31,7 @@ private final class MemoryKeychain: KeychainService {
     func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem] {
         try state.withLock { s in
             s.calls.append("find")
-            let found = s.items.filter { query.matches($0.value.record.key) }.sorted { $0.key < $1.key }
+            let found = s.items.filter { query.matches($0.value.record) }.sorted { $0.key < $1.key }
             if withSecrets && s.locked && !found.isEmpty { throw KeychainError.unavailable(.whenUnlocked) }
             return found.prefix(limit ?? .max).map {
                 FoundItem(itemID: $0.key, record: $0.value.record, secret: withSecrets ? .value($0.value.secret.copy()) : nil)
@@ -38,13 +39,14 @@ private final class MemoryKeychain: KeychainService {
         }
     }
 
-    func delete(query: ItemQuery) throws -> Int {
+    func delete(query: ItemQuery, all: Bool) throws -> [ItemRecord] {
         try state.withLock { s in
             s.calls.append("delete")
-            let ids = s.items.filter { query.matches($0.value.record.key) }.map(\.key)
+            var ids = s.items.filter { query.matches($0.value.record) }.map(\.key).sorted()
             guard !ids.isEmpty else { throw KeychainError.itemNotFound }
-            for id in ids { s.items[id] = nil }
-            return ids.count
+            if !all { ids = [ids[0]] }
+            defer { for id in ids { s.items[id] = nil } }
+            return ids.map { s.items[$0]!.record }
         }
     }
 
@@ -69,7 +71,7 @@ private final class MemoryKeychain: KeychainService {
         state.withLock { s in
             s.calls.append("status")
             return KeychainStatus(state: s.locked ? .locked : .unlocked, storePath: "/memory", mountpoint: "/mnt",
-                                  itemCounts: [.whenUnlocked: s.items.count], hasPassphrase: true)
+                                  lockAfter: s.lockAfter, itemCounts: [.whenUnlocked: s.items.count], hasPassphrase: true)
         }
     }
 
@@ -84,6 +86,8 @@ private final class MemoryKeychain: KeychainService {
     }
 
     func unmount() throws { state.withLock { $0.calls.append("unmount") } }
+
+    func setLockAfter(_ seconds: Int?) throws { state.withLock { $0.lockAfter = seconds; $0.calls.append("setLockAfter") } }
 }
 
 final class ControlServerTests: XCTestCase {
@@ -135,8 +139,22 @@ final class ControlServerTests: XCTestCase {
             XCTAssertEqual($0 as? KeychainError, .wrongPassphrase)
         }
         try client.unlock(passphrase: SecureBytes(copying: Array("right".utf8)))
-        XCTAssertEqual(try client.delete(query: ItemQuery(kind: .generic, service: "svc")), 2)
-        XCTAssertThrowsError(try client.delete(query: ItemQuery(kind: .generic))) {
+        try client.setLockAfter(45)
+        XCTAssertEqual(try client.status().lockAfter, 45)
+        try client.setLockAfter(nil)
+        XCTAssertNil(try client.status().lockAfter)
+        // The attribute filters cross the socket: only "a" has the label "A".
+        XCTAssertEqual(try client.find(query: ItemQuery(kind: .generic, label: "A"), withSecrets: false).map(\.record.key.account),
+                       ["a"])
+        XCTAssertThrowsError(try client.delete(query: ItemQuery(kind: .generic, label: "none"), all: true)) {
+            XCTAssertEqual($0 as? KeychainError, .itemNotFound)
+        }
+        // The first match, then every other one, each with its record.
+        XCTAssertEqual(try client.delete(query: ItemQuery(kind: .generic, service: "svc"), all: false).map(\.key.account), ["a"])
+        _ = try client.save(key: key("c"), secret: secret, changes: AttributeChanges(), updateExisting: false)
+        let deleted = try client.delete(query: ItemQuery(kind: .generic, service: "svc"), all: true)
+        XCTAssertEqual(deleted.map(\.key.account), ["b", "c"])
+        XCTAssertThrowsError(try client.delete(query: ItemQuery(kind: .generic), all: true)) {
             XCTAssertEqual($0 as? KeychainError, .itemNotFound)
         }
         try client.unmount()

@@ -90,6 +90,8 @@ final class WireFormatTests: XCTestCase {
             ItemQuery(kind: .internet, account: "a", server: "s", port: 0, path: "/x//y/", protocol: .ssh,
                       authenticationType: try AuthenticationType(parsing: "html-form"), securityDomain: ""),
             .exactly(internet),
+            ItemQuery(kind: .generic, service: "svc", label: "L", comment: "", description: "D", generic: Data([0, 255]),
+                      creator: try FourCharCode("abcd"), type: try FourCharCode("t y ")),
         ]
         for q in queries {
             guard case .find(let got, let withSecrets, let limit) = try roundTrip(.find(query: q, withSecrets: true, limit: 3)) else {
@@ -98,8 +100,13 @@ final class WireFormatTests: XCTestCase {
             XCTAssertEqual(got, q)
             XCTAssertTrue(withSecrets)
             XCTAssertEqual(limit, 3)
-            guard case .delete(let deleted) = try roundTrip(.delete(query: q)) else { return XCTFail("not a delete") }
-            XCTAssertEqual(deleted, q)
+            for all in [false, true] {
+                guard case .delete(let deleted, let gotAll) = try roundTrip(.delete(query: q, all: all)) else {
+                    return XCTFail("not a delete")
+                }
+                XCTAssertEqual(deleted, q)
+                XCTAssertEqual(gotAll, all)
+            }
         }
         guard case .find(_, false, nil) = try roundTrip(.find(query: queries[0], withSecrets: false, limit: nil)) else {
             return XCTFail("limit and withSecrets")
@@ -112,6 +119,8 @@ final class WireFormatTests: XCTestCase {
         guard case .status = try roundTrip(.status) else { return XCTFail("status") }
         guard case .lock = try roundTrip(.lock) else { return XCTFail("lock") }
         guard case .unmount = try roundTrip(.unmount) else { return XCTFail("unmount") }
+        guard case .setLockAfter(nil) = try roundTrip(.setLockAfter(seconds: nil)) else { return XCTFail("lock-after never") }
+        guard case .setLockAfter(90?) = try roundTrip(.setLockAfter(seconds: 90)) else { return XCTFail("lock-after 90") }
         guard case .unlock(nil) = try roundTrip(.unlock(passphrase: nil)) else { return XCTFail("unlock without") }
         guard case .unlock(let p?) = try roundTrip(.unlock(passphrase: SecureBytes(copying: Array("pass phrase".utf8)))) else {
             return XCTFail("unlock with")
@@ -123,7 +132,8 @@ final class WireFormatTests: XCTestCase {
         guard case .saved(let r) = try roundTrip(.saved(record)) else { return XCTFail("saved") }
         XCTAssertEqual(r, record)
         guard case .end(7) = try roundTrip(.end(count: 7)) else { return XCTFail("end") }
-        guard case .deleted(2) = try roundTrip(.deleted(count: 2)) else { return XCTFail("deleted") }
+        guard case .deleted(let d) = try roundTrip(.deleted(record)) else { return XCTFail("deleted") }
+        XCTAssertEqual(d, record)
         guard case .done = try roundTrip(.done) else { return XCTFail("done") }
         let report = VerifyReport(checked: 5, problems: [IntegrityProblem(itemID: -3, reason: "bad seal"),
                                                          IntegrityProblem(itemID: 9, reason: "")])
@@ -234,7 +244,7 @@ final class WireFormatTests: XCTestCase {
     // MARK: Truncated, malformed and oversize frames
 
     func testTruncatedFramesAreErrorsNotHangs() throws {
-        let frame = try ControlReply.deleted(count: 3).frame().unprotectedArray
+        let frame = try ControlReply.end(count: 3).frame().unprotectedArray
         for cut in [1, 5, ControlFrame.headerSize, frame.count - 1] {
             let (a, b) = try socketPair()
             defer { close(b) }
@@ -361,6 +371,33 @@ final class WireFormatTests: XCTestCase {
         assertRefused(try save { $0.field(.accessible, UInt8(99)) }, exitCode: 65, "accessibility class")
         assertRefused(try save { $0.field(.creator, "toolong") }, exitCode: 65, "four-character code")
         assertRefused(try save { $0.field(.type, "a,bc") }, exitCode: 65, "four-character code")
+    }
+
+    func testInvalidQueryFiltersAndLockAfterAreRefused() throws {
+        func delete(_ filters: @escaping (WireWriter) -> Void) throws -> SecureBytes {
+            try split(ControlFrame.encode(kind: ControlRequest.Kind.delete.rawValue) { w in
+                w.nested(.query) { q in q.field(.itemKind, UInt8(1)); filters(q) }
+                w.field(.all, true)
+            }).1
+        }
+        for (filters, text) in [({ (w: WireWriter) in w.field(.creator, "toolong") }, "four-character code"),
+                                ({ (w: WireWriter) in w.field(.type, "a,bc") }, "four-character code"),
+                                ({ (w: WireWriter) in w.field(.label, bytes: [0xff]) }, "not UTF-8")] {
+            XCTAssertThrowsError(try ControlRequest(kind: ControlRequest.Kind.delete.rawValue, payload: try delete(filters))) {
+                XCTAssertTrue("\($0)".contains(text), "\($0)")
+            }
+        }
+        let all2 = try split(ControlFrame.encode(kind: ControlRequest.Kind.delete.rawValue) { w in
+            w.nested(.query) { q in q.field(.itemKind, UInt8(1)) }
+            w.field(.all, UInt8(2))
+        }).1
+        XCTAssertThrowsError(try ControlRequest(kind: ControlRequest.Kind.delete.rawValue, payload: all2))
+        let zero = try split(ControlFrame.encode(kind: ControlRequest.Kind.setLockAfter.rawValue) { w in
+            w.field(.lockAfter, UInt64(0))
+        }).1
+        XCTAssertThrowsError(try ControlRequest(kind: ControlRequest.Kind.setLockAfter.rawValue, payload: zero)) {
+            XCTAssertEqual(($0 as? KeychainError)?.exitCode, 65)
+        }
     }
 
     private func socketPair() throws -> (Int32, Int32) {

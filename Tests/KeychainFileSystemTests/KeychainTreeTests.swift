@@ -155,6 +155,31 @@ final class KeychainTreeTests: XCTestCase {
         XCTAssertEqual(try tree.attribute("/", name: "user.keychain.state"), Array("unlocked".utf8))
     }
 
+    func testLockAfterChangesAtRunTime() throws {
+        XCTAssertEqual(try tree.attribute("/", name: "user.keychain.lock-after"), Array("off".utf8))
+        try tree.setAttribute("/", name: "user.keychain.lock-after", value: Array("300".utf8))
+        XCTAssertEqual(tree.lockAfter, 300)
+        XCTAssertEqual(try tree.attribute("/", name: "user.keychain.lock-after"), Array("300".utf8))
+        for bad in ["0", "-5", "5s", "", " 5", "1234567890", "never"] {
+            XCTAssertThrowsError(try tree.setAttribute("/", name: "user.keychain.lock-after", value: Array(bad.utf8)), bad) {
+                XCTAssertEqual($0 as? FileSystemError, .invalid)
+            }
+        }
+        XCTAssertEqual(tree.lockAfter, 300, "a refused value changes nothing")
+        try tree.setAttribute("/", name: "user.keychain.lock-after", value: Array("off".utf8))
+        XCTAssertNil(tree.lockAfter)
+        XCTAssertThrowsError(try tree.setAttribute("/", name: "user.keychain.state", value: Array("locked".utf8))) {
+            XCTAssertEqual($0 as? FileSystemError, .notPermitted)
+        }
+        // Idle for no time at all: a one-second setting does not lock yet; a past access does.
+        tree.setLockAfter(1)
+        tree.lockIfIdle()
+        XCTAssertEqual(keychain.state, .unlocked)
+        sleep(2)
+        tree.lockIfIdle()
+        XCTAssertEqual(keychain.state, .locked)
+    }
+
     func testModeAndOwnerChanges() throws {
         try tree.makeDirectory("/svc")
         try put("/svc/a", "x")

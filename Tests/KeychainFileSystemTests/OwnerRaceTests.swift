@@ -137,4 +137,28 @@ final class OwnerRaceTests: XCTestCase {
         XCTAssertEqual(errors.filter { if case .tooManyAttempts = $0 { true } else { false } }.count, 13)
         XCTAssertEqual(try keychain.failureRecord().failures, 3)
     }
+
+    /// The daemon answers finds and deletes from the index; the attribute filters apply there
+    /// as in the store, on the exact-key probe too, and a delete takes the first match only
+    /// unless told to take all.
+    func testFiltersAndTheFirstMatchInTheIndex() throws {
+        for (account, label) in [("a", "x"), ("b", "y"), ("c", "x"), ("d", nil)] {
+            _ = try served.save(try key(account), secret: SecureBytes(copying: Array(account.utf8)),
+                                changes: AttributeChanges(label: label, creator: label == "x" ? try FourCharCode("crea") : nil),
+                                defaultClass: .default, updateExisting: false)
+        }
+        func accounts(_ q: ItemQuery) throws -> [String] { try served.items(matching: q).map(\.key.account) }
+        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, label: "x")), ["a", "c"])
+        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, service: "svc", creator: try FourCharCode("crea"))), ["a", "c"])
+        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, label: "z")), [])
+        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, accessGroup: "", account: "b", service: "svc", label: "y")), ["b"])
+        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, accessGroup: "", account: "b", service: "svc", label: "x")), [])
+        XCTAssertThrowsError(try served.delete(matching: ItemQuery(kind: .generic, label: "z"), all: true)) {
+            XCTAssertEqual($0 as? KeychainError, .itemNotFound)
+        }
+        XCTAssertEqual(try served.delete(matching: ItemQuery(kind: .generic, label: "x"), all: false).map(\.key.account), ["a"])
+        XCTAssertEqual(try served.delete(matching: ItemQuery(kind: .generic, label: "x"), all: true).map(\.key.account), ["c"])
+        XCTAssertEqual(try accounts(ItemQuery(kind: .generic)), ["b", "d"])
+        try assertViewsAgree("after the filtered deletes")
+    }
 }

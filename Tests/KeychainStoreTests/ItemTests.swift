@@ -118,6 +118,30 @@ final class ItemMatchingTests: XCTestCase {
         XCTAssertEqual(try secrets(ItemQuery(kind: .internet, account: "alice", server: "example.org", port: 443)), ["7", "9"])
     }
 
+    func testAttributeFiltersMatchOnlyItemsWithThatValue() throws {
+        let alice = try XCTUnwrap(try k.item(for: genericKey("svcA", "alice")))
+        var record = alice.record
+        record.attributes = AttributeChanges(label: "L", comment: "C", description: "D", generic: Data([0, 1]),
+                                             creator: try FourCharCode("crea"), type: try FourCharCode("type"))
+            .applied(to: record.attributes)
+        _ = try k.update(alice, to: record)
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, label: "L")), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, comment: "C")), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, description: "D")), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, generic: Data([0, 1]))), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, creator: try FourCharCode("crea"))), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, type: try FourCharCode("type"))), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, service: "svcA", label: "L", comment: "C")), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, label: "l")), [])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, service: "svcB", label: "L")), [])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .internet, label: "L")), [])
+        // The exact-key lookup applies the filters too.
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, accessGroup: "", account: "alice", service: "svcA", label: "L")), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, accessGroup: "", account: "alice", service: "svcA", label: "M")), [])
+        XCTAssertTrue(ItemQuery(kind: .generic).isUnfiltered)
+        XCTAssertFalse(ItemQuery(kind: .generic, label: "L").isUnfiltered)
+    }
+
     func testKindsDoNotMix() throws {
         XCTAssertEqual(try secrets(ItemQuery(kind: .generic, service: "example.org")), [])
         XCTAssertEqual(try secrets(ItemQuery(kind: .internet, server: "svcA")), [])

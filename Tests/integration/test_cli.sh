@@ -62,7 +62,8 @@ expect_eq "n3w" "$(cat "$OUT")" "-U replaced the secret"
 expect_exit 0 "attributes after update" kc find-generic-password -s github -a alice $P
 expect_contains "$OUT" "label: GitHub" "-U keeps attributes it was not given"
 expect_exit 0 "delete generic" kc delete-generic-password -s github -a alice $P
-expect_eq "deleted 1 item" "$(cat "$OUT")" "delete says how many"
+expect_eq "deleted 1 item" "$(cat "$ERR")" "delete says how many, on stderr"
+expect_contains "$OUT" "account: alice" "delete shows what it deleted"
 expect_exit 44 "find after delete: 44" kc find-generic-password -s github -a alice $P
 expect_exit 44 "delete of nothing: 44" kc delete-generic-password -s github -a alice $P
 
@@ -103,8 +104,8 @@ expect_exit 0 "find with only -a" kc find-generic-password -a bob -w $P
 expect_eq "pw-svc-a-bob" "$(cat "$OUT")" "only -a: the first service in order"
 expect_exit 0 "find with only -a shows the service" kc find-generic-password -a alice $P
 expect_contains "$OUT" "service: svc-b" "only -a finds the one match"
-expect_exit 0 "delete with only -a" kc delete-generic-password -a bob $P
-expect_eq "deleted 2 items" "$(cat "$OUT")" "delete of several matches says 2"
+expect_exit 0 "delete --all with only -a" kc delete-generic-password -a bob --all $P
+expect_eq "deleted 2 items" "$(cat "$ERR")" "delete of several matches says 2"
 expect_exit 44 "both are gone" kc find-generic-password -a bob $P
 expect_exit 0 "the rest stays" kc find-generic-password -s svc-a -a carol $P
 
@@ -140,9 +141,9 @@ expect_exit 0 "find by path" kc find-internet-password -p srv/git -w $P
 expect_eq "sshpw" "$(cat "$OUT")" "match on the path"
 expect_exit 44 "internet not found: 44" kc find-internet-password -s example.org -r ftp $P
 expect_exit 0 "delete the ssh variant" kc delete-internet-password -s example.org -r ssh $P
-expect_eq "deleted 1 item" "$(cat "$OUT")" "internet delete count"
-expect_exit 0 "delete the rest of the server" kc delete-internet-password -s example.org $P
-expect_eq "deleted 2 items" "$(cat "$OUT")" "internet delete of several"
+expect_eq "deleted 1 item" "$(cat "$ERR")" "internet delete count"
+expect_exit 0 "delete the rest of the server" kc delete-internet-password -s example.org --all $P
+expect_eq "deleted 2 items" "$(cat "$ERR")" "internet delete of several"
 expect_exit 44 "internet delete of nothing: 44" kc delete-internet-password -s example.org $P
 
 # --- bad input ----------------------------------------------------------------------------
@@ -346,8 +347,8 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
     expect_exit 0 "unlock" kc unlock "$MNT" $P
     expect_exit 0 "read after unlock" kc find-generic-password $MS -s daemon -a cli -w
     expect_exit 0 "verify through the daemon" kc verify $MS
-    expect_exit 0 "delete through the daemon" kc delete-generic-password $MS -s daemon
-    expect_eq "deleted 3 items" "$(cat "$OUT")" "delete count through the daemon"
+    expect_exit 0 "delete through the daemon" kc delete-generic-password $MS -s daemon --all
+    expect_eq "deleted 3 items" "$(cat "$ERR")" "delete count through the daemon"
     [ ! -e "$MNT/daemon/cli" ] && pass "the mount sees the delete" || fail "the mount sees the delete"
     expect_exit 0 "unmount" kc unmount $MS
     expect_exit 69 "status after unmount: 69" kc status $MS
@@ -380,7 +381,7 @@ kc add-generic-password $DS -s ZqSvcMarker -a ZqAcctMarker -w ZqSecretMarker -l 
 kc add-internet-password $DS -s ZqServerMarker -a ZqNetAcctMarker -p /ZqPathMarker -w ZqNetSecretMarker -j ZqNetComment $P >/dev/null
 kc add-generic-password $DS -s ZqSvcMarker -a ZqAcctMarker -w ZqUpdatedSecretMarker -U $P >/dev/null
 kc add-generic-password $DS -s ZqGoneSvcMarker -a ZqGoneAcct -w ZqGoneSecretMarker $P >/dev/null
-kc delete-generic-password $DS -s ZqGoneSvcMarker $P >/dev/null
+kc delete-generic-password $DS -s ZqGoneSvcMarker $P >/dev/null 2>&1
 files=""
 for f in "$T/plain.db" "$T/plain.db-wal" "$T/plain.db-shm" "$T/plain.db-journal"; do
     [ -f "$f" ] && files="$files $f"

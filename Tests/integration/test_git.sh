@@ -1,6 +1,7 @@
 #!/bin/sh
 # git-credential-keychainfs, fed directly (every behaviour of git's own helper test suite, plus
 # the keychain's: no mount, locked, port rule, extras, the tree), then driven by the real git.
+# It is silent except when the keychain is not mounted or locked: then one line on stderr.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/mount_lib.sh"
 
@@ -43,6 +44,22 @@ cred_file() {
     return 0
 }
 
+# expect_noted NAME ACTION NEEDLE [LINE...]: the helper, run as cred does, exits 0, prints nothing
+# on stdout, and writes exactly one line to stderr, containing NEEDLE (the keychain is locked or
+# not mounted, and git shows that line to the user).
+expect_noted() {
+    name=$1 action=$2 needle=$3
+    shift 3
+    if [ $# -gt 0 ]; then printf '%s\n' "$@"; fi | "$GIT_HELPER_BIN" "$action" >"$OUT" 2>"$ERR"
+    rc=$?
+    if [ $rc -eq 0 ] && [ ! -s "$OUT" ] && [ "$(wc -l <"$ERR")" -eq 1 ] && grep -q "$needle" "$ERR"; then
+        pass "$name"
+    else
+        fail "$name" "expected exit 0, no output and one line on stderr with '$needle'; got exit $rc"
+        show_output
+    fi
+}
+
 # expect_get NAME WANT [LINE...]: `get` with LINEs prints exactly WANT (without its final newline).
 expect_get() {
     name=$1 want=$2
@@ -65,17 +82,26 @@ items() { getfattr --only-values -n user.keychain.items "$MP" 2>/dev/null; }
 creds() { printf 'username=%s\npassword=%s' "$1" "$2"; }
 
 echo "== no mount running"
-expect_miss "no store: get prints nothing" protocol=https host=example.com username=alice
-cred store protocol=https host=example.com username=alice password=pw-nostore
-cred erase protocol=https host=example.com
-expect_eq "" "$(cat "$OUT")" "no store: store and erase print nothing"
+expect_noted "no store: get prints nothing and says it is not mounted" get "the keychain is not mounted, so git has to ask" \
+    protocol=https host=example.com username=alice
+expect_contains "$ERR" "run 'keychainfs mount" "the line says what to run"
+expect_noted "no store: store says nothing was saved" store "not mounted, so the credential was not saved" \
+    protocol=https host=example.com username=alice password=pw-nostore
+expect_noted "no store: erase says nothing was erased" erase "not mounted, so the credential was not erased" \
+    protocol=https host=example.com
 expect_exit 1 "no store: store created no store file" test -e "$KEYCHAINFS_STORE"
+cred get protocol=gopher host=example.com
+cred store protocol=https host=example.com username=alice
+cred erase host=example.com
+cred frobnicate protocol=https host=example.com
+expect_eq "" "$(cat "$OUT")" "not mounted, but requests it would not serve anyway: silent"
 init_store
 kc add-internet-password -s keep.example -a kept -w kept-pw --passphrase-file "$PASSFILE" >/dev/null
-expect_miss "store not mounted: get prints nothing" protocol=https host=keep.example username=kept
-cred store protocol=https host=example.com username=bob password=pw-unmounted
-cred erase protocol=https host=keep.example
-cred erase protocol=https host=keep.example username=kept password=kept-pw
+expect_noted "store not mounted: get prints nothing" get "not mounted" protocol=https host=keep.example username=kept
+expect_noted "store not mounted: store" store "not mounted" protocol=https host=example.com username=bob password=pw-unmounted
+expect_noted "store not mounted: erase" erase "not mounted" protocol=https host=keep.example
+expect_noted "store not mounted: erase with a password" erase "not mounted" \
+    protocol=https host=keep.example username=kept password=kept-pw
 expect_exit 0 "mount" mount_kc "$MP"
 expect_eq "1" "$(items)" "nothing was stored without a mount"
 expect_get "nothing was erased without a mount" "$(creds kept kept-pw)" protocol=https host=keep.example
@@ -286,22 +312,29 @@ expect_exit 0 "KEYCHAINFS_STORE unset: the default store (the same one here) is 
     env -u KEYCHAINFS_STORE sh -c 'printf "protocol=https\nhost=git.example\n" | "$0" get | grep -qx password=with-path' \
     "$GIT_HELPER_BIN"
 kc init --store "$TEST_ROOT/other.db" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
-KEYCHAINFS_STORE="$TEST_ROOT/other.db" cred get protocol=https host=git.example
-expect_eq "" "$(cat "$OUT")" "KEYCHAINFS_STORE naming an unmounted store: get answers nothing"
+KEYCHAINFS_STORE="$TEST_ROOT/other.db" expect_noted "KEYCHAINFS_STORE naming an unmounted store: get answers nothing" \
+    get "not mounted" protocol=https host=git.example
 
 echo "== locked"
 cred store protocol=https host=lock.example username=u password=before-lock
 kc add-internet-password -s lock.example -a always -w always-pw --accessible always >/dev/null
 n=$(items)
 expect_exit 0 "keychainfs lock" kc lock "$MP"
-expect_miss "locked: get answers nothing" protocol=https host=lock.example username=u
-expect_miss "locked: not even an always item" protocol=https host=lock.example username=always
-cred store protocol=https host=lock.example username=u password=while-locked
-cred store protocol=https host=lock.example username=new password=while-locked
-cred store protocol=https host=lock.example username=always password=while-locked
-cred erase protocol=https host=lock.example username=u password=before-lock
-cred erase protocol=https host=lock.example
-cred erase protocol=https host=lock.example username=always
+expect_noted "locked: get answers nothing and says the keychain is locked" get \
+    "the keychain is locked, so git has to ask for the credential; run 'keychainfs unlock'" \
+    protocol=https host=lock.example username=u
+expect_noted "locked: not even an always item" get "locked" protocol=https host=lock.example username=always
+expect_noted "locked: store" store "locked, so the credential was not saved" \
+    protocol=https host=lock.example username=u password=while-locked
+expect_noted "locked: store of a new one" store "locked" protocol=https host=lock.example username=new password=while-locked
+expect_noted "locked: store of an always item" store "locked" \
+    protocol=https host=lock.example username=always password=while-locked
+expect_noted "locked: erase with a password" erase "locked, so the credential was not erased" \
+    protocol=https host=lock.example username=u password=before-lock
+expect_noted "locked: erase of a host" erase "locked" protocol=https host=lock.example
+expect_noted "locked: erase of an always item" erase "locked" protocol=https host=lock.example username=always
+cred get protocol=https host=lock.example garbage
+expect_eq "" "$(cat "$OUT")" "locked, but a malformed request: silent"
 expect_eq "locked" "$(state "$MP")" "still locked"
 expect_exit 0 "keychainfs unlock" kc unlock "$MP" --passphrase-file "$PASSFILE"
 expect_eq "$n" "$(items)" "locked: store and erase added and removed nothing"
@@ -352,14 +385,30 @@ expect_eq "readme-pass" "$(cat "$MP/internet/github.com/443/frank")" "and git's 
 printf 'protocol=https\nhost=github.com\nusername=frank\npassword=readme-pass\n' |
     expect_exit 0 "git credential reject, configured globally" gitc credential reject
 expect_exit 1 "and it is gone from the tree" test -e "$MP/internet/github.com/443/frank"
+printf 'protocol=https\nhost=github.com\nusername=frank\npassword=readme-pass\n' | gitc credential approve >/dev/null 2>&1
+expect_exit 0 "lock, for git" kc lock "$MP"
+printf 'url=https://github.com\n' |
+    expect_exit 128 "locked: git credential fill fails (no prompting)" gitc credential fill
+expect_contains "$ERR" "git-credential-keychainfs: the keychain is locked" "git shows the helper's line"
+expect_contains "$ERR" "keychainfs unlock" "which says what to run"
+expect_exit 0 "unlock again" kc unlock "$MP" --passphrase-file "$PASSFILE"
+printf 'url=https://github.com\n' | expect_exit 0 "unlocked: fill works again" gitc credential fill
+expect_eq "" "$(cat "$ERR")" "and the helper is silent again"
 
 echo "== a killed daemon"
 pid=$(daemon_pid "$MP")
 kill -9 "$pid"
 wait_gone "$pid"
-expect_miss "a killed daemon: get answers nothing" protocol=https host=git.example
-cred store protocol=https host=git.example username=z password=z
-cred erase protocol=https host=git.example
+expect_noted "a killed daemon: get answers nothing, says not mounted" get "not mounted" protocol=https host=git.example
+expect_noted "a killed daemon: store" store "not mounted" protocol=https host=git.example username=z password=z
+expect_noted "a killed daemon: erase" erase "not mounted" protocol=https host=git.example
+
+echo "== options"
+expect_exit 0 "--help" "$GIT_HELPER_BIN" --help
+expect_contains "$OUT" "usage: git-credential-keychainfs get|store|erase" "--help shows the usage"
+expect_contains "$OUT" "git config --global credential.helper keychainfs" "--help shows the set-up"
+expect_exit 0 "--version" "$GIT_HELPER_BIN" --version
+expect_eq "git-credential-keychainfs $("$KEYCHAINFS_BIN" --version)" "$(cat "$OUT")" "--version matches keychainfs's"
 
 echo "== stderr"
 if [ "$NOISY" -eq 0 ]; then
