@@ -34,11 +34,15 @@ let package = Package(
             .product(name: "GRDB", package: "GRDB.swift"),
             .product(name: "Logging", package: "swift-log"),
         ]),
-        .target(name: "KeychainFileSystem", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStore"]),
+        .target(name: "KeychainFileSystem", dependencies: [
+            "KeychainModel", "KeychainCrypto", "KeychainStore", .product(name: "Logging", package: "swift-log"),
+        ]),
         .target(name: "KeychainFuse", dependencies: ["KeychainFileSystem", "CFuseShim"]),
         .target(name: "KeychainControlProtocol", dependencies: ["KeychainModel", "KeychainCrypto"]),
         .target(name: "KeychainClient", dependencies: ["KeychainControlProtocol", "KeychainModel", "KeychainCrypto"]),
-        .target(name: "KeychainControlServer", dependencies: ["KeychainControlProtocol", "KeychainModel", "KeychainCrypto"]),
+        .target(name: "KeychainControlServer", dependencies: [
+            "KeychainControlProtocol", "KeychainModel", "KeychainCrypto", .product(name: "Logging", package: "swift-log"),
+        ]),
         .target(name: "KeychainControl", dependencies: ["KeychainStore", "KeychainClient", "KeychainControlProtocol"]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
         .executableTarget(name: "keychainfs", dependencies: [

@@ -2,6 +2,7 @@ import Foundation
 import KeychainControlProtocol
 import KeychainCrypto
 import KeychainModel
+import Logging
 import Synchronization
 
 /// The daemon's end of the control socket: accepts connections from processes of the same
@@ -32,6 +33,8 @@ public final class ControlServer: Sendable {
     private let inFlight = Mutex<Int>(0)
     private let requests = RequestQueue()
     private let urgentRequests = RequestQueue()
+
+    private static let log = Logger(label: "keychainfs.control")
 
     public static let maxPendingConnections = 64
     public static let workerThreads = 4
@@ -167,7 +170,9 @@ public final class ControlServer: Sendable {
                 return
             }
             Self.configure(fd)
-            guard UnixSocket.peerUID(fd) == getuid() else {
+            let peer = UnixSocket.peerUID(fd)
+            guard peer == getuid() else {
+                Self.log.warning("refused a control connection from uid \(peer.map(String.init) ?? "unknown")")
                 close(fd)
                 continue
             }

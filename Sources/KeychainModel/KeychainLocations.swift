@@ -18,7 +18,10 @@ public enum KeychainLocations {
     }
 
     /// The device key: outside every store, so that copying a store does not copy it.
-    public static var deviceKey: String { xdg("XDG_STATE_HOME", ".local/state") + "/keychainfs/device.key" }
+    public static var deviceKey: String { stateDirectory + "/device.key" }
+
+    /// The device key, the daemon's log: per machine, outside every store.
+    public static var stateDirectory: String { xdg("XDG_STATE_HOME", ".local/state") + "/keychainfs" }
 
     /// Control sockets and mount records, in a 0700 directory.
     public static var runtimeDirectory: String {

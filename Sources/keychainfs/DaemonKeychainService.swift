@@ -68,6 +68,9 @@ final class DaemonKeychainService: KeychainService {
     }
 
     func lock() throws { tree.lock() }
-    func unlock(passphrase: SecureBytes?) throws { try tree.unlock(passphrase: passphrase) }
+    func unlock(passphrase: SecureBytes?) throws {
+        defer { passphrase?.wipe() }
+        try tree.unlock(passphrase: passphrase)
+    }
     func unmount() throws { try unmountMount() }
 }

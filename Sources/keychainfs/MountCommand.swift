@@ -33,7 +33,7 @@ struct MountCommand: ParsableCommand {
             return
         }
         var failure: KeychainError?
-        let code = MountDaemon(settings: settings).run(passphrase: secret) { result in
+        let code = MountDaemon(settings: settings, foreground: true).run(passphrase: secret) { result in
             if case .failure(let e) = result { failure = e }
         }
         if let failure { throw failure }
@@ -110,7 +110,7 @@ struct DaemonCommand: ParsableCommand {
         let secret = readPassphrase
             ? try? LineReader.readLine(fd: DaemonLauncher.passphraseFD, what: "the passphrase pipe") : nil
         close(DaemonLauncher.passphraseFD)
-        let code = MountDaemon(settings: settings).run(passphrase: secret) { DaemonLauncher.report($0, fd: DaemonLauncher.readyFD) }
+        let code = MountDaemon(settings: settings, foreground: false).run(passphrase: secret) { DaemonLauncher.report($0, fd: DaemonLauncher.readyFD) }
         if code != 0 { throw ExitCode(code) }
     }
 }

@@ -22,9 +22,14 @@ struct MountSettings: Sendable {
 /// socket, locks after idleness, and on exit unmounts and forgets every key.
 final class MountDaemon: @unchecked Sendable {
     let settings: MountSettings
-    private let log = Logger(label: "keychainfs.daemon")
+    // Made after `DaemonLog.bootstrap`, so that it writes where the daemon logs.
+    private var log: Logger { Logger(label: "keychainfs.daemon") }
 
-    init(settings: MountSettings) { self.settings = settings }
+    /// `foreground`: log to stderr (as under systemd) rather than to the log file.
+    init(settings: MountSettings, foreground: Bool) {
+        self.settings = settings
+        DaemonLog.bootstrap(foreground: foreground)
+    }
 
     /// Runs until unmounted. `ready` is told once the mount serves, or why it could not.
     func run(passphrase: SecureBytes?, ready: (Result<Void, KeychainError>) -> Void) -> Int32 {
@@ -34,6 +39,8 @@ final class MountDaemon: @unchecked Sendable {
         do {
             storeLock = try Self.lockStore(settings.storePath)
             keychain = try Keychain(openingAt: settings.storePath)
+            // The passphrase is needed only to derive the keys: wiped at once, whatever the outcome.
+            defer { passphrase?.wipe() }
             if !settings.startLocked { try keychain.unlock(passphrase: passphrase) }
             tree = try KeychainTree(keychain: keychain, defaultClass: settings.defaultClass, lockAfter: settings.lockAfter)
             mount = FuseMount(tree: tree, mountpoint: settings.mountpoint,
@@ -41,6 +48,7 @@ final class MountDaemon: @unchecked Sendable {
             try mount.mount()
         } catch {
             let e = error as? KeychainError ?? .mountFailed("\(error)")
+            log.error("mount of \(settings.mountpoint) failed: \(e.description)")
             ready(.failure(e))
             return e.exitCode
         }
