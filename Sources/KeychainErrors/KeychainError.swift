@@ -101,7 +101,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     ]
 
     /// One daemon serves a store; the refusal names where it is mounted.
-    public static func alreadyServed(_ store: String, at mountpoint: String?) -> KeychainError {
+    package static func alreadyServed(_ store: String, at mountpoint: String?) -> KeychainError {
         .storeBusy("\(store) is already mounted at \(mountpoint ?? "another mountpoint"); one daemon serves a store")
     }
 }

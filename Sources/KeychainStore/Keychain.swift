@@ -102,12 +102,12 @@ public final class Keychain: @unchecked Sendable {
 
     /// Seconds to wait after `failures` wrong passphrases in a row: none for the first two,
     /// then 5 s, doubling up to an hour.
-    public static func backoffDelay(failures: Int) -> Int {
+    package static func backoffDelay(failures: Int) -> Int {
         failures < 3 ? 0 : min(5 << min(failures - 3, 20), 3600)
     }
 
     /// Wrong passphrases in a row and the time of the last one, kept in the store.
-    public func failureRecord() throws -> (failures: Int, lastFailure: Int) {
+    package func failureRecord() throws -> (failures: Int, lastFailure: Int) {
         try read { db in
             func int(_ name: String) throws -> Int {
                 try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = ?", arguments: [name])

@@ -79,16 +79,16 @@ struct StoreDatabase {
 }
 
 /// One `items` row as stored: everything sealed, plus what the seals are bound to.
-public struct SealedItem: Sendable, Hashable {
-    public var id: Int64
-    public var kind: Int
-    public var classCode: Int
-    public var version: Int64
-    public var blind: [UInt8]
-    public var groupBlind: [UInt8]
-    public var wrappedKey: [UInt8]
-    public var attributes: [UInt8]
-    public var secret: [UInt8]
+package struct SealedItem: Sendable, Hashable {
+    package var id: Int64
+    package var kind: Int
+    package var classCode: Int
+    package var version: Int64
+    package var blind: [UInt8]
+    package var groupBlind: [UInt8]
+    package var wrappedKey: [UInt8]
+    package var attributes: [UInt8]
+    package var secret: [UInt8]
 
     static let columns = "id, kind, class, version, blind, group_blind, wrapped_key, attributes, secret"
 
