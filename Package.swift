@@ -16,6 +16,7 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
     ],
     targets: [
         .systemLibrary(name: "CFuse", pkgConfig: "fuse3",
@@ -34,8 +35,12 @@ let package = Package(
         .target(name: "KeychainFuse", dependencies: ["KeychainFileSystem", "CFuseShim"]),
         .target(name: "KeychainControl", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStore"]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
+        .target(name: "KeychainConfig", dependencies: [
+            "KeychainModel", "KeychainStore",
+            .product(name: "TOMLKit", package: "TOMLKit"),
+        ]),
         .executableTarget(name: "keychainfs", dependencies: [
-            "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl",
+            "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainConfig",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -45,6 +50,7 @@ let package = Package(
         .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainStore"]),
         .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem"]),
         .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
+        .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),
     ],
     swiftLanguageModes: [.v5]
 )

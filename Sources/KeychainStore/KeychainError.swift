@@ -23,6 +23,8 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     case storeBusy(String)
     case notMounted(String)
     case mountFailed(String)
+    /// The mountpoint cannot be unmounted: a process has a file open or its working directory there.
+    case mountpointBusy(String)
     case diskFull
     case io(String)
 
@@ -43,6 +45,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .storeBusy(let m): m
         case .notMounted(let m): m
         case .mountFailed(let m): m
+        case .mountpointBusy(let m): m
         case .diskFull: "The disk is full; nothing was changed."
         case .io(let m): m
         }
@@ -68,6 +71,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .storeBusy: 75
         case .notMounted: 69
         case .mountFailed: 70
+        case .mountpointBusy: 16
         case .diskFull: 73
         case .io: 74
         }
@@ -77,6 +81,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     public static let exitCodeTable: [(code: Int32, meaning: String)] = [
         (0, "success"),
         (1, "other failure"),
+        (16, "mountpoint busy: a process still uses the mount (find it with fuser -m)"),
         (36, "locked: the item's accessibility class is not available now"),
         (44, "item not found"),
         (45, "duplicate item"),

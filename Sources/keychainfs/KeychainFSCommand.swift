@@ -15,7 +15,8 @@ struct KeychainFS: ParsableCommand {
             AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
             DumpKeychain.self, VerifyCommand.self,
             MountCommand.self, UnmountCommand.self, LockCommand.self, UnlockCommand.self, StatusCommand.self,
-            DaemonCommand.self,
+            ServiceCommand.self,
+            DaemonCommand.self, UnlockAtLoginCommand.self,
         ]
     )
 

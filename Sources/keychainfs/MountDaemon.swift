@@ -15,6 +15,7 @@ struct MountSettings: Sendable {
     var startLocked: Bool
     var lockAfter: Int?
     var defaultClass: AccessibilityClass
+    var allowRoot = false
 }
 
 /// The daemon behind a mount: holds the store's lock, unlocks, mounts, answers the control
@@ -35,7 +36,7 @@ final class MountDaemon: @unchecked Sendable {
             keychain = try Keychain(openingAt: settings.storePath)
             if !settings.startLocked { try keychain.unlock(passphrase: passphrase) }
             tree = try KeychainTree(keychain: keychain, defaultClass: settings.defaultClass, lockAfter: settings.lockAfter)
-            mount = FuseMount(tree: tree, mountpoint: settings.mountpoint)
+            mount = FuseMount(tree: tree, mountpoint: settings.mountpoint, allowRoot: settings.allowRoot)
             try mount.mount()
         } catch {
             let e = error as? KeychainError ?? .mountFailed("\(error)")
@@ -89,7 +90,11 @@ final class MountDaemon: @unchecked Sendable {
             lock: { tree.lock() },
             unlock: { try tree.unlock(passphrase: $0) },
             unmount: { try Fusermount.unmount(settings.mountpoint) },
-            status: { MountStatus(mountpoint: settings.mountpoint, lockAfter: settings.lockAfter) })
+            status: {
+                MountStatus(mountpoint: settings.mountpoint, lockAfter: settings.lockAfter, daemonPID: getpid(),
+                            daemonVersion: KeychainFS.configuration.version, memoryLocked: SecureBytes.allLocked,
+                            allowRoot: settings.allowRoot)
+            })
         return LocalKeychainService(keychain: tree.keychain, hooks: hooks) { change in
             switch change {
             case .saved(let items): tree.apply(saved: items, deleted: [])
