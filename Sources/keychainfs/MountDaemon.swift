@@ -69,7 +69,9 @@ final class MountDaemon: @unchecked Sendable {
         tree.forgetEverything()
         mount.close()
         log.info("unmounted \(settings.mountpoint)")
-        return status == 0 ? 0 : 1
+        // libfuse's loop returns the signal that ended it; a stop signal (systemd's, a
+        // Ctrl-C in the foreground) is a clean unmount, not a failure.
+        return status == 0 || [SIGTERM, SIGINT, SIGHUP].contains(status) ? 0 : 1
     }
 
     /// One daemon per store: an exclusive flock on the store file, held for the daemon's life.

@@ -1,0 +1,241 @@
+#!/bin/sh
+# Living with keychainfs: the config file, status without a mount, the commands the systemd
+# unit runs (including a restart after kill -9), unmount of a busy mountpoint, adding and
+# removing the passphrase; then, as normal users (root only): /dev/fuse diagnostics,
+# --allow-root, unlocking through PAM with pamtester, and the unit under a real systemd --user.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/mount_lib.sh"
+
+CONFIG="$XDG_CONFIG_HOME/keychainfs/config.toml"
+mkdir -p "$XDG_CONFIG_HOME/keychainfs"
+
+# json FILE EXPR: a value from a JSON file, as Python prints it (True, None, ...).
+json() { python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"; }
+
+# wait_for SECONDS CMD...: runs CMD every 0.2 s until it succeeds.
+wait_for() {
+    limit=$(($1 * 5))
+    shift
+    n=0
+    while ! "$@" >/dev/null 2>&1; do
+        n=$((n + 1))
+        [ $n -ge "$limit" ] && return 1
+        sleep 0.2
+    done
+}
+
+is_mounted() { grep -q " $(realpath -m "$1") " /proc/self/mountinfo; }
+
+echo "== status without a store or a mount"
+expect_exit 69 "status with no store exits 69 (not mounted)" kc status
+expect_contains "$OUT" "state: not mounted" "it says not mounted"
+expect_contains "$OUT" "store: $KEYCHAINFS_STORE (does not exist" "it names the missing store"
+expect_contains "$OUT" "mountpoint: $HOME/Keychain (configured" "it names the default mountpoint"
+init_store
+expect_exit 69 "status with a store and no mount" kc status
+expect_contains "$OUT" "passphrase: yes" "it says the store has a passphrase"
+kc status --json >"$TEST_ROOT/s.json"
+expect_eq "True True False not-mounted None" \
+    "$(json "$TEST_ROOT/s.json" 'd["storeExists"], d["hasPassphrase"], d["mounted"], d["state"], d.get("daemon")' | tr -d "(),'")" \
+    "status --json without a mount"
+kc init --store "$TEST_ROOT/device-only.db" --no-passphrase >/dev/null
+expect_exit 69 "status of a device-key-only store" kc status --store "$TEST_ROOT/device-only.db"
+expect_contains "$OUT" "passphrase: no (device key only)" "it says it has no passphrase"
+
+echo "== mount without a mountpoint, and the config file"
+expect_exit 70 "a MOUNTPOINT given on the command line must exist" kc mount "$HOME/Keychain" --passphrase-file "$PASSFILE"
+on_exit_unmount "$HOME/Keychain"
+expect_exit 0 "keychainfs mount (no argument) mounts at ~/Keychain" kc mount --passphrase-file "$PASSFILE"
+on_exit_kill "$(daemon_pid "$HOME/Keychain")"
+expect_exit 0 "~/Keychain was created and mounted" is_mounted "$HOME/Keychain"
+kc unmount >/dev/null
+expect_eq "700" "$(stat -c %a "$HOME/Keychain")" "the created mountpoint is 0700"
+
+cat >"$CONFIG" <<'EOF'
+# keychainfs defaults
+mountpoint = "~/kc-config"
+lock-after = 300
+default-accessible = "after-first-unlock"
+EOF
+on_exit_unmount "$HOME/kc-config"
+expect_exit 0 "mount with no argument uses the configured mountpoint" kc mount --passphrase-file "$PASSFILE"
+on_exit_kill "$(daemon_pid "$HOME/kc-config")"
+expect_exit 0 "the configured mountpoint is mounted" is_mounted "$HOME/kc-config"
+expect_eq "300" "$(getfattr --only-values -n user.keychain.lock-after "$HOME/kc-config" 2>/dev/null)" "lock-after comes from the config"
+mkdir -p "$HOME/kc-config/cfg" && sh -c "printf v > '$HOME/kc-config/cfg/a'"
+expect_eq "after-first-unlock" "$(getfattr --only-values -n user.keychain.accessible "$HOME/kc-config/cfg/a" 2>/dev/null)" \
+    "default-accessible comes from the config"
+kc status >"$TEST_ROOT/status.txt"
+expect_contains "$TEST_ROOT/status.txt" "lock-after: 300 s" "status shows the configured lock-after"
+kc unmount >/dev/null
+expect_exit 0 "flags override the config" mount_kc "$MP" --lock-after 0 --default-accessible always
+expect_eq "off" "$(getfattr --only-values -n user.keychain.lock-after "$MP" 2>/dev/null)" "--lock-after 0 overrides it to never"
+mkdir -p "$MP/cfg" && sh -c "printf v > '$MP/cfg/b'"
+expect_eq "always" "$(getfattr --only-values -n user.keychain.accessible "$MP/cfg/b" 2>/dev/null)" "--default-accessible overrides it"
+expect_exit 1 "a MOUNTPOINT argument overrides the configured one" is_mounted "$HOME/kc-config"
+kc unmount >/dev/null
+
+printf 'mountpoint = "~/kc-config"\nlock-after = = 3\n' >"$CONFIG"
+expect_exit 65 "a config syntax error: exit 65" kc mount --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "$CONFIG:2:" "the error names the file and line 2"
+printf '# defaults\n\nlock_after = 3\n' >"$CONFIG"
+expect_exit 65 "an unknown key: exit 65" kc mount "$MP" --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "$CONFIG:3: unknown key 'lock_after'" "the error names the line and the key"
+printf 'default-accessible = "sometimes"\n' >"$CONFIG"
+expect_exit 65 "an unknown class: exit 65" kc mount --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "$CONFIG:1: default-accessible: unknown accessibility class 'sometimes'" "the error says which value"
+printf 'allow-root = "yes"\n' >"$CONFIG"
+expect_exit 65 "a value of the wrong type: exit 65" kc mount --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "allow-root must be true or false" "the error says the expected type"
+expect_exit 69 "status still works with a bad config" kc status
+expect_contains "$OUT" "config error: $CONFIG:1:" "and reports the config error"
+rm -f "$CONFIG"
+expect_exit 65 "--lock-after below 0 is refused" kc mount "$MP" --lock-after=-1 --passphrase-file "$PASSFILE"
+
+echo "== status of a mount, and after kill -9"
+expect_exit 0 "mount" mount_kc "$MP"
+pid=$(daemon_pid "$MP")
+expect_exit 0 "status of a mount exits 0" kc status
+expect_contains "$OUT" "daemon: pid $pid, version $(kc --version), memory locked" "status shows the daemon's pid, version, locked memory"
+kc status --json >"$TEST_ROOT/s.json"
+expect_eq "True unlocked $pid $(kc --version) True" \
+    "$(json "$TEST_ROOT/s.json" 'd["mounted"], d["state"], d["daemon"]["pid"], d["daemon"]["version"], d["daemon"]["memoryLocked"]' | tr -d "(),'")" \
+    "status --json of a mount"
+kill -9 "$pid"
+wait_gone "$pid"
+expect_exit 69 "status after kill -9 exits 69" kc status
+expect_contains "$OUT" "stale mount: $(realpath -m "$MP") (its daemon is gone" "status names the stale mount"
+kc status --json >"$TEST_ROOT/s.json"
+expect_eq "$(realpath -m "$MP")" "$(json "$TEST_ROOT/s.json" 'd["staleMount"]')" "status --json names the stale mount"
+expect_errno "status changed nothing: the mount is still stale" "Transport endpoint is not connected" ls "$MP"
+
+echo "== the unit's commands: ExecStart after kill -9, ExecStop, SIGTERM"
+# ExecStart: mount --locked --foreground, right after the crash above.
+"$KEYCHAINFS_BIN" mount "$MP" --locked --foreground 2>"$TEST_ROOT/fg.log" &
+fg=$!
+on_exit_kill "$fg"
+wait_for 10 test "$(state "$MP")" = before-first-unlock
+expect_eq "before-first-unlock" "$(state "$MP")" "mount --locked --foreground recovers the stale mount and serves, locked"
+expect_contains "$TEST_ROOT/fg.log" "serving $KEYCHAINFS_STORE" "it logs to stderr (the journal, under systemd)"
+# ExecStop: unmount.
+expect_exit 0 "unmount (ExecStop) stops the foreground daemon" kc unmount
+wait "$fg"
+expect_eq "0" "$?" "the foreground daemon exits 0"
+expect_exit 1 "nothing is left mounted" is_mounted "$MP"
+expect_contains "$TEST_ROOT/fg.log" "unmounted" "it logs the unmount"
+# systemd's own stop signal, when ExecStop could not unmount.
+"$KEYCHAINFS_BIN" mount "$MP" --locked --foreground 2>/dev/null &
+fg=$!
+on_exit_kill "$fg"
+wait_for 10 test "$(state "$MP")" = before-first-unlock
+kill -TERM "$fg"
+wait "$fg"
+expect_eq "0" "$?" "SIGTERM: the foreground daemon exits 0"
+expect_exit 1 "SIGTERM unmounts" is_mounted "$MP"
+# Type=notify: READY=1 arrives once the mount serves.
+python3 - "$TEST_ROOT/notify" "$MP" >"$TEST_ROOT/notify.out" 2>&1 <<'PY' &
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+s.settimeout(20)
+msg = s.recv(4096).decode()
+print(msg.replace("\n", "|"), "mounted" if os.path.ismount(sys.argv[2]) else "not-mounted")
+PY
+py=$!
+sleep 0.5
+NOTIFY_SOCKET="$TEST_ROOT/notify" "$KEYCHAINFS_BIN" mount "$MP" --locked --foreground 2>/dev/null &
+fg=$!
+on_exit_kill "$fg"
+wait "$py"
+expect_contains "$TEST_ROOT/notify.out" "READY=1|STATUS=serving $KEYCHAINFS_STORE" "--foreground tells systemd it is ready"
+expect_contains "$TEST_ROOT/notify.out" " mounted" "READY=1 comes after the mount serves"
+kill -TERM "$fg"; wait "$fg"
+
+echo "== the unit file"
+expect_exit 0 "service show" kc service show
+cp "$OUT" "$TEST_ROOT/keychainfs.service"
+expect_contains "$OUT" "ExecStart=\"$(realpath "$KEYCHAINFS_BIN")\" mount --locked --foreground" "ExecStart runs this binary's mount --locked --foreground"
+expect_contains "$OUT" "ExecStop=\"$(realpath "$KEYCHAINFS_BIN")\" unmount" "ExecStop unmounts"
+expect_contains "$OUT" "Restart=on-failure" "it restarts after a crash"
+expect_contains "$OUT" "Type=notify" "it is Type=notify"
+expect_contains "$OUT" "Environment=\"XDG_DATA_HOME=$XDG_DATA_HOME\"" "it keeps the shell's XDG directories"
+expect_not_contains "$OUT" "StandardError=" "stderr goes to systemd's default, the journal"
+if command -v systemd-analyze >/dev/null 2>&1; then
+    expect_exit 0 "systemd-analyze verify accepts the unit" systemd-analyze verify --user "$TEST_ROOT/keychainfs.service"
+else
+    fail "systemd-analyze verify accepts the unit" "systemd-analyze is missing (scripts/install-deps installs systemd)"
+fi
+UNIT="$XDG_CONFIG_HOME/systemd/user/keychainfs.service"
+WANTS="$XDG_CONFIG_HOME/systemd/user/default.target.wants/keychainfs.service"
+expect_exit 0 "service install without a reachable user manager" kc service install
+expect_contains "$OUT" "for your next login" "it says the service starts at the next login"
+expect_contains "$OUT" "systemctl --user daemon-reload && systemctl --user start keychainfs" "and what to run then"
+expect_exit 0 "the unit file is written" cmp "$UNIT" "$TEST_ROOT/keychainfs.service"
+expect_eq "$UNIT" "$(readlink "$WANTS")" "and enabled in default.target.wants"
+expect_exit 0 "service uninstall" kc service uninstall
+expect_contains "$OUT" "removed $UNIT" "it removes the unit"
+expect_exit 1 "the unit and its link are gone" test -e "$UNIT" -o -L "$WANTS"
+expect_exit 0 "a second uninstall" kc service uninstall
+expect_contains "$OUT" "was not installed" "says there was nothing to remove"
+
+echo "== unmount of a busy mountpoint"
+expect_exit 0 "mount" mount_kc "$MP"
+sh -c "cd '$MP' && exec sleep 60" &
+holder=$!
+on_exit_kill "$holder"
+sleep 0.3
+expect_exit 16 "unmount of a busy mountpoint: exit 16" kc unmount
+expect_contains "$ERR" "is busy" "the message says busy"
+expect_contains "$ERR" "fuser -vm $(realpath "$MP")" "and how to find the holder"
+expect_contains "$(fuser -m "$MP" 2>/dev/null)" "$holder" "fuser -m finds the holder"
+expect_exit 0 "the mount still serves" kc status
+kill "$holder"; wait "$holder" 2>/dev/null
+expect_exit 0 "unmount once it is free" kc unmount
+
+echo "== passwd --remove and --add"
+P="--passphrase-file $PASSFILE"
+kc add-generic-password -s pw -a passcode -w p1 --accessible when-passcode-set-this-device-only $P >/dev/null
+kc add-generic-password -s pw -a normal -w n1 $P >/dev/null
+kc add-generic-password -s pw -a device -w d1 --accessible when-unlocked-this-device-only $P >/dev/null
+expect_exit 0 "mount" mount_kc "$MP"
+expect_exit 75 "passwd --remove while mounted is refused" kc passwd --remove --yes --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "unmount it first" "it says to unmount first"
+expect_exit 75 "passwd --add while mounted is refused" kc passwd --add --new-passphrase-file "$PASSFILE"
+kc unmount >/dev/null
+expect_exit 65 "passwd --remove with passcode items and no terminal needs --yes" setsid -w "$KEYCHAINFS_BIN" passwd --remove --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "use --yes" "it says to use --yes"
+if command -v script >/dev/null 2>&1; then
+    printf 'no\n' | script -qec "$KEYCHAINFS_BIN passwd --remove --passphrase-file $PASSFILE" /dev/null >"$TEST_ROOT/confirm.out" 2>&1
+    expect_contains "$TEST_ROOT/confirm.out" "deletes 1 'when-passcode-set-this-device-only' item" "at a terminal it asks, naming the count"
+    expect_contains "$TEST_ROOT/confirm.out" "not confirmed; nothing was changed" "answering no changes nothing"
+fi
+expect_eq "p1" "$(kc find-generic-password -s pw -a passcode -w --passphrase-file "$PASSFILE")" "the passcode item is still there"
+echo wrong >"$TEST_ROOT/wrong"
+expect_exit 51 "passwd --remove with a wrong passphrase" kc passwd --remove --yes --passphrase-file "$TEST_ROOT/wrong"
+expect_exit 0 "passwd --remove --yes" kc passwd --remove --yes --passphrase-file "$PASSFILE"
+expect_contains "$OUT" "deleted 1 'when-passcode-set-this-device-only' item" "it says what it deleted"
+expect_contains "$OUT" "device key only" "it says what protects the store now"
+expect_exit 69 "status" kc status
+expect_contains "$OUT" "passphrase: no" "the store has no passphrase now"
+expect_eq "n1 d1" "$(setsid -w "$KEYCHAINFS_BIN" find-generic-password -s pw -a normal -w </dev/null) $(setsid -w "$KEYCHAINFS_BIN" find-generic-password -s pw -a device -w </dev/null)" \
+    "every other item opens with no passphrase"
+expect_exit 44 "the passcode item is gone" setsid -w "$KEYCHAINFS_BIN" find-generic-password -s pw -a passcode </dev/null
+expect_exit 65 "passwd --remove on a device-key-only store" kc passwd --remove --yes
+expect_exit 65 "plain passwd on a device-key-only store says to use --add" kc passwd --passphrase-file "$PASSFILE" --new-passphrase-file "$PASSFILE"
+expect_contains "$ERR" "passwd --add" "it names passwd --add"
+printf 'second passphrase\n' >"$TEST_ROOT/second"
+expect_exit 0 "passwd --add" kc passwd --add --new-passphrase-file "$TEST_ROOT/second" --scrypt-log-n 10
+expect_exit 69 "status" kc status
+expect_contains "$OUT" "passphrase: yes" "the store has a passphrase again"
+expect_exit 65 "without it, the items need the passphrase (no terminal to ask)" setsid -w "$KEYCHAINFS_BIN" find-generic-password -s pw -a normal -w </dev/null
+expect_exit 0 "mount with the new passphrase" mount_kc "$MP" --passphrase-file "$TEST_ROOT/second"
+expect_eq "n1 d1" "$(cat "$MP/pw/normal") $(cat "$MP/pw/device")" "the items read through the mount"
+expect_exit 0 "passcode items can be added again" kc add-generic-password -s pw -a passcode2 -w p2 --accessible when-passcode-set-this-device-only
+kc unmount >/dev/null
+expect_exit 65 "passwd --add on a store with a passphrase" kc passwd --add --new-passphrase-file "$PASSFILE"
+expect_exit 64 "--add and --remove together" kc passwd --add --remove
+expect_exit 64 "--yes without --remove" kc passwd --yes
+printf '%s\n' "$PASSPHRASE" >"$TEST_ROOT/restore"
+kc passwd --passphrase-file "$TEST_ROOT/second" --new-passphrase-file "$TEST_ROOT/restore" >/dev/null
+
+finish
