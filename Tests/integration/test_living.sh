@@ -238,4 +238,170 @@ expect_exit 64 "--yes without --remove" kc passwd --yes
 printf '%s\n' "$PASSPHRASE" >"$TEST_ROOT/restore"
 kc passwd --passphrase-file "$TEST_ROOT/second" --new-passphrase-file "$TEST_ROOT/restore" >/dev/null
 
+echo "== as normal users: setup"
+# Everything below runs as root: it creates two users, and gives them a 0666 /dev/fuse only
+# inside a private mount namespace (the host's /dev/fuse is never changed).
+if [ "$(id -u)" -ne 0 ]; then
+    echo "skip: the normal-user tests (/dev/fuse, --allow-root, PAM, systemd --user) need root"
+    finish
+fi
+for tool in unshare nsenter setpriv useradd userdel; do
+    command -v "$tool" >/dev/null 2>&1 || { fail "the tool $tool is installed" "install util-linux and passwd"; finish; }
+done
+U1=kcfsliving1
+U2=kcfsliving2
+USERS_ROOT=$(mktemp -d "${TMPDIR:-/tmp}/kcfs-living-users.XXXXXX") || exit 2
+chmod 755 "$USERS_ROOT"
+on_exit "rm -rf '$USERS_ROOT'"
+for u in $U1 $U2; do
+    # A user left behind by a run that was killed.
+    id -u "$u" >/dev/null 2>&1 && userdel -f "$u" >/dev/null 2>&1
+    useradd -m -d "$USERS_ROOT/$u" -s /bin/sh "$u" || { fail "useradd $u"; finish; }
+    on_exit "userdel -f $u"
+done
+U1_HOME="$USERS_ROOT/$U1"
+U1_UID=$(id -u $U1)
+U1_RUN="/run/user/$U1_UID"
+if [ ! -d "$U1_RUN" ]; then
+    mkdir -p /run/user && mkdir -m 700 "$U1_RUN" && chown "$U1:" "$U1_RUN"
+    on_exit "rm -rf '$U1_RUN'"
+fi
+BIN="$USERS_ROOT/keychainfs"
+cp "$KEYCHAINFS_BIN" "$BIN" && chmod 755 "$BIN"
+U1PASS='kcfs living login 1'
+printf '%s\n' "$U1PASS" >"$USERS_ROOT/u1pass"
+chown "$U1:" "$USERS_ROOT/u1pass" && chmod 600 "$USERS_ROOT/u1pass"
+
+unshare -m --propagation private sleep 100000 &
+NS=$!
+on_exit "kill $NS"
+sleep 0.3
+NSDIR="$USERS_ROOT/ns"
+mkdir "$NSDIR"
+# A tmpfs seen only in the namespace holds the device nodes and the fuse.conf variants.
+nsenter -t "$NS" -m sh -c "mount -t tmpfs -o mode=755 none '$NSDIR' \
+    && mknod -m 666 '$NSDIR/fuse' c 10 229 && mknod -m 600 '$NSDIR/fuse-0600' c 10 229 \
+    && mknod -m 666 '$NSDIR/fuse-nodriver' c 10 250 \
+    && printf '#user_allow_other\n' >'$NSDIR/fuse.conf.off' && printf 'user_allow_other\n' >'$NSDIR/fuse.conf.on' \
+    && mount --bind '$NSDIR/fuse' /dev/fuse && mount --bind '$NSDIR/fuse.conf.off' /etc/fuse.conf"
+expect_eq "crw-rw-rw-" "$(nsenter -t "$NS" -m stat -c %A /dev/fuse)" "inside the namespace /dev/fuse is 0666"
+expect_eq "crw-------" "$(stat -c %A /dev/fuse)" "the host's /dev/fuse is unchanged"
+
+in_ns() { nsenter -t "$NS" -m "$@"; }
+# rebind FILE TARGET: what TARGET is inside the namespace.
+rebind() { in_ns sh -c "umount '$2' && mount --bind '$NSDIR/$1' '$2'"; }
+as_user() {
+    u=$1 home=$2
+    shift 2
+    in_ns setpriv --reuid="$u" --regid="$u" --init-groups \
+        env -i HOME="$home" USER="$u" LOGNAME="$u" PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$U1_RUN" "$@"
+}
+as_u1() { as_user "$U1" "$U1_HOME" "$@"; }
+as_u2() { in_ns setpriv --reuid="$U2" --regid="$U2" --init-groups env -i HOME="$USERS_ROOT/$U2" PATH=/usr/bin:/bin "$@"; }
+u1_state() {
+    as_u1 "$BIN" status --json >"$TEST_ROOT/u1.json" 2>/dev/null
+    json "$TEST_ROOT/u1.json" 'd["state"]'
+}
+u1_pid() { json "$TEST_ROOT/u1.json" 'd.get("daemon", {}).get("pid")'; }
+U1MP="$U1_HOME/mnt"
+as_u1 mkdir "$U1MP"
+on_exit "nsenter -t $NS -m fusermount3 -u -z '$U1MP' 2>/dev/null"
+expect_exit 0 "$U1 makes a store" as_u1 "$BIN" init --scrypt-log-n 10 --passphrase-file "$USERS_ROOT/u1pass"
+
+echo "== /dev/fuse problems say what to do"
+rebind fuse-0600 /dev/fuse
+expect_exit 70 "a 0600 /dev/fuse: mount fails" as_u1 "$BIN" mount "$U1MP" --locked
+expect_contains "$ERR" "/dev/fuse is mode 0600, owned by root:root, so $U1 cannot open it" "it names the mode, the owner and the user"
+expect_contains "$ERR" "chmod 666 /dev/fuse" "it gives the chmod"
+expect_contains "$ERR" "/etc/udev/rules.d/99-fuse.rules" "and the udev rule"
+rebind fuse-nodriver /dev/fuse
+expect_exit 70 "a /dev/fuse with no driver: mount fails" as_u1 "$BIN" mount "$U1MP" --locked
+expect_contains "$ERR" "the fuse kernel module is not loaded; as root: modprobe fuse" "it says to load the module"
+expect_exit 70 "no /dev/fuse: mount fails" unshare -m sh -c 'mount -t tmpfs -o mode=755 none /dev && mknod -m 666 /dev/null c 1 3 && exec setpriv --reuid="$0" --regid="$0" --init-groups env -i HOME="$1" PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$2" "$3" mount "$4" --locked' "$U1" "$U1_HOME" "$U1_RUN" "$BIN" "$U1MP"
+expect_contains "$ERR" "/dev/fuse does not exist" "it says the device is missing"
+expect_contains "$ERR" "mknod -m 666 /dev/fuse c 10 229" "and how to make it"
+rebind fuse /dev/fuse
+expect_exit 0 "with a 0666 /dev/fuse, $U1 mounts" as_u1 "$BIN" mount "$U1MP" --passphrase-file "$USERS_ROOT/u1pass"
+as_u1 sh -c "mkdir -p '$U1MP/db' && printf 'db-secret' >'$U1MP/db/app'"
+expect_eq "db-secret" "$(as_u1 cat "$U1MP/db/app")" "$U1 reads its item"
+expect_errno "root cannot read it without --allow-root" "Permission denied" in_ns cat "$U1MP/db/app"
+expect_errno "another user cannot list it" "Permission denied" as_u2 ls "$U1MP"
+expect_exit 0 "unmount" as_u1 "$BIN" unmount "$U1MP"
+
+echo "== --allow-root"
+expect_exit 70 "--allow-root without user_allow_other fails" as_u1 "$BIN" mount "$U1MP" --allow-root --passphrase-file "$USERS_ROOT/u1pass"
+expect_contains "$ERR" "needs the line 'user_allow_other' in /etc/fuse.conf" "the error names /etc/fuse.conf and the option"
+expect_contains "$ERR" "echo user_allow_other >> /etc/fuse.conf" "and the command to run"
+as_u1 mkdir -p "$U1_HOME/.config/keychainfs"
+as_u1 sh -c "printf 'allow-root = true\nmountpoint = \"~/mnt\"\n' >'$U1_HOME/.config/keychainfs/config.toml'"
+expect_exit 70 "allow-root = true in the config: the same error" as_u1 "$BIN" mount --passphrase-file "$USERS_ROOT/u1pass"
+expect_contains "$ERR" "user_allow_other" "it names user_allow_other"
+expect_exit 0 "--no-allow-root overrides the config" as_u1 "$BIN" mount --no-allow-root --passphrase-file "$USERS_ROOT/u1pass"
+expect_errno "and root is refused" "Permission denied" in_ns cat "$U1MP/db/app"
+as_u1 "$BIN" unmount >/dev/null
+rebind fuse.conf.on /etc/fuse.conf
+expect_exit 0 "with user_allow_other, allow-root from the config mounts" as_u1 "$BIN" mount --passphrase-file "$USERS_ROOT/u1pass"
+expect_exit 0 "status" as_u1 "$BIN" status
+expect_contains "$OUT" "allow-root: yes" "status shows allow-root"
+expect_eq "db-secret" "$(in_ns cat "$U1MP/db/app")" "root reads the item"
+expect_eq "db-secret" "$(in_ns env DB_PASSWORD_FILE="$U1MP/db/app" sh -c 'cat "$DB_PASSWORD_FILE"')" \
+    "the *_FILE pattern: a program run by root reads the file its variable names"
+in_ns sh -c "mkdir -m 700 '$USERS_ROOT/creds' && cp '$U1MP/db/app' '$USERS_ROOT/creds/db-password'"
+expect_eq "db-secret" "$(cat "$USERS_ROOT/creds/db-password")" "root copies it as LoadCredential= does"
+expect_errno "another user still gets EACCES on the item" "Permission denied" as_u2 cat "$U1MP/db/app"
+expect_errno "and on the root directory" "Permission denied" as_u2 ls "$U1MP"
+expect_exit 0 "unmount" as_u1 "$BIN" unmount
+rebind fuse.conf.off /etc/fuse.conf
+as_u1 rm "$U1_HOME/.config/keychainfs/config.toml"
+
+echo "== unlock with the login password through PAM"
+if command -v pamtester >/dev/null 2>&1; then
+    printf '%s:%s\n' "$U1" "$U1PASS" | chpasswd
+    LOGIN="kcfs-living-login-$$"
+    BARE="kcfs-living-bare-$$"
+    on_exit "rm -f /etc/pam.d/$LOGIN /etc/pam.d/$BARE"
+    # As a login's PAM file would have it: the password checked first, then handed to keychainfs.
+    printf 'auth required pam_unix.so\nauth optional pam_exec.so expose_authtok quiet %s unlock --pam\naccount required pam_permit.so\n' "$BIN" \
+        >"/etc/pam.d/$LOGIN"
+    # keychainfs alone and required: pamtester's result is then its exit status.
+    printf 'auth required pam_exec.so expose_authtok quiet %s unlock --pam\naccount required pam_permit.so\n' "$BIN" \
+        >"/etc/pam.d/$BARE"
+    expect_exit 0 "$U1 mounts locked" as_u1 "$BIN" mount "$U1MP" --locked
+    on_exit "kill $(as_u1 "$BIN" status --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["daemon"]["pid"])')"
+    expect_eq "before-first-unlock" "$(u1_state)" "it starts before first unlock"
+    printf '%s\n' "$U1PASS" | pamtester "$LOGIN" "$U1" authenticate >"$OUT" 2>&1
+    expect_eq "0" "$?" "pamtester authenticates through pam_unix and keychainfs"
+    wait_for 10 test "$(u1_state)" = unlocked
+    expect_eq "unlocked" "$(u1_state)" "the login password unlocked the keychain"
+    as_u1 "$BIN" lock >/dev/null
+    start=$(date +%s)
+    printf 'not the password\n' | pamtester "$BARE" "$U1" authenticate >"$OUT" 2>&1
+    expect_eq "0" "$?" "a wrong password: keychainfs still exits 0 (pam_exec succeeds)"
+    expect_exit 0 "and at once" test $(($(date +%s) - start)) -le 3
+    sleep 1.5
+    expect_eq "locked" "$(u1_state)" "a wrong password unlocks nothing"
+    pamtester "$BARE" "$U1" authenticate </dev/null >"$OUT" 2>&1
+    expect_eq "0" "$?" "a missing password: keychainfs exits 0"
+    pamtester "$BARE" nosuchuser-kcfs authenticate </dev/null >"$OUT" 2>&1
+    expect_eq "0" "$?" "an unknown user: keychainfs exits 0"
+    expect_exit 0 "unlock --pam by hand with a wrong password" sh -c "printf 'wrong\n' | nsenter -t $NS -m setpriv --reuid=$U1 --regid=$U1 --init-groups env -i HOME='$U1_HOME' XDG_RUNTIME_DIR='$U1_RUN' PATH=/usr/bin:/bin '$BIN' unlock --pam"
+    expect_eq "" "$(cat "$OUT" "$ERR")" "unlock --pam prints nothing"
+    printf '%s\000' "$U1PASS" | as_u1 "$BIN" unlock --pam
+    wait_for 10 test "$(u1_state)" = unlocked
+    expect_eq "unlocked" "$(u1_state)" "a password ended by a NUL (as pam_exec sends it) unlocks"
+    expect_exit 0 "unmount" as_u1 "$BIN" unmount "$U1MP"
+    # At a real login PAM authenticates before the session, and so before the user service mounts.
+    start=$(date +%s)
+    printf '%s\n' "$U1PASS" | pamtester "$LOGIN" "$U1" authenticate >"$OUT" 2>&1
+    expect_eq "0" "$?" "authentication before the mount exists succeeds"
+    expect_exit 0 "and does not wait for the mount" test $(($(date +%s) - start)) -le 3
+    expect_exit 0 "the mount comes up, locked" as_u1 "$BIN" mount "$U1MP" --locked
+    on_exit "kill $(as_u1 "$BIN" status --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["daemon"]["pid"])')"
+    wait_for 10 test "$(u1_state)" = unlocked
+    expect_eq "unlocked" "$(u1_state)" "the password given at authentication unlocks it once it is mounted"
+    expect_exit 0 "unmount" as_u1 "$BIN" unmount "$U1MP"
+else
+    fail "pamtester is installed" "scripts/install-deps installs it"
+fi
+
 finish
