@@ -404,4 +404,90 @@ else
     fail "pamtester is installed" "scripts/install-deps installs it"
 fi
 
+echo "== the user service under a real systemd --user"
+SYSTEMD=/lib/systemd/systemd
+CG="kcfs-living-$$"
+if [ ! -x "$SYSTEMD" ] || [ ! -w /sys/fs/cgroup/systemd ] || [ ! -w /sys/fs/cgroup/unified ]; then
+    echo "skip: no systemd binary or no writable systemd cgroup hierarchies to run a user manager in"
+    finish
+fi
+# The user manager thinks the machine booted with systemd once /run/systemd/system exists;
+# it and a journald get a private /run/systemd and /run/log in the namespace.
+in_ns sh -c 'mount -t tmpfs tmpfs /run/systemd && mkdir /run/systemd/system && mkdir -p /run/log \
+    && mount -t tmpfs tmpfs /run/log && { [ ! -d /var/log/journal ] || mount -t tmpfs tmpfs /var/log/journal; }'
+nsenter -t "$NS" -m /lib/systemd/systemd-journald >/dev/null 2>&1 &
+JOURNALD=$!
+on_exit "kill $JOURNALD"
+for h in systemd unified; do
+    mkdir "/sys/fs/cgroup/$h/$CG" && chown -R "$U1:" "/sys/fs/cgroup/$h/$CG"
+    on_exit "find /sys/fs/cgroup/$h/$CG -depth -type d -exec rmdir {} \\;"
+done
+# start_manager: a user manager for U1 in its own cgroup, as logind would start it at login.
+start_manager() {
+    nsenter -t "$NS" -m sh -c "echo \$\$ >/sys/fs/cgroup/systemd/$CG/cgroup.procs && echo \$\$ >/sys/fs/cgroup/unified/$CG/cgroup.procs \
+        && exec setpriv --reuid=$U1 --regid=$U1 --init-groups env -i HOME='$U1_HOME' USER=$U1 LOGNAME=$U1 \
+        XDG_RUNTIME_DIR='$U1_RUN' PATH=/usr/bin:/bin $SYSTEMD --user" >>"$TEST_ROOT/manager.log" 2>&1 &
+    MANAGER=$!
+    on_exit "kill $MANAGER; sleep 1"
+    wait_for 20 as_u1 systemctl --user show-environment
+}
+sd() { as_u1 systemctl --user "$@"; }
+prop() { sd show -p "$1" --value keychainfs.service; }
+journal() { in_ns journalctl --no-pager -o cat _UID="$U1_UID" SYSLOG_IDENTIFIER=keychainfs; }
+wait_for 10 in_ns test -S /run/systemd/journal/socket
+expect_exit 0 "a user manager starts" start_manager
+
+expect_exit 0 "service install" as_u1 "$BIN" service install
+expect_contains "$OUT" "it mounts the keychain at every login" "with a user manager it enables the unit"
+expect_eq "enabled" "$(sd is-enabled keychainfs.service)" "systemctl says enabled"
+expect_exit 0 "systemctl --user start keychainfs" sd start keychainfs.service
+expect_eq "active" "$(prop ActiveState)" "the unit is active"
+expect_eq "before-first-unlock" "$(u1_state)" "the keychain is mounted at ~/Keychain, locked"
+main=$(prop MainPID)
+expect_eq "$main" "$(u1_pid)" "the unit's main process is the daemon"
+expect_exit 0 "the mountpoint is ~/Keychain" in_ns grep -q " $U1_HOME/Keychain .* fuse.keychainfs " /proc/self/mountinfo
+wait_for 10 sh -c "nsenter -t $NS -m journalctl --no-pager -o cat _UID=$U1_UID SYSLOG_IDENTIFIER=keychainfs | grep -q serving"
+expect_contains "$(journal)" "serving $U1_HOME/.local/share/keychainfs/keychain.db at $U1_HOME/Keychain, before-first-unlock" \
+    "it logs to the journal"
+if command -v pamtester >/dev/null 2>&1; then
+    printf '%s\n' "$U1PASS" | pamtester "$LOGIN" "$U1" authenticate >/dev/null 2>&1
+    wait_for 10 test "$(u1_state)" = unlocked
+    expect_eq "unlocked" "$(u1_state)" "the login password unlocks the service's mount"
+fi
+expect_exit 0 "an 'always' item" as_u1 "$BIN" add-generic-password -s cred -a app -w cred-secret --accessible always
+if sd --version >/dev/null && as_u1 systemd-run --user --wait --pipe --quiet -p "LoadCredential=app-password:$U1_HOME/Keychain/cred/app" \
+        sh -c 'cat "$CREDENTIALS_DIRECTORY/app-password"' >"$TEST_ROOT/cred.out" 2>&1; then
+    expect_eq "cred-secret" "$(cat "$TEST_ROOT/cred.out")" "LoadCredential= reads an item of the mount"
+else
+    fail "LoadCredential= reads an item of the mount" "$(cat "$TEST_ROOT/cred.out")"
+fi
+
+kill -9 "$main"
+wait_for 15 sh -c "[ \"\$(XDG_RUNTIME_DIR='$U1_RUN' nsenter -t $NS -m setpriv --reuid=$U1 --regid=$U1 --init-groups env XDG_RUNTIME_DIR='$U1_RUN' systemctl --user show -p NRestarts --value keychainfs.service)\" = 1 ]"
+wait_for 15 test "$(u1_state)" = before-first-unlock
+expect_eq "1" "$(prop NRestarts)" "after kill -9 systemd restarts it"
+expect_eq "active" "$(prop ActiveState)" "and it is active again"
+expect_eq "before-first-unlock" "$(u1_state)" "the stale mount was recovered and the keychain is mounted again, locked"
+expect_exit 0 "with a new daemon" test "$(u1_pid)" != "$main"
+expect_eq "cred-secret" "$(as_u1 cat "$U1_HOME/Keychain/cred/app")" "the new mount serves its 'always' items"
+
+expect_exit 0 "systemctl --user stop keychainfs" sd stop keychainfs.service
+expect_eq "inactive success" "$(prop ActiveState) $(prop Result)" "it stops cleanly"
+expect_exit 1 "nothing is left mounted" in_ns grep -q " $U1_HOME/Keychain " /proc/self/mountinfo
+expect_contains "$(journal)" "unmounted $U1_HOME/Keychain" "the unmount is in the journal"
+
+# Log out (the manager stops) and log in again (a new manager starts default.target).
+kill "$MANAGER"
+wait_gone "$MANAGER"
+expect_exit 0 "a new login's user manager starts" start_manager
+wait_for 15 test "$(u1_state)" = before-first-unlock
+expect_eq "before-first-unlock" "$(u1_state)" "at login the enabled unit mounts the keychain, locked"
+expect_exit 0 "service uninstall" as_u1 "$BIN" service uninstall
+expect_contains "$OUT" "removed $U1_HOME/.config/systemd/user/keychainfs.service" "it removes the unit file"
+expect_exit 1 "uninstall stopped the mount" in_ns grep -q " $U1_HOME/Keychain " /proc/self/mountinfo
+expect_exit 1 "and the unit is gone" test -e "$U1_HOME/.config/systemd/user/keychainfs.service"
+expect_exit 1 "and disabled" sd is-enabled keychainfs.service
+kill "$MANAGER"
+wait_gone "$MANAGER"
+
 finish
