@@ -308,6 +308,19 @@ as_u1 mkdir "$U1MP"
 on_exit "nsenter -t $NS -m fusermount3 -u -z '$U1MP' 2>/dev/null"
 expect_exit 0 "$U1 makes a store" as_u1 "$BIN" init --scrypt-log-n 10 --passphrase-file "$USERS_ROOT/u1pass"
 
+echo "== scripts/install-deps as a normal user"
+# A dpkg-query that reports pamtester missing, so that nothing is installed for real.
+mkdir "$USERS_ROOT/fakebin"
+printf '#!/bin/sh\ncase "$*" in *pamtester*) exit 1 ;; esac\nexec /usr/bin/dpkg-query "$@"\n' >"$USERS_ROOT/fakebin/dpkg-query"
+chmod 755 "$USERS_ROOT/fakebin/dpkg-query"
+cp "$REPO/scripts/install-deps" "$USERS_ROOT/install-deps"
+expect_exit 1 "install-deps as a normal user without sudo fails" \
+    as_user "$U1" "$U1_HOME" env PATH="$USERS_ROOT/fakebin:/usr/bin:/bin" sh "$USERS_ROOT/install-deps"
+expect_contains "$OUT" "missing Debian packages: pamtester" "it names the missing package"
+expect_contains "$ERR" "as root, run:" "it says what root must run"
+expect_contains "$ERR" "apt-get update && apt-get install -y pamtester" "the one command"
+expect_not_contains "$ERR" "sudo: not found" "rather than sudo: not found"
+
 echo "== /dev/fuse problems say what to do"
 rebind fuse-0600 /dev/fuse
 expect_exit 70 "a 0600 /dev/fuse: mount fails" as_u1 "$BIN" mount "$U1MP" --locked
@@ -437,8 +450,13 @@ journal() { in_ns journalctl --no-pager -o cat _UID="$U1_UID" SYSLOG_IDENTIFIER=
 wait_for 10 in_ns test -S /run/systemd/journal/socket
 expect_exit 0 "a user manager starts" start_manager
 
-expect_exit 0 "service install" as_u1 "$BIN" service install
+# A binary path with a space and a % tests the unit's quoting.
+ODD="$USERS_ROOT/odd dir%1"
+mkdir "$ODD" && cp "$BIN" "$ODD/keychainfs" && chmod 755 "$ODD"
+expect_exit 0 "service install" as_u1 "$ODD/keychainfs" service install
 expect_contains "$OUT" "it mounts the keychain at every login" "with a user manager it enables the unit"
+expect_contains "$U1_HOME/.config/systemd/user/keychainfs.service" "ExecStart=\"$USERS_ROOT/odd dir%%1/keychainfs\" mount" \
+    "the unit quotes the path and escapes %"
 expect_eq "enabled" "$(sd is-enabled keychainfs.service)" "systemctl says enabled"
 expect_exit 0 "systemctl --user start keychainfs" sd start keychainfs.service
 expect_eq "active" "$(prop ActiveState)" "the unit is active"
@@ -482,7 +500,7 @@ wait_gone "$MANAGER"
 expect_exit 0 "a new login's user manager starts" start_manager
 wait_for 15 test "$(u1_state)" = before-first-unlock
 expect_eq "before-first-unlock" "$(u1_state)" "at login the enabled unit mounts the keychain, locked"
-expect_exit 0 "service uninstall" as_u1 "$BIN" service uninstall
+expect_exit 0 "service uninstall" as_u1 "$ODD/keychainfs" service uninstall
 expect_contains "$OUT" "removed $U1_HOME/.config/systemd/user/keychainfs.service" "it removes the unit file"
 expect_exit 1 "uninstall stopped the mount" in_ns grep -q " $U1_HOME/Keychain " /proc/self/mountinfo
 expect_exit 1 "and the unit is gone" test -e "$U1_HOME/.config/systemd/user/keychainfs.service"
