@@ -60,7 +60,8 @@ struct StatusReport: Encodable {
     var items: [String: Int]?
 
     static func gather(target: MountTarget) -> StatusReport {
-        let storePath = target.record()?.storePath ?? target.storeOptions.path
+        let record = target.record()
+        let storePath = record?.storePath ?? target.storeOptions.path
         var configError: String?
         let config: KeychainConfig
         do { config = try KeychainConfig.load() } catch {
@@ -70,7 +71,6 @@ struct StatusReport: Encodable {
         var report = StatusReport(store: storePath, storeExists: FileManager.default.fileExists(atPath: storePath),
                                   mounted: false, state: "not-mounted", configuredMountpoint: config.effectiveMountpoint,
                                   configError: configError)
-        let record = target.record()
         if let record, MountRegistry.isAlive(record) {
             do {
                 let s = try RemoteKeychainService(socketPath: record.socketPath).status()

@@ -250,7 +250,7 @@ for tool in unshare nsenter setpriv useradd userdel; do
 done
 U1=kcfsliving1
 U2=kcfsliving2
-USERS_ROOT=$(mktemp -d "${TMPDIR:-/tmp}/kcfs-living-users.XXXXXX") || exit 2
+USERS_ROOT=$(mktemp -d) || exit 2
 chmod 755 "$USERS_ROOT"
 on_exit "rm -rf '$USERS_ROOT'"
 for u in $U1 $U2; do
