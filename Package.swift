@@ -19,6 +19,7 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
     ],
     targets: [
         .systemLibrary(name: "CFuse", pkgConfig: "fuse3",
@@ -45,8 +46,12 @@ let package = Package(
         ]),
         .target(name: "KeychainControl", dependencies: ["KeychainStore", "KeychainClient", "KeychainControlProtocol"]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
+        .target(name: "KeychainConfig", dependencies: [
+            "KeychainModel", "KeychainStore",
+            .product(name: "TOMLKit", package: "TOMLKit"),
+        ]),
         .executableTarget(name: "keychainfs", dependencies: [
-            "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer",
+            "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainConfig",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -59,6 +64,7 @@ let package = Package(
         .testTarget(name: "KeychainControlTests", dependencies: [
             "KeychainControlProtocol", "KeychainClient", "KeychainControlServer",
         ]),
+        .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),
     ],
     swiftLanguageModes: [.v6]
 )

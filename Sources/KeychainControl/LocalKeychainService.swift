@@ -67,7 +67,9 @@ public final class LocalKeychainService: KeychainService {
         let mount = hooks?.status()
         return KeychainStatus(state: keychain.state, storePath: keychain.path, mountpoint: mount?.mountpoint,
                               lockAfter: mount?.lockAfter, itemCounts: try keychain.countsByClass(),
-                              hasPassphrase: keychain.hasPassphrase)
+                              hasPassphrase: keychain.hasPassphrase, daemonPID: mount?.daemonPID,
+                              daemonVersion: mount?.daemonVersion, memoryLocked: mount?.memoryLocked,
+                              allowRoot: mount?.allowRoot)
     }
 
     public func lock() throws {

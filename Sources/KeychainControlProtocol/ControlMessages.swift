@@ -358,6 +358,10 @@ package enum WireItem {
             }
         }
         w.field(.hasPassphrase, s.hasPassphrase)
+        if let pid = s.daemonPID { w.field(.daemonPID, UInt64(max(pid, 0))) }
+        w.field(.daemonVersion, ifPresent: s.daemonVersion)
+        if let locked = s.memoryLocked { w.field(.memoryLocked, UInt8(locked ? 1 : 0)) }
+        if let allowRoot = s.allowRoot { w.field(.allowRoot, UInt8(allowRoot ? 1 : 0)) }
     }
 
     static func status(_ f: WireFields) throws -> KeychainStatus {
@@ -370,7 +374,11 @@ package enum WireItem {
         }
         return KeychainStatus(state: state, storePath: try f.string(required: .storePath), mountpoint: try f.string(.mountpoint),
                               lockAfter: try f.integer(.lockAfter, as: UInt64.self).map { Int(clamping: $0) },
-                              itemCounts: counts, hasPassphrase: try f.flag(.hasPassphrase))
+                              itemCounts: counts, hasPassphrase: try f.flag(.hasPassphrase),
+                              daemonPID: try f.integer(.daemonPID, as: UInt64.self).map { Int32(clamping: $0) },
+                              daemonVersion: try f.string(.daemonVersion),
+                              memoryLocked: try f.integer(.memoryLocked, as: UInt8.self).map { $0 != 0 },
+                              allowRoot: try f.integer(.allowRoot, as: UInt8.self).map { $0 != 0 })
     }
 }
 
@@ -397,6 +405,7 @@ package enum WireError {
         case .diskFull: (16, nil, nil)
         case .io(let m): (17, m, nil)
         case .daemonVersionMismatch(let v): (18, v, nil)
+        case .mountpointBusy(let m): (19, m, nil)
         }
         w.field(.errorCase, code)
         w.field(.errorText, e.description)
@@ -427,6 +436,7 @@ package enum WireError {
         case 16: return .diskFull
         case 17: return .io(text)
         case 18: return .daemonVersionMismatch(running: text)
+        case 19: return .mountpointBusy(text)
         default: return .io(try f.string(.errorText) ?? "the daemon failed (error \(code))")
         }
     }

@@ -87,11 +87,23 @@ public struct KeychainStatus: Codable, Sendable, Equatable {
     public var lockAfter: Int?
     public var itemCounts: [AccessibilityClass: Int]
     public var hasPassphrase: Bool
+    /// The serving daemon's process id; nil without a daemon (or from an older daemon).
+    public var daemonPID: Int32?
+    /// The serving daemon's `keychainfs --version`.
+    public var daemonVersion: String?
+    /// Whether every key and secret buffer of the daemon is mlock'ed (false: RLIMIT_MEMLOCK
+    /// was too small for some, which may then reach swap).
+    public var memoryLocked: Bool?
+    /// Whether root may use the mount (`--allow-root`).
+    public var allowRoot: Bool?
 
     public init(state: LockState, storePath: String, mountpoint: String? = nil, lockAfter: Int? = nil,
-                itemCounts: [AccessibilityClass: Int], hasPassphrase: Bool) {
+                itemCounts: [AccessibilityClass: Int], hasPassphrase: Bool, daemonPID: Int32? = nil,
+                daemonVersion: String? = nil, memoryLocked: Bool? = nil, allowRoot: Bool? = nil) {
         self.state = state; self.storePath = storePath; self.mountpoint = mountpoint; self.lockAfter = lockAfter
         self.itemCounts = itemCounts; self.hasPassphrase = hasPassphrase
+        self.daemonPID = daemonPID; self.daemonVersion = daemonVersion; self.memoryLocked = memoryLocked
+        self.allowRoot = allowRoot
     }
 }
 
@@ -99,8 +111,17 @@ public struct KeychainStatus: Codable, Sendable, Equatable {
 public struct MountStatus: Sendable, Equatable {
     public var mountpoint: String
     public var lockAfter: Int?
+    public var daemonPID: Int32?
+    public var daemonVersion: String?
+    public var memoryLocked: Bool?
+    public var allowRoot: Bool?
 
-    public init(mountpoint: String, lockAfter: Int?) { self.mountpoint = mountpoint; self.lockAfter = lockAfter }
+    public init(mountpoint: String, lockAfter: Int?, daemonPID: Int32? = nil, daemonVersion: String? = nil,
+                memoryLocked: Bool? = nil, allowRoot: Bool? = nil) {
+        self.mountpoint = mountpoint; self.lockAfter = lockAfter
+        self.daemonPID = daemonPID; self.daemonVersion = daemonVersion; self.memoryLocked = memoryLocked
+        self.allowRoot = allowRoot
+    }
 }
 
 /// The daemon's side of lock, unlock, unmount and status. The daemon owns the lock state

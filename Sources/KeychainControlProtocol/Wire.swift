@@ -55,6 +55,10 @@ package enum WireTag: UInt16 {
     case lockAfter = 67             // u64
     case classCount = 68            // nested, repeated: accessible and count
     case hasPassphrase = 69         // u8 0/1
+    case daemonPID = 70             // u64
+    case daemonVersion = 71         // string
+    case memoryLocked = 72          // u8 0/1
+    case allowRoot = 73             // u8 0/1
 
     // Errors.
     case errorCase = 80             // u16: `WireError` case

@@ -37,7 +37,7 @@ public struct FileSystemError: Error, Equatable, CustomStringConvertible {
         case .invalidInput: self.init(EINVAL)
         case .nameTooLong: self.init(ENAMETOOLONG)
         case .secretTooLarge: self.init(EFBIG)
-        case .storeBusy: self.init(EBUSY)
+        case .storeBusy, .mountpointBusy: self.init(EBUSY)
         case .notMounted: self.init(ENOTCONN)
         case .diskFull: self.init(ENOSPC)
         case .notAKeychain, .mountFailed, .daemonVersionMismatch, .io: self.init(EIO)

@@ -3,7 +3,7 @@ import Foundation
 /// Where keychainfs keeps its files, after the XDG base directory spec.
 public enum KeychainLocations {
     static var env: [String: String] { ProcessInfo.processInfo.environment }
-    static var home: String { env["HOME"] ?? NSHomeDirectory() }
+    public static var home: String { env["HOME"] ?? NSHomeDirectory() }
 
     private static func xdg(_ name: String, _ fallback: String) -> String {
         if let v = env[name], v.hasPrefix("/") { return v }
@@ -16,6 +16,9 @@ public enum KeychainLocations {
         if let v = env["KEYCHAINFS_STORE"], !v.isEmpty { return absolute(v) }
         return xdg("XDG_DATA_HOME", ".local/share") + "/keychainfs/keychain.db"
     }
+
+    /// `$XDG_CONFIG_HOME`, by default `~/.config`: the configuration file and systemd user units.
+    public static var configHome: String { xdg("XDG_CONFIG_HOME", ".config") }
 
     /// The device key: outside every store, so that copying a store does not copy it.
     public static var deviceKey: String { stateDirectory + "/device.key" }

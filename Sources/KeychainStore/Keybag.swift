@@ -171,6 +171,43 @@ struct Keybag {
     func metadataKey(_ c: AccessibilityClass) -> SecureBytes? { metadataKeys[c] }
     var deviceKeyPresent: Bool { deviceKey != nil }
 
+    /// Every key, wrapped as a store without a passphrase wraps it (device key only), for
+    /// `Keychain.removePassphrase`. The `when-passcode-set-this-device-only` key is left out:
+    /// such a store has none.
+    func wrapAllForDeviceOnly() throws -> [WrappedKey] {
+        try wrapAll(hasPassphrase: false, passphraseKey: nil, extra: [])
+    }
+
+    /// Every key, wrapped as a store with a passphrase wraps it, plus a fresh key for
+    /// `when-passcode-set-this-device-only` items, for `Keychain.addPassphrase`.
+    func wrapAllForPassphrase(_ passphraseKey: SecureBytes) throws -> [WrappedKey] {
+        let passcodeKey = SecureRandom.bytes(AESGCM.keyBytes)
+        return try wrapAll(hasPassphrase: true, passphraseKey: passphraseKey,
+                           extra: [(Self.classKeyName(.whenPasscodeSetThisDeviceOnly), passcodeKey)])
+    }
+
+    /// Needs the store unlocked with every key of a device-key-only store held, and the device key.
+    private func wrapAll(hasPassphrase: Bool, passphraseKey: SecureBytes?,
+                         extra: [(String, SecureBytes)]) throws -> [WrappedKey] {
+        guard state == .unlocked else { throw KeychainError.wrongPassphrase }
+        guard deviceKey != nil else {
+            throw KeychainError.invalidInput("this machine's device key is missing, and every key of the store must be wrapped by it; nothing was changed")
+        }
+        guard let indexKey else { throw KeychainError.invalidInput("the store's index key is not available; nothing was changed") }
+        var keys: [(String, SecureBytes)] = [(Self.indexKeyName, indexKey)]
+        for c in Self.classes(hasPassphrase: false) {
+            guard let k = classKeys[c] else {
+                throw KeychainError.invalidInput("the key of '\(c.rawValue)' items does not open with this machine's device key (was the store copied from another machine?); nothing was changed")
+            }
+            keys.append((Self.classKeyName(c), k))
+        }
+        var out: [WrappedKey] = []
+        for (name, key) in keys + extra {
+            out += try Self.wrap(key, name: name, hasPassphrase: hasPassphrase, passphraseKey: passphraseKey, deviceKey: deviceKey)
+        }
+        return out
+    }
+
     /// Re-wraps every passphrase-wrapped key under a new passphrase key; items are untouched.
     func rewrap(under newPassphraseKey: SecureBytes) throws -> [WrappedKey] {
         guard state == .unlocked else { throw KeychainError.wrongPassphrase }

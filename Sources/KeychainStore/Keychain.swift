@@ -166,6 +166,55 @@ public final class Keychain: @unchecked Sendable {
         }
     }
 
+    // MARK: adding and removing the passphrase
+
+    /// Makes this a store protected by the device key alone, as iOS does when the passcode is
+    /// removed: first deletes every `when-passcode-set-this-device-only` item, then re-wraps
+    /// every key under the device key only. One transaction: on failure nothing changed.
+    /// Returns how many items were deleted. This instance forgets its keys; open the store again.
+    @discardableResult
+    public func removePassphrase(_ passphrase: SecureBytes) throws -> Int {
+        guard hasPassphrase else {
+            throw KeychainError.invalidInput("\(path) has no passphrase (it is protected by the device key only)")
+        }
+        try unlock(passphrase: passphrase)
+        defer { forgetKeys() }
+        let wrapped = try keybag.withLock { try $0.wrapAllForDeviceOnly() }
+        let passcodeClass = AccessibilityClass.whenPasscodeSetThisDeviceOnly.code
+        return try write { db in
+            let removed = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE class = ?", arguments: [passcodeClass]) ?? 0
+            try db.execute(sql: "DELETE FROM items WHERE class = ?", arguments: [passcodeClass])
+            try db.execute(sql: "DELETE FROM wrapped_keys")
+            try Self.insert(wrapped, db)
+            try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('has_passphrase', ?)", arguments: [Data([0])])
+            try db.execute(sql: "DELETE FROM meta WHERE name IN ('failed_unlocks', 'last_failed_unlock')")
+            return removed
+        }
+    }
+
+    /// Gives a device-key-only store a passphrase: every key is re-wrapped as in a store made
+    /// with one, and `when-passcode-set-this-device-only` items become possible. Items are
+    /// untouched. This instance forgets its keys; open the store again.
+    public func addPassphrase(_ passphrase: SecureBytes, scrypt: ScryptParameters = .default) throws {
+        guard !hasPassphrase else {
+            throw KeychainError.invalidInput("\(path) already has a passphrase ('keychainfs passwd' changes it)")
+        }
+        guard scrypt.isAcceptable else { throw KeychainError.invalidInput("scrypt parameters out of range") }
+        guard passphrase.count > 0 else { throw KeychainError.invalidInput("the passphrase is empty") }
+        try unlock(passphrase: nil)
+        defer { forgetKeys() }
+        let salt = SecureRandom.array(16)
+        let key = try Scrypt.deriveKey(passphrase: passphrase, salt: salt, parameters: scrypt)
+        let wrapped = try keybag.withLock { try $0.wrapAllForPassphrase(key) }
+        try write { db in
+            try db.execute(sql: "DELETE FROM wrapped_keys")
+            try Self.insert(wrapped, db)
+            try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('has_passphrase', ?), ('salt', ?), ('scrypt', ?)",
+                           arguments: [Data([1]), Data(salt), try JSONEncoder().encode(scrypt)])
+            try db.execute(sql: "DELETE FROM meta WHERE name IN ('failed_unlocks', 'last_failed_unlock')")
+        }
+    }
+
     // MARK: reading items
 
     private func blind(_ bytes: [UInt8]) throws -> [UInt8] {

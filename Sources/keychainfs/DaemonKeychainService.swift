@@ -64,7 +64,9 @@ final class DaemonKeychainService: KeychainService {
     func status() throws -> KeychainStatus {
         KeychainStatus(state: served.lockState, storePath: settings.storePath, mountpoint: settings.mountpoint,
                        lockAfter: tree.lockAfter, itemCounts: try served.keychain.countsByClass(),
-                       hasPassphrase: served.keychain.hasPassphrase)
+                       hasPassphrase: served.keychain.hasPassphrase, daemonPID: getpid(),
+                       daemonVersion: KeychainFS.configuration.version, memoryLocked: SecureBytes.allLocked,
+                       allowRoot: settings.allowRoot)
     }
 
     func lock() throws { tree.lock() }

@@ -16,6 +16,7 @@ struct MountSettings: Sendable {
     var startLocked: Bool
     var lockAfter: Int?
     var defaultClass: AccessibilityClass
+    var allowRoot = false
 }
 
 /// The daemon behind a mount: holds the store's lock, unlocks, mounts, answers the control
@@ -44,7 +45,7 @@ final class MountDaemon: @unchecked Sendable {
             if !settings.startLocked { try keychain.unlock(passphrase: passphrase) }
             tree = try KeychainTree(keychain: keychain, defaultClass: settings.defaultClass, lockAfter: settings.lockAfter)
             mount = FuseMount(tree: tree, mountpoint: settings.mountpoint,
-                              source: MountRegistry.canonicalPath(settings.storePath))
+                              source: MountRegistry.canonicalPath(settings.storePath), allowRoot: settings.allowRoot)
             try mount.mount()
         } catch {
             let e = error as? KeychainError ?? .mountFailed("\(error)")
@@ -78,7 +79,9 @@ final class MountDaemon: @unchecked Sendable {
         tree.forgetEverything()
         mount.close()
         log.info("unmounted \(settings.mountpoint)")
-        return status == 0 ? 0 : 1
+        // libfuse's loop returns the signal that ended it; a stop signal (systemd's, a
+        // Ctrl-C in the foreground) is a clean unmount, not a failure.
+        return status == 0 || [SIGTERM, SIGINT, SIGHUP].contains(status) ? 0 : 1
     }
 
     /// One daemon per store: an exclusive flock on the store file, held for the daemon's life.

@@ -85,6 +85,8 @@ struct NewPassphraseOptions: ParsableArguments {
         }
     }
 
+    var isGiven: Bool { newPassphraseFD != nil || newPassphraseFile != nil }
+
     func read() throws -> SecureBytes {
         try NewPassphrase.check(PassphraseInput.choose(fd: newPassphraseFD, file: newPassphraseFile)
             .read(prompt: "New passphrase: ", confirm: true))

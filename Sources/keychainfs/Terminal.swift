@@ -45,6 +45,23 @@ final class Terminal {
         return try readEditedLine()
     }
 
+    /// Prompts and reads one line as typed, with echo: for answers, never for secrets.
+    func ask(_ prompt: String) throws -> String {
+        write(prompt)
+        var bytes: [UInt8] = []
+        var byte: UInt8 = 0
+        while bytes.count < 1024 {
+            let n = read(fd, &byte, 1)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw KeychainError.io("cannot read from the terminal: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 || byte == 0x0a { break }
+            bytes.append(byte)
+        }
+        return String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespaces)
+    }
+
     private func readEditedLine() throws -> SecureBytes {
         let line = SecureBytes(count: 0)
         var byte: UInt8 = 0
