@@ -23,9 +23,10 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto",
                        providers: [.apt(["libssl-dev"])]),
         .target(name: "CFuseShim", dependencies: ["CFuse"]),
+        .target(name: "CHardening"),
         .target(name: "KeychainErrors"),
         .target(name: "KeychainModel", dependencies: ["KeychainErrors"]),
-        .target(name: "KeychainCrypto", dependencies: ["COpenSSL"]),
+        .target(name: "KeychainCrypto", dependencies: ["COpenSSL", "CHardening"]),
         .target(name: "KeychainStore", dependencies: [
             "KeychainModel", "KeychainCrypto",
             .product(name: "GRDB", package: "GRDB.swift"),
