@@ -28,23 +28,32 @@ extension KeychainTree {
         }
     }
 
-    /// Creates an empty item of the mount's default class (committed at once, so that it
-    /// is visible while being written) and opens it.
+    /// Creates an empty item (committed at once, so that it is visible while being written)
+    /// and opens it. Its class is the strictest of the mount's default and its directory's
+    /// items (`AccessibilityClass.forNewItem`).
     public func create(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
         let location = try TreeLocation.parse(path)
         let key = try itemKey(at: location)
         return try state.withLock { s throws(FileSystemError) in
             // Whatever exists there (an item, or a path directory of that name) is not replaced.
             if (try? node(location, s.index)) != nil { throw .exists }
-            guard keychain.isAvailable(defaultClass) else { throw .keyUnavailable }
             try requireParent(of: location, s.index)
+            let siblings: [Int64] = switch location {
+            case .genericItem(let svc, _): Array((s.index.services[svc] ?? [:]).values)
+            case .internetEntry(let server, let port, let parent, _):
+                Array(s.index.directory(server: server, port: port, path: parent)?.items.values ?? [:].values)
+            default: []
+            }
+            let accessible = AccessibilityClass.forNewItem(mountDefault: defaultClass,
+                                                           siblings: siblings.compactMap { s.index.item($0)?.accessible })
+            guard keychain.isAvailable(accessible) else { throw .keyUnavailable }
             let item: KeychainItem
             do {
-                item = try keychain.add(ItemRecord(key: key, attributes: ItemAttributes(accessible: defaultClass)),
+                item = try keychain.add(ItemRecord(key: key, attributes: ItemAttributes(accessible: accessible)),
                                         secret: SecureBytes())
             } catch { throw .from(error) }
             s.index.insert(item)
-            let file = OpenFile(itemID: item.id, accessible: defaultClass, mode: OpenMode(flags: flags), contents: SecureBytes())
+            let file = OpenFile(itemID: item.id, accessible: accessible, mode: OpenMode(flags: flags), contents: SecureBytes())
             file.createdItem = true
             return Self.register(file, &s)
         }

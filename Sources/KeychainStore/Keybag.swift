@@ -165,16 +165,18 @@ struct Keybag {
         }
     }
 
-    /// Fresh random keys for a new store: generation 1.
-    static func create(passphraseKey: SecureBytes?, deviceKey: SecureBytes, storeID: [UInt8]) throws -> [WrappedKey] {
+    /// Fresh random keys for a new store (generation 1), wrapped, and its index key.
+    static func create(passphraseKey: SecureBytes?, deviceKey: SecureBytes, storeID: [UInt8]) throws
+        -> (rows: [WrappedKey], indexKey: SecureBytes) {
         let hasPassphrase = passphraseKey != nil
-        let names = [indexKeyName] + classes(hasPassphrase: hasPassphrase).map(classKeyName)
-        var out: [WrappedKey] = []
-        for name in names {
+        let indexKey = SecureRandom.bytes(AESGCM.keyBytes)
+        var out = try wrap(indexKey, name: indexKeyName, generation: 1, hasPassphrase: hasPassphrase, storeID: storeID,
+                           passphraseKey: passphraseKey, deviceKey: deviceKey)
+        for name in classes(hasPassphrase: hasPassphrase).map(classKeyName) {
             out += try wrap(SecureRandom.bytes(AESGCM.keyBytes), name: name, generation: 1, hasPassphrase: hasPassphrase,
                             storeID: storeID, passphraseKey: passphraseKey, deviceKey: deviceKey)
         }
-        return out
+        return (out, indexKey)
     }
 
     /// The rows of the next generation: fresh class keys wrapped under `passphraseKey` (and the

@@ -35,7 +35,9 @@ public final class Keychain: @unchecked Sendable {
         let passphraseKey = try passphrase.map { try Scrypt.deriveKey(passphrase: $0, salt: salt, parameters: scrypt) }
         let db = try StoreDatabase(path: path, create: true)
         let storeID = try db.queue.read { db in try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'store_id'") }
-        let wrapped = try Keybag.create(passphraseKey: passphraseKey, deviceKey: deviceKey, storeID: [UInt8](storeID ?? Data()))
+        let id = [UInt8](storeID ?? Data())
+        let (wrapped, indexKey) = try Keybag.create(passphraseKey: passphraseKey, deviceKey: deviceKey, storeID: id)
+        let ledger = RowLedger(counter: 1, count: 0, digest: RowSetDigest())
         try db.queue.write { db in
             let meta: [(String, Data)] = [
                 ("format", Data(StoreDatabase.format.utf8)),
@@ -46,10 +48,10 @@ public final class Keychain: @unchecked Sendable {
             for (k, v) in meta { try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", arguments: [k, v]) }
             try Self.insert(wrapped, db)
             if passphrase != nil { try KDFRecord.save(db, parameters: scrypt, salt: salt, generation: 1) }
+            try ledger.save(db, keys: try RowLedger.Keys(indexKey: indexKey), storeID: id)
         }
         let keychain = try Keychain(openingAt: path, deviceKeyPath: deviceKeyPath)
         try keychain.keybag.withLock { bag in try bag.unlock(passphraseKey: passphraseKey, wrapped: try keychain.wrappedKeys()) }
-        try keychain.checkRows()
         return keychain
     }
 

@@ -95,10 +95,10 @@ final class StoreFileTests: XCTestCase {
     }
 
     func testCreateStoresTheChosenScryptParameters() throws {
-        _ = try Keychain.create(at: store.path, passphrase: secure("x"), scrypt: ScryptParameters(logN: 11, r: 4, p: 2),
+        _ = try Keychain.create(at: store.path, passphrase: secure("x"), scrypt: ScryptParameters(logN: 11),
                                 deviceKeyPath: store.deviceKeyPath)
         let json = try store.sql("SELECT CAST(value AS TEXT) FROM meta WHERE name = 'scrypt'")
-        XCTAssertEqual(try JSONDecoder().decode(ScryptParameters.self, from: Data(json.utf8)), ScryptParameters(logN: 11, r: 4, p: 2))
+        XCTAssertEqual(try JSONDecoder().decode(ScryptParameters.self, from: Data(json.utf8)), ScryptParameters(logN: 11))
         XCTAssertEqual(try store.sql("PRAGMA journal_mode"), "wal")
     }
 }
