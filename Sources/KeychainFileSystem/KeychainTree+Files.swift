@@ -136,7 +136,15 @@ extension KeychainTree {
         do {
             s.index.insert(try keychain.update(item, to: item.record, secret: f.buffer))
             f.markCommitted()
-        } catch { throw .from(error) }
+            f.createdItem = false
+        } catch {
+            // A create whose first write could not be stored (a full disk) leaves no empty item.
+            if f.createdItem, (try? keychain.delete([item])) != nil {
+                s.index.remove(id: item.id)
+                f.markCommitted()
+            }
+            throw .from(error)
+        }
         s.forgetPlaintext(f.itemID)
     }
 

@@ -41,9 +41,12 @@ struct PasswdCommand: ParsableCommand {
         commandName: "passwd",
         abstract: "Change the store's passphrase.",
         discussion: """
-            Only the class keys are re-wrapped, so it takes the same time however many items there \
-            are. It acts on the store file directly even while it is mounted: the daemon keeps the \
-            same class keys and reads the new wrapping at its next unlock.
+            Starts a new generation of class keys: items added from now on are sealed under it, so \
+            the old passphrase, even with an old copy of the store, opens none of them. Older items \
+            keep their keys, which the new passphrase reaches, so the change takes the same time \
+            however many items there are. --rekey also re-seals every item under the new keys \
+            (with progress on a terminal), so the old passphrase opens nothing in this store. The \
+            store must not be mounted (unmount it first).
             """)
 
     @OptionGroup var storeOptions: StoreOptions
@@ -51,9 +54,17 @@ struct PasswdCommand: ParsableCommand {
     @OptionGroup var newPassphrase: NewPassphraseOptions
     @Option(help: ArgumentHelp("New scrypt cost as log2(N), 10-22 (default: keep the current one).", valueName: "n"))
     var scryptLogN: UInt8?
+    @Flag(help: "Also re-seal every item under the new keys.")
+    var rekey = false
 
     func run() throws {
         let path = storeOptions.path
+        // A daemon holds the old keys and would go on sealing under them.
+        let storeLock: Int32
+        do { storeLock = try MountDaemon.lockStore(path) } catch KeychainError.storeBusy(let m) {
+            throw KeychainError.storeBusy("\(m); unmount it before changing its passphrase")
+        }
+        defer { close(storeLock) }
         let keychain = try Keychain(openingAt: path)
         guard keychain.hasPassphrase else {
             throw KeychainError.invalidInput("\(path) has no passphrase (it was made with --no-passphrase)")
@@ -65,8 +76,16 @@ struct PasswdCommand: ParsableCommand {
         try keychain.unlock(passphrase: old)
         let new = try newPassphrase.read()
         try keychain.changePassphrase(old: old, new: new, scrypt: scrypt)
-        keychain.forgetKeys()
         Output.line("changed the passphrase of \(path)")
+        if rekey {
+            let terminal = isatty(STDERR_FILENO) == 1
+            let count = try keychain.rekey { done, total in
+                if terminal { FileHandle.standardError.write(Data("\rre-sealed \(done) of \(total) items".utf8)) }
+            }
+            if terminal { FileHandle.standardError.write(Data("\n".utf8)) }
+            Output.line("re-sealed \(count) item\(count == 1 ? "" : "s") under the new keys")
+        }
+        keychain.forgetKeys()
     }
 }
 
