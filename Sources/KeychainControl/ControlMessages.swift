@@ -6,7 +6,7 @@ import KeychainStore
 /// A request on the control socket: one `KeychainService` call. Secrets travel as `Data` and
 /// are turned into `SecureBytes` as soon as they are decoded.
 enum ControlRequest: Codable {
-    case save(key: ItemKey, secret: Data, changes: AttributeChanges, updateExisting: Bool)
+    case save(key: ItemKey, secret: Data, extras: Data?, changes: AttributeChanges, updateExisting: Bool)
     case find(query: ItemQuery, withSecrets: Bool, limit: Int?)
     case delete(query: ItemQuery)
     case dump(withSecrets: Bool)
@@ -34,6 +34,7 @@ struct WireItem: Codable {
     var itemID: Int64
     var record: ItemRecord
     var secret: WireSecret?
+    var extras: Data?
 
     enum WireSecret: Codable {
         case value(Data)
@@ -50,6 +51,7 @@ struct WireItem: Codable {
         case .damaged(let reason): secret = .damaged(reason)
         case nil: secret = nil
         }
+        extras = item.extras?.wireData
     }
 
     var foundItem: FoundItem {
@@ -59,7 +61,7 @@ struct WireItem: Codable {
         case .damaged(let reason): .damaged(reason)
         case nil: nil
         }
-        return FoundItem(itemID: itemID, record: record, secret: found)
+        return FoundItem(itemID: itemID, record: record, secret: found, extras: extras.map { SecureBytes(copying: $0) })
     }
 }
 

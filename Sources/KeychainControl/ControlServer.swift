@@ -98,8 +98,9 @@ public final class ControlServer: @unchecked Sendable {
     private func answer(_ request: ControlRequest) -> ControlResponse {
         do {
             switch request {
-            case .save(let key, let secret, let changes, let updateExisting):
-                return .saved(try service.save(key: key, secret: SecureBytes(copying: secret), changes: changes,
+            case .save(let key, let secret, let extras, let changes, let updateExisting):
+                return .saved(try service.save(key: key, secret: SecureBytes(copying: secret),
+                                               extras: extras.map { SecureBytes(copying: $0) }, changes: changes,
                                                updateExisting: updateExisting))
             case .find(let query, let withSecrets, let limit):
                 return .found(try service.find(query: query, withSecrets: withSecrets, limit: limit).map(WireItem.init))

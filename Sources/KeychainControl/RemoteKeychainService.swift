@@ -35,8 +35,10 @@ public final class RemoteKeychainService: KeychainService {
         KeychainError.io("the daemon sent a reply of the wrong kind (\(String(describing: r).prefix(while: { $0 != "(" })))")
     }
 
-    public func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
-        let r = try call(.save(key: key, secret: secret.wireData, changes: changes, updateExisting: updateExisting))
+    public func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
+                     updateExisting: Bool) throws -> ItemRecord {
+        let r = try call(.save(key: key, secret: secret.wireData, extras: extras?.wireData, changes: changes,
+                               updateExisting: updateExisting))
         guard case .saved(let record) = r else { throw Self.unexpected(r) }
         return record
     }

@@ -175,7 +175,8 @@ extension Keychain {
     private func reseal(_ item: KeychainItem, as record: ItemRecord, secret: SecureBytes?, extras: SecureBytes?,
                         replacing other: KeychainItem? = nil) throws -> KeychainItem {
         let value = try secret ?? self.secret(of: item)
-        let keptExtras = try extras ?? self.extras(of: item)
+        // A save through a temporary file renamed over the item keeps the item's extras.
+        let keptExtras = try extras ?? self.extras(of: item) ?? other.flatMap { try self.extras(of: $0) }
         return try write(.removes) { db, changes in
             let sealed = try seal(record, secret: value, extras: keptExtras, id: item.id, version: item.sealed.version + 1)
             if let other, other.id != item.id { try Self.deleteRow(other.id, db, &changes) }

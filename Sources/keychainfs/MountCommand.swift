@@ -21,11 +21,14 @@ struct MountCommand: ParsableCommand {
     @Option(help: "Lock after this many seconds without file access.") var lockAfter: Int?
     @Flag(help: "Stay in the foreground and log to stderr.") var foreground = false
     @Option(help: "Class of items created through the tree (default when-unlocked).") var defaultAccessible: String?
+    @Flag(help: "Use the store although it is older than this machine last saw (a backup put back on purpose).")
+    var acceptRollback = false
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        let settings = try preflight()
-        let keychain = try Keychain(openingAt: settings.storePath)
+        var settings = try preflight()
+        settings.acceptRollback = acceptRollback
+        let keychain = try Keychain(openingAt: settings.storePath, acceptRollback: acceptRollback)
         let secret = !settings.startLocked && keychain.hasPassphrase
             ? try passphrase.read(prompt: "Passphrase for \(settings.storePath): ") : nil
         guard foreground else {
@@ -75,12 +78,14 @@ struct DaemonCommand: ParsableCommand {
     @Option var lockAfter: Int?
     @Option var defaultAccessible: String
     @Flag var readPassphrase = false
+    @Flag var acceptRollback = false
 
     static func arguments(for s: MountSettings) -> [String] {
         var args = ["_daemon", s.mountpoint, "--store", s.storePath, "--default-accessible", s.defaultClass.rawValue]
         if s.startLocked { args.append("--locked") }
         if let l = s.lockAfter { args += ["--lock-after", String(l)] }
         if !s.startLocked { args.append("--read-passphrase") }
+        if s.acceptRollback { args.append("--accept-rollback") }
         return args
     }
 
@@ -88,7 +93,8 @@ struct DaemonCommand: ParsableCommand {
         // Do not pin the directory the user mounted from.
         _ = chdir("/")
         let settings = MountSettings(storePath: store, mountpoint: mountpoint, startLocked: locked, lockAfter: lockAfter,
-                                     defaultClass: AccessibilityClass(rawValue: defaultAccessible) ?? .default)
+                                     defaultClass: AccessibilityClass(rawValue: defaultAccessible) ?? .default,
+                                     acceptRollback: acceptRollback)
         let secret = readPassphrase
             ? try? LineReader.readLine(fd: DaemonLauncher.passphraseFD, what: "the passphrase pipe") : nil
         close(DaemonLauncher.passphraseFD)

@@ -15,6 +15,8 @@ struct MountSettings: Sendable {
     var startLocked: Bool
     var lockAfter: Int?
     var defaultClass: AccessibilityClass
+    /// Take a store whose rows or commit counter are older than this machine last saw (`--accept-rollback`).
+    var acceptRollback = false
 }
 
 /// The daemon behind a mount: holds the store's lock, unlocks, mounts, answers the control
@@ -32,7 +34,7 @@ final class MountDaemon: @unchecked Sendable {
         let storeLock: Int32, keychain: Keychain, tree: KeychainTree, mount: FuseMount
         do {
             storeLock = try Self.lockStore(settings.storePath)
-            keychain = try Keychain(openingAt: settings.storePath)
+            keychain = try Keychain(openingAt: settings.storePath, acceptRollback: settings.acceptRollback)
             if !settings.startLocked { try keychain.unlock(passphrase: passphrase) }
             tree = try KeychainTree(keychain: keychain, defaultClass: settings.defaultClass, lockAfter: settings.lockAfter)
             mount = FuseMount(tree: tree, mountpoint: settings.mountpoint)
