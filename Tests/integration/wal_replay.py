@@ -180,7 +180,8 @@ def main():
                     f.write(files[s])
         con = sqlite3.connect(live)
         current = set()
-        for secret, extras in con.execute("SELECT secret, extras FROM items"):
+        has_extras = "extras" in [r[1] for r in con.execute("PRAGMA table_info(items)")]
+        for secret, extras in con.execute("SELECT secret, %s FROM items" % ("extras" if has_extras else "NULL")):
             current.add(bytes(secret))
             if extras is not None:
                 current.add(bytes(extras))
