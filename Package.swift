@@ -44,7 +44,7 @@ let package = Package(
         .executableTarget(name: "git-credential-keychainfs", dependencies: ["KeychainModel", "KeychainControl", "GitCredential"]),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
-        .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainStore"]),
+        .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainStore"], exclude: ["Fixtures"]),
         .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem"]),
         .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
     ],
