@@ -15,6 +15,16 @@ new_store() {
     init_store --store "$S"
 }
 
+# expect_mount_refused NAME ARGS...: `mount` with ARGS exits 93; a mount that happens anyway is undone.
+expect_mount_refused() {
+    name=$1
+    shift
+    on_exit_unmount "$MP"
+    expect_exit 93 "$name" kc mount "$MP" "$@"
+    pid=$(daemon_pid "$MP")
+    if [ -n "$pid" ]; then on_exit_kill "$pid"; kc unmount "$MP" >/dev/null 2>&1; fi
+}
+
 # meta NAME: the meta value as text.
 meta() { sqlite3 "$S" "SELECT CAST(value AS TEXT) FROM meta WHERE name = '$1'"; }
 
@@ -35,7 +45,7 @@ new_id=$(sqlite3 "$S" "SELECT MAX(id) FROM items")
 recovered=$(python3 "$ATTACK" open "$S" "$chosen" "$new_id" 2>/dev/null)
 expect_not_contains "$recovered" "topsecret" "the attacker's key opens no new item"
 expect_exit 93 "verify reports it" kc verify --store "$S" --passphrase-file "$PASSFILE"
-expect_exit 93 "and a mount refuses it" kc mount "$MP" --store "$S" --passphrase-file "$PASSFILE"
+expect_mount_refused "and a mount refuses it" --store "$S" --passphrase-file "$PASSFILE"
 
 echo "== a deleted keybag row is reported by verify"
 new_store deleted-row
@@ -82,7 +92,7 @@ expect_exit 93 "an older copy of a row is detected at open" kc find-generic-pass
     --passphrase-file "$PASSFILE"
 expect_not_contains "$OUT" "v1" "and the old value is not served"
 expect_exit 93 "verify reports it" kc verify --store "$S" --passphrase-file "$PASSFILE"
-expect_exit 93 "a mount refuses it" kc mount "$MP" --store "$S" --passphrase-file "$PASSFILE"
+expect_mount_refused "a mount refuses it" --store "$S" --passphrase-file "$PASSFILE"
 expect_contains "$ERR" "--accept-rollback" "and says how to take it"
 expect_exit 0 "mount --accept-rollback takes the store as it is" mount_kc "$MP" --store "$S" --accept-rollback
 expect_eq "v1" "$(cat "$MP/svc/acct")" "(the replayed value, accepted)"
@@ -116,7 +126,7 @@ cp "$TEST_ROOT/whole.backup" "$S"
 rm -f "$S-wal" "$S-shm"
 expect_exit 93 "verify reports a rolled-back store" kc verify --store "$S" --passphrase-file "$PASSFILE"
 expect_contains "$ERR" "rolled back" "and says so"
-expect_exit 93 "mount refuses it" kc mount "$MP" --store "$S" --passphrase-file "$PASSFILE"
+expect_mount_refused "mount refuses it" --store "$S" --passphrase-file "$PASSFILE"
 expect_exit 0 "mount --accept-rollback mounts it" mount_kc "$MP" --store "$S" --accept-rollback
 expect_eq "first" "$(cat "$MP/svc/a")" "(the older copy)"
 kc unmount "$MP" >/dev/null
