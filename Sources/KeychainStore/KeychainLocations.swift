@@ -41,9 +41,9 @@ public enum KeychainLocations {
     public static func makeDirectory(_ path: String, mode: mode_t = 0o700, onlyIfNew: Bool = false) throws {
         if onlyIfNew {
             var missing: [String] = []
-            var dir = path
+            var dir = path.isEmpty ? "." : path
             var st = stat()
-            while !dir.isEmpty && dir != "/" && stat(dir, &st) != 0 {
+            while !dir.isEmpty && stat(dir, &st) != 0 {
                 missing.insert(dir, at: 0)
                 dir = (dir as NSString).deletingLastPathComponent
             }
