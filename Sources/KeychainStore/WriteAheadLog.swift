@@ -85,7 +85,7 @@ extension StoreDatabase {
                 result = try body(db)
                 return .commit
             }
-            if (effect != .addsOnly || log.isPending) && ProcessInfo.processInfo.environment["KCFS_NO_TRUNCATE"] == nil { log.truncate(db) }
+            if effect != .addsOnly || log.isPending { log.truncate(db) }
             return result!
         }
     }

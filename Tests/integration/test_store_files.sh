@@ -98,8 +98,12 @@ if command -v strace >/dev/null 2>&1; then
     strace -f -o /dev/null -e trace=rename,renameat,renameat2 -e inject=rename,renameat,renameat2:delay_enter=1500000 \
         sed -i 's/staged/edited/' "$MP/vault/key" &
     sed_pid=$!
-    sleep 0.8
+    # Wait for sed's temporary file, give it time to be written and closed, then copy the files.
+    i=0
+    while ! ls "$MP/vault" | grep -q '^sed' && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    sleep 0.3
     snapshot
+    expect_eq 1 "$(ls "$MP/vault" | grep -c '^sed')" "the copy was taken while sed's temporary file existed"
     wait $sed_pid
     expect_eq "edited" "$(cat "$MP/vault/key")" "sed -i saved"
     nothing_recoverable "sed -i, copied before its rename: no row of a weaker class" "$SNAP/keychain.db" --classes 4,5,6,7
