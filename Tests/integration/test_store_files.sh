@@ -51,7 +51,7 @@ printf 'rotated-again' | kc add-generic-password -s svc -a four -U >/dev/null
 nothing_recoverable "rotation (add -U): earlier values are gone"
 
 setfattr -n user.keychain.accessible -v after-first-unlock "$MP/svc/five"
-expect_eq "after-first-unlock" "$(getfattr --only-values -n user.keychain.accessible "$MP/svc/five")" "re-classed"
+expect_eq "after-first-unlock" "$(getfattr --only-values -n user.keychain.accessible "$MP/svc/five" 2>/dev/null)" "re-classed"
 nothing_recoverable "setfattr accessible: the value sealed under the old class is gone"
 
 kc delete-generic-password -s svc -a six >/dev/null
@@ -68,8 +68,11 @@ fusermount3 -u -z "$MP" 2>/dev/null
 
 kc passwd --passphrase-file "$PASSFILE" --new-passphrase-file "$PASSFILE" >/dev/null
 nothing_recoverable "after passwd"
-kc passwd --rekey --passphrase-file "$PASSFILE" --new-passphrase-file "$PASSFILE" >"$OUT" 2>"$ERR"
+# At a terminal (script gives it one), --rekey shows its progress.
+script -qec "'$KEYCHAINFS_BIN' passwd --rekey --passphrase-file '$PASSFILE' --new-passphrase-file '$PASSFILE'" /dev/null \
+    >"$OUT" 2>"$ERR"
 expect_eq 0 $? "passwd --rekey re-seals every item"
+expect_contains "$OUT" "re-sealed 5 of 5 items" "with its progress on the terminal"
 nothing_recoverable "after passwd --rekey: no item is left sealed under the old generation"
 expect_eq "value-5" "$(kc find-generic-password -s svc -a seven -w --passphrase-file "$PASSFILE")" "and the items still read"
 
@@ -86,7 +89,7 @@ snapshot() { for s in "" -wal -shm -reserve; do [ -f "$S2$s" ] && cp "$S2$s" "$S
 
 # A new file beside a this-device-only item is this-device-only from its creation.
 sh -c "printf 'staged' > '$MP/vault/tmp.key'"
-expect_eq "when-unlocked-this-device-only" "$(getfattr --only-values -n user.keychain.accessible "$MP/vault/tmp.key")" \
+expect_eq "when-unlocked-this-device-only" "$(getfattr --only-values -n user.keychain.accessible "$MP/vault/tmp.key" 2>/dev/null)" \
     "a file created beside a this-device-only item takes its class"
 snapshot
 mv "$MP/vault/tmp.key" "$MP/vault/key"
