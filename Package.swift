@@ -30,6 +30,7 @@ let package = Package(
         .target(name: "KeychainStore", dependencies: [
             "KeychainModel", "KeychainCrypto",
             .product(name: "GRDB", package: "GRDB.swift"),
+            .product(name: "GRDBSQLite", package: "GRDB.swift"),
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "KeychainFileSystem", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStore"]),

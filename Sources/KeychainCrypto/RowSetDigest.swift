@@ -18,37 +18,48 @@ public struct RowSetDigest: Equatable, Sendable {
     public mutating func toggle(_ pairs: [(id: Int64, version: Int64)], key: SecureBytes) throws {
         guard !pairs.isEmpty else { return }
         // Two blocks per pair; the top bit of the version word tells them apart (versions stay far below 2^63).
-        var input = [UInt8](repeating: 0, count: pairs.count * 32)
-        for (n, pair) in pairs.enumerated() {
-            for half in 0..<2 {
-                let base = n * 32 + half * 16
-                let version = UInt64(bitPattern: pair.version) & ~(UInt64(1) << 63) | (UInt64(half) << 63)
-                for i in 0..<8 {
-                    input[base + i] = UInt8(truncatingIfNeeded: UInt64(bitPattern: pair.id) >> UInt64(56 - 8 * i))
-                    input[base + 8 + i] = UInt8(truncatingIfNeeded: version >> UInt64(56 - 8 * i))
-                }
+        var input = [UInt64](repeating: 0, count: pairs.count * 4)
+        input.withUnsafeMutableBufferPointer { words in
+            for (n, pair) in pairs.enumerated() {
+                let version = UInt64(bitPattern: pair.version) & ~(UInt64(1) << 63)
+                words[4 * n] = UInt64(bitPattern: pair.id).bigEndian
+                words[4 * n + 1] = version.bigEndian
+                words[4 * n + 2] = UInt64(bitPattern: pair.id).bigEndian
+                words[4 * n + 3] = (version | UInt64(1) << 63).bigEndian
             }
         }
         let output = try Self.encryptBlocks(input, key: key)
-        for n in 0..<pairs.count {
-            for i in 0..<Self.byteCount { bytes[i] ^= output[n * 32 + i] }
+        var acc = [UInt64](repeating: 0, count: 4)
+        output.withUnsafeBufferPointer { words in
+            for n in 0..<pairs.count {
+                acc[0] ^= words[4 * n]; acc[1] ^= words[4 * n + 1]; acc[2] ^= words[4 * n + 2]; acc[3] ^= words[4 * n + 3]
+            }
+        }
+        acc.withUnsafeBytes { a in
+            bytes.withUnsafeMutableBytes { b in for i in 0..<Self.byteCount { b[i] ^= a[i] } }
         }
     }
 
     /// AES-256 on each 16-byte block (ECB: each block is a distinct pair, so nothing repeats).
-    private static func encryptBlocks(_ input: [UInt8], key: SecureBytes) throws -> [UInt8] {
-        precondition(key.count == AESGCM.keyBytes && input.count % 16 == 0)
+    private static func encryptBlocks(_ input: [UInt64], key: SecureBytes) throws -> [UInt64] {
+        precondition(key.count == AESGCM.keyBytes)
         guard let ctx = EVP_CIPHER_CTX_new() else { throw CryptoError.openSSL("EVP_CIPHER_CTX_new") }
         defer { EVP_CIPHER_CTX_free(ctx) }
-        var out = [UInt8](repeating: 0, count: input.count + 16)
+        var out = [UInt64](repeating: 0, count: input.count + 2)
         var n: Int32 = 0
+        let byteCount = input.count * 8
         let ok = key.withUnsafeBytes { k in
-            EVP_EncryptInit_ex(ctx, EVP_aes_256_ecb(), nil, k.bindMemory(to: UInt8.self).baseAddress, nil) == 1
-                && EVP_CIPHER_CTX_set_padding(ctx, 0) == 1
-                && EVP_EncryptUpdate(ctx, &out, &n, input, Int32(input.count)) == 1
+            input.withUnsafeBytes { i in
+                out.withUnsafeMutableBytes { o in
+                    EVP_EncryptInit_ex(ctx, EVP_aes_256_ecb(), nil, k.bindMemory(to: UInt8.self).baseAddress, nil) == 1
+                        && EVP_CIPHER_CTX_set_padding(ctx, 0) == 1
+                        && EVP_EncryptUpdate(ctx, o.bindMemory(to: UInt8.self).baseAddress, &n,
+                                             i.bindMemory(to: UInt8.self).baseAddress, Int32(byteCount)) == 1
+                }
+            }
         }
-        guard ok, Int(n) == input.count else { throw CryptoError.openSSL("AES block") }
-        out.removeLast(16)
+        guard ok, Int(n) == byteCount else { throw CryptoError.openSSL("AES block") }
+        out.removeLast(2)
         return out
     }
 }

@@ -50,10 +50,12 @@ extension Keychain {
 
     /// Records the rows as they are now, with a counter above every one seen before.
     private func rebaseLedger(_ keys: RowLedger.Keys, after seen: UInt64) throws {
-        let value = try database.write(.addsOnly) { db in
-            let ledger = try RowLedger.scan(db, keys: keys, counter: seen + 1)
-            try ledger.save(db, keys: keys, storeID: storeID)
-            return ledger.counter
+        let value = try Self.mappingDatabaseErrors {
+            try database.write(.addsOnly) { db in
+                let ledger = try RowLedger.scan(db, keys: keys, counter: seen + 1)
+                try ledger.save(db, keys: keys, storeID: storeID)
+                return ledger.counter
+            }
         }
         counter.record(value, force: true)
     }

@@ -266,9 +266,8 @@ extension Keychain {
         guard let indexKey = keybag.withLock({ $0.indexKey }) else { throw KeychainError.unavailable(.whenUnlocked) }
         let keys = try RowLedger.Keys(indexKey: indexKey)
         let generation = keyGeneration
-        let (result, counterValue): (T, UInt64)
-        do {
-            (result, counterValue) = try database.write(effect) { db in
+        let (result, counterValue): (T, UInt64) = try Self.mappingDatabaseErrors {
+            try database.write(effect) { db in
                 // A passphrase change by another process since this one unlocked: its keys are no longer the newest.
                 let stored = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'key_generation'")
                     .flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
@@ -290,6 +289,15 @@ extension Keychain {
                 try ledger.save(db, keys: keys, storeID: storeID)
                 return (result, ledger.counter)
             }
+        }
+        counter.record(counterValue)
+        return result
+    }
+
+    /// SQLite's errors as the keychain's.
+    static func mappingDatabaseErrors<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
         } catch let e as DatabaseError where e.resultCode == .SQLITE_CONSTRAINT {
             throw KeychainError.duplicateItem
         } catch let e as DatabaseError where e.resultCode == .SQLITE_FULL {
@@ -297,8 +305,6 @@ extension Keychain {
         } catch let e as DatabaseError {
             throw KeychainError.io("database error: \(e.message ?? "\(e)")")
         }
-        counter.record(counterValue)
-        return result
     }
 
     private static func nextID(_ db: Database) throws -> Int64 {

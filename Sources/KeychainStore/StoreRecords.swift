@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import KeychainCrypto
 
 /// The passphrase's key-derivation data: scrypt parameters, salt and the verifier (the index
@@ -113,10 +114,26 @@ struct RowLedger: Equatable {
 
     /// The ledger the rows as they are now would have.
     static func scan(_ db: Database, keys: Keys, counter: UInt64) throws -> RowLedger {
-        let pairs = try Row.fetchAll(db, sql: "SELECT id, version FROM items").map { (id: $0[0] as Int64, version: $0[1] as Int64) }
         var digest = RowSetDigest()
+        var count: Int64 = 0
+        var pairs: [(id: Int64, version: Int64)] = []
+        pairs.reserveCapacity(8192)
+        // Straight from the statement: at 100,000 rows GRDB's Row is most of the cost of an open.
+        let statement = try db.makeStatement(sql: "SELECT id, version FROM items")
+        let raw = statement.sqliteStatement
+        while true {
+            let rc = sqlite3_step(raw)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
+            pairs.append((sqlite3_column_int64(raw, 0), sqlite3_column_int64(raw, 1)))
+            if pairs.count == 8192 {
+                try digest.toggle(pairs, key: keys.digest)
+                count += Int64(pairs.count)
+                pairs.removeAll(keepingCapacity: true)
+            }
+        }
         try digest.toggle(pairs, key: keys.digest)
-        return RowLedger(counter: counter, count: Int64(pairs.count), digest: digest)
+        return RowLedger(counter: counter, count: count + Int64(pairs.count), digest: digest)
     }
 }
 
