@@ -57,6 +57,9 @@ nothing_recoverable "setfattr accessible: the value sealed under the old class i
 kc delete-generic-password -s svc -a six >/dev/null
 nothing_recoverable "delete-generic-password: gone"
 
+expect_exit 75 "passwd refuses a mounted store" kc passwd --passphrase-file "$PASSFILE" --new-passphrase-file "$PASSFILE"
+expect_contains "$ERR" "unmount it before changing its passphrase" "and says what to do"
+
 # Each change to the item below returns only once it is durable and erased; a kill at any
 # moment after leaves nothing.
 for i in 1 2 3 4 5; do sh -c "printf 'value-$i' > '$MP/svc/seven'"; done
