@@ -226,9 +226,11 @@ extension Keychain {
         let ids = try database.queue.read { db in
             try Int64.fetchAll(db, sql: "SELECT id FROM items WHERE generation < ? ORDER BY id", arguments: [generation])
         }
+        let batch = max(batch, 1)
         var done = 0
         progress(0, ids.count)
-        for chunk in stride(from: 0, to: ids.count, by: max(batch, 1)).map({ Array(ids[$0..<min($0 + max(batch, 1), ids.count)]) }) {
+        for start in stride(from: 0, to: ids.count, by: batch) {
+            let chunk = ids[start..<min(start + batch, ids.count)]
             let rows = try database.queue.read { db in
                 try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE id IN (\(chunk.map(String.init).joined(separator: ",")))")
             }
