@@ -169,11 +169,6 @@ extension Keychain {
                        extras: SecureBytes? = nil, replacing other: KeychainItem? = nil) throws -> KeychainItem {
         var record = record
         record.attributes.modified = Date()
-        return try reseal(item, as: record, secret: secret, extras: extras, replacing: other)
-    }
-
-    private func reseal(_ item: KeychainItem, as record: ItemRecord, secret: SecureBytes?, extras: SecureBytes?,
-                        replacing other: KeychainItem? = nil) throws -> KeychainItem {
         let value = try secret ?? self.secret(of: item)
         // A save through a temporary file renamed over the item keeps the item's extras.
         let keptExtras = try extras ?? self.extras(of: item) ?? other.flatMap { try self.extras(of: $0) }
