@@ -27,12 +27,14 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto",
                        providers: [.apt(["libssl-dev"])]),
         .target(name: "CFuseShim", dependencies: ["CFuse"]),
+        .target(name: "CHardening"),
         .target(name: "KeychainErrors"),
         .target(name: "KeychainModel", dependencies: ["KeychainErrors"]),
-        .target(name: "KeychainCrypto", dependencies: ["COpenSSL"]),
+        .target(name: "KeychainCrypto", dependencies: ["COpenSSL", "CHardening"]),
         .target(name: "KeychainStore", dependencies: [
             "KeychainModel", "KeychainCrypto",
             .product(name: "GRDB", package: "GRDB.swift"),
+            .product(name: "GRDBSQLite", package: "GRDB.swift"),
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "KeychainFileSystem", dependencies: [
@@ -58,7 +60,7 @@ let package = Package(
         .executableTarget(name: "git-credential-keychainfs", dependencies: ["KeychainModel", "KeychainClient", "GitCredential"]),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
-        .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainStore"]),
+        .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainStore"], exclude: ["Fixtures"]),
         .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem"]),
         .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
         .testTarget(name: "KeychainControlTests", dependencies: [

@@ -4,7 +4,7 @@ import KeychainModel
 
 /// A request on the control socket: one `KeychainService` call, one per connection.
 package enum ControlRequest {
-    case save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool)
+    case save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges, updateExisting: Bool)
     case find(query: ItemQuery, withSecrets: Bool, limit: Int?)
     case delete(query: ItemQuery)
     case dump(withSecrets: Bool)
@@ -36,10 +36,11 @@ package enum ControlRequest {
     package func frame() throws -> SecureBytes {
         try ControlFrame.encode(kind: kind.rawValue) { w in
             switch self {
-            case .save(let key, let secret, let changes, let updateExisting):
+            case .save(let key, let secret, let extras, let changes, let updateExisting):
                 guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
                 w.nested(.key) { WireItem.write(key, to: $0) }
                 w.field(.secret, secret: secret)
+                if let extras { w.field(.extras, secret: extras) }
                 w.nested(.changes) { WireItem.write(changes, to: $0) }
                 w.field(.updateExisting, updateExisting)
             case .find(let query, let withSecrets, let limit):
@@ -68,7 +69,7 @@ package enum ControlRequest {
         case .save:
             let secret = try f.secret(.secret) ?? SecureBytes()
             guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
-            self = .save(key: try WireItem.newKey(f.nested(required: .key)), secret: secret,
+            self = .save(key: try WireItem.newKey(f.nested(required: .key)), secret: secret, extras: try f.secret(.extras),
                          changes: try WireItem.changes(f.nested(.changes)), updateExisting: try f.flag(.updateExisting))
         case .find:
             let limit = try f.integer(.limit, as: UInt64.self).map { Int(clamping: $0) }
@@ -327,6 +328,7 @@ package enum WireItem {
         case nil:
             break
         }
+        if let extras = item.extras { w.field(.extras, secret: extras) }
     }
 
     static func foundItem(_ f: WireFields) throws -> FoundItem {
@@ -341,7 +343,7 @@ package enum WireItem {
         case let s?: throw WireFields.malformed("unknown secret state \(s)")
         }
         return FoundItem(itemID: Int64(bitPattern: try f.integer(required: .itemID, as: UInt64.self)),
-                         record: try record(f.nested(required: .record)), secret: secret)
+                         record: try record(f.nested(required: .record)), secret: secret, extras: try f.secret(.extras))
     }
 
     static let lockStates: [(LockState, UInt8)] = [(.beforeFirstUnlock, 1), (.unlocked, 2), (.locked, 3)]

@@ -13,6 +13,11 @@ public protocol KeychainService: Sendable {
     /// (`duplicateItem` without it).
     func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord
 
+    /// As `save`, with extras sealed beside the secret (git's expiry and refresh token): nil
+    /// keeps an existing item's extras, empty removes them.
+    func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
+              updateExisting: Bool) throws -> ItemRecord
+
     /// Matching items in `ItemOrder`, at most `limit` of them. With `withSecrets`, a match
     /// whose class key is not held throws `unavailable`.
     func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem]
@@ -34,6 +39,10 @@ public protocol KeychainService: Sendable {
 }
 
 extension KeychainService {
+    public func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
+        try save(key: key, secret: secret, extras: nil, changes: changes, updateExisting: updateExisting)
+    }
+
     public func find(query: ItemQuery, withSecrets: Bool) throws -> [FoundItem] {
         try find(query: query, withSecrets: withSecrets, limit: nil)
     }
@@ -45,9 +54,11 @@ public struct FoundItem: Sendable {
     public var record: ItemRecord
     /// Nil when secrets were not asked for.
     public var secret: FoundSecret?
+    /// The sealed extras, when secrets were asked for and the item has some.
+    public var extras: SecureBytes?
 
-    public init(itemID: Int64, record: ItemRecord, secret: FoundSecret? = nil) {
-        self.itemID = itemID; self.record = record; self.secret = secret
+    public init(itemID: Int64, record: ItemRecord, secret: FoundSecret? = nil, extras: SecureBytes? = nil) {
+        self.itemID = itemID; self.record = record; self.secret = secret; self.extras = extras
     }
 
     /// The secret's bytes; throws what kept them from being read.

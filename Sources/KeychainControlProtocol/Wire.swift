@@ -59,6 +59,7 @@ package enum WireTag: UInt16 {
     case daemonVersion = 71         // string
     case memoryLocked = 72          // u8 0/1
     case allowRoot = 73             // u8 0/1
+    case extras = 75                // secret bytes: git's expiry and refresh token, sealed like the secret
 
     // Errors.
     case errorCase = 80             // u16: `WireError` case

@@ -266,8 +266,9 @@ public final class ControlServer: Sendable {
             let request = try ControlRequest(kind: received.kind, payload: received.payload)
             received.payload.wipe()
             switch request {
-            case .save(let key, let secret, let changes, let updateExisting):
-                try send(.saved(try service.save(key: key, secret: secret, changes: changes, updateExisting: updateExisting)))
+            case .save(let key, let secret, let extras, let changes, let updateExisting):
+                try send(.saved(try service.save(key: key, secret: secret, extras: extras, changes: changes,
+                                                 updateExisting: updateExisting)))
             case .find(let query, let withSecrets, let limit):
                 try stream(try service.find(query: query, withSecrets: withSecrets, limit: limit), send)
             case .delete(let query):

@@ -147,10 +147,10 @@ package final class ServedKeychain: Sendable {
     // MARK: what the control socket asks
 
     /// Adds the item, or with `updateExisting` updates the one with the same key.
-    package func save(_ key: ItemKey, secret: SecureBytes, changes: AttributeChanges, defaultClass: AccessibilityClass,
-                      updateExisting: Bool) throws -> KeychainItem {
+    package func save(_ key: ItemKey, secret: SecureBytes, extras: SecureBytes? = nil, changes: AttributeChanges,
+                      defaultClass: AccessibilityClass, updateExisting: Bool) throws -> KeychainItem {
         try change { () throws -> KeychainItem in
-            let item = try keychain.save(key, secret: secret, changes: changes, defaultClass: defaultClass,
+            let item = try keychain.save(key, secret: secret, changes: changes, extras: extras, defaultClass: defaultClass,
                                          updateExisting: updateExisting)
             state.withLock { $0.saved(item) }
             return item

@@ -40,7 +40,29 @@ public enum KeychainLocations {
     /// Creates `path` and its parents; the last component gets `mode`. An existing directory
     /// must be ours and not a symlink: the runtime directory's fallback is in /tmp, where
     /// another user could have made it first to catch passphrases sent to the daemon.
-    public static func makeDirectory(_ path: String, mode: mode_t = 0o700) throws {
+    ///
+    /// With `onlyIfNew` (a store's directory, which the user chose) an existing directory is
+    /// used as it is, whoever owns it, and only the directories made here get `mode`: `init
+    /// --store /tmp/k.db` must not make /tmp private.
+    public static func makeDirectory(_ path: String, mode: mode_t = 0o700, onlyIfNew: Bool = false) throws {
+        if onlyIfNew {
+            var missing: [String] = []
+            var dir = path.isEmpty ? "." : path
+            var st = stat()
+            while !dir.isEmpty && stat(dir, &st) != 0 {
+                missing.insert(dir, at: 0)
+                dir = (dir as NSString).deletingLastPathComponent
+            }
+            if missing.isEmpty {
+                guard st.st_mode & S_IFMT == S_IFDIR else { throw KeychainError.io("\(path) is not a directory") }
+                return
+            }
+            for d in missing where mkdir(d, mode) != 0 && errno != EEXIST {
+                throw KeychainError.io("cannot create \(d): \(String(cString: strerror(errno)))")
+            }
+            for d in missing { _ = chmod(d, mode) }
+            return
+        }
         do { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
         catch { throw KeychainError.io("cannot create \(path): \(error.localizedDescription)") }
         var st = stat()

@@ -21,8 +21,9 @@ final class DaemonKeychainService: KeychainService {
 
     private var served: ServedKeychain { tree.served }
 
-    func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
-        try served.save(key, secret: secret, changes: changes, defaultClass: tree.defaultClass,
+    func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
+              updateExisting: Bool) throws -> ItemRecord {
+        try served.save(key, secret: secret, extras: extras, changes: changes, defaultClass: tree.defaultClass,
                         updateExisting: updateExisting).record
     }
 
@@ -31,7 +32,8 @@ final class DaemonKeychainService: KeychainService {
         if let limit { items = Array(items.prefix(max(limit, 0))) }
         return try items.map { item in
             FoundItem(itemID: item.id, record: item.record,
-                      secret: withSecrets ? .value(try served.secret(of: item)) : nil)
+                      secret: withSecrets ? .value(try served.secret(of: item)) : nil,
+                      extras: withSecrets ? try served.keychain.extras(of: item) : nil)
         }
     }
 

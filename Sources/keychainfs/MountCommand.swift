@@ -28,11 +28,14 @@ struct MountCommand: ParsableCommand {
     @Option(help: "Class of items created through the tree (default when-unlocked).") var defaultAccessible: String?
     @Flag(inversion: .prefixedNo, help: "Let root (system services, sudo) read the mount; other users still cannot.")
     var allowRoot: Bool?
+    @Flag(help: "Use the store although it is older than this machine last saw (a backup put back on purpose).")
+    var acceptRollback = false
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        let settings = try preflight()
-        let keychain = try Keychain(openingAt: settings.storePath)
+        var settings = try preflight()
+        settings.acceptRollback = acceptRollback
+        let keychain = try Keychain(openingAt: settings.storePath, acceptRollback: acceptRollback)
         let secret = !settings.startLocked && keychain.hasPassphrase
             ? try passphrase.read(prompt: "Passphrase for \(settings.storePath): ") : nil
         guard foreground else {
@@ -112,6 +115,7 @@ struct DaemonCommand: ParsableCommand {
     @Option var defaultAccessible: String
     @Flag var readPassphrase = false
     @Flag var allowRoot = false
+    @Flag var acceptRollback = false
 
     static func arguments(for s: MountSettings) -> [String] {
         var args = ["_daemon", s.mountpoint, "--store", s.storePath, "--default-accessible", s.defaultClass.rawValue]
@@ -119,6 +123,7 @@ struct DaemonCommand: ParsableCommand {
         if s.allowRoot { args.append("--allow-root") }
         if let l = s.lockAfter { args += ["--lock-after", String(l)] }
         if !s.startLocked { args.append("--read-passphrase") }
+        if s.acceptRollback { args.append("--accept-rollback") }
         return args
     }
 
@@ -127,7 +132,7 @@ struct DaemonCommand: ParsableCommand {
         _ = chdir("/")
         let settings = MountSettings(storePath: store, mountpoint: mountpoint, startLocked: locked, lockAfter: lockAfter,
                                      defaultClass: AccessibilityClass(rawValue: defaultAccessible) ?? .default,
-                                     allowRoot: allowRoot)
+                                     allowRoot: allowRoot, acceptRollback: acceptRollback)
         let secret = readPassphrase
             ? try? LineReader.readLine(fd: DaemonLauncher.passphraseFD, what: "the passphrase pipe") : nil
         close(DaemonLauncher.passphraseFD)

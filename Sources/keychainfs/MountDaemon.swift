@@ -17,6 +17,8 @@ struct MountSettings: Sendable {
     var lockAfter: Int?
     var defaultClass: AccessibilityClass
     var allowRoot = false
+    /// Take a store whose rows or commit counter are older than this machine last saw (`--accept-rollback`).
+    var acceptRollback = false
 }
 
 /// The daemon behind a mount: holds the store's lock, unlocks, mounts, answers the control
@@ -39,7 +41,7 @@ final class MountDaemon: @unchecked Sendable {
         let storeLock: Int32, keychain: Keychain, tree: KeychainTree, mount: FuseMount
         do {
             storeLock = try Self.lockStore(settings.storePath)
-            keychain = try Keychain(openingAt: settings.storePath)
+            keychain = try Keychain(openingAt: settings.storePath, acceptRollback: settings.acceptRollback)
             // The passphrase is needed only to derive the keys: wiped at once, whatever the outcome.
             defer { passphrase?.wipe() }
             if !settings.startLocked { try keychain.unlock(passphrase: passphrase) }

@@ -41,13 +41,14 @@ struct PasswdCommand: ParsableCommand {
         commandName: "passwd",
         abstract: "Change, add or remove the store's passphrase.",
         discussion: """
-            Only the class keys are re-wrapped, so it takes the same time however many items there \
-            are. Changing the passphrase acts on the store file directly even while it is mounted: \
-            the daemon keeps the same class keys and reads the new wrapping at its next unlock. \
-            --remove makes the store device-key-only: it first deletes the \
-            'when-passcode-set-this-device-only' items (asking to confirm unless --yes), as iOS \
-            does when the passcode is removed. --add gives a device-key-only store a passphrase. \
-            Both need the store unmounted.
+            Starts a new generation of class keys: items added from now on are sealed under it, so \
+            the old passphrase, even with an old copy of the store, opens none of them. Older items \
+            keep their keys, which the new passphrase reaches, so the change takes the same time \
+            however many items there are. --rekey also re-seals every item under the new keys \
+            (with progress on a terminal), so the old passphrase opens nothing in this store. --remove makes the store device-key-only: it first deletes \
+            the 'when-passcode-set-this-device-only' items (asking to confirm unless --yes), as iOS \
+            does when the passcode is removed. --add gives a device-key-only store a passphrase. The \
+            store must not be mounted (unmount it first).
             """)
 
     @OptionGroup var storeOptions: StoreOptions
@@ -69,16 +70,17 @@ struct PasswdCommand: ParsableCommand {
         if yes && !remove { throw ValidationError("--yes goes with --remove") }
     }
 
+    @Flag(help: "Also re-seal every item under the new keys.")
+    var rekey = false
+
     func run() throws {
         let path = storeOptions.path
         let scrypt = scryptLogN.map { ScryptParameters(logN: $0) }
         if let scrypt, !scrypt.isAcceptable { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
         if add { return try addPassphrase(path, scrypt: scrypt) }
         if remove { return try removePassphrase(path) }
-        // A daemon that holds the store but cannot be reached is a refusal, as for every command.
-        // Without a daemon, the shared lock keeps one from starting while the keybag changes.
-        let route = try DaemonLocator.route(forStore: path)
-        try withExtendedLifetime(route) { try change(path, scrypt: scrypt) }
+        // A daemon holds the old keys and would go on sealing under them.
+        try withStoreUnserved(path) { try change(path, scrypt: scrypt) }
     }
 
     private func change(_ path: String, scrypt: ScryptParameters?) throws {
@@ -91,8 +93,16 @@ struct PasswdCommand: ParsableCommand {
         try keychain.unlock(passphrase: old)
         let new = try newPassphrase.read()
         try keychain.changePassphrase(old: old, new: new, scrypt: scrypt)
-        keychain.forgetKeys()
         Output.line("changed the passphrase of \(path)")
+        if rekey {
+            let terminal = isatty(STDERR_FILENO) == 1
+            let count = try keychain.rekey { done, total in
+                if terminal { FileHandle.standardError.write(Data("\rre-sealed \(done) of \(total) items".utf8)) }
+            }
+            if terminal { FileHandle.standardError.write(Data("\n".utf8)) }
+            Output.line("re-sealed \(count) item\(count == 1 ? "" : "s") under the new keys")
+        }
+        keychain.forgetKeys()
     }
 
     /// Adding or removing changes which keys a daemon could open and may delete items, so it
