@@ -1,7 +1,8 @@
 import Foundation
 
-/// Attributes git sends with a password that must come back with it on `get`. They live in the
-/// item's `generic` attribute as `key=value` lines, the same form git uses for them.
+/// Attributes git sends with a password that must come back with it on `get`. They are sealed
+/// with the password (the item's extras), as `key=value` lines, the form git uses for them;
+/// earlier versions kept them in the readable `generic` attribute, which is still read.
 public struct CredentialExtras: Equatable, Sendable {
     /// Unix time after which git discards the password; kept as git sent it.
     public var passwordExpiryUTC: String?

@@ -53,8 +53,9 @@ public final class RemoteKeychainService: KeychainService {
         KeychainError.io("the daemon sent a reply of the wrong kind (\(r.kind))")
     }
 
-    public func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
-        let r = try call(.save(key: key, secret: secret, changes: changes, updateExisting: updateExisting))
+    public func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
+                     updateExisting: Bool) throws -> ItemRecord {
+        let r = try call(.save(key: key, secret: secret, extras: extras, changes: changes, updateExisting: updateExisting))
         guard case .saved(let record) = r else { throw Self.unexpected(r) }
         return record
     }

@@ -138,7 +138,12 @@ public enum Fusermount {
         guard process.terminationStatus == 0 else {
             let why = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
                 .trimmingCharacters(in: .whitespacesAndNewlines)
-            throw KeychainError.storeBusy("cannot unmount \(mountpoint): \(why.isEmpty ? "busy" : why)")
+            if why.isEmpty || why.localizedCaseInsensitiveContains("busy") {
+                throw KeychainError.mountpointBusy(
+                    "cannot unmount \(mountpoint): it is busy (a process has a file open or its working directory there); "
+                    + "'fuser -vm \(mountpoint)' lists them")
+            }
+            throw KeychainError.storeBusy("cannot unmount \(mountpoint): \(why)")
         }
     }
 }

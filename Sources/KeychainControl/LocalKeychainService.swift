@@ -19,8 +19,9 @@ public final class LocalKeychainService: KeychainService {
         self.keychain = keychain; self.hooks = hooks; self.lease = lease; self.onChange = onChange
     }
 
-    public func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
-        let item = try keychain.save(key, secret: secret, changes: changes, updateExisting: updateExisting)
+    public func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
+                     updateExisting: Bool) throws -> ItemRecord {
+        let item = try keychain.save(key, secret: secret, changes: changes, extras: extras, updateExisting: updateExisting)
         onChange?(.saved([item]))
         return item.record
     }
@@ -30,7 +31,8 @@ public final class LocalKeychainService: KeychainService {
         if let limit { items = Array(items.prefix(max(limit, 0))) }
         return try items.map { item in
             FoundItem(itemID: item.id, record: item.record,
-                      secret: withSecrets ? .value(try keychain.secret(of: item)) : nil)
+                      secret: withSecrets ? .value(try keychain.secret(of: item)) : nil,
+                      extras: withSecrets ? try keychain.extras(of: item) : nil)
         }
     }
 
@@ -68,7 +70,9 @@ public final class LocalKeychainService: KeychainService {
         let mount = hooks?.status()
         return KeychainStatus(state: keychain.state, storePath: keychain.path, mountpoint: mount?.mountpoint,
                               lockAfter: mount?.lockAfter, itemCounts: try keychain.countsByClass(),
-                              hasPassphrase: keychain.hasPassphrase)
+                              hasPassphrase: keychain.hasPassphrase, daemonPID: mount?.daemonPID,
+                              daemonVersion: mount?.daemonVersion, memoryLocked: mount?.memoryLocked,
+                              allowRoot: mount?.allowRoot)
     }
 
     public func lock() throws {

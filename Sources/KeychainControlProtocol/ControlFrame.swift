@@ -7,8 +7,10 @@ public enum ControlProtocol {
     /// The wire format's version; a frame of any other version is answered with a
     /// version-mismatch frame. Raise it whenever a message or field changes meaning.
     /// (Version 1 was the JSON format, which had no version field. Version 3 added delete's
-    /// `all`, the deleted records in its reply, the query's attribute filters and lock-after.)
-    public static let version: UInt16 = 3
+    /// `all`, the deleted records in its reply, the query's attribute filters and lock-after.
+    /// Version 4 added the daemon's pid, version, memory lock and allow-root in the status,
+    /// and the sealed git extras of an item.)
+    public static let version: UInt16 = 4
     /// keychainfs's own version, which a mismatch reports to the user.
     public static let softwareVersion = "0.1.0"
 }

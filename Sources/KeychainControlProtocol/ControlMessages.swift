@@ -4,7 +4,7 @@ import KeychainModel
 
 /// A request on the control socket: one `KeychainService` call, one per connection.
 package enum ControlRequest {
-    case save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool)
+    case save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges, updateExisting: Bool)
     case find(query: ItemQuery, withSecrets: Bool, limit: Int?)
     case delete(query: ItemQuery, all: Bool)
     case dump(withSecrets: Bool)
@@ -40,10 +40,11 @@ package enum ControlRequest {
     package func frame() throws -> SecureBytes {
         try ControlFrame.encode(kind: kind.rawValue) { w in
             switch self {
-            case .save(let key, let secret, let changes, let updateExisting):
+            case .save(let key, let secret, let extras, let changes, let updateExisting):
                 guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
                 w.nested(.key) { WireItem.write(key, to: $0) }
                 w.field(.secret, secret: secret)
+                if let extras { w.field(.extras, secret: extras) }
                 w.nested(.changes) { WireItem.write(changes, to: $0) }
                 w.field(.updateExisting, updateExisting)
             case .find(let query, let withSecrets, let limit):
@@ -75,7 +76,7 @@ package enum ControlRequest {
         case .save:
             let secret = try f.secret(.secret) ?? SecureBytes()
             guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
-            self = .save(key: try WireItem.newKey(f.nested(required: .key)), secret: secret,
+            self = .save(key: try WireItem.newKey(f.nested(required: .key)), secret: secret, extras: try f.secret(.extras),
                          changes: try WireItem.changes(f.nested(.changes)), updateExisting: try f.flag(.updateExisting))
         case .find:
             let limit = try f.integer(.limit, as: UInt64.self).map { Int(clamping: $0) }
@@ -350,6 +351,7 @@ package enum WireItem {
         case nil:
             break
         }
+        if let extras = item.extras { w.field(.extras, secret: extras) }
     }
 
     static func foundItem(_ f: WireFields) throws -> FoundItem {
@@ -364,7 +366,7 @@ package enum WireItem {
         case let s?: throw WireFields.malformed("unknown secret state \(s)")
         }
         return FoundItem(itemID: Int64(bitPattern: try f.integer(required: .itemID, as: UInt64.self)),
-                         record: try record(f.nested(required: .record)), secret: secret)
+                         record: try record(f.nested(required: .record)), secret: secret, extras: try f.secret(.extras))
     }
 
     static let lockStates: [(LockState, UInt8)] = [(.beforeFirstUnlock, 1), (.unlocked, 2), (.locked, 3)]
@@ -381,6 +383,10 @@ package enum WireItem {
             }
         }
         w.field(.hasPassphrase, s.hasPassphrase)
+        if let pid = s.daemonPID { w.field(.daemonPID, UInt64(max(pid, 0))) }
+        w.field(.daemonVersion, ifPresent: s.daemonVersion)
+        if let locked = s.memoryLocked { w.field(.memoryLocked, UInt8(locked ? 1 : 0)) }
+        if let allowRoot = s.allowRoot { w.field(.allowRoot, UInt8(allowRoot ? 1 : 0)) }
     }
 
     static func status(_ f: WireFields) throws -> KeychainStatus {
@@ -393,7 +399,11 @@ package enum WireItem {
         }
         return KeychainStatus(state: state, storePath: try f.string(required: .storePath), mountpoint: try f.string(.mountpoint),
                               lockAfter: try f.integer(.lockAfter, as: UInt64.self).map { Int(clamping: $0) },
-                              itemCounts: counts, hasPassphrase: try f.flag(.hasPassphrase))
+                              itemCounts: counts, hasPassphrase: try f.flag(.hasPassphrase),
+                              daemonPID: try f.integer(.daemonPID, as: UInt64.self).map { Int32(clamping: $0) },
+                              daemonVersion: try f.string(.daemonVersion),
+                              memoryLocked: try f.integer(.memoryLocked, as: UInt8.self).map { $0 != 0 },
+                              allowRoot: try f.integer(.allowRoot, as: UInt8.self).map { $0 != 0 })
     }
 }
 
@@ -420,6 +430,7 @@ package enum WireError {
         case .diskFull: (16, nil, nil)
         case .io(let m): (17, m, nil)
         case .daemonVersionMismatch(let v): (18, v, nil)
+        case .mountpointBusy(let m): (19, m, nil)
         }
         w.field(.errorCase, code)
         w.field(.errorText, e.description)
@@ -450,6 +461,7 @@ package enum WireError {
         case 16: return .diskFull
         case 17: return .io(text)
         case 18: return .daemonVersionMismatch(running: text)
+        case 19: return .mountpointBusy(text)
         default: return .io(try f.string(.errorText) ?? "the daemon failed (error \(code))")
         }
     }

@@ -13,6 +13,11 @@ public protocol KeychainService: Sendable {
     /// (`duplicateItem` without it).
     func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord
 
+    /// As `save`, with extras sealed beside the secret (git's expiry and refresh token): nil
+    /// keeps an existing item's extras, empty removes them.
+    func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
+              updateExisting: Bool) throws -> ItemRecord
+
     /// Matching items in `ItemOrder`, at most `limit` of them. With `withSecrets`, a match
     /// whose class key is not held throws `unavailable`.
     func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem]
@@ -38,6 +43,10 @@ public protocol KeychainService: Sendable {
 }
 
 extension KeychainService {
+    public func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
+        try save(key: key, secret: secret, extras: nil, changes: changes, updateExisting: updateExisting)
+    }
+
     public func find(query: ItemQuery, withSecrets: Bool) throws -> [FoundItem] {
         try find(query: query, withSecrets: withSecrets, limit: nil)
     }
@@ -49,9 +58,11 @@ public struct FoundItem: Sendable {
     public var record: ItemRecord
     /// Nil when secrets were not asked for.
     public var secret: FoundSecret?
+    /// The sealed extras, when secrets were asked for and the item has some.
+    public var extras: SecureBytes?
 
-    public init(itemID: Int64, record: ItemRecord, secret: FoundSecret? = nil) {
-        self.itemID = itemID; self.record = record; self.secret = secret
+    public init(itemID: Int64, record: ItemRecord, secret: FoundSecret? = nil, extras: SecureBytes? = nil) {
+        self.itemID = itemID; self.record = record; self.secret = secret; self.extras = extras
     }
 
     /// The secret's bytes; throws what kept them from being read.
@@ -91,11 +102,23 @@ public struct KeychainStatus: Codable, Sendable, Equatable {
     public var lockAfter: Int?
     public var itemCounts: [AccessibilityClass: Int]
     public var hasPassphrase: Bool
+    /// The serving daemon's process id; nil without a daemon (or from an older daemon).
+    public var daemonPID: Int32?
+    /// The serving daemon's `keychainfs --version`.
+    public var daemonVersion: String?
+    /// Whether every key and secret buffer of the daemon is mlock'ed (false: RLIMIT_MEMLOCK
+    /// was too small for some, which may then reach swap).
+    public var memoryLocked: Bool?
+    /// Whether root may use the mount (`--allow-root`).
+    public var allowRoot: Bool?
 
     public init(state: LockState, storePath: String, mountpoint: String? = nil, lockAfter: Int? = nil,
-                itemCounts: [AccessibilityClass: Int], hasPassphrase: Bool) {
+                itemCounts: [AccessibilityClass: Int], hasPassphrase: Bool, daemonPID: Int32? = nil,
+                daemonVersion: String? = nil, memoryLocked: Bool? = nil, allowRoot: Bool? = nil) {
         self.state = state; self.storePath = storePath; self.mountpoint = mountpoint; self.lockAfter = lockAfter
         self.itemCounts = itemCounts; self.hasPassphrase = hasPassphrase
+        self.daemonPID = daemonPID; self.daemonVersion = daemonVersion; self.memoryLocked = memoryLocked
+        self.allowRoot = allowRoot
     }
 }
 
@@ -103,8 +126,17 @@ public struct KeychainStatus: Codable, Sendable, Equatable {
 public struct MountStatus: Sendable, Equatable {
     public var mountpoint: String
     public var lockAfter: Int?
+    public var daemonPID: Int32?
+    public var daemonVersion: String?
+    public var memoryLocked: Bool?
+    public var allowRoot: Bool?
 
-    public init(mountpoint: String, lockAfter: Int?) { self.mountpoint = mountpoint; self.lockAfter = lockAfter }
+    public init(mountpoint: String, lockAfter: Int?, daemonPID: Int32? = nil, daemonVersion: String? = nil,
+                memoryLocked: Bool? = nil, allowRoot: Bool? = nil) {
+        self.mountpoint = mountpoint; self.lockAfter = lockAfter
+        self.daemonPID = daemonPID; self.daemonVersion = daemonVersion; self.memoryLocked = memoryLocked
+        self.allowRoot = allowRoot
+    }
 }
 
 /// The daemon's side of lock, unlock, unmount and status. The daemon owns the lock state

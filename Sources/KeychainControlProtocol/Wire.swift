@@ -55,7 +55,12 @@ package enum WireTag: UInt16 {
     case lockAfter = 67             // u64
     case classCount = 68            // nested, repeated: accessible and count
     case hasPassphrase = 69         // u8 0/1
-    case all = 70                   // u8 0/1: a delete acts on every match, not the first
+    case daemonPID = 70             // u64
+    case daemonVersion = 71         // string
+    case memoryLocked = 72          // u8 0/1
+    case allowRoot = 73             // u8 0/1
+    case all = 74                   // u8 0/1: a delete acts on every match, not the first
+    case extras = 75                // secret bytes: git's expiry and refresh token, sealed like the secret
 
     // Errors.
     case errorCase = 80             // u16: `WireError` case

@@ -2,6 +2,7 @@ import Foundation
 import KeychainControlProtocol
 import KeychainCrypto
 import KeychainModel
+import Logging
 import Synchronization
 
 /// The daemon's end of the control socket: accepts connections from processes of the same
@@ -32,6 +33,8 @@ public final class ControlServer: Sendable {
     private let inFlight = Mutex<Int>(0)
     private let requests = RequestQueue()
     private let urgentRequests = RequestQueue()
+
+    private static let log = Logger(label: "keychainfs.control")
 
     public static let maxPendingConnections = 64
     public static let workerThreads = 4
@@ -167,7 +170,9 @@ public final class ControlServer: Sendable {
                 return
             }
             Self.configure(fd)
-            guard UnixSocket.peerUID(fd) == getuid() else {
+            let peer = UnixSocket.peerUID(fd)
+            guard peer == getuid() else {
+                Self.log.warning("refused a control connection from uid \(peer.map(String.init) ?? "unknown")")
                 close(fd)
                 continue
             }
@@ -261,8 +266,9 @@ public final class ControlServer: Sendable {
             let request = try ControlRequest(kind: received.kind, payload: received.payload)
             received.payload.wipe()
             switch request {
-            case .save(let key, let secret, let changes, let updateExisting):
-                try send(.saved(try service.save(key: key, secret: secret, changes: changes, updateExisting: updateExisting)))
+            case .save(let key, let secret, let extras, let changes, let updateExisting):
+                try send(.saved(try service.save(key: key, secret: secret, extras: extras, changes: changes,
+                                                 updateExisting: updateExisting)))
             case .find(let query, let withSecrets, let limit):
                 try stream(try service.find(query: query, withSecrets: withSecrets, limit: limit), send)
             case .delete(let query, let all):

@@ -107,7 +107,9 @@ public struct ScryptParameters: Codable, Equatable, Sendable {
     /// About a third of a second on this class of machine (2^17 · 8 · 128 B = 128 MiB).
     public static let `default` = ScryptParameters(logN: 17)
 
-    public var isAcceptable: Bool { logN >= 10 && logN <= 22 && r >= 1 && r <= 32 && p >= 1 && p <= 16 }
+    /// Exactly what `init` can write (only `logN` is a choice). A store with anything else was
+    /// tampered with: a huge r or p would make every unlock take minutes and gigabytes.
+    public var isAcceptable: Bool { logN >= 10 && logN <= 22 && r == 8 && p == 1 }
 }
 
 public enum Scrypt {

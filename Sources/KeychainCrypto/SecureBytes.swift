@@ -1,5 +1,6 @@
 import Foundation
 import COpenSSL
+import Synchronization
 
 /// Bytes of key material or plaintext secret, in their own mlock'ed pages that never reach
 /// swap or a core dump, wiped with OPENSSL_cleanse on resize and on free.
@@ -11,6 +12,10 @@ public final class SecureBytes: @unchecked Sendable {
     public private(set) var count: Int = 0
     /// False when the pages could not be locked (RLIMIT_MEMLOCK); they are still wiped.
     public private(set) var isLocked = true
+
+    private static let lockFailures = Atomic<Int>(0)
+    /// True while no buffer of this process has failed to be locked.
+    public static var allLocked: Bool { lockFailures.load(ordering: .relaxed) == 0 }
 
     public init(count: Int = 0) {
         reserve(count)
@@ -81,6 +86,7 @@ public final class SecureBytes: @unchecked Sendable {
         let p = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
         guard let p, p != MAP_FAILED else { fatalError("out of memory for \(n) secure bytes") }
         isLocked = mlock(p, size) == 0
+        if !isLocked { Self.lockFailures.add(1, ordering: .relaxed) }
         _ = madvise(p, size, MADV_DONTDUMP)
         base = p
         mapped = size

@@ -23,6 +23,8 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     /// The daemon serving the store speaks another control protocol; names its version.
     case daemonVersionMismatch(running: String)
     case mountFailed(String)
+    /// The mountpoint cannot be unmounted: a process has a file open or its working directory there.
+    case mountpointBusy(String)
     case diskFull
     case io(String)
 
@@ -44,6 +46,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .notMounted(let m): m
         case .daemonVersionMismatch(let v): "the running daemon is version \(v); unmount and mount again"
         case .mountFailed(let m): m
+        case .mountpointBusy(let m): m
         case .diskFull: "The disk is full; nothing was changed."
         case .io(let m): m
         }
@@ -70,6 +73,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .daemonVersionMismatch: 76
         case .notMounted: 69
         case .mountFailed: 70
+        case .mountpointBusy: 16
         case .diskFull: 73
         case .io: 74
         }
@@ -79,6 +83,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     public static let exitCodeTable: [(code: Int32, meaning: String)] = [
         (0, "success"),
         (1, "other failure"),
+        (16, "mountpoint busy: a process still uses the mount (find it with fuser -m)"),
         (36, "locked: the item's accessibility class is not available now"),
         (44, "item not found"),
         (45, "duplicate item"),
@@ -101,7 +106,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     ]
 
     /// One daemon serves a store; the refusal names where it is mounted.
-    public static func alreadyServed(_ store: String, at mountpoint: String?) -> KeychainError {
+    package static func alreadyServed(_ store: String, at mountpoint: String?) -> KeychainError {
         .storeBusy("\(store) is already mounted at \(mountpoint ?? "another mountpoint"); one daemon serves a store")
     }
 }

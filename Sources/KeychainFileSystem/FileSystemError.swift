@@ -1,6 +1,7 @@
 import Foundation
 import KeychainModel
 import KeychainStore
+import Logging
 
 /// A filesystem operation's failure: the errno the kernel passes on to the program.
 public struct FileSystemError: Error, Equatable, CustomStringConvertible {
@@ -22,6 +23,8 @@ public struct FileSystemError: Error, Equatable, CustomStringConvertible {
     public static let tooLarge = FileSystemError(EFBIG)
     public static let nameTooLong = FileSystemError(ENAMETOOLONG)
 
+    private static let log = Logger(label: "keychainfs.fs")
+
     /// The one table from keychain errors to errno.
     public init(_ error: KeychainError) {
         switch error {
@@ -34,11 +37,13 @@ public struct FileSystemError: Error, Equatable, CustomStringConvertible {
         case .invalidInput: self.init(EINVAL)
         case .nameTooLong: self.init(ENAMETOOLONG)
         case .secretTooLarge: self.init(EFBIG)
-        case .storeBusy: self.init(EBUSY)
+        case .storeBusy, .mountpointBusy: self.init(EBUSY)
         case .notMounted: self.init(ENOTCONN)
         case .diskFull: self.init(ENOSPC)
         case .notAKeychain, .mountFailed, .daemonVersionMismatch, .io: self.init(EIO)
         }
+        // The program sees only EIO or EBADMSG; the log keeps the cause (item ids, never names).
+        if errno == EIO || errno == EBADMSG { Self.log.error("\(self.description): \(error.description)") }
     }
 
     public init(_ error: ModelError) { self.init(KeychainError(error)) }
@@ -49,7 +54,7 @@ public struct FileSystemError: Error, Equatable, CustomStringConvertible {
         case let e as FileSystemError: e
         case let e as KeychainError: FileSystemError(e)
         case let e as ModelError: FileSystemError(e)
-        default: FileSystemError(EIO)
+        default: { log.error("EIO: \(error)"); return FileSystemError(EIO) }()
         }
     }
 }

@@ -24,27 +24,36 @@ extension KeychainTree {
                                      contents: contents ?? SecureBytes(), shared: contents != nil))
     }
 
-    /// Creates an empty item of the mount's default class (committed at once, so that it
-    /// is visible while being written) and opens it.
+    /// Creates an empty item (committed at once, so that it is visible while being written)
+    /// and opens it. Its class is the strictest of the mount's default and its directory's
+    /// items (`AccessibilityClass.forNewItem`).
     public func create(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
         let location = try TreeLocation.parse(path)
         let key = try itemKey(at: location)
-        guard keychain.isAvailable(defaultClass) else { throw .keyUnavailable }
         let item = try served.change { () throws(FileSystemError) -> KeychainItem in
-            try served.state.withLock { s throws(FileSystemError) in
+            let accessible = try served.state.withLock { s throws(FileSystemError) -> AccessibilityClass in
                 // Whatever exists there (an item, or a path directory of that name) is not replaced.
                 if (try? node(location, s.index)) != nil { throw .exists }
                 try requireParent(of: location, s.index)
+                let siblings: [Int64] = switch location {
+                case .genericItem(let svc, _): Array((s.index.services[svc] ?? [:]).values)
+                case .internetEntry(let server, let port, let parent, _):
+                    Array(s.index.directory(server: server, port: port, path: parent)?.items.values ?? [:].values)
+                default: []
+                }
+                return AccessibilityClass.forNewItem(mountDefault: defaultClass,
+                                                     siblings: siblings.compactMap { s.index.item($0)?.accessible })
             }
+            guard keychain.isAvailable(accessible) else { throw .keyUnavailable }
             let item: KeychainItem
             do {
-                item = try keychain.add(ItemRecord(key: key, attributes: ItemAttributes(accessible: defaultClass)),
+                item = try keychain.add(ItemRecord(key: key, attributes: ItemAttributes(accessible: accessible)),
                                         secret: SecureBytes())
             } catch { throw .from(error) }
             served.state.withLock { $0.saved(item) }
             return item
         }
-        let file = OpenFile(itemID: item.id, accessible: defaultClass, mode: OpenMode(flags: flags), contents: SecureBytes())
+        let file = OpenFile(itemID: item.id, accessible: item.accessible, mode: OpenMode(flags: flags), contents: SecureBytes())
         file.createdItem = true
         return try register(file)
     }
@@ -158,10 +167,20 @@ extension KeychainTree {
             case .update(let item, let value, let writes):
                 defer { value.wipe() }
                 let updated: KeychainItem
-                do { updated = try keychain.update(item, to: item.record, secret: value) } catch { throw .from(error) }
+                do { updated = try keychain.update(item, to: item.record, secret: value) } catch {
+                    // A create whose first write could not be stored (a full disk) leaves no empty item.
+                    if served.state.withLock({ _ in f.createdItem }), (try? keychain.delete([item])) != nil {
+                        served.state.withLock { s in
+                            s.deleted(item.id)
+                            f.markCommitted(writes: f.writes)
+                        }
+                    }
+                    throw .from(error)
+                }
                 served.state.withLock { s in
                     s.saved(updated)
                     f.markCommitted(writes: writes)
+                    f.createdItem = false
                 }
             }
         }

@@ -2,6 +2,7 @@ import Foundation
 import KeychainCrypto
 import KeychainModel
 import KeychainStore
+import Logging
 import Synchronization
 
 /// The keychain as its daemon serves it: the one owner of the open store, the in-memory index
@@ -22,6 +23,7 @@ import Synchronization
 ///   in-memory work, never across SQL, fsync or the decryption of a secret.
 package final class ServedKeychain: Sendable {
     package let keychain: Keychain
+    private static let log = Logger(label: "keychainfs.daemon")
     private let unlocking = Mutex<Void>(())
     private let committing = Mutex<Void>(())
     let state = Mutex(State())
@@ -82,6 +84,7 @@ package final class ServedKeychain: Sendable {
     /// keys go first: an open or a cache fill that checks availability under `state` after
     /// this point is refused, and one before it is undone by the pass below.
     package func lock() {
+        if keychain.state == .unlocked { Self.log.notice("locked") }
         keychain.lock()
         state.withLock { s in
             // The class the item has now counts too: it may have changed while open.
@@ -100,8 +103,12 @@ package final class ServedKeychain: Sendable {
     package func unlock(passphrase: SecureBytes?) throws {
         try unlocking.withLock { (_: inout Void) throws -> Void in
             let before = keychain.state
-            try keychain.unlock(passphrase: passphrase)
+            do { try keychain.unlock(passphrase: passphrase) } catch {
+                Self.log.warning("unlock refused: \((error as? KeychainError)?.description ?? "\(error)")")
+                throw error
+            }
             if before == .beforeFirstUnlock { try reload() }
+            Self.log.notice("unlocked")
         }
     }
 
@@ -140,10 +147,10 @@ package final class ServedKeychain: Sendable {
     // MARK: what the control socket asks
 
     /// Adds the item, or with `updateExisting` updates the one with the same key.
-    package func save(_ key: ItemKey, secret: SecureBytes, changes: AttributeChanges, defaultClass: AccessibilityClass,
-                      updateExisting: Bool) throws -> KeychainItem {
+    package func save(_ key: ItemKey, secret: SecureBytes, extras: SecureBytes? = nil, changes: AttributeChanges,
+                      defaultClass: AccessibilityClass, updateExisting: Bool) throws -> KeychainItem {
         try change { () throws -> KeychainItem in
-            let item = try keychain.save(key, secret: secret, changes: changes, defaultClass: defaultClass,
+            let item = try keychain.save(key, secret: secret, changes: changes, extras: extras, defaultClass: defaultClass,
                                          updateExisting: updateExisting)
             state.withLock { $0.saved(item) }
             return item

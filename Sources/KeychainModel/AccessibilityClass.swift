@@ -65,6 +65,28 @@ public enum AccessibilityClass: String, CaseIterable, Codable, Sendable, Compara
     }
 
     public static func < (a: Self, b: Self) -> Bool { a.code < b.code }
+
+    /// The class of an item created in a directory of the tree: the strictest of the mount's
+    /// default and the items already there. This-device-only if any of them is; the most
+    /// restrictive tier (when-unlocked over after-first-unlock over always); and
+    /// when-passcode-set if any of them is. A save through a temporary file (`sed -i`, editors)
+    /// creates that file beside the item, so its secret is never sealed under a weaker class,
+    /// not even before the rename.
+    public static func forNewItem(mountDefault: AccessibilityClass, siblings: some Sequence<AccessibilityClass>) -> AccessibilityClass {
+        let all = [mountDefault] + Array(siblings)
+        let deviceOnly = all.contains { $0.isThisDeviceOnly }
+        let tier: Tier = all.contains { $0.tier == .whenUnlocked } ? .whenUnlocked
+            : all.contains { $0.tier == .afterFirstUnlock } ? .afterFirstUnlock : .always
+        switch (deviceOnly, tier) {
+        case (false, .always): return .always
+        case (false, .afterFirstUnlock): return .afterFirstUnlock
+        case (false, .whenUnlocked): return .whenUnlocked
+        case (true, .always): return .alwaysThisDeviceOnly
+        case (true, .afterFirstUnlock): return .afterFirstUnlockThisDeviceOnly
+        case (true, .whenUnlocked):
+            return all.contains(.whenPasscodeSetThisDeviceOnly) ? .whenPasscodeSetThisDeviceOnly : .whenUnlockedThisDeviceOnly
+        }
+    }
 }
 
 /// The state of a keychain, as on a device.

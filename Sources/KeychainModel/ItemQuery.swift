@@ -123,11 +123,12 @@ public struct AttributeChanges: Codable, Sendable, Equatable {
     }
 }
 
-/// One item that failed its integrity check.
+/// One item that failed its integrity check; item id 0 is the store as a whole (its keybag,
+/// key-derivation data or ledger).
 public struct IntegrityProblem: Sendable, Hashable, Codable, CustomStringConvertible {
     public var itemID: Int64
     public var reason: String
-    public var description: String { "item #\(itemID): \(reason)" }
+    public var description: String { itemID == 0 ? "store: \(reason)" : "item #\(itemID): \(reason)" }
 
     public init(itemID: Int64, reason: String) { self.itemID = itemID; self.reason = reason }
 }

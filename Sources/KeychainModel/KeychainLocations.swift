@@ -3,7 +3,7 @@ import Foundation
 /// Where keychainfs keeps its files, after the XDG base directory spec.
 public enum KeychainLocations {
     static var env: [String: String] { ProcessInfo.processInfo.environment }
-    static var home: String { env["HOME"] ?? NSHomeDirectory() }
+    public static var home: String { env["HOME"] ?? NSHomeDirectory() }
 
     private static func xdg(_ name: String, _ fallback: String) -> String {
         if let v = env[name], v.hasPrefix("/") { return v }
@@ -17,8 +17,14 @@ public enum KeychainLocations {
         return xdg("XDG_DATA_HOME", ".local/share") + "/keychainfs/keychain.db"
     }
 
+    /// `$XDG_CONFIG_HOME`, by default `~/.config`: the configuration file and systemd user units.
+    public static var configHome: String { xdg("XDG_CONFIG_HOME", ".config") }
+
     /// The device key: outside every store, so that copying a store does not copy it.
-    public static var deviceKey: String { xdg("XDG_STATE_HOME", ".local/state") + "/keychainfs/device.key" }
+    public static var deviceKey: String { stateDirectory + "/device.key" }
+
+    /// The device key, the daemon's log: per machine, outside every store.
+    public static var stateDirectory: String { xdg("XDG_STATE_HOME", ".local/state") + "/keychainfs" }
 
     /// Control sockets and mount records, in a 0700 directory.
     public static var runtimeDirectory: String {
@@ -34,7 +40,29 @@ public enum KeychainLocations {
     /// Creates `path` and its parents; the last component gets `mode`. An existing directory
     /// must be ours and not a symlink: the runtime directory's fallback is in /tmp, where
     /// another user could have made it first to catch passphrases sent to the daemon.
-    public static func makeDirectory(_ path: String, mode: mode_t = 0o700) throws {
+    ///
+    /// With `onlyIfNew` (a store's directory, which the user chose) an existing directory is
+    /// used as it is, whoever owns it, and only the directories made here get `mode`: `init
+    /// --store /tmp/k.db` must not make /tmp private.
+    public static func makeDirectory(_ path: String, mode: mode_t = 0o700, onlyIfNew: Bool = false) throws {
+        if onlyIfNew {
+            var missing: [String] = []
+            var dir = path.isEmpty ? "." : path
+            var st = stat()
+            while !dir.isEmpty && stat(dir, &st) != 0 {
+                missing.insert(dir, at: 0)
+                dir = (dir as NSString).deletingLastPathComponent
+            }
+            if missing.isEmpty {
+                guard st.st_mode & S_IFMT == S_IFDIR else { throw KeychainError.io("\(path) is not a directory") }
+                return
+            }
+            for d in missing where mkdir(d, mode) != 0 && errno != EEXIST {
+                throw KeychainError.io("cannot create \(d): \(String(cString: strerror(errno)))")
+            }
+            for d in missing { _ = chmod(d, mode) }
+            return
+        }
         do { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
         catch { throw KeychainError.io("cannot create \(path): \(error.localizedDescription)") }
         var st = stat()

@@ -11,63 +11,95 @@ import Synchronization
 public final class Keychain: @unchecked Sendable {
     public let path: String
     public let hasPassphrase: Bool
-    private let database: StoreDatabase
-    private let keybag: Mutex<Keybag>
+    let storeID: [UInt8]
+    let database: StoreDatabase
+    let keybag: Mutex<Keybag>
+    let counter: StoreCounter
+    /// Set by `--accept-rollback`: rows or a whole store older than this machine last saw are
+    /// taken as they are, once, instead of refused.
+    let acceptsRollback: Bool
+    /// The rows were checked against the ledger (needs the index key, so at open or at unlock).
+    let rowsChecked = Mutex(false)
 
     // MARK: opening
 
     /// Creates a new store, unlocked. `passphrase` nil makes a store protected by the device key only.
     public static func create(at path: String, passphrase: SecureBytes?, scrypt: ScryptParameters = .default,
                               deviceKeyPath: String = KeychainLocations.deviceKey) throws -> Keychain {
+        ProcessProtection.makeNotDumpable()
         guard scrypt.isAcceptable else { throw KeychainError.invalidInput("scrypt parameters out of range") }
         if FileManager.default.fileExists(atPath: path) { throw KeychainError.storeExists(path) }
-        try KeychainLocations.makeDirectory((path as NSString).deletingLastPathComponent)
+        try KeychainLocations.makeDirectory((path as NSString).deletingLastPathComponent, onlyIfNew: true)
         let deviceKey = try DeviceKey.loadOrCreate(path: deviceKeyPath)
-        let salt = SecureRandom.array(16)
+        let salt = SecureRandom.array(KDFRecord.saltBytes)
         let passphraseKey = try passphrase.map { try Scrypt.deriveKey(passphrase: $0, salt: salt, parameters: scrypt) }
-        let wrapped = try Keybag.create(passphraseKey: passphraseKey, deviceKey: deviceKey)
         let db = try StoreDatabase(path: path, create: true)
+        let storeID = try db.queue.read { db in try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'store_id'") }
+        let id = [UInt8](storeID ?? Data())
+        let (wrapped, indexKey) = try Keybag.create(passphraseKey: passphraseKey, deviceKey: deviceKey, storeID: id)
+        let ledger = RowLedger(counter: 1, count: 0, digest: RowSetDigest())
         try db.queue.write { db in
             let meta: [(String, Data)] = [
                 ("format", Data(StoreDatabase.format.utf8)),
                 ("has_passphrase", Data([passphrase == nil ? 0 : 1])),
-                ("scrypt", try JSONEncoder().encode(scrypt)),
-                ("salt", Data(salt)),
                 ("next_id", Data("1".utf8)),
+                ("key_generation", Data("1".utf8)),
             ]
-            for (k, v) in meta { try db.execute(sql: "INSERT INTO meta (name, value) VALUES (?, ?)", arguments: [k, v]) }
+            for (k, v) in meta { try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", arguments: [k, v]) }
             try Self.insert(wrapped, db)
+            if passphrase != nil { try KDFRecord.save(db, parameters: scrypt, salt: salt, generation: 1) }
+            try ledger.save(db, keys: try RowLedger.Keys(indexKey: indexKey), storeID: id)
         }
         let keychain = try Keychain(openingAt: path, deviceKeyPath: deviceKeyPath)
         try keychain.keybag.withLock { bag in try bag.unlock(passphraseKey: passphraseKey, wrapped: try keychain.wrappedKeys()) }
         return keychain
     }
 
-    /// Opens a store in the state "before first unlock": only what the device key opens.
-    public init(openingAt path: String, deviceKeyPath: String = KeychainLocations.deviceKey) throws {
+    /// Opens a store in the state "before first unlock": only what the device key opens. The
+    /// rows are checked against the store's ledger and this machine's counter here if the
+    /// device key opens the index key, else at unlock: a replayed, restored or removed row, or
+    /// a whole store older than this machine last saw, is an integrity failure unless
+    /// `acceptRollback`.
+    public init(openingAt path: String, deviceKeyPath: String = KeychainLocations.deviceKey,
+                acceptRollback: Bool = false) throws {
+        ProcessProtection.makeNotDumpable()
         self.path = path
+        acceptsRollback = acceptRollback
         database = try StoreDatabase(path: path, create: false)
-        let flag = try Self.mappingErrors { [database] in
-            try database.queue.read { db in try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'has_passphrase'") }
-        }
+        let (flag, id, generationText) = try Self.mappingDatabaseErrors { [database] in try database.queue.read { db in
+            (try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'has_passphrase'"),
+             try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'store_id'"),
+             try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'key_generation'"))
+        } }
         hasPassphrase = flag != Data([0])
-        let wrapped = try Self.mappingErrors { [database] in try database.queue.read { db in try Self.fetchWrapped(db) } }
-        keybag = Mutex(Keybag(wrapped: wrapped, hasPassphrase: hasPassphrase, deviceKey: DeviceKey.load(path: deviceKeyPath)))
+        guard let id, id.count == 16, let generationText,
+              let generation = Int64(String(decoding: generationText, as: UTF8.self)), generation >= 0 else {
+            throw KeychainError.notAKeychain("\(path): the store's identity or key generation is damaged")
+        }
+        storeID = [UInt8](id)
+        counter = StoreCounter(stateDirectory: (deviceKeyPath as NSString).deletingLastPathComponent, storeID: storeID,
+                               storePath: path)
+        let wrapped = try Self.mappingDatabaseErrors { [database] in try database.queue.read { db in try Self.fetchWrapped(db) } }
+        keybag = Mutex(try Keybag(wrapped: wrapped, hasPassphrase: hasPassphrase, storeID: storeID, generation: generation,
+                                  deviceKey: DeviceKey.load(path: deviceKeyPath)))
+        try checkRows()
     }
 
-    private static func fetchWrapped(_ db: Database) throws -> [WrappedKey] {
-        try Row.fetchAll(db, sql: "SELECT name, wrapping, blob FROM wrapped_keys").compactMap { row in
-            guard let w = Wrapping(rawValue: row[1]) else { return nil }
-            return WrappedKey(name: row[0], wrapping: w, blob: [UInt8](row[2] as Data))
+    static func fetchWrapped(_ db: Database) throws -> [WrappedKey] {
+        try Row.fetchAll(db, sql: "SELECT name, wrapping, generation, blob FROM wrapped_keys").map { row in
+            guard let w = Wrapping(rawValue: row[1]) else {
+                throw KeychainError.integrityFailure("the keybag has an entry of an unknown kind ('\(row[1] as String? ?? "")')")
+            }
+            return WrappedKey(name: row[0], wrapping: w, generation: row[2], blob: [UInt8](row[3] as Data))
         }
     }
 
-    private func wrappedKeys() throws -> [WrappedKey] { try read { try Self.fetchWrapped($0) } }
+    func wrappedKeys() throws -> [WrappedKey] { try read { try Self.fetchWrapped($0) } }
 
-    private static func insert(_ wrapped: [WrappedKey], _ db: Database) throws {
+    static func insert(_ wrapped: [WrappedKey], _ db: Database) throws {
         for w in wrapped {
-            try db.execute(sql: "INSERT OR REPLACE INTO wrapped_keys (name, wrapping, blob) VALUES (?, ?, ?)",
-                           arguments: [w.name, w.wrapping.rawValue, Data(w.blob)])
+            try db.execute(sql: "INSERT OR REPLACE INTO wrapped_keys (name, wrapping, generation, blob) VALUES (?, ?, ?, ?)",
+                           arguments: [w.name, w.wrapping.rawValue, w.generation, Data(w.blob)])
         }
     }
 
@@ -75,66 +107,73 @@ public final class Keychain: @unchecked Sendable {
 
     public var state: LockState { keybag.withLock { $0.state } }
     public var deviceKeyPresent: Bool { keybag.withLock { $0.deviceKeyPresent } }
+    /// The newest generation of class keys: new items are sealed under it.
+    public var keyGeneration: Int64 { keybag.withLock { $0.generation } }
 
+    /// The class's keys of the newest generation are held: items of it can be read and written.
     public func isAvailable(_ c: AccessibilityClass) -> Bool { keybag.withLock { $0.classKey(c) != nil } }
 
     /// Unlocks with the passphrase (nil for a store without one). A wrong passphrase changes
     /// nothing but the failure counter, which makes later attempts wait (`backoffDelay`).
     public func unlock(passphrase: SecureBytes?) throws {
+        ProcessProtection.makeNotDumpable()
         let wrapped = try wrappedKeys()
-        guard hasPassphrase else {
+        var passphraseKey: SecureBytes?
+        if hasPassphrase {
+            guard let passphrase else { throw KeychainError.wrongPassphrase }
+            let (failures, last) = try failureRecord()
+            let wait = last + Self.backoffDelay(failures: failures) - Self.now()
+            if wait > 0 { throw KeychainError.tooManyAttempts(retryAfter: wait) }
+            // Damaged parameters, salt or verifier are reported as such and count no attempt.
+            let record = try read { db in try KDFRecord.load(db, generation: self.keyGeneration, path: self.path) }
+            let key = try Scrypt.deriveKey(passphrase: passphrase, salt: record.salt, parameters: record.parameters)
+            do {
+                try keybag.withLock { try $0.unlock(passphraseKey: key, wrapped: wrapped) }
+            } catch KeychainError.wrongPassphrase {
+                try setFailureRecord(failures + 1, Self.now())
+                throw KeychainError.wrongPassphrase
+            }
+            if failures != 0 { try setFailureRecord(0, 0) }
+            passphraseKey = key
+        } else {
             try keybag.withLock { try $0.unlock(passphraseKey: nil, wrapped: wrapped) }
-            return
         }
-        guard let passphrase else { throw KeychainError.wrongPassphrase }
-        let (failures, last) = try failureRecord()
-        let wait = last + Self.backoffDelay(failures: failures) - Int(Date().timeIntervalSince1970)
-        if wait > 0 { throw KeychainError.tooManyAttempts(retryAfter: wait) }
-        let key = try passphraseKey(passphrase)
         do {
-            try keybag.withLock { try $0.unlock(passphraseKey: key, wrapped: wrapped) }
-        } catch KeychainError.wrongPassphrase {
-            try setFailureRecord(failures + 1, Int(Date().timeIntervalSince1970))
-            throw KeychainError.wrongPassphrase
+            try checkRows()
+            try migrateToGenerations(passphraseKey: passphraseKey)
+        } catch {
+            forgetKeys()
+            throw error
         }
-        if failures != 0 { try setFailureRecord(0, 0) }
     }
+
+    static func now() -> Int { Int(Date().timeIntervalSince1970) }
 
     /// Seconds to wait after `failures` wrong passphrases in a row: none for the first two,
     /// then 5 s, doubling up to an hour.
-    public static func backoffDelay(failures: Int) -> Int {
+    package static func backoffDelay(failures: Int) -> Int {
         failures < 3 ? 0 : min(5 << min(failures - 3, 20), 3600)
     }
 
-    /// Wrong passphrases in a row and the time of the last one, kept in the store.
-    public func failureRecord() throws -> (failures: Int, lastFailure: Int) {
+    /// Wrong passphrases in a row and the time of the last one, kept in the store. A time in
+    /// the future (a clock that was wrong) counts as now, so the wait is never over an hour.
+    package func failureRecord() throws -> (failures: Int, lastFailure: Int) {
         try read { db in
             func int(_ name: String) throws -> Int {
                 try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = ?", arguments: [name])
                     .flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? 0
             }
-            return (try int("failed_unlocks"), try int("last_failed_unlock"))
+            return (max(0, try int("failed_unlocks")), min(try int("last_failed_unlock"), Self.now()))
         }
     }
 
     private func setFailureRecord(_ failures: Int, _ time: Int) throws {
-        try write { db in
+        try database.queue.write { db in
             for (k, v) in [("failed_unlocks", failures), ("last_failed_unlock", time)] {
                 try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
                                arguments: [k, Data(String(v).utf8)])
             }
         }
-    }
-
-    private func passphraseKey(_ passphrase: SecureBytes) throws -> SecureBytes {
-        let (params, salt) = try read { db -> (ScryptParameters, [UInt8]) in
-            guard let p = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'scrypt'"),
-                  let params = try? JSONDecoder().decode(ScryptParameters.self, from: p), params.isAcceptable,
-                  let salt = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'salt'")
-            else { throw KeychainError.notAKeychain("\(path): the store's key-derivation parameters are damaged") }
-            return (params, [UInt8](salt))
-        }
-        return try Self.mappingErrors { try Scrypt.deriveKey(passphrase: passphrase, salt: salt, parameters: params) }
     }
 
     /// Forgets the keys of `when-unlocked*` items at once.
@@ -143,282 +182,112 @@ public final class Keychain: @unchecked Sendable {
     /// Forgets every key, as at unmount.
     public func forgetKeys() { keybag.withLock { $0.forget() } }
 
-    /// Changes the passphrase by re-wrapping the class keys: the cost does not depend on the
-    /// number of items.
+    // MARK: generations
+
+    /// Changes the passphrase and starts a new generation of class keys: new items are sealed
+    /// under it, and the old passphrase (with an old copy of the store) opens none of them.
+    /// Older generations stay reachable from the new one, so older items still read. The cost
+    /// does not depend on the number of items; `rekey` re-seals them too.
     public func changePassphrase(old: SecureBytes, new: SecureBytes, scrypt: ScryptParameters? = nil) throws {
         guard hasPassphrase else {
             throw KeychainError.invalidInput("this store has no passphrase (it was made with --no-passphrase)")
         }
         // Always check the old passphrase, even when already unlocked.
         try unlock(passphrase: old)
-        let oldParams = try read { db in
-            try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'scrypt'").flatMap { try? JSONDecoder().decode(ScryptParameters.self, from: $0) }
-        }
-        let params = scrypt ?? oldParams ?? .default
-        let salt = SecureRandom.array(16)
+        let current = try read { db in try KDFRecord.load(db, generation: self.keyGeneration, path: self.path) }
+        let params = scrypt ?? current.parameters
+        guard params.isAcceptable else { throw KeychainError.invalidInput("scrypt parameters out of range") }
+        let salt = SecureRandom.array(KDFRecord.saltBytes)
         let newKey = try Scrypt.deriveKey(passphrase: new, salt: salt, parameters: params)
-        let wrapped = try keybag.withLock { try $0.rewrap(under: newKey) }
-        try write { db in
-            try db.execute(sql: "DELETE FROM wrapped_keys WHERE wrapping IN ('p', 'pd')")
-            try Self.insert(wrapped, db)
-            try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('salt', ?), ('scrypt', ?)",
-                           arguments: [Data(salt), try JSONEncoder().encode(params)])
+        try startGeneration(passphraseKey: newKey) { db, generation in
+            try KDFRecord.save(db, parameters: params, salt: salt, generation: generation)
         }
     }
 
-    // MARK: reading items
-
-    private func blind(_ bytes: [UInt8]) throws -> [UInt8] {
-        guard let key = keybag.withLock({ $0.indexKey }) else {
-            throw KeychainError.unavailable(.whenUnlocked)
-        }
-        return HMACSHA256.authenticate(bytes, key: key)
-    }
-
-    /// The item with exactly this primary key: one probe of the blind index.
-    public func item(for key: ItemKey) throws -> KeychainItem? {
-        let b = try blind(key.canonicalBytes)
-        let row = try read { db in
-            try Row.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE blind = ?", arguments: [Data(b)])
-        }
-        guard let row else { return nil }
-        return try decode(try SealedItem(row: row))
-    }
-
-    /// Items that match, in the documented order (`ItemOrder`). Items whose names cannot be
-    /// read in this lock state are left out; items that fail their integrity check throw.
-    public func items(matching query: ItemQuery) throws -> [KeychainItem] {
-        if let key = query.exactKey { return try item(for: key).map { query.matches($0.record) ? [$0] : [] } ?? [] }
-        let rows: [Row]
-        if let group = query.groupName {
-            let g = try blind(ItemKey.groupBytes(kind: query.kind, name: group))
-            rows = try read { db in
-                try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?", arguments: [Data(g)])
-            }
-        } else {
-            rows = try read { db in
-                try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE kind = ?", arguments: [query.kind.rawValue])
-            }
-        }
-        var out: [KeychainItem] = []
-        for row in rows {
-            guard let sealed = try? SealedItem(row: row), metadataKey(sealed) != nil else { continue }
-            // A tampered row fails alone (verify reports it); the others still match.
-            guard let item = try? decode(sealed) else { continue }
-            if query.matches(item.record) { out.append(item) }
-        }
-        return out.sorted(by: ItemOrder.precedes)
-    }
-
-    /// Every item whose name is readable now, and the ones that fail their integrity check.
-    public func allItems() throws -> (items: [KeychainItem], problems: [IntegrityProblem]) {
-        let rows = try read { db in try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items ORDER BY id") }
-        var items: [KeychainItem] = [], problems: [IntegrityProblem] = []
-        for row in rows {
-            let sealed: SealedItem
-            do { sealed = try SealedItem(row: row) } catch {
-                problems.append(IntegrityProblem(itemID: Int64.fromDatabaseValue(row[0]) ?? -1, reason: error.description))
-                continue
-            }
-            // A class number we do not know is damage, not a lock state: `decode` reports it.
-            guard metadataKey(sealed) != nil || AccessibilityClass(code: sealed.classCode) == nil else { continue }
-            do { items.append(try decode(sealed)) } catch let e as KeychainError {
-                problems.append(IntegrityProblem(itemID: sealed.id, reason: e.description))
-            }
-        }
-        return (items.sorted(by: ItemOrder.precedes), problems)
-    }
-
-    /// Item counts per class, from the plaintext class column; no key needed.
-    public func countsByClass() throws -> [AccessibilityClass: Int] {
-        try read { db in
-            var out: [AccessibilityClass: Int] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT class, COUNT(*) FROM items GROUP BY class") {
-                if let c = AccessibilityClass(code: row[0]) { out[c] = row[1] }
-            }
-            return out
-        }
-    }
-
-    /// Opens every item it can and reports those that fail, secrets included.
-    public func verify() throws -> (checked: Int, problems: [IntegrityProblem]) {
-        let (items, problems) = try allItems()
-        var all = problems, checked = problems.count
-        for item in items where isAvailable(item.accessible) {
-            checked += 1
-            do { _ = try secret(of: item) } catch let e as KeychainError {
-                all.append(IntegrityProblem(itemID: item.id, reason: e.description))
-            }
-        }
-        return (checked, all.sorted { $0.itemID < $1.itemID })
-    }
-
-    private func metadataKey(_ sealed: SealedItem) -> SecureBytes? {
-        guard let c = AccessibilityClass(code: sealed.classCode) else { return nil }
-        return keybag.withLock { $0.metadataKey(c) }
-    }
-
-    private func decode(_ sealed: SealedItem) throws -> KeychainItem {
-        guard let c = AccessibilityClass(code: sealed.classCode) else {
-            throw KeychainError.integrityFailure("item #\(sealed.id) has an unknown class")
-        }
-        guard let mk = keybag.withLock({ $0.metadataKey(c) }) else { throw KeychainError.unavailable(c) }
-        guard let plain = try? AESGCM.open(sealed.attributes, key: mk, aad: sealed.aad("attrs")),
-              let record = try? plain.withUnsafeBytes({ try JSONDecoder().decode(ItemRecord.self, from: Data($0)) }),
-              record.attributes.accessible == c, record.key.kind.rawValue == sealed.kind
-        else { throw KeychainError.integrityFailure("item #\(sealed.id): its attributes fail authentication") }
-        return KeychainItem(sealed: sealed, record: record)
-    }
-
-    /// Decrypts the item's secret. Throws `unavailable` when its class key is not held.
-    public func secret(of item: KeychainItem) throws -> SecureBytes {
-        let sealed = item.sealed
-        guard let classKey = keybag.withLock({ $0.classKey(item.accessible) }) else {
-            throw KeychainError.unavailable(item.accessible)
-        }
-        do {
-            let itemKey = try AESGCM.open(sealed.wrappedKey, key: classKey, aad: sealed.aad("key"))
-            return try AESGCM.open(sealed.secret, key: itemKey, aad: sealed.aad("secret"))
-        } catch {
-            throw KeychainError.integrityFailure("item #\(sealed.id): its secret fails authentication")
-        }
-    }
-
-    // MARK: writing items
-
-    /// Seals a record and secret into a row under a fresh item key.
-    private func seal(_ record: ItemRecord, secret: SecureBytes, id: Int64, version: Int64) throws -> SealedItem {
-        guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
-        let c = record.attributes.accessible
-        if c == .whenPasscodeSetThisDeviceOnly && !hasPassphrase {
-            throw KeychainError.invalidInput("'\(c.rawValue)' items need a store with a passphrase")
-        }
-        let (classKey, metadataKey) = keybag.withLock { ($0.classKey(c), $0.metadataKey(c)) }
-        guard let classKey, let metadataKey else { throw KeychainError.unavailable(c) }
-        var sealed = SealedItem(id: id, kind: record.key.kind.rawValue, classCode: c.code, version: version,
-                                blind: try blind(record.key.canonicalBytes),
-                                groupBlind: try blind(record.key.groupBytes),
-                                wrappedKey: [], attributes: [], secret: [])
-        let itemKey = SecureRandom.bytes(AESGCM.keyBytes)
-        sealed.wrappedKey = try AESGCM.seal(itemKey, key: classKey, aad: sealed.aad("key"))
-        let json = try JSONEncoder().encode(record)
-        sealed.attributes = try json.withUnsafeBytes { try AESGCM.seal($0, key: metadataKey, aad: sealed.aad("attrs")) }
-        sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"))
-        return sealed
-    }
-
-    /// Adds a new item; `duplicateItem` if one with the same primary key exists.
+    /// Removes the passphrase: as iOS does when the passcode goes, the
+    /// `when-passcode-set-this-device-only` items are deleted, and a new generation of keys is
+    /// wrapped by the device key only. One transaction: on failure nothing changed. Returns how
+    /// many items were deleted. This instance forgets its keys; open the store again.
     @discardableResult
-    public func add(_ record: ItemRecord, secret: SecureBytes) throws -> KeychainItem {
-        try write { db in
-            let id = try Self.nextID(db)
-            let sealed = try seal(record, secret: secret, id: id, version: 1)
-            try Self.insertRow(sealed, db)
-            return KeychainItem(sealed: sealed, record: record)
+    public func removePassphrase(_ passphrase: SecureBytes) throws -> Int {
+        guard hasPassphrase else {
+            throw KeychainError.invalidInput("\(path) has no passphrase (it is protected by the device key only)")
+        }
+        try unlock(passphrase: passphrase)
+        defer { forgetKeys() }
+        let rows = try keybag.withLock { try $0.nextGeneration(passphraseKey: nil, withPassphrase: false) }
+        let passcode = AccessibilityClass.whenPasscodeSetThisDeviceOnly
+        return try replaceGeneration(rows, hasPassphrase: false) { db, changes in
+            let ids = try Int64.fetchAll(db, sql: "SELECT id FROM items WHERE class = ?", arguments: [passcode.code])
+            for id in ids { try Self.deleteRow(id, db, &changes) }
+            try db.execute(sql: "DELETE FROM wrapped_keys WHERE name = ?", arguments: [Keybag.classKeyName(passcode)])
+            return ids.count
         }
     }
 
-    /// Re-seals `item` as `record` (which may change its key, class or attributes) with `secret`,
-    /// or with its current secret when nil. `replacing`, if given, is deleted in the same
-    /// transaction: that is how a rename onto an existing item is atomic.
-    @discardableResult
-    public func update(_ item: KeychainItem, to record: ItemRecord, secret: SecureBytes? = nil,
-                       replacing other: KeychainItem? = nil) throws -> KeychainItem {
-        let value = try secret ?? self.secret(of: item)
-        var record = record
-        record.attributes.modified = Date()
-        return try write { db in
-            let sealed = try seal(record, secret: value, id: item.id, version: item.sealed.version + 1)
-            if let other, other.id != item.id {
-                try db.execute(sql: "DELETE FROM items WHERE id = ?", arguments: [other.id])
-            }
-            guard try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE id = ? AND version = ?",
-                                   arguments: [item.id, item.sealed.version]) == 1 else {
-                throw KeychainError.itemNotFound
-            }
-            try db.execute(sql: "DELETE FROM items WHERE id = ?", arguments: [item.id])
-            try Self.insertRow(sealed, db)
-            return KeychainItem(sealed: sealed, record: record)
+    /// Gives a device-key-only store a passphrase: a new generation of keys wrapped as in a store
+    /// made with one, and `when-passcode-set-this-device-only` items become possible. Items are
+    /// untouched. This instance forgets its keys; open the store again.
+    public func addPassphrase(_ passphrase: SecureBytes, scrypt: ScryptParameters = .default) throws {
+        guard !hasPassphrase else {
+            throw KeychainError.invalidInput("\(path) already has a passphrase ('keychainfs passwd' changes it)")
+        }
+        guard scrypt.isAcceptable else { throw KeychainError.invalidInput("scrypt parameters out of range") }
+        guard passphrase.count > 0 else { throw KeychainError.invalidInput("the passphrase is empty") }
+        try unlock(passphrase: nil)
+        defer { forgetKeys() }
+        let salt = SecureRandom.array(KDFRecord.saltBytes)
+        let key = try Self.mappingDatabaseErrors { try Scrypt.deriveKey(passphrase: passphrase, salt: salt, parameters: scrypt) }
+        let rows = try keybag.withLock { try $0.nextGeneration(passphraseKey: key, withPassphrase: true) }
+        let next = keyGeneration + 1
+        try replaceGeneration(rows, hasPassphrase: true) { db, _ in
+            try KDFRecord.save(db, parameters: scrypt, salt: salt, generation: next)
         }
     }
 
-    /// Adds the item, or with `updateExisting` updates the one with the same key: the secret
-    /// and the given attributes change, the rest (and the creation date) stay.
-    @discardableResult
-    public func save(_ key: ItemKey, secret: SecureBytes, changes: AttributeChanges = AttributeChanges(),
-                     defaultClass: AccessibilityClass = .default, updateExisting: Bool) throws -> KeychainItem {
-        if let existing = try item(for: key) {
-            guard updateExisting else { throw KeychainError.duplicateItem }
-            var record = existing.record
-            record.attributes = changes.applied(to: record.attributes)
-            return try update(existing, to: record, secret: secret)
-        }
-        var attributes = changes.applied(to: ItemAttributes(accessible: defaultClass))
-        attributes.modified = attributes.created
-        return try add(ItemRecord(key: key, attributes: attributes), secret: secret)
-    }
-
-    /// Deletes these items, all or none.
-    public func delete(_ items: [KeychainItem]) throws {
-        try write { db in
-            for item in items { try db.execute(sql: "DELETE FROM items WHERE id = ?", arguments: [item.id]) }
+    /// Writes a generation made for the other kind of store (with or without a passphrase).
+    private func replaceGeneration<T>(_ rows: [WrappedKey], hasPassphrase: Bool,
+                                      _ body: (Database, inout RowChanges) throws -> T) throws -> T {
+        let generation = keyGeneration
+        return try write(.removes) { db, changes in
+            try db.execute(sql: "DELETE FROM wrapped_keys WHERE generation = ?", arguments: [generation])
+            try Self.insert(rows, db)
+            try db.execute(sql: "UPDATE meta SET value = ? WHERE name = 'key_generation'", arguments: [Data(String(generation + 1).utf8)])
+            try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('has_passphrase', ?)",
+                           arguments: [Data([hasPassphrase ? 1 : 0])])
+            try db.execute(sql: "DELETE FROM meta WHERE name IN ('failed_unlocks', 'last_failed_unlock')")
+            return try body(db, &changes)
         }
     }
 
-    private func write<T>(_ body: (Database) throws -> T) throws -> T {
-        try Self.mappingErrors { try database.queue.write(body) }
-    }
-
-    private func read<T>(_ body: (Database) throws -> T) throws -> T {
-        try Self.mappingErrors { try database.queue.read(body) }
-    }
-
-    /// Every failure leaves the store as a `KeychainError`: SQLite's and OpenSSL's included.
-    static func mappingErrors<T>(_ body: () throws -> T) throws -> T {
-        do {
-            return try body()
-        } catch let e as KeychainError {
-            throw e
-        } catch let e as DatabaseError where e.resultCode == .SQLITE_CONSTRAINT {
-            throw KeychainError.duplicateItem
-        } catch let e as DatabaseError where e.resultCode == .SQLITE_FULL {
-            throw KeychainError.diskFull
-        } catch let e as DatabaseError where e.resultCode == .SQLITE_CORRUPT || e.resultCode == .SQLITE_NOTADB {
-            throw KeychainError.notAKeychain("the store is corrupt: \(e.message ?? "\(e)")")
-        } catch let e as DatabaseError {
-            throw KeychainError.io("database error: \(e.message ?? "\(e)")")
-        } catch let e as CryptoError {
-            throw KeychainError.io("crypto failure: \(e)")
-        } catch {
-            throw KeychainError.io("\(error)")
+    /// Replaces the newest generation's rows with the next generation's, in one transaction,
+    /// then holds the new keys.
+    private func startGeneration(passphraseKey: SecureBytes?, alsoWrite: (Database, Int64) throws -> Void) throws {
+        let rows = try keybag.withLock { try $0.nextGeneration(passphraseKey: passphraseKey) }
+        let generation = keyGeneration
+        let next = generation + 1
+        try write(.removes) { db, _ in
+            try db.execute(sql: "DELETE FROM wrapped_keys WHERE generation = ?", arguments: [generation])
+            try Self.insert(rows, db)
+            try db.execute(sql: "UPDATE meta SET value = ? WHERE name = 'key_generation'", arguments: [Data(String(next).utf8)])
+            try alsoWrite(db, next)
         }
+        let wrapped = try wrappedKeys()
+        var bag = try Keybag(wrapped: wrapped, hasPassphrase: hasPassphrase, storeID: storeID, generation: next,
+                             deviceKey: keybag.withLock { $0.deviceKey })
+        try bag.unlock(passphraseKey: passphraseKey, wrapped: wrapped)
+        keybag.withLock { $0 = bag }
     }
 
-    private static func nextID(_ db: Database) throws -> Int64 {
-        let v = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'next_id'")
-            .flatMap { Int64(String(decoding: $0, as: UTF8.self)) } ?? 1
-        // Ids are never reused, so an old row cannot pose as a later item with the same id.
-        try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('next_id', ?)", arguments: [Data(String(v + 1).utf8)])
-        return v
-    }
-
-    private static func insertRow(_ sealed: SealedItem, _ db: Database) throws {
-        try db.execute(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       arguments: sealed.arguments)
-    }
-}
-
-/// The order of find results and listings: generic before internet; then service (server,
-/// port, path), account, protocol, authentication type, security domain, access group.
-public enum ItemOrder {
-    public static func precedes(_ a: KeychainItem, _ b: KeychainItem) -> Bool { sortKey(a.key).lexicographicallyPrecedes(sortKey(b.key)) }
-
-    static func sortKey(_ k: ItemKey) -> [String] {
-        switch k {
-        case .generic(let g): ["1", g.service, g.account, g.accessGroup]
-        case .internet(let i):
-            ["2", i.server, String(format: "%05d", i.port), i.path, i.account, i.protocol.code.text,
-             i.authenticationType.code.text, i.securityDomain, i.accessGroup]
+    /// A store made before generations gets its first at its first full unlock: from then on
+    /// its keybag's rows name the store, and passphrase changes revoke.
+    private func migrateToGenerations(passphraseKey: SecureBytes?) throws {
+        guard keyGeneration == 0, keybag.withLock({ $0.holdsEveryClassKey }) else { return }
+        let salt = try read { db in try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'salt'") }
+        let params = hasPassphrase
+            ? try read { db in try KDFRecord.load(db, generation: 0, path: self.path).parameters } : nil
+        try startGeneration(passphraseKey: passphraseKey) { db, generation in
+            if let params, let salt { try KDFRecord.save(db, parameters: params, salt: [UInt8](salt), generation: generation) }
         }
     }
 }

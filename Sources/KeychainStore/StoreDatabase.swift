@@ -7,6 +7,7 @@ import KeychainCrypto
 struct StoreDatabase {
     static let format = "keychainfs-store"
     let queue: DatabaseQueue
+    let log: WriteAheadLog
 
     static func migrator() -> DatabaseMigrator {
         var m = DatabaseMigrator()
@@ -28,6 +29,23 @@ struct StoreDatabase {
                     secret BLOB NOT NULL);
                 CREATE INDEX items_group ON items (group_blind);
                 """)
+        }
+        // Generations of class keys, a sealed part for extras, and the store's identity. Rows
+        // written before this keep generation 0: the earlier associated data and key names.
+        m.registerMigration("v2") { db in
+            try db.execute(sql: """
+                ALTER TABLE items ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE items ADD COLUMN extras BLOB;
+                CREATE TABLE wrapped_keys_v2 (
+                    name TEXT NOT NULL, wrapping TEXT NOT NULL, generation INTEGER NOT NULL, blob BLOB NOT NULL,
+                    PRIMARY KEY (name, wrapping, generation));
+                INSERT INTO wrapped_keys_v2 (name, wrapping, generation, blob) SELECT name, wrapping, 0, blob FROM wrapped_keys;
+                DROP TABLE wrapped_keys;
+                ALTER TABLE wrapped_keys_v2 RENAME TO wrapped_keys;
+                """)
+            try db.execute(sql: "INSERT OR IGNORE INTO meta (name, value) VALUES ('store_id', ?), ('key_generation', ?)",
+                           arguments: [Data(SecureRandom.array(16)), Data("0".utf8)])
+            try KDFRecord.sealLegacy(db)
         }
         return m
     }
@@ -62,12 +80,13 @@ struct StoreDatabase {
             }
             queue = try DatabaseQueue(path: path, configuration: config)
             try queue.writeWithoutTransaction { db in _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") }
-            if create {
-                try Self.migrator().migrate(queue)
-                chmod(path, 0o600)
-            } else {
-                try Self.migrator().migrate(queue)
-            }
+            try Self.migrator().migrate(queue)
+            if create { chmod(path, 0o600) }
+            // A crash (or a full disk) may have left old frames in the WAL: fold them in and empty it.
+            let wal = WriteAheadLog(storePath: path)
+            try queue.writeWithoutTransaction { db in wal.truncate(db) }
+            wal.keepReserve()
+            log = wal
         } catch let e as KeychainError {
             throw e
         } catch let e as DatabaseError where e.resultCode == .SQLITE_NOTADB || e.resultCode == .SQLITE_CORRUPT {
@@ -79,18 +98,22 @@ struct StoreDatabase {
 }
 
 /// One `items` row as stored: everything sealed, plus what the seals are bound to.
-public struct SealedItem: Sendable, Hashable {
-    public var id: Int64
-    public var kind: Int
-    public var classCode: Int
-    public var version: Int64
-    public var blind: [UInt8]
-    public var groupBlind: [UInt8]
-    public var wrappedKey: [UInt8]
-    public var attributes: [UInt8]
-    public var secret: [UInt8]
+package struct SealedItem: Sendable, Hashable {
+    package var id: Int64
+    package var kind: Int
+    package var classCode: Int
+    package var version: Int64
+    package var blind: [UInt8]
+    package var groupBlind: [UInt8]
+    package var wrappedKey: [UInt8]
+    package var attributes: [UInt8]
+    package var secret: [UInt8]
+    /// The generation of the class key that wraps the item key; 0 for rows sealed before generations.
+    package var generation: Int64
+    /// Git's extras, sealed under the item key like the secret; nil when none.
+    package var extras: [UInt8]?
 
-    static let columns = "id, kind, class, version, blind, group_blind, wrapped_key, attributes, secret"
+    static let columns = "id, kind, class, version, blind, group_blind, wrapped_key, attributes, secret, generation, extras"
 
     /// A row whose columns hold the wrong SQLite types (forged or damaged) is that item's
     /// integrity failure, never a trap.
@@ -113,6 +136,8 @@ public struct SealedItem: Sendable, Hashable {
         kind = Int(try integer(1, "kind")); classCode = Int(try integer(2, "class")); version = try integer(3, "version")
         blind = try blob(4, "blind"); groupBlind = try blob(5, "group_blind")
         wrappedKey = try blob(6, "wrapped_key"); attributes = try blob(7, "attributes"); secret = try blob(8, "secret")
+        generation = try integer(9, "generation")
+        extras = (row[10] as DatabaseValue).isNull ? nil : try blob(10, "extras")
     }
 
     private static func damaged(_ id: Int64, _ column: String) -> KeychainError {
@@ -120,21 +145,28 @@ public struct SealedItem: Sendable, Hashable {
     }
 
     init(id: Int64, kind: Int, classCode: Int, version: Int64, blind: [UInt8], groupBlind: [UInt8],
-         wrappedKey: [UInt8], attributes: [UInt8], secret: [UInt8]) {
+         wrappedKey: [UInt8], attributes: [UInt8], secret: [UInt8], generation: Int64, extras: [UInt8]?) {
         self.id = id; self.kind = kind; self.classCode = classCode; self.version = version
         self.blind = blind; self.groupBlind = groupBlind
         self.wrappedKey = wrappedKey; self.attributes = attributes; self.secret = secret
+        self.generation = generation; self.extras = extras
     }
 
     var arguments: StatementArguments {
-        [id, kind, classCode, version, Data(blind), Data(groupBlind), Data(wrappedKey), Data(attributes), Data(secret)]
+        [id, kind, classCode, version, Data(blind), Data(groupBlind), Data(wrappedKey), Data(attributes), Data(secret),
+         generation, extras.map { Data($0) }]
     }
 
     /// What every seal of this row is bound to, so a row moved, replayed under another id,
-    /// reclassed or re-keyed fails to open.
+    /// reclassed, re-keyed or moved to another generation fails to open.
     func aad(_ part: String) -> [UInt8] {
+        var fields = [UInt64(bitPattern: id), UInt64(classCode), UInt64(bitPattern: version), UInt64(kind)]
         var out = Array("kcfs-item-v1|\(part)|".utf8)
-        for v in [UInt64(bitPattern: id), UInt64(classCode), UInt64(bitPattern: version), UInt64(kind)] {
+        if generation != 0 {
+            out = Array("kcfs-item-v2|\(part)|".utf8)
+            fields.append(UInt64(bitPattern: generation))
+        }
+        for v in fields {
             for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: v >> UInt64(shift))) }
         }
         return out + blind + groupBlind

@@ -106,17 +106,25 @@ enum GitCredentialHelper {
               let item = candidates(query, keychain, withSecrets: true).first,
               let secret = try? item.secretBytes(),
               let out = try? CredentialResponse.format(account: item.record.key.account, secret: secret.unprotectedArray,
-                                                       extras: CredentialExtras(decoding: item.record.attributes.generic))
+                                                       extras: extras(of: item))
         else { return }
         FileHandle.standardOutput.write(Data(out))
+    }
+
+    /// The sealed extras; an item stored by an earlier version kept them in `generic`.
+    static func extras(of item: FoundItem) -> CredentialExtras {
+        if let sealed = item.extras { return CredentialExtras(decoding: Data(sealed.unprotectedArray)) }
+        return CredentialExtras(decoding: item.record.attributes.generic)
     }
 
     static func store(_ request: CredentialRequest, _ keychain: KeychainService) {
         guard let stored = try? CredentialStoreRequest(request: request) else { return }
         let secret = SecureBytes(copying: Array(stored.password.utf8))
-        // An empty generic attribute drops extras that an earlier store kept.
-        let changes = AttributeChanges(label: "\(stored.key.server) (git)", generic: stored.extras.encode() ?? Data())
-        _ = try? keychain.save(key: .internet(stored.key), secret: secret, changes: changes, updateExisting: true)
+        // Extras are sealed like the password (empty drops earlier ones); `generic` is emptied of
+        // any an earlier version kept there in the clear.
+        let extras = SecureBytes(copying: Array(stored.extras.encode() ?? Data()))
+        let changes = AttributeChanges(label: "\(stored.key.server) (git)", generic: Data())
+        _ = try? keychain.save(key: .internet(stored.key), secret: secret, extras: extras, changes: changes, updateExisting: true)
     }
 
     static func erase(_ request: CredentialRequest, _ keychain: KeychainService) {

@@ -119,12 +119,25 @@ struct SetKeychainSettingsCommand: ParsableCommand {
 struct UnlockCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "unlock",
-        abstract: "Unlock a mounted keychain with its passphrase.")
+        abstract: "Unlock a mounted keychain with its passphrase.",
+        discussion: """
+            --pam is for pam_exec with expose_authtok: the login password comes on standard input \
+            (ended by a NUL, a newline or the end of input), and the keychain is unlocked with it \
+            once its mount is up (waiting up to \(LoginUnlock.waitSeconds) s in the background, since \
+            the login's user service mounts it after authentication). It prints nothing and always \
+            exits 0, so a wrong or missing password never blocks a login.
+            """)
 
     @OptionGroup var target: MountTarget
     @OptionGroup var passphrase: PassphraseOptions
+    @Flag(help: "Read the login password from pam_exec on standard input; never fails.") var pam = false
+
+    func validate() throws {
+        if pam && passphrase.isGiven { throw ValidationError("--pam reads the password from standard input") }
+    }
 
     func run() throws {
+        if pam { LoginUnlock.start(mountpoint: target.mountpoint, store: target.storeOptions.store) }
         let (record, daemon) = try target.daemon()
         let status = try daemon.status()
         if status.state == .unlocked {
@@ -134,29 +147,6 @@ struct UnlockCommand: ParsableCommand {
         try passphrase.withRetries(prompt: "Passphrase for \(record.storePath): ") { read in
             try daemon.unlock(passphrase: status.hasPassphrase ? try read() : nil)
         }
-    }
-}
-
-struct StatusCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "status",
-        abstract: "Show a mount's lock state, store, lock-after setting and item counts per class.")
-
-    @OptionGroup var target: MountTarget
-
-    func run() throws {
-        let (record, daemon) = try target.daemon()
-        let s = try daemon.status()
-        var lines = [
-            "state: \(s.state.rawValue)",
-            "store: \(s.storePath)",
-            "mountpoint: \(s.mountpoint ?? record.mountpoint)",
-            "lock-after: \(s.lockAfter.map { "\($0) s" } ?? "never")",
-            "passphrase: \(s.hasPassphrase ? "yes" : "no")",
-            "items: \(s.itemCounts.values.reduce(0, +))",
-        ]
-        for c in AccessibilityClass.allCases { lines.append("    \(c.rawValue): \(s.itemCounts[c] ?? 0)") }
-        Output.write(lines.map { $0 + "\n" }.joined())
     }
 }
 

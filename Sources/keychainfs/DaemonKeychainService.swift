@@ -21,8 +21,9 @@ final class DaemonKeychainService: KeychainService {
 
     private var served: ServedKeychain { tree.served }
 
-    func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
-        try served.save(key, secret: secret, changes: changes, defaultClass: tree.defaultClass,
+    func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
+              updateExisting: Bool) throws -> ItemRecord {
+        try served.save(key, secret: secret, extras: extras, changes: changes, defaultClass: tree.defaultClass,
                         updateExisting: updateExisting).record
     }
 
@@ -31,7 +32,8 @@ final class DaemonKeychainService: KeychainService {
         if let limit { items = Array(items.prefix(max(limit, 0))) }
         return try items.map { item in
             FoundItem(itemID: item.id, record: item.record,
-                      secret: withSecrets ? .value(try served.secret(of: item)) : nil)
+                      secret: withSecrets ? .value(try served.secret(of: item)) : nil,
+                      extras: withSecrets ? try served.keychain.extras(of: item) : nil)
         }
     }
 
@@ -64,11 +66,16 @@ final class DaemonKeychainService: KeychainService {
     func status() throws -> KeychainStatus {
         KeychainStatus(state: served.lockState, storePath: settings.storePath, mountpoint: settings.mountpoint,
                        lockAfter: tree.lockAfter, itemCounts: try served.keychain.countsByClass(),
-                       hasPassphrase: served.keychain.hasPassphrase)
+                       hasPassphrase: served.keychain.hasPassphrase, daemonPID: getpid(),
+                       daemonVersion: KeychainFS.configuration.version, memoryLocked: SecureBytes.allLocked,
+                       allowRoot: settings.allowRoot)
     }
 
     func lock() throws { tree.lock() }
-    func unlock(passphrase: SecureBytes?) throws { try tree.unlock(passphrase: passphrase) }
+    func unlock(passphrase: SecureBytes?) throws {
+        defer { passphrase?.wipe() }
+        try tree.unlock(passphrase: passphrase)
+    }
     func unmount() throws { try unmountMount() }
 
     func setLockAfter(_ seconds: Int?) throws {

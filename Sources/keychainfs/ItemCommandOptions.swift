@@ -123,7 +123,7 @@ struct DeleteOptions: ParsableArguments {
         if let terminal {
             let count = try service.find(query: query, withSecrets: false).count
             guard count > 0 else { throw KeychainError.itemNotFound }
-            let answer = try terminal.readAnswer(prompt: "Delete all \(count) \(what)\(count == 1 ? "" : "s") in \(store.path)? [y/N] ")
+            let answer = try terminal.ask("Delete all \(count) \(what)\(count == 1 ? "" : "s") in \(store.path)? [y/N] ").lowercased()
             guard answer == "y" || answer == "yes" else {
                 Output.error("keychainfs: nothing was deleted")
                 throw ExitCode.failure

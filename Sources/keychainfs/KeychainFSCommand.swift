@@ -16,8 +16,8 @@ struct KeychainFS: ParsableCommand {
             AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
             DumpKeychain.self, VerifyCommand.self,
             MountCommand.self, UnmountCommand.self, LockCommand.self, UnlockCommand.self, StatusCommand.self,
-            SetKeychainSettingsCommand.self,
-            DaemonCommand.self,
+            SetKeychainSettingsCommand.self, ServiceCommand.self,
+            DaemonCommand.self, UnlockAtLoginCommand.self,
         ]
     )
 
@@ -69,7 +69,8 @@ enum ExitStatusHelp {
             KEYCHAINFS_STORE names another. While a store is mounted, the item commands act \
             through its daemon and need no passphrase. A passphrase is never taken from the \
             command line: it comes from --passphrase-fd N, --passphrase-file PATH (first line), \
-            or the terminal.
+            or the terminal. 'mount' takes its defaults from $XDG_CONFIG_HOME/keychainfs/config.toml \
+            (mountpoint, lock-after, default-accessible, allow-root).
 
             EXIT STATUS
             """ + "\n" + rows.joined(separator: "\n")

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainConfig
 import KeychainControl
 import KeychainCrypto
 import KeychainModel
@@ -12,25 +13,35 @@ struct MountCommand: ParsableCommand {
         discussion: """
             Asks for the passphrase and unlocks (or, with --locked, starts 'before first unlock', \
             where only 'always' items can be read). Returns once the mount serves; the daemon runs \
-            on in the background until 'keychainfs unmount'.
+            on in the background until 'keychainfs unmount'. Without MOUNTPOINT it mounts at the \
+            configured mountpoint (default ~/Keychain, created if missing). Defaults come from \
+            $XDG_CONFIG_HOME/keychainfs/config.toml; the options here override them. Under \
+            systemd (Type=notify), --foreground reports readiness.
             """)
 
-    @Argument(help: "An existing directory to mount on; its contents are hidden while mounted.", completion: .directory)
-    var mountpoint: String
+    @Argument(help: "A directory to mount on; its contents are hidden while mounted (default: the configured mountpoint).",
+              completion: .directory)
+    var mountpoint: String?
     @OptionGroup var store: StoreOptions
     @Flag(help: "Mount without unlocking (before first unlock).") var locked = false
-    @Option(help: ArgumentHelp("Lock after this many seconds without file access (see set-keychain-settings).",
+    @Option(help: ArgumentHelp("Lock after this many seconds without file access; 0 for never (see set-keychain-settings).",
                                valueName: "seconds"))
     var lockAfter: Int?
     @Flag(help: "Stay in the foreground and log to stderr.") var foreground = false
     @Option(help: ArgumentHelp("Class of items created through the tree (default when-unlocked).", valueName: "class"),
             completion: .accessibilityClasses)
     var defaultAccessible: String?
+    @Flag(inversion: .prefixedNo, help: "Let root (system services, sudo) read the mount; other users still cannot.")
+    var allowRoot: Bool?
+    @Flag(help: "Use the store although it is older than this machine last saw (a backup put back on purpose).")
+    var acceptRollback = false
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        let settings = try preflight()
-        let needsPassphrase = try !settings.startLocked && Keychain(openingAt: settings.storePath).hasPassphrase
+        var settings = try preflight()
+        settings.acceptRollback = acceptRollback
+        let keychain = try Keychain(openingAt: settings.storePath, acceptRollback: acceptRollback)
+        let needsPassphrase = !settings.startLocked && keychain.hasPassphrase
         // The daemon unlocks; a wrong passphrase typed at the terminal is asked again.
         try passphrase.withRetries(prompt: "Passphrase for \(settings.storePath): ") { read in
             try start(settings, passphrase: needsPassphrase ? try read() : nil)
@@ -43,8 +54,11 @@ struct MountCommand: ParsableCommand {
             return
         }
         var failure: KeychainError?
-        let code = MountDaemon(settings: settings).run(passphrase: secret) { result in
-            if case .failure(let e) = result { failure = e }
+        let code = MountDaemon(settings: settings, foreground: true).run(passphrase: secret) { result in
+            switch result {
+            case .failure(let e): failure = e
+            case .success: SystemdNotify.send("READY=1\nSTATUS=serving \(settings.storePath) at \(settings.mountpoint)")
+            }
         }
         if let failure { throw failure }
         if code != 0 { throw ExitCode(code) }
@@ -52,12 +66,21 @@ struct MountCommand: ParsableCommand {
 
     /// Fails early, with one clear line, on what would make the daemon fail.
     func preflight() throws -> MountSettings {
+        let config = try KeychainConfig.load()
         let storePath = store.path
         guard FileManager.default.fileExists(atPath: storePath) else { throw KeychainError.noSuchStore(storePath) }
-        if let lockAfter, lockAfter <= 0 { throw KeychainError.invalidInput("--lock-after must be a positive number of seconds") }
+        if let lockAfter, lockAfter < 0 { throw KeychainError.invalidInput("--lock-after must be a number of seconds (0 for never)") }
         let defaultClass: AccessibilityClass
-        do { defaultClass = try defaultAccessible.map(AccessibilityClass.init(parsing:)) ?? .default }
+        do { defaultClass = try defaultAccessible.map(AccessibilityClass.init(parsing:)) ?? config.defaultAccessible ?? .default }
         catch { throw KeychainError(error) }
+        let allowRoot = self.allowRoot ?? config.allowRoot ?? false
+        if allowRoot { try FuseConfiguration.checkAllowRoot() }
+        let mountpoint = self.mountpoint ?? config.effectiveMountpoint
+        // The configured mountpoint is ours to create; a directory named on the command line must exist.
+        var existing = stat()
+        if self.mountpoint == nil && lstat(mountpoint, &existing) != 0 && errno == ENOENT {
+            try KeychainLocations.makeDirectory(mountpoint)
+        }
         let mp = MountRegistry.canonicalPath(mountpoint)
         try recoverStaleMount(at: mp)
         if let live = try DaemonLocator.daemon(forStore: storePath)?.1 {
@@ -69,11 +92,10 @@ struct MountCommand: ParsableCommand {
         guard stat(mp, &st) == 0 else { throw KeychainError.mountFailed("\(mountpoint): \(String(cString: strerror(errno)))") }
         guard st.st_mode & S_IFMT == S_IFDIR else { throw KeychainError.mountFailed("\(mountpoint) is not a directory") }
         if MountTable.isMountpoint(mp) { throw KeychainError.mountFailed("\(mountpoint) is already mounted") }
-        guard access("/dev/fuse", R_OK | W_OK) == 0 else {
-            throw KeychainError.mountFailed("no usable /dev/fuse (install fuse3 and load the fuse module)")
-        }
-        return MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: lockAfter,
-                             defaultClass: defaultClass)
+        if let problem = FuseDevice.problem() { throw KeychainError.mountFailed(problem) }
+        let idle = (lockAfter ?? config.lockAfter).flatMap { $0 == 0 ? nil : $0 }
+        return MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: idle,
+                             defaultClass: defaultClass, allowRoot: allowRoot)
     }
 
     /// A keychainfs mount already at the mountpoint is detached if its daemon is gone, whenever
@@ -103,12 +125,16 @@ struct DaemonCommand: ParsableCommand {
     @Option var lockAfter: Int?
     @Option var defaultAccessible: String
     @Flag var readPassphrase = false
+    @Flag var allowRoot = false
+    @Flag var acceptRollback = false
 
     static func arguments(for s: MountSettings) -> [String] {
         var args = ["_daemon", s.mountpoint, "--store", s.storePath, "--default-accessible", s.defaultClass.rawValue]
         if s.startLocked { args.append("--locked") }
+        if s.allowRoot { args.append("--allow-root") }
         if let l = s.lockAfter { args += ["--lock-after", String(l)] }
         if !s.startLocked { args.append("--read-passphrase") }
+        if s.acceptRollback { args.append("--accept-rollback") }
         return args
     }
 
@@ -116,11 +142,12 @@ struct DaemonCommand: ParsableCommand {
         // Do not pin the directory the user mounted from.
         _ = chdir("/")
         let settings = MountSettings(storePath: store, mountpoint: mountpoint, startLocked: locked, lockAfter: lockAfter,
-                                     defaultClass: AccessibilityClass(rawValue: defaultAccessible) ?? .default)
+                                     defaultClass: AccessibilityClass(rawValue: defaultAccessible) ?? .default,
+                                     allowRoot: allowRoot, acceptRollback: acceptRollback)
         let secret = readPassphrase
             ? try? LineReader.readLine(fd: DaemonLauncher.passphraseFD, what: "the passphrase pipe") : nil
         close(DaemonLauncher.passphraseFD)
-        let code = MountDaemon(settings: settings).run(passphrase: secret) { DaemonLauncher.report($0, fd: DaemonLauncher.readyFD) }
+        let code = MountDaemon(settings: settings, foreground: false).run(passphrase: secret) { DaemonLauncher.report($0, fd: DaemonLauncher.readyFD) }
         if code != 0 { throw ExitCode(code) }
     }
 }

@@ -16,15 +16,23 @@ struct MountSettings: Sendable {
     var startLocked: Bool
     var lockAfter: Int?
     var defaultClass: AccessibilityClass
+    var allowRoot = false
+    /// Take a store whose rows or commit counter are older than this machine last saw (`--accept-rollback`).
+    var acceptRollback = false
 }
 
 /// The daemon behind a mount: holds the store's lock, unlocks, mounts, answers the control
 /// socket, locks after idleness, and on exit unmounts and forgets every key.
 final class MountDaemon: @unchecked Sendable {
     let settings: MountSettings
-    private let log = Logger(label: "keychainfs.daemon")
+    // Made after `DaemonLog.bootstrap`, so that it writes where the daemon logs.
+    private var log: Logger { Logger(label: "keychainfs.daemon") }
 
-    init(settings: MountSettings) { self.settings = settings }
+    /// `foreground`: log to stderr (as under systemd) rather than to the log file.
+    init(settings: MountSettings, foreground: Bool) {
+        self.settings = settings
+        DaemonLog.bootstrap(foreground: foreground)
+    }
 
     /// Runs until unmounted. `ready` is told once the mount serves, or why it could not.
     func run(passphrase: SecureBytes?, ready: (Result<Void, KeychainError>) -> Void) -> Int32 {
@@ -34,16 +42,19 @@ final class MountDaemon: @unchecked Sendable {
         let keychain: Keychain, tree: KeychainTree, mount: FuseMount
         do {
             storeLock = try Self.lockStore(settings.storePath)
-            keychain = try Keychain(openingAt: settings.storePath)
+            keychain = try Keychain(openingAt: settings.storePath, acceptRollback: settings.acceptRollback)
+            // The passphrase is needed only to derive the keys: wiped at once, whatever the outcome.
+            defer { passphrase?.wipe() }
             if !settings.startLocked { try keychain.unlock(passphrase: passphrase) }
             tree = try KeychainTree(keychain: keychain, defaultClass: settings.defaultClass, lockAfter: settings.lockAfter)
             mount = FuseMount(tree: tree, mountpoint: settings.mountpoint,
-                              source: MountRegistry.canonicalPath(settings.storePath))
+                              source: MountRegistry.canonicalPath(settings.storePath), allowRoot: settings.allowRoot)
             try mount.mount()
         } catch {
             // Released, so that `mount --foreground` can try again with another passphrase.
             if storeLock >= 0 { close(storeLock) }
             let e = error as? KeychainError ?? .mountFailed("\(error)")
+            log.error("mount of \(settings.mountpoint) failed: \(e.description)")
             ready(.failure(e))
             return e.exitCode
         }
@@ -73,7 +84,9 @@ final class MountDaemon: @unchecked Sendable {
         tree.forgetEverything()
         mount.close()
         log.info("unmounted \(settings.mountpoint)")
-        return status == 0 ? 0 : 1
+        // libfuse's loop returns the signal that ended it; a stop signal (systemd's, a
+        // Ctrl-C in the foreground) is a clean unmount, not a failure.
+        return status == 0 || [SIGTERM, SIGINT, SIGHUP].contains(status) ? 0 : 1
     }
 
     /// One daemon per store: an exclusive flock on the store file, held for the daemon's life.

@@ -14,6 +14,8 @@ enum PassphraseInput {
 
     /// Reads the passphrase; a new one typed at the terminal is asked twice (`confirm`).
     func read(prompt: String, confirm: Bool = false) throws -> SecureBytes {
+        // A process that holds a passphrase is not dumpable, like the daemon.
+        ProcessProtection.makeNotDumpable()
         switch self {
         case .fileDescriptor(let fd):
             return try LineReader.readLine(fd: fd, what: "the passphrase from file descriptor \(fd)")
@@ -122,6 +124,8 @@ struct NewPassphraseOptions: ParsableArguments {
             throw ValidationError("give either --new-passphrase-fd or --new-passphrase-file, not both")
         }
     }
+
+    var isGiven: Bool { newPassphraseFD != nil || newPassphraseFile != nil }
 
     func read() throws -> SecureBytes {
         try NewPassphrase.check(PassphraseInput.choose(fd: newPassphraseFD, file: newPassphraseFile)

@@ -41,11 +41,16 @@ struct InitCommand: ParsableCommand {
 struct PasswdCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "passwd",
-        abstract: "Change the store's passphrase.",
+        abstract: "Change, add or remove the store's passphrase.",
         discussion: """
-            Only the class keys are re-wrapped, so it takes the same time however many items there \
-            are. It acts on the store file directly even while it is mounted: the daemon keeps the \
-            same class keys and reads the new wrapping at its next unlock.
+            Starts a new generation of class keys: items added from now on are sealed under it, so \
+            the old passphrase, even with an old copy of the store, opens none of them. Older items \
+            keep their keys, which the new passphrase reaches, so the change takes the same time \
+            however many items there are. --rekey also re-seals every item under the new keys \
+            (with progress on a terminal), so the old passphrase opens nothing in this store. --remove makes the store device-key-only: it first deletes \
+            the 'when-passcode-set-this-device-only' items (asking to confirm unless --yes), as iOS \
+            does when the passcode is removed. --add gives a device-key-only store a passphrase. The \
+            store must not be mounted (unmount it first).
             """)
 
     @OptionGroup var storeOptions: StoreOptions
@@ -54,34 +59,112 @@ struct PasswdCommand: ParsableCommand {
     @Option(help: ArgumentHelp("New scrypt cost as log2(N), 10-22 (default: keep the current one). "
         + "init's default is \(ScryptCost.defaultSummary); each step up doubles both.", valueName: "n"))
     var scryptLogN: UInt8?
+    @Flag(help: "Give a store made with --no-passphrase a passphrase.") var add = false
+    @Flag(help: "Remove the passphrase: the store is then protected by this machine's device key only.") var remove = false
+    @Flag(help: "With --remove: delete the 'when-passcode-set-this-device-only' items without asking.") var yes = false
+
+    func validate() throws {
+        if add && remove { throw ValidationError("give either --add or --remove, not both") }
+        if add && passphrase.isGiven {
+            throw ValidationError("--add takes the new passphrase (--new-passphrase-fd or --new-passphrase-file); the store has no current one")
+        }
+        if remove && newPassphrase.isGiven { throw ValidationError("--remove takes no new passphrase") }
+        if remove && scryptLogN != nil { throw ValidationError("--remove takes no --scrypt-log-n") }
+        if yes && !remove { throw ValidationError("--yes goes with --remove") }
+    }
+
+    @Flag(help: "Also re-seal every item under the new keys.")
+    var rekey = false
 
     func run() throws {
         let path = storeOptions.path
-        // A daemon that holds the store but cannot be reached is a refusal, as for every command.
-        // Without a daemon, the shared lock keeps one from starting while the keybag changes.
-        let route = try DaemonLocator.route(forStore: path)
-        try withExtendedLifetime(route) { try change(path) }
-    }
-
-    private func change(_ path: String) throws {
-        let keychain = try Keychain(openingAt: path)
-        guard keychain.hasPassphrase else {
-            throw KeychainError.invalidInput("\(path) has no passphrase (it was made with --no-passphrase)")
-        }
         let scrypt = scryptLogN.map { ScryptParameters(logN: $0) }
         if let scrypt, !scrypt.isAcceptable { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
         if let scrypt { ScryptCost.warnIfExpensive(scrypt) }
+        if add { return try addPassphrase(path, scrypt: scrypt) }
+        if remove { return try removePassphrase(path) }
+        // A daemon holds the old keys and would go on sealing under them.
+        try withStoreUnserved(path) { try change(path, scrypt: scrypt) }
+    }
+
+    private func change(_ path: String, scrypt: ScryptParameters?) throws {
+        let keychain = try Keychain(openingAt: path)
+        guard keychain.hasPassphrase else {
+            throw KeychainError.invalidInput("\(path) has no passphrase (it was made with --no-passphrase); 'passwd --add' gives it one")
+        }
         // Unlocked before the new one is asked, so a wrong passphrase is said at once (and
         // asked again at the terminal).
-        let old = try passphrase.withRetries(prompt: "Current passphrase for \(path): ") { read in
+        let old = try unlock(keychain, path: path)
+        let new = try newPassphrase.read()
+        try keychain.changePassphrase(old: old, new: new, scrypt: scrypt)
+        Output.line("changed the passphrase of \(path)")
+        if rekey {
+            let terminal = isatty(STDERR_FILENO) == 1
+            let count = try keychain.rekey { done, total in
+                if terminal { FileHandle.standardError.write(Data("\rre-sealed \(done) of \(total) items".utf8)) }
+            }
+            if terminal { FileHandle.standardError.write(Data("\n".utf8)) }
+            Output.line("re-sealed \(count) item\(count == 1 ? "" : "s") under the new keys")
+        }
+        keychain.forgetKeys()
+    }
+
+    /// Adding or removing changes which keys a daemon could open and may delete items, so it
+    /// is done only while no daemon serves the store, and holds the daemon's lock meanwhile.
+    private func withStoreUnserved<T>(_ path: String, _ body: () throws -> T) throws -> T {
+        guard FileManager.default.fileExists(atPath: path) else { throw KeychainError.noSuchStore(path) }
+        let lock: Int32
+        do { lock = try MountDaemon.lockStore(path) } catch KeychainError.storeBusy(let message) {
+            throw KeychainError.storeBusy(message + "; unmount it before changing its passphrase ('keychainfs unmount')")
+        }
+        defer { close(lock) }
+        return try body()
+    }
+
+    private func addPassphrase(_ path: String, scrypt: ScryptParameters?) throws {
+        try withStoreUnserved(path) {
+            let keychain = try Keychain(openingAt: path)
+            guard !keychain.hasPassphrase else {
+                throw KeychainError.invalidInput("\(path) already has a passphrase; 'keychainfs passwd' changes it")
+            }
+            try keychain.addPassphrase(try newPassphrase.read(), scrypt: scrypt ?? .default)
+        }
+        Output.line("added a passphrase to \(path)")
+    }
+
+    private func removePassphrase(_ path: String) throws {
+        let removed = try withStoreUnserved(path) { () throws -> Int in
+            let keychain = try Keychain(openingAt: path)
+            guard keychain.hasPassphrase else {
+                throw KeychainError.invalidInput("\(path) has no passphrase (it is protected by the device key only)")
+            }
+            let old = try unlock(keychain, path: path)
+            let doomed = try keychain.countsByClass()[.whenPasscodeSetThisDeviceOnly] ?? 0
+            if doomed > 0 && !yes { try confirmDeletion(of: doomed, path: path) }
+            return try keychain.removePassphrase(old)
+        }
+        if removed > 0 {
+            Output.line("deleted \(removed) 'when-passcode-set-this-device-only' item\(removed == 1 ? "" : "s")")
+        }
+        Output.line("removed the passphrase of \(path); it is now protected by this machine's device key only")
+    }
+
+    /// The current passphrase, checked by unlocking with it; at the terminal a wrong one is asked again.
+    private func unlock(_ keychain: Keychain, path: String) throws -> SecureBytes {
+        try passphrase.withRetries(prompt: "Current passphrase for \(path): ") { read in
             let old = try read()
             try keychain.unlock(passphrase: old)
             return old
         }
-        let new = try newPassphrase.read()
-        try keychain.changePassphrase(old: old, new: new, scrypt: scrypt)
-        keychain.forgetKeys()
-        Output.line("changed the passphrase of \(path)")
+    }
+
+    private func confirmDeletion(of count: Int, path: String) throws {
+        let items = "\(count) 'when-passcode-set-this-device-only' item\(count == 1 ? "" : "s")"
+        let terminal = try Terminal.open(purpose: "confirm deleting \(items)", alternatives: "--yes")
+        let answer = try terminal.ask("Removing the passphrase deletes \(items) of \(path). Type 'yes' to go on: ")
+        guard answer == "yes" else {
+            throw KeychainError.invalidInput("not confirmed; nothing was changed")
+        }
     }
 }
 

@@ -47,12 +47,12 @@ final class Terminal {
         return try readEditedLine()
     }
 
-    /// Prompts and reads a short answer with echo, as typed (y/n questions).
-    func readAnswer(prompt: String) throws -> String {
+    /// Prompts and reads one line as typed, with echo: for answers, never for secrets.
+    func ask(_ prompt: String) throws -> String {
         write(prompt)
         var bytes: [UInt8] = []
         var byte: UInt8 = 0
-        while bytes.count < 256 {
+        while bytes.count < 1024 {
             let n = read(fd, &byte, 1)
             if n < 0 {
                 if errno == EINTR { continue }
@@ -61,7 +61,7 @@ final class Terminal {
             if n == 0 || byte == 0x0a { break }
             bytes.append(byte)
         }
-        return String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespaces).lowercased()
+        return String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespaces)
     }
 
     /// A line for the person at the terminal (a retry, a refusal), not for the output.

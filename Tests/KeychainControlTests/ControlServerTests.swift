@@ -15,7 +15,7 @@ private final class MemoryKeychain: KeychainService {
 
     var calls: [String] { state.withLock { $0.calls } }
 
-    func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
+    func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
         try state.withLock { s in
             s.calls.append("save")
             let existing = s.items.first { $0.value.record.key == key }

@@ -62,7 +62,7 @@ final class WireFormatTests: XCTestCase {
         let changes = AttributeChanges(label: "L", generic: Data([9, 0]), creator: try FourCharCode("abcd"),
                                        accessible: .whenUnlockedThisDeviceOnly)
         for key in [generic, internet] {
-            guard case .save(let k, let s, let c, let u) = try roundTrip(.save(key: key, secret: secret, changes: changes,
+            guard case .save(let k, let s, _, let c, let u) = try roundTrip(.save(key: key, secret: secret, extras: nil, changes: changes,
                                                                                 updateExisting: true)) else {
                 return XCTFail("not a save")
             }
@@ -74,7 +74,7 @@ final class WireFormatTests: XCTestCase {
     }
 
     func testEmptySecretAndNoChanges() throws {
-        guard case .save(_, let s, let c, let u) = try roundTrip(.save(key: generic, secret: SecureBytes(),
+        guard case .save(_, let s, _, let c, let u) = try roundTrip(.save(key: generic, secret: SecureBytes(), extras: nil,
                                                                         changes: AttributeChanges(), updateExisting: false)) else {
             return XCTFail("not a save")
         }
@@ -304,17 +304,17 @@ final class WireFormatTests: XCTestCase {
         let big = SecureBytes(count: maxSecretBytes)
         let long = String(repeating: "x", count: 255)
         let frame = try ControlRequest.save(key: .generic(try GenericPasswordKey(service: long, account: long, accessGroup: long)),
-                                            secret: big, changes: AttributeChanges(label: String(repeating: "l", count: 60_000),
+                                            secret: big, extras: nil, changes: AttributeChanges(label: String(repeating: "l", count: 60_000),
                                                                                    generic: Data(count: 65_536)),
                                             updateExisting: true).frame()
         XCTAssertLessThanOrEqual(frame.count - ControlFrame.headerSize, ControlFrame.maxPayload)
         // One byte more of secret is refused before anything is sent.
-        XCTAssertThrowsError(try ControlRequest.save(key: generic, secret: SecureBytes(count: maxSecretBytes + 1),
+        XCTAssertThrowsError(try ControlRequest.save(key: generic, secret: SecureBytes(count: maxSecretBytes + 1), extras: nil,
                                                      changes: AttributeChanges(), updateExisting: false).frame()) {
             XCTAssertEqual($0 as? KeychainError, .secretTooLarge(maxSecretBytes + 1))
         }
         // So is a payload over the cap made of attributes.
-        XCTAssertThrowsError(try ControlRequest.save(key: generic, secret: big,
+        XCTAssertThrowsError(try ControlRequest.save(key: generic, secret: big, extras: nil,
                                                      changes: AttributeChanges(generic: Data(count: 2 << 20)),
                                                      updateExisting: false).frame()) {
             XCTAssertTrue("\($0)".contains("over the limit"))
@@ -356,7 +356,7 @@ final class WireFormatTests: XCTestCase {
 
         // The same keys are accepted where the CLI accepts them: port 0 means the protocol's port.
         let ok = try ControlRequest(kind: ControlRequest.Kind.save.rawValue, payload: try rawSave(internetKey(proto: "ssh ")))
-        guard case .save(.internet(let key), _, _, _) = ok else { return XCTFail("save") }
+        guard case .save(.internet(let key), _, _, _, _) = ok else { return XCTFail("save") }
         XCTAssertEqual(key.port, 22)
         XCTAssertEqual(key.protocol, .ssh)
     }

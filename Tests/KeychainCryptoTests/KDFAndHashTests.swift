@@ -41,7 +41,10 @@ final class ScryptTests: XCTestCase {
     func testParameterBounds() {
         XCTAssertTrue(ScryptParameters.default.isAcceptable)
         XCTAssertTrue(ScryptParameters(logN: 10).isAcceptable)
-        XCTAssertTrue(ScryptParameters(logN: 22, r: 32, p: 16).isAcceptable)
+        XCTAssertTrue(ScryptParameters(logN: 22).isAcceptable)
+        XCTAssertFalse(ScryptParameters(logN: 22, r: 32, p: 16).isAcceptable, "init never writes r or p other than 8 and 1")
+        XCTAssertFalse(ScryptParameters(logN: 10, r: 9).isAcceptable)
+        XCTAssertFalse(ScryptParameters(logN: 10, p: 2).isAcceptable)
         XCTAssertFalse(ScryptParameters(logN: 4, r: 1, p: 1).isAcceptable)
         XCTAssertFalse(ScryptParameters(logN: 9).isAcceptable)
         XCTAssertFalse(ScryptParameters(logN: 23).isAcceptable)

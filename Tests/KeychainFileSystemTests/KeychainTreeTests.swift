@@ -38,6 +38,28 @@ final class KeychainTreeTests: XCTestCase {
 
     func names(_ path: String) throws -> [String] { try tree.list(path).map(\.name) }
 
+    func testAFileCreatedBesideAThisDeviceOnlyItemIsThisDeviceOnlyFromTheStart() throws {
+        try keychain.add(ItemRecord(key: .generic(try GenericPasswordKey(service: "vault", account: "key")),
+                                    attributes: ItemAttributes(accessible: .whenUnlockedThisDeviceOnly)),
+                         secret: SecureBytes(copying: Array("v".utf8)))
+        try keychain.add(ItemRecord(key: .internet(try InternetPasswordKey(server: "h.example", port: 443, path: "a",
+                                                                           account: "k")),
+                                    attributes: ItemAttributes(accessible: .alwaysThisDeviceOnly)),
+                         secret: SecureBytes())
+        try tree.served.reload()
+        let h = try tree.create("/vault/sedXYZ", flags: O_WRONLY)
+        XCTAssertEqual(try keychain.item(for: .generic(try GenericPasswordKey(service: "vault", account: "sedXYZ")))?.accessible,
+                       .whenUnlockedThisDeviceOnly, "committed at create already under the stricter class")
+        try tree.release(h)
+        try tree.release(try tree.create("/internet/h.example/443/a/tmp", flags: O_WRONLY))
+        XCTAssertEqual(String(decoding: try tree.attribute("/internet/h.example/443/a/tmp", name: "user.keychain.accessible"),
+                              as: UTF8.self), "when-unlocked-this-device-only")
+        try tree.makeDirectory("/plain")
+        try tree.release(try tree.create("/plain/x", flags: O_WRONLY))
+        XCTAssertEqual(String(decoding: try tree.attribute("/plain/x", name: "user.keychain.accessible"), as: UTF8.self),
+                       "when-unlocked", "an empty directory takes the mount's default")
+    }
+
     func testCreateWriteReadAndStat() throws {
         try tree.makeDirectory("/github")
         try put("/github/alice", "s3cret")

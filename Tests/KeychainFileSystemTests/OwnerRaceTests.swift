@@ -133,7 +133,7 @@ final class OwnerRaceTests: XCTestCase {
         }
         let errors = results.withLock { $0 }
         XCTAssertEqual(errors.count, 16)
-        XCTAssertEqual(errors.filter { $0 == .wrongPassphrase }.count, 3)
+        XCTAssertEqual(errors.filter { $0 == .wrongPassphrase }.count, 3, "\(errors)")
         XCTAssertEqual(errors.filter { if case .tooManyAttempts = $0 { true } else { false } }.count, 13)
         XCTAssertEqual(try keychain.failureRecord().failures, 3)
     }

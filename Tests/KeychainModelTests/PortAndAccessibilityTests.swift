@@ -70,3 +70,42 @@ final class AccessibilityClassTests: XCTestCase {
         XCTAssertThrowsError(try AccessibilityClass(parsing: "When-Unlocked"))
     }
 }
+
+/// The class of an item created in the tree: the strictest of the mount's default and its directory.
+final class NewItemClassTests: XCTestCase {
+    func c(_ d: AccessibilityClass, _ siblings: [AccessibilityClass]) -> AccessibilityClass {
+        AccessibilityClass.forNewItem(mountDefault: d, siblings: siblings)
+    }
+
+    func testAnEmptyDirectoryTakesTheMountDefault() {
+        for d in AccessibilityClass.allCases { XCTAssertEqual(c(d, []), d) }
+    }
+
+    func testOneThisDeviceOnlySiblingMakesItThisDeviceOnly() {
+        XCTAssertEqual(c(.whenUnlocked, [.whenUnlocked, .whenUnlockedThisDeviceOnly]), .whenUnlockedThisDeviceOnly)
+        XCTAssertEqual(c(.whenUnlocked, [.alwaysThisDeviceOnly]), .whenUnlockedThisDeviceOnly, "and keeps the stricter tier")
+        XCTAssertEqual(c(.always, [.alwaysThisDeviceOnly]), .alwaysThisDeviceOnly)
+        XCTAssertEqual(c(.afterFirstUnlock, [.alwaysThisDeviceOnly]), .afterFirstUnlockThisDeviceOnly)
+        XCTAssertEqual(c(.whenUnlocked, [.whenPasscodeSetThisDeviceOnly]), .whenPasscodeSetThisDeviceOnly)
+    }
+
+    func testTheMostRestrictiveTierWins() {
+        XCTAssertEqual(c(.always, [.afterFirstUnlock]), .afterFirstUnlock)
+        XCTAssertEqual(c(.always, [.always, .whenUnlocked]), .whenUnlocked)
+        XCTAssertEqual(c(.whenUnlocked, [.always]), .whenUnlocked, "a sibling never weakens the default")
+        XCTAssertEqual(c(.whenUnlockedThisDeviceOnly, [.always]), .whenUnlockedThisDeviceOnly)
+    }
+
+    func testNeverWeakerThanAnyInput() {
+        for d in AccessibilityClass.allCases {
+            for s in AccessibilityClass.allCases {
+                let r = c(d, [s])
+                for input in [d, s] {
+                    XCTAssertTrue(!input.isThisDeviceOnly || r.isThisDeviceOnly, "\(d) \(s) → \(r)")
+                    XCTAssertTrue(input.isAvailable(in: .locked) || !r.isAvailable(in: .locked), "\(d) \(s) → \(r)")
+                    XCTAssertTrue(input.isAvailable(in: .beforeFirstUnlock) || !r.isAvailable(in: .beforeFirstUnlock))
+                }
+            }
+        }
+    }
+}

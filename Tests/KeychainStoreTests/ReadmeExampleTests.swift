@@ -25,3 +25,27 @@ final class ReadmeExampleTests: XCTestCase {
         XCTAssertEqual(try site.removeAll(), 1)
     }
 }
+
+/// The README shows the example above: each of its statements is in this file, so an edit to
+/// one that does not compile is caught here.
+final class ReadmeExampleTextTests: XCTestCase {
+    func testEveryStatementOfTheReadmeExampleIsCompiledAbove() throws {
+        let here = URL(fileURLWithPath: #filePath)
+        let readme = try String(contentsOf: here.deletingLastPathComponent().appendingPathComponent("../../README.md"), encoding: .utf8)
+        let source = try String(contentsOf: here, encoding: .utf8)
+        let block = try XCTUnwrap(readme.components(separatedBy: "## Library").dropFirst().first?
+            .components(separatedBy: "```swift\n").dropFirst().first?.components(separatedBy: "```").first)
+        let statements = block.split(separator: "\n")
+            .map { $0.components(separatedBy: "//")[0].trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty && $0 != "import KeychainStore" }
+        XCTAssertGreaterThan(statements.count, 5)
+        for statement in statements {
+            // The test asserts what the README prints, and opens its own temporary store.
+            let core = statement.replacingOccurrences(of: "print(", with: "").replacingOccurrences(of: "KeychainLocations.store()", with: "")
+            for fragment in core.components(separatedBy: CharacterSet(charactersIn: "(),")).map({ $0.trimmingCharacters(in: .whitespaces) })
+            where fragment.count > 3 {
+                XCTAssertTrue(source.contains(fragment), "README statement not compiled by the test: \(statement) [\(fragment)]")
+            }
+        }
+    }
+}

@@ -95,10 +95,10 @@ final class StoreFileTests: XCTestCase {
     }
 
     func testCreateStoresTheChosenScryptParameters() throws {
-        _ = try Keychain.create(at: store.path, passphrase: secure("x"), scrypt: ScryptParameters(logN: 11, r: 4, p: 2),
+        _ = try Keychain.create(at: store.path, passphrase: secure("x"), scrypt: ScryptParameters(logN: 11),
                                 deviceKeyPath: store.deviceKeyPath)
         let json = try store.sql("SELECT CAST(value AS TEXT) FROM meta WHERE name = 'scrypt'")
-        XCTAssertEqual(try JSONDecoder().decode(ScryptParameters.self, from: Data(json.utf8)), ScryptParameters(logN: 11, r: 4, p: 2))
+        XCTAssertEqual(try JSONDecoder().decode(ScryptParameters.self, from: Data(json.utf8)), ScryptParameters(logN: 11))
         XCTAssertEqual(try store.sql("PRAGMA journal_mode"), "wal")
     }
 }
@@ -157,5 +157,65 @@ final class PlaintextTests: XCTestCase {
         let item = try XCTUnwrap(try reopened.item(for: genericKey(n[0], n[1], group: n[9])))
         XCTAssertEqual(item.record.attributes.label, n[6])
         XCTAssertEqual(text(try reopened.secret(of: item)), n[10] + "-v2")
+    }
+}
+
+/// Once a delete, replace or re-class returns, no earlier sealed value is in any of the store's
+/// files (the integration test `test_store_files.sh` replays the WAL through a real mount).
+final class ErasedValueTests: StoreTestCase {
+    func filesBytes() -> Data {
+        ["", "-wal", "-shm", "-journal", "-reserve"].reduce(into: Data()) { all, suffix in
+            all.append(FileManager.default.contents(atPath: store.path + suffix) ?? Data())
+        }
+    }
+
+    func assertGone(_ sealed: [[UInt8]], _ what: String, file: StaticString = #filePath, line: UInt = #line) {
+        let bytes = filesBytes()
+        for blob in sealed { XCTAssertNil(bytes.range(of: Data(blob)), "\(what): an earlier sealed value", file: file, line: line) }
+        XCTAssertEqual((try? FileManager.default.attributesOfItem(atPath: store.path + "-wal"))?[.size] as? Int, 0,
+                       "\(what): the WAL is empty", file: file, line: line)
+    }
+
+    func testReplacedDeletedAndReclassedValuesAreGoneFromTheFiles() throws {
+        let a = try add(k, genericKey("svc", "a"), "first")
+        let b = try add(k, genericKey("svc", "b"), "doomed")
+        XCTAssertNotNil(filesBytes().range(of: Data(a.sealed.secret)), "the test sees sealed values in the files")
+        let a2 = try k.save(genericKey("svc", "a"), secret: secure("second"), updateExisting: true)
+        assertGone([a.sealed.secret], "update")
+        try k.delete([b])
+        assertGone([b.sealed.secret], "delete")
+        var record = a2.record
+        record.attributes.accessible = .whenUnlockedThisDeviceOnly
+        let a3 = try k.update(a2, to: record)
+        assertGone([a2.sealed.secret], "re-class")
+        let tmp = try add(k, genericKey("svc", "tmp"), "third")
+        var target = a3.record
+        target.key = a3.key
+        _ = try k.update(tmp, to: target, replacing: a3)
+        assertGone([a3.sealed.secret, tmp.sealed.secret], "rename over an item")
+        XCTAssertEqual(text(try k.secret(of: XCTUnwrap(try k.item(for: genericKey("svc", "a"))))), "third")
+    }
+
+    func testAnOpenEmptiesAWALLeftByACrash() throws {
+        let a = try add(k, genericKey("svc", "a"), "first")
+        // A writer killed between its commit and its checkpoint leaves its pages in the WAL.
+        let earlier = [UInt8](repeating: 0xA5, count: 40), later = [UInt8](repeating: 0x5A, count: 40)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["python3", "-c", """
+            import os, sqlite3, sys
+            c = sqlite3.connect(sys.argv[1])
+            for b in (sys.argv[2], sys.argv[3]):
+                c.execute("UPDATE items SET secret = ? WHERE id = ?", (bytes.fromhex(b), int(sys.argv[4])))
+                c.commit()
+            os._exit(0)
+            """, store.path, earlier.map { String(format: "%02x", $0) }.joined(),
+            later.map { String(format: "%02x", $0) }.joined(), String(a.id)]
+        try p.run()
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0)
+        XCTAssertNotNil(filesBytes().range(of: Data(earlier)), "the killed writer left its earlier value in the WAL")
+        XCTAssertNoThrow(try store.open())
+        assertGone([earlier, a.sealed.secret], "open after a crash")
     }
 }

@@ -17,6 +17,12 @@ expect_eq "good-secret" "$(cat "$MP/svc/good")" "every other item still reads"
 expect_exit 93 "verify reports it" kc verify
 expect_contains "$(cat "$OUT" "$ERR")" "fails authentication" "and says why"
 kc unmount "$MP" >/dev/null
+LOG="$XDG_STATE_HOME/keychainfs/daemon.log"
+expect_contains "$LOG" "serving" "the daemon logs its mount to \$XDG_STATE_HOME/keychainfs/daemon.log"
+expect_contains "$LOG" "Bad message: Integrity check failed: item #" "the log names the cause of an EBADMSG by item id"
+expect_not_contains "$LOG" "bad-secret" "the log holds no secret"
+expect_not_contains "$LOG" "svc/bad" "nor a name"
+expect_contains "$LOG" "unmounted" "and the unmount"
 
 echo "== a full disk"
 FS="$TEST_ROOT/small"
@@ -65,6 +71,7 @@ echo wrong >"$TEST_ROOT/wrong"
 for i in 1 2 3; do kc unlock "$MP" --passphrase-file "$TEST_ROOT/wrong" >/dev/null 2>&1; done
 expect_exit 52 "after three wrong passphrases even the right one must wait" kc unlock "$MP" --passphrase-file "$PASSFILE"
 expect_contains "$ERR" "try again in" "and the message says how long"
+expect_contains "$XDG_STATE_HOME/keychainfs/daemon.log" "unlock refused: The passphrase is wrong" "refused unlocks are logged"
 expect_eq "locked" "$(getfattr --only-values -n user.keychain.state "$MP" 2>/dev/null)" "nothing was unlocked"
 sleep 6
 expect_exit 0 "after the wait the right passphrase unlocks" kc unlock "$MP" --passphrase-file "$PASSFILE"

@@ -287,6 +287,21 @@ oauth_refresh_token=tok" protocol=https host=example.com username=user-both
 cred store protocol=https host=example.com username=user-both password=pass2
 expect_get "a store without them drops them" "$(creds user-both pass2)" \
     protocol=https host=example.com username=user-both
+cred store protocol=https host=example.com username=user-tok password=pass \
+    oauth_refresh_token=sekret-refresh password_expiry_utc=1900000000
+TOK="$MP/internet/example.com/443/user-tok"
+expect_not_contains "$(getfattr -d -m - "$TOK" 2>/dev/null)" "sekret-refresh" "the refresh token is no attribute getfattr shows"
+expect_not_contains "$(kc find-internet-password -s example.com -a user-tok 2>&1)" "1900000000" \
+    "find-internet-password's attributes do not show the extras"
+kc lock "$MP" >/dev/null
+expect_not_contains "$(getfattr -d -m - "$TOK" 2>/dev/null; kc find-internet-password -s example.com -a user-tok 2>&1)" \
+    "sekret-refresh" "nor does anything while locked"
+kc unlock "$MP" --passphrase-file "$PASSFILE" >/dev/null
+expect_exit 1 "the store's files do not hold them in the clear" grep -a -q "sekret-refresh" "$KEYCHAINFS_STORE"
+sed -i 's/pass/pass3/' "$TOK"
+expect_get "a save through a temporary file keeps them" "$(creds user-tok pass3)
+password_expiry_utc=1900000000
+oauth_refresh_token=sekret-refresh" protocol=https host=example.com username=user-tok
 cred erase protocol=https host=example.com
 
 echo "== visible in the tree"

@@ -1,0 +1,124 @@
+import Foundation
+import KeychainModel
+import KeychainStore
+import TOMLKit
+
+/// The user's defaults from `$XDG_CONFIG_HOME/keychainfs/config.toml`. Every key is optional;
+/// a command-line flag overrides the key it matches.
+///
+/// ```toml
+/// mountpoint = "~/Keychain"
+/// lock-after = 900            # seconds without file access; 0 for never
+/// default-accessible = "after-first-unlock"
+/// allow-root = true
+/// ```
+public struct KeychainConfig: Equatable, Sendable {
+    /// An absolute path, `~` already expanded.
+    public var mountpoint: String?
+    /// Seconds; 0 means never.
+    public var lockAfter: Int?
+    public var defaultAccessible: AccessibilityClass?
+    public var allowRoot: Bool?
+
+    public init(mountpoint: String? = nil, lockAfter: Int? = nil, defaultAccessible: AccessibilityClass? = nil,
+                allowRoot: Bool? = nil) {
+        self.mountpoint = mountpoint; self.lockAfter = lockAfter
+        self.defaultAccessible = defaultAccessible; self.allowRoot = allowRoot
+    }
+
+    public static let keys = ["mountpoint", "lock-after", "default-accessible", "allow-root"]
+
+    /// `$XDG_CONFIG_HOME/keychainfs/config.toml`, by default `~/.config/keychainfs/config.toml`.
+    public static var defaultPath: String {
+        KeychainLocations.configHome + "/keychainfs/config.toml"
+    }
+
+    /// The mountpoint when none is given: the configured one, else `~/Keychain`.
+    public var effectiveMountpoint: String { mountpoint ?? KeychainLocations.home + "/Keychain" }
+
+    /// Reads the file at `path`; a missing file is an empty configuration. Any other problem is
+    /// `invalidInput` (exit 65) naming the file and the line.
+    public static func load(path: String = defaultPath) throws -> KeychainConfig {
+        let data: Data
+        do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
+            if !FileManager.default.fileExists(atPath: path) { return KeychainConfig() }
+            throw KeychainError.invalidInput("cannot read the configuration file \(path): \(error.localizedDescription)")
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw KeychainError.invalidInput("\(path): not UTF-8 text")
+        }
+        return try parse(text, path: path, home: KeychainLocations.home)
+    }
+
+    /// Parses the text of a configuration file; `path` only names it in errors.
+    public static func parse(_ text: String, path: String, home: String) throws -> KeychainConfig {
+        let table: TOMLTable
+        do { table = try TOMLTable(string: text) } catch let e as TOMLParseError {
+            throw KeychainError.invalidInput("\(path):\(e.source.begin.line): \(e.description)")
+        } catch {
+            throw KeychainError.invalidInput("\(path): \(error)")
+        }
+        let lines = SourceLines(text)
+        func fail(_ key: String, _ message: String) -> KeychainError {
+            .invalidInput("\(path):\(lines.line(ofKey: key)): \(message)")
+        }
+        var config = KeychainConfig()
+        for key in table.keys.sorted(by: { lines.line(ofKey: $0) < lines.line(ofKey: $1) }) {
+            guard let value = table[key] else { continue }
+            switch key {
+            case "mountpoint":
+                guard let s = value.string else { throw fail(key, "mountpoint must be a string, not \(value.type)") }
+                config.mountpoint = try expand(s, home: home) { fail(key, $0) }
+            case "lock-after":
+                guard let n = value.int, n >= 0 else {
+                    throw fail(key, "lock-after must be a whole number of seconds (0 for never), not \(value.debugDescription)")
+                }
+                config.lockAfter = n
+            case "default-accessible":
+                guard let s = value.string else { throw fail(key, "default-accessible must be a string, not \(value.type)") }
+                do { config.defaultAccessible = try AccessibilityClass(parsing: s) } catch {
+                    throw fail(key, "default-accessible: \(KeychainError(error).description)")
+                }
+            case "allow-root":
+                guard let b = value.bool else { throw fail(key, "allow-root must be true or false, not \(value.debugDescription)") }
+                config.allowRoot = b
+            default:
+                throw fail(key, "unknown key '\(key)' (known: \(keys.joined(separator: ", ")))")
+            }
+        }
+        return config
+    }
+
+    /// `~` and `~/...` are the home directory; anything else must be absolute.
+    static func expand(_ path: String, home: String, fail: (String) -> KeychainError) throws -> String {
+        if path == "~" { return home }
+        if path.hasPrefix("~/") { return home + path.dropFirst(1) }
+        guard path.hasPrefix("/") else {
+            throw fail("mountpoint must be an absolute path or start with ~/, not \"\(path)\"")
+        }
+        return path
+    }
+}
+
+/// Finds the line a top-level key is set on, since the TOML library reports positions only
+/// for syntax errors.
+struct SourceLines {
+    let lines: [Substring]
+
+    init(_ text: String) { lines = text.split(separator: "\n", omittingEmptySubsequences: false) }
+
+    /// 1-based; the line of `key = ...`, `"key" = ...` or `[key]`, else 1.
+    func line(ofKey key: String) -> Int {
+        for (i, raw) in lines.enumerated() {
+            let line = raw.drop { $0 == " " || $0 == "\t" }
+            for form in [key, "\"\(key)\"", "'\(key)'"] {
+                if line.hasPrefix(form) {
+                    let rest = line.dropFirst(form.count).drop { $0 == " " || $0 == "\t" }
+                    if rest.hasPrefix("=") || rest.hasPrefix(".") { return i + 1 }
+                }
+                if line.hasPrefix("[" + form) || line.hasPrefix("[[" + form) { return i + 1 }
+            }
+        }
+        return 1
+    }
+}

@@ -1,0 +1,9 @@
+import CHardening
+
+/// Keeps other processes of the same user from reading this one's memory: no core dumps, no
+/// ptrace, no /proc/PID/mem. Every process that holds a passphrase or a key calls it first.
+public enum ProcessProtection {
+    /// Idempotent; false if the kernel refused (the process then still runs).
+    @discardableResult
+    public static func makeNotDumpable() -> Bool { kcfs_make_not_dumpable() == 0 }
+}

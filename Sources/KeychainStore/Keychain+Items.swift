@@ -1,0 +1,355 @@
+import Foundation
+import GRDB
+import KeychainCrypto
+import KeychainModel
+
+extension Keychain {
+    // MARK: reading items
+
+    private func blind(_ bytes: [UInt8]) throws -> [UInt8] {
+        guard let key = keybag.withLock({ $0.indexKey }) else {
+            throw KeychainError.unavailable(.whenUnlocked)
+        }
+        return HMACSHA256.authenticate(bytes, key: key)
+    }
+
+    /// The item with exactly this primary key: one probe of the blind index.
+    public func item(for key: ItemKey) throws -> KeychainItem? {
+        let b = try blind(key.canonicalBytes)
+        let row = try read { db in
+            try Row.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE blind = ?", arguments: [Data(b)])
+        }
+        guard let row else { return nil }
+        return try decode(try SealedItem(row: row))
+    }
+
+    /// Items that match, in the documented order (`ItemOrder`). Items whose names cannot be
+    /// read in this lock state are left out; items that fail their integrity check throw.
+    public func items(matching query: ItemQuery) throws -> [KeychainItem] {
+        if let key = query.exactKey { return try item(for: key).map { query.matches($0.record) ? [$0] : [] } ?? [] }
+        let rows: [Row]
+        if let group = query.groupName {
+            let g = try blind(ItemKey.groupBytes(kind: query.kind, name: group))
+            rows = try read { db in
+                try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?", arguments: [Data(g)])
+            }
+        } else {
+            rows = try read { db in
+                try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE kind = ?", arguments: [query.kind.rawValue])
+            }
+        }
+        var out: [KeychainItem] = []
+        for row in rows {
+            guard let sealed = try? SealedItem(row: row), metadataKey(sealed) != nil else { continue }
+            // A tampered row fails alone (verify reports it); the others still match.
+            guard let item = try? decode(sealed) else { continue }
+            if query.matches(item.record) { out.append(item) }
+        }
+        return out.sorted(by: ItemOrder.precedes)
+    }
+
+    /// Every item whose name is readable now, and the ones that fail their integrity check.
+    public func allItems() throws -> (items: [KeychainItem], problems: [IntegrityProblem]) {
+        let rows = try read { db in try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items ORDER BY id") }
+        var items: [KeychainItem] = [], problems: [IntegrityProblem] = []
+        for row in rows {
+            let sealed: SealedItem
+            do { sealed = try SealedItem(row: row) } catch {
+                problems.append(IntegrityProblem(itemID: Int64.fromDatabaseValue(row[0]) ?? -1, reason: error.description))
+                continue
+            }
+            // A class number we do not know is damage, not a lock state: `decode` reports it.
+            guard metadataKey(sealed) != nil || AccessibilityClass(code: sealed.classCode) == nil else { continue }
+            do { items.append(try decode(sealed)) } catch let e as KeychainError {
+                problems.append(IntegrityProblem(itemID: sealed.id, reason: e.description))
+            }
+        }
+        return (items.sorted(by: ItemOrder.precedes), problems)
+    }
+
+    /// Item counts per class, from the plaintext class column; no key needed.
+    public func countsByClass() throws -> [AccessibilityClass: Int] {
+        try read { db in
+            var out: [AccessibilityClass: Int] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT class, COUNT(*) FROM items GROUP BY class") {
+                if let c = AccessibilityClass(code: row[0]) { out[c] = row[1] }
+            }
+            return out
+        }
+    }
+
+    private func metadataKey(_ sealed: SealedItem) -> SecureBytes? {
+        guard let c = AccessibilityClass(code: sealed.classCode) else { return nil }
+        return keybag.withLock { $0.metadataKey(c, generation: sealed.generation) }
+    }
+
+    private func decode(_ sealed: SealedItem) throws -> KeychainItem {
+        guard let c = AccessibilityClass(code: sealed.classCode) else {
+            throw KeychainError.integrityFailure("item #\(sealed.id) has an unknown class")
+        }
+        guard let mk = keybag.withLock({ $0.metadataKey(c, generation: sealed.generation) }) else {
+            if sealed.generation > keyGeneration || sealed.generation < 0 {
+                throw KeychainError.integrityFailure("item #\(sealed.id) names a key generation the store does not have")
+            }
+            throw KeychainError.unavailable(c)
+        }
+        guard let plain = try? AESGCM.open(sealed.attributes, key: mk, aad: sealed.aad("attrs")),
+              let record = try? plain.withUnsafeBytes({ try JSONDecoder().decode(ItemRecord.self, from: Data($0)) }),
+              record.attributes.accessible == c, record.key.kind.rawValue == sealed.kind
+        else { throw KeychainError.integrityFailure("item #\(sealed.id): its attributes fail authentication") }
+        return KeychainItem(sealed: sealed, record: record)
+    }
+
+    private func itemKey(_ sealed: SealedItem, _ c: AccessibilityClass) throws -> SecureBytes {
+        guard let classKey = keybag.withLock({ $0.classKey(c, generation: sealed.generation) }) else {
+            throw KeychainError.unavailable(c)
+        }
+        do { return try AESGCM.open(sealed.wrappedKey, key: classKey, aad: sealed.aad("key")) }
+        catch { throw KeychainError.integrityFailure("item #\(sealed.id): its secret fails authentication") }
+    }
+
+    /// Decrypts the item's secret. Throws `unavailable` when its class key is not held.
+    public func secret(of item: KeychainItem) throws -> SecureBytes {
+        let sealed = item.sealed
+        let key = try itemKey(sealed, item.accessible)
+        do { return try AESGCM.open(sealed.secret, key: key, aad: sealed.aad("secret")) }
+        catch { throw KeychainError.integrityFailure("item #\(sealed.id): its secret fails authentication") }
+    }
+
+    /// Decrypts the item's sealed extras (git's expiry and refresh token): sealed like the
+    /// secret, under the item key, so they follow the class's lock state. Nil when it has none.
+    public func extras(of item: KeychainItem) throws -> SecureBytes? {
+        guard let sealedExtras = item.sealed.extras else { return nil }
+        let key = try itemKey(item.sealed, item.accessible)
+        do { return try AESGCM.open(sealedExtras, key: key, aad: item.sealed.aad("extras")) }
+        catch { throw KeychainError.integrityFailure("item #\(item.id): its extras fail authentication") }
+    }
+
+    // MARK: writing items
+
+    /// Seals a record, secret and extras into a row under a fresh item key and the newest
+    /// generation of its class key.
+    private func seal(_ record: ItemRecord, secret: SecureBytes, extras: SecureBytes?, id: Int64, version: Int64) throws -> SealedItem {
+        guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
+        let c = record.attributes.accessible
+        if c == .whenPasscodeSetThisDeviceOnly && !hasPassphrase {
+            throw KeychainError.invalidInput("'\(c.rawValue)' items need a store with a passphrase")
+        }
+        let (classKey, metadataKey, generation) = keybag.withLock { ($0.classKey(c), $0.metadataKey(c), $0.generation) }
+        guard let classKey, let metadataKey else { throw KeychainError.unavailable(c) }
+        var sealed = SealedItem(id: id, kind: record.key.kind.rawValue, classCode: c.code, version: version,
+                                blind: try blind(record.key.canonicalBytes),
+                                groupBlind: try blind(record.key.groupBytes),
+                                wrappedKey: [], attributes: [], secret: [], generation: generation, extras: nil)
+        let itemKey = SecureRandom.bytes(AESGCM.keyBytes)
+        sealed.wrappedKey = try AESGCM.seal(itemKey, key: classKey, aad: sealed.aad("key"))
+        let json = try JSONEncoder().encode(record)
+        sealed.attributes = try json.withUnsafeBytes { try AESGCM.seal($0, key: metadataKey, aad: sealed.aad("attrs")) }
+        sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"))
+        if let extras, extras.count > 0 { sealed.extras = try AESGCM.seal(extras, key: itemKey, aad: sealed.aad("extras")) }
+        return sealed
+    }
+
+    /// Adds a new item; `duplicateItem` if one with the same primary key exists. `extras`
+    /// are sealed beside the secret (`extras(of:)`).
+    @discardableResult
+    public func add(_ record: ItemRecord, secret: SecureBytes, extras: SecureBytes? = nil) throws -> KeychainItem {
+        try write(.addsOnly) { db, changes in
+            let id = try Self.nextID(db)
+            let sealed = try seal(record, secret: secret, extras: extras, id: id, version: 1)
+            try Self.insertRow(sealed, db)
+            changes.added(id, 1)
+            return KeychainItem(sealed: sealed, record: record)
+        }
+    }
+
+    /// Re-seals `item` as `record` (which may change its key, class or attributes) with `secret`,
+    /// or with its current secret when nil; `extras` nil keeps its extras, empty removes them.
+    /// `replacing`, if given, is deleted in the same transaction: that is how a rename onto
+    /// an existing item is atomic. Returns once no earlier value of either is left in the store's files.
+    @discardableResult
+    public func update(_ item: KeychainItem, to record: ItemRecord, secret: SecureBytes? = nil,
+                       extras: SecureBytes? = nil, replacing other: KeychainItem? = nil) throws -> KeychainItem {
+        var record = record
+        record.attributes.modified = Date()
+        let value = try secret ?? self.secret(of: item)
+        // A save through a temporary file renamed over the item keeps the item's extras.
+        let keptExtras = try extras ?? self.extras(of: item) ?? other.flatMap { try self.extras(of: $0) }
+        return try write(.removes) { db, changes in
+            let sealed = try seal(record, secret: value, extras: keptExtras, id: item.id, version: item.sealed.version + 1)
+            if let other, other.id != item.id { try Self.deleteRow(other.id, db, &changes) }
+            guard try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE id = ? AND version = ?",
+                                   arguments: [item.id, item.sealed.version]) == 1 else {
+                throw KeychainError.itemNotFound
+            }
+            try Self.deleteRow(item.id, db, &changes)
+            try Self.insertRow(sealed, db)
+            changes.added(item.id, sealed.version)
+            return KeychainItem(sealed: sealed, record: record)
+        }
+    }
+
+    /// Adds the item, or with `updateExisting` updates the one with the same key: the secret
+    /// and the given attributes change, the rest (and the creation date) stay. `extras` as in `update`.
+    @discardableResult
+    public func save(_ key: ItemKey, secret: SecureBytes, changes: AttributeChanges = AttributeChanges(),
+                     extras: SecureBytes? = nil, defaultClass: AccessibilityClass = .default,
+                     updateExisting: Bool) throws -> KeychainItem {
+        if let existing = try item(for: key) {
+            guard updateExisting else { throw KeychainError.duplicateItem }
+            var record = existing.record
+            record.attributes = changes.applied(to: record.attributes)
+            return try update(existing, to: record, secret: secret, extras: extras)
+        }
+        var attributes = changes.applied(to: ItemAttributes(accessible: defaultClass))
+        attributes.modified = attributes.created
+        return try add(ItemRecord(key: key, attributes: attributes), secret: secret, extras: extras)
+    }
+
+    /// Deletes these items, all or none. Works on a full disk (it may use the store's reserve)
+    /// and returns once nothing of them is left in the store's files.
+    public func delete(_ items: [KeychainItem]) throws {
+        try write(.deletesOnly) { db, changes in
+            for item in items { try Self.deleteRow(item.id, db, &changes) }
+        }
+    }
+
+    /// Re-seals every item of an older key generation under the newest one, `batch` items per
+    /// commit, then drops the generations no item needs. `progress(done, total)` after each commit.
+    public func rekey(batch: Int = 256, progress: (Int, Int) -> Void = { _, _ in }) throws -> Int {
+        guard state == .unlocked, keybag.withLock({ $0.holdsEveryClassKey }) else {
+            throw KeychainError.invalidInput("re-sealing needs every class key: unlock the store on the machine of its device key")
+        }
+        let generation = keyGeneration
+        let ids = try read { db in
+            try Int64.fetchAll(db, sql: "SELECT id FROM items WHERE generation < ? ORDER BY id", arguments: [generation])
+        }
+        let batch = max(batch, 1)
+        var done = 0
+        progress(0, ids.count)
+        for start in stride(from: 0, to: ids.count, by: batch) {
+            let chunk = ids[start..<min(start + batch, ids.count)]
+            let rows = try read { db in
+                try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE id IN (\(chunk.map(String.init).joined(separator: ",")))")
+            }
+            var resealed: [(old: KeychainItem, new: SealedItem)] = []
+            for row in rows {
+                let item = try decode(try SealedItem(row: row))
+                let sealed = try seal(item.record, secret: try secret(of: item), extras: try extras(of: item),
+                                      id: item.id, version: item.sealed.version + 1)
+                resealed.append((item, sealed))
+            }
+            try write(.removes) { db, changes in
+                for (old, new) in resealed {
+                    guard try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE id = ? AND version = ?",
+                                           arguments: [old.id, old.sealed.version]) == 1 else { continue }
+                    try Self.deleteRow(old.id, db, &changes)
+                    try Self.insertRow(new, db)
+                    changes.added(new.id, new.version)
+                }
+            }
+            done += chunk.count
+            progress(done, ids.count)
+        }
+        // Older generations' keys go once no item needs them.
+        try write(.removes) { db, _ in
+            let oldest = try Int64.fetchOne(db, sql: "SELECT MIN(generation) FROM items") ?? generation
+            try db.execute(sql: "DELETE FROM wrapped_keys WHERE generation < ?", arguments: [min(oldest, generation)])
+        }
+        return ids.count
+    }
+
+    /// One write transaction: `body` changes rows and reports them in `changes`; the ledger is
+    /// brought up to date in the same transaction, the WAL erased as `effect` says, and this
+    /// machine's counter raised after the commit.
+    func write<T>(_ effect: WriteEffect, _ body: (Database, inout RowChanges) throws -> T) throws -> T {
+        guard let indexKey = keybag.withLock({ $0.indexKey }) else { throw KeychainError.unavailable(.whenUnlocked) }
+        let keys = try RowLedger.Keys(indexKey: indexKey)
+        let generation = keyGeneration
+        let (result, counterValue): (T, UInt64) = try Self.mappingDatabaseErrors {
+            try database.write(effect) { db in
+                // A passphrase change by another process since this one unlocked: its keys are no longer the newest.
+                let stored = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'key_generation'")
+                    .flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
+                guard stored == generation else {
+                    throw KeychainError.io("the store's keys changed since it was opened (passwd?); run the command again")
+                }
+                var changes = RowChanges()
+                let result = try body(db, &changes)
+                var ledger: RowLedger
+                if let stored = try RowLedger.load(db, keys: keys, storeID: storeID) {
+                    ledger = stored
+                    try ledger.digest.toggle(changes.toggled, key: keys.digest)
+                    ledger.count += changes.delta
+                } else {
+                    // A store from before the ledger: the rows after this commit are its start.
+                    ledger = try RowLedger.scan(db, keys: keys, counter: 0)
+                }
+                ledger.counter += 1
+                try ledger.save(db, keys: keys, storeID: storeID)
+                return (result, ledger.counter)
+            }
+        }
+        counter.record(counterValue)
+        return result
+    }
+
+    /// Every failure leaves the store as a `KeychainError`: SQLite's and OpenSSL's included.
+    static func mappingDatabaseErrors<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let e as KeychainError {
+            throw e
+        } catch let e as DatabaseError where e.resultCode == .SQLITE_CONSTRAINT {
+            throw KeychainError.duplicateItem
+        } catch let e as DatabaseError where e.resultCode == .SQLITE_FULL {
+            throw KeychainError.diskFull
+        } catch let e as DatabaseError where e.resultCode == .SQLITE_CORRUPT || e.resultCode == .SQLITE_NOTADB {
+            throw KeychainError.notAKeychain("the store is corrupt: \(e.message ?? "\(e)")")
+        } catch let e as DatabaseError {
+            throw KeychainError.io("database error: \(e.message ?? "\(e)")")
+        } catch let e as CryptoError {
+            throw KeychainError.io("crypto failure: \(e)")
+        } catch {
+            throw KeychainError.io("\(error)")
+        }
+    }
+
+    /// A read transaction, its failures as `KeychainError`s.
+    func read<T>(_ body: (Database) throws -> T) throws -> T {
+        try Self.mappingDatabaseErrors { try database.queue.read(body) }
+    }
+
+    private static func nextID(_ db: Database) throws -> Int64 {
+        let v = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'next_id'")
+            .flatMap { Int64(String(decoding: $0, as: UTF8.self)) } ?? 1
+        // Ids are never reused, so an old row cannot pose as a later item with the same id.
+        try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('next_id', ?)", arguments: [Data(String(v + 1).utf8)])
+        return v
+    }
+
+    private static func insertRow(_ sealed: SealedItem, _ db: Database) throws {
+        try db.execute(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       arguments: sealed.arguments)
+    }
+
+    static func deleteRow(_ id: Int64, _ db: Database, _ changes: inout RowChanges) throws {
+        guard let version = try Int64.fetchOne(db, sql: "SELECT version FROM items WHERE id = ?", arguments: [id]) else { return }
+        try db.execute(sql: "DELETE FROM items WHERE id = ?", arguments: [id])
+        changes.removed(id, version)
+    }
+}
+/// The order of find results and listings: generic before internet; then service (server,
+/// port, path), account, protocol, authentication type, security domain, access group.
+public enum ItemOrder {
+    public static func precedes(_ a: KeychainItem, _ b: KeychainItem) -> Bool { sortKey(a.key).lexicographicallyPrecedes(sortKey(b.key)) }
+
+    static func sortKey(_ k: ItemKey) -> [String] {
+        switch k {
+        case .generic(let g): ["1", g.service, g.account, g.accessGroup]
+        case .internet(let i):
+            ["2", i.server, String(format: "%05d", i.port), i.path, i.account, i.protocol.code.text,
+             i.authenticationType.code.text, i.securityDomain, i.accessGroup]
+        }
+    }
+}

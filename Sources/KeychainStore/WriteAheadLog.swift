@@ -1,0 +1,92 @@
+import Foundation
+import GRDB
+import Synchronization
+
+/// Keeps the store's files free of earlier sealed values.
+///
+/// With `secure_delete` on, SQLite zeroes a deleted value in the pages it writes, but in WAL
+/// mode the pages as they were stay in the `-wal` file until it is overwritten: a copy of it
+/// would give back deleted and replaced secrets. So after every commit that removes a sealed
+/// value, the WAL is checkpointed and truncated to zero bytes (`wal_checkpoint(TRUNCATE)`,
+/// which syncs the database file first, so durability is kept). A checkpoint that could not
+/// finish (a full disk, another process reading) is retried after the next commit and at the
+/// next open.
+///
+/// An empty WAL needs new disk blocks for the next commit, so a full disk would refuse even a
+/// delete. A small reserve file beside the store is given up for a delete that meets a full
+/// disk, and made again once there is room.
+final class WriteAheadLog: Sendable {
+    static let reserveBytes = 512 * 1024
+    let walPath: String
+    let reservePath: String
+    private let pending = Mutex(false)
+
+    init(storePath: String) {
+        walPath = storePath + "-wal"
+        reservePath = storePath + "-reserve"
+    }
+
+    var isPending: Bool { pending.withLock { $0 } }
+
+    /// Folds the WAL into the database and empties it. Never throws: the commit before it stands.
+    func truncate(_ db: Database) {
+        var done = false
+        if let row = try? Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)"), (row[0] as Int?) == 0 {
+            var st = stat()
+            done = stat(walPath, &st) != 0 || st.st_size == 0
+        }
+        pending.withLock { $0 = !done }
+        if done { keepReserve() }
+    }
+
+    /// Makes the reserve if it is missing; on a full disk it stays missing until there is room.
+    func keepReserve() {
+        var st = stat()
+        if stat(reservePath, &st) == 0 && st.st_size >= Self.reserveBytes { return }
+        let fd = open(reservePath, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        let rc = posix_fallocate(fd, 0, off_t(Self.reserveBytes))
+        close(fd)
+        if rc != 0 { unlink(reservePath) }
+    }
+
+    /// Frees the reserve's blocks for a delete on a full disk; false if there was none.
+    func releaseReserve() -> Bool { unlink(reservePath) == 0 }
+}
+
+/// What a write transaction does to sealed values, which decides what must follow its commit.
+enum WriteEffect {
+    /// Only new rows (or no rows): nothing earlier to erase.
+    case addsOnly
+    /// Rows replaced or deleted: the WAL is truncated before the call returns.
+    case removes
+    /// Only deletes: as `removes`, and a full disk may use the reserve.
+    case deletesOnly
+}
+
+extension StoreDatabase {
+    /// Runs `body` in one immediate transaction, then erases what it removed from the WAL.
+    func write<T>(_ effect: WriteEffect, _ body: (Database) throws -> T) throws -> T {
+        do {
+            return try attempt(effect, body)
+        } catch let e as DatabaseError where e.resultCode == .SQLITE_FULL && effect == .deletesOnly && log.releaseReserve() {
+            return try attempt(effect, body)
+        } catch let e as DatabaseError where e.resultCode == .SQLITE_FULL {
+            // Frames of the failed transaction may sit in the WAL; they go too.
+            try? queue.writeWithoutTransaction { db in log.truncate(db) }
+            throw e
+        }
+    }
+
+    private func attempt<T>(_ effect: WriteEffect, _ body: (Database) throws -> T) throws -> T {
+        try queue.writeWithoutTransaction { db in
+            var result: T?
+            try db.inTransaction(.immediate) {
+                result = try body(db)
+                return .commit
+            }
+            if effect != .addsOnly || log.isPending { log.truncate(db) }
+            return result!
+        }
+    }
+}

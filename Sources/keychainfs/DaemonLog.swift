@@ -1,0 +1,71 @@
+import Foundation
+import KeychainModel
+import Logging
+import Synchronization
+
+/// Where the daemon's log goes: stderr when it runs in the foreground or under systemd (the
+/// journal takes stderr), else `$XDG_STATE_HOME/keychainfs/daemon.log`. It records mounts,
+/// lock changes, refused peers and the cause of every EIO or EBADMSG, by item id, never a
+/// name or a secret.
+enum DaemonLog {
+    static var path: String { KeychainLocations.stateDirectory + "/daemon.log" }
+
+    /// swift-log allows one bootstrap per process, and `mount --foreground` runs a daemon again
+    /// after a wrong passphrase: the first one sets where the process logs.
+    private static let bootstrapped = Mutex(false)
+
+    static func bootstrap(foreground: Bool) {
+        let first = bootstrapped.withLock { done in
+            defer { done = true }
+            return !done
+        }
+        guard first else { return }
+        let toStderr = foreground || ProcessInfo.processInfo.environment["JOURNAL_STREAM"] != nil
+        let file = toStderr ? nil : LogFile(path: path)
+        LoggingSystem.bootstrap { label in
+            if let file { return FileLogHandler(label: label, file: file) }
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = .info
+            return handler
+        }
+    }
+}
+
+/// An append-only log file (0600). Each entry is one write(2), so lines from several threads
+/// never interleave.
+final class LogFile: Sendable {
+    private let fd: Int32
+
+    init?(path: String) {
+        try? FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent,
+                                                 withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { return nil }
+    }
+
+    deinit { close(fd) }
+
+    func append(_ line: String) {
+        var bytes = Array(line.utf8)
+        bytes.append(0x0a)
+        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    }
+}
+
+struct FileLogHandler: LogHandler {
+    let label: String
+    let file: LogFile
+    var logLevel: Logger.Level = .info
+    var metadata: Logger.Metadata = [:]
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
+             file _: String, function _: String, line _: UInt) {
+        let time = ISO8601DateFormatter().string(from: Date())
+        file.append("\(time) \(level) \(label)[\(getpid())]: \(message)")
+    }
+}

@@ -1,0 +1,157 @@
+import ArgumentParser
+import Foundation
+import KeychainControl
+import KeychainCrypto
+import KeychainFuse
+import KeychainStore
+
+/// Unlocking with the login password, from `pam_exec.so expose_authtok`.
+///
+/// PAM runs its auth modules before the session starts, so at a first login the user service
+/// has not mounted the keychain yet. `unlock --pam` therefore hands the password to a
+/// detached helper (`_unlock-at-login`) that waits for the mount, unlocks it and exits, and
+/// returns at once: the login never waits and never fails because of the keychain.
+enum LoginUnlock {
+    static let waitSeconds = 60
+    static let passwordFD: Int32 = 3
+
+    /// `unlock --pam`: reads the password, becomes the user PAM authenticated (pam_exec runs
+    /// modules as root for login and sshd), starts the helper, and exits 0 whatever happens.
+    static func start(mountpoint: String?, store: String?) -> Never {
+        ProcessHardening.apply()
+        // Whatever fails from here on, the login goes on, and nothing is printed.
+        let null = open("/dev/null", O_WRONLY)
+        if null >= 0 { dup2(null, 1); dup2(null, 2); close(null) }
+        guard let password = try? readPassword(fd: 0), password.count > 0 else { exit(0) }
+        guard becomeAuthenticatedUser() else { exit(0) }
+        var arguments = ["_unlock-at-login"]
+        if let store { arguments += ["--store", store] }
+        if let mountpoint { arguments.append(mountpoint) }
+        spawnHelper(arguments: arguments, password: password)
+        exit(0)
+    }
+
+    /// pam_exec writes the password followed by a NUL; a person testing by hand ends it with a
+    /// newline. Either ends it, and so does the end of input.
+    static func readPassword(fd: Int32) throws -> SecureBytes {
+        let password = SecureBytes(count: 0)
+        var byte: UInt8 = 0
+        defer { byte = 0 }
+        while true {
+            let n = read(fd, &byte, 1)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw KeychainError.io("cannot read the password")
+            }
+            if n == 0 || byte == 0 || byte == UInt8(ascii: "\n") { return password }
+            guard password.count < LineReader.maxBytes else { throw KeychainError.invalidInput("the password is too long") }
+            password.resize(to: password.count + 1)
+            password.withUnsafeMutableBytes { $0[$0.count - 1] = byte }
+        }
+    }
+
+    /// As root with PAM_USER set, drops to that user for good (groups, gid, uid) and takes its
+    /// home and runtime directory, where its keychain and its daemon's socket are. As anyone
+    /// else, goes on only for its own login. False when it must not go on.
+    static func becomeAuthenticatedUser() -> Bool {
+        let env = ProcessInfo.processInfo.environment
+        let name = env["PAM_USER"].flatMap { $0.isEmpty ? nil : $0 }
+        let entry = name.map { getpwnam($0) } ?? getpwuid(getuid())
+        guard let pw = entry?.pointee else { return false }
+        let uid = pw.pw_uid, gid = pw.pw_gid
+        let home = String(cString: pw.pw_dir), user = String(cString: pw.pw_name)
+        if getuid() != uid || geteuid() != uid {
+            guard geteuid() == 0 else { return false }
+            guard initgroups(pw.pw_name, gid) == 0, setgid(gid) == 0, setuid(uid) == 0,
+                  getuid() == uid, geteuid() == uid, getegid() == gid else { return false }
+        }
+        if name != nil || env["HOME"] == nil {
+            setenv("HOME", home, 1)
+            setenv("USER", user, 1)
+            setenv("LOGNAME", user, 1)
+        }
+        // The user's own runtime directory, as systemd-logind makes it; else the fallback the
+        // daemon uses without one.
+        if let runtime = env["XDG_RUNTIME_DIR"], isOwnDirectory(runtime, uid: uid) { return true }
+        let runtime = "/run/user/\(uid)"
+        if isOwnDirectory(runtime, uid: uid) { setenv("XDG_RUNTIME_DIR", runtime, 1) } else { unsetenv("XDG_RUNTIME_DIR") }
+        return true
+    }
+
+    private static func isOwnDirectory(_ path: String, uid: uid_t) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR && st.st_uid == uid
+    }
+
+    /// The helper runs in its own session with no terminal and /dev/null for output; the
+    /// password reaches it through a pipe, never argv.
+    private static func spawnHelper(arguments: [String], password: SecureBytes) {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return }
+        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, fds[0], passwordFD)
+        var attr = posix_spawnattr_t()
+        posix_spawnattr_init(&attr)
+        defer { posix_spawnattr_destroy(&attr) }
+        posix_spawnattr_setflags(&attr, 0x80)  // POSIX_SPAWN_SETSID
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
+        let argv = ([exe] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, exe, &actions, &attr, argv, environ)
+        close(fds[0])
+        if rc == 0 {
+            // Well under a pipe's capacity, so this never blocks on the helper.
+            password.withUnsafeBytes { _ = write(fds[1], $0.baseAddress, $0.count) }
+        }
+        close(fds[1])
+    }
+}
+
+/// The helper behind `unlock --pam`; not for users.
+struct UnlockAtLoginCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "_unlock-at-login", shouldDisplay: false)
+
+    @OptionGroup var target: MountTarget
+
+    func run() throws {
+        // It holds a password: not dumpable, no core file.
+        ProcessHardening.apply()
+        _ = chdir("/")
+        guard let password = try? readAll(fd: LoginUnlock.passwordFD), password.count > 0 else { return }
+        close(LoginUnlock.passwordFD)
+        let deadline = Date().addingTimeInterval(TimeInterval(LoginUnlock.waitSeconds))
+        while Date() < deadline {
+            if let (_, daemon) = try? target.daemon() {
+                if let status = try? daemon.status(), status.state != .unlocked {
+                    try? daemon.unlock(passphrase: status.hasPassphrase ? password : nil)
+                }
+                return
+            }
+            usleep(250_000)
+        }
+    }
+
+    private func readAll(fd: Int32) throws -> SecureBytes {
+        let out = SecureBytes(count: 0)
+        let chunk = SecureBytes(count: 4096)
+        defer { chunk.wipe() }
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 { if errno == EINTR { continue }; throw KeychainError.io("cannot read the password") }
+            if n == 0 { return out }
+            guard out.count + n <= LineReader.maxBytes else { throw KeychainError.invalidInput("the password is too long") }
+            let old = out.count
+            out.resize(to: old + n)
+            out.withUnsafeMutableBytes { dst in chunk.withUnsafeBytes { src in
+                (dst.baseAddress! + old).copyMemory(from: src.baseAddress!, byteCount: n)
+            } }
+        }
+    }
+}

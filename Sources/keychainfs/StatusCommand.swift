@@ -1,0 +1,152 @@
+import ArgumentParser
+import Foundation
+import KeychainConfig
+import KeychainControl
+import KeychainModel
+import KeychainStore
+
+struct StatusCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show whether the keychain is mounted, its lock state, store, daemon and item counts.",
+        discussion: """
+            Without a mount it still shows the store (whether it exists, whether it has a \
+            passphrase), the configured mountpoint and any stale mount left by a killed daemon, \
+            and exits with status 69 (not mounted). It never changes anything: a stale mount is \
+            only named ('keychainfs unmount' detaches it).
+            """)
+
+    @OptionGroup var target: MountTarget
+    @Flag(help: "Write JSON.") var json = false
+
+    func run() throws {
+        let report = try StatusReport.gather(target: target)
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            Output.write(String(decoding: try encoder.encode(report), as: UTF8.self) + "\n")
+        } else {
+            Output.write(report.lines.map { $0 + "\n" }.joined())
+        }
+        guard report.mounted else {
+            // On stderr too, with what to run, as every command that needs the mount says it.
+            if report.staleMount != nil { throw target.notMounted(store: report.store) }
+            throw ExitCode(KeychainError.notMounted("").exitCode)
+        }
+    }
+}
+
+/// What `status` shows, gathered without changing anything.
+struct StatusReport: Encodable {
+    struct Daemon: Encodable {
+        var pid: Int32?
+        var version: String?
+        var memoryLocked: Bool?
+    }
+
+    var store: String
+    var storeExists: Bool
+    /// Nil when the store does not exist or cannot be read.
+    var hasPassphrase: Bool?
+    /// Why the store could not be opened, if it could not.
+    var storeError: String?
+    var mounted: Bool
+    /// `locked`, `unlocked`, `before-first-unlock`, or `not-mounted`.
+    var state: String
+    var mountpoint: String?
+    var configuredMountpoint: String
+    var configError: String?
+    /// A mountpoint whose daemon is gone ("Transport endpoint is not connected").
+    var staleMount: String?
+    var lockAfter: Int?
+    var allowRoot: Bool?
+    var daemon: Daemon?
+    var items: [String: Int]?
+
+    static func gather(target: MountTarget) throws -> StatusReport {
+        let storePath = (try? target.storePath()) ?? target.storeOptions.path
+        var live: (RemoteKeychainService, MountRecord)?
+        if FileManager.default.fileExists(atPath: storePath) {
+            // A daemon that holds the store but does not answer, or speaks another version, is
+            // said as every command says it (75, 76); anything else is shown in the report.
+            do { live = try DaemonLocator.daemon(forStore: storePath) } catch let e as KeychainError
+                where e.exitCode == KeychainError.storeBusy("").exitCode
+                || e.exitCode == KeychainError.daemonVersionMismatch(running: "").exitCode {
+                throw e
+            } catch { live = nil }
+        }
+        let record = live?.1
+        var configError: String?
+        let config: KeychainConfig
+        do { config = try KeychainConfig.load() } catch {
+            configError = (error as? KeychainError)?.description ?? "\(error)"
+            config = KeychainConfig()
+        }
+        var report = StatusReport(store: storePath, storeExists: FileManager.default.fileExists(atPath: storePath),
+                                  mounted: false, state: "not-mounted", configuredMountpoint: config.effectiveMountpoint,
+                                  configError: configError)
+        if let (daemon, record) = live {
+            do {
+                let s = try daemon.status()
+                report.store = s.storePath
+                report.storeExists = true
+                report.hasPassphrase = s.hasPassphrase
+                report.mounted = true
+                report.state = s.state.rawValue
+                report.mountpoint = s.mountpoint ?? record.mountpoint
+                report.lockAfter = s.lockAfter
+                report.allowRoot = s.allowRoot
+                report.daemon = Daemon(pid: s.daemonPID ?? record.pid, version: s.daemonVersion, memoryLocked: s.memoryLocked)
+                report.items = Dictionary(uniqueKeysWithValues: AccessibilityClass.allCases.map { ($0.rawValue, s.itemCounts[$0] ?? 0) })
+                return report
+            } catch {
+                report.storeError = "the daemon (pid \(record.pid)) did not answer: \((error as? KeychainError)?.description ?? "\(error)")"
+            }
+        }
+        if report.storeExists {
+            do { report.hasPassphrase = try Keychain(openingAt: storePath).hasPassphrase } catch {
+                report.storeError = (error as? KeychainError)?.description ?? "\(error)"
+            }
+        }
+        report.staleMount = target.staleMounts(store: storePath).first?.mountpoint
+        return report
+    }
+
+    var lines: [String] {
+        var out: [String] = []
+        let passphrase = hasPassphrase.map { $0 ? "yes" : "no (device key only)" }
+        if mounted {
+            out.append("state: \(state)")
+            out.append("store: \(store)")
+            out.append("mountpoint: \(mountpoint ?? "?")")
+            out.append("lock-after: \(lockAfter.map { "\($0) s" } ?? "never")")
+            out.append("passphrase: \(passphrase ?? "?")")
+            out.append("allow-root: \(allowRoot == true ? "yes" : "no")")
+            if let daemon {
+                var parts = ["pid \(daemon.pid.map(String.init) ?? "?")"]
+                if let v = daemon.version {
+                    let own = KeychainFS.configuration.version
+                    parts.append("version \(v)" + (v == own ? "" : " (this keychainfs is \(own); remount to use it)"))
+                }
+                if let locked = daemon.memoryLocked {
+                    parts.append(locked ? "memory locked" : "memory NOT locked (raise RLIMIT_MEMLOCK: ulimit -l)")
+                }
+                out.append("daemon: " + parts.joined(separator: ", "))
+            }
+            let counts = items ?? [:]
+            out.append("items: \(counts.values.reduce(0, +))")
+            for c in AccessibilityClass.allCases { out.append("    \(c.rawValue): \(counts[c.rawValue] ?? 0)") }
+        } else {
+            out.append("state: not mounted")
+            out.append("store: \(store)" + (storeExists ? "" : " (does not exist; create it with 'keychainfs init')"))
+            if let passphrase { out.append("passphrase: \(passphrase)") }
+            out.append("mountpoint: \(configuredMountpoint) (configured; 'keychainfs mount' mounts there)")
+        }
+        if let storeError { out.append("store error: \(storeError)") }
+        if let configError { out.append("config error: \(configError)") }
+        if let staleMount {
+            out.append("stale mount: \(staleMount) (its daemon is gone; 'keychainfs unmount \(staleMount)' detaches it)")
+        }
+        return out
+    }
+}

@@ -1,0 +1,177 @@
+#!/bin/sh
+# What the store's files give an attacker who copies them: no deleted, replaced or re-classed
+# sealed value (wal_replay.py replays the WAL commit by commit and scans every byte), and no
+# this-device-only secret ever sealed under a class the passphrase alone opens. Each route a
+# value takes goes through a real mount.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/mount_lib.sh"
+
+REPLAY="$TESTS_DIR/wal_replay.py"
+
+# recoverable NAME [STORE] [ARGS]: the attacker's copy of the store's files holds nothing that is gone.
+nothing_recoverable() {
+    name=$1
+    store=${2:-$KEYCHAINFS_STORE}
+    shift
+    [ $# -gt 0 ] && shift
+    if python3 "$REPLAY" "$store" "$@" >"$OUT" 2>"$ERR"; then
+        pass "$name"
+    else
+        fail "$name"
+        show_output
+    fi
+}
+
+wal_size() { stat -c %s "$1-wal" 2>/dev/null || echo 0; }
+
+echo "== every route through the mount leaves nothing behind"
+init_store
+mount_kc "$MP"
+mkdir -p "$MP/svc"
+for a in one two three four five six; do sh -c "printf 'first-$a' > '$MP/svc/$a'"; done
+sh -c "printf 'first-seven' > '$MP/svc/seven'"
+nothing_recoverable "after creating items"
+expect_eq 0 "$(wal_size "$KEYCHAINFS_STORE")" "the WAL is empty once a write returns"
+
+sed -i 's/first/second/' "$MP/svc/one"
+expect_eq "second-one" "$(cat "$MP/svc/one")" "sed -i saved"
+nothing_recoverable "sed -i: neither the old value nor sed's temporary file is left"
+
+sh -c "printf 'second-two' > '$MP/svc/tmp.two'"
+mv "$MP/svc/tmp.two" "$MP/svc/two"
+expect_eq "second-two" "$(cat "$MP/svc/two")" "mv tmp acct saved"
+nothing_recoverable "mv tmp acct: the replaced value is gone"
+
+rm "$MP/svc/three"
+nothing_recoverable "rm: the deleted value is gone"
+
+printf 'rotated-four' | kc add-generic-password -s svc -a four -U >/dev/null
+expect_eq "rotated-four" "$(cat "$MP/svc/four")" "rotation through the daemon"
+printf 'rotated-again' | kc add-generic-password -s svc -a four -U >/dev/null
+nothing_recoverable "rotation (add -U): earlier values are gone"
+
+setfattr -n user.keychain.accessible -v after-first-unlock "$MP/svc/five"
+expect_eq "after-first-unlock" "$(getfattr --only-values -n user.keychain.accessible "$MP/svc/five" 2>/dev/null)" "re-classed"
+nothing_recoverable "setfattr accessible: the value sealed under the old class is gone"
+
+kc delete-generic-password -s svc -a six >/dev/null
+nothing_recoverable "delete-generic-password: gone"
+
+expect_exit 75 "passwd refuses a mounted store" kc passwd --passphrase-file "$PASSFILE" --new-passphrase-file "$PASSFILE"
+expect_contains "$ERR" "unmount it before changing its passphrase" "and says what to do"
+
+# Each change to the item below returns only once it is durable and erased; a kill at any
+# moment after leaves nothing.
+for i in 1 2 3 4 5; do sh -c "printf 'value-$i' > '$MP/svc/seven'"; done
+pid=$(daemon_pid "$MP")
+kill -9 "$pid"
+wait_gone "$pid"
+nothing_recoverable "after kill -9 of the daemon"
+fusermount3 -u -z "$MP" 2>/dev/null
+
+kc passwd --passphrase-file "$PASSFILE" --new-passphrase-file "$PASSFILE" >/dev/null
+nothing_recoverable "after passwd"
+# At a terminal (script gives it one), --rekey shows its progress.
+script -qec "'$KEYCHAINFS_BIN' passwd --rekey --passphrase-file '$PASSFILE' --new-passphrase-file '$PASSFILE'" /dev/null \
+    >"$OUT" 2>"$ERR"
+expect_eq 0 $? "passwd --rekey re-seals every item"
+expect_contains "$OUT" "re-sealed 5 of 5 items" "with its progress on the terminal"
+nothing_recoverable "after passwd --rekey: no item is left sealed under the old generation"
+expect_eq "value-5" "$(kc find-generic-password -s svc -a seven -w --passphrase-file "$PASSFILE")" "and the items still read"
+
+echo "== a this-device-only secret is never sealed under a class the passphrase alone opens"
+S2="$TEST_ROOT/tdo/keychain.db"
+init_store --store "$S2"
+kc add-generic-password --store "$S2" -s vault -a key -w original --accessible when-unlocked-this-device-only \
+    --passphrase-file "$PASSFILE" >/dev/null
+mount_kc "$MP" --store "$S2"
+SNAP="$TEST_ROOT/snap"
+mkdir -p "$SNAP"
+# snapshot: the attacker's copy of the files at this moment.
+snapshot() { for s in "" -wal -shm -reserve; do [ -f "$S2$s" ] && cp "$S2$s" "$SNAP/keychain.db$s"; done; }
+
+# A new file beside a this-device-only item is this-device-only from its creation.
+sh -c "printf 'staged' > '$MP/vault/tmp.key'"
+expect_eq "when-unlocked-this-device-only" "$(getfattr --only-values -n user.keychain.accessible "$MP/vault/tmp.key" 2>/dev/null)" \
+    "a file created beside a this-device-only item takes its class"
+snapshot
+mv "$MP/vault/tmp.key" "$MP/vault/key"
+nothing_recoverable "mv tmp acct, copied before the rename: no row of a weaker class" "$SNAP/keychain.db" --classes 4,5,6,7
+nothing_recoverable "mv tmp acct, after: no row of a weaker class" "$S2" --classes 4,5,6,7
+
+# sed -i, with the files copied while sed holds its finished temporary file, before its rename.
+if command -v strace >/dev/null 2>&1; then
+    strace -f -o /dev/null -e trace=rename,renameat,renameat2 -e inject=rename,renameat,renameat2:delay_enter=1500000 \
+        sed -i 's/staged/edited/' "$MP/vault/key" &
+    sed_pid=$!
+    # Wait for sed's temporary file, give it time to be written and closed, then copy the files.
+    i=0
+    while ! ls "$MP/vault" | grep -q '^sed' && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    sleep 0.3
+    snapshot
+    expect_eq 1 "$(ls "$MP/vault" | grep -c '^sed')" "the copy was taken while sed's temporary file existed"
+    wait $sed_pid
+    expect_eq "edited" "$(cat "$MP/vault/key")" "sed -i saved"
+    nothing_recoverable "sed -i, copied before its rename: no row of a weaker class" "$SNAP/keychain.db" --classes 4,5,6,7
+else
+    fail "strace is needed to pause sed -i before its rename (scripts/install-deps installs it)"
+fi
+nothing_recoverable "sed -i, after: no row of a weaker class" "$S2" --classes 4,5,6,7
+
+# An item created in a new directory and re-classed before its secret is written.
+mkdir "$MP/fresh"
+touch "$MP/fresh/new"
+setfattr -n user.keychain.accessible -v when-unlocked-this-device-only "$MP/fresh/new"
+sh -c "printf 'bound' > '$MP/fresh/new'"
+nothing_recoverable "created, re-classed, then written: no row of a weaker class is left" "$S2" --classes 4,5,6,7
+# ... and one written first, then re-classed: the weaker row goes at the re-class.
+mkdir "$MP/late"
+sh -c "printf 'late' > '$MP/late/x'"
+setfattr -n user.keychain.accessible -v when-unlocked-this-device-only "$MP/late/x"
+nothing_recoverable "written, then re-classed: the weaker row is gone once setfattr returns" "$S2" --classes 4,5,6,7
+kc unmount "$MP" >/dev/null
+
+echo "== a full disk"
+FS="$TEST_ROOT/small"
+mkdir -p "$FS"
+if mount -t tmpfs -o size=3m tmpfs "$FS" 2>/dev/null; then
+    on_exit "umount -l '$FS'"
+    S3="$FS/k.db"
+    kc init --store "$S3" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+    mount_kc "$MP" --store "$S3"
+    mkdir -p "$MP/svc"
+    for a in a b c d; do sh -c "printf 'kept-$a' > '$MP/svc/$a'"; done
+    # Leave about 100 KiB: enough to create an item, not to write 400 KB into it.
+    avail=$(df -B1 --output=avail "$FS" | tail -1)
+    head -c $((avail - 100 * 1024)) /dev/zero >"$FS/filler" 2>/dev/null
+    expect_errno "a large write to a nearly full disk fails" "No space left on device" \
+        sh -c "head -c 400000 /dev/urandom > '$MP/svc/new'"
+    expect_eq "a b c d" "$(ls "$MP/svc" | tr '\n' ' ' | sed 's/ $//')" "the failed create-and-write leaves no empty item"
+    head -c 10000000 /dev/zero >>"$FS/filler" 2>/dev/null
+    expect_errno "the disk is full" "No space left on device" sh -c "printf x > '$MP/svc/more'"
+    expect_exit 0 "rm works on a full disk" rm "$MP/svc/a"
+    expect_exit 0 "delete-generic-password works on a full disk" kc delete-generic-password --store "$S3" -s svc -a b
+    expect_eq "c d" "$(ls "$MP/svc" | tr '\n' ' ' | sed 's/ $//')" "both are gone"
+    expect_exit 0 "a second rm on the full disk" rm "$MP/svc/c"
+    nothing_recoverable "on the full disk, nothing deleted is recoverable" "$S3"
+    rm -f "$FS/filler"
+    sh -c "printf 'after' > '$MP/svc/d'"
+    expect_eq "after" "$(cat "$MP/svc/d")" "with space again, writes work"
+    expect_eq 0 "$(wal_size "$S3")" "and the WAL is truncated"
+    expect_eq 1 "$(test -f "$S3-reserve" && echo 1)" "the reserve is back"
+    nothing_recoverable "nothing recoverable once space returns" "$S3"
+    kc unmount "$MP" >/dev/null
+else
+    fail "mount a small tmpfs (needs root)"
+fi
+
+echo "== init changes only directories it made"
+SHARED="$TEST_ROOT/shared"
+mkdir -p "$SHARED"
+chmod 1777 "$SHARED"
+init_store --store "$SHARED/k.db"
+expect_eq "1777" "$(stat -c %a "$SHARED")" "an existing directory keeps its mode and sticky bit"
+init_store --store "$TEST_ROOT/made/here/k.db"
+expect_eq "700 700" "$(stat -c %a "$TEST_ROOT/made") $(stat -c %a "$TEST_ROOT/made/here")" "directories it creates are 0700"
+
+finish
