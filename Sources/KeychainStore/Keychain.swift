@@ -250,14 +250,13 @@ public final class Keychain: @unchecked Sendable {
                                       _ body: (Database, inout RowChanges) throws -> T) throws -> T {
         let generation = keyGeneration
         return try write(.removes) { db, changes in
-            let result = try body(db, &changes)
             try db.execute(sql: "DELETE FROM wrapped_keys WHERE generation = ?", arguments: [generation])
             try Self.insert(rows, db)
             try db.execute(sql: "UPDATE meta SET value = ? WHERE name = 'key_generation'", arguments: [Data(String(generation + 1).utf8)])
             try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('has_passphrase', ?)",
                            arguments: [Data([hasPassphrase ? 1 : 0])])
             try db.execute(sql: "DELETE FROM meta WHERE name IN ('failed_unlocks', 'last_failed_unlock')")
-            return result
+            return try body(db, &changes)
         }
     }
 

@@ -111,7 +111,7 @@ struct PasswdCommand: ParsableCommand {
         guard FileManager.default.fileExists(atPath: path) else { throw KeychainError.noSuchStore(path) }
         let lock: Int32
         do { lock = try MountDaemon.lockStore(path) } catch KeychainError.storeBusy(let message) {
-            throw KeychainError.storeBusy(message + "; unmount it first ('keychainfs unmount')")
+            throw KeychainError.storeBusy(message + "; unmount it before changing its passphrase ('keychainfs unmount')")
         }
         defer { close(lock) }
         return try body()

@@ -70,8 +70,8 @@ expect_contains "$TEST_ROOT/status.txt" "lock-after: 300 s" "status shows the co
 kc unmount >/dev/null
 expect_exit 0 "flags override the config" mount_kc "$MP" --lock-after 0 --default-accessible always
 expect_eq "off" "$(getfattr --only-values -n user.keychain.lock-after "$MP" 2>/dev/null)" "--lock-after 0 overrides it to never"
-mkdir -p "$MP/cfg" && sh -c "printf v > '$MP/cfg/b'"
-expect_eq "always" "$(getfattr --only-values -n user.keychain.accessible "$MP/cfg/b" 2>/dev/null)" "--default-accessible overrides it"
+mkdir -p "$MP/cfg2" && sh -c "printf v > '$MP/cfg2/b'"
+expect_eq "always" "$(getfattr --only-values -n user.keychain.accessible "$MP/cfg2/b" 2>/dev/null)" "--default-accessible overrides it"
 expect_exit 1 "a MOUNTPOINT argument overrides the configured one" is_mounted "$HOME/kc-config"
 kc unmount >/dev/null
 
@@ -199,7 +199,7 @@ kc add-generic-password -s pw -a normal -w n1 $P >/dev/null
 kc add-generic-password -s pw -a device -w d1 --accessible when-unlocked-this-device-only $P >/dev/null
 expect_exit 0 "mount" mount_kc "$MP"
 expect_exit 75 "passwd --remove while mounted is refused" kc passwd --remove --yes --passphrase-file "$PASSFILE"
-expect_contains "$ERR" "unmount it first" "it says to unmount first"
+expect_contains "$ERR" "unmount it before changing its passphrase" "it says to unmount first"
 expect_exit 75 "passwd --add while mounted is refused" kc passwd --add --new-passphrase-file "$PASSFILE"
 kc unmount >/dev/null
 expect_exit 65 "passwd --remove with passcode items and no terminal needs --yes" setsid -w "$KEYCHAINFS_BIN" passwd --remove --passphrase-file "$PASSFILE"
