@@ -72,7 +72,9 @@ extension Keychain {
         let rows = try wrappedKeys()
         let itemKeys = try read { db in
             try Row.fetchAll(db, sql: "SELECT DISTINCT class, generation FROM items").compactMap { row -> ClassKeyID? in
-                AccessibilityClass(code: row[0]).map { ClassKeyID(accessible: $0, generation: row[1]) }
+                // A mistyped row is its own item's problem (`allItems` names it), not a trap here.
+                guard let code = Int.fromDatabaseValue(row[0]), let generation = Int64.fromDatabaseValue(row[1]) else { return nil }
+                return AccessibilityClass(code: code).map { ClassKeyID(accessible: $0, generation: generation) }
             }
         }
         out += Keybag.audit(rows, generation: keyGeneration, hasPassphrase: hasPassphrase, itemKeys: Set(itemKeys))

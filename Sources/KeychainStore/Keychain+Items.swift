@@ -72,7 +72,7 @@ extension Keychain {
         try read { db in
             var out: [AccessibilityClass: Int] = [:]
             for row in try Row.fetchAll(db, sql: "SELECT class, COUNT(*) FROM items GROUP BY class") {
-                if let c = AccessibilityClass(code: row[0]) { out[c] = row[1] }
+                if let code = Int.fromDatabaseValue(row[0]), let c = AccessibilityClass(code: code) { out[c] = row[1] }
             }
             return out
         }

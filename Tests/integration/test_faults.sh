@@ -83,7 +83,7 @@ kc init --store "$T" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
 kc add-generic-password --store "$T" -s svc -a good -w good-secret --passphrase-file "$PASSFILE" >/dev/null
 kc add-generic-password --store "$T" -s svc -a victim -w victim-secret --passphrase-file "$PASSFILE" >/dev/null
 victim=$(sqlite3 "$T" "SELECT MAX(id) FROM items")
-for change in "kind = 'x'" "class = X'01'" "version = 'v'" "blind = 7" "group_blind = 'g'" \
+for change in "kind = 'x'" "class = X'01'" "blind = 7" "group_blind = 'g'" \
               "wrapped_key = 1.5" "attributes = X'00' || 'a'" "secret = 42"; do
     cp "$T" "$T.orig"
     sqlite3 "$T" "UPDATE items SET $change WHERE id = $victim"
@@ -99,6 +99,20 @@ for change in "kind = 'x'" "class = X'01'" "version = 'v'" "blind = 7" "group_bl
     mv "$T.orig" "$T"
     rm -f "$T-wal" "$T-shm"
 done
+
+echo "== a mistyped version is a replay of that row: the store is refused until accepted"
+cp "$T" "$T.orig"
+sqlite3 "$T" "UPDATE items SET version = 'v' WHERE id = $victim"
+expect_exit 93 "verify refuses a store whose row versions are not those it recorded" kc verify --store "$T" --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "not those the store recorded" "  and says why"
+expect_exit 93 "  mount refuses it too" kc mount "$MP" --store "$T" --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "--accept-rollback" "  naming the flag that takes it as it is"
+expect_exit 0 "  mount --accept-rollback takes it" mount_kc "$MP" --store "$T" --accept-rollback
+expect_eq "good-secret" "$(cat "$MP/svc/good")" "  and the other item reads"
+kc unmount "$MP" >/dev/null 2>&1
+expect_exit 93 "  verify then names the damaged row" kc verify --store "$T" --passphrase-file "$PASSFILE"
+expect_contains "$OUT" "item #$victim" "  as item #$victim"
+mv "$T.orig" "$T"; rm -f "$T-wal" "$T-shm"
 
 echo "== a corrupt store"
 head -c 8192 /dev/urandom >"$TEST_ROOT/random.db"
