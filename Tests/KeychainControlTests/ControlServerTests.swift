@@ -9,7 +9,7 @@ import KeychainModel
 
 /// A keychain held in memory, to drive the server and the client end to end over a real socket.
 private final class MemoryKeychain: KeychainService {
-    private struct Entry { var record: ItemRecord; var secret: SecureBytes }
+    private struct Entry { var record: ItemRecord; var secret: SecureBytes; var extras: SecureBytes? }
     private let state = Mutex<(items: [Int64: Entry], next: Int64, locked: Bool, lockAfter: Int?, calls: [String])>(
         ([:], 1, false, nil, []))
 
@@ -23,7 +23,9 @@ private final class MemoryKeychain: KeychainService {
             let record = ItemRecord(key: key, attributes: changes.applied(to: existing?.value.record.attributes ?? ItemAttributes()))
             let id = existing?.key ?? s.next
             if existing == nil { s.next += 1 }
-            s.items[id] = Entry(record: record, secret: secret.copy())
+            // As the store does: nil keeps the extras, empty removes them.
+            let kept = extras.map { $0.count == 0 ? nil : $0.copy() } ?? existing?.value.extras
+            s.items[id] = Entry(record: record, secret: secret.copy(), extras: kept)
             return record
         }
     }
@@ -34,7 +36,8 @@ private final class MemoryKeychain: KeychainService {
             let found = s.items.filter { query.matches($0.value.record) }.sorted { $0.key < $1.key }
             if withSecrets && s.locked && !found.isEmpty { throw KeychainError.unavailable(.whenUnlocked) }
             return found.prefix(limit ?? .max).map {
-                FoundItem(itemID: $0.key, record: $0.value.record, secret: withSecrets ? .value($0.value.secret.copy()) : nil)
+                FoundItem(itemID: $0.key, record: $0.value.record, secret: withSecrets ? .value($0.value.secret.copy()) : nil,
+                          extras: withSecrets ? $0.value.extras?.copy() : nil)
             }
         }
     }
@@ -159,6 +162,24 @@ final class ControlServerTests: XCTestCase {
         }
         try client.unmount()
         XCTAssertEqual(keychain.calls.last, "unmount")
+    }
+
+    /// git's sealed extras go to the daemon with a save and come back with a find that asks for
+    /// secrets; a save without them keeps them, an empty one removes them.
+    func testExtrasCrossTheSocketBothWays() throws {
+        let extras = SecureBytes(copying: Array("password_expiry_utc=1700000000\n".utf8) + [0, 255])
+        _ = try client.save(key: key("git"), secret: SecureBytes(copying: Array("pw".utf8)), extras: extras,
+                            changes: AttributeChanges(), updateExisting: false)
+        let query = ItemQuery.exactly(try key("git"))
+        XCTAssertTrue(try XCTUnwrap(try client.find(query: query, withSecrets: true).first?.extras).isEqual(to: extras))
+        XCTAssertNil(try client.find(query: query, withSecrets: false).first?.extras, "no extras without secrets")
+        _ = try client.save(key: key("git"), secret: SecureBytes(copying: Array("pw2".utf8)), changes: AttributeChanges(),
+                            updateExisting: true)
+        XCTAssertTrue(try XCTUnwrap(try client.find(query: query, withSecrets: true).first?.extras).isEqual(to: extras),
+                      "a save without extras keeps them")
+        _ = try client.save(key: key("git"), secret: SecureBytes(copying: Array("pw3".utf8)), extras: SecureBytes(),
+                            changes: AttributeChanges(), updateExisting: true)
+        XCTAssertNil(try client.find(query: query, withSecrets: true).first?.extras, "empty extras remove them")
     }
 
     func testALargeSecretAndManyItemsStream() throws {

@@ -73,6 +73,33 @@ final class WireFormatTests: XCTestCase {
         }
     }
 
+    func testSaveRoundTripCarriesTheExtrasOrTheirAbsence() throws {
+        let extras = SecureBytes(copying: [0, 1, 255] + Array("oauth_refresh_token=r".utf8))
+        for sent in [extras, SecureBytes(), nil] {
+            guard case .save(_, _, let got, _, _) = try roundTrip(.save(key: internet, secret: SecureBytes(copying: [7]), extras: sent,
+                                                                      changes: AttributeChanges(), updateExisting: true)) else {
+                return XCTFail("not a save")
+            }
+            switch (sent, got) {
+            case (let a?, let b?): XCTAssertTrue(a.isEqual(to: b))
+            case (nil, nil): break
+            default: XCTFail("\(String(describing: sent?.count)) extras came back as \(String(describing: got?.count))")
+            }
+        }
+        guard case .item(let item) = try roundTrip(.item(FoundItem(itemID: 1, record: record, secret: .value(SecureBytes(copying: [1])),
+                                                                   extras: extras))) else {
+            return XCTFail("item")
+        }
+        XCTAssertTrue(try XCTUnwrap(item.extras).isEqual(to: extras))
+    }
+
+    /// Both branches added tags after 69; each keeps its own number (a tag is never renumbered).
+    func testTheTagsAfterStatusAreDistinct() {
+        let tags: [WireTag] = [.daemonPID, .daemonVersion, .memoryLocked, .allowRoot, .all, .extras]
+        XCTAssertEqual(tags.map(\.rawValue), [70, 71, 72, 73, 74, 75])
+        XCTAssertEqual(ControlProtocol.version, 4)
+    }
+
     func testEmptySecretAndNoChanges() throws {
         guard case .save(_, let s, _, let c, let u) = try roundTrip(.save(key: generic, secret: SecureBytes(), extras: nil,
                                                                         changes: AttributeChanges(), updateExisting: false)) else {
