@@ -7,7 +7,8 @@ public enum ControlProtocol {
     /// The wire format's version; a frame of any other version is answered with a
     /// version-mismatch frame. Raise it whenever a message or field changes meaning.
     /// (Version 1 was the JSON format, which had no version field.)
-    public static let version: UInt16 = 2
+    /// Version 5 added import and export (backups).
+    public static let version: UInt16 = 5
     /// keychainfs's own version, which a mismatch reports to the user.
     public static let softwareVersion = "0.1.0"
 }
@@ -50,6 +51,12 @@ package enum ControlFrame {
 
     package static func tooLarge(_ n: Int) -> KeychainError {
         .io("a control message of \(n) bytes is over the limit of \(maxPayload) bytes (a 16 MiB secret plus 1 MiB)")
+    }
+
+    /// Whether `e` is `tooLarge`, from this side or from the daemon.
+    package static func isTooLarge(_ e: KeychainError) -> Bool {
+        guard case .io(let message) = e else { return false }
+        return message.hasPrefix("a control message of ") && message.hasSuffix("is over the limit of \(maxPayload) bytes (a 16 MiB secret plus 1 MiB)")
     }
 
     /// A whole frame, header included, in locked memory. Throws when the payload is over the cap.
