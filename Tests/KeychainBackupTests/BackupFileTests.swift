@@ -64,6 +64,20 @@ final class BackupFileTests: XCTestCase {
         }
     }
 
+    func testGitsExtrasRoundTripWithTheirItem() throws {
+        var payload = BackupPayload()
+        let record = ItemRecord(key: try generic("git", "u"), attributes: ItemAttributes(accessible: .afterFirstUnlock))
+        payload.append(record, secret: secure("pw"), extras: secure("password_expiry_utc=1900000000\noauth_refresh_token=rt"))
+        payload.append(record, secret: secure("pw2"))
+        let file = try BackupFile.seal(payload, passphrase: passphrase, scrypt: cheap)
+        XCTAssertNil(String(decoding: file, as: UTF8.self).range(of: "oauth_refresh_token"))
+        let batch = try BackupFile.open(file, named: "f", passphrase: passphrase)
+        let found = batch.entries.map { e in
+            batch.withSecretAndExtras(e) { s, x in [String(decoding: s, as: UTF8.self), x.map { String(decoding: $0, as: UTF8.self) } ?? "-"] }
+        }
+        XCTAssertEqual(found, [["pw", "password_expiry_utc=1900000000\noauth_refresh_token=rt"], ["pw2", "-"]])
+    }
+
     func testRoundTripAcrossManySmallChunks() throws {
         var payload = BackupPayload()
         for i in 0..<200 {

@@ -54,6 +54,16 @@ final class ExportPageTests: StoreTestCase {
         assertKeychainError(.unavailable(.whenUnlocked), try k.exportPage(afterID: 0, limit: 10))
     }
 
+    func testExportedItemsCarryTheirExtras() throws {
+        try k.save(try genericKey("git", "u"), secret: secure("pw"), extras: secure("oauth_refresh_token=rt"), updateExisting: false)
+        try add(k, genericKey("plain", "p"), "x")
+        let page = try k.exportPage(afterID: 0, limit: 10)
+        let found = page.batch.entries.map { e in
+            page.batch.withSecretAndExtras(e) { s, x in [String(decoding: s, as: UTF8.self), x.map { String(decoding: $0, as: UTF8.self) } ?? "-"] }
+        }
+        XCTAssertEqual(found, [["pw", "oauth_refresh_token=rt"], ["x", "-"]])
+    }
+
     func testAnEmptyStoreHasOneEmptyPage() throws {
         let pages = try all(limit: 10)
         XCTAssertEqual(pages.count, 1)

@@ -126,6 +126,41 @@ final class ItemBatchTests: StoreTestCase {
         XCTAssertGreaterThan(try add(k, genericKey("a", "4"), "w").id, next.id)
     }
 
+    func testTheLedgerFollowsABatchSoTheNextOpenSeesNoRollback() throws {
+        try add(k, genericKey("github", "alice"), "old")
+        _ = try k.save(batch: batch((0..<100).map { (record(try genericKey("svc", "a\($0)")), "s\($0)") }), updateExisting: false)
+        _ = try k.save(batch: batch([(record(try genericKey("github", "alice")), "new"),
+                                     (record(try genericKey("svc", "a1")), "again")]), updateExisting: true)
+        let reopened = try store.openUnlocked()
+        XCTAssertEqual(try reopened.countsByClass().values.reduce(0, +), 101)
+        XCTAssertEqual(text(try reopened.secret(of: XCTUnwrap(try reopened.item(for: genericKey("github", "alice"))))), "new")
+        XCTAssertEqual(try reopened.verify().problems, [])
+    }
+
+    func testOverwritingErasesTheReplacedRowsFromTheWAL() throws {
+        try add(k, genericKey("github", "alice"), "old")
+        _ = try k.save(batch: batch([(record(try genericKey("github", "alice")), "new")]), updateExisting: true)
+        let wal = (try? FileManager.default.attributesOfItem(atPath: store.path + "-wal")[.size] as? Int) ?? 0
+        XCTAssertEqual(wal, 0, "the WAL is truncated once an overwriting batch returns")
+    }
+
+    func testABatchSealsUnderTheNewestGenerationWithItsExtras() throws {
+        try k.changePassphrase(old: secure(TempStore.passphrase), new: secure("second"), scrypt: TempStore.scrypt)
+        let k = try store.openUnlocked(passphrase: "second")
+        var b = ItemBatch()
+        b.append(record(try genericKey("git", "u")), secret: secure("pw"), extras: secure("password_expiry_utc=1900000000"))
+        b.append(record(try genericKey("git", "v")), secret: secure("pw2"))
+        let result = try k.save(batch: b, updateExisting: false)
+        XCTAssertEqual(result.saved.map(\.sealed.generation), [k.keyGeneration, k.keyGeneration])
+        let u = try XCTUnwrap(try k.item(for: genericKey("git", "u")))
+        XCTAssertEqual(try k.extras(of: u).map(text), "password_expiry_utc=1900000000")
+        XCTAssertNil(try k.extras(of: XCTUnwrap(try k.item(for: genericKey("git", "v")))))
+        // -U replaces the extras with the backup's, none included.
+        _ = try k.save(batch: batch([(record(try genericKey("git", "u")), "pw3")]), updateExisting: true)
+        XCTAssertNil(try k.extras(of: XCTUnwrap(try k.item(for: genericKey("git", "u")))))
+        XCTAssertEqual(try store.openUnlocked(passphrase: "second").verify().problems, [])
+    }
+
     func testAnEmptyBatchDoesNothing() throws {
         let result = try k.save(batch: ItemBatch(), updateExisting: false)
         XCTAssertEqual(result.added + result.replaced + result.skipped.count, 0)

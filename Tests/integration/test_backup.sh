@@ -92,6 +92,8 @@ expect_contains "$OUT" "imported 7 items from $T/a.kcb (7 overwritten)" "-U says
 expect_not_contains "$OUT" "skipped" "-U skips nothing"
 expect_eq "s3cret" "$(kc find-generic-password --store "$T/c.db" $P -s github -a alice -w)" "-U takes the backup's secret"
 expect_contains "$(kc find-generic-password --store "$T/c.db" $P -s github -a alice)" "label: GitHub" "-U takes the backup's attributes"
+expect_eq 0 "$(stat -c %s "$T/c.db-wal" 2>/dev/null || echo 0)" "-U leaves the WAL empty: the replaced values are erased"
+expect_exit 0 "the store opens after -U with no rollback reported" kc verify --store "$T/c.db" $P
 dump "$T/c.db" >"$T/c.dump"
 cmp -s "$T/b.dump" "$T/c.dump" && pass "after -U the store equals the backup" || fail "after -U the store equals the backup" "$(diff "$T/b.dump" "$T/c.dump" | head)"
 
@@ -205,6 +207,28 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
     else
         fail "build scripts/bench-tools/mkbackup.c (gcc and libssl-dev come from scripts/install-deps)"
     fi
+    echo "== git's extras go with their items, through the daemon"
+    GIT_HELPER=$(dirname "$KEYCHAINFS_BIN")/git-credential-keychainfs
+    git_cred() { printf '%s\n' "$@" | "$GIT_HELPER" "$ACTION"; }
+    ACTION=store git_cred protocol=https host=git.example.org username=gituser password=gitpass \
+        password_expiry_utc=1900000000 oauth_refresh_token=refresh-tok-5512
+    expect_exit 0 "export with a git credential" kc export "$T/git.kcb" $B
+    if grep -a -q "refresh-tok-5512" "$T/git.kcb"; then fail "the refresh token is not in the file in the clear"; else pass "the refresh token is not in the file in the clear"; fi
+    ACTION=erase git_cred protocol=https host=git.example.org username=gituser
+    expect_eq "" "$(ACTION=get git_cred protocol=https host=git.example.org username=gituser)" "the credential is gone"
+    expect_exit 0 "import it back through the daemon" kc import "$T/git.kcb" $BI
+    got=$(ACTION=get git_cred protocol=https host=git.example.org username=gituser)
+    expect_contains "$got" "password=gitpass" "git gets the imported password"
+    expect_contains "$got" "password_expiry_utc=1900000000" "and its expiry"
+    expect_contains "$got" "oauth_refresh_token=refresh-tok-5512" "and its refresh token"
+    init_store --store "$T/git.db"
+    expect_exit 0 "import into a store that is not mounted" kc import "$T/git.kcb" --store "$T/git.db" $P $BI
+    expect_exit 0 "export it again from there" kc export "$T/git2.kcb" --store "$T/git.db" $P $B
+    ACTION=erase git_cred protocol=https host=git.example.org username=gituser
+    expect_exit 0 "and import that through the daemon" kc import "$T/git2.kcb" $BI
+    expect_contains "$(ACTION=get git_cred protocol=https host=git.example.org username=gituser)" \
+        "oauth_refresh_token=refresh-tok-5512" "the extras survive the store opened in-process both ways"
+
     kc lock
     expect_exit 36 "export while locked: 36" kc export "$T/locked.kcb" $B
     [ ! -e "$T/locked.kcb" ] && pass "a locked export writes no file" || fail "a locked export writes no file"
