@@ -2,9 +2,11 @@
 import PackageDescription
 
 // Layers, each depending only on those above it:
-// KeychainErrors (leaf) → KeychainModel → KeychainCrypto → KeychainStore → KeychainFileSystem → KeychainFuse
-// → executables. The control socket is apart from the store: KeychainControlProtocol (wire format,
-// records, `KeychainService`) → KeychainClient (reaching a daemon) and KeychainControlServer (the
+// KeychainErrors (leaf) → KeychainModel → KeychainCrypto → KeychainBatch → KeychainStore → KeychainFileSystem
+// → KeychainFuse → executables. KeychainBatch (items with their secrets in one locked buffer) is what
+// the store's batch writes and the control protocol's import and export both carry; KeychainBackup
+// (backup files) needs only it. The control socket is apart from the store: KeychainControlProtocol
+// (wire format, records, `KeychainService`) → KeychainClient (reaching a daemon) and KeychainControlServer (the
 // daemon's end); KeychainControl adds the store opened in-process. git-credential-keychainfs
 // links only the client, so neither GRDB nor SQLite.
 let package = Package(
@@ -31,8 +33,9 @@ let package = Package(
         .target(name: "KeychainErrors"),
         .target(name: "KeychainModel", dependencies: ["KeychainErrors"]),
         .target(name: "KeychainCrypto", dependencies: ["COpenSSL", "CHardening"]),
+        .target(name: "KeychainBatch", dependencies: ["KeychainModel", "KeychainCrypto"]),
         .target(name: "KeychainStore", dependencies: [
-            "KeychainModel", "KeychainCrypto",
+            "KeychainModel", "KeychainCrypto", "KeychainBatch",
             .product(name: "GRDB", package: "GRDB.swift"),
             .product(name: "GRDBSQLite", package: "GRDB.swift"),
             .product(name: "Logging", package: "swift-log"),
@@ -41,19 +44,21 @@ let package = Package(
             "KeychainModel", "KeychainCrypto", "KeychainStore", .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "KeychainFuse", dependencies: ["KeychainFileSystem", "CFuseShim"]),
-        .target(name: "KeychainControlProtocol", dependencies: ["KeychainModel", "KeychainCrypto"]),
+        .target(name: "KeychainControlProtocol", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
         .target(name: "KeychainClient", dependencies: ["KeychainControlProtocol", "KeychainModel", "KeychainCrypto"]),
         .target(name: "KeychainControlServer", dependencies: [
             "KeychainControlProtocol", "KeychainModel", "KeychainCrypto", .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "KeychainControl", dependencies: ["KeychainStore", "KeychainClient", "KeychainControlProtocol"]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
+        .target(name: "KeychainBackup", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
         .target(name: "KeychainConfig", dependencies: [
             "KeychainModel", "KeychainStore",
             .product(name: "TOMLKit", package: "TOMLKit"),
         ]),
         .executableTarget(name: "keychainfs", dependencies: [
             "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainConfig",
+            "KeychainBackup",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -64,9 +69,10 @@ let package = Package(
         .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem"]),
         .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
         .testTarget(name: "KeychainControlTests", dependencies: [
-            "KeychainControlProtocol", "KeychainClient", "KeychainControlServer",
+            "KeychainControlProtocol", "KeychainClient", "KeychainControlServer", "KeychainBatch",
         ]),
         .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),
+        .testTarget(name: "KeychainBackupTests", dependencies: ["KeychainBackup", "KeychainStore"]),
     ],
     swiftLanguageModes: [.v6]
 )

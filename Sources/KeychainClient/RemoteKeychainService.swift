@@ -1,4 +1,5 @@
 import Foundation
+import KeychainBatch
 import KeychainControlProtocol
 import KeychainCrypto
 import KeychainModel
@@ -26,15 +27,20 @@ public final class RemoteKeychainService: KeychainService {
     }
 
     /// Sends `request` and reads the replies up to the last one: the single reply, or the
-    /// `end` of a stream of items or deleted records, each of which goes to `onItem` or `onDeleted`.
+    /// `end` of a stream of items or deleted records, each of which goes to `onItem` or
+    /// `onDeleted`, or the `exportEnd` of a stream of parts of an export page, each of which
+    /// goes to `onBatch`.
     private func call(_ request: ControlRequest, onItem: (FoundItem) throws -> Void = { _ in },
-                      onDeleted: (ItemRecord) throws -> Void = { _ in }) throws -> ControlReply {
+                      onDeleted: (ItemRecord) throws -> Void = { _ in },
+                      onBatch: (ItemBatch) throws -> Void = { _ in }) throws -> ControlReply {
+        // Encoded before connecting: a request too large for one frame fails without a connection.
+        let frame = try request.frame()
         let deadline = Deadline.after(seconds: Self.replyTimeout)
         guard let fd = try Self.connect(socketPath, deadline: .after(seconds: 5)) else {
             throw KeychainError.notMounted("no daemon answers on \(socketPath)")
         }
         defer { close(fd) }
-        try ControlFrame.send(try request.frame(), to: fd, deadline: deadline)
+        try ControlFrame.send(frame, to: fd, deadline: deadline)
         while true {
             guard let (header, payload) = try ControlFrame.receive(from: fd, deadline: deadline) else {
                 throw KeychainError.io("the daemon closed the connection without replying")
@@ -43,6 +49,7 @@ public final class RemoteKeychainService: KeychainService {
             switch reply {
             case .item(let item): try onItem(item)
             case .deleted(let record): try onDeleted(record)
+            case .exported(let batch): try onBatch(batch)
             case .failed(let error): throw error
             default: return reply
             }
@@ -98,6 +105,35 @@ public final class RemoteKeychainService: KeychainService {
         let r = try call(.status)
         guard case .status(let status) = r else { throw Self.unexpected(r) }
         return status
+    }
+
+    /// A batch too large for one frame is sent in halves, each its own transaction.
+    public func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport {
+        let r: ControlReply
+        do {
+            r = try call(.importItems(batch: batch, overwrite: overwrite))
+        } catch let e as KeychainError where batch.count > 1 && ControlFrame.isTooLarge(e) {
+            let half = batch.count / 2
+            var report = try importItems(batch.slice(0..<half), overwrite: overwrite)
+            report.add(try importItems(batch.slice(half..<batch.count), overwrite: overwrite))
+            return report
+        }
+        guard case .imported(let report) = r else { throw Self.unexpected(r) }
+        return report
+    }
+
+    public func exportItems(afterID: Int64, limit: Int) throws -> ExportPage {
+        var batch = ItemBatch()
+        let r = try call(.exportItems(afterID: afterID, limit: limit), onBatch: { part in
+            for entry in part.entries {
+                part.withSecretAndExtras(entry) { batch.append(entry.record, secret: $0, extras: $1) }
+            }
+        })
+        guard case .exportEnd(let count, let damaged, let next) = r else { throw Self.unexpected(r) }
+        guard count == batch.count else {
+            throw KeychainError.io("the daemon announced \(count) items and sent \(batch.count)")
+        }
+        return ExportPage(batch: batch, damaged: damaged, next: next)
     }
 
     public func lock() throws { try expectDone(.lock) }

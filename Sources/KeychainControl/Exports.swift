@@ -2,3 +2,4 @@
 // come with this module, whose API is made of them.
 @_exported import KeychainClient
 @_exported import KeychainControlProtocol
+@_exported import KeychainBatch

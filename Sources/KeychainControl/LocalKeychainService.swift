@@ -75,6 +75,16 @@ public final class LocalKeychainService: KeychainService {
                               allowRoot: mount?.allowRoot)
     }
 
+    public func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport {
+        let result = try keychain.save(batch: batch, updateExisting: overwrite)
+        if !result.saved.isEmpty { onChange?(.saved(result.saved)) }
+        return result.report
+    }
+
+    public func exportItems(afterID: Int64, limit: Int) throws -> ExportPage {
+        try keychain.exportPage(afterID: afterID, limit: limit)
+    }
+
     public func lock() throws {
         guard let hooks else { throw KeychainError.notMounted("\(keychain.path) is not mounted; only a mount can be locked") }
         try hooks.lock()

@@ -9,8 +9,8 @@ public enum ControlProtocol {
     /// (Version 1 was the JSON format, which had no version field. Version 3 added delete's
     /// `all`, the deleted records in its reply, the query's attribute filters and lock-after.
     /// Version 4 added the daemon's pid, version, memory lock and allow-root in the status,
-    /// and the sealed git extras of an item.)
-    public static let version: UInt16 = 4
+    /// and the sealed git extras of an item. Version 5 added import and export, for backups.)
+    public static let version: UInt16 = 5
     /// keychainfs's own version, which a mismatch reports to the user.
     public static let softwareVersion = "0.1.0"
 }
@@ -53,6 +53,12 @@ package enum ControlFrame {
 
     package static func tooLarge(_ n: Int) -> KeychainError {
         .io("a control message of \(n) bytes is over the limit of \(maxPayload) bytes (a 16 MiB secret plus 1 MiB)")
+    }
+
+    /// Whether `e` is `tooLarge`, from this side or from the daemon.
+    package static func isTooLarge(_ e: KeychainError) -> Bool {
+        guard case .io(let message) = e else { return false }
+        return message.hasPrefix("a control message of ") && message.hasSuffix("is over the limit of \(maxPayload) bytes (a 16 MiB secret plus 1 MiB)")
     }
 
     /// A whole frame, header included, in locked memory. Throws when the payload is over the cap.

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainBatch
 import KeychainCrypto
 import KeychainModel
 
@@ -15,11 +16,15 @@ package enum ControlRequest {
     case unmount
     /// Nil turns the idle lock off.
     case setLockAfter(seconds: Int?)
+    /// Backups: the whole batch in one frame (the client splits a batch that does not fit).
+    case importItems(batch: ItemBatch, overwrite: Bool)
+    case exportItems(afterID: Int64, limit: Int)
 
-    /// The frame kinds of requests. Never renumber.
+    /// The frame kinds of requests. Never renumber. (10 is left for another request.)
     package enum Kind: UInt16, CaseIterable {
         case save = 1, find = 2, delete = 3, dump = 4, verify = 5, status = 6, lock = 7, unlock = 8, unmount = 9
         case setLockAfter = 10
+        case importItems = 11, exportItems = 12
     }
 
     package var kind: Kind {
@@ -34,6 +39,8 @@ package enum ControlRequest {
         case .unlock: .unlock
         case .unmount: .unmount
         case .setLockAfter: .setLockAfter
+        case .importItems: .importItems
+        case .exportItems: .exportItems
         }
     }
 
@@ -60,6 +67,12 @@ package enum ControlRequest {
                 w.field(.withSecrets, withSecrets)
             case .unlock(let passphrase):
                 if let passphrase { w.field(.passphrase, secret: passphrase) }
+            case .importItems(let batch, let overwrite):
+                try WireItem.write(batch, to: w)
+                w.field(.updateExisting, overwrite)
+            case .exportItems(let afterID, let limit):
+                w.field(.afterID, UInt64(bitPattern: afterID))
+                w.field(.limit, UInt64(max(limit, 0)))
             case .verify, .status, .lock, .unmount:
                 break
             }
@@ -94,13 +107,19 @@ package enum ControlRequest {
             let seconds = try f.integer(.lockAfter, as: UInt64.self)
             if seconds == 0 { throw KeychainError.invalidInput("lock-after must be a positive number of seconds") }
             self = .setLockAfter(seconds: seconds.map { Int(clamping: $0) })
+        case .importItems:
+            self = .importItems(batch: try WireItem.batch(f, validating: true), overwrite: try f.flag(.updateExisting))
+        case .exportItems:
+            self = .exportItems(afterID: Int64(bitPattern: try f.integer(required: .afterID, as: UInt64.self)),
+                                limit: Int(clamping: try f.integer(required: .limit, as: UInt64.self)))
         }
     }
 }
 
 /// A reply frame. `find` and `dump` are answered with one `item` frame per item, and
 /// `delete` with one `deleted` frame per deleted record, then `end`, so that no frame holds
-/// more than one item; every other request with one frame.
+/// more than one secret; `exportItems` with `exported` frames of a few items each (at most
+/// about 1 MiB of secrets, or one item) and then `exportEnd`; every other request with one frame.
 package enum ControlReply {
     case saved(ItemRecord)
     case item(FoundItem)
@@ -111,11 +130,16 @@ package enum ControlReply {
     case done
     /// The very `KeychainError` the daemon met, so the client exits with the same code.
     case failed(KeychainError)
+    case imported(ImportReport)
+    /// Some of the items of an export page.
+    case exported(ItemBatch)
+    /// The end of an export page: how many items were sent, the damaged ones left out, the next page's `afterID`.
+    case exportEnd(count: Int, damaged: [IntegrityProblem], next: Int64?)
 
     /// The frame kinds of replies. Never renumber.
     package enum Kind: UInt16 {
         case saved = 0x8001, item = 0x8002, end = 0x8003, deleted = 0x8004, verified = 0x8005, status = 0x8006
-        case done = 0x8007, failed = 0x80FF
+        case done = 0x8007, imported = 0x8008, exported = 0x8009, exportEnd = 0x800A, failed = 0x80FF
     }
 
     package var kind: Kind {
@@ -128,6 +152,9 @@ package enum ControlReply {
         case .status: .status
         case .done: .done
         case .failed: .failed
+        case .imported: .imported
+        case .exported: .exported
+        case .exportEnd: .exportEnd
         }
     }
 
@@ -139,12 +166,17 @@ package enum ControlReply {
             case .end(let count): w.field(.count, UInt64(count))
             case .verified(let report):
                 w.field(.count, UInt64(report.checked))
-                for p in report.problems {
-                    w.nested(.problem) { n in
-                        n.field(.itemID, UInt64(bitPattern: p.itemID))
-                        n.field(.damage, p.reason)
-                    }
-                }
+                WireItem.write(report.problems, to: w)
+            case .imported(let report):
+                w.field(.added, UInt64(report.added))
+                w.field(.replaced, UInt64(report.replaced))
+                for key in report.skipped { w.nested(.skipped) { WireItem.write(key, to: $0) } }
+            case .exported(let batch):
+                try WireItem.write(batch, to: w)
+            case .exportEnd(let count, let damaged, let next):
+                w.field(.count, UInt64(count))
+                WireItem.write(damaged, to: w)
+                if let next { w.field(.nextID, UInt64(bitPattern: next)) }
             case .status(let s): WireItem.write(s, to: w)
             case .done: break
             case .failed(let error): WireError.write(error, to: w)
@@ -161,12 +193,17 @@ package enum ControlReply {
         case .end: self = .end(count: Int(clamping: try f.integer(required: .count, as: UInt64.self)))
         case .deleted: self = .deleted(try WireItem.record(f.nested(required: .record)))
         case .verified:
-            let problems = try f.nestedAll(.problem).map { p in
-                IntegrityProblem(itemID: Int64(bitPattern: try p.integer(required: .itemID, as: UInt64.self)),
-                                 reason: try p.string(required: .damage))
-            }
             self = .verified(VerifyReport(checked: Int(clamping: try f.integer(required: .count, as: UInt64.self)),
-                                          problems: problems))
+                                          problems: try WireItem.problems(f)))
+        case .imported:
+            self = .imported(ImportReport(added: Int(clamping: try f.integer(required: .added, as: UInt64.self)),
+                                          replaced: Int(clamping: try f.integer(required: .replaced, as: UInt64.self)),
+                                          skipped: try f.nestedAll(.skipped).map(WireItem.storedKey)))
+        case .exported: self = .exported(try WireItem.batch(f, validating: false))
+        case .exportEnd:
+            self = .exportEnd(count: Int(clamping: try f.integer(required: .count, as: UInt64.self)),
+                              damaged: try WireItem.problems(f),
+                              next: try f.integer(.nextID, as: UInt64.self).map { Int64(bitPattern: $0) })
         case .status: self = .status(try WireItem.status(f))
         case .done: self = .done
         case .failed: self = .failed(try WireError.read(f))
@@ -323,7 +360,9 @@ package enum WireItem {
         w.field(.modified, a.modified.timeIntervalSinceReferenceDate.bitPattern)
     }
 
-    static func record(_ f: WireFields) throws -> ItemRecord {
+    /// A record whose key is read by `key`: `storedKey` for what the daemon sends, `newKey`
+    /// (validated) for what it is asked to store.
+    static func record(_ f: WireFields, key: (WireFields) throws -> ItemKey = storedKey) throws -> ItemRecord {
         func date(_ tag: WireTag) throws -> Date {
             Date(timeIntervalSinceReferenceDate: Double(bitPattern: try f.integer(required: tag, as: UInt64.self)))
         }
@@ -332,7 +371,54 @@ package enum WireItem {
         let attributes = ItemAttributes(label: changes.label, comment: changes.comment, description: changes.description,
                                         generic: changes.generic, creator: changes.creator, type: changes.type,
                                         accessible: accessible, created: try date(.created), modified: try date(.modified))
-        return ItemRecord(key: try storedKey(f.nested(required: .key)), attributes: attributes)
+        return ItemRecord(key: try key(f.nested(required: .key)), attributes: attributes)
+    }
+
+    static func write(_ problems: [IntegrityProblem], to w: WireWriter) {
+        for p in problems {
+            w.nested(.problem) { n in
+                n.field(.itemID, UInt64(bitPattern: p.itemID))
+                n.field(.damage, p.reason)
+            }
+        }
+    }
+
+    static func problems(_ f: WireFields) throws -> [IntegrityProblem] {
+        try f.nestedAll(.problem).map { p in
+            IntegrityProblem(itemID: Int64(bitPattern: try p.integer(required: .itemID, as: UInt64.self)),
+                             reason: try p.string(required: .damage))
+        }
+    }
+
+    /// Each item of a batch as one `batchItem` field: its record, secret and extras, the
+    /// secrets copied from the batch's locked buffer straight into the frame's.
+    static func write(_ batch: ItemBatch, to w: WireWriter) throws {
+        for entry in batch.entries {
+            guard entry.secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(entry.secret.count) }
+            batch.withSecretAndExtras(entry) { secret, extras in
+                w.nested(.batchItem) { n in
+                    n.nested(.record) { write(entry.record, to: $0) }
+                    n.field(.secret, secret)
+                    if let extras { n.field(.extras, extras) }
+                }
+            }
+        }
+    }
+
+    /// The `batchItem` fields as one batch, their secrets copied from the frame into the
+    /// batch's locked buffer. `validating`: keys go through the model's initializers, as a
+    /// `save` request's key does.
+    package static func batch(_ f: WireFields, validating: Bool) throws -> ItemBatch {
+        var batch = ItemBatch()
+        for item in try f.nestedAll(.batchItem) {
+            let record = try self.record(item.nested(required: .record), key: validating ? newKey : storedKey)
+            try item.withBytes(.secret) { secret in
+                let secret = secret ?? UnsafeRawBufferPointer(start: nil, count: 0)
+                guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
+                try item.withBytes(.extras) { extras in batch.append(record, secret: secret, extras: extras) }
+            }
+        }
+        return batch
     }
 
     static func write(_ item: FoundItem, to w: WireWriter) {

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainBatch
 import KeychainCrypto
 import KeychainModel
 
@@ -32,6 +33,15 @@ public protocol KeychainService: Sendable {
 
     func verify() throws -> VerifyReport
     func status() throws -> KeychainStatus
+
+    /// Backups: saves a batch in one transaction (`Keychain.save(batch:updateExisting:)`); an
+    /// existing key is skipped and reported, or replaced whole with `overwrite`. Keys are
+    /// validated as for `save`; extras go with their items.
+    func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport
+
+    /// Backups: a page of the exportable items, extras included (`Keychain.exportPage(afterID:limit:)`):
+    /// every class but `*-this-device-only`, in id order after `afterID`.
+    func exportItems(afterID: Int64, limit: Int) throws -> ExportPage
 
     /// Lock, unlock, unmount and the lock-after setting act on a mount; without a daemon,
     /// all but unlock throw `notMounted`.

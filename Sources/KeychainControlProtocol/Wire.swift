@@ -62,6 +62,14 @@ package enum WireTag: UInt16 {
     case all = 74                   // u8 0/1: a delete acts on every match, not the first
     case extras = 75                // secret bytes: git's expiry and refresh token, sealed like the secret
 
+    // Backups.
+    case batchItem = 90             // nested, repeated: record, secret and extras of one item
+    case added = 91                 // u64
+    case replaced = 92              // u64
+    case skipped = 93               // nested, repeated: a key left as it was
+    case afterID = 94               // u64: bits of the Int64
+    case nextID = 95                // u64: bits of the Int64; absent after the last page
+
     // Errors.
     case errorCase = 80             // u16: `WireError` case
     case message = 81               // string: the case's text (a path, a reason)
@@ -193,6 +201,13 @@ package struct WireFields {
     package func string(required tag: WireTag) throws -> String {
         guard let s = try string(tag) else { throw Self.malformed("field \(tag) is missing") }
         return s
+    }
+
+    /// Calls `body` with the field's bytes in place in the frame's locked buffer (nil when the
+    /// field is absent), so a secret can be copied on without a buffer of its own.
+    package func withBytes<R>(_ tag: WireTag, _ body: (UnsafeRawBufferPointer?) throws -> R) throws -> R {
+        guard let r = try one(tag) else { return try body(nil) }
+        return try frame.withUnsafeBytes { raw in try body(UnsafeRawBufferPointer(rebasing: raw[r])) }
     }
 
     /// Copied from the frame's locked buffer straight into a new locked buffer.

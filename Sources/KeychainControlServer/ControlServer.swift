@@ -293,6 +293,14 @@ public final class ControlServer: Sendable {
             case .setLockAfter(let seconds):
                 try service.setLockAfter(seconds)
                 try send(.done)
+            case .importItems(let batch, let overwrite):
+                try send(.imported(try service.importItems(batch, overwrite: overwrite)))
+            case .exportItems(let afterID, let limit):
+                let page = try service.exportItems(afterID: afterID, limit: limit)
+                for part in page.batch.slices(maxItems: Self.exportFrameItems, maxSecretBytes: Self.exportFrameSecretBytes) {
+                    try send(.exported(part))
+                }
+                try send(.exportEnd(count: page.batch.count, damaged: page.damaged, next: page.next))
             }
         } catch let error as KeychainError {
             try? send(.failed(error))
@@ -300,6 +308,11 @@ public final class ControlServer: Sendable {
             try? send(.failed(.io("\(error)")))
         }
     }
+
+    /// An export page goes in frames of at most this many items and (unless one item is larger
+    /// on its own) this many bytes of secrets, well under `ControlFrame.maxPayload`.
+    static let exportFrameItems = 500
+    static let exportFrameSecretBytes = 1 << 20
 
     /// One frame per item, then the count.
     private func stream(_ items: [FoundItem], _ send: (ControlReply) throws -> Void) throws {

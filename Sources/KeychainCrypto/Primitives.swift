@@ -4,15 +4,28 @@ import COpenSSL
 public enum SecureRandom {
     public static func bytes(_ count: Int) -> SecureBytes {
         let out = SecureBytes(count: count)
-        out.withUnsafeMutableBytes { buf in
-            guard count > 0 else { return }
-            precondition(RAND_bytes(buf.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(count)) == 1,
-                         "RAND_bytes failed")
-        }
+        fill(out)
         return out
     }
 
-    public static func array(_ count: Int) -> [UInt8] { bytes(count).unprotectedArray }
+    /// Overwrites every byte of `buffer`, so a loop that needs one key after another can reuse one
+    /// locked mapping instead of making one per key.
+    public static func fill(_ buffer: SecureBytes) {
+        buffer.withUnsafeMutableBytes { fill($0) }
+    }
+
+    /// For values that are not secret (nonces, salts): no locked mapping is made for them.
+    public static func array(_ count: Int) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        out.withUnsafeMutableBytes { fill($0) }
+        return out
+    }
+
+    private static func fill(_ buf: UnsafeMutableRawBufferPointer) {
+        guard buf.count > 0 else { return }
+        precondition(RAND_bytes(buf.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(buf.count)) == 1,
+                     "RAND_bytes failed")
+    }
 }
 
 /// AES-256-GCM with a random 96-bit nonce. Sealed form: nonce ‖ ciphertext ‖ 128-bit tag.
@@ -21,6 +34,10 @@ public enum AESGCM {
     static let nonceBytes = 12
     static let tagBytes = 16
     public static let overhead = nonceBytes + tagBytes
+
+    /// Fetched once and never freed: `EVP_aes_256_gcm()` makes every init look the
+    /// implementation up by name again, a cost of the order of the encryption of a short secret.
+    nonisolated(unsafe) private static let cipher: OpaquePointer? = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
 
     public static func seal(_ plaintext: UnsafeRawBufferPointer, key: SecureBytes, aad: [UInt8]) throws -> [UInt8] {
         try seal(plaintext, key: key, aad: aad, nonce: SecureRandom.array(nonceBytes))
@@ -40,7 +57,7 @@ public enum AESGCM {
             let outBase = o.baseAddress!
             outBase.update(from: nonce, count: nonceBytes)
             try key.withUnsafeBytes { k in
-                guard EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nil, k.bindMemory(to: UInt8.self).baseAddress, nonce) == 1
+                guard EVP_EncryptInit_ex(ctx, cipher, nil, k.bindMemory(to: UInt8.self).baseAddress, nonce) == 1
                 else { throw CryptoError.openSSL("EVP_EncryptInit_ex") }
             }
             var n: Int32 = 0
@@ -71,7 +88,7 @@ public enum AESGCM {
             return key.withUnsafeBytes { k in
                 out.withUnsafeMutableBytes { o in
                     var n: Int32 = 0
-                    guard EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nil, k.bindMemory(to: UInt8.self).baseAddress, inBase) == 1
+                    guard EVP_DecryptInit_ex(ctx, cipher, nil, k.bindMemory(to: UInt8.self).baseAddress, inBase) == 1
                     else { return false }
                     if !aad.isEmpty, EVP_DecryptUpdate(ctx, nil, &n, aad, Int32(aad.count)) != 1 { return false }
                     if plainCount > 0,
@@ -142,6 +159,45 @@ public enum HMACSHA256 {
             _ = HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), data, data.count, &out, &len)
         }
         return out
+    }
+
+    /// One key for many messages. The one-shot `authenticate` looks the algorithms up by name
+    /// on every call, which costs more than the MAC of a short message; this sets the key once
+    /// and only resets the state between messages. Not thread-safe: one per thread.
+    public final class Keyed {
+        private let ctx: OpaquePointer
+
+        public init(key: SecureBytes) throws {
+            guard let mac = EVP_MAC_fetch(nil, "HMAC", nil) else { throw CryptoError.openSSL("EVP_MAC_fetch") }
+            defer { EVP_MAC_free(mac) }
+            guard let ctx = EVP_MAC_CTX_new(mac) else { throw CryptoError.openSSL("EVP_MAC_CTX_new") }
+            var digest = Array("SHA256".utf8CString)
+            let ok = digest.withUnsafeMutableBufferPointer { d in
+                "digest".withCString { name in
+                    var params = [OSSL_PARAM_construct_utf8_string(name, d.baseAddress, 0), OSSL_PARAM_construct_end()]
+                    return key.withUnsafeBytes { k in
+                        EVP_MAC_init(ctx, k.bindMemory(to: UInt8.self).baseAddress, k.count, &params) == 1
+                    }
+                }
+            }
+            guard ok else {
+                EVP_MAC_CTX_free(ctx)
+                throw CryptoError.openSSL("EVP_MAC_init")
+            }
+            self.ctx = ctx
+        }
+
+        deinit { EVP_MAC_CTX_free(ctx) }
+
+        public func authenticate(_ data: [UInt8]) -> [UInt8] {
+            var out = [UInt8](repeating: 0, count: 32)
+            var len = 0
+            // A nil key restarts the MAC under the key already set.
+            let ok = EVP_MAC_init(ctx, nil, 0, nil) == 1 && EVP_MAC_update(ctx, data, data.count) == 1
+                && EVP_MAC_final(ctx, &out, &len, 32) == 1 && len == 32
+            precondition(ok, "HMAC-SHA256 failed")
+            return out
+        }
     }
 }
 

@@ -157,6 +157,16 @@ package final class ServedKeychain: Sendable {
         }
     }
 
+    /// Saves a batch in one transaction (`Keychain.save(batch:updateExisting:)`), then puts
+    /// every saved item into the index, before any other change.
+    package func save(batch: ItemBatch, updateExisting: Bool) throws -> BatchSaveResult {
+        try change { () throws -> BatchSaveResult in
+            let result = try keychain.save(batch: batch, updateExisting: updateExisting)
+            state.withLock { s in for item in result.saved { s.saved(item) } }
+            return result
+        }
+    }
+
     /// Matching items in `ItemOrder`. An exact key whose name cannot be read in this lock
     /// state answers as the store does (`unavailable`), not as missing.
     package func items(matching query: ItemQuery) throws -> [KeychainItem] {

@@ -58,6 +58,15 @@ final class DaemonKeychainService: KeychainService {
         }
     }
 
+    /// Through the served keychain, so the batch commits and enters the index in one step.
+    func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport {
+        try served.save(batch: batch, updateExisting: overwrite).report
+    }
+
+    func exportItems(afterID: Int64, limit: Int) throws -> ExportPage {
+        try served.keychain.exportPage(afterID: afterID, limit: limit)
+    }
+
     func verify() throws -> VerifyReport {
         let (checked, problems) = try served.keychain.verify()
         return VerifyReport(checked: checked, problems: problems)

@@ -14,7 +14,7 @@ struct KeychainFS: ParsableCommand {
             InitCommand.self, PasswdCommand.self,
             AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self,
             AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
-            DumpKeychain.self, VerifyCommand.self,
+            DumpKeychain.self, VerifyCommand.self, ExportCommand.self, ImportCommand.self,
             MountCommand.self, UnmountCommand.self, LockCommand.self, UnlockCommand.self, StatusCommand.self,
             SetKeychainSettingsCommand.self, ServiceCommand.self,
             DaemonCommand.self, UnlockAtLoginCommand.self,

@@ -3,6 +3,7 @@ import Synchronization
 import XCTest
 @testable import KeychainClient
 @testable import KeychainControlProtocol
+import KeychainBatch
 import KeychainControlServer
 import KeychainCrypto
 import KeychainModel
@@ -91,6 +92,36 @@ private final class MemoryKeychain: KeychainService {
     func unmount() throws { state.withLock { $0.calls.append("unmount") } }
 
     func setLockAfter(_ seconds: Int?) throws { state.withLock { $0.lockAfter = seconds; $0.calls.append("setLockAfter") } }
+    func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport {
+        state.withLock { s in
+            s.calls.append("import")
+            var report = ImportReport()
+            for entry in batch.entries {
+                let existing = s.items.first { $0.value.record.key == entry.record.key }?.key
+                if existing != nil && !overwrite {
+                    report.skipped.append(entry.record.key)
+                    continue
+                }
+                let id = existing ?? s.next
+                if existing == nil { s.next += 1; report.added += 1 } else { report.replaced += 1 }
+                s.items[id] = batch.withSecretAndExtras(entry) { secret, extras in
+                    Entry(record: entry.record, secret: SecureBytes(copying: secret), extras: extras.map { SecureBytes(copying: $0) })
+                }
+            }
+            return report
+        }
+    }
+
+    func exportItems(afterID: Int64, limit: Int) throws -> ExportPage {
+        state.withLock { s in
+            s.calls.append("export")
+            let ids = s.items.keys.filter { $0 > afterID }.sorted()
+            var page = ExportPage(batch: ItemBatch(), damaged: [], next: nil)
+            for id in ids.prefix(limit) { page.batch.append(s.items[id]!.record, secret: s.items[id]!.secret, extras: s.items[id]!.extras) }
+            if ids.count > limit { page.next = ids[limit - 1] }
+            return page
+        }
+    }
 }
 
 final class ControlServerTests: XCTestCase {
@@ -193,6 +224,66 @@ final class ControlServerTests: XCTestCase {
         let all = try client.dump(withSecrets: true)
         XCTAssertEqual(all.count, 51)
         XCTAssertTrue(try all[0].secretBytes().isEqual(to: big))
+    }
+
+    /// Every item of `batch` as (account, secret, extras) text.
+    private func contents(_ batch: ItemBatch) -> [String] {
+        batch.entries.map { e in
+            batch.withSecretAndExtras(e) { secret, extras in
+                e.record.key.account + "=" + String(decoding: secret, as: UTF8.self) + (extras.map { "+" + String(decoding: $0, as: UTF8.self) } ?? "")
+            }
+        }
+    }
+
+    func testImportAndExportThroughTheSocketKeepSecretsAndExtras() throws {
+        var batch = ItemBatch()
+        for i in 0..<1_200 {
+            let record = ItemRecord(key: try key("n\(i)"), attributes: ItemAttributes(label: "L\(i)", accessible: .afterFirstUnlock))
+            batch.append(record, secret: SecureBytes(copying: Array("pw\(i)".utf8)),
+                         extras: i % 3 == 0 ? SecureBytes(copying: Array("x\(i)".utf8)) : nil)
+        }
+        XCTAssertEqual(try client.importItems(batch, overwrite: false), ImportReport(added: 1_200))
+        // Pages larger than one reply frame (500 items) arrive whole, extras with their items.
+        let first = try client.exportItems(afterID: 0, limit: 1_000)
+        XCTAssertEqual(first.batch.count, 1_000)
+        XCTAssertEqual(first.next, 1_000)
+        let second = try client.exportItems(afterID: try XCTUnwrap(first.next), limit: 1_000)
+        XCTAssertNil(second.next)
+        XCTAssertEqual(contents(first.batch) + contents(second.batch), contents(batch))
+        XCTAssertEqual(second.batch.entries.last?.record.attributes.label, "L1199")
+
+        var again = ItemBatch()
+        again.append(ItemRecord(key: try key("n0"), attributes: ItemAttributes()), secret: SecureBytes(copying: Array("new".utf8)))
+        again.append(ItemRecord(key: try key("fresh"), attributes: ItemAttributes()), secret: SecureBytes(copying: Array("f".utf8)))
+        XCTAssertEqual(try client.importItems(again, overwrite: false), ImportReport(added: 1, skipped: [try key("n0")]))
+        XCTAssertEqual(try client.importItems(again, overwrite: true), ImportReport(replaced: 2))
+    }
+
+    func testAnImportTooLargeForOneFrameIsSentInParts() throws {
+        var batch = ItemBatch()
+        let big = SecureBytes(count: 7 << 20)
+        for i in 0..<3 { batch.append(ItemRecord(key: try key("big\(i)"), attributes: ItemAttributes()), secret: big) }
+        XCTAssertEqual(try client.importItems(batch, overwrite: false), ImportReport(added: 3))
+        XCTAssertEqual(keychain.calls.filter { $0 == "import" }.count, 2)
+        XCTAssertEqual(try client.exportItems(afterID: 0, limit: 10).batch.secretBytes, 3 * (7 << 20))
+    }
+
+    func testAnImportedKeyIsValidatedByTheDaemon() throws {
+        // Built by hand: the client's own types would refuse the empty service first.
+        let frame = try ControlFrame.encode(kind: ControlRequest.Kind.importItems.rawValue) { w in
+            w.nested(.batchItem) { item in
+                item.nested(.record) { r in
+                    r.nested(.key) { k in k.field(.itemKind, UInt8(1)); k.field(.service, ""); k.field(.account, "a") }
+                    r.field(.accessible, UInt8(AccessibilityClass.whenUnlocked.code))
+                    r.field(.created, UInt64(0)); r.field(.modified, UInt64(0))
+                }
+                item.field(.secret, secret: SecureBytes(copying: Array("pw".utf8)))
+            }
+        }
+        let reply = try exchange(frame.unprotectedArray)
+        guard case .failed(let e)? = reply else { return XCTFail("\(String(describing: reply))") }
+        XCTAssertEqual(e.exitCode, 65)
+        XCTAssertFalse(keychain.calls.contains("import"))
     }
 
     func testARequestTheServerRefusesIsTheCLIsError() throws {

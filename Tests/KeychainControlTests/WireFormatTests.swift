@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import KeychainBatch
 @testable import KeychainControlProtocol
 import KeychainCrypto
 import KeychainModel
@@ -259,6 +260,42 @@ final class WireFormatTests: XCTestCase {
         XCTAssertEqual(header.kind, ControlFrame.versionMismatchKind)
         XCTAssertEqual(ControlFrame.mismatchError(header, payload: payload),
                        .daemonVersionMismatch(running: "\(ControlProtocol.softwareVersion) (control protocol \(ControlProtocol.version))"))
+    }
+
+    func testImportAndExportRoundTrip() throws {
+        var batch = ItemBatch()
+        batch.append(record, secret: SecureBytes(copying: [0, 255, 10]), extras: SecureBytes(copying: Array("expiry=1".utf8)))
+        batch.append(ItemRecord(key: generic, attributes: ItemAttributes()), secret: SecureBytes())
+        guard case .importItems(let back, let overwrite) = try roundTrip(.importItems(batch: batch, overwrite: true)) else {
+            return XCTFail("kind")
+        }
+        XCTAssertTrue(overwrite)
+        XCTAssertEqual(back.entries.map(\.record), batch.entries.map(\.record))
+        XCTAssertEqual(back.withSecretAndExtras(back.entries[0]) { [Array($0), $1.map { Array($0) } ?? []] },
+                       [[0, 255, 10], Array("expiry=1".utf8)])
+        XCTAssertEqual(back.entries[1].secret.count, 0)
+        XCTAssertNil(back.entries[1].extras)
+        guard case .exportItems(let after, let limit) = try roundTrip(.exportItems(afterID: 42, limit: 7)) else { return XCTFail("kind") }
+        XCTAssertEqual(after, 42); XCTAssertEqual(limit, 7)
+
+        let report = ImportReport(added: 3, replaced: 1, skipped: [generic, internet])
+        guard case .imported(let r) = try roundTrip(.imported(report)) else { return XCTFail("kind") }
+        XCTAssertEqual(r, report)
+        guard case .exported(let part) = try roundTrip(.exported(batch)) else { return XCTFail("kind") }
+        XCTAssertEqual(part.secretBytes, batch.secretBytes)
+        let damaged = [IntegrityProblem(itemID: 9, reason: "bad")]
+        guard case .exportEnd(let count, let d, let next) = try roundTrip(.exportEnd(count: 2, damaged: damaged, next: 77)) else {
+            return XCTFail("kind")
+        }
+        XCTAssertEqual(count, 2); XCTAssertEqual(d, damaged); XCTAssertEqual(next, 77)
+        guard case .exportEnd(_, _, nil) = try roundTrip(.exportEnd(count: 0, damaged: [], next: nil)) else { return XCTFail("last page") }
+    }
+
+    func testTheBackupKindsAreNumberedAfterTheOthers() {
+        XCTAssertEqual(ControlRequest.Kind.importItems.rawValue, 11)
+        XCTAssertEqual(ControlRequest.Kind.exportItems.rawValue, 12)
+        XCTAssertEqual(ControlReply.Kind.imported.rawValue, 0x8008)
+        XCTAssertEqual(ControlProtocol.version, 5)
     }
 
     func testTheHeaderLayoutIsFrozen() throws {

@@ -1,8 +1,8 @@
 /*
- * The yardstick for scripts/benchmark: the cheapest libfuse3 filesystem that
- * serves the same path shape as keychainfs (/bench/secret, 32 bytes, mode
- * 0600, direct_io), so the kernel does the same lookups and round trips and
- * only the userspace work differs.  Modelled on libfuse's example/hello.c.
+ * The floor for scripts/bench: the cheapest libfuse3 filesystem that serves
+ * the same path shape as keychainfs (/bench/secret, 32 bytes, mode 0600,
+ * direct_io), so the kernel does the same lookups and round trips and only
+ * the userspace work differs.  Modelled on libfuse's example/hello.c.
  */
 #define FUSE_USE_VERSION 31
 #include <fuse3/fuse.h>

@@ -1,7 +1,7 @@
 /*
- * reader PATH [ITERATIONS]: times open/read-to-EOF/close of PATH in one
- * process, so the figure is the filesystem's cost and not process start-up.
- * Prints "<ns per iteration> ns/op <ops per second> ops/s".
+ * reader PATH [ITERATIONS [WARMUP]]: times open/read-to-EOF/close of PATH in
+ * one process, so the figure is the filesystem's cost and not process
+ * start-up.  Prints "<ns per iteration> ns/op <ops per second> ops/s".
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -12,7 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define WARMUP 1000
 
 static const char *path;
 
@@ -53,15 +52,22 @@ static double now_ns(void)
 
 int main(int argc, char *argv[])
 {
-	long iterations = 20000;
+	long iterations = 20000, warmup = 100;
 	char *end;
 
-	if (argc < 2 || argc > 3) {
-		fprintf(stderr, "usage: reader PATH [ITERATIONS]\n");
+	if (argc < 2 || argc > 4) {
+		fprintf(stderr, "usage: reader PATH [ITERATIONS [WARMUP]]\n");
 		return 2;
 	}
+	if (argc == 4) {
+		warmup = strtol(argv[3], &end, 10);
+		if (*argv[3] == '\0' || *end != '\0' || warmup < 0) {
+			fprintf(stderr, "reader: bad warm-up count: %s\n", argv[3]);
+			return 2;
+		}
+	}
 	path = argv[1];
-	if (argc == 3) {
+	if (argc >= 3) {
 		iterations = strtol(argv[2], &end, 10);
 		if (*argv[2] == '\0' || *end != '\0' || iterations <= 0) {
 			fprintf(stderr, "reader: bad iteration count: %s\n", argv[2]);
@@ -69,7 +75,7 @@ int main(int argc, char *argv[])
 		}
 	}
 
-	for (int i = 0; i < WARMUP; i++)
+	for (long i = 0; i < warmup; i++)
 		read_once();
 	double start = now_ns();
 	for (long i = 0; i < iterations; i++)

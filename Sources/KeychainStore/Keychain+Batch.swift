@@ -1,0 +1,158 @@
+import Foundation
+import GRDB
+import KeychainCrypto
+import KeychainModel
+
+/// What `Keychain.save(batch:updateExisting:)` did.
+public struct BatchSaveResult: Sendable {
+    /// Items added or replaced, as now stored.
+    public var saved: [KeychainItem] = []
+    public var added = 0
+    /// Existing items overwritten (`updateExisting`), keeping their ids.
+    public var replaced = 0
+    /// Keys that already existed and were left alone (without `updateExisting`).
+    public var skipped: [ItemKey] = []
+
+    public var report: ImportReport { ImportReport(added: added, replaced: replaced, skipped: skipped) }
+}
+
+extension Keychain {
+    /// Saves every item of `batch` in one transaction, so a batch costs one durable commit,
+    /// not one per item; any failure leaves the store as it was. Items are sealed under the
+    /// newest key generation, extras beside their secret.
+    ///
+    /// An item whose key exists already is skipped and reported, or with `updateExisting`
+    /// replaces the existing item whole (secret, extras, class and attributes, dates included)
+    /// under the same id; the replaced values are then erased from the WAL before this returns.
+    /// A later entry with the key of an earlier one in the batch meets it the same way.
+    public func save(batch: ItemBatch, updateExisting: Bool) throws -> BatchSaveResult {
+        guard !batch.isEmpty else { return BatchSaveResult() }
+        guard let indexKey = keybag.withLock({ $0.indexKey }) else { throw KeychainError.unavailable(.whenUnlocked) }
+        let mac = try HMACSHA256.Keyed(key: indexKey)
+        let blinds = batch.entries.map { (blind: mac.authenticate($0.record.key.canonicalBytes),
+                                          group: mac.authenticate($0.record.key.groupBytes)) }
+        return try write(updateExisting ? .removes : .addsOnly) { db, changes in
+            // Plan: which entries are new, which replace a row (and at which version), which are skipped.
+            var result = BatchSaveResult()
+            var plan: [PlannedRow] = []
+            let stored = try Self.storedVersions(db, blinds: blinds.map(\.blind))
+            var planned: [[UInt8]: (id: Int64, version: Int64)] = [:]
+            var nextID = try Self.peekNextID(db)
+            for (i, entry) in batch.entries.enumerated() {
+                let current = planned[blinds[i].blind] ?? stored[blinds[i].blind]
+                if current != nil && !updateExisting {
+                    result.skipped.append(entry.record.key)
+                    continue
+                }
+                let row = PlannedRow(entry: i, id: current?.id ?? nextID, version: (current?.version ?? 0) + 1,
+                                     replacedVersion: current?.version)
+                if current == nil { nextID += 1 }
+                planned[blinds[i].blind] = (row.id, row.version)
+                plan.append(row)
+            }
+            let insert = try db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            let replace = try db.cachedStatement(sql: """
+                UPDATE items SET kind = ?, class = ?, version = ?, blind = ?, group_blind = ?,
+                wrapped_key = ?, attributes = ?, secret = ?, generation = ?, extras = ? WHERE id = ? AND version = ?
+                """)
+            // Sealing (encoding and encryption) is most of the work, and ids and versions, which
+            // the seals bind, are fixed by now: it runs on a second core beside the writes.
+            try SealingPipeline.run(plan, seal: { row, itemKey in
+                let entry = batch.entries[row.entry]
+                return try batch.withSecretAndExtras(entry) { secret, extras in
+                    try self.seal(entry.record, secret: secret, extras: extras, id: row.id, version: row.version,
+                                  blinds: blinds[row.entry], itemKey: itemKey)
+                }
+            }, write: { i, s in
+                let row = plan[i]
+                if let old = row.replacedVersion {
+                    try replace.execute(arguments: [s.kind, s.classCode, s.version, Data(s.blind), Data(s.groupBlind),
+                                                    Data(s.wrappedKey), Data(s.attributes), Data(s.secret),
+                                                    s.generation, s.extras.map { Data($0) }, s.id, old])
+                    guard db.changesCount == 1 else { throw KeychainError.io("item #\(s.id) changed while it was replaced") }
+                    changes.removed(s.id, old)
+                    result.replaced += 1
+                } else {
+                    try insert.execute(arguments: s.arguments)
+                    result.added += 1
+                }
+                changes.added(s.id, s.version)
+                result.saved.append(KeychainItem(sealed: s, record: batch.entries[row.entry].record))
+            })
+            try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('next_id', ?)",
+                           arguments: [Data(String(nextID).utf8)])
+            return result
+        }
+    }
+
+    private struct PlannedRow: Sendable {
+        var entry: Int
+        var id: Int64
+        var version: Int64
+        /// The version of the row this one overwrites; nil for a new row.
+        var replacedVersion: Int64?
+    }
+
+    /// The next item id, without taking it (`nextID` takes one).
+    private static func peekNextID(_ db: Database) throws -> Int64 {
+        try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'next_id'")
+            .flatMap { Int64(String(decoding: $0, as: UTF8.self)) } ?? 1
+    }
+
+    /// Id and version of the rows that hold these blind indexes, in queries of a few hundred.
+    private static func storedVersions(_ db: Database, blinds: [[UInt8]]) throws -> [[UInt8]: (id: Int64, version: Int64)] {
+        var out: [[UInt8]: (id: Int64, version: Int64)] = [:]
+        var start = 0
+        while start < blinds.count {
+            let part = blinds[start..<min(start + 500, blinds.count)]
+            let marks = Array(repeating: "?", count: part.count).joined(separator: ", ")
+            let rows = try Row.fetchCursor(db, sql: "SELECT blind, id, version FROM items WHERE blind IN (\(marks))",
+                                           arguments: StatementArguments(part.map { Data($0) }))
+            while let row = try rows.next() {
+                guard let blind = Data.fromDatabaseValue(row[0]), let id = Int64.fromDatabaseValue(row[1]),
+                      let version = Int64.fromDatabaseValue(row[2]) else {
+                    throw KeychainError.integrityFailure("an item's id, version or blind index column holds a value of the wrong type")
+                }
+                out[[UInt8](blind)] = (id, version)
+            }
+            start += part.count
+        }
+        return out
+    }
+
+    /// The items a backup holds, a page at a time: every class but `*-this-device-only`, in id
+    /// order after `afterID`, at most `limit` of them and, past the first, about `maxSecretBytes`
+    /// of secrets, packed with their extras into one locked buffer. Secrets are opened one at a
+    /// time, so a page costs one mapping however many items it holds. A class whose key is not
+    /// held throws `unavailable`; an item that fails its integrity check is reported in `damaged`.
+    public func exportPage(afterID: Int64, limit: Int, maxSecretBytes: Int = 8 << 20) throws -> ExportPage {
+        let deviceOnly = AccessibilityClass.allCases.filter(\.isThisDeviceOnly).map { String($0.code) }.joined(separator: ", ")
+        let limit = max(limit, 1)
+        let rows = try read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT \(SealedItem.columns) FROM items WHERE id > ? AND class NOT IN (\(deviceOnly))
+                ORDER BY id LIMIT ?
+                """, arguments: [afterID, limit])
+        }
+        var page = ExportPage(batch: ItemBatch(), damaged: [], next: nil)
+        var bytes = 0
+        for (i, row) in rows.enumerated() {
+            let id = Int64.fromDatabaseValue(row[0]) ?? afterID
+            do {
+                let item = try decode(try SealedItem(row: row))
+                let secret = try self.secret(of: item)
+                let extras = try self.extras(of: item)
+                bytes += secret.count + (extras?.count ?? 0)
+                page.batch.append(item.record, secret: secret, extras: extras)
+            } catch KeychainError.integrityFailure(let reason) {
+                page.damaged.append(IntegrityProblem(itemID: id, reason: reason))
+            }
+            if bytes >= maxSecretBytes && i < rows.count - 1 {
+                page.next = id
+                return page
+            }
+        }
+        if rows.count >= limit, let last = rows.last { page.next = Int64.fromDatabaseValue(last[0]) }
+        return page
+    }
+}

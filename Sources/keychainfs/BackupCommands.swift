@@ -1,0 +1,217 @@
+import ArgumentParser
+import Foundation
+import KeychainBackup
+import KeychainControl
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+
+struct ExportCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "export",
+        abstract: "Write every exportable item, secrets included, into a file sealed under a backup passphrase.",
+        discussion: """
+            '*-this-device-only' items are left out and counted: they never leave this device (a \
+            full backup is an export, or the store file plus device.key). Git's extras (expiry, \
+            refresh token) go with their items. The backup passphrase is \
+            asked twice at a terminal; with --passphrase-fd and --backup-passphrase-fd on the same \
+            descriptor, the store's passphrase comes first. FILE is replaced atomically, mode 0600. \
+            While the store is mounted, the items are read through its daemon, which must be unlocked.
+            """)
+
+    @Argument(help: ArgumentHelp("The backup file to write.", valueName: "file"))
+    var file: String
+    @Option(help: ArgumentHelp("scrypt cost of the backup passphrase as log2(N), 10-22 (default \(ScryptParameters.default.logN)).", valueName: "n"))
+    var scryptLogN: UInt8?
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+    @OptionGroup var backupPassphrase: BackupPassphraseOptions
+
+    /// Items per request to the store or the daemon; a page also stops at about 8 MiB of secrets.
+    static let pageItems = 2_000
+
+    func run() throws {
+        let scrypt = scryptLogN.map { ScryptParameters(logN: $0) } ?? .default
+        guard BackupFile.isAcceptable(scrypt) else { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
+        let service = try storeOptions.connect(passphrase)
+        let key = try backupPassphrase.readNew()
+        let progress = ProgressLine(verb: "exporting")
+        var payload = BackupPayload()
+        var damaged = 0
+        var afterID: Int64? = 0
+        while let after = afterID {
+            let page = try service.exportItems(afterID: after, limit: Self.pageItems)
+            for entry in page.batch.entries {
+                page.batch.withSecretAndExtras(entry) { payload.append(entry.record, secret: $0, extras: $1) }
+            }
+            damaged += page.damaged.count
+            progress.show(payload.count, of: nil)
+            afterID = page.next
+        }
+        let leftOut = try service.status().itemCounts.filter { $0.key.isThisDeviceOnly }.values.reduce(0, +)
+        progress.show(payload.count, of: nil, force: true)
+        let bytes = try BackupFile.seal(payload, passphrase: key, scrypt: scrypt)
+        try BackupFile.write(bytes, to: file)
+        progress.finish()
+        Output.line("exported \(Count.items(payload.count)) to \(file)")
+        Output.line("left out \(Count.items(leftOut, "this-device-only")): they never leave this device")
+        if damaged > 0 {
+            throw KeychainError.integrityFailure("\(Count.items(damaged, "damaged")) could not be exported; see 'keychainfs verify'")
+        }
+    }
+}
+
+struct ImportCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import",
+        abstract: "Add the items of a backup made by 'export'.",
+        discussion: """
+            The whole file is checked first: a wrong backup passphrase (exit 51), a file cut short \
+            or altered (exit 93) changes nothing. An item that exists already is skipped and \
+            reported; -U overwrites it with the backup's (secret, class and attributes). Items are \
+            committed in batches, so an import stopped part way can be run again: what was added \
+            is then skipped. While the store is mounted, the items go through its daemon, which \
+            must be unlocked.
+            """)
+
+    @Argument(help: ArgumentHelp("The backup file to read.", valueName: "file"))
+    var file: String
+    @Flag(name: .customShort("U"), help: "Overwrite items that exist already (otherwise they are skipped).")
+    var overwrite = false
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+    @OptionGroup var backupPassphrase: BackupPassphraseOptions
+
+    /// One transaction, or one request to the daemon, each.
+    static let sliceItems = 5_000
+    static let sliceSecretBytes = 8 << 20
+
+    func run() throws {
+        let sealed = try BackupFile.read(from: file)
+        let service = try storeOptions.connect(passphrase)
+        let key = try backupPassphrase.read(prompt: "Backup passphrase for \(file): ")
+        let batch: ItemBatch
+        do {
+            batch = try BackupFile.open(sealed, named: file, passphrase: key)
+        } catch KeychainError.wrongPassphrase {
+            FileHandle.standardError.write(Data("keychainfs: the backup passphrase does not open \(file) (or its header is damaged); nothing was imported\n".utf8))
+            throw ExitCode(KeychainError.wrongPassphrase.exitCode)
+        }
+        key.wipe()
+        try Self.checkWritable(batch, into: service)
+        let progress = ProgressLine(verb: "importing")
+        var report = ImportReport()
+        for slice in batch.slices(maxItems: Self.sliceItems, maxSecretBytes: Self.sliceSecretBytes) {
+            report.add(try service.importItems(slice, overwrite: overwrite))
+            progress.show(report.added + report.replaced + report.skipped.count, of: batch.count)
+        }
+        progress.finish()
+        for skipped in report.skipped { Output.line("exists, skipped: \(ItemKeyText.of(skipped))") }
+        var summary = "imported \(Count.items(report.added + report.replaced)) from \(file)"
+        if report.replaced > 0 { summary += " (\(report.replaced) overwritten)" }
+        if !report.skipped.isEmpty { summary += "; skipped \(report.skipped.count) that exist already (-U overwrites them)" }
+        Output.line(summary)
+    }
+
+    /// Refuses, before anything is written, what would fail part way through the batches.
+    static func checkWritable(_ batch: ItemBatch, into service: KeychainService) throws {
+        let classes = Set(batch.entries.map(\.record.attributes.accessible))
+        if let c = classes.first(where: \.isThisDeviceOnly) {
+            throw KeychainError.invalidInput("the backup holds '\(c.rawValue)' items, which a backup never carries; nothing was imported")
+        }
+        if let local = service as? LocalKeychainService {
+            if let c = classes.sorted().first(where: { !local.keychain.isAvailable($0) }) { throw KeychainError.unavailable(c) }
+        } else {
+            let state = try service.status().state
+            if let c = classes.sorted().first(where: { !$0.isAvailable(in: state) }) { throw KeychainError.unavailable(c) }
+        }
+    }
+}
+
+/// How `import` names an item it skipped: its primary key on one line.
+enum ItemKeyText {
+    static func of(_ key: ItemKey) -> String {
+        func q(_ s: String) -> String { "\"" + Printable.text(s) + "\"" }
+        let group = key.accessGroup.isEmpty ? "" : " access-group \(q(key.accessGroup))"
+        switch key {
+        case .generic(let g):
+            return "generic-password service \(q(g.service)) account \(q(g.account))" + group
+        case .internet(let i):
+            var s = "internet-password server \(q(i.server)) port \(i.port)"
+            if !i.path.isEmpty { s += " path \(q(i.path))" }
+            s += " protocol \(i.protocol.name)"
+            if i.authenticationType != .default { s += " authentication-type \(i.authenticationType.name)" }
+            if !i.securityDomain.isEmpty { s += " security-domain \(q(i.securityDomain))" }
+            return s + " account \(q(i.account))" + group
+        }
+    }
+}
+
+/// `--backup-passphrase-fd N` / `--backup-passphrase-file PATH`, else the terminal; distinct
+/// from the store's own passphrase options.
+struct BackupPassphraseOptions: ParsableArguments {
+    @Option(name: .customLong("backup-passphrase-fd"), help: ArgumentHelp(
+        "Read the backup passphrase from file descriptor N, up to the first newline or end of file.", valueName: "n"))
+    var backupPassphraseFD: Int32?
+
+    @Option(name: .customLong("backup-passphrase-file"), help: ArgumentHelp(
+        "Read the backup passphrase from the first line of this file.", valueName: "path"))
+    var backupPassphraseFile: String?
+
+    func validate() throws {
+        if backupPassphraseFD != nil && backupPassphraseFile != nil {
+            throw ValidationError("give either --backup-passphrase-fd or --backup-passphrase-file, not both")
+        }
+    }
+
+    func read(prompt: String, confirm: Bool = false) throws -> SecureBytes {
+        let input = PassphraseInput.choose(fd: backupPassphraseFD, file: backupPassphraseFile)
+        guard case .terminal = input else { return try input.read(prompt: prompt) }
+        // The terminal is opened here so that its refusal names these options, not the store's.
+        let terminal = try Terminal.open(purpose: "ask for the backup passphrase",
+                                         alternatives: "--backup-passphrase-fd N or --backup-passphrase-file PATH")
+        let first = try terminal.readHidden(prompt: prompt)
+        guard confirm else { return first }
+        guard first.isEqual(to: try terminal.readHidden(prompt: "Repeat the backup passphrase: ")) else {
+            throw KeychainError.invalidInput("the two backup passphrases differ")
+        }
+        return first
+    }
+
+    /// For a new backup: asked twice at a terminal, never empty.
+    func readNew() throws -> SecureBytes {
+        let p = try read(prompt: "New backup passphrase: ", confirm: true)
+        guard p.count > 0 else { throw KeychainError.invalidInput("the backup passphrase is empty") }
+        return p
+    }
+}
+
+/// "1 item", "3 this-device-only items".
+enum Count {
+    static func items(_ n: Int, _ adjective: String = "") -> String {
+        (adjective.isEmpty ? "\(n) " : "\(n) \(adjective) ") + (n == 1 ? "item" : "items")
+    }
+}
+
+/// A progress line on standard error, only when it is a terminal, redrawn at most ten times
+/// a second.
+final class ProgressLine {
+    private let verb: String
+    private let enabled = isatty(2) == 1
+    private var last = Date.distantPast
+    private var drawn = false
+
+    init(verb: String) { self.verb = verb }
+
+    func show(_ done: Int, of total: Int?, force: Bool = false) {
+        guard enabled, force || Date().timeIntervalSince(last) >= 0.1 else { return }
+        last = Date()
+        drawn = true
+        let text = "\r\(verb) " + (total.map { "\(done) of \(Count.items($0))" } ?? Count.items(done))
+        FileHandle.standardError.write(Data((text + "\u{1b}[K").utf8))
+    }
+
+    func finish() {
+        if drawn { FileHandle.standardError.write(Data("\r\u{1b}[K".utf8)) }
+    }
+}

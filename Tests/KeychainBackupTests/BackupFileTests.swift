@@ -1,0 +1,213 @@
+import Foundation
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+import XCTest
+@testable import KeychainBackup
+
+private func secure(_ text: String) -> SecureBytes { SecureBytes(copying: Array(text.utf8)) }
+private let cheap = ScryptParameters(logN: 10)
+private let passphrase = secure("backup passphrase")
+
+private func generic(_ service: String, _ account: String, group: String = "") throws -> ItemKey {
+    .generic(try GenericPasswordKey(service: service, account: account, accessGroup: group))
+}
+
+private func assertError<T>(_ matches: (KeychainError) -> Bool, _ what: String, _ body: @autoclosure () throws -> T,
+                            file: StaticString = #filePath, line: UInt = #line) {
+    XCTAssertThrowsError(try body(), file: file, line: line) { error in
+        guard let e = error as? KeychainError, matches(e) else {
+            return XCTFail("expected \(what), got \(error)", file: file, line: line)
+        }
+    }
+}
+
+private func isIntegrity(_ e: KeychainError) -> Bool { if case .integrityFailure = e { true } else { false } }
+private func isInvalid(_ e: KeychainError) -> Bool { if case .invalidInput = e { true } else { false } }
+private func isWrongPassphrase(_ e: KeychainError) -> Bool { e == .wrongPassphrase }
+
+final class BackupFileTests: XCTestCase {
+
+    /// Two generic items (one with every attribute and a binary secret, one with none and an
+    /// empty secret) and an internet item with a path, variant and access group.
+    private func sample() throws -> (BackupPayload, [(ItemRecord, [UInt8])]) {
+        let full = ItemAttributes(label: "Label ü", comment: "a\ncomment", description: "desc", generic: Data([0, 1, 255]),
+                                  creator: try FourCharCode("abcd"), type: try FourCharCode("wxyz"), accessible: .always,
+                                  created: Date(timeIntervalSinceReferenceDate: 12345.678901234),
+                                  modified: Date(timeIntervalSinceReferenceDate: 99999.000001))
+        let web = try InternetPasswordKey(server: "example.org", port: 8443, path: "a/b", protocol: .http,
+                                          authenticationType: AuthenticationType(parsing: "html-form"),
+                                          securityDomain: "realm", account: "carol", accessGroup: "team")
+        let items: [(ItemRecord, [UInt8])] = [
+            (ItemRecord(key: try generic("github", "alice"), attributes: full), [0, 0x0a, 0xff, 0x00, 0x41]),
+            (ItemRecord(key: try generic("%/.", ""), attributes: ItemAttributes(accessible: .afterFirstUnlock)), []),
+            (ItemRecord(key: .internet(web), attributes: ItemAttributes(accessible: .whenUnlocked)), Array("hunter2".utf8)),
+        ]
+        var payload = BackupPayload()
+        for (r, s) in items { payload.append(r, secret: SecureBytes(copying: s)) }
+        return (payload, items)
+    }
+
+    private func sealedSample(chunkBytes: Int = BackupFile.defaultChunkBytes) throws -> [UInt8] {
+        try BackupFile.seal(try sample().0, passphrase: passphrase, scrypt: cheap, chunkBytes: chunkBytes)
+    }
+
+    func testRoundTripKeepsEveryFieldAndSecretExactly() throws {
+        let (payload, items) = try sample()
+        XCTAssertEqual(payload.count, 3)
+        let file = try BackupFile.seal(payload, passphrase: passphrase, scrypt: cheap)
+        let batch = try BackupFile.open(file, named: "f", passphrase: secure("backup passphrase"))
+        XCTAssertEqual(batch.count, items.count)
+        for (entry, (record, secret)) in zip(batch.entries, items) {
+            XCTAssertEqual(entry.record, record)
+            batch.withSecret(entry) { XCTAssertEqual(Array($0), secret) }
+        }
+    }
+
+    func testGitsExtrasRoundTripWithTheirItem() throws {
+        var payload = BackupPayload()
+        let record = ItemRecord(key: try generic("git", "u"), attributes: ItemAttributes(accessible: .afterFirstUnlock))
+        payload.append(record, secret: secure("pw"), extras: secure("password_expiry_utc=1900000000\noauth_refresh_token=rt"))
+        payload.append(record, secret: secure("pw2"))
+        let file = try BackupFile.seal(payload, passphrase: passphrase, scrypt: cheap)
+        XCTAssertNil(String(decoding: file, as: UTF8.self).range(of: "oauth_refresh_token"))
+        let batch = try BackupFile.open(file, named: "f", passphrase: passphrase)
+        let found = batch.entries.map { e in
+            batch.withSecretAndExtras(e) { s, x in [String(decoding: s, as: UTF8.self), x.map { String(decoding: $0, as: UTF8.self) } ?? "-"] }
+        }
+        XCTAssertEqual(found, [["pw", "password_expiry_utc=1900000000\noauth_refresh_token=rt"], ["pw2", "-"]])
+    }
+
+    func testRoundTripAcrossManySmallChunks() throws {
+        var payload = BackupPayload()
+        for i in 0..<200 {
+            let r = ItemRecord(key: try generic("svc", "acct\(i)"), attributes: ItemAttributes(accessible: .whenUnlocked))
+            payload.append(r, secret: secure(String(repeating: "s", count: i)))
+        }
+        let file = try BackupFile.seal(payload, passphrase: passphrase, scrypt: cheap, chunkBytes: 100)
+        let batch = try BackupFile.open(file, named: "f", passphrase: passphrase)
+        XCTAssertEqual(batch.count, 200)
+        batch.withSecret(batch.entries[199]) { XCTAssertEqual($0.count, 199) }
+        XCTAssertEqual(batch.entries[123].record.key, try generic("svc", "acct123"))
+    }
+
+    func testAnEmptyBackupRoundTrips() throws {
+        let file = try BackupFile.seal(BackupPayload(), passphrase: passphrase, scrypt: cheap)
+        XCTAssertEqual(try BackupFile.open(file, named: "f", passphrase: passphrase).count, 0)
+    }
+
+    func testHeaderLayout() throws {
+        let file = try BackupFile.seal(try sample().0, passphrase: passphrase, scrypt: ScryptParameters(logN: 11))
+        XCTAssertEqual(Array(file[0..<8]), Array("KCFSBKUP".utf8))
+        XCTAssertEqual(Array(file[8..<10]), [0, 1], "format version 1")
+        XCTAssertEqual(file[10], 11, "log2(N)")
+        XCTAssertEqual(Array(file[11..<19]), [0, 0, 0, 8, 0, 0, 0, 1], "r and p")
+        XCTAssertEqual(Array(file[35..<39]), [0, 0x10, 0, 0], "1 MiB chunks")
+        let again = try BackupFile.seal(try sample().0, passphrase: passphrase, scrypt: ScryptParameters(logN: 11))
+        XCTAssertNotEqual(Array(file[19..<35]), Array(again[19..<35]), "each file has its own salt")
+    }
+
+    func testNoPlaintextInTheFile() throws {
+        let file = try sealedSample()
+        for needle in ["github", "alice", "hunter2", "example.org", "Label", "realm"] {
+            let n = Array(needle.utf8)
+            let found = (0...(file.count - n.count)).contains { Array(file[$0..<$0 + n.count]) == n }
+            XCTAssertFalse(found, "\(needle) appears in the file")
+        }
+    }
+
+    func testWrongPassphraseIsToldApart() throws {
+        assertError(isWrongPassphrase, "wrong passphrase",
+                    try BackupFile.open(try sealedSample(), named: "f", passphrase: secure("backup passphrasE")))
+        assertError(isWrongPassphrase, "wrong passphrase",
+                    try BackupFile.open(try sealedSample(), named: "f", passphrase: SecureBytes(count: 0)))
+    }
+
+    func testTruncationAnywhereIsRefused() throws {
+        let file = try sealedSample(chunkBytes: 64)
+        XCTAssertGreaterThan(file.count, 71 + 3 * (64 + 28), "several chunks")
+        for length in [0, 5, 8, 40, 70, 71, 98, file.count - 1, file.count - 28, 71 + 92, 71 + 2 * 92] {
+            let cut = Array(file[0..<length])
+            XCTAssertThrowsError(try BackupFile.open(cut, named: "f", passphrase: passphrase), "cut to \(length)") { error in
+                guard let e = error as? KeychainError else { return XCTFail("\(error)") }
+                switch e {
+                case .integrityFailure: XCTAssertGreaterThanOrEqual(length, 8, "\(e)")
+                case .invalidInput: XCTAssertLessThan(length, 8, "\(e)")
+                default: XCTFail("cut to \(length): \(e)")
+                }
+            }
+        }
+    }
+
+    func testCutBetweenChunksIsRefused() throws {
+        let file = try sealedSample(chunkBytes: 64)
+        // Whole chunks only: each remaining chunk authenticates, but the last was not sealed as the last.
+        let cut = Array(file[0..<(71 + 2 * (64 + 28))])
+        assertError(isIntegrity, "integrity failure", try BackupFile.open(cut, named: "f", passphrase: passphrase))
+    }
+
+    func testEveryChangedByteIsRefused() throws {
+        let file = try sealedSample(chunkBytes: 64)
+        for i in 0..<file.count {
+            var tampered = file
+            tampered[i] ^= 0x20
+            XCTAssertThrowsError(try BackupFile.open(tampered, named: "f", passphrase: passphrase), "byte \(i)") { error in
+                guard let e = error as? KeychainError else { return XCTFail("byte \(i): \(error)") }
+                switch e {
+                case .integrityFailure, .wrongPassphrase, .invalidInput: break
+                default: XCTFail("byte \(i): \(e)")
+                }
+                if i >= 71 { XCTAssertTrue(isIntegrity(e), "byte \(i) in a chunk: \(e)") }
+            }
+        }
+    }
+
+    func testAppendedBytesAndSwappedChunksAreRefused() throws {
+        let file = try sealedSample(chunkBytes: 64)
+        assertError(isIntegrity, "integrity failure", try BackupFile.open(file + [0], named: "f", passphrase: passphrase))
+        let c = 64 + 28
+        var swapped = Array(file[0..<71])
+        swapped += file[(71 + c)..<(71 + 2 * c)]
+        swapped += file[71..<(71 + c)]
+        swapped += file[(71 + 2 * c)...]
+        assertError(isIntegrity, "integrity failure", try BackupFile.open(swapped, named: "f", passphrase: passphrase))
+    }
+
+    func testForeignFilesAndNewerVersionsAreRefusedWithAClearMessage() throws {
+        var file = try sealedSample()
+        assertError(isInvalid, "not a backup", try BackupFile.open(Array("SQLite format 3\0 and more".utf8), named: "f", passphrase: passphrase))
+        file[9] = 2
+        XCTAssertThrowsError(try BackupFile.open(file, named: "b.kcb", passphrase: passphrase)) { error in
+            XCTAssertEqual((error as? KeychainError)?.description,
+                           "b.kcb is a backup of format version 2; this keychainfs reads version 1")
+        }
+    }
+
+    func testParametersOutsideWhatExportWritesAreRefusedBeforeAnyKeyDerivation() throws {
+        for (offset, value) in [(10, UInt8(30)), (10, 9), (14, 16), (18, 2), (36, 0)] {
+            var file = try sealedSample()
+            file[offset] = value
+            assertError(isIntegrity, "damaged header", try BackupFile.open(file, named: "f", passphrase: passphrase))
+        }
+        assertError(isInvalid, "bad cost",
+                    try BackupFile.seal(BackupPayload(), passphrase: passphrase, scrypt: ScryptParameters(logN: 23)))
+    }
+
+    func testMalformedPayloadsAreRefused() throws {
+        func decode(_ bytes: [UInt8]) throws -> ItemBatch { try BackupPayload.decode(SecureBytes(copying: bytes)) }
+        let count1: [UInt8] = [0, 0, 0, 0, 0, 0, 0, 1]
+        func str(_ s: String) -> [UInt8] { let b = Array(s.utf8); return [0, 0, 0, UInt8(b.count)] + b }
+        let tail: [UInt8] = [0] + Array(repeating: 0, count: 16) + [0, 0, 0, 1, 0x41]
+        let good = count1 + [1, 1] + str("") + str("svc") + str("acct") + tail
+        XCTAssertEqual(try decode(good).entries.first?.record.key, try generic("svc", "acct"))
+        assertError(isIntegrity, "cut short", try decode(Array(good.dropLast())))
+        assertError(isIntegrity, "trailing bytes", try decode(good + [0]))
+        assertError(isIntegrity, "impossible count", try decode([0, 0, 0, 0, 0xff, 0, 0, 0] + Array(good.dropFirst(8))))
+        assertError(isIntegrity, "unknown kind", try decode(count1 + [9, 1] + Array(good.dropFirst(10))))
+        assertError(isIntegrity, "unknown class", try decode(count1 + [1, 99] + Array(good.dropFirst(10))))
+        assertError(isInvalid, "empty service", try decode(count1 + [1, 1] + str("") + str("") + str("acct") + tail))
+        assertError(isIntegrity, "not UTF-8", try decode(count1 + [1, 1] + str("") + [0, 0, 0, 1, 0xff] + str("acct") + tail))
+        assertError(isIntegrity, "unknown attributes",
+                    try decode(count1 + [1, 1] + str("") + str("svc") + str("acct") + [0x80] + Array(tail.dropFirst())))
+    }
+}
