@@ -2,6 +2,39 @@ import CFuseShim
 import Glibc
 import KeychainFileSystem
 import KeychainStore
+import Synchronization
+
+/// What the FUSE callbacks reach through libfuse's private data: the tree, and the kernel's
+/// nodes whose pages may hold a secret.
+///
+/// Files are opened with direct I/O, so read(2) never fills the page cache; but a private
+/// memory mapping (MAP_PRIVATE) of a file does, and keeps showing those pages after the lock.
+/// So every node read through is noted with its handle, and once a lock has revoked the
+/// handle, the node's pages are dropped: a mapping then faults, the read fails, and the
+/// process gets SIGBUS rather than the secret.
+final class MountContext: Sendable {
+    let tree: KeychainTree
+    /// Node id to the handle it was last read through.
+    private let readNodes = Mutex<[UInt64: UInt64]>([:])
+
+    init(tree: KeychainTree) { self.tree = tree }
+
+    func noteRead(node: UInt64, handle: UInt64) {
+        guard node != 0 else { return }
+        readNodes.withLock { if $0[node] != handle { $0[node] = handle } }
+    }
+
+    /// Drops the pages of every node whose handle no longer reads, through `invalidate`.
+    func dropPagesOfRevokedFiles(_ invalidate: (UInt64) -> Void) {
+        let nodes = readNodes.withLock { $0 }
+        var dropped: [(UInt64, UInt64)] = []
+        for (node, handle) in nodes where !tree.isReadable(handle: handle) {
+            invalidate(node)
+            dropped.append((node, handle))
+        }
+        readNodes.withLock { for (node, handle) in dropped where $0[node] == handle { $0[node] = nil } }
+    }
+}
 
 /// A mounted `KeychainTree`: mounts it with libfuse and serves it until unmounted.
 public final class FuseMount: @unchecked Sendable {
@@ -12,11 +45,17 @@ public final class FuseMount: @unchecked Sendable {
     public let source: String
     private var fuse: OpaquePointer?
     private var operations = FuseOperations.make()
+    private let context: MountContext
+    /// The session while it can take notifications; nil once closed.
+    private let session = Mutex<Session?>(nil)
+
+    private struct Session: @unchecked Sendable { let fuse: OpaquePointer }
 
     public init(tree: KeychainTree, mountpoint: String, source: String = "keychainfs") {
         self.tree = tree
         self.mountpoint = mountpoint
         self.source = source
+        context = MountContext(tree: tree)
     }
 
     /// Mounts; after this returns the kernel routes the mountpoint to us, and `serve()` answers.
@@ -27,7 +66,7 @@ public final class FuseMount: @unchecked Sendable {
         let args = ["keychainfs", "-o", "default_permissions,fsname=\(fsname),subtype=keychainfs"]
         var cArgs = args.map { strdup($0) }
         defer { cArgs.forEach { free($0) } }
-        let userData = Unmanaged.passUnretained(tree).toOpaque()
+        let userData = Unmanaged.passUnretained(context).toOpaque()
         guard let f = cArgs.withUnsafeMutableBufferPointer({ buf in
             kcfs_fuse_new(Int32(buf.count), buf.baseAddress, &operations, userData)
         }) else { throw KeychainError.mountFailed("libfuse could not start (bad options?)") }
@@ -36,6 +75,17 @@ public final class FuseMount: @unchecked Sendable {
             throw KeychainError.mountFailed("cannot mount at \(mountpoint) (is /dev/fuse usable and fusermount3 installed?)")
         }
         fuse = f
+        session.withLock { $0 = Session(fuse: f) }
+        // After a lock (and after the keys are forgotten at unmount), no page of a revoked
+        // file stays in the kernel's cache.
+        tree.setAfterLock { [weak self] in self?.dropPagesOfRevokedFiles() }
+    }
+
+    private func dropPagesOfRevokedFiles() {
+        session.withLock { s in
+            guard let s else { return }
+            context.dropPagesOfRevokedFiles { _ = kcfs_invalidate_inode(s.fuse, $0) }
+        }
     }
 
     /// Serves requests on libfuse's worker threads until the filesystem is unmounted.
@@ -47,6 +97,8 @@ public final class FuseMount: @unchecked Sendable {
     /// Unmounts (if still mounted) and frees libfuse's state.
     public func close() {
         guard let f = fuse else { return }
+        tree.setAfterLock(nil)
+        session.withLock { $0 = nil }
         fuse = nil
         kcfs_fuse_unmount_and_destroy(f)
     }
