@@ -358,6 +358,26 @@ package enum WireItem {
             }
         }
         w.field(.hasPassphrase, s.hasPassphrase)
+        if let m = s.memory {
+            w.nested(.memory) { n in
+                n.field(.lockedBytes, UInt64(max(m.lockedBytes, 0)))
+                n.field(.unlockedBytes, UInt64(max(m.unlockedBytes, 0)))
+                if let limit = m.limit { n.field(.lockLimit, UInt64(max(limit, 0))) }
+                n.field(.lockRefusals, UInt64(max(m.refusals, 0)))
+                n.field(.cachedSecrets, UInt64(max(m.cachedSecrets, 0)))
+                n.field(.cachedBytes, UInt64(max(m.cachedBytes, 0)))
+                n.field(.cacheBudget, UInt64(max(m.cacheBudget, 0)))
+            }
+        }
+    }
+
+    static func memory(_ f: WireFields?) throws -> MemoryStatus? {
+        guard let f else { return nil }
+        func number(_ tag: WireTag) throws -> Int { Int(clamping: try f.integer(required: tag, as: UInt64.self)) }
+        return MemoryStatus(lockedBytes: try number(.lockedBytes), unlockedBytes: try number(.unlockedBytes),
+                            limit: try f.integer(.lockLimit, as: UInt64.self).map { Int(clamping: $0) },
+                            refusals: try number(.lockRefusals), cachedSecrets: try number(.cachedSecrets),
+                            cachedBytes: try number(.cachedBytes), cacheBudget: try number(.cacheBudget))
     }
 
     static func status(_ f: WireFields) throws -> KeychainStatus {
@@ -370,7 +390,8 @@ package enum WireItem {
         }
         return KeychainStatus(state: state, storePath: try f.string(required: .storePath), mountpoint: try f.string(.mountpoint),
                               lockAfter: try f.integer(.lockAfter, as: UInt64.self).map { Int(clamping: $0) },
-                              itemCounts: counts, hasPassphrase: try f.flag(.hasPassphrase))
+                              itemCounts: counts, hasPassphrase: try f.flag(.hasPassphrase),
+                              memory: try memory(f.nested(.memory)))
     }
 }
 

@@ -55,6 +55,14 @@ package enum WireTag: UInt16 {
     case lockAfter = 67             // u64
     case classCount = 68            // nested, repeated: accessible and count
     case hasPassphrase = 69         // u8 0/1
+    case memory = 70                // nested: the daemon's locked memory (fields 71-77)
+    case lockedBytes = 71           // u64
+    case unlockedBytes = 72         // u64
+    case lockLimit = 73             // u64; absent when unlimited
+    case lockRefusals = 74          // u64
+    case cachedSecrets = 75         // u64
+    case cachedBytes = 76           // u64
+    case cacheBudget = 77           // u64
 
     // Errors.
     case errorCase = 80             // u16: `WireError` case

@@ -307,6 +307,19 @@ public final class Keychain: @unchecked Sendable {
         return sealed
     }
 
+    /// Adds many new items in one transaction, so one durable commit: all or none.
+    @discardableResult
+    package func add(_ batch: [(record: ItemRecord, secret: SecureBytes)]) throws -> [KeychainItem] {
+        try write { db in
+            try batch.map { entry in
+                let id = try Self.nextID(db)
+                let sealed = try seal(entry.record, secret: entry.secret, id: id, version: 1)
+                try Self.insertRow(sealed, db)
+                return KeychainItem(sealed: sealed, record: entry.record)
+            }
+        }
+    }
+
     /// Adds a new item; `duplicateItem` if one with the same primary key exists.
     @discardableResult
     public func add(_ record: ItemRecord, secret: SecureBytes) throws -> KeychainItem {

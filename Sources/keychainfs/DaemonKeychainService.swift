@@ -64,7 +64,15 @@ final class DaemonKeychainService: KeychainService {
     func status() throws -> KeychainStatus {
         KeychainStatus(state: served.lockState, storePath: settings.storePath, mountpoint: settings.mountpoint,
                        lockAfter: tree.lockAfter, itemCounts: try served.keychain.countsByClass(),
-                       hasPassphrase: served.keychain.hasPassphrase)
+                       hasPassphrase: served.keychain.hasPassphrase, memory: memoryStatus())
+    }
+
+    private func memoryStatus() -> MemoryStatus {
+        let usage = LockedMemory.shared.usage
+        let cache = served.cacheUsage
+        return MemoryStatus(lockedBytes: usage.lockedBytes, unlockedBytes: usage.unlockedBytes,
+                            limit: LockedMemory.processLimit, refusals: usage.refusals,
+                            cachedSecrets: cache.secrets, cachedBytes: cache.bytes, cacheBudget: cache.budget)
     }
 
     func lock() throws { tree.lock() }

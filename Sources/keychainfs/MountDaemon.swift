@@ -35,6 +35,7 @@ final class MountDaemon: @unchecked Sendable {
     func run(passphrase: SecureBytes?, ready: (Result<Void, KeychainError>) -> Void) -> Int32 {
         // Before any key is loaded.
         ProcessHardening.apply()
+        reportLockedMemory()
         let storeLock: Int32, keychain: Keychain, tree: KeychainTree, mount: FuseMount
         do {
             storeLock = try Self.lockStore(settings.storePath)
@@ -79,6 +80,28 @@ final class MountDaemon: @unchecked Sendable {
         mount.close()
         log.info("unmounted \(settings.mountpoint)")
         return status == 0 ? 0 : 1
+    }
+
+    /// Logs when the kernel starts refusing to lock pages of keys and secrets (RLIMIT_MEMLOCK),
+    /// and when it stops; at most one line of each a minute, as use may hover at the limit.
+    private func reportLockedMemory() {
+        let log = self.log
+        let lastLogged = Mutex<[Bool: UInt64]>([:])
+        LockedMemory.shared.setExhaustionHandler { exhausted, usage in
+            let now = Deadline.now.nanoseconds
+            let due = lastLogged.withLock { last -> Bool in
+                if let t = last[exhausted], now - t < 60_000_000_000 { return false }
+                last[exhausted] = now
+                return true
+            }
+            guard due else { return }
+            if exhausted {
+                let limit = LockedMemory.processLimit.map { "\($0 / 1024) KiB" } ?? "unlimited"
+                log.warning("locked memory exhausted (RLIMIT_MEMLOCK \(limit)): \(usage.unlockedBytes / 1024) KiB of keys and secrets may be swapped out; the cache keeps no new secrets meanwhile")
+            } else {
+                log.notice("locked memory available again: every key and secret is locked in RAM")
+            }
+        }
     }
 
     /// One daemon per store: an exclusive flock on the store file, held for the daemon's life.

@@ -9,11 +9,16 @@
 . "$TESTS_DIR/mount_lib.sh"
 
 SCAN="$TESTS_DIR/memscan.py"
+FILL=${KEYCHAINFS_FILL_BIN:-$(dirname "$KEYCHAINFS_BIN")/keychainfs-fill}
+READER="$TESTS_DIR/read_filled.py"
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "test_memory.sh: needs root (to read another process's memory and to make a test user)" >&2
     exit 2
 fi
+
+# alive PID: the process runs (a daemon that died may linger as a zombie where nobody reaps).
+alive() { kill -0 "$1" 2>/dev/null && [ "$(awk '/^State:/ {print $2}' /proc/"$1"/status 2>/dev/null)" != Z ]; }
 
 # marker: 48 random hex digits, which no program holds by chance.
 marker() { od -An -N24 -tx1 /dev/urandom | tr -d ' \n'; }
@@ -154,5 +159,110 @@ expect_eq "unlocked" "$(state "$MP2")" "mount --foreground serves"
 expect_absent "mount --foreground: the process holds no passphrase" "$fg" "passphrase=$P2"
 kc unmount "$MP2" >/dev/null 2>&1
 wait "$fg"
+kc unmount "$MP" >/dev/null 2>&1
+
+# kib_of "LABEL: 123 KiB ..." FIELD: the number of KiB after FIELD in the status line.
+status_kib() {
+    sed -n "s/.*$2: \([0-9]*\) \(KiB\|bytes\).*/\1 \2/p" "$1" | head -1 |
+        awk '{ print ($2 == "bytes") ? int(($1 + 1023) / 1024) : $1 }'
+}
+
+# as_user LIMIT-KIB NAME: runs the scenario below in a private mount namespace, where a
+# /dev/fuse that anyone may open is bound over the host's (which stays as it is), as
+# $USER_NAME with RLIMIT_MEMLOCK at LIMIT-KIB: a store of 5,000 items, mounted, every item
+# read once. Leaves status, read result, daemon pid and log under $TEST_ROOT/NAME.
+USER_NAME=kcfsmemory1
+as_user() {
+    limit=$1 dir="$TEST_ROOT/$2"
+    mkdir -p "$dir/mnt" "$dir/run"
+    chown -R "$USER_NAME:" "$dir"
+    chmod 0700 "$dir/run"
+    prefix=$(marker)
+    echo "$prefix" >"$dir/prefix"
+    unshare -m --propagation private sh -s "$dir" "$limit" "$USER_NAME" "$KEYCHAINFS_BIN" "$FILL" "$READER" "$prefix" <<'INNER'
+dir=$1 limit=$2 user=$3 kc=$4 fill=$5 reader=$6 prefix=$7
+mknod "$dir/fuse" c 10 229 && chmod 0666 "$dir/fuse" && mount --bind "$dir/fuse" /dev/fuse || exit 3
+ulimit -l "$limit" || exit 3
+exec setpriv --reuid="$user" --regid="$user" --clear-groups \
+    env -i PATH="$PATH" HOME="$dir" XDG_DATA_HOME="$dir/data" XDG_STATE_HOME="$dir/state" XDG_RUNTIME_DIR="$dir/run" \
+    sh -s "$dir" "$kc" "$fill" "$reader" "$prefix" <<'USER'
+dir=$1 kc=$2 fill=$3 reader=$4 prefix=$5
+cd "$dir"
+printf 'user passphrase\n' >pass
+"$kc" init --scrypt-log-n 10 --passphrase-file pass >/dev/null || exit 4
+"$fill" data/keychainfs/keychain.db pass 5000 "$prefix" 500 || exit 5
+"$kc" mount mnt --passphrase-file pass || exit 6
+python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' data/keychainfs/keychain.db.daemon >pid
+python3 "$reader" mnt 5000 500 "$prefix" >read
+"$kc" status >status
+USER
+INNER
+}
+
+if ! id "$USER_NAME" >/dev/null 2>&1; then
+    useradd --no-create-home --shell /bin/sh "$USER_NAME" || exit 2
+    on_exit "userdel '$USER_NAME'"
+fi
+chmod 0711 "$TEST_ROOT"
+
+echo "== locked memory as a user with ulimit -l 1024, reading 5,000 items"
+as_user 1024 limited
+rc=$?
+upid=$(cat "$TEST_ROOT/limited/pid" 2>/dev/null)
+[ -n "$upid" ] && on_exit_kill "$upid"
+expect_eq "0" "$rc" "the user made, filled, mounted and read the store"
+expect_eq "0" "$(cut -d' ' -f1 "$TEST_ROOT/limited/read" 2>/dev/null)" "all 5,000 items read back right"
+expect_eq "$(id -u "$USER_NAME")" "$(ps -o uid= -p "$upid" 2>/dev/null | tr -d ' ')" "the daemon runs as the user"
+expect_eq "1048576" "$(awk '/^Max locked memory/ {print $4}' /proc/"$upid"/limits 2>/dev/null)" "with RLIMIT_MEMLOCK 1 MiB"
+st="$TEST_ROOT/limited/status"
+expect_contains "$st" "(limit 1024 KiB), unlocked: 0 bytes" "status: every key and secret is in locked memory"
+expect_eq "$(awk '/^VmLck:/ {print $2}' /proc/"$upid"/status)" "$(status_kib "$st" "locked memory")" \
+    "status reports the locked memory the kernel counts (VmLck)"
+cached=$(sed -n 's/^cached secrets: \([0-9]*\),.*/\1/p' "$st")
+[ -n "$cached" ] && [ "$cached" -lt 5000 ] && [ "$cached" -gt 1000 ] &&
+    pass "the cache is bounded: it keeps $cached of the 5,000 secrets read" || fail "the cache is bounded" "$(cat "$st")"
+expect_contains "$st" "of 256 KiB" "its budget is a quarter of the limit"
+expect_present "the secrets read are in the daemon's memory (so the next scan can fail)" "$upid" \
+    "$(cat "$TEST_ROOT/limited/prefix")"
+python3 "$SCAN" "$upid" --unlocked-only "filled=$(cat "$TEST_ROOT/limited/prefix")" >"$OUT" 2>"$ERR"
+expect_eq "0" "$?" "no secret read is in memory that may be swapped out"
+expect_not_contains "$(cat "$TEST_ROOT/limited/state/keychainfs/daemon.log" 2>/dev/null)" "exhausted" "nothing exhausted in the log"
+kill "$upid" 2>/dev/null
+wait_gone "$upid" && pass "the daemon ends on SIGTERM" || fail "the daemon ends on SIGTERM"
+
+echo "== locked memory exhausted: ulimit -l 16"
+as_user 16 starved
+rc=$?
+upid=$(cat "$TEST_ROOT/starved/pid" 2>/dev/null)
+[ -n "$upid" ] && on_exit_kill "$upid"
+expect_eq "0" "$rc" "the user made, filled, mounted and read the store"
+expect_eq "0" "$(cut -d' ' -f1 "$TEST_ROOT/starved/read" 2>/dev/null)" "all 5,000 items read back right, locked or not"
+alive "$upid" && pass "the daemon did not crash" || fail "the daemon did not crash"
+st="$TEST_ROOT/starved/status"
+expect_contains "$st" "warning: locked memory was exhausted" "status says locked memory ran out"
+expect_contains "$st" "(limit 16 KiB)" "and the limit"
+expect_contains "$(cat "$TEST_ROOT/starved/state/keychainfs/daemon.log" 2>/dev/null)" \
+    "locked memory exhausted (RLIMIT_MEMLOCK 16 KiB)" "the daemon log says so"
+kill "$upid" 2>/dev/null
+wait_gone "$upid" && pass "the daemon ends on SIGTERM" || fail "the daemon ends on SIGTERM"
+
+echo "== 100,000 distinct secrets read as root"
+S3="$TEST_ROOT/many.db"
+MP3="$TEST_ROOT/mnt3"
+mkdir "$MP3"
+prefix=$(marker)
+kc init --store "$S3" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+expect_exit 0 "fill the store with 100,000 items" "$FILL" "$S3" "$PASSFILE" 100000 "$prefix"
+expect_exit 0 "mount it" mount_kc "$MP3" --store "$S3"
+rpid=$(daemon_pid "$MP3")
+python3 "$READER" "$MP3" 100000 1000 "$prefix" >"$TEST_ROOT/many.read" 2>"$ERR"
+expect_eq "0" "$(cut -d' ' -f1 "$TEST_ROOT/many.read")" "all 100,000 items read back right"
+alive "$rpid" && pass "the daemon did not crash" || fail "the daemon did not crash" "$(head -3 "$ERR")"
+maps=$(cat "/proc/$rpid/maps" 2>/dev/null | wc -l)
+[ "$maps" -gt 0 ] && [ "$maps" -lt 5000 ] && pass "the daemon has $maps mappings, not one per secret" || fail "mappings" "$maps"
+kc status --store "$S3" >"$TEST_ROOT/many.status"
+expect_contains "$TEST_ROOT/many.status" "unlocked: 0 bytes" "status: all in locked memory"
+lck=$(awk '/^VmLck:/ {print $2}' /proc/"$rpid"/status 2>/dev/null)
+[ -n "$lck" ] && [ "$lck" -le 20480 ] && pass "locked memory stays bounded ($lck KiB)" || fail "locked memory stays bounded" "$lck KiB"
 
 finish
