@@ -24,11 +24,12 @@ final class MountContext: Sendable {
         readNodes.withLock { if $0[node] != handle { $0[node] = handle } }
     }
 
-    /// Drops the pages of every node whose handle no longer reads, through `invalidate`.
-    func dropPagesOfRevokedFiles(_ invalidate: (UInt64) -> Void) {
+    /// Drops, through `invalidate`, the pages of every node whose handle no longer reads (or
+    /// of every node read, with `all`).
+    func dropPages(all: Bool = false, _ invalidate: (UInt64) -> Void) {
         let nodes = readNodes.withLock { $0 }
         var dropped: [(UInt64, UInt64)] = []
-        for (node, handle) in nodes where !tree.isReadable(handle: handle) {
+        for (node, handle) in nodes where all || !tree.isReadable(handle: handle) {
             invalidate(node)
             dropped.append((node, handle))
         }
@@ -78,20 +79,25 @@ public final class FuseMount: @unchecked Sendable {
         session.withLock { $0 = Session(fuse: f) }
         // After a lock (and after the keys are forgotten at unmount), no page of a revoked
         // file stays in the kernel's cache.
-        tree.setAfterLock { [weak self] in self?.dropPagesOfRevokedFiles() }
+        tree.setAfterLock { [weak self] in self?.dropCachedPages(all: false) }
     }
 
-    private func dropPagesOfRevokedFiles() {
+    /// Drops the kernel's cached pages of files the lock revoked (or of every file read, with
+    /// `all`, before an unmount). Only while the loop serves: the kernel may wait for a read
+    /// of those pages to be answered.
+    public func dropCachedPages(all: Bool) {
         session.withLock { s in
             guard let s else { return }
-            context.dropPagesOfRevokedFiles { _ = kcfs_invalidate_inode(s.fuse, $0) }
+            context.dropPages(all: all) { _ = kcfs_invalidate_inode(s.fuse, $0) }
         }
     }
 
     /// Serves requests on libfuse's worker threads until the filesystem is unmounted.
     public func serve() -> Int32 {
         guard let fuse else { return -1 }
-        return kcfs_fuse_loop(fuse)
+        let status = kcfs_fuse_loop(fuse)
+        session.withLock { $0 = nil }
+        return status
     }
 
     /// Unmounts (if still mounted) and frees libfuse's state.

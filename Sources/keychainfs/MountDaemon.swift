@@ -110,7 +110,11 @@ final class MountDaemon: @unchecked Sendable {
     /// The control socket's service: the mount's own owner of the store.
     private func service(tree: KeychainTree, mount: FuseMount) -> DaemonKeychainService {
         let mountpoint = settings.mountpoint
-        return DaemonKeychainService(tree: tree, settings: settings) { try Fusermount.unmount(mountpoint) }
+        return DaemonKeychainService(tree: tree, settings: settings) {
+            // While the loop still serves: a private mapping must not keep pages past the unmount.
+            mount.dropCachedPages(all: true)
+            try Fusermount.unmount(mountpoint)
+        }
     }
 
     /// Locks after `seconds` without file access, checked every half second.

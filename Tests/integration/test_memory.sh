@@ -136,6 +136,10 @@ expect_eq "135" "$holder_status" "touching it gives SIGBUS (128 + 7)"
 expect_errno "a new open after lock is refused" "Required key not available" cat "$MP/svc/m5"
 
 echo "== the passphrase is wiped once the keys are derived: unlock"
+WRONG=$(marker)
+printf '%s\n' "$WRONG" >"$TEST_ROOT/wrong"
+expect_exit 51 "unlock with a wrong passphrase" kc unlock --passphrase-file "$TEST_ROOT/wrong"
+expect_absent "a wrong passphrase is wiped too" "$pid" "wrong-passphrase=$WRONG"
 expect_exit 0 "unlock" kc unlock --passphrase-file "$PASS1"
 expect_absent "unlock: the daemon's memory holds no passphrase" "$pid" "passphrase=$P1"
 expect_eq "$M5" "$(cat "$MP/svc/m5")" "after unlock the item reads again"
