@@ -23,12 +23,12 @@ struct PlaintextCache {
     init(budget: Int) { self.budget = budget }
 
     /// A budget from the locked memory this process may take: a quarter of RLIMIT_MEMLOCK,
-    /// so that keys, open files and control messages keep the rest, between 64 KiB and
-    /// 16 MiB (the latter also when there is no limit).
+    /// so that keys, open files and control messages keep the rest; at most 16 MiB (also
+    /// when there is no limit).
     static func budget(forLimit limit: Int?) -> Int {
         let cap = 16 << 20
         guard let limit else { return cap }
-        return min(max(limit / 4, 64 << 10), cap)
+        return min(limit / 4, cap)
     }
 
     var count: Int { entries.count }

@@ -56,7 +56,7 @@ final class PlaintextCacheTests: XCTestCase {
     func testBudgetFollowsTheLockLimit() {
         XCTAssertEqual(PlaintextCache.budget(forLimit: 8 << 20), 2 << 20)
         XCTAssertEqual(PlaintextCache.budget(forLimit: 1 << 20), 256 << 10)
-        XCTAssertEqual(PlaintextCache.budget(forLimit: 16 << 10), 64 << 10, "at least 64 KiB")
+        XCTAssertEqual(PlaintextCache.budget(forLimit: 16 << 10), 4 << 10)
         XCTAssertEqual(PlaintextCache.budget(forLimit: 1 << 30), 16 << 20, "at most 16 MiB")
         XCTAssertEqual(PlaintextCache.budget(forLimit: nil), 16 << 20)
     }
