@@ -115,7 +115,8 @@ struct StatusCommand: ParsableCommand {
         if m.isExhausted {
             lines.append("warning: locked memory is exhausted: \(kib(m.unlockedBytes)) of keys and secrets may be swapped out; \(remedy)")
         } else if m.refusals > 0 {
-            lines.append("warning: locked memory was exhausted \(m.refusals) times: keys and secrets may have been swapped out; \(remedy)")
+            lines.append("warning: locked memory ran out (the kernel refused to lock pages \(m.refusals) times): "
+                + "keys and secrets may have been swapped out; \(remedy)")
         }
         return lines
     }

@@ -243,7 +243,7 @@ expect_eq "0" "$rc" "the user made, filled, mounted and read the store"
 expect_eq "0" "$(cut -d' ' -f1 "$TEST_ROOT/starved/read" 2>/dev/null)" "all 5,000 items read back right, locked or not"
 alive "$upid" && pass "the daemon did not crash" || fail "the daemon did not crash"
 st="$TEST_ROOT/starved/status"
-expect_contains "$st" "warning: locked memory was exhausted" "status says locked memory ran out"
+expect_contains "$st" "warning: locked memory" "status warns that locked memory ran out"
 expect_contains "$st" "(limit 16 KiB)" "and the limit"
 expect_contains "$(cat "$TEST_ROOT/starved/state/keychainfs/daemon.log" 2>/dev/null)" \
     "locked memory exhausted (RLIMIT_MEMLOCK 16 KiB)" "the daemon log says so"
