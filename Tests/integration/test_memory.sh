@@ -220,6 +220,7 @@ expect_eq "$(id -u "$USER_NAME")" "$(ps -o uid= -p "$upid" 2>/dev/null | tr -d '
 expect_eq "1048576" "$(awk '/^Max locked memory/ {print $4}' /proc/"$upid"/limits 2>/dev/null)" "with RLIMIT_MEMLOCK 1 MiB"
 st="$TEST_ROOT/limited/status"
 expect_contains "$st" "(limit 1024 KiB), unlocked: 0 bytes" "status: every key and secret is in locked memory"
+expect_not_contains "$st" "refused" "the kernel never refused to lock"
 expect_eq "$(awk '/^VmLck:/ {print $2}' /proc/"$upid"/status)" "$(status_kib "$st" "locked memory")" \
     "status reports the locked memory the kernel counts (VmLck)"
 cached=$(sed -n 's/^cached secrets: \([0-9]*\),.*/\1/p' "$st")
