@@ -63,6 +63,8 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "git-credential-keychainfs", dependencies: ["KeychainModel", "KeychainClient", "GitCredential"]),
+        // Test support: fills a store with many items at once (Tests/integration/test_memory.sh).
+        .executableTarget(name: "keychainfs-fill", dependencies: ["KeychainStore", "KeychainBatch"], path: "Tests/Fill"),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
         .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainStore"], exclude: ["Fixtures"]),

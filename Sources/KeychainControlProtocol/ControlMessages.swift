@@ -473,6 +473,26 @@ package enum WireItem {
         w.field(.daemonVersion, ifPresent: s.daemonVersion)
         if let locked = s.memoryLocked { w.field(.memoryLocked, UInt8(locked ? 1 : 0)) }
         if let allowRoot = s.allowRoot { w.field(.allowRoot, UInt8(allowRoot ? 1 : 0)) }
+        if let m = s.memory {
+            w.nested(.memory) { n in
+                n.field(.lockedBytes, UInt64(max(m.lockedBytes, 0)))
+                n.field(.unlockedBytes, UInt64(max(m.unlockedBytes, 0)))
+                if let limit = m.limit { n.field(.lockLimit, UInt64(max(limit, 0))) }
+                n.field(.lockRefusals, UInt64(max(m.refusals, 0)))
+                n.field(.cachedSecrets, UInt64(max(m.cachedSecrets, 0)))
+                n.field(.cachedBytes, UInt64(max(m.cachedBytes, 0)))
+                n.field(.cacheBudget, UInt64(max(m.cacheBudget, 0)))
+            }
+        }
+    }
+
+    static func memory(_ f: WireFields?) throws -> MemoryStatus? {
+        guard let f else { return nil }
+        func number(_ tag: WireTag) throws -> Int { Int(clamping: try f.integer(required: tag, as: UInt64.self)) }
+        return MemoryStatus(lockedBytes: try number(.lockedBytes), unlockedBytes: try number(.unlockedBytes),
+                            limit: try f.integer(.lockLimit, as: UInt64.self).map { Int(clamping: $0) },
+                            refusals: try number(.lockRefusals), cachedSecrets: try number(.cachedSecrets),
+                            cachedBytes: try number(.cachedBytes), cacheBudget: try number(.cacheBudget))
     }
 
     static func status(_ f: WireFields) throws -> KeychainStatus {
@@ -489,7 +509,8 @@ package enum WireItem {
                               daemonPID: try f.integer(.daemonPID, as: UInt64.self).map { Int32(clamping: $0) },
                               daemonVersion: try f.string(.daemonVersion),
                               memoryLocked: try f.integer(.memoryLocked, as: UInt8.self).map { $0 != 0 },
-                              allowRoot: try f.integer(.allowRoot, as: UInt8.self).map { $0 != 0 })
+                              allowRoot: try f.integer(.allowRoot, as: UInt8.self).map { $0 != 0 },
+                              memory: try memory(f.nested(.memory)))
     }
 }
 

@@ -121,15 +121,46 @@ public struct KeychainStatus: Codable, Sendable, Equatable {
     public var memoryLocked: Bool?
     /// Whether root may use the mount (`--allow-root`).
     public var allowRoot: Bool?
+    /// The daemon's locked memory and cache of secrets; nil without a daemon (or from a daemon
+    /// of a version that did not report it).
+    public var memory: MemoryStatus?
 
     public init(state: LockState, storePath: String, mountpoint: String? = nil, lockAfter: Int? = nil,
                 itemCounts: [AccessibilityClass: Int], hasPassphrase: Bool, daemonPID: Int32? = nil,
-                daemonVersion: String? = nil, memoryLocked: Bool? = nil, allowRoot: Bool? = nil) {
+                daemonVersion: String? = nil, memoryLocked: Bool? = nil, allowRoot: Bool? = nil,
+                memory: MemoryStatus? = nil) {
         self.state = state; self.storePath = storePath; self.mountpoint = mountpoint; self.lockAfter = lockAfter
         self.itemCounts = itemCounts; self.hasPassphrase = hasPassphrase
         self.daemonPID = daemonPID; self.daemonVersion = daemonVersion; self.memoryLocked = memoryLocked
-        self.allowRoot = allowRoot
+        self.allowRoot = allowRoot; self.memory = memory
     }
+}
+
+/// Where a daemon keeps keys and secrets: memory locked in RAM, within RLIMIT_MEMLOCK.
+public struct MemoryStatus: Codable, Sendable, Equatable {
+    /// Bytes of pages locked in RAM for keys and secrets.
+    public var lockedBytes: Int
+    /// Bytes of pages holding keys or secrets that the kernel refused to lock: they may be
+    /// swapped out. Zero unless locked memory is exhausted.
+    public var unlockedBytes: Int
+    /// RLIMIT_MEMLOCK as it binds the daemon; nil when unlimited (or it may lock without limit).
+    public var limit: Int?
+    /// Times the kernel refused to lock pages since the daemon started.
+    public var refusals: Int
+    /// Decrypted secrets kept to serve reads, the locked memory they take, and its budget.
+    public var cachedSecrets: Int
+    public var cachedBytes: Int
+    public var cacheBudget: Int
+
+    public init(lockedBytes: Int, unlockedBytes: Int, limit: Int?, refusals: Int, cachedSecrets: Int,
+                cachedBytes: Int, cacheBudget: Int) {
+        self.lockedBytes = lockedBytes; self.unlockedBytes = unlockedBytes; self.limit = limit
+        self.refusals = refusals; self.cachedSecrets = cachedSecrets; self.cachedBytes = cachedBytes
+        self.cacheBudget = cacheBudget
+    }
+
+    /// Some keys or secrets sit in memory that may be swapped.
+    public var isExhausted: Bool { unlockedBytes > 0 }
 }
 
 /// What a mount's status adds to the store's own.

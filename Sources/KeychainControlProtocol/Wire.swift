@@ -70,6 +70,16 @@ package enum WireTag: UInt16 {
     case afterID = 94               // u64: bits of the Int64
     case nextID = 95                // u64: bits of the Int64; absent after the last page
 
+    // The daemon's memory, in the status.
+    case memory = 100                // nested: the daemon's locked memory (fields 101-107)
+    case lockedBytes = 101           // u64
+    case unlockedBytes = 102         // u64
+    case lockLimit = 103             // u64; absent when unlimited
+    case lockRefusals = 104          // u64
+    case cachedSecrets = 105         // u64
+    case cachedBytes = 106           // u64
+    case cacheBudget = 107           // u64
+
     // Errors.
     case errorCase = 80             // u16: `WireError` case
     case message = 81               // string: the case's text (a path, a reason)

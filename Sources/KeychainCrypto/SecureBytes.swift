@@ -2,23 +2,21 @@ import Foundation
 import COpenSSL
 import Synchronization
 
-/// Bytes of key material or plaintext secret, in their own mlock'ed pages that never reach
-/// swap or a core dump, wiped with OPENSSL_cleanse on resize and on free.
+/// Bytes of key material or plaintext secret in locked memory (`LockedMemory`): never in swap
+/// while the kernel lets the process lock pages, never in a core dump, wiped with
+/// OPENSSL_cleanse on shrink, on move and on free. Small buffers share locked slabs; large
+/// ones have pages of their own.
 ///
 /// Not thread-safe on its own; owners guard shared instances with their own lock.
 public final class SecureBytes: @unchecked Sendable {
-    private var base: UnsafeMutableRawPointer?
-    private var mapped: Int = 0
+    private var block: LockedBlock?
     public private(set) var count: Int = 0
-    /// False when the pages could not be locked (RLIMIT_MEMLOCK); they are still wiped.
-    public private(set) var isLocked = true
 
-    private static let lockFailures = Atomic<Int>(0)
     /// True while no buffer of this process has failed to be locked.
-    public static var allLocked: Bool { lockFailures.load(ordering: .relaxed) == 0 }
+    public static var allLocked: Bool { LockedMemory.shared.usage.refusals == 0 }
 
     public init(count: Int = 0) {
-        reserve(count)
+        if count > 0 { block = LockedMemory.shared.allocate(count) }
         self.count = count
     }
 
@@ -29,25 +27,31 @@ public final class SecureBytes: @unchecked Sendable {
 
     public convenience init(copying raw: UnsafeRawBufferPointer) {
         self.init(count: raw.count)
-        if raw.count > 0 { base!.copyMemory(from: raw.baseAddress!, byteCount: raw.count) }
+        if raw.count > 0 { block!.base.copyMemory(from: raw.baseAddress!, byteCount: raw.count) }
     }
 
     deinit { release() }
 
+    /// False when the kernel refused to lock these bytes' pages (RLIMIT_MEMLOCK); they are
+    /// still wiped, and `LockedMemory.shared.usage` counts them.
+    public var isLocked: Bool { block.map { LockedMemory.shared.isLocked($0) } ?? true }
+
+    /// Bytes of locked memory this buffer takes (its slot or its pages).
+    package var footprint: Int { block?.capacity ?? 0 }
+
     /// Grows or shrinks to `newCount` bytes; new bytes are zero, dropped bytes are wiped.
     public func resize(to newCount: Int) {
-        if newCount > mapped {
-            let oldBase = base, oldMapped = mapped, oldCount = count
-            base = nil; mapped = 0
-            reserve(max(newCount, oldMapped * 2))
-            if let oldBase {
-                base!.copyMemory(from: oldBase, byteCount: oldCount)
-                OPENSSL_cleanse(oldBase, oldMapped)
-                munlock(oldBase, oldMapped)
-                munmap(oldBase, oldMapped)
+        let capacity = block?.capacity ?? 0
+        if newCount > capacity {
+            // Doubling keeps a buffer that grows by many small writes linear in cost.
+            let grown = LockedMemory.shared.allocate(max(newCount, capacity * 2))
+            if let old = block {
+                grown.base.copyMemory(from: old.base, byteCount: count)
+                LockedMemory.shared.free(old, used: count)
             }
+            block = grown
         } else if newCount < count {
-            OPENSSL_cleanse(base! + newCount, count - newCount)
+            OPENSSL_cleanse(block!.base + newCount, count - newCount)
         }
         count = newCount
     }
@@ -59,11 +63,11 @@ public final class SecureBytes: @unchecked Sendable {
     }
 
     public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
-        try body(UnsafeRawBufferPointer(start: base, count: count))
+        try body(UnsafeRawBufferPointer(start: block?.base, count: count))
     }
 
     public func withUnsafeMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
-        try body(UnsafeMutableRawBufferPointer(start: base, count: count))
+        try body(UnsafeMutableRawBufferPointer(start: block?.base, count: count))
     }
 
     public func copy() -> SecureBytes { withUnsafeBytes { SecureBytes(copying: $0) } }
@@ -79,25 +83,9 @@ public final class SecureBytes: @unchecked Sendable {
     /// Bytes for APIs that need an array; only for values that are not secret.
     public var unprotectedArray: [UInt8] { withUnsafeBytes { Array($0) } }
 
-    private func reserve(_ n: Int) {
-        guard n > 0 else { return }
-        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
-        let size = (n + page - 1) / page * page
-        let p = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-        guard let p, p != MAP_FAILED else { fatalError("out of memory for \(n) secure bytes") }
-        isLocked = mlock(p, size) == 0
-        if !isLocked { Self.lockFailures.add(1, ordering: .relaxed) }
-        _ = madvise(p, size, MADV_DONTDUMP)
-        base = p
-        mapped = size
-    }
-
     private func release() {
-        guard let base else { return }
-        OPENSSL_cleanse(base, mapped)
-        munlock(base, mapped)
-        munmap(base, mapped)
-        self.base = nil
-        mapped = 0
+        guard let old = block else { return }
+        block = nil
+        LockedMemory.shared.free(old, used: count)
     }
 }

@@ -93,6 +93,11 @@ extension KeychainTree {
         try withFile(handle) { f throws(FileSystemError) in try f.read(offset: offset, count: count, into: buffer) }
     }
 
+    /// Whether reads through the handle still return its secret: open, and not revoked by a lock.
+    package func isReadable(handle: UInt64) -> Bool {
+        served.state.withLock { s in s.files[handle].map { $0.mode.readable && !$0.isRevoked } ?? false }
+    }
+
     public func write(_ handle: UInt64, offset: Int, data: UnsafeRawBufferPointer) throws(FileSystemError) -> Int {
         try withFile(handle) { f throws(FileSystemError) in try f.write(data, offset: offset) }
     }

@@ -34,6 +34,9 @@ public final class KeychainTree: Sendable {
     /// Directories have no dates of their own; they show the time of mounting.
     let mountTime = Date()
     private let lastAccess = Atomic<Int64>(0)
+    /// Run after every lock and after the keys are forgotten: the FUSE binding drops the
+    /// kernel's cached pages of the files the lock revoked.
+    private let afterLock = Mutex<(@Sendable () -> Void)?>(nil)
 
     package init(served: ServedKeychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) {
         self.served = served
@@ -75,7 +78,12 @@ public final class KeychainTree: Sendable {
         lock()
     }
 
-    public func lock() { served.lock() }
+    public func lock() {
+        served.lock()
+        afterLock.withLock { $0 }?()
+    }
+
+    package func setAfterLock(_ hook: (@Sendable () -> Void)?) { afterLock.withLock { $0 = hook } }
 
     public func unlock(passphrase: SecureBytes?) throws {
         // Not idle: the lock-after timer must not lock again while the names are reloaded.
@@ -84,7 +92,10 @@ public final class KeychainTree: Sendable {
         noteAccess()
     }
 
-    public func forgetEverything() { served.forgetEverything() }
+    public func forgetEverything() {
+        served.forgetEverything()
+        afterLock.withLock { $0 }?()
+    }
 
     // MARK: resolving paths
 

@@ -21,12 +21,16 @@ import Synchronization
 ///   not take it, so they go on while another item commits.
 /// - `state` guards the index, the plaintext cache and the open files; it is held only for
 ///   in-memory work, never across SQL, fsync or the decryption of a secret.
+/// - Below all of these, `LockedMemory`'s own mutex is a leaf: every `SecureBytes` made or
+///   freed takes it (an eviction from the cache under `state`, a key under the keybag's), and
+///   it calls nothing while held. Its exhaustion handler runs outside it, but may run under
+///   any of the locks above, so it only logs.
 package final class ServedKeychain: Sendable {
     package let keychain: Keychain
     private static let log = Logger(label: "keychainfs.daemon")
     private let unlocking = Mutex<Void>(())
     private let committing = Mutex<Void>(())
-    let state = Mutex(State())
+    let state: Mutex<State>
     /// Called between decrypting a secret and caching it; tests use it to force interleavings.
     private let afterDecrypt = Mutex<(@Sendable () -> Void)?>(nil)
 
@@ -34,24 +38,29 @@ package final class ServedKeychain: Sendable {
         var index = ItemIndex()
         var files: [UInt64: OpenFile] = [:]
         var nextHandle: UInt64 = 1
-        /// Decrypted secrets by item id, so that opening a file costs no decryption. Dropped per
-        /// item when it changes and per class at lock; open readers may still share a dropped
-        /// copy, which `SecureBytes` wipes when the last one lets go.
-        var plaintext: [Int64: SecureBytes] = [:]
+        /// Decrypted secrets by item id, so that opening a file costs no decryption; bounded
+        /// (least recently used out). Dropped per item when it changes and per class at lock;
+        /// open readers may still share a dropped copy, which `SecureBytes` wipes when the
+        /// last one lets go.
+        var plaintext: PlaintextCache
 
         mutating func saved(_ item: KeychainItem) {
-            plaintext[item.id] = nil
+            plaintext.remove(item.id)
             index.insert(item)
         }
 
         mutating func deleted(_ id: Int64) {
-            plaintext[id] = nil
+            plaintext.remove(id)
             index.remove(id: id)
         }
     }
 
-    package init(keychain: Keychain) throws {
+    /// `cacheBudget`: the most locked memory cached secrets may take; by default a share of
+    /// RLIMIT_MEMLOCK (`PlaintextCache.budget(forLimit:)`).
+    package init(keychain: Keychain, cacheBudget: Int? = nil) throws {
         self.keychain = keychain
+        state = Mutex(State(plaintext: PlaintextCache(
+            budget: cacheBudget ?? PlaintextCache.budget(forLimit: LockedMemory.processLimit))))
         try reload()
     }
 
@@ -92,10 +101,7 @@ package final class ServedKeychain: Sendable {
                 || !(s.index.item(f.itemID).map { keychain.isAvailable($0.accessible) } ?? true) {
                 f.revoke()
             }
-            for id in Array(s.plaintext.keys) {
-                if let item = s.index.item(id), keychain.isAvailable(item.accessible) { continue }
-                s.plaintext[id] = nil
-            }
+            s.plaintext.removeAll { id in !(s.index.item(id).map { keychain.isAvailable($0.accessible) } ?? false) }
         }
     }
 
@@ -117,7 +123,7 @@ package final class ServedKeychain: Sendable {
         state.withLock { s in
             for f in s.files.values { f.revoke() }
             s.files = [:]
-            s.plaintext = [:]
+            s.plaintext.removeAll()
             s.index.removeAll()
         }
         keychain.forgetKeys()
@@ -128,8 +134,11 @@ package final class ServedKeychain: Sendable {
     /// The item's secret: the cached copy, or one decrypted without holding `state` (a secret
     /// may be 16 MiB). A copy decrypted across a lock that took its class key is wiped, not
     /// returned. With `caching`, a fresh copy of the item's current version is kept.
+    ///
+    /// While locked memory is exhausted (RLIMIT_MEMLOCK), nothing new is cached and the cache
+    /// gives back half its budget, so that the pages it frees can hold what must be held.
     package func secret(of item: KeychainItem, caching: Bool = true) throws -> SecureBytes {
-        if let hit = state.withLock({ $0.plaintext[item.id] }) { return hit }
+        if let hit = state.withLock({ $0.plaintext.secret(item.id) }) { return hit }
         let plain = try keychain.secret(of: item)
         afterDecrypt.withLock { $0 }?()
         return try state.withLock { s throws -> SecureBytes in
@@ -138,8 +147,12 @@ package final class ServedKeychain: Sendable {
                 throw KeychainError.unavailable(item.accessible)
             }
             guard caching, s.index.item(item.id)?.sealed.version == item.sealed.version else { return plain }
-            if let other = s.plaintext[item.id] { return other }
-            s.plaintext[item.id] = plain
+            if let other = s.plaintext.secret(item.id) { return other }
+            if LockedMemory.shared.isExhausted {
+                s.plaintext.shrink(to: s.plaintext.budget / 2)
+                return plain
+            }
+            s.plaintext.insert(plain, for: item.id)
             return plain
         }
     }
@@ -187,6 +200,11 @@ package final class ServedKeychain: Sendable {
             state.withLock { s in for item in items { s.deleted(item.id) } }
             return items
         }
+    }
+
+    /// The cache of decrypted secrets: how many, the locked memory they take, and its budget.
+    package var cacheUsage: (secrets: Int, bytes: Int, budget: Int) {
+        state.withLock { ($0.plaintext.count, $0.plaintext.bytes, $0.plaintext.budget) }
     }
 
     /// Every item whose name can be read now, in `ItemOrder`.

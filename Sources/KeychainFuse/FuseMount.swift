@@ -2,6 +2,40 @@ import CFuseShim
 import Glibc
 import KeychainFileSystem
 import KeychainStore
+import Synchronization
+
+/// What the FUSE callbacks reach through libfuse's private data: the tree, and the kernel's
+/// nodes whose pages may hold a secret.
+///
+/// Files are opened with direct I/O, so read(2) never fills the page cache; but a private
+/// memory mapping (MAP_PRIVATE) of a file does, and keeps showing those pages after the lock.
+/// So every node read through is noted with its handle, and once a lock has revoked the
+/// handle, the node's pages are dropped: a mapping then faults, the read fails, and the
+/// process gets SIGBUS rather than the secret.
+final class MountContext: Sendable {
+    let tree: KeychainTree
+    /// Node id to the handle it was last read through.
+    private let readNodes = Mutex<[UInt64: UInt64]>([:])
+
+    init(tree: KeychainTree) { self.tree = tree }
+
+    func noteRead(node: UInt64, handle: UInt64) {
+        guard node != 0 else { return }
+        readNodes.withLock { if $0[node] != handle { $0[node] = handle } }
+    }
+
+    /// Drops, through `invalidate`, the pages of every node whose handle no longer reads (or
+    /// of every node read, with `all`).
+    func dropPages(all: Bool = false, _ invalidate: (UInt64) -> Void) {
+        let nodes = readNodes.withLock { $0 }
+        var dropped: [(UInt64, UInt64)] = []
+        for (node, handle) in nodes where all || !tree.isReadable(handle: handle) {
+            invalidate(node)
+            dropped.append((node, handle))
+        }
+        readNodes.withLock { for (node, handle) in dropped where $0[node] == handle { $0[node] = nil } }
+    }
+}
 
 /// A mounted `KeychainTree`: mounts it with libfuse and serves it until unmounted.
 public final class FuseMount: @unchecked Sendable {
@@ -14,12 +48,18 @@ public final class FuseMount: @unchecked Sendable {
     public let allowRoot: Bool
     private var fuse: OpaquePointer?
     private var operations = FuseOperations.make()
+    private let context: MountContext
+    /// The session while it can take notifications; nil once closed.
+    private let session = Mutex<Session?>(nil)
+
+    private struct Session: @unchecked Sendable { let fuse: OpaquePointer }
 
     public init(tree: KeychainTree, mountpoint: String, source: String = "keychainfs", allowRoot: Bool = false) {
         self.tree = tree
         self.mountpoint = mountpoint
         self.source = source
         self.allowRoot = allowRoot
+        context = MountContext(tree: tree)
     }
 
     /// Mounts; after this returns the kernel routes the mountpoint to us, and `serve()` answers.
@@ -33,7 +73,7 @@ public final class FuseMount: @unchecked Sendable {
         let args = ["keychainfs", "-o", options]
         var cArgs = args.map { strdup($0) }
         defer { cArgs.forEach { free($0) } }
-        let userData = Unmanaged.passUnretained(tree).toOpaque()
+        let userData = Unmanaged.passUnretained(context).toOpaque()
         guard let f = cArgs.withUnsafeMutableBufferPointer({ buf in
             kcfs_fuse_new(Int32(buf.count), buf.baseAddress, &operations, userData)
         }) else { throw KeychainError.mountFailed("libfuse could not start (bad options?)") }
@@ -44,17 +84,35 @@ public final class FuseMount: @unchecked Sendable {
             throw KeychainError.mountFailed("cannot mount at \(mountpoint) (\(hint))")
         }
         fuse = f
+        session.withLock { $0 = Session(fuse: f) }
+        // After a lock (and after the keys are forgotten at unmount), no page of a revoked
+        // file stays in the kernel's cache.
+        tree.setAfterLock { [weak self] in self?.dropCachedPages(all: false) }
+    }
+
+    /// Drops the kernel's cached pages of files the lock revoked (or of every file read, with
+    /// `all`, before an unmount). Only while the loop serves: the kernel may wait for a read
+    /// of those pages to be answered.
+    public func dropCachedPages(all: Bool) {
+        session.withLock { s in
+            guard let s else { return }
+            context.dropPages(all: all) { _ = kcfs_invalidate_inode(s.fuse, $0) }
+        }
     }
 
     /// Serves requests on libfuse's worker threads until the filesystem is unmounted.
     public func serve() -> Int32 {
         guard let fuse else { return -1 }
-        return kcfs_fuse_loop(fuse)
+        let status = kcfs_fuse_loop(fuse)
+        session.withLock { $0 = nil }
+        return status
     }
 
     /// Unmounts (if still mounted) and frees libfuse's state.
     public func close() {
         guard let f = fuse else { return }
+        tree.setAfterLock(nil)
+        session.withLock { $0 = nil }
         fuse = nil
         kcfs_fuse_unmount_and_destroy(f)
     }

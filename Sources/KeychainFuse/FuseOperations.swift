@@ -5,9 +5,11 @@ import KeychainFileSystem
 /// The libfuse high-level callbacks. Each one only translates: C arguments into a
 /// `KeychainTree` call, and its result or `FileSystemError` back into libfuse's convention.
 enum FuseOperations {
-    static func tree() -> KeychainTree {
-        Unmanaged<KeychainTree>.fromOpaque(kcfs_private_data()!).takeUnretainedValue()
+    static func context() -> MountContext {
+        Unmanaged<MountContext>.fromOpaque(kcfs_private_data()!).takeUnretainedValue()
     }
+
+    static func tree() -> KeychainTree { context().tree }
 
     /// Runs one operation: 0 or a byte count on success, -errno on failure.
     static func call(_ path: UnsafePointer<CChar>?, _ body: (KeychainTree, String) throws(FileSystemError) -> Int32) -> Int32 {
@@ -106,8 +108,13 @@ enum FuseOperations {
                 return 0
             }
         }
+        // libfuse's buffers that carry the bytes are wiped by the shim once the reply is sent.
         ops.read = { _, buf, size, offset, fi in
-            FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in Int32(try t.read(h, offset: Int(offset), count: size, into: buf!)) }
+            FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in
+                let n = try t.read(h, offset: Int(offset), count: size, into: buf!)
+                FuseOperations.context().noteRead(node: kcfs_current_nodeid(), handle: h)
+                return Int32(n)
+            }
         }
         ops.write = { _, buf, size, offset, fi in
             FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in

@@ -77,7 +77,15 @@ final class DaemonKeychainService: KeychainService {
                        lockAfter: tree.lockAfter, itemCounts: try served.keychain.countsByClass(),
                        hasPassphrase: served.keychain.hasPassphrase, daemonPID: getpid(),
                        daemonVersion: KeychainFS.configuration.version, memoryLocked: SecureBytes.allLocked,
-                       allowRoot: settings.allowRoot)
+                       allowRoot: settings.allowRoot, memory: memoryStatus())
+    }
+
+    private func memoryStatus() -> MemoryStatus {
+        let usage = LockedMemory.shared.usage
+        let cache = served.cacheUsage
+        return MemoryStatus(lockedBytes: usage.lockedBytes, unlockedBytes: usage.unlockedBytes,
+                            limit: LockedMemory.processLimit, refusals: usage.refusals,
+                            cachedSecrets: cache.secrets, cachedBytes: cache.bytes, cacheBudget: cache.budget)
     }
 
     func lock() throws { tree.lock() }

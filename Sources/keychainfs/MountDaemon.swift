@@ -38,6 +38,7 @@ final class MountDaemon: @unchecked Sendable {
     func run(passphrase: SecureBytes?, ready: (Result<Void, KeychainError>) -> Void) -> Int32 {
         // Before any key is loaded.
         ProcessHardening.apply()
+        reportLockedMemory()
         var storeLock: Int32 = -1
         let keychain: Keychain, tree: KeychainTree, mount: FuseMount
         do {
@@ -89,13 +90,39 @@ final class MountDaemon: @unchecked Sendable {
         return status == 0 || [SIGTERM, SIGINT, SIGHUP].contains(status) ? 0 : 1
     }
 
+    /// Logs when the kernel starts refusing to lock pages of keys and secrets (RLIMIT_MEMLOCK),
+    /// and when it stops; at most one line of each a minute, as use may hover at the limit.
+    private func reportLockedMemory() {
+        let log = self.log
+        let lastLogged = Mutex<[Bool: UInt64]>([:])
+        LockedMemory.shared.setExhaustionHandler { exhausted, usage in
+            let now = Deadline.now.nanoseconds
+            let due = lastLogged.withLock { last -> Bool in
+                if let t = last[exhausted], now - t < 60_000_000_000 { return false }
+                last[exhausted] = now
+                return true
+            }
+            guard due else { return }
+            if exhausted {
+                let limit = LockedMemory.processLimit.map { "\($0 / 1024) KiB" } ?? "unlimited"
+                log.warning("locked memory exhausted (RLIMIT_MEMLOCK \(limit)): \(usage.unlockedBytes / 1024) KiB of keys and secrets may be swapped out; the cache keeps no new secrets meanwhile")
+            } else {
+                log.notice("locked memory available again: every key and secret is locked in RAM")
+            }
+        }
+    }
+
     /// One daemon per store: an exclusive flock on the store file, held for the daemon's life.
     static func lockStore(_ path: String) throws -> Int32 { try StoreLock.acquireExclusive(path) }
 
     /// The control socket's service: the mount's own owner of the store.
     private func service(tree: KeychainTree, mount: FuseMount) -> DaemonKeychainService {
         let mountpoint = settings.mountpoint
-        return DaemonKeychainService(tree: tree, settings: settings) { try Fusermount.unmount(mountpoint) }
+        return DaemonKeychainService(tree: tree, settings: settings) {
+            // While the loop still serves: a private mapping must not keep pages past the unmount.
+            mount.dropCachedPages(all: true)
+            try Fusermount.unmount(mountpoint)
+        }
     }
 
     /// Locks after the tree's lock-after setting without file access, checked every half

@@ -61,6 +61,7 @@ struct StatusReport: Encodable {
     var lockAfter: Int?
     var allowRoot: Bool?
     var daemon: Daemon?
+    var memory: MemoryStatus?
     var items: [String: Int]?
 
     static func gather(target: MountTarget) throws -> StatusReport {
@@ -96,6 +97,7 @@ struct StatusReport: Encodable {
                 report.mountpoint = s.mountpoint ?? record.mountpoint
                 report.lockAfter = s.lockAfter
                 report.allowRoot = s.allowRoot
+                report.memory = s.memory
                 report.daemon = Daemon(pid: s.daemonPID ?? record.pid, version: s.daemonVersion, memoryLocked: s.memoryLocked)
                 report.items = Dictionary(uniqueKeysWithValues: AccessibilityClass.allCases.map { ($0.rawValue, s.itemCounts[$0] ?? 0) })
                 return report
@@ -133,6 +135,7 @@ struct StatusReport: Encodable {
                 }
                 out.append("daemon: " + parts.joined(separator: ", "))
             }
+            if let memory { out += Self.describe(memory) }
             let counts = items ?? [:]
             out.append("items: \(counts.values.reduce(0, +))")
             for c in AccessibilityClass.allCases { out.append("    \(c.rawValue): \(counts[c.rawValue] ?? 0)") }
@@ -148,5 +151,22 @@ struct StatusReport: Encodable {
             out.append("stale mount: \(staleMount) (its daemon is gone; 'keychainfs unmount \(staleMount)' detaches it)")
         }
         return out
+    }
+
+    static func describe(_ m: MemoryStatus) -> [String] {
+        func kib(_ n: Int) -> String { n < 1024 ? "\(n) bytes" : "\((n + 1023) / 1024) KiB" }
+        var lines = [
+            "locked memory: \(kib(m.lockedBytes)) (limit \(m.limit.map(kib) ?? "none")), unlocked: \(kib(m.unlockedBytes))"
+                + (m.refusals > 0 ? ", refused \(m.refusals) times" : ""),
+            "cached secrets: \(m.cachedSecrets), \(kib(m.cachedBytes)) of \(kib(m.cacheBudget))",
+        ]
+        let remedy = "raise the daemon's RLIMIT_MEMLOCK (ulimit -l, or LimitMEMLOCK= under systemd) and mount again"
+        if m.isExhausted {
+            lines.append("warning: locked memory is exhausted: \(kib(m.unlockedBytes)) of keys and secrets may be swapped out; \(remedy)")
+        } else if m.refusals > 0 {
+            lines.append("warning: locked memory ran out (the kernel refused to lock pages \(m.refusals) times): "
+                + "keys and secrets may have been swapped out; \(remedy)")
+        }
+        return lines
     }
 }

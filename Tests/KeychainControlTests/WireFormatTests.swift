@@ -171,6 +171,12 @@ final class WireFormatTests: XCTestCase {
             KeychainStatus(state: .locked, storePath: "/s", mountpoint: "/m", lockAfter: 30,
                            itemCounts: [.always: 2, .whenUnlocked: 5], hasPassphrase: true),
             KeychainStatus(state: .beforeFirstUnlock, storePath: "/s", itemCounts: [:], hasPassphrase: false),
+            KeychainStatus(state: .unlocked, storePath: "/s", mountpoint: "/m", itemCounts: [.whenUnlocked: 1], hasPassphrase: true,
+                           memory: MemoryStatus(lockedBytes: 65536, unlockedBytes: 16384, limit: 1 << 20, refusals: 3,
+                                                cachedSecrets: 12, cachedBytes: 768, cacheBudget: 262_144)),
+            KeychainStatus(state: .unlocked, storePath: "/s", itemCounts: [:], hasPassphrase: true,
+                           memory: MemoryStatus(lockedBytes: 0, unlockedBytes: 0, limit: nil, refusals: 0,
+                                                cachedSecrets: 0, cachedBytes: 0, cacheBudget: 16 << 20)),
         ] {
             guard case .status(let s) = try roundTrip(.status(status)) else { return XCTFail("status") }
             XCTAssertEqual(s, status)

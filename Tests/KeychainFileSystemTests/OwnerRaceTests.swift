@@ -92,7 +92,7 @@ final class OwnerRaceTests: XCTestCase {
     /// ENOKEY and no copy is cached or left open.
     func testLockDuringOpenLeavesNothing() throws {
         try put("/svc/a", "secret")
-        served.state.withLock { $0.plaintext = [:] }
+        served.state.withLock { $0.plaintext.removeAll() }
         let served = self.served!
         served.setAfterDecrypt { served.lock() }
         XCTAssertThrowsError(try tree.open("/svc/a", flags: O_RDONLY)) { XCTAssertEqual($0 as? FileSystemError, .keyUnavailable) }
