@@ -98,7 +98,6 @@ final class WireFormatTests: XCTestCase {
     func testTheTagsAfterStatusAreDistinct() {
         let tags: [WireTag] = [.daemonPID, .daemonVersion, .memoryLocked, .allowRoot, .all, .extras]
         XCTAssertEqual(tags.map(\.rawValue), [70, 71, 72, 73, 74, 75])
-        XCTAssertEqual(ControlProtocol.version, 4)
     }
 
     func testEmptySecretAndNoChanges() throws {
