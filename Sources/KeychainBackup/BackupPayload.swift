@@ -18,6 +18,7 @@ import KeychainBatch
 ///     round-trip exactly
 ///     secret
 ///     extras, if bit 6 is set: git's expiry and refresh token, as sealed beside the secret
+// @unchecked Sendable because its one buffer is a SecureBytes that only its owner touches.
 public struct BackupPayload: @unchecked Sendable {
     let buffer = SecureBytes(count: 8)
     public private(set) var count = 0

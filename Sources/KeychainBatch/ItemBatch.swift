@@ -7,6 +7,7 @@ import KeychainModel
 ///
 /// Copies share the buffer. `append` only ever adds to its end, so the ranges of a copy stay
 /// valid, and `slices` hands out views of the same buffer.
+// @unchecked Sendable because its shared buffer is only appended to past every copy's ranges.
 public struct ItemBatch: @unchecked Sendable {
     public struct Entry: Sendable {
         public var record: ItemRecord

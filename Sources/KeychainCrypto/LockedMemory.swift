@@ -34,6 +34,7 @@ package struct LockedMemoryUsage: Sendable, Equatable {
 }
 
 /// A block of memory from `LockedMemory`. Its bytes past what its owner uses are zero.
+// @unchecked Sendable because it is a pointer owned by one SecureBytes at a time.
 package struct LockedBlock: @unchecked Sendable {
     package let base: UnsafeMutableRawPointer
     package let capacity: Int
@@ -48,6 +49,7 @@ package struct LockedBlock: @unchecked Sendable {
 }
 
 /// Pages obtained for a slab or a large block, and whether they are locked.
+// @unchecked Sendable because its fields are constants or mutated only under `LockedMemory.state`.
 fileprivate final class Region: @unchecked Sendable {
     let base: UnsafeMutableRawPointer
     let size: Int
@@ -86,6 +88,7 @@ package final class LockedMemory: Sendable {
     private let exhaustionHandler = Mutex<(@Sendable (Bool, LockedMemoryUsage) -> Void)?>(nil)
 
     /// A slab of equal slots. Mutated only under `LockedMemory.state`.
+    // @unchecked Sendable because it is mutated only under `LockedMemory.state`.
     final class Slab: @unchecked Sendable {
         fileprivate let region: Region
         let slotSize: Int

@@ -8,6 +8,7 @@ import Synchronization
 /// ones have pages of their own.
 ///
 /// Not thread-safe on its own; owners guard shared instances with their own lock.
+// @unchecked Sendable because owners that share an instance guard it with their own lock.
 public final class SecureBytes: @unchecked Sendable {
     private var block: LockedBlock?
     public private(set) var count: Int = 0

@@ -38,6 +38,8 @@ final class MountContext: Sendable {
 }
 
 /// A mounted `KeychainTree`: mounts it with libfuse and serves it until unmounted.
+// @unchecked Sendable because `fuse` and `operations` are set by `mount` before `serve` starts
+// libfuse's threads and read only after; the rest is constant or behind a Mutex.
 public final class FuseMount: @unchecked Sendable {
     public let tree: KeychainTree
     public let mountpoint: String
@@ -52,6 +54,7 @@ public final class FuseMount: @unchecked Sendable {
     /// The session while it can take notifications; nil once closed.
     private let session = Mutex<Session?>(nil)
 
+    // @unchecked Sendable because libfuse's notification calls are thread-safe on a live session.
     private struct Session: @unchecked Sendable { let fuse: OpaquePointer }
 
     public init(tree: KeychainTree, mountpoint: String, source: String = "keychainfs", allowRoot: Bool = false) {

@@ -8,6 +8,8 @@ import Synchronization
 ///
 /// Thread-safe: the keybag sits behind a mutex and GRDB serialises database access, so the
 /// FUSE worker threads and the control socket may share one instance.
+// @unchecked Sendable because the keybag is behind its Mutex and GRDB's queue serialises the
+// database; the other stored properties are constants.
 public final class Keychain: @unchecked Sendable {
     public let path: String
     public let hasPassphrase: Bool

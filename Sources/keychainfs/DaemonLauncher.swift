@@ -11,7 +11,12 @@ enum DaemonLauncher {
     static let passphraseFD: Int32 = 3
     static let readyFD: Int32 = 4
 
-    static func launch(arguments: [String], passphrase: SecureBytes?) throws {
+    /// Starts `_daemon` with no arguments: the settings, parsed once by `mount`, go to it whole
+    /// on the first line of the passphrase pipe, and the passphrase (if any) on the second.
+    static func launch(settings: MountSettings, passphrase: SecureBytes?) throws {
+        let handover: Data
+        do { handover = try JSONEncoder().encode(DaemonHandover(settings: settings, passphraseFollows: passphrase != nil)) }
+        catch { throw KeychainError.mountFailed("cannot encode the mount settings: \(error)") }
         var secretPipe: [Int32] = [0, 0], readyPipe: [Int32] = [0, 0]
         guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else {
             throw KeychainError.mountFailed("cannot create pipes: \(String(cString: strerror(errno)))")
@@ -35,7 +40,7 @@ enum DaemonLauncher {
 
         // The real path, so that ps shows the daemon as keychainfs rather than "exe".
         let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
-        let argv = ([exe] + arguments).map { strdup($0) } + [nil]
+        let argv = [exe, DaemonCommand.configuration.commandName!].map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0
         let rc = posix_spawn(&pid, exe, &actions, &attr, argv, environ)
@@ -44,6 +49,7 @@ enum DaemonLauncher {
             close(secretPipe[1]); close(readyPipe[0])
             throw KeychainError.mountFailed("cannot start the daemon: \(String(cString: strerror(rc)))")
         }
+        _ = (handover + Data("\n".utf8)).withUnsafeBytes { write(secretPipe[1], $0.baseAddress, $0.count) }
         if let passphrase {
             passphrase.withUnsafeBytes { _ = write(secretPipe[1], $0.baseAddress, $0.count) }
             _ = write(secretPipe[1], "\n", 1)
@@ -85,4 +91,10 @@ enum DaemonLauncher {
         _ = line.withCString { write(fd, $0, strlen($0)) }
         close(fd)
     }
+}
+
+/// What `mount` hands the daemon it starts.
+struct DaemonHandover: Codable {
+    var settings: MountSettings
+    var passphraseFollows: Bool
 }

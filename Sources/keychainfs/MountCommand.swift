@@ -50,7 +50,7 @@ struct MountCommand: ParsableCommand {
 
     private func start(_ settings: MountSettings, passphrase secret: SecureBytes?) throws {
         guard foreground else {
-            try DaemonLauncher.launch(arguments: DaemonCommand.arguments(for: settings), passphrase: secret)
+            try DaemonLauncher.launch(settings: settings, passphrase: secret)
             return
         }
         var failure: KeychainError?
@@ -119,35 +119,22 @@ struct MountCommand: ParsableCommand {
 struct DaemonCommand: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "_daemon", shouldDisplay: false)
 
-    @Argument var mountpoint: String
-    @Option var store: String
-    @Flag var locked = false
-    @Option var lockAfter: Int?
-    @Option var defaultAccessible: String
-    @Flag var readPassphrase = false
-    @Flag var allowRoot = false
-    @Flag var acceptRollback = false
-
-    static func arguments(for s: MountSettings) -> [String] {
-        var args = ["_daemon", s.mountpoint, "--store", s.storePath, "--default-accessible", s.defaultClass.rawValue]
-        if s.startLocked { args.append("--locked") }
-        if s.allowRoot { args.append("--allow-root") }
-        if let l = s.lockAfter { args += ["--lock-after", String(l)] }
-        if !s.startLocked { args.append("--read-passphrase") }
-        if s.acceptRollback { args.append("--accept-rollback") }
-        return args
-    }
-
     func run() throws {
         // Do not pin the directory the user mounted from.
         _ = chdir("/")
-        let settings = MountSettings(storePath: store, mountpoint: mountpoint, startLocked: locked, lockAfter: lockAfter,
-                                     defaultClass: AccessibilityClass(rawValue: defaultAccessible) ?? .default,
-                                     allowRoot: allowRoot, acceptRollback: acceptRollback)
-        let secret = readPassphrase
-            ? try? LineReader.readLine(fd: DaemonLauncher.passphraseFD, what: "the passphrase pipe") : nil
-        close(DaemonLauncher.passphraseFD)
-        let code = MountDaemon(settings: settings, foreground: false).run(passphrase: secret) { DaemonLauncher.report($0, fd: DaemonLauncher.readyFD) }
+        let fd = DaemonLauncher.passphraseFD
+        // The settings `mount` parsed, whole: a handover that does not decode is a failure, never defaults.
+        let line = try LineReader.readLine(fd: fd, what: "the mount settings")
+        let handover: DaemonHandover
+        do { handover = try line.withUnsafeBytes { try JSONDecoder().decode(DaemonHandover.self, from: Data($0)) } } catch {
+            DaemonLauncher.report(.failure(.mountFailed("the daemon could not read its settings: \(error)")), fd: DaemonLauncher.readyFD)
+            throw ExitCode(KeychainError.mountFailed("").exitCode)
+        }
+        let secret = handover.passphraseFollows ? try? LineReader.readLine(fd: fd, what: "the passphrase pipe") : nil
+        close(fd)
+        let code = MountDaemon(settings: handover.settings, foreground: false).run(passphrase: secret) {
+            DaemonLauncher.report($0, fd: DaemonLauncher.readyFD)
+        }
         if code != 0 { throw ExitCode(code) }
     }
 }

@@ -10,7 +10,7 @@ import Logging
 import Synchronization
 
 /// What a mount is asked to be.
-struct MountSettings: Sendable {
+struct MountSettings: Sendable, Codable {
     var storePath: String
     var mountpoint: String
     var startLocked: Bool
@@ -23,7 +23,7 @@ struct MountSettings: Sendable {
 
 /// The daemon behind a mount: holds the store's lock, unlocks, mounts, answers the control
 /// socket, locks after idleness, and on exit unmounts and forgets every key.
-final class MountDaemon: @unchecked Sendable {
+final class MountDaemon: Sendable {
     let settings: MountSettings
     // Made after `DaemonLog.bootstrap`, so that it writes where the daemon logs.
     private var log: Logger { Logger(label: "keychainfs.daemon") }

@@ -65,4 +65,16 @@ expect_exit 0 "a fresh mount" mount_kc "$MP"
 expect_eq "$mounted" "$(mount_view "$MP")" "a fresh mount shows the same names and values"
 expect_eq "$dumped" "$(dump_view)" "and so does a dump through the new daemon"
 expect_exit 0 "verify finds no damage" kc verify
+
+echo "== sixteen wrong unlocks at once are judged one at a time"
+kc lock "$MP" >/dev/null
+echo wrong >"$TEST_ROOT/wrong"
+for i in $(seq 16); do
+    (kc unlock "$MP" --passphrase-file "$TEST_ROOT/wrong" >/dev/null 2>&1; echo $? >>"$TEST_ROOT/unlock-codes") &
+done
+wait
+expect_eq 16 "$(wc -l <"$TEST_ROOT/unlock-codes" | tr -d ' ')" "all sixteen answered"
+expect_eq 3 "$(grep -c '^51$' "$TEST_ROOT/unlock-codes")" "three were judged wrong (51)"
+expect_eq 13 "$(grep -c '^52$' "$TEST_ROOT/unlock-codes")" "the other thirteen were refused by the backoff (52)"
+expect_eq locked "$(state "$MP")" "and the keychain stayed locked"
 finish
