@@ -40,7 +40,8 @@ enum DaemonLauncher {
 
         // The real path, so that ps shows the daemon as keychainfs rather than "exe".
         let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
-        let argv = [exe, DaemonCommand.configuration.commandName!].map { strdup($0) } + [nil]
+        let names: [String] = [exe, DaemonCommand.configuration.commandName ?? "_daemon"]
+        let argv = names.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0
         let rc = posix_spawn(&pid, exe, &actions, &attr, argv, environ)
