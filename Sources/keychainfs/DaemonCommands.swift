@@ -148,23 +148,6 @@ struct UnlockCommand: ParsableCommand {
             try daemon.unlock(passphrase: status.hasPassphrase ? try read() : nil)
         }
     }
-
-    static func describe(_ m: MemoryStatus) -> [String] {
-        func kib(_ n: Int) -> String { n < 1024 ? "\(n) bytes" : "\((n + 1023) / 1024) KiB" }
-        var lines = [
-            "locked memory: \(kib(m.lockedBytes)) (limit \(m.limit.map(kib) ?? "none")), unlocked: \(kib(m.unlockedBytes))"
-                + (m.refusals > 0 ? ", refused \(m.refusals) times" : ""),
-            "cached secrets: \(m.cachedSecrets), \(kib(m.cachedBytes)) of \(kib(m.cacheBudget))",
-        ]
-        let remedy = "raise the daemon's RLIMIT_MEMLOCK (ulimit -l, or LimitMEMLOCK= under systemd) and mount again"
-        if m.isExhausted {
-            lines.append("warning: locked memory is exhausted: \(kib(m.unlockedBytes)) of keys and secrets may be swapped out; \(remedy)")
-        } else if m.refusals > 0 {
-            lines.append("warning: locked memory ran out (the kernel refused to lock pages \(m.refusals) times): "
-                + "keys and secrets may have been swapped out; \(remedy)")
-        }
-        return lines
-    }
 }
 
 struct UnmountCommand: ParsableCommand {

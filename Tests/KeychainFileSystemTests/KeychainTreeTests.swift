@@ -21,21 +21,6 @@ final class KeychainTreeTests: XCTestCase {
 
     override func tearDownWithError() throws { try? FileManager.default.removeItem(atPath: dir) }
 
-    func put(_ path: String, _ text: String) throws {
-        let h: UInt64
-        if let opened = try? tree.open(path, flags: O_WRONLY | O_TRUNC) { h = opened } else { h = try tree.create(path, flags: O_WRONLY) }
-        _ = try Array(text.utf8).withUnsafeBytes { try tree.write(h, offset: 0, data: $0) }
-        try tree.release(h)
-    }
-
-    func get(_ path: String) throws -> String {
-        let h = try tree.open(path, flags: O_RDONLY)
-        defer { try? tree.release(h) }
-        var buf = [UInt8](repeating: 0, count: 4096)
-        let n = try buf.withUnsafeMutableBytes { try tree.read(h, offset: 0, count: 4096, into: $0.baseAddress!) }
-        return String(decoding: buf[0..<n], as: UTF8.self)
-    }
-
     func names(_ path: String) throws -> [String] { try tree.list(path).map(\.name) }
 
     func testAFileCreatedBesideAThisDeviceOnlyItemIsThisDeviceOnlyFromTheStart() throws {
@@ -62,8 +47,8 @@ final class KeychainTreeTests: XCTestCase {
 
     func testCreateWriteReadAndStat() throws {
         try tree.makeDirectory("/github")
-        try put("/github/alice", "s3cret")
-        XCTAssertEqual(try get("/github/alice"), "s3cret")
+        try tree.put("/github/alice", "s3cret")
+        XCTAssertEqual(try tree.get("/github/alice"), "s3cret")
         XCTAssertEqual(try tree.stat("/github/alice").size, 6)
         XCTAssertEqual(try tree.stat("/github/alice").mode, 0o100600)
         XCTAssertEqual(try tree.stat("/github").mode, 0o040700)
@@ -84,7 +69,7 @@ final class KeychainTreeTests: XCTestCase {
 
     func testRmdirNonEmptyAndDirectoriesOutliveTheirItems() throws {
         try tree.makeDirectory("/svc")
-        try put("/svc/a", "1")
+        try tree.put("/svc/a", "1")
         XCTAssertThrowsError(try tree.removeDirectory("/svc")) { XCTAssertEqual($0 as? FileSystemError, .notEmpty) }
         try tree.remove("/svc/a")
         XCTAssertEqual(try names("/svc"), [])
@@ -94,8 +79,8 @@ final class KeychainTreeTests: XCTestCase {
 
     func testRenameReplacesAtomicallyAndHonoursNoReplace() throws {
         try tree.makeDirectory("/svc")
-        try put("/svc/acct", "old")
-        try put("/svc/tmp", "new")
+        try tree.put("/svc/acct", "old")
+        try tree.put("/svc/tmp", "new")
         XCTAssertThrowsError(try tree.rename("/svc/tmp", to: "/svc/acct", noReplace: true, exchange: false)) {
             XCTAssertEqual($0 as? FileSystemError, .exists)
         }
@@ -104,27 +89,27 @@ final class KeychainTreeTests: XCTestCase {
         }
         try tree.rename("/svc/tmp", to: "/svc/acct", noReplace: false, exchange: false)
         XCTAssertEqual(try names("/svc"), ["acct"])
-        XCTAssertEqual(try get("/svc/acct"), "new")
+        XCTAssertEqual(try tree.get("/svc/acct"), "new")
         XCTAssertEqual(try keychain.allItems().items.count, 1)
         // The replaced item's class and attributes stay; only the secret moved.
         try tree.setAttribute("/svc/acct", name: "user.keychain.accessible", value: Array("always".utf8))
-        try put("/svc/tmp2", "newer")
+        try tree.put("/svc/tmp2", "newer")
         try tree.rename("/svc/tmp2", to: "/svc/acct", noReplace: false, exchange: false)
         XCTAssertEqual(try tree.attribute("/svc/acct", name: "user.keychain.accessible"), Array("always".utf8))
-        XCTAssertEqual(try get("/svc/acct"), "newer")
+        XCTAssertEqual(try tree.get("/svc/acct"), "newer")
         try tree.makeDirectory("/other")
         try tree.rename("/svc/acct", to: "/other/moved", noReplace: false, exchange: false)
-        XCTAssertEqual(try get("/other/moved"), "newer")
+        XCTAssertEqual(try tree.get("/other/moved"), "newer")
     }
 
     func testInternetVariantsStayReachable() throws {
         try tree.makeDirectory("/internet/h")
         try tree.makeDirectory("/internet/h/443")
-        try put("/internet/h/443/alice", "web")
-        try put("/internet/h/443/alice%~ssh", "shell")
+        try tree.put("/internet/h/443/alice", "web")
+        try tree.put("/internet/h/443/alice%~ssh", "shell")
         XCTAssertEqual(try names("/internet/h/443"), ["alice", "alice%~ssh"])
-        XCTAssertEqual(try get("/internet/h/443/alice"), "web")
-        XCTAssertEqual(try get("/internet/h/443/alice%~ssh"), "shell")
+        XCTAssertEqual(try tree.get("/internet/h/443/alice"), "web")
+        XCTAssertEqual(try tree.get("/internet/h/443/alice%~ssh"), "shell")
         // Changing the protocol renames; onto an existing variant it is refused.
         XCTAssertThrowsError(try tree.setAttribute("/internet/h/443/alice", name: "user.keychain.protocol", value: Array("ssh".utf8))) {
             XCTAssertEqual($0 as? FileSystemError, .exists)
@@ -136,16 +121,16 @@ final class KeychainTreeTests: XCTestCase {
         XCTAssertThrowsError(try tree.create("/internet/h/443/docs", flags: O_WRONLY)) {
             XCTAssertEqual($0 as? FileSystemError, .exists)
         }
-        try put("/internet/h/443/docs%~https", "file")
+        try tree.put("/internet/h/443/docs%~https", "file")
         XCTAssertEqual(try names("/internet/h/443"), ["alice%~http", "alice%~ssh", "docs", "docs%~https"])
-        XCTAssertEqual(try get("/internet/h/443/docs%~https"), "file")
+        XCTAssertEqual(try tree.get("/internet/h/443/docs%~https"), "file")
         XCTAssertTrue(try tree.stat("/internet/h/443/docs").isDirectory)
     }
 
     func testLockRevokesOpenHandlesAndRefusesOpen() throws {
         try tree.makeDirectory("/svc")
-        try put("/svc/wu", "locked-away")
-        try put("/svc/afu", "stays")
+        try tree.put("/svc/wu", "locked-away")
+        try tree.put("/svc/afu", "stays")
         try tree.setAttribute("/svc/afu", name: "user.keychain.accessible", value: Array("after-first-unlock".utf8))
         let h = try tree.open("/svc/wu", flags: O_RDONLY)
         tree.lock()
@@ -154,15 +139,15 @@ final class KeychainTreeTests: XCTestCase {
             XCTAssertEqual($0 as? FileSystemError, .keyUnavailable)
         }
         XCTAssertThrowsError(try tree.open("/svc/wu", flags: O_RDONLY)) { XCTAssertEqual($0 as? FileSystemError, .keyUnavailable) }
-        XCTAssertEqual(try get("/svc/afu"), "stays")
+        XCTAssertEqual(try tree.get("/svc/afu"), "stays")
         XCTAssertEqual(try names("/svc"), ["afu", "wu"])
         try tree.unlock(passphrase: passphrase)
-        XCTAssertEqual(try get("/svc/wu"), "locked-away")
+        XCTAssertEqual(try tree.get("/svc/wu"), "locked-away")
     }
 
     func testXattrs() throws {
         try tree.makeDirectory("/svc")
-        try put("/svc/a", "x")
+        try tree.put("/svc/a", "x")
         try tree.setAttribute("/svc/a", name: "user.keychain.label", value: Array("My label".utf8))
         XCTAssertEqual(try tree.attribute("/svc/a", name: "user.keychain.label"), Array("My label".utf8))
         XCTAssertTrue(try tree.listAttributes("/svc/a").contains("user.keychain.label"))
@@ -204,7 +189,7 @@ final class KeychainTreeTests: XCTestCase {
 
     func testModeAndOwnerChanges() throws {
         try tree.makeDirectory("/svc")
-        try put("/svc/a", "x")
+        try tree.put("/svc/a", "x")
         XCTAssertNoThrow(try tree.setMode("/svc/a", mode: 0o600))
         XCTAssertNoThrow(try tree.setMode("/svc/a", mode: 0o400))
         XCTAssertThrowsError(try tree.setMode("/svc/a", mode: 0o644)) { XCTAssertEqual($0 as? FileSystemError, .notPermitted) }
@@ -221,26 +206,26 @@ final class KeychainTreeTests: XCTestCase {
 extension KeychainTreeTests {
     func testAReaderKeepsTheValueItOpenedAcrossACommit() throws {
         try tree.makeDirectory("/svc")
-        try put("/svc/a", "old")
+        try tree.put("/svc/a", "old")
         let reader = try tree.open("/svc/a", flags: O_RDONLY)
-        try put("/svc/a", "new")
+        try tree.put("/svc/a", "new")
         var buf = [UInt8](repeating: 0, count: 16)
         let n = try buf.withUnsafeMutableBytes { try tree.read(reader, offset: 0, count: 16, into: $0.baseAddress!) }
         XCTAssertEqual(String(decoding: buf[0..<n], as: UTF8.self), "old")
         try tree.release(reader)
-        XCTAssertEqual(try get("/svc/a"), "new")
+        XCTAssertEqual(try tree.get("/svc/a"), "new")
     }
 
     func testTruncatingOpenWithoutWritesEmptiesTheValue() throws {
         try tree.makeDirectory("/svc")
-        try put("/svc/a", "old")
+        try tree.put("/svc/a", "old")
         try tree.release(try tree.open("/svc/a", flags: O_WRONLY | O_TRUNC))
-        XCTAssertEqual(try get("/svc/a"), "")
+        XCTAssertEqual(try tree.get("/svc/a"), "")
     }
 
     func testLockRevokesAHandleWhoseItemChangedClass() throws {
         try tree.makeDirectory("/svc")
-        try put("/svc/a", "secret")
+        try tree.put("/svc/a", "secret")
         try tree.setAttribute("/svc/a", name: "user.keychain.accessible", value: Array("after-first-unlock".utf8))
         let h = try tree.open("/svc/a", flags: O_RDWR)
         _ = try Array("!".utf8).withUnsafeBytes { try tree.write(h, offset: 6, data: $0) }
@@ -260,7 +245,7 @@ extension KeychainTreeTests {
 
     func testBinaryGenericAttribute() throws {
         try tree.makeDirectory("/svc")
-        try put("/svc/a", "x")
+        try tree.put("/svc/a", "x")
         try tree.setAttribute("/svc/a", name: "user.keychain.generic", value: [0xff, 0x00, 0xfe])
         XCTAssertEqual(try tree.attribute("/svc/a", name: "user.keychain.generic"), [0xff, 0x00, 0xfe])
     }

@@ -29,21 +29,6 @@ final class OwnerRaceTests: XCTestCase {
 
     func key(_ account: String) throws -> ItemKey { .generic(try GenericPasswordKey(service: "svc", account: account)) }
 
-    func put(_ path: String, _ text: String) throws {
-        let h: UInt64
-        if let opened = try? tree.open(path, flags: O_WRONLY | O_TRUNC) { h = opened } else { h = try tree.create(path, flags: O_WRONLY) }
-        _ = try Array(text.utf8).withUnsafeBytes { try tree.write(h, offset: 0, data: $0) }
-        try tree.release(h)
-    }
-
-    func get(_ path: String) throws -> String {
-        let h = try tree.open(path, flags: O_RDONLY)
-        defer { try? tree.release(h) }
-        var buf = [UInt8](repeating: 0, count: 4096)
-        let n = try buf.withUnsafeMutableBytes { try tree.read(h, offset: 0, count: 4096, into: $0.baseAddress!) }
-        return String(decoding: buf[0..<n], as: UTF8.self)
-    }
-
     /// The mount's listing and contents, the index, and a fresh read of the store are one view.
     func assertViewsAgree(_ context: String) throws {
         let listed = Set(try tree.list("/svc").map(\.name))
@@ -53,7 +38,7 @@ final class OwnerRaceTests: XCTestCase {
         XCTAssertEqual(Set(served.allItems().map(\.id)), Set(stored.map(\.id)), context)
         for item in stored {
             let value = try keychain.secret(of: item)
-            XCTAssertEqual(try get("/svc/" + item.key.account), String(decoding: value.unprotectedArray, as: UTF8.self), context)
+            XCTAssertEqual(try tree.get("/svc/" + item.key.account), String(decoding: value.unprotectedArray, as: UTF8.self), context)
         }
     }
 
@@ -61,7 +46,7 @@ final class OwnerRaceTests: XCTestCase {
     /// same name against both: run together many times, each round ends with one view.
     func testUnlinkRenameAndControlSaveInterleave() throws {
         for round in 0..<150 {
-            try put("/svc/tmp", "renamed-\(round)")
+            try tree.put("/svc/tmp", "renamed-\(round)")
             let group = DispatchGroup()
             let tree = self.tree!, served = self.served!, target = try key("acct")
             DispatchQueue.global().async(group: group) {
@@ -81,7 +66,7 @@ final class OwnerRaceTests: XCTestCase {
     func testUnlinkAfterControlSaveStaysDeleted() throws {
         _ = try served.save(try key("a"), secret: SecureBytes(copying: Array("v1".utf8)), changes: AttributeChanges(),
                             defaultClass: .default, updateExisting: true)
-        XCTAssertEqual(try get("/svc/a"), "v1")
+        XCTAssertEqual(try tree.get("/svc/a"), "v1")
         try tree.remove("/svc/a")
         XCTAssertThrowsError(try tree.stat("/svc/a")) { XCTAssertEqual($0 as? FileSystemError, .notFound) }
         XCTAssertNil(try keychain.item(for: try key("a")))
@@ -91,7 +76,7 @@ final class OwnerRaceTests: XCTestCase {
     /// A lock that lands while a secret is being decrypted for open(): the open fails with
     /// ENOKEY and no copy is cached or left open.
     func testLockDuringOpenLeavesNothing() throws {
-        try put("/svc/a", "secret")
+        try tree.put("/svc/a", "secret")
         served.state.withLock { $0.plaintext.removeAll() }
         let served = self.served!
         served.setAfterDecrypt { served.lock() }
@@ -104,8 +89,8 @@ final class OwnerRaceTests: XCTestCase {
 
     /// A commit holds only the commit lock across its fsync: reads of another item go on.
     func testReadsProceedWhileAnotherItemCommits() throws {
-        try put("/svc/a", "a")
-        try put("/svc/b", "b")
+        try tree.put("/svc/a", "a")
+        try tree.put("/svc/b", "b")
         let inCommit = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
         let served = self.served!
         DispatchQueue.global().async {
@@ -115,7 +100,7 @@ final class OwnerRaceTests: XCTestCase {
             }
         }
         inCommit.wait()
-        XCTAssertEqual(try get("/svc/b"), "b")
+        XCTAssertEqual(try tree.get("/svc/b"), "b")
         XCTAssertEqual(try tree.list("/svc").map(\.name), ["a", "b"])
         release.signal()
     }
