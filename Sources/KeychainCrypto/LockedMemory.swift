@@ -173,8 +173,11 @@ package final class LockedMemory: Sendable {
 
     /// Called (outside any lock of this allocator) with `true` when the kernel first refuses
     /// to lock pages that hold keys or secrets, and with `false` once none is left unlocked.
+    /// A handler set while memory is already exhausted hears of it at once: the refusal may
+    /// have come before anyone listened (the daemon allocates before it installs its handler).
     package func setExhaustionHandler(_ handler: (@Sendable (Bool, LockedMemoryUsage) -> Void)?) {
         exhaustionHandler.withLock { $0 = handler }
+        if isExhausted { handler?(true, usage) }
     }
 
     /// RLIMIT_MEMLOCK as it binds this process: nil when unlimited or when it may lock

@@ -174,7 +174,7 @@ public final class KeychainTree: Sendable {
             switch try node(location, s.index) {
             case .item(let item):
                 let pending = s.files.values.first { $0.itemID == item.id && $0.isDirty }
-                return FileStat(isDirectory: false, size: pending?.buffer.count ?? item.sealed.secret.count - AESGCM.overhead,
+                return FileStat(isDirectory: false, size: pending?.buffer.count ?? max(item.sealed.secret.count - AESGCM.overhead, 0),
                                 mode: 0o100600, modified: item.record.attributes.modified, links: 1)
             default:
                 return FileStat(isDirectory: true, size: 0, mode: 0o040700, modified: mountTime, links: 2)

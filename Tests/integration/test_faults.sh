@@ -84,7 +84,7 @@ kc add-generic-password --store "$T" -s svc -a good -w good-secret --passphrase-
 kc add-generic-password --store "$T" -s svc -a victim -w victim-secret --passphrase-file "$PASSFILE" >/dev/null
 victim=$(sqlite3 "$T" "SELECT MAX(id) FROM items")
 for change in "kind = 'x'" "class = X'01'" "blind = 7" "group_blind = 'g'" \
-              "wrapped_key = 1.5" "attributes = X'00' || 'a'" "secret = 42"; do
+              "wrapped_key = 1.5" "attributes = X'00' || 'a'" "secret = 42" "secret = CAST(X'00414243' AS TEXT)"; do
     cp "$T" "$T.orig"
     sqlite3 "$T" "UPDATE items SET $change WHERE id = $victim"
     expect_exit 93 "verify names the damaged row ($change)" kc verify --store "$T" --passphrase-file "$PASSFILE"
@@ -95,6 +95,7 @@ for change in "kind = 'x'" "class = X'01'" "blind = 7" "group_blind = 'g'" \
     if [ $rc -eq 0 ] || [ $rc -eq 93 ]; then pass "  dump-keychain does not trap (exit $rc)"; else fail "  dump-keychain trapped (exit $rc)"; show_output; fi
     expect_exit 0 "  the store still mounts" mount_kc "$MP" --store "$T"
     expect_eq "good-secret" "$(cat "$MP/svc/good")" "  and the other item reads"
+    expect_errno "  the damaged one fails with EBADMSG, or is not listed" "Bad message\|No such file" cat "$MP/svc/victim"
     kc unmount "$MP" >/dev/null 2>&1
     mv "$T.orig" "$T"
     rm -f "$T-wal" "$T-shm"
