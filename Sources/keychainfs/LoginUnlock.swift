@@ -22,32 +22,15 @@ enum LoginUnlock {
         // Whatever fails from here on, the login goes on, and nothing is printed.
         let null = open("/dev/null", O_WRONLY)
         if null >= 0 { dup2(null, 1); dup2(null, 2); close(null) }
-        guard let password = try? readPassword(fd: 0), password.count > 0 else { exit(0) }
+        // pam_exec writes the password followed by a NUL; by hand it ends with a newline.
+        guard let password = try? LineReader.readLine(fd: 0, what: "the password", endsAtNUL: true),
+              password.count > 0 else { exit(0) }
         guard becomeAuthenticatedUser() else { exit(0) }
         var arguments = ["_unlock-at-login"]
         if let store { arguments += ["--store", store] }
         if let mountpoint { arguments.append(mountpoint) }
         spawnHelper(arguments: arguments, password: password)
         exit(0)
-    }
-
-    /// pam_exec writes the password followed by a NUL; a person testing by hand ends it with a
-    /// newline. Either ends it, and so does the end of input.
-    static func readPassword(fd: Int32) throws -> SecureBytes {
-        let password = SecureBytes(count: 0)
-        var byte: UInt8 = 0
-        defer { byte = 0 }
-        while true {
-            let n = read(fd, &byte, 1)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw KeychainError.io("cannot read the password")
-            }
-            if n == 0 || byte == 0 || byte == UInt8(ascii: "\n") { return password }
-            guard password.count < LineReader.maxBytes else { throw KeychainError.invalidInput("the password is too long") }
-            password.resize(to: password.count + 1)
-            password.withUnsafeMutableBytes { $0[$0.count - 1] = byte }
-        }
     }
 
     /// As root with PAM_USER set, drops to that user for good (groups, gid, uid) and takes its
