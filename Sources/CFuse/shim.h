@@ -1,2 +1,2 @@
 #define FUSE_USE_VERSION 31
-#include <fuse3/fuse.h>
+#include <fuse3/fuse_lowlevel.h>

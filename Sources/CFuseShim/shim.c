@@ -1,5 +1,4 @@
 #include "CFuseShim.h"
-#include <fuse3/fuse_lowlevel.h>
 #include <errno.h>
 #include <linux/fuse.h>
 #include <stdlib.h>
@@ -7,24 +6,23 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-struct fuse *kcfs_fuse_new(int argc, char **argv, const struct fuse_operations *ops, void *user_data) {
+struct fuse_session *kcfs_session_new(int argc, char **argv, const struct fuse_lowlevel_ops *ops, void *user_data) {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-    struct fuse *f = fuse_new(&args, ops, sizeof(*ops), user_data);
+    struct fuse_session *se = fuse_session_new(&args, ops, sizeof(*ops), user_data);
     fuse_opt_free_args(&args);
-    return f;
+    return se;
 }
 
 /*
- * Secrets pass through two buffers of libfuse's: a write's payload arrives in the worker's
- * request buffer (kept for the worker's life), and a read's reply is sent from a buffer that
- * the high-level API mallocs, fills through our read() and frees without wiping. Both are
- * wiped here, in the session's I/O, right after the reply to that request is written:
- * a worker thread receives a request, runs our callback and replies, all on the same thread,
- * so the thread's last request is the one whose reply goes out.
+ * Secrets pass through two buffers that the binding does not own: a write's payload arrives
+ * in the worker's request buffer (kept for the worker's life), and a read's reply goes out
+ * from the binding's buffer through libfuse's iovecs. Both are wiped here, in the session's
+ * I/O, right after the reply to that request is written: a worker thread receives a request,
+ * runs our callback and replies, all on the same thread, so the thread's last request is the
+ * one whose reply goes out.
  */
 struct kcfs_request {
     uint64_t unique;
-    uint64_t nodeid;
     uint32_t opcode;
     void *buf;
     size_t len;
@@ -37,9 +35,7 @@ static ssize_t kcfs_io_read(int fd, void *buf, size_t buf_len, void *userdata) {
     ssize_t res = read(fd, buf, buf_len);
     if (res >= (ssize_t) sizeof(struct fuse_in_header)) {
         const struct fuse_in_header *in = buf;
-        current = (struct kcfs_request) {
-            .unique = in->unique, .nodeid = in->nodeid, .opcode = in->opcode, .buf = buf, .len = (size_t) res,
-        };
+        current = (struct kcfs_request) { .unique = in->unique, .opcode = in->opcode, .buf = buf, .len = (size_t) res };
     } else {
         int saved = errno;
         current = (struct kcfs_request) {0};
@@ -69,33 +65,27 @@ static ssize_t kcfs_io_writev(int fd, struct iovec *iov, int count, void *userda
 }
 
 /* SIGTERM, SIGINT and SIGHUP end the loop, so the daemon unmounts and wipes its keys. */
-int kcfs_fuse_mount(struct fuse *f, const char *mountpoint) {
-    if (fuse_mount(f, mountpoint) != 0) return -1;
-    struct fuse_session *se = fuse_get_session(f);
+int kcfs_session_mount(struct fuse_session *se, const char *mountpoint) {
+    if (fuse_session_mount(se, mountpoint) != 0) return -1;
     /* No splice: it would copy requests and replies through pipes and buffers we do not see. */
     const struct fuse_custom_io io = { .read = kcfs_io_read, .writev = kcfs_io_writev };
-    if (fuse_session_custom_io(se, &io, fuse_session_fd(se)) != 0) { fuse_unmount(f); return -1; }
-    if (fuse_set_signal_handlers(se) != 0) { fuse_unmount(f); return -1; }
+    if (fuse_session_custom_io(se, &io, fuse_session_fd(se)) != 0) { fuse_session_unmount(se); return -1; }
+    if (fuse_set_signal_handlers(se) != 0) { fuse_session_unmount(se); return -1; }
     return 0;
 }
 
-uint64_t kcfs_current_nodeid(void) { return current.nodeid; }
-
-int kcfs_invalidate_inode(struct fuse *f, uint64_t nodeid) {
-    return fuse_lowlevel_notify_inval_inode(fuse_get_session(f), nodeid, 0, 0);
+int kcfs_invalidate_inode(struct fuse_session *se, uint64_t nodeid) {
+    return fuse_lowlevel_notify_inval_inode(se, nodeid, 0, 0);
 }
 
-/* The same multi-threaded loop fuse_main uses. */
-int kcfs_fuse_loop(struct fuse *f) { return fuse_loop_mt(f, 0); }
+/* The multi-threaded loop, as fuse_main runs it. */
+int kcfs_session_loop(struct fuse_session *se) { return fuse_session_loop_mt(se, 0); }
 
-void kcfs_fuse_unmount_and_destroy(struct fuse *f) {
-    fuse_remove_signal_handlers(fuse_get_session(f));
-    fuse_unmount(f);
-    fuse_destroy(f);
+void kcfs_session_unmount_and_destroy(struct fuse_session *se) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_unmount(se);
+    fuse_session_destroy(se);
 }
-
-void *kcfs_private_data(void) { return fuse_get_context()->private_data; }
-
 
 #include <sys/prctl.h>
 #include <sys/resource.h>

@@ -21,7 +21,8 @@ extension KeychainTree {
             do { contents = try served.secret(of: item) } catch { throw .from(error) }
         }
         return try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode,
-                                     contents: contents ?? SecureBytes(), shared: contents != nil))
+                                     contents: contents ?? SecureBytes(), shared: contents != nil,
+                                     modified: item.record.attributes.modified))
     }
 
     /// Creates an empty item (committed at once, so that it is visible while being written)
@@ -36,7 +37,7 @@ extension KeychainTree {
                 if (try? node(location, s.index)) != nil { throw .exists }
                 try requireParent(of: location, s.index)
                 let siblings: [Int64] = switch location {
-                case .genericItem(let svc, _): Array((s.index.services[svc] ?? [:]).values)
+                case .genericItem(let svc, _): Array((s.index.services[svc]?.accounts ?? [:]).values)
                 case .internetEntry(let server, let port, let parent, _):
                     Array(s.index.directory(server: server, port: port, path: parent)?.items.values ?? [:].values)
                 default: []
@@ -53,7 +54,8 @@ extension KeychainTree {
             served.state.withLock { $0.saved(item) }
             return item
         }
-        let file = OpenFile(itemID: item.id, accessible: item.accessible, mode: OpenMode(flags: flags), contents: SecureBytes())
+        let file = OpenFile(itemID: item.id, accessible: item.accessible, mode: OpenMode(flags: flags), contents: SecureBytes(),
+                            modified: item.record.attributes.modified)
         file.createdItem = true
         return try register(file)
     }
@@ -138,7 +140,7 @@ extension KeychainTree {
     private enum Pending {
         case nothing
         case abandon(KeychainItem?)
-        case update(KeychainItem, SecureBytes, writes: UInt64)
+        case update(KeychainItem, SecureBytes, writes: UInt64, modified: Date)
     }
 
     private func commit(_ f: OpenFile, final: Bool) throws(FileSystemError) {
@@ -160,7 +162,7 @@ extension KeychainTree {
                     return .nothing
                 }
                 // A copy, so that writes on this handle may go on while it is sealed and committed.
-                return .update(item, f.buffer.copy(), writes: f.writes)
+                return .update(item, f.buffer.copy(), writes: f.writes, modified: f.modified)
             }
             switch pending {
             case .nothing: return
@@ -169,10 +171,10 @@ extension KeychainTree {
                     served.state.withLock { $0.deleted(created.id) }
                 }
                 throw .tooLarge
-            case .update(let item, let value, let writes):
+            case .update(let item, let value, let writes, let modified):
                 defer { value.wipe() }
                 let updated: KeychainItem
-                do { updated = try keychain.update(item, to: item.record, secret: value) } catch {
+                do { updated = try keychain.update(item, to: item.record, secret: value, modified: modified) } catch {
                     // A create whose first write could not be stored (a full disk) leaves no empty item.
                     if served.state.withLock({ _ in f.createdItem }), (try? keychain.delete([item])) != nil {
                         served.state.withLock { s in
@@ -196,14 +198,21 @@ extension KeychainTree {
     /// chmod that keeps access at 0600 (files) / 0700 (directories) or narrower is accepted
     /// and changes nothing; anything wider is refused, so `cp -p` and `install -m 600` work.
     public func setMode(_ path: String, mode: UInt32) throws(FileSystemError) {
-        let st = try stat(path)
-        let allowed: UInt32 = st.isDirectory ? 0o700 : 0o600
-        guard mode & 0o7777 & ~allowed == 0 else { throw .notPermitted }
+        try Self.checkMode(mode, of: try stat(path))
     }
 
     /// chown to the mounting user (or -1, "unchanged") is accepted; any other owner is refused.
     public func setOwner(_ path: String, uid: UInt32, gid: UInt32) throws(FileSystemError) {
         _ = try stat(path)
+        try Self.checkOwner(uid: uid, gid: gid)
+    }
+
+    public static func checkMode(_ mode: UInt32, of st: FileStat) throws(FileSystemError) {
+        let allowed: UInt32 = st.isDirectory ? 0o700 : 0o600
+        guard mode & 0o7777 & ~allowed == 0 else { throw .notPermitted }
+    }
+
+    public static func checkOwner(uid: UInt32, gid: UInt32) throws(FileSystemError) {
         let keep = UInt32.max
         guard uid == keep || uid == getuid(), gid == keep || gid == getgid() else { throw .notPermitted }
     }

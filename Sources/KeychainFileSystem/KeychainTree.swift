@@ -4,18 +4,32 @@ import KeychainModel
 import KeychainStore
 import Synchronization
 
-/// What `stat` reports for a path.
+/// What `stat` reports for a path or an open file. `modified` is its mtime and ctime.
 public struct FileStat: Equatable, Sendable {
     public var isDirectory: Bool
     public var size: Int
     public var mode: UInt32
     public var modified: Date
+    /// 1 for an item, 0 for an open file whose item is gone; 2 plus its subdirectories for a directory.
     public var links: Int
+
+    static func file(size: Int, modified: Date, links: Int = 1) -> FileStat {
+        FileStat(isDirectory: false, size: size, mode: 0o100600, modified: modified, links: links)
+    }
+
+    static func directory(modified: Date, subdirectories: Int) -> FileStat {
+        FileStat(isDirectory: true, size: 0, mode: 0o040700, modified: modified, links: 2 + subdirectories)
+    }
 }
 
 public struct DirectoryEntry: Equatable, Sendable {
     public var name: String
     public var isDirectory: Bool
+
+    public init(name: String, isDirectory: Bool) {
+        self.name = name
+        self.isDirectory = isDirectory
+    }
 }
 
 /// The filesystem semantics of the mount, in plain Swift: path mapping, directories, open
@@ -31,8 +45,6 @@ public final class KeychainTree: Sendable {
     /// Seconds without file access before the mount locks itself, 0 for never; changed at
     /// run time by `set-keychain-settings` or the root's `lock-after` attribute.
     private let lockAfterSeconds: Atomic<Int>
-    /// Directories have no dates of their own; they show the time of mounting.
-    let mountTime = Date()
     private let lastAccess = Atomic<Int64>(0)
     /// Run after every lock and after the keys are forgotten: the FUSE binding drops the
     /// kernel's cached pages of the files the lock revoked.
@@ -117,13 +129,13 @@ public final class KeychainTree: Sendable {
             guard index.services[s] != nil else { throw .notFound }
             return .service(s)
         case .genericItem(let s, let a):
-            guard let item = index.item(index.services[s]?[a]) else { throw .notFound }
+            guard let item = index.item(index.services[s]?.accounts[a]) else { throw .notFound }
             return .item(item)
         case .server(let s):
             guard index.servers[s] != nil else { throw .notFound }
             return .server(s)
         case .port(let s, let p):
-            guard index.servers[s]?[p] != nil else { throw .notFound }
+            guard index.servers[s]?.ports[p] != nil else { throw .notFound }
             return .port(s, p)
         case .internetEntry(let s, let p, let parent, let name):
             guard let dir = index.directory(server: s, port: p, path: parent) else { throw .notFound }
@@ -166,21 +178,80 @@ public final class KeychainTree: Sendable {
 
     // MARK: metadata
 
-    /// A file's size is that of its stored secret, or of an open copy being written, so
-    /// that `stat` during a copy does not report (and the kernel cache) a stale size.
     public func stat(_ path: String) throws(FileSystemError) -> FileStat {
         let location = try TreeLocation.parse(path)
         return try served.state.withLock { s throws(FileSystemError) in
-            switch try node(location, s.index) {
-            case .item(let item):
-                let pending = s.files.values.first { $0.itemID == item.id && $0.isDirty }
-                return FileStat(isDirectory: false, size: pending?.buffer.count ?? max(item.sealed.secret.count - AESGCM.overhead, 0),
-                                mode: 0o100600, modified: item.record.attributes.modified, links: 1)
-            default:
-                return FileStat(isDirectory: true, size: 0, mode: 0o040700, modified: mountTime, links: 2)
-            }
+            let n = try node(location, s.index)
+            guard case .item(let item) = n else { return Self.directoryStat(n, s.index) }
+            return Self.itemStat(item, s)
         }
     }
+
+    /// fstat(2) of an open file. While its item exists, what `stat` of its path says, but with
+    /// this handle's own pending size and time; once the item is deleted or replaced, the
+    /// handle's copy, with no links, as an unlinked regular file that is still open.
+    public func stat(handle: UInt64) throws(FileSystemError) -> FileStat {
+        try served.state.withLock { s throws(FileSystemError) in
+            guard let f = s.files[handle] else { throw .badHandle }
+            let linked = s.index.item(f.itemID)
+            if f.isPending || linked == nil {
+                return .file(size: f.buffer.count, modified: f.modified, links: linked == nil ? 0 : 1)
+            }
+            return Self.itemStat(linked!, s)
+        }
+    }
+
+    /// fstat(2) of an inode whose name is gone, when the kernel names no handle: of the
+    /// handles open on it, the one with the latest pending change (as `stat` of a path shows
+    /// one), else any.
+    public func stat(anyOf handles: [UInt64]) throws(FileSystemError) -> FileStat {
+        let chosen = served.state.withLock { s -> UInt64? in
+            let open = handles.compactMap { h in s.files[h].map { (handle: h, file: $0) } }
+            let pending = open.filter { $0.file.isPending }.max { $0.file.modified < $1.file.modified }
+            return (pending ?? open.first)?.handle
+        }
+        guard let chosen else { throw .notFound }
+        return try stat(handle: chosen)
+    }
+
+    /// An item's size is that of its stored secret, or of an open copy being written, so
+    /// that `stat` during a copy does not report (and the kernel cache) a stale size or time.
+    static func itemStat(_ item: KeychainItem, _ s: ServedKeychain.State) -> FileStat {
+        if let pending = s.files.values.first(where: { $0.itemID == item.id && $0.isPending }) {
+            return .file(size: pending.buffer.count, modified: pending.modified)
+        }
+        // A damaged row shorter than a seal is size 0, not a negative size the kernel turns into EIO.
+        return .file(size: max(item.sealed.secret.count - AESGCM.overhead, 0), modified: item.record.attributes.modified)
+    }
+
+    static func directoryStat(_ n: Node, _ index: ItemIndex) -> FileStat {
+        switch n {
+        case .root: .directory(modified: index.rootModified, subdirectories: 1 + index.services.count)
+        case .internetRoot: .directory(modified: index.internetModified, subdirectories: index.servers.count)
+        case .service(let name): .directory(modified: index.services[name]?.modified ?? index.rootModified, subdirectories: 0)
+        case .server(let name):
+            .directory(modified: index.servers[name]?.modified ?? index.internetModified,
+                       subdirectories: index.servers[name]?.ports.count ?? 0)
+        case .port(let server, let port):
+            index.servers[server]?.ports[port].map { .directory(modified: $0.modified, subdirectories: $0.directories.count) }
+                ?? .directory(modified: index.internetModified, subdirectories: 0)
+        case .pathDirectory(let dir): .directory(modified: dir.modified, subdirectories: dir.directories.count)
+        case .item: .file(size: 0, modified: index.rootModified)
+        }
+    }
+
+    /// lseek(2) with SEEK_DATA or SEEK_HOLE: a secret has no holes, so its data runs from any
+    /// offset inside it to its end, where the one hole starts. Past the end: ENXIO.
+    public func seek(handle: UInt64, offset: Int, whence: Int32) throws(FileSystemError) -> Int {
+        let size = try stat(handle: handle).size
+        guard whence == Self.seekData || whence == Self.seekHole else { throw .invalid }
+        guard offset >= 0, offset < size else { throw FileSystemError(ENXIO) }
+        return whence == Self.seekData ? offset : size
+    }
+
+    // From <unistd.h> with _GNU_SOURCE, which Glibc does not export to Swift.
+    public static let seekData: Int32 = 3
+    public static let seekHole: Int32 = 4
 
     public func list(_ path: String) throws(FileSystemError) -> [DirectoryEntry] {
         let location = try TreeLocation.parse(path)
@@ -193,11 +264,11 @@ public final class KeychainTree: Sendable {
             case .internetRoot:
                 return index.servers.keys.sorted().map { DirectoryEntry(name: TreeName.escape($0), isDirectory: true) }
             case .service(let svc):
-                return (index.services[svc] ?? [:]).keys.sorted().map { DirectoryEntry(name: TreeName.escape($0), isDirectory: false) }
+                return (index.services[svc]?.accounts ?? [:]).keys.sorted().map { DirectoryEntry(name: TreeName.escape($0), isDirectory: false) }
             case .server(let server):
-                return (index.servers[server] ?? [:]).keys.sorted().map { DirectoryEntry(name: String($0), isDirectory: true) }
+                return (index.servers[server]?.ports ?? [:]).keys.sorted().map { DirectoryEntry(name: String($0), isDirectory: true) }
             case .port(let server, let port):
-                return Self.entries(of: index.servers[server]![port]!, index)
+                return Self.entries(of: index.servers[server]!.ports[port]!, index)
             case .pathDirectory(let dir):
                 return Self.entries(of: dir, index)
             case .item:
@@ -226,48 +297,75 @@ public final class KeychainTree: Sendable {
         let location = try TreeLocation.parse(path)
         try served.state.withLock { s throws(FileSystemError) in
             if (try? node(location, s.index)) != nil { throw .exists }
-            switch location {
-            case .root, .internetRoot: throw .exists
-            case .service(let name):
-                guard !name.isEmpty else { throw .invalid }
-                s.index.makeService(name)
-            case .genericItem: throw .notPermitted
-            case .server(let name):
-                guard !name.isEmpty else { throw .invalid }
-                s.index.makeServer(name)
-            case .port(let server, let port):
-                guard s.index.servers[server] != nil else { throw .notFound }
-                s.index.makeDirectory(server: server, port: port, path: [])
-            case .internetEntry(let server, let port, let parent, let name):
-                guard !name.contains(InternetVariantName.marker) else { throw .invalid }
-                let segment = try TreeLocation.segment(name)
-                guard s.index.directory(server: server, port: port, path: parent) != nil else { throw .notFound }
-                s.index.makeDirectory(server: server, port: port, path: parent + [segment])
-            }
+            try Self.checkNewDirectory(location, s.index)
+            Self.addDirectory(location, &s.index, now: Date())
         }
     }
 
     public func removeDirectory(_ path: String) throws(FileSystemError) {
         let location = try TreeLocation.parse(path)
         try served.state.withLock { s throws(FileSystemError) in
-            switch try node(location, s.index) {
+            let n = try node(location, s.index)
+            switch n {
             case .root, .internetRoot: throw .notPermitted
-            case .service(let name):
-                guard s.index.services[name]?.isEmpty ?? true else { throw .notEmpty }
-                s.index.removeService(name)
-            case .server(let name):
-                guard s.index.servers[name]?.isEmpty ?? true else { throw .notEmpty }
-                s.index.removeServer(name)
-            case .port(let server, let port):
-                guard s.index.servers[server]?[port]?.isEmpty ?? true else { throw .notEmpty }
-                s.index.removePort(server: server, port: port)
-            case .pathDirectory(let dir):
-                guard dir.isEmpty else { throw .notEmpty }
-                guard case .internetEntry(let server, let port, let parent, let name) = location,
-                      let segment = TreeName.unescape(name) else { throw .invalid }
-                s.index.directory(server: server, port: port, path: parent)?.directories[segment] = nil
             case .item: throw .notDirectory
+            default:
+                guard Self.isEmptyDirectory(n, s.index) else { throw .notEmpty }
+                Self.dropDirectory(location, &s.index, now: Date())
             }
+        }
+    }
+
+    /// Whether mkdir may make a directory at `location` (its parent exists, its name is one).
+    private static func checkNewDirectory(_ location: TreeLocation, _ index: ItemIndex) throws(FileSystemError) {
+        switch location {
+        case .root, .internetRoot: throw .exists
+        case .service(let name), .server(let name):
+            guard !name.isEmpty else { throw .invalid }
+        case .genericItem: throw .notPermitted
+        case .port(let server, _):
+            guard index.servers[server] != nil else { throw .notFound }
+        case .internetEntry(let server, let port, let parent, let name):
+            guard !name.contains(InternetVariantName.marker) else { throw .invalid }
+            _ = try TreeLocation.segment(name)
+            guard index.directory(server: server, port: port, path: parent) != nil else { throw .notFound }
+        }
+    }
+
+    /// Makes the directory at `location`, once `checkNewDirectory` allowed it.
+    private static func addDirectory(_ location: TreeLocation, _ index: inout ItemIndex, now: Date) {
+        switch location {
+        case .service(let name): index.makeService(name, now: now)
+        case .server(let name): index.makeServer(name, now: now)
+        case .port(let server, let port): index.makeDirectory(server: server, port: port, path: [], now: now)
+        case .internetEntry(let server, let port, let parent, let name):
+            guard let segment = TreeName.unescape(name) else { return }
+            index.makeDirectory(server: server, port: port, path: parent + [segment], now: now)
+        case .root, .internetRoot, .genericItem: return
+        }
+    }
+
+    /// Removes the (empty) directory at `location`.
+    private static func dropDirectory(_ location: TreeLocation, _ index: inout ItemIndex, now: Date) {
+        switch location {
+        case .service(let name): index.removeService(name, now: now)
+        case .server(let name): index.removeServer(name, now: now)
+        case .port(let server, let port): index.removePort(server: server, port: port, now: now)
+        case .internetEntry(let server, let port, let parent, let name):
+            guard let segment = TreeName.unescape(name) else { return }
+            index.removePathDirectory(server: server, port: port, parent: parent, segment: segment, now: now)
+        case .root, .internetRoot, .genericItem: return
+        }
+    }
+
+    static func isEmptyDirectory(_ n: Node, _ index: ItemIndex) -> Bool {
+        switch n {
+        case .root, .item: false
+        case .internetRoot: index.servers.isEmpty
+        case .service(let name): index.services[name]?.accounts.isEmpty ?? true
+        case .server(let name): index.servers[name]?.ports.isEmpty ?? true
+        case .port(let server, let port): index.servers[server]?.ports[port]?.isEmpty ?? true
+        case .pathDirectory(let dir): dir.isEmpty
         }
     }
 
@@ -287,7 +385,7 @@ public final class KeychainTree: Sendable {
 
     /// Moves or renames an item. Onto an existing item it replaces that item's secret in one
     /// transaction, keeping the target's attributes.
-    /// Non-empty directories answer EXDEV, so `mv` copies them item by item instead.
+    /// Directories: see `renameDirectory`.
     public func rename(_ from: String, to: String, noReplace: Bool, exchange: Bool) throws(FileSystemError) {
         guard !exchange else { throw .invalid }
         let src = try TreeLocation.parse(from), dst = try TreeLocation.parse(to)
@@ -296,8 +394,11 @@ public final class KeychainTree: Sendable {
                 (try node(src, s.index), try? node(dst, s.index))
             }
             guard case .item(let item) = source else {
+                // Directories change only in the index: resolved again in the same section.
                 try served.state.withLock { s throws(FileSystemError) in
-                    try renameDirectory(source, src, dst, target: target, &s.index)
+                    guard src != dst else { return }
+                    try renameDirectory(try node(src, s.index), src, dst, target: try? node(dst, s.index),
+                                        noReplace: noReplace, &s.index)
                 }
                 return
             }
@@ -324,15 +425,50 @@ public final class KeychainTree: Sendable {
         }
     }
 
+    /// A directory moves only while empty (nothing is stored for it, so that is all a move
+    /// is); a non-empty one answers EXDEV, so `mv` copies it item by item. Onto an existing
+    /// directory, as rename(2): an empty one is replaced, a non-empty one is ENOTEMPTY.
     private func renameDirectory(_ source: Node, _ src: TreeLocation, _ dst: TreeLocation, target: Node?,
-                                 _ index: inout ItemIndex) throws(FileSystemError) {
-        guard case .service(let from) = source, case .service(let to) = dst else { throw .crossDevice }
-        guard index.services[from]?.isEmpty ?? false else { throw .crossDevice }
-        if let target {
-            guard case .service(let t) = target, index.services[t]?.isEmpty ?? false else { throw .notEmpty }
+                                 noReplace: Bool, _ index: inout ItemIndex) throws(FileSystemError) {
+        for n in [source, target] {
+            switch n {
+            case .root?: throw FileSystemError(EBUSY)
+            case .internetRoot?: throw .notPermitted
+            default: continue
+            }
         }
-        guard !to.isEmpty else { throw .invalid }
-        index.removeService(from)
-        index.makeService(to)
+        if let target {
+            if case .item = target { throw .notDirectory }
+            if noReplace { throw .exists }
+            guard Self.isEmptyDirectory(target, index) else { throw .notEmpty }
+        }
+        guard Self.isEmptyDirectory(source, index) else { throw .crossDevice }
+        guard !Self.isInside(dst, src) else { throw .invalid }
+        if target == nil { try Self.checkNewDirectory(dst, index) }
+        let now = Date()
+        if target != nil { Self.dropDirectory(dst, &index, now: now) }
+        Self.dropDirectory(src, &index, now: now)
+        Self.addDirectory(dst, &index, now: now)
+    }
+
+    /// Whether `inner` lies below `outer` (a directory cannot move into itself).
+    static func isInside(_ inner: TreeLocation, _ outer: TreeLocation) -> Bool {
+        let a = components(inner), b = components(outer)
+        return a.count > b.count && Array(a.prefix(b.count)) == b
+    }
+
+    /// A location as decoded names from the root, with the internet root apart from a service
+    /// of that name.
+    private static func components(_ location: TreeLocation) -> [String] {
+        switch location {
+        case .root: []
+        case .internetRoot: ["/internet"]
+        case .service(let s): [s]
+        case .genericItem(let s, let a): [s, a]
+        case .server(let s): ["/internet", s]
+        case .port(let s, let p): ["/internet", s, String(p)]
+        case .internetEntry(let s, let p, let parent, let name):
+            ["/internet", s, String(p)] + parent + [TreeName.unescape(name) ?? name]
+        }
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 import KeychainCrypto
 import KeychainModel
@@ -39,6 +40,13 @@ final class OpenFile: @unchecked Sendable {
     /// the copy it committed.
     private(set) var writes: UInt64 = 0
     var isDirty: Bool { truncatedAtOpen || hasWrites }
+    /// Changes that a commit will still write: not those of a revoked or abandoned copy,
+    /// which never will.
+    var isPending: Bool { isDirty && !isRevoked && !isAbandoned }
+    /// The item's modification date when opened, then the time of this handle's last change:
+    /// what `stat` reports while it is pending and what its commit stores, so that the
+    /// kernel's cached attributes stay right across the commit.
+    private(set) var modified: Date
     /// Set when the keychain locks and this item's class key goes: reads then fail with ENOKEY.
     private(set) var isRevoked = false
     /// Set by a write or truncate past 16 MiB: the copy is then never committed, so the
@@ -47,16 +55,19 @@ final class OpenFile: @unchecked Sendable {
     /// This handle's create() made the (empty) item; an abandoned create removes it again.
     var createdItem = false
 
-    init(itemID: Int64, accessible: AccessibilityClass, mode: OpenMode, contents: SecureBytes, shared: Bool = false) {
+    init(itemID: Int64, accessible: AccessibilityClass, mode: OpenMode, contents: SecureBytes, shared: Bool = false,
+         modified: Date = Date()) {
         self.itemID = itemID
         self.accessible = accessible
         self.mode = mode
         self.buffer = contents
         self.ownsBuffer = !shared
+        self.modified = modified
         if mode.truncate {
             buffer = SecureBytes()
             ownsBuffer = true
             truncatedAtOpen = true
+            self.modified = Date()
         }
     }
 
@@ -91,6 +102,7 @@ final class OpenFile: @unchecked Sendable {
         }
         hasWrites = true
         writes += 1
+        modified = Date()
         return data.count
     }
 
@@ -102,6 +114,7 @@ final class OpenFile: @unchecked Sendable {
         buffer.resize(to: size)
         hasWrites = true
         writes += 1
+        modified = Date()
     }
 
     func markCommitted(writes committed: UInt64) {

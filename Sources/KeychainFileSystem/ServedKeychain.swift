@@ -25,6 +25,9 @@ import Synchronization
 ///   freed takes it (an eviction from the cache under `state`, a key under the keybag's), and
 ///   it calls nothing while held. Its exhaustion handler runs outside it, but may run under
 ///   any of the locks above, so it only logs.
+///
+/// The FUSE binding's own mutexes (its inode table, its directory listings, the nodes it has
+/// read) are never held while it calls in here, so they take no place in this order.
 package final class ServedKeychain: Sendable {
     package let keychain: Keychain
     private static let log = Logger(label: "keychainfs.daemon")

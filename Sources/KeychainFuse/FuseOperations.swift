@@ -1,191 +1,344 @@
 import CFuseShim
+import Foundation
 import Glibc
 import KeychainFileSystem
 
-/// The libfuse high-level callbacks. Each one only translates: C arguments into a
-/// `KeychainTree` call, and its result or `FileSystemError` back into libfuse's convention.
+/// The libfuse low-level callbacks. Each one translates: the inode into a path (or an open
+/// handle), the call into a `KeychainTree` method, and its result or `FileSystemError` into
+/// a reply. The low-level API, not the high-level one, because only with inode numbers can an
+/// open file whose name is gone still be answered (`fstat` after `unlink`).
 enum FuseOperations {
-    static func context() -> MountContext {
-        Unmanaged<MountContext>.fromOpaque(kcfs_private_data()!).takeUnretainedValue()
-    }
+    /// How long the kernel may keep names and attributes: changes made through the control
+    /// socket may take that long to show in `stat`; reads are never cached (direct I/O).
+    static let entryTimeout = 1.0
+    static let attrTimeout = 1.0
 
-    static func tree() -> KeychainTree { context().tree }
-
-    /// Runs one operation: 0 or a byte count on success, -errno on failure.
-    static func call(_ path: UnsafePointer<CChar>?, _ body: (KeychainTree, String) throws(FileSystemError) -> Int32) -> Int32 {
-        guard let path, let p = String(validatingCString: path) else { return -EINVAL }
-        let t = tree()
-        t.noteAccess()
-        do { return try body(t, p) } catch { return -error.errno }
-    }
-
-    /// Runs one operation on an open file.
-    static func onHandle(_ fi: UnsafeMutablePointer<fuse_file_info>?,
-                         _ body: (KeychainTree, UInt64) throws(FileSystemError) -> Int32) -> Int32 {
-        guard let fi else { return -EBADF }
-        let t = tree()
-        t.noteAccess()
-        do { return try body(t, fi.pointee.fh) } catch { return -error.errno }
-    }
-
-    // From <linux/fs.h>, which Glibc does not export to Swift.
+    // From <fuse_lowlevel.h> and <linux/fs.h>, whose macros Swift does not import.
+    static let setMode: Int32 = 1 << 0
+    static let setUID: Int32 = 1 << 1
+    static let setGID: Int32 = 1 << 2
+    static let setSize: Int32 = 1 << 3
     static let renameNoReplace: UInt32 = 1
     static let renameExchange: UInt32 = 2
     static let xattrCreate: Int32 = 1
     static let xattrReplace: Int32 = 2
+    /// What readdir reports as d_ino for a name the kernel has not looked up.
+    static let unknownInode: UInt64 = 0xffff_ffff
 
-    static func make() -> fuse_operations {
-        var ops = fuse_operations()
-        ops.`init` = { _, cfg in
-            if let cfg {
-                // Secrets are never kept in the page cache: every read reaches the daemon, so a
-                // lock takes effect at once.
-                cfg.pointee.direct_io = 1
-                cfg.pointee.kernel_cache = 0
-                cfg.pointee.hard_remove = 1
-                cfg.pointee.entry_timeout = 1
-                cfg.pointee.attr_timeout = 1
-                cfg.pointee.negative_timeout = 0
-            }
-            return kcfs_private_data()
-        }
-        ops.getattr = { path, st, _ in
-            FuseOperations.call(path) { t, p throws(FileSystemError) in
-                let s = try t.stat(p)
-                FuseOperations.fill(st!, s)
-                return 0
-            }
-        }
-        ops.readdir = { path, buf, filler, _, _, _ in
-            FuseOperations.call(path) { t, p throws(FileSystemError) in
-                let entries = try t.list(p)
-                _ = filler!(buf, ".", nil, 0, fuse_fill_dir_flags(rawValue: 0))
-                _ = filler!(buf, "..", nil, 0, fuse_fill_dir_flags(rawValue: 0))
-                for e in entries { _ = filler!(buf, e.name, nil, 0, fuse_fill_dir_flags(rawValue: 0)) }
-                return 0
+    static func fileSystem(_ req: fuse_req_t?) -> FuseFileSystem {
+        Unmanaged<FuseFileSystem>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+    }
+
+    /// Runs one request; `body` sends the reply on success, and a thrown error is the reply.
+    static func answer(_ req: fuse_req_t?, _ body: (FuseFileSystem) throws(FileSystemError) -> Void) {
+        let fs = fileSystem(req)
+        fs.tree.noteAccess()
+        do { try body(fs) } catch { fuse_reply_err(req, error.errno) }
+    }
+
+    static func name(_ p: UnsafePointer<CChar>?) throws(FileSystemError) -> String {
+        guard let p, let s = String(validatingCString: p) else { throw .invalid }
+        return s
+    }
+
+    static func make() -> fuse_lowlevel_ops {
+        var ops = fuse_lowlevel_ops()
+        ops.lookup = { req, parent, name in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let n = try FuseOperations.name(name)
+                let st = try fs.tree.stat(try fs.path(parent, n))
+                FuseOperations.replyEntry(req, fs, fs.inodes.withLock { $0.lookedUp(parent, n) }, st)
             }
         }
-        ops.mkdir = { path, _ in FuseOperations.call(path) { t, p throws(FileSystemError) in try t.makeDirectory(p); return 0 } }
-        ops.rmdir = { path in FuseOperations.call(path) { t, p throws(FileSystemError) in try t.removeDirectory(p); return 0 } }
-        ops.unlink = { path in FuseOperations.call(path) { t, p throws(FileSystemError) in try t.remove(p); return 0 } }
-        ops.rename = { from, to, flags in
-            FuseOperations.call(from) { t, p throws(FileSystemError) in
-                guard let to, let dst = String(validatingCString: to) else { throw .invalid }
-                try t.rename(p, to: dst, noReplace: flags & FuseOperations.renameNoReplace != 0, exchange: flags & FuseOperations.renameExchange != 0)
-                return 0
+        ops.forget = { req, ino, count in
+            FuseOperations.fileSystem(req).inodes.withLock { $0.forget(ino, count) }
+            fuse_reply_none(req)
+        }
+        ops.forget_multi = { req, count, forgets in
+            FuseOperations.fileSystem(req).inodes.withLock { t in
+                for i in 0..<count { t.forget(forgets![i].ino, forgets![i].nlookup) }
+            }
+            fuse_reply_none(req)
+        }
+        ops.getattr = { req, ino, fi in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                var attr = FuseOperations.attributes(try fs.stat(ino, handle: fs.fileHandle(ino, fi)), ino)
+                fuse_reply_attr(req, &attr, FuseOperations.attrTimeout)
+            }
+        }
+        ops.setattr = { req, ino, attr, toSet, fi in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let handle = fs.fileHandle(ino, fi)
+                let current = try fs.stat(ino, handle: handle)
+                let wanted = attr!.pointee
+                if toSet & FuseOperations.setMode != 0 { try KeychainTree.checkMode(wanted.st_mode, of: current) }
+                if toSet & (FuseOperations.setUID | FuseOperations.setGID) != 0 {
+                    try KeychainTree.checkOwner(uid: toSet & FuseOperations.setUID != 0 ? wanted.st_uid : UInt32.max,
+                                                gid: toSet & FuseOperations.setGID != 0 ? wanted.st_gid : UInt32.max)
+                }
+                if toSet & FuseOperations.setSize != 0 {
+                    guard !current.isDirectory else { throw .isDirectory }
+                    // ftruncate(2) names the open file, whose name may be gone by then.
+                    if let handle {
+                        try fs.tree.truncate(handle: handle, size: Int(wanted.st_size))
+                    } else {
+                        try fs.tree.truncate(try fs.path(ino), size: Int(wanted.st_size))
+                    }
+                }
+                // Times are accepted and not kept: an item's times are those of its secret.
+                var reply = FuseOperations.attributes(try fs.stat(ino, handle: handle), ino)
+                fuse_reply_attr(req, &reply, FuseOperations.attrTimeout)
+            }
+        }
+        ops.mkdir = { req, parent, name, _ in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let n = try FuseOperations.name(name)
+                let path = try fs.path(parent, n)
+                try fs.tree.makeDirectory(path)
+                let st = try fs.tree.stat(path)
+                FuseOperations.replyEntry(req, fs, fs.inodes.withLock { $0.lookedUp(parent, n) }, st)
+            }
+        }
+        ops.unlink = { req, parent, name in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let n = try FuseOperations.name(name)
+                try fs.tree.remove(try fs.path(parent, n))
+                fs.inodes.withLock { $0.unlink(parent, n) }
+                fuse_reply_err(req, 0)
+            }
+        }
+        ops.rmdir = { req, parent, name in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let n = try FuseOperations.name(name)
+                try fs.tree.removeDirectory(try fs.path(parent, n))
+                fs.inodes.withLock { $0.unlink(parent, n) }
+                fuse_reply_err(req, 0)
+            }
+        }
+        ops.rename = { req, parent, name, newParent, newName, flags in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let from = try FuseOperations.name(name), to = try FuseOperations.name(newName)
+                try fs.tree.rename(try fs.path(parent, from), to: try fs.path(newParent, to),
+                                   noReplace: flags & FuseOperations.renameNoReplace != 0, exchange: flags & FuseOperations.renameExchange != 0)
+                fs.inodes.withLock { $0.move(parent, from, to: newParent, to) }
+                fuse_reply_err(req, 0)
             }
         }
         // Items are only ever regular files made by create().
-        ops.link = { _, _ in -EPERM }
-        ops.symlink = { _, _ in -EPERM }
-        ops.mknod = { _, _, _ in -EPERM }
-        ops.chmod = { path, mode, _ in FuseOperations.call(path) { t, p throws(FileSystemError) in try t.setMode(p, mode: mode); return 0 } }
-        ops.chown = { path, uid, gid, _ in
-            FuseOperations.call(path) { t, p throws(FileSystemError) in try t.setOwner(p, uid: uid, gid: gid); return 0 }
-        }
-        ops.utimens = { path, _, _ in FuseOperations.call(path) { t, p throws(FileSystemError) in _ = try t.stat(p); return 0 } }
-        ops.truncate = { path, size, fi in
-            // ftruncate(2) names the open file; its path may be gone (NULL) by then.
-            if let fi {
-                return FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in try t.truncate(handle: h, size: Int(size)); return 0 }
-            }
-            return FuseOperations.call(path) { t, p throws(FileSystemError) in
-                try t.truncate(p, size: Int(size))
-                return 0
-            }
-        }
-        ops.open = { path, fi in
-            FuseOperations.call(path) { t, p throws(FileSystemError) in
-                fi!.pointee.fh = try t.open(p, flags: fi!.pointee.flags)
+        ops.link = { req, _, _, _ in fuse_reply_err(req, EPERM) }
+        ops.symlink = { req, _, _, _ in fuse_reply_err(req, EPERM) }
+        ops.mknod = { req, _, _, _, _ in fuse_reply_err(req, EPERM) }
+        ops.create = { req, parent, name, _, fi in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let n = try FuseOperations.name(name)
+                let h = try fs.tree.create(try fs.path(parent, n), flags: fi!.pointee.flags)
+                let st: FileStat
+                do throws(FileSystemError) { st = try fs.tree.stat(handle: h) } catch {
+                    try? fs.tree.release(h)
+                    throw error
+                }
+                fi!.pointee.fh = h
                 fi!.pointee.direct_io = 1
-                return 0
+                let ino = fs.inodes.withLock { t in
+                    let ino = t.created(parent, n)
+                    t.opened(ino, h)
+                    return ino
+                }
+                var e = FuseOperations.entry(ino, st)
+                // Interrupted: the kernel knows neither the inode nor the handle.
+                if fuse_reply_create(req, &e, fi) != 0 {
+                    fs.inodes.withLock { t in
+                        t.released(ino, h)
+                        t.forget(ino, 1)
+                    }
+                    try? fs.tree.release(h)
+                }
             }
         }
-        ops.create = { path, _, fi in
-            FuseOperations.call(path) { t, p throws(FileSystemError) in
-                fi!.pointee.fh = try t.create(p, flags: fi!.pointee.flags)
+        ops.open = { req, ino, fi in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let h = try fs.tree.open(try fs.path(ino), flags: fi!.pointee.flags)
+                // Secrets are never kept in the page cache: every read reaches the daemon, so a
+                // lock takes effect at once.
+                fi!.pointee.fh = h
                 fi!.pointee.direct_io = 1
-                return 0
+                fs.inodes.withLock { $0.opened(ino, h) }
+                if fuse_reply_open(req, fi) != 0 {
+                    fs.inodes.withLock { $0.released(ino, h) }
+                    try? fs.tree.release(h)
+                }
             }
         }
-        // libfuse's buffers that carry the bytes are wiped by the shim once the reply is sent.
-        ops.read = { _, buf, size, offset, fi in
-            FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in
-                let n = try t.read(h, offset: Int(offset), count: size, into: buf!)
-                FuseOperations.context().noteRead(node: kcfs_current_nodeid(), handle: h)
-                return Int32(n)
+        // libfuse's buffers that carry the bytes are wiped by the shim once the reply is sent;
+        // this one, the binding's own, here.
+        ops.read = { req, ino, size, offset, fi in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let buffer = UnsafeMutableRawPointer.allocate(byteCount: max(size, 1), alignment: 16)
+                var n = 0
+                defer {
+                    explicit_bzero(buffer, n)
+                    buffer.deallocate()
+                }
+                let h = fi!.pointee.fh
+                n = try fs.tree.read(h, offset: Int(offset), count: size, into: buffer)
+                fs.noteRead(ino, handle: h)
+                fuse_reply_buf(req, buffer.assumingMemoryBound(to: CChar.self), n)
             }
         }
-        ops.write = { _, buf, size, offset, fi in
-            FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in
-                Int32(try t.write(h, offset: Int(offset), data: UnsafeRawBufferPointer(start: buf, count: size)))
+        ops.write = { req, _, buf, size, offset, fi in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let n = try fs.tree.write(fi!.pointee.fh, offset: Int(offset), data: UnsafeRawBufferPointer(start: buf, count: size))
+                fuse_reply_write(req, n)
             }
         }
-        ops.flush = { _, fi in FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in try t.flush(h); return 0 } }
-        ops.fsync = { _, _, fi in FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in try t.sync(h); return 0 } }
-        ops.release = { _, fi in FuseOperations.onHandle(fi) { t, h throws(FileSystemError) in try t.release(h); return 0 } }
-        ops.statfs = { path, st in
-            FuseOperations.call(path) { t, _ throws(FileSystemError) in
-                let dir = String(t.keychain.path.prefix(upTo: t.keychain.path.lastIndex(of: "/") ?? t.keychain.path.endIndex))
-                if statvfs(dir.isEmpty ? "/" : dir, st!) != 0 { st!.pointee = statvfs() }
-                st!.pointee.f_namemax = 255
-                return 0
+        ops.lseek = { req, _, offset, whence, fi in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                fuse_reply_lseek(req, off_t(try fs.tree.seek(handle: fi!.pointee.fh, offset: Int(offset), whence: whence)))
             }
         }
-        ops.getxattr = { path, name, value, size in
-            FuseOperations.call(path) { t, p throws(FileSystemError) in
+        ops.flush = { req, _, fi in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                try fs.tree.flush(fi!.pointee.fh)
+                fuse_reply_err(req, 0)
+            }
+        }
+        ops.fsync = { req, _, _, fi in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                try fs.tree.sync(fi!.pointee.fh)
+                fuse_reply_err(req, 0)
+            }
+        }
+        ops.release = { req, ino, fi in
+            let h = fi!.pointee.fh
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                defer { fs.inodes.withLock { $0.released(ino, h) } }
+                try fs.tree.release(h)
+                fuse_reply_err(req, 0)
+            }
+        }
+        ops.opendir = { req, ino, fi in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                fi!.pointee.fh = try fs.openListing(ino)
+                fuse_reply_open(req, fi)
+            }
+        }
+        ops.readdir = { req, ino, size, offset, fi in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let entries = try fs.entries(fi!.pointee.fh, of: ino, offset: Int(offset))
+                let inodes = fs.inodes.withLock { t in
+                    entries.map { e -> UInt64 in
+                        switch e.name {
+                        case ".": ino
+                        case "..": t.nodes[ino].map { $0.parent == 0 ? InodeTable.root : $0.parent } ?? InodeTable.root
+                        default: t.child(ino, e.name) ?? FuseOperations.unknownInode
+                        }
+                    }
+                }
+                let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: max(size, 1))
+                defer { buffer.deallocate() }
+                var used = 0
+                var i = Int(offset)
+                while i < entries.count {
+                    var st = stat()
+                    st.st_ino = UInt(inodes[i])
+                    st.st_mode = entries[i].isDirectory ? S_IFDIR : S_IFREG
+                    let n = fuse_add_direntry(req, buffer + used, size - used, entries[i].name, &st, off_t(i + 1))
+                    if n > size - used { break }
+                    used += n
+                    i += 1
+                }
+                fuse_reply_buf(req, buffer, used)
+            }
+        }
+        ops.releasedir = { req, _, fi in
+            FuseOperations.fileSystem(req).closeListing(fi!.pointee.fh)
+            fuse_reply_err(req, 0)
+        }
+        ops.statfs = { req, _ in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let store = fs.tree.keychain.path
+                let dir = String(store.prefix(upTo: store.lastIndex(of: "/") ?? store.endIndex))
+                var st = statvfs()
+                if statvfs(dir.isEmpty ? "/" : dir, &st) != 0 { st = statvfs() }
+                st.f_namemax = 255
+                fuse_reply_statfs(req, &st)
+            }
+        }
+        ops.getxattr = { req, ino, name, size in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
                 guard let name else { throw .invalid }
-                return try FuseOperations.copyOut(try t.attribute(p, name: String(cString: name)), value, size)
+                try FuseOperations.replyXattr(req, try fs.tree.attribute(try fs.path(ino), name: String(cString: name)), size)
             }
         }
-        ops.listxattr = { path, list, size in
-            FuseOperations.call(path) { t, p throws(FileSystemError) in
-                let bytes: [UInt8] = try t.listAttributes(p).flatMap { name -> [UInt8] in Array(name.utf8) + [0] }
-                return try FuseOperations.copyOut(bytes, list, size)
+        ops.listxattr = { req, ino, size in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let bytes = try fs.tree.listAttributes(try fs.path(ino)).flatMap { name -> [UInt8] in Array(name.utf8) + [0] }
+                try FuseOperations.replyXattr(req, bytes, size)
             }
         }
-        ops.setxattr = { path, name, value, size, flags in
-            FuseOperations.call(path) { t, p throws(FileSystemError) in
+        ops.setxattr = { req, ino, name, value, size, flags in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
                 guard let name else { throw .invalid }
-                let n = String(cString: name)
-                let exists = (try? t.attribute(p, name: n)) != nil
+                let path = try fs.path(ino), n = String(cString: name)
+                let exists = (try? fs.tree.attribute(path, name: n)) != nil
                 if flags & FuseOperations.xattrCreate != 0 && exists { throw .exists }
                 if flags & FuseOperations.xattrReplace != 0 && !exists { throw .noData }
                 let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-                try t.setAttribute(p, name: n, value: bytes)
-                return 0
+                try fs.tree.setAttribute(path, name: n, value: bytes)
+                fuse_reply_err(req, 0)
             }
         }
-        ops.removexattr = { path, name in
-            FuseOperations.call(path) { t, p throws(FileSystemError) in
+        ops.removexattr = { req, ino, name in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
                 guard let name else { throw .invalid }
-                try t.removeAttribute(p, name: String(cString: name))
-                return 0
+                try fs.tree.removeAttribute(try fs.path(ino), name: String(cString: name))
+                fuse_reply_err(req, 0)
             }
         }
         return ops
     }
 
-    /// getxattr/listxattr convention: size 0 asks for the length; too small a buffer is ERANGE.
-    static func copyOut(_ bytes: [UInt8], _ dst: UnsafeMutablePointer<CChar>?, _ size: Int) throws(FileSystemError) -> Int32 {
-        if size == 0 { return Int32(bytes.count) }
-        guard size >= bytes.count else { throw FileSystemError(ERANGE) }
-        bytes.withUnsafeBytes { UnsafeMutableRawPointer(dst!).copyMemory(from: $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, byteCount: bytes.count) }
-        return Int32(bytes.count)
+    static func entry(_ ino: UInt64, _ st: FileStat) -> fuse_entry_param {
+        var e = fuse_entry_param()
+        e.ino = ino
+        e.attr = attributes(st, ino)
+        e.attr_timeout = attrTimeout
+        e.entry_timeout = entryTimeout
+        return e
     }
 
-    static func fill(_ st: UnsafeMutablePointer<stat>, _ s: FileStat) {
-        st.pointee = stat()
-        st.pointee.st_mode = s.mode
-        st.pointee.st_nlink = UInt(s.links)
-        st.pointee.st_size = s.size
-        st.pointee.st_uid = getuid()
-        st.pointee.st_gid = getgid()
-        st.pointee.st_blksize = 4096
-        st.pointee.st_blocks = (s.size + 511) / 512
-        let t = timespec(tv_sec: Int(s.modified.timeIntervalSince1970), tv_nsec: 0)
-        st.pointee.st_mtim = t
-        st.pointee.st_ctim = t
-        st.pointee.st_atim = t
+    /// Replies with a new entry; if the reply fails (the request was interrupted), the kernel
+    /// never counted the lookup.
+    static func replyEntry(_ req: fuse_req_t?, _ fs: FuseFileSystem, _ ino: UInt64, _ st: FileStat) {
+        var e = entry(ino, st)
+        if fuse_reply_entry(req, &e) != 0 { fs.inodes.withLock { $0.forget(ino, 1) } }
+    }
+
+    /// getxattr/listxattr convention: size 0 asks for the length; too small a buffer is ERANGE.
+    static func replyXattr(_ req: fuse_req_t?, _ bytes: [UInt8], _ size: Int) throws(FileSystemError) {
+        if size == 0 {
+            fuse_reply_xattr(req, bytes.count)
+            return
+        }
+        guard size >= bytes.count else { throw FileSystemError(ERANGE) }
+        _ = bytes.withUnsafeBytes { fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count) }
+    }
+
+    static func attributes(_ s: FileStat, _ ino: UInt64) -> stat {
+        var st = stat()
+        st.st_ino = UInt(ino)
+        st.st_mode = s.mode
+        st.st_nlink = UInt(s.links)
+        st.st_size = s.size
+        st.st_uid = getuid()
+        st.st_gid = getgid()
+        st.st_blksize = 4096
+        st.st_blocks = (s.size + 511) / 512
+        let seconds = s.modified.timeIntervalSince1970.rounded(.down)
+        let t = timespec(tv_sec: Int(seconds), tv_nsec: min(Int((s.modified.timeIntervalSince1970 - seconds) * 1e9), 999_999_999))
+        st.st_mtim = t
+        st.st_ctim = t
+        st.st_atim = t
+        return st
     }
 }

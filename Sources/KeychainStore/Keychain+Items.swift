@@ -181,11 +181,13 @@ extension Keychain {
     /// or with its current secret when nil; `extras` nil keeps its extras, empty removes them.
     /// `replacing`, if given, is deleted in the same transaction: that is how a rename onto
     /// an existing item is atomic. Returns once no earlier value of either is left in the store's files.
+    /// `modified` is the new modification date: a file's is the time of its last write, not of its commit.
     @discardableResult
     public func update(_ item: KeychainItem, to record: ItemRecord, secret: SecureBytes? = nil,
-                       extras: SecureBytes? = nil, replacing other: KeychainItem? = nil) throws -> KeychainItem {
+                       extras: SecureBytes? = nil, replacing other: KeychainItem? = nil,
+                       modified: Date = Date()) throws -> KeychainItem {
         var record = record
-        record.attributes.modified = Date()
+        record.attributes.modified = modified
         let value = try secret ?? self.secret(of: item)
         // A save through a temporary file renamed over the item keeps the item's extras.
         let keptExtras = try extras ?? self.extras(of: item) ?? other.flatMap { try self.extras(of: $0) }

@@ -1,21 +1,19 @@
 #ifndef KEYCHAINFS_CFUSESHIM_H
 #define KEYCHAINFS_CFUSESHIM_H
 
-/* libfuse selects its ABI through macros (fuse_new, fuse_loop_mt) that Swift cannot call;
- * these functions pin the 3.1 API for the Swift binding. */
+/* libfuse selects its ABI through macros (fuse_session_loop_mt) that Swift cannot call;
+ * these functions pin the 3.1 API of the low-level interface for the Swift binding. */
 #define FUSE_USE_VERSION 31
-#include <fuse3/fuse.h>
+#include <fuse3/fuse_lowlevel.h>
 #include <stdint.h>
 
-struct fuse *kcfs_fuse_new(int argc, char **argv, const struct fuse_operations *ops, void *user_data);
-int kcfs_fuse_mount(struct fuse *f, const char *mountpoint);
-int kcfs_fuse_loop(struct fuse *f);
-/* The kernel's node id of the request this worker thread is serving (the file of a read). */
-uint64_t kcfs_current_nodeid(void);
+struct fuse_session *kcfs_session_new(int argc, char **argv, const struct fuse_lowlevel_ops *ops, void *user_data);
+/* Mounts with the session I/O that wipes libfuse's buffers, and the signal handlers. */
+int kcfs_session_mount(struct fuse_session *se, const char *mountpoint);
+int kcfs_session_loop(struct fuse_session *se);
 /* Drops the kernel's cached pages of that node, so no memory mapping still shows them. */
-int kcfs_invalidate_inode(struct fuse *f, uint64_t nodeid);
-void kcfs_fuse_unmount_and_destroy(struct fuse *f);
-void *kcfs_private_data(void);
+int kcfs_invalidate_inode(struct fuse_session *se, uint64_t nodeid);
+void kcfs_session_unmount_and_destroy(struct fuse_session *se);
 /* For the mount daemon: PR_SET_DUMPABLE 0 and RLIMIT_CORE 0. */
 int kcfs_harden_process(void);
 

@@ -1,0 +1,105 @@
+import CFuseShim
+import KeychainFileSystem
+import Synchronization
+
+/// What the binding keeps besides the tree: the inodes the kernel holds, the listings of
+/// open directories, and the inodes whose pages may hold a secret. Its mutexes are never held
+/// while the tree is called.
+///
+/// Files are opened with direct I/O, so read(2) never fills the page cache; but a private
+/// memory mapping (MAP_PRIVATE) of a file does, and keeps showing those pages after the lock.
+/// So every inode read through is noted with its handle, and once a lock has revoked the
+/// handle, the inode's pages are dropped: a mapping then faults, the read fails, and the
+/// process gets SIGBUS rather than the secret.
+final class FuseFileSystem: Sendable {
+    let tree: KeychainTree
+    let inodes = Mutex(InodeTable())
+    private let listings = Mutex(DirectoryListings())
+    /// Inode to the handle it was last read through.
+    private let readNodes = Mutex<[UInt64: UInt64]>([:])
+
+    init(tree: KeychainTree) { self.tree = tree }
+
+    func noteRead(_ ino: UInt64, handle: UInt64) {
+        readNodes.withLock { if $0[ino] != handle { $0[ino] = handle } }
+    }
+
+    /// Drops, through `invalidate`, the pages of every inode whose handle no longer reads (or
+    /// of every inode read, with `all`).
+    func dropPages(all: Bool = false, _ invalidate: (UInt64) -> Void) {
+        let nodes = readNodes.withLock { $0 }
+        var dropped: [(UInt64, UInt64)] = []
+        for (node, handle) in nodes where all || !tree.isReadable(handle: handle) {
+            invalidate(node)
+            dropped.append((node, handle))
+        }
+        readNodes.withLock { for (node, handle) in dropped where $0[node] == handle { $0[node] = nil } }
+    }
+
+    struct DirectoryListings {
+        /// Each open directory's entries, and whether a read has begun on them.
+        var open: [UInt64: (entries: [DirectoryEntry], read: Bool)] = [:]
+        var next: UInt64 = 1
+    }
+
+    func path(_ ino: UInt64) throws(FileSystemError) -> String {
+        guard let p = inodes.withLock({ $0.path(ino) }) else { throw .notFound }
+        return p
+    }
+
+    func path(_ parent: UInt64, _ name: String) throws(FileSystemError) -> String {
+        guard let p = inodes.withLock({ $0.path(parent, name) }) else { throw .notFound }
+        return p
+    }
+
+    /// The open file the kernel names with a request on `ino`, if it is one of `ino`'s (an open
+    /// directory's handle numbers a listing, not a file).
+    func fileHandle(_ ino: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>?) -> UInt64? {
+        guard let h = fi?.pointee.fh else { return nil }
+        return inodes.withLock { $0.nodes[ino]?.handles.contains(h) ?? false } ? h : nil
+    }
+
+    /// An inode's attributes: from the handle the kernel names (ftruncate, lseek), else from
+    /// its path, else, once its name is gone, from a handle still open on it (fstat).
+    func stat(_ ino: UInt64, handle: UInt64?) throws(FileSystemError) -> FileStat {
+        if let handle { return try tree.stat(handle: handle) }
+        let (path, open) = inodes.withLock { ($0.path(ino), $0.handles(ino)) }
+        if let path {
+            do { return try tree.stat(path) } catch {
+                // Deleted behind the kernel's back (through the CLI) while open.
+                guard error == .notFound, !open.isEmpty else { throw error }
+            }
+        }
+        return try tree.stat(anyOf: open)
+    }
+
+    /// A directory's entries with "." and "..", listed when it is opened and again when a
+    /// read starts over from the beginning (rewinddir).
+    func openListing(_ ino: UInt64) throws(FileSystemError) -> UInt64 {
+        let entries = try listing(ino)
+        return listings.withLock { l in
+            let id = l.next
+            l.next += 1
+            l.open[id] = (entries, false)
+            return id
+        }
+    }
+
+    private func listing(_ ino: UInt64) throws(FileSystemError) -> [DirectoryEntry] {
+        [DirectoryEntry(name: ".", isDirectory: true), DirectoryEntry(name: "..", isDirectory: true)]
+            + (try tree.list(try path(ino)))
+    }
+
+    func entries(_ id: UInt64, of ino: UInt64, offset: Int) throws(FileSystemError) -> [DirectoryEntry] {
+        guard let (entries, read) = listings.withLock({ $0.open[id] }) else { throw .badHandle }
+        if offset > 0 || !read {
+            listings.withLock { $0.open[id]?.read = true }
+            return entries
+        }
+        let fresh = try listing(ino)
+        listings.withLock { $0.open[id] = (fresh, true) }
+        return fresh
+    }
+
+    func closeListing(_ id: UInt64) { _ = listings.withLock { $0.open.removeValue(forKey: id) } }
+}

@@ -1,0 +1,113 @@
+/// The kernel names files by inode number and the tree by path: this table keeps the path of
+/// every inode the kernel holds, until the kernel forgets it, and the open handles of each.
+/// An inode whose name is gone (unlinked, removed, or replaced by a rename) keeps its handles,
+/// so `fstat` and `ftruncate` on a descriptor still open are answered from the handle, as on a
+/// regular file. libfuse's high-level API keeps such a table too, but answers ESTALE there.
+///
+/// Not thread-safe; `FuseFileSystem` guards it with a mutex that is never held while calling
+/// the tree (so it takes no part in `ServedKeychain`'s lock order). The kernel serialises the
+/// changes to one directory (create, unlink, rename hold its lock), so a change in the tree and
+/// the matching change here are not interleaved with another change to the same names.
+struct InodeTable {
+    struct Node {
+        var parent: UInt64
+        var name: String
+        /// Lookups the kernel has not yet forgotten.
+        var lookups: UInt64
+        var handles: Set<UInt64> = []
+        /// False once the name is gone: the node then has no path.
+        var linked = true
+    }
+
+    private struct ChildKey: Hashable {
+        var parent: UInt64
+        var name: String
+    }
+
+    /// FUSE_ROOT_ID.
+    static let root: UInt64 = 1
+    private(set) var nodes: [UInt64: Node] = [root: Node(parent: 0, name: "", lookups: 1)]
+    private var children: [ChildKey: UInt64] = [:]
+    private var next: UInt64 = 2
+
+    /// The tree path of `ino`, or nil if it or a directory above it has lost its name.
+    func path(_ ino: UInt64) -> String? {
+        var parts: [String] = []
+        var current = ino
+        while current != Self.root {
+            guard let n = nodes[current], n.linked else { return nil }
+            parts.append(n.name)
+            current = n.parent
+        }
+        return "/" + parts.reversed().joined(separator: "/")
+    }
+
+    func path(_ parent: UInt64, _ name: String) -> String? {
+        guard let p = path(parent) else { return nil }
+        return p == "/" ? "/" + name : p + "/" + name
+    }
+
+    func child(_ parent: UInt64, _ name: String) -> UInt64? { children[ChildKey(parent: parent, name: name)] }
+
+    /// The handles open on `ino`.
+    func handles(_ ino: UInt64) -> [UInt64] { Array(nodes[ino]?.handles ?? []) }
+
+    /// The inode of `parent`/`name`, made if new, with one more lookup.
+    mutating func lookedUp(_ parent: UInt64, _ name: String) -> UInt64 {
+        let key = ChildKey(parent: parent, name: name)
+        if let ino = children[key] {
+            nodes[ino]!.lookups += 1
+            return ino
+        }
+        let ino = next
+        next += 1
+        nodes[ino] = Node(parent: parent, name: name, lookups: 1)
+        children[key] = ino
+        return ino
+    }
+
+    /// A file just made at `parent`/`name`: a new inode, whatever had that name before.
+    mutating func created(_ parent: UInt64, _ name: String) -> UInt64 {
+        unlink(parent, name)
+        return lookedUp(parent, name)
+    }
+
+    /// The name is gone; an inode the kernel still holds stays, with no path.
+    mutating func unlink(_ parent: UInt64, _ name: String) {
+        guard let ino = children.removeValue(forKey: ChildKey(parent: parent, name: name)) else { return }
+        nodes[ino]?.linked = false
+        dropIfUnused(ino)
+    }
+
+    /// A rename: whatever had the new name loses it (it was replaced), and the inode moves.
+    mutating func move(_ parent: UInt64, _ name: String, to newParent: UInt64, _ newName: String) {
+        guard parent != newParent || name != newName else { return }
+        let ino = children.removeValue(forKey: ChildKey(parent: parent, name: name))
+        unlink(newParent, newName)
+        guard let ino else { return }
+        nodes[ino]!.parent = newParent
+        nodes[ino]!.name = newName
+        children[ChildKey(parent: newParent, name: newName)] = ino
+    }
+
+    mutating func forget(_ ino: UInt64, _ count: UInt64) {
+        guard ino != Self.root, nodes[ino] != nil else { return }
+        nodes[ino]!.lookups -= min(count, nodes[ino]!.lookups)
+        dropIfUnused(ino)
+    }
+
+    mutating func opened(_ ino: UInt64, _ handle: UInt64) { nodes[ino]?.handles.insert(handle) }
+
+    /// The kernel may forget an inode before the release of its last handle arrives.
+    mutating func released(_ ino: UInt64, _ handle: UInt64) {
+        nodes[ino]?.handles.remove(handle)
+        dropIfUnused(ino)
+    }
+
+    private mutating func dropIfUnused(_ ino: UInt64) {
+        guard ino != Self.root, let n = nodes[ino], n.lookups == 0, n.handles.isEmpty else { return }
+        nodes[ino] = nil
+        let key = ChildKey(parent: n.parent, name: n.name)
+        if n.linked, children[key] == ino { children[key] = nil }
+    }
+}

@@ -1,0 +1,65 @@
+import XCTest
+@testable import KeychainFuse
+
+/// The inode table the binding keeps between the kernel's inode numbers and the tree's paths.
+final class InodeTableTests: XCTestCase {
+    func testLookupsCountAndForgetDrops() {
+        var t = InodeTable()
+        let dir = t.lookedUp(InodeTable.root, "svc")
+        let file = t.lookedUp(dir, "acct")
+        XCTAssertEqual(t.lookedUp(dir, "acct"), file, "one inode per name")
+        XCTAssertEqual(t.path(file), "/svc/acct")
+        XCTAssertEqual(t.path(InodeTable.root), "/")
+        XCTAssertEqual(t.path(dir, "other"), "/svc/other")
+        t.forget(file, 1)
+        XCTAssertNotNil(t.nodes[file])
+        t.forget(file, 1)
+        XCTAssertNil(t.nodes[file])
+        XCTAssertNil(t.child(dir, "acct"))
+        XCTAssertNotEqual(t.lookedUp(dir, "acct"), file, "a forgotten inode's number is not reused")
+        t.forget(InodeTable.root, 5)
+        XCTAssertEqual(t.path(InodeTable.root), "/", "the root is never forgotten")
+    }
+
+    func testAnUnlinkedInodeKeepsItsHandlesAndLosesItsPath() {
+        var t = InodeTable()
+        let file = t.lookedUp(InodeTable.root, "f")
+        t.opened(file, 7)
+        t.unlink(InodeTable.root, "f")
+        XCTAssertNil(t.path(file))
+        XCTAssertEqual(t.handles(file), [7])
+        XCTAssertNotEqual(t.lookedUp(InodeTable.root, "f"), file, "the name is free for a new inode")
+        // The kernel may forget before the last release arrives.
+        t.forget(file, 1)
+        XCTAssertNotNil(t.nodes[file])
+        t.released(file, 7)
+        XCTAssertNil(t.nodes[file])
+    }
+
+    func testRenameMovesTheInodeAndUnlinksTheOneItReplaced() {
+        var t = InodeTable()
+        let a = t.lookedUp(InodeTable.root, "a")
+        let child = t.lookedUp(a, "x")
+        let b = t.lookedUp(InodeTable.root, "b")
+        t.opened(b, 3)
+        t.move(InodeTable.root, "a", to: InodeTable.root, "b")
+        XCTAssertEqual(t.path(a), "/b")
+        XCTAssertEqual(t.path(child), "/b/x", "what lies below moves with it")
+        XCTAssertNil(t.path(b), "the replaced inode has no name")
+        XCTAssertEqual(t.handles(b), [3])
+        XCTAssertEqual(t.child(InodeTable.root, "b"), a)
+        XCTAssertNil(t.child(InodeTable.root, "a"))
+        // A directory whose name is gone takes the paths of what lies below with it.
+        t.unlink(InodeTable.root, "b")
+        XCTAssertNil(t.path(child))
+    }
+
+    func testCreateMakesANewInode() {
+        var t = InodeTable()
+        let old = t.lookedUp(InodeTable.root, "f")
+        let new = t.created(InodeTable.root, "f")
+        XCTAssertNotEqual(new, old)
+        XCTAssertEqual(t.path(new), "/f")
+        XCTAssertNil(t.path(old))
+    }
+}

@@ -1,0 +1,66 @@
+#!/bin/sh
+# pjdfstest (https://github.com/pjd/pjdfstest) through the mount: the test files of its unlink,
+# rename, mkdir, rmdir, truncate, ftruncate and open groups that keychainfs passes in full.
+# It fetches and builds nothing: build pjdfstest yourself (root, outside this repository):
+#
+#     git clone https://github.com/pjd/pjdfstest /tmp/pjdfstest
+#     cd /tmp/pjdfstest && autoreconf -ifs && ./configure && make pjdfstest
+#
+# then run this script (PJDFSTEST_DIR=/elsewhere if it is not in /tmp/pjdfstest). Without it,
+# or when not root, the script says so and skips.
+#
+# The tests run in an internet port directory, where files are items and directories nest.
+# The files left out fail by design: they make symlinks, fifos, sockets, devices or hard
+# links, chmod or chown to modes and owners other than 0600/0700 and the mounter, create
+# as other users, or write past 16 MiB.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/mount_lib.sh"
+
+PJDFSTEST_DIR=${PJDFSTEST_DIR:-/tmp/pjdfstest}
+if [ ! -x "$PJDFSTEST_DIR/pjdfstest" ] || [ ! -d "$PJDFSTEST_DIR/tests" ]; then
+    echo "SKIP: pjdfstest is not built at $PJDFSTEST_DIR (see the top of $0 to build it)"
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "SKIP: pjdfstest needs root"
+    exit 0
+fi
+
+SUBSET="
+unlink/01 unlink/02 unlink/03 unlink/04 unlink/08 unlink/09 unlink/10 unlink/12 unlink/13 unlink/14
+rename/01 rename/02 rename/03 rename/06 rename/07 rename/08 rename/15 rename/16 rename/17 rename/18 rename/19
+rename/22 rename/24
+mkdir/02 mkdir/03 mkdir/04 mkdir/08 mkdir/09 mkdir/11 mkdir/12
+rmdir/00 rmdir/02 rmdir/04 rmdir/09 rmdir/10 rmdir/12 rmdir/13 rmdir/14 rmdir/15
+truncate/00 truncate/01 truncate/02 truncate/03 truncate/04 truncate/08 truncate/09 truncate/10 truncate/11
+truncate/12 truncate/13 truncate/14
+ftruncate/01 ftruncate/02 ftruncate/03 ftruncate/04 ftruncate/08 ftruncate/09 ftruncate/10 ftruncate/11
+ftruncate/12 ftruncate/13 ftruncate/14
+open/04 open/08 open/09 open/10 open/11 open/13 open/14 open/15 open/18 open/19 open/20 open/21 open/23
+"
+
+init_store
+expect_exit 0 "mount" mount_kc "$MP"
+WORK=$MP/internet/pjdfstest/443
+mkdir -p "$WORK"
+
+for t in $SUBSET; do
+    file=$PJDFSTEST_DIR/tests/$t.t
+    if [ ! -f "$file" ]; then
+        fail "$t" "no such test file: $file"
+        continue
+    fi
+    out=$(cd "$WORK" && sh "$file" 2>&1)
+    plan=$(printf '%s\n' "$out" | sed -n 's/^1\.\.\([0-9]*\)$/\1/p' | head -1)
+    ran=$(printf '%s\n' "$out" | grep -c '^ok \|^not ok ')
+    # "not ok ... # TODO" is a known failure pjdfstest itself allows.
+    failed=$(printf '%s\n' "$out" | grep '^not ok ' | grep -v '# TODO')
+    if [ -z "$failed" ] && [ -n "$plan" ] && [ "$ran" -eq "$plan" ]; then
+        pass "pjdfstest $t ($plan checks)"
+    else
+        fail "pjdfstest $t" "plan ${plan:-none}, ran $ran" "$(printf '%s\n' "$failed" | head -5)"
+    fi
+done
+expect_eq "" "$(ls -A "$WORK")" "pjdfstest left nothing behind"
+
+finish

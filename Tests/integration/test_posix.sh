@@ -1,0 +1,176 @@
+#!/bin/sh
+# POSIX semantics that programs rely on, through the mount, in the manner of pjdfstest: each
+# check runs system calls in one process (posix_ops.py) and compares their results, errno
+# names included. Open files that outlive their names, times after ftruncate, directory times
+# and link counts, renames of empty internet directories.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/mount_lib.sh"
+
+ops() { python3 "$TESTS_DIR/posix_ops.py" "$@"; }
+# expect RESULTS NAME OP [: OP]...: the operations' results, on one line, are RESULTS.
+expect() {
+    want=$1 name=$2
+    shift 2
+    expect_eq "$want" "$(ops "$@")" "$name"
+}
+# expect_not_before EARLIER LATER NAME: times in ns; LATER is not before EARLIER.
+expect_not_before() {
+    if [ -n "$1" ] && [ -n "$2" ] && [ "$2" -ge "$1" ]; then pass "$3"; else fail "$3" "expected $2 >= $1"; fi
+}
+
+init_store
+expect_exit 0 "mount" mount_kc "$MP"
+mkdir "$MP/svc"
+F=$MP/svc/f
+
+echo "== an open file outlives its name"
+printf 'hello world' >"$F"
+expect "0 0 reg 11 0" "fstat after unlink: a regular file, its size, st_nlink 0" \
+    open "$F" O_RDWR : unlink "$F" : fstat 0 type : fstat 0 size : fstat 0 nlink
+printf 'hello world' >"$F"
+expect "0 0 0 5 hello 0 7 0 7" "ftruncate after unlink shrinks and grows the open copy" \
+    open "$F" O_RDWR : unlink "$F" : ftruncate 0 5 : fstat 0 size : pread 0 100 0 : ftruncate 0 7 : fstat 0 size \
+    : fstat 0 nlink : lseek 0 0 SEEK_END
+printf 'hello world' >"$F"
+expect "0 0 11 3 11 0 11 ENXIO ENXIO" "lseek after unlink: SEEK_END, SEEK_DATA, SEEK_HOLE" \
+    open "$F" O_RDONLY : unlink "$F" : lseek 0 0 SEEK_END : lseek 0 3 SEEK_DATA : lseek 0 3 SEEK_HOLE \
+    : lseek 0 0 SEEK_DATA : lseek 0 0 SEEK_HOLE : lseek 0 11 SEEK_DATA : lseek 0 11 SEEK_HOLE
+printf 'hello world' >"$F"
+expect "0 0 2 11 1 12 XYllo world! 0 0 ENOENT" "writes and fsync after unlink work on the descriptor; its close stores nothing" \
+    open "$F" O_RDWR : unlink "$F" : write 0 XY : lseek 0 0 SEEK_END : write 0 ! : fstat 0 size : pread 0 100 0 \
+    : fsync 0 : close 0 : stat "$F" size
+expect_eq "" "$(ls -A "$MP/svc")" "nothing is left under the old name"
+expect_exit 44 "nor in the store" kc find-generic-password -s svc -a f
+printf 'hello world' >"$F"
+expect "0 0 1 3 11 3 0 1" "a new file with the unlinked one's name is another file" \
+    open "$F" O_RDWR : unlink "$F" : open "$F" O_RDWR,O_CREAT : write 1 new : fstat 0 size : fstat 1 size \
+    : fstat 0 nlink : fstat 1 nlink
+rm -f "$F"
+expect "0 1 0 5 5 0" "two descriptors, one written: fstat after unlink shows the written copy" \
+    open "$F" O_RDWR,O_CREAT,O_TRUNC : open "$F" O_WRONLY : unlink "$F" : write 0 hello : fstat 0 size : fstat 1 nlink
+printf 'old' >"$MP/svc/acct"
+printf 'newer' >"$MP/svc/tmp"
+expect "0 0 0 3 old 0 5" "a file replaced by rename keeps its value while open, with st_nlink 0" \
+    open "$MP/svc/acct" O_RDONLY : rename "$MP/svc/tmp" "$MP/svc/acct" : fstat 0 nlink : fstat 0 size \
+    : pread 0 100 0 : close 0 : stat "$MP/svc/acct" size
+printf 'hello world' >"$F"
+expect_eq "11 0
+hello world" "$(sh -c 'exec 3<"$1"; rm "$1"; stat -L -c "%s %h" /dev/fd/3; cat <&3' sh "$F" 2>&1)" \
+    "shell: rm while open, then stat -L /dev/fd/3 and cat from it"
+printf '0123456789' >"$F"
+expect "0 1 3 10 0 2 10 0 10" "on a linked file: SEEK_DATA, SEEK_HOLE, and SEEK_END after a write before close" \
+    open "$F" O_RDWR : fstat 0 nlink : lseek 0 3 SEEK_DATA : lseek 0 3 SEEK_HOLE : lseek 0 0 SEEK_SET : write 0 ab \
+    : lseek 0 10 SEEK_SET : close 0 : stat "$F" size
+expect "0 10 2 12 0 12" "SEEK_END sees this descriptor's own writes" \
+    open "$F" O_RDWR : lseek 0 0 SEEK_END : write 0 cd : lseek 0 0 SEEK_END : close 0 : stat "$F" size
+
+echo "== stress-ng, whose hdd, seek and readahead stressors unlink their file and go on using it"
+S=$MP/internet/stress/443
+mkdir -p "$S"
+for stressor in "--hdd 2 --hdd-bytes 1M --hdd-write-size 4K" "--seek 2 --seek-size 1M" "--readahead 2 --readahead-bytes 1M"; do
+    expect_exit 0 "stress-ng $stressor --verify" stress-ng $stressor --verify -t 4 --temp-path "$S"
+done
+expect_eq "" "$(ls -A "$S")" "stress-ng left nothing behind"
+
+echo "== times after ftruncate, truncate and write"
+G=$MP/svc/g
+printf 'hello world' >"$G"
+m0=$(ops stat "$G" mtime_ns)
+c0=$(ops stat "$G" ctime_ns)
+set -- $(ops sleep 0.05 : open "$G" O_RDWR : ftruncate 0 3 : fstat 0 mtime_ns : close 0 : stat "$G" mtime_ns \
+    : stat "$G" ctime_ns : stat "$G" size)
+expect_eq 3 "$8" "ftruncate then close: the size"
+expect_not_before "$((m0 + 1))" "$6" "ftruncate then close: stat shows the new mtime at once"
+expect_not_before "$((c0 + 1))" "$7" "ftruncate then close: and the new ctime"
+expect_eq "$4" "$6" "the mtime fstat showed before close is the one stored"
+sleep 1.2
+expect_eq "$6 $7" "$(ops stat "$G" mtime_ns : stat "$G" ctime_ns)" "a second later stat still shows the same times"
+m1=$6
+t=$(ops now)
+truncate -s 1 "$G"
+expect_not_before "$t" "$(ops stat "$G" mtime_ns)" "truncate(1) by path: the new mtime at once"
+t=$(ops now)
+sh -c "printf 'x' >> '$G'"
+expect_not_before "$t" "$(ops stat "$G" mtime_ns)" "an appending write: the new mtime at once"
+expect_not_before "$((m1 + 1))" "$(ops stat "$G" ctime_ns)" "and the new ctime"
+
+echo "== directory times"
+t=$(ops now)
+mkdir "$MP/dirs"
+expect_not_before "$t" "$(ops stat "$MP/dirs" mtime_ns)" "a new directory has the time it was made, not the mount's"
+expect_eq "$(ops stat "$MP/dirs" mtime_ns)" "$(ops stat "$MP" mtime_ns)" "mkdir changes the parent's mtime"
+expect_eq "$(ops stat "$MP/dirs" ctime_ns)" "$(ops stat "$MP" ctime_ns)" "and its ctime"
+t=$(ops now)
+printf 'x' >"$MP/dirs/a"
+expect_not_before "$t" "$(ops stat "$MP/dirs" mtime_ns)" "creating a file changes the parent's mtime"
+expect_not_before "$t" "$(ops stat "$MP/dirs" ctime_ns)" "and its ctime"
+t=$(ops now)
+printf 'y' >"$MP/dirs/a"
+expect_not_before "$(ops stat "$MP/dirs" mtime_ns)" "$t" "rewriting a file does not change the parent's mtime"
+t=$(ops now)
+mv "$MP/dirs/a" "$MP/svc/a"
+expect_not_before "$t" "$(ops stat "$MP/dirs" mtime_ns)" "mv changes the old parent's mtime"
+expect_not_before "$t" "$(ops stat "$MP/svc" mtime_ns)" "and the new parent's"
+t=$(ops now)
+rm "$MP/svc/a"
+expect_not_before "$t" "$(ops stat "$MP/svc" mtime_ns)" "removing a file changes the parent's mtime"
+t=$(ops now)
+rmdir "$MP/dirs"
+expect_not_before "$t" "$(ops stat "$MP" mtime_ns)" "rmdir changes the parent's mtime"
+for d in internet/h internet/h/443 internet/h/443/docs; do
+    t=$(ops now)
+    mkdir "$MP/$d"
+    expect_not_before "$t" "$(ops stat "$MP/$d" mtime_ns)" "$d: made now"
+    expect_eq "$(ops stat "$MP/$d" mtime_ns)" "$(ops stat "$(dirname "$MP/$d")" mtime_ns)" "$d: its parent changed with it"
+done
+t=$(ops now)
+printf 'pw' >"$MP/internet/h/443/docs/alice"
+expect_not_before "$t" "$(ops stat "$MP/internet/h/443/docs" mtime_ns)" "an internet item changes its path directory's mtime"
+
+echo "== directory link counts"
+expect_eq "$((2 + $(ls -A "$MP" | wc -l)))" "$(stat -c %h "$MP")" "the root: 2 plus its subdirectories"
+before=$(stat -c %h "$MP")
+mkdir "$MP/another"
+expect_eq "$((before + 1))" "$(stat -c %h "$MP")" "mkdir adds one to the parent's st_nlink"
+rmdir "$MP/another"
+expect_eq "$before" "$(stat -c %h "$MP")" "rmdir takes it back"
+mkdir "$MP/internet/h/80"
+expect_eq "2 4 3 2" "$(stat -c %h "$MP/svc" "$MP/internet/h" "$MP/internet/h/443" "$MP/internet/h/443/docs" | tr '\n' ' ' | sed 's/ $//')" \
+    "a service 2 (items are files), a server 2 + ports, a port 2 + path directories"
+expect_eq "1" "$(stat -c %h "$MP/internet/h/443/docs/alice")" "an item has one link"
+expect_eq "$(python3 -c 'import os, sys; print(sum(1 for _ in os.walk(sys.argv[1])))' "$MP")" \
+    "$(find "$MP" -type d | wc -l)" "find -type d sees every directory"
+
+echo "== renames of empty internet directories"
+mkdir "$MP/internet/r1"
+expect "0" "rename(2) of an empty server" rename "$MP/internet/r1" "$MP/internet/r2"
+expect "ENOENT reg dir" "the old name is gone, the new one is a directory" \
+    stat "$MP/internet/r1" type : stat "$MP/internet/h/443/docs/alice" type : stat "$MP/internet/r2" type
+mkdir "$MP/internet/r2/443"
+expect "0" "rename(2) of an empty port" rename "$MP/internet/r2/443" "$MP/internet/r2/8443"
+expect "0" "to another server" rename "$MP/internet/r2/8443" "$MP/internet/h/8443"
+mkdir "$MP/internet/h/8443/old"
+expect "0" "rename(2) of an empty path directory" rename "$MP/internet/h/8443/old" "$MP/internet/h/8443/api"
+expect_eq "8443/api" "$(cd "$MP/internet/h" && find 8443 -mindepth 1)" "ls shows the renamed directories"
+expect "EINVAL" "to a port that is no number in 1-65535: EINVAL" rename "$MP/internet/r2" "$MP/internet/h/99999"
+printf 'pw' >"$MP/internet/h/8443/api/bob"
+expect "EXDEV EXDEV" "a non-empty server or path directory: EXDEV, so mv copies" \
+    rename "$MP/internet/h" "$MP/internet/h2" : rename "$MP/internet/h/8443/api" "$MP/internet/h/8443/v2"
+expect "ENOTEMPTY ENOTEMPTY ENOTEMPTY" "onto a non-empty server, port or path directory: ENOTEMPTY" \
+    rename "$MP/internet/r2" "$MP/internet/h" : rename "$MP/internet/r2" "$MP/internet/h/8443" \
+    : rename "$MP/internet/r2" "$MP/internet/h/8443/api"
+mkdir "$MP/empty"
+expect "ENOTEMPTY" "an empty service onto a non-empty one: ENOTEMPTY" rename "$MP/empty" "$MP/svc"
+expect "ENOTEMPTY" "a non-empty directory onto a non-empty one: ENOTEMPTY" rename "$MP/internet/h" "$MP/svc"
+mkdir "$MP/internet/e"
+expect "0 ENOENT dir" "onto an empty directory: replaced" \
+    rename "$MP/internet/r2" "$MP/internet/e" : stat "$MP/internet/r2" type : stat "$MP/internet/e" type
+expect "ENOTDIR EISDIR" "a directory onto a file, a file onto a directory" \
+    rename "$MP/internet/e" "$MP/internet/h/8443/api/bob" : rename "$MP/internet/h/8443/api/bob" "$MP/internet/e"
+expect_errno "mv -T onto a non-empty directory says so" "Directory not empty" mv -T "$MP/internet/e" "$MP/internet/h"
+expect_exit 0 "mv of a non-empty server copies it item by item" mv "$MP/internet/h" "$MP/internet/moved"
+expect_eq "pw pw" "$(cat "$MP/internet/moved/8443/api/bob") $(cat "$MP/internet/moved/443/docs/alice")" "its items came along"
+expect "ENOENT" "and the old server is gone" stat "$MP/internet/h" type
+expect_exit 0 "the store has them under the new server" kc find-internet-password -s moved -P 8443 -p api -a bob
+
+finish
