@@ -104,7 +104,8 @@ public final class ControlServer: Sendable {
         if !started.exchange(true, ordering: .sequentiallyConsistent) { close(listenFD) }
         let own = Thread.current.threadDictionary[Self.handlerMarker] != nil ? 1 : 0
         let deadline = Deadline.after(seconds: 2)
-        while inFlight.withLock({ $0 }) > own && !deadline.hasPassed { usleep(10_000) }
+        // Short steps: an unmount waits for this, and the reply in flight is usually its own.
+        while inFlight.withLock({ $0 }) > own && !deadline.hasPassed { usleep(500) }
     }
 
     private static let handlerMarker = "keychainfs.control-handler"

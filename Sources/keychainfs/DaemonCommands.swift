@@ -158,7 +158,7 @@ struct UnmountCommand: ParsableCommand {
 
     @OptionGroup var target: MountTarget
     /// How long to wait for the daemon to exit, so that the mountpoint is free when this returns.
-    static let exitWait: TimeInterval = 10
+    static let exitWait: Double = 10
 
     func run() throws {
         let store = try target.storePath()
@@ -195,8 +195,10 @@ struct UnmountCommand: ParsableCommand {
         }
     }
 
+    /// Checked every millisecond: the daemon exits a few milliseconds after its mount is
+    /// detached, and this wait is most of what `unmount` takes.
     static func waitForExit(_ pid: Int32) {
-        let deadline = Date().addingTimeInterval(exitWait)
-        while ProcessState.isRunning(pid) && Date() < deadline { usleep(20_000) }
+        let deadline = Deadline.after(seconds: exitWait)
+        while ProcessState.isRunning(pid) && !deadline.hasPassed { usleep(1_000) }
     }
 }
