@@ -168,7 +168,7 @@ public enum Fusermount {
         // WIFEXITED and WEXITSTATUS, which Swift does not import.
         guard status & 0x7f == 0 && (status >> 8) & 0xff == 0 else {
             let why = String(decoding: message, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            if why.isEmpty || why.localizedCaseInsensitiveContains("busy") {
+            if why.isEmpty || why.lowercased().contains("busy") {
                 throw KeychainError.mountpointBusy(
                     "cannot unmount \(mountpoint): it is busy (a process has a file open or its working directory there); "
                     + "'fuser -vm \(mountpoint)' lists them")

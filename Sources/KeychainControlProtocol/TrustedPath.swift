@@ -64,8 +64,8 @@ package enum ProcessState {
 
     /// "process 123 (keychainfs)", for messages.
     package static func describe(_ pid: Int32) -> String {
-        let comm = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?
-            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let comm = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))
+            .map { String($0.prefix { $0 != "\n" }) }
         return "process \(pid)" + (comm.map { " (\($0))" } ?? "")
     }
 }

@@ -45,7 +45,7 @@ public final class ControlServer: Sendable {
     /// Binds `socketPath`; a socket in the runtime directory gets that directory made (0700,
     /// this user's). `storeBusy` if a daemon already listens there.
     public init(socketPath: String, service: any KeychainService) throws {
-        let directory = (socketPath as NSString).deletingLastPathComponent
+        let directory = PathText.parent(socketPath)
         if directory == KeychainLocations.runtimeDirectory { try TrustedPath.makePrivateDirectory(directory) }
         guard TrustedPath.isTrustedDirectory(directory) else {
             throw KeychainError.io("\(directory) is not a directory of this user that only it can write; refusing to listen there")

@@ -3,7 +3,13 @@ import Foundation
 /// Where keychainfs keeps its files, after the XDG base directory spec.
 public enum KeychainLocations {
     static var env: [String: String] { ProcessInfo.processInfo.environment }
-    public static var home: String { env["HOME"] ?? NSHomeDirectory() }
+    public static var home: String { env["HOME"] ?? passwdHome ?? "/" }
+
+    /// The home directory of this user's passwd entry, for an environment without HOME.
+    private static var passwdHome: String? {
+        guard let entry = getpwuid(getuid()), let dir = entry.pointee.pw_dir else { return nil }
+        return String(cString: dir)
+    }
 
     private static func xdg(_ name: String, _ fallback: String) -> String {
         if let v = env[name], v.hasPrefix("/") { return v }
@@ -51,7 +57,7 @@ public enum KeychainLocations {
             var st = stat()
             while !dir.isEmpty && stat(dir, &st) != 0 {
                 missing.insert(dir, at: 0)
-                dir = (dir as NSString).deletingLastPathComponent
+                dir = PathText.parent(dir)
             }
             if missing.isEmpty {
                 guard st.st_mode & S_IFMT == S_IFDIR else { throw KeychainError.io("\(path) is not a directory") }
