@@ -1,4 +1,10 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 import KeychainControlProtocol
 import KeychainModel
 
@@ -167,8 +173,8 @@ public enum Fusermount {
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         // WIFEXITED and WEXITSTATUS, which Swift does not import.
         guard status & 0x7f == 0 && (status >> 8) & 0xff == 0 else {
-            let why = String(decoding: message, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            if why.isEmpty || why.lowercased().contains("busy") {
+            let why = String(decoding: message, as: UTF8.self).split(whereSeparator: \.isWhitespace).joined(separator: " ")
+            if why.isEmpty || why.lowercased().firstRange(of: "busy") != nil {
                 throw KeychainError.mountpointBusy(
                     "cannot unmount \(mountpoint): it is busy (a process has a file open or its working directory there); "
                     + "'fuser -vm \(mountpoint)' lists them")

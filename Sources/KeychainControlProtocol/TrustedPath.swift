@@ -1,4 +1,10 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 import KeychainModel
 
 /// What a process may believe about files others could have made: a directory or record is
@@ -35,12 +41,7 @@ package enum TrustedPath {
     /// Makes the directory for sockets if needed (0700) and checks it is trusted; an existing
     /// directory of this user is narrowed to 0700 first.
     package static func makePrivateDirectory(_ path: String) throws {
-        do {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw KeychainError.io("cannot create \(path): \(error.localizedDescription)")
-        }
+        try KeychainLocations.makeDirectories(path, lastMode: 0o700)
         var st = stat()
         guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid() else {
             throw KeychainError.io("\(path) is not a directory owned by this user; refusing to use it")

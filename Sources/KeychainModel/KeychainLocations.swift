@@ -1,4 +1,10 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 
 /// Where keychainfs keeps its files, after the XDG base directory spec.
 public enum KeychainLocations {
@@ -43,6 +49,20 @@ public enum KeychainLocations {
         return FileManager.default.currentDirectoryPath + "/" + path
     }
 
+    /// `mkdir -p`: the parents made get the default mode, `path` itself `lastMode` (both less
+    /// the umask). With mkdir(2), not FileManager, whose error text would link all of
+    /// Foundation into the small clients.
+    package static func makeDirectories(_ path: String, lastMode: mode_t = 0o777) throws {
+        var prefix = path.hasPrefix("/") ? "" : "."
+        let parts = path.split(separator: "/")
+        for (i, part) in parts.enumerated() {
+            prefix += "/" + part
+            if mkdir(prefix, i == parts.count - 1 ? lastMode : 0o777) != 0 && errno != EEXIST {
+                throw KeychainError.io("cannot create \(prefix): \(String(cString: strerror(errno)))")
+            }
+        }
+    }
+
     /// Creates `path` and its parents; the last component gets `mode`. An existing directory
     /// must be ours and not a symlink: the runtime directory's fallback is in /tmp, where
     /// another user could have made it first to catch passphrases sent to the daemon.
@@ -69,8 +89,7 @@ public enum KeychainLocations {
             for d in missing { _ = chmod(d, mode) }
             return
         }
-        do { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
-        catch { throw KeychainError.io("cannot create \(path): \(error.localizedDescription)") }
+        try makeDirectories(path)
         var st = stat()
         guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid(), chmod(path, mode) == 0 else {
             throw KeychainError.io("\(path) is not a directory owned by this user; refusing to use it")
