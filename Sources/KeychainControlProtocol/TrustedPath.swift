@@ -63,6 +63,13 @@ package enum ProcessState {
         return state != nil && state != "Z" && state != "X"
     }
 
+    /// Waits up to `seconds` for the process to end, checking every millisecond: a daemon asked to
+    /// unmount exits a few milliseconds after its mount is detached, and `unmount` returns only then.
+    package static func waitForExit(_ pid: Int32, upTo seconds: Double) {
+        let deadline = Deadline.after(seconds: seconds)
+        while isRunning(pid) && !deadline.hasPassed { usleep(1_000) }
+    }
+
     /// "process 123 (keychainfs)", for messages.
     package static func describe(_ pid: Int32) -> String {
         let comm = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))

@@ -8,8 +8,9 @@ import Foundation
 
 /// Where keychainfs keeps its files, after the XDG base directory spec.
 public enum KeychainLocations {
-    static var env: [String: String] { ProcessInfo.processInfo.environment }
-    public static var home: String { env["HOME"] ?? passwdHome ?? "/" }
+    /// One variable with getenv, rather than ProcessInfo's dictionary of all of them.
+    static func env(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }
+    public static var home: String { env("HOME") ?? passwdHome ?? "/" }
 
     /// The home directory of this user's passwd entry, for an environment without HOME.
     private static var passwdHome: String? {
@@ -18,14 +19,14 @@ public enum KeychainLocations {
     }
 
     private static func xdg(_ name: String, _ fallback: String) -> String {
-        if let v = env[name], v.hasPrefix("/") { return v }
+        if let v = env(name), v.hasPrefix("/") { return v }
         return home + "/" + fallback
     }
 
     /// `--store`, else `KEYCHAINFS_STORE`, else `$XDG_DATA_HOME/keychainfs/keychain.db`.
     public static func store(_ explicit: String? = nil) -> String {
         if let explicit, !explicit.isEmpty { return absolute(explicit) }
-        if let v = env["KEYCHAINFS_STORE"], !v.isEmpty { return absolute(v) }
+        if let v = env("KEYCHAINFS_STORE"), !v.isEmpty { return absolute(v) }
         return xdg("XDG_DATA_HOME", ".local/share") + "/keychainfs/keychain.db"
     }
 
@@ -40,7 +41,7 @@ public enum KeychainLocations {
 
     /// Control sockets and mount records, in a 0700 directory.
     public static var runtimeDirectory: String {
-        if let v = env["XDG_RUNTIME_DIR"], v.hasPrefix("/") { return v + "/keychainfs" }
+        if let v = env("XDG_RUNTIME_DIR"), v.hasPrefix("/") { return v + "/keychainfs" }
         return "/tmp/keychainfs-\(getuid())"
     }
 

@@ -5,7 +5,8 @@ import KeychainCrypto
 import KeychainModel
 
 /// `keychainfs`: answers `find-generic-password -s S -a A -w` from a mounted keychain's daemon
-/// itself, and hands every other command line to the full tool (`keychainfs-full`, beside this
+/// itself, and asks a live daemon to unmount; it hands every other command line (and these,
+/// when there is no live daemon to ask) to the full tool (`keychainfs-full`, beside this
 /// binary or in `../libexec/keychainfs/`) by exec, argv unchanged.
 ///
 /// The lookup is what scripts run most, and the full tool's start-up (its size, ArgumentParser's
@@ -18,6 +19,7 @@ enum KeychainFront {
     static func main() {
         let arguments = CommandLine.arguments
         if let lookup = SecretLookup(arguments: arguments.dropFirst()) { lookup.run() }
+        if let unmount = DaemonUnmount(arguments: arguments.dropFirst()) { unmount.run() }
         FullTool.exec(arguments)
     }
 }
@@ -66,21 +68,76 @@ struct SecretLookup {
             // The full tool says whether a missing device key is the reason.
             return
         } catch let error as KeychainError {
-            let line = "keychainfs: \(error.description)\n"
-            line.utf8CString.withUnsafeBytes { writeAll(UnsafeRawBufferPointer(rebasing: $0.dropLast()), to: 2) }
-            exit(error.exitCode)
+            fail(error)
         } catch {
             return
         }
     }
+}
 
-    private func writeAll(_ raw: UnsafeRawBufferPointer, to fd: Int32) {
-        var offset = 0
-        while offset < raw.count {
-            let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
-            if n < 0 { if errno == EINTR { continue }; return }
-            offset += n
+/// `unmount [MOUNTPOINT] [--store P]` of a mount whose daemon answers: the daemon detaches its
+/// mount, wipes every key and secret and exits, and this returns once it has exited, as the
+/// full tool does. A stale mount, a daemon that does not answer, or one of another version is
+/// the full tool's to handle (it detaches the mount itself).
+struct DaemonUnmount {
+    var mountpoint: String?
+    var store: String?
+
+    init?(arguments: ArraySlice<String>) {
+        guard arguments.first == "unmount" else { return nil }
+        var rest = arguments.dropFirst()
+        while let argument = rest.popFirst() {
+            if argument == "--store" {
+                guard store == nil, let value = rest.popFirst(), !value.hasPrefix("-") else { return nil }
+                store = value
+            } else {
+                guard mountpoint == nil, !argument.hasPrefix("-") else { return nil }
+                mountpoint = argument
+            }
         }
+    }
+
+    /// The full tool's wait for the daemon to exit.
+    static let exitWait: Double = 10
+
+    func run() {
+        // A mountpoint names its store through the mount table, whatever --store says.
+        let canonicalMountpoint = mountpoint.map(MountRegistry.canonicalPath)
+        let path: String
+        if let canonicalMountpoint {
+            guard let entry = MountTable.keychainfsMount(at: canonicalMountpoint) else { return }
+            path = entry.source
+        } else {
+            path = KeychainLocations.store(store)
+        }
+        guard access(path, F_OK) == 0,
+              let (keychain, record) = try? DaemonLocator.daemon(forStore: path),
+              canonicalMountpoint == nil || canonicalMountpoint == record.mountpoint else { return }
+        do {
+            try keychain.unmount()
+        } catch let error as KeychainError {
+            fail(error)
+        } catch {
+            return
+        }
+        ProcessState.waitForExit(record.pid, upTo: Self.exitWait)
+        exit(0)
+    }
+}
+
+/// One line on standard error and the error's exit status, as the full tool reports it.
+func fail(_ error: KeychainError) -> Never {
+    let line = "keychainfs: \(error.description)\n"
+    line.utf8CString.withUnsafeBytes { writeAll(UnsafeRawBufferPointer(rebasing: $0.dropLast()), to: 2) }
+    exit(error.exitCode)
+}
+
+func writeAll(_ raw: UnsafeRawBufferPointer, to fd: Int32) {
+    var offset = 0
+    while offset < raw.count {
+        let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+        if n < 0 { if errno == EINTR { continue }; return }
+        offset += n
     }
 }
 

@@ -195,10 +195,5 @@ struct UnmountCommand: ParsableCommand {
         }
     }
 
-    /// Checked every millisecond: the daemon exits a few milliseconds after its mount is
-    /// detached, and this wait is most of what `unmount` takes.
-    static func waitForExit(_ pid: Int32) {
-        let deadline = Deadline.after(seconds: exitWait)
-        while ProcessState.isRunning(pid) && !deadline.hasPassed { usleep(1_000) }
-    }
+    static func waitForExit(_ pid: Int32) { ProcessState.waitForExit(pid, upTo: exitWait) }
 }

@@ -82,5 +82,37 @@ expect_exit 0 "--version" kc --version
 expect_exit 0 "--help" kc --help
 expect_contains "$OUT" "find-generic-password" "--help is the whole tool's"
 
-expect_exit 0 "unmount" kc unmount "$MP"
+echo "== unmount of a live daemon, by the front alone"
+# A process with its working directory in the mount makes it busy: 16, as the whole tool says.
+(cd "$MP/svc" && sleep 30) &
+holder=$!
+on_exit_kill "$holder"
+sleep 0.3
+expect_exit 16 "unmount of a busy mount" "$ALONE/keychainfs" unmount "$MP"
+busy_message=$(cat "$ERR")
+expect_exit 16 "the whole tool agrees" "$FULL" unmount "$MP"
+expect_eq "$(cat "$ERR")" "$busy_message" "same message for a busy mount"
+kill "$holder"
+wait "$holder" 2>/dev/null
+pid=$(daemon_pid "$MP")
+expect_exit 0 "unmount MOUNTPOINT" "$ALONE/keychainfs" unmount "$MP"
+mountpoint -q "$MP" && fail "the mount is gone when unmount returns" || pass "the mount is gone when unmount returns"
+# Exited: gone, or a zombie its parent (init here) has not reaped yet.
+state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1)
+case $state in ""|Z|X) pass "the daemon has exited when unmount returns" ;; *) fail "the daemon has exited when unmount returns" "state $state" ;; esac
+expect_exit 0 "mount again at once" mount_kc "$MP"
+expect_exit 0 "unmount --store" "$ALONE/keychainfs" unmount --store "$S"
+mountpoint -q "$MP" && fail "unmounted by its store" || pass "unmounted by its store"
+expect_exit 0 "mount again" mount_kc "$MP"
+expect_exit 0 "and the secret is still there" kc find-generic-password -s svc -a acct -w
+expect_eq "through the mount" "$(cat "$OUT")" "the store was closed cleanly"
+
+echo "== what the front leaves to the whole tool"
+expect_exit 74 "unmount of a mountpoint that is not mounted goes to the whole tool" "$ALONE/keychainfs" unmount "$TEST_ROOT"
+same_as_full "unmount of a mountpoint that is not mounted" unmount "$TEST_ROOT"
+kill -9 "$(daemon_pid "$MP")"
+sleep 0.3
+expect_exit 74 "a stale mount goes to the whole tool" "$ALONE/keychainfs" unmount "$MP"
+expect_exit 0 "which detaches it" kc unmount "$MP"
+expect_contains "$OUT" "detached the stale mount" "the whole tool's message"
 finish
