@@ -145,10 +145,13 @@ func writeAll(_ raw: UnsafeRawBufferPointer, to fd: Int32) {
 enum FullTool {
     static let name = "keychainfs-full"
 
+    /// argv[0] becomes this binary's real path, which the whole tool writes into the systemd
+    /// unit it installs: the unit then runs `keychainfs`, not the tool behind it.
     static func exec(_ arguments: [String]) -> Never {
-        let directory = ownDirectory()
+        let own = ownPath()
+        let directory = parent(of: own)
         let candidates = [directory + "/" + name, directory + "/../libexec/keychainfs/" + name]
-        let argv = arguments.map { strdup($0) } + [nil]
+        let argv = ([own] + arguments.dropFirst()).map { strdup($0) } + [nil]
         for path in candidates where access(path, X_OK) == 0 {
             execv(path, argv)
         }
@@ -158,12 +161,15 @@ enum FullTool {
         exit(KeychainError.io("").exitCode)
     }
 
-    /// The directory of this executable, symlinks resolved, so that a link on PATH finds its full tool.
-    private static func ownDirectory() -> String {
+    /// This executable, symlinks resolved, so that a link on PATH finds its full tool.
+    private static func ownPath() -> String {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlink("/proc/self/exe", &buffer, Int(PATH_MAX))
-        guard n > 0 else { return "." }
-        let path = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard n > 0 else { return CommandLine.arguments[0] }
+        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    private static func parent(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])
     }

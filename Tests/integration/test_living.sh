@@ -267,7 +267,9 @@ if [ ! -d "$U1_RUN" ]; then
     on_exit "rm -rf '$U1_RUN'"
 fi
 BIN="$USERS_ROOT/keychainfs"
+# The front and the whole tool it runs, side by side.
 cp "$KEYCHAINFS_BIN" "$BIN" && chmod 755 "$BIN"
+cp "$(dirname "$KEYCHAINFS_BIN")/keychainfs-full" "$USERS_ROOT/keychainfs-full" && chmod 755 "$USERS_ROOT/keychainfs-full"
 U1PASS='kcfs living login 1'
 printf '%s\n' "$U1PASS" >"$USERS_ROOT/u1pass"
 chown "$U1:" "$USERS_ROOT/u1pass" && chmod 600 "$USERS_ROOT/u1pass"
