@@ -454,7 +454,7 @@ expect_exit 0 "a user manager starts" start_manager
 
 # A binary path with a space and a % tests the unit's quoting.
 ODD="$USERS_ROOT/odd dir%1"
-mkdir "$ODD" && cp "$BIN" "$ODD/keychainfs" && chmod 755 "$ODD"
+mkdir "$ODD" && cp "$BIN" "$ODD/keychainfs" && cp "$USERS_ROOT/keychainfs-full" "$ODD/" && chmod 755 "$ODD"
 expect_exit 0 "service install" as_u1 "$ODD/keychainfs" service install
 expect_contains "$OUT" "it mounts the keychain at every login" "with a user manager it enables the unit"
 expect_contains "$U1_HOME/.config/systemd/user/keychainfs.service" "ExecStart=\"$USERS_ROOT/odd dir%%1/keychainfs\" mount" \
