@@ -7,7 +7,7 @@ import KeychainModel
 /// `keychainfs`: answers `find-generic-password -s S -a A -w` from a mounted keychain's daemon
 /// itself, and asks a live daemon to unmount; it hands every other command line (and these,
 /// when there is no live daemon to ask) to the full tool (`keychainfs-full`, beside this
-/// binary or in `../libexec/keychainfs/`) by exec, argv unchanged.
+/// binary or in `../libexec/keychainfs/`) by exec, with the same arguments.
 ///
 /// The lookup is what scripts run most, and the full tool's start-up (its size, ArgumentParser's
 /// reflection, Foundation and GRDB) costs several times the lookup itself. This binary links
