@@ -8,13 +8,16 @@ import PackageDescription
 // (backup files) needs only it. The control socket is apart from the store: KeychainControlProtocol
 // (wire format, records, `KeychainService`) → KeychainClient (reaching a daemon) and KeychainControlServer (the
 // daemon's end); KeychainControl adds the store opened in-process. git-credential-keychainfs
-// links only the client, so neither GRDB nor SQLite.
+// links only the client, so neither GRDB nor SQLite. So does `keychainfs` itself: a small front that
+// answers `find-generic-password -w` through the daemon and execs `keychainfs-full` (the whole
+// tool, Sources/keychainfs) for everything else, so that a lookup pays no start-up of the whole tool.
 let package = Package(
     name: "keychainfs",
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "KeychainStore", targets: ["KeychainStore"]),
         .executable(name: "keychainfs", targets: ["keychainfs"]),
+        .executable(name: "keychainfs-full", targets: ["keychainfs-full"]),
         .executable(name: "git-credential-keychainfs", targets: ["git-credential-keychainfs"]),
     ],
     dependencies: [
@@ -56,12 +59,15 @@ let package = Package(
             "KeychainModel", "KeychainStore",
             .product(name: "TOMLKit", package: "TOMLKit"),
         ]),
-        .executableTarget(name: "keychainfs", dependencies: [
+        .executableTarget(name: "keychainfs-full", dependencies: [
             "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainConfig",
             "KeychainBackup",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
-        ]),
+        ], path: "Sources/keychainfs"),
+        .executableTarget(name: "keychainfs", dependencies: [
+            "KeychainModel", "KeychainCrypto", "KeychainControlProtocol", "KeychainClient",
+        ], path: "Sources/keychainfs-front"),
         .executableTarget(name: "git-credential-keychainfs", dependencies: ["KeychainModel", "KeychainClient", "GitCredential"]),
         // Test support: fills a store with many items at once (Tests/integration/test_memory.sh).
         .executableTarget(name: "keychainfs-fill", dependencies: ["KeychainStore", "KeychainBatch"], path: "Tests/Fill"),

@@ -1,4 +1,10 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 
 /// Attributes git sends with a password that must come back with it on `get`. They are sealed
 /// with the password (the item's extras), as `key=value` lines, the form git uses for them;

@@ -1,4 +1,10 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 import KeychainBatch
 import KeychainControlProtocol
 import KeychainCrypto
@@ -17,7 +23,7 @@ public final class RemoteKeychainService: KeychainService {
     /// A connection to the daemon, checked to be of this user: passphrases and secrets go to
     /// no one else. Nil when nothing listens, or when the socket's directory is not trusted.
     static func connect(_ socketPath: String, deadline: Deadline) throws -> Int32? {
-        guard TrustedPath.isTrustedDirectory((socketPath as NSString).deletingLastPathComponent),
+        guard TrustedPath.isTrustedDirectory(PathText.parent(socketPath)),
               let fd = try UnixSocket.connect(path: socketPath, deadline: deadline) else { return nil }
         guard UnixSocket.peerUID(fd) == getuid() else {
             close(fd)

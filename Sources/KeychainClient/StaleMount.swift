@@ -1,4 +1,10 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 import KeychainControlProtocol
 import KeychainModel
 
@@ -127,18 +133,48 @@ public enum StaleMount {
 
 /// `fusermount3 -u`, which unmounts a FUSE mount for the user who made it (root or not).
 public enum Fusermount {
+    static let path = "/bin/fusermount3"
+
+    /// Spawned directly (not through Foundation's `Process`, whose threads and descriptor sweep
+    /// cost tens of milliseconds), since an unmount waits for it.
     public static func unmount(_ mountpoint: String, lazy: Bool = false) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
-        process.arguments = ["-u"] + (lazy ? ["-z"] : []) + [mountpoint]
-        let err = Pipe()
-        process.standardError = err
-        do { try process.run() } catch { throw KeychainError.io("cannot run fusermount3: \(error)") }
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            let why = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                .trimmingCharacters(in: .whitespacesAndNewlines)
-            if why.isEmpty || why.localizedCaseInsensitiveContains("busy") {
+        var err: [Int32] = [0, 0]
+        guard pipe(&err) == 0 else {
+            throw KeychainError.io("cannot run fusermount3: pipe: \(String(cString: strerror(errno)))")
+        }
+        // Only the dup2'ed copy reaches fusermount3 (threads may spawn meanwhile).
+        for fd in err { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, err[1], 2)
+        let arguments = [path, "-u"] + (lazy ? ["-z"] : []) + [mountpoint]
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, path, &actions, nil, argv, environ)
+        close(err[1])
+        guard rc == 0 else {
+            close(err[0])
+            throw KeychainError.io("cannot run fusermount3: \(String(cString: strerror(rc)))")
+        }
+        var message: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 512)
+        while true {
+            let n = read(err[0], &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            message += buffer[0..<n]
+        }
+        close(err[0])
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        // WIFEXITED and WEXITSTATUS, which Swift does not import.
+        guard status & 0x7f == 0 && (status >> 8) & 0xff == 0 else {
+            let why = String(decoding: message, as: UTF8.self).split(whereSeparator: \.isWhitespace).joined(separator: " ")
+            if why.isEmpty || why.lowercased().firstRange(of: "busy") != nil {
                 throw KeychainError.mountpointBusy(
                     "cannot unmount \(mountpoint): it is busy (a process has a file open or its working directory there); "
                     + "'fuser -vm \(mountpoint)' lists them")

@@ -1,4 +1,10 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 
 /// What a running daemon publishes about itself, as `<store>.daemon` beside the store (0600),
 /// removed when it exits. Paths are real paths. JSON with these keys; readers ignore keys they

@@ -1,4 +1,10 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 import KeychainCrypto
 import KeychainModel
 
@@ -16,10 +22,10 @@ public enum MountRegistry {
             return String(cString: resolved)
         }
         // A dead FUSE mount fails realpath (ENOTCONN); its parent still resolves.
-        let parent = (absolute as NSString).deletingLastPathComponent
-        let name = (absolute as NSString).lastPathComponent
+        let parent = PathText.parent(absolute)
+        let name = PathText.lastComponent(absolute)
         guard parent != absolute, let resolvedParent = realpath(parent, nil) else {
-            return (absolute as NSString).standardizingPath
+            return PathText.standardized(absolute)
         }
         defer { free(resolvedParent) }
         let p = String(cString: resolvedParent)
@@ -28,7 +34,7 @@ public enum MountRegistry {
 
     /// The first 16 hex digits of the SHA-256 of the store's real path.
     public static func storeID(forStore path: String) -> String {
-        SHA256Digest.hash(Array(canonicalPath(path).utf8)).prefix(8).map { String(format: "%02x", $0) }.joined()
+        SHA256Digest.hash(Array(canonicalPath(path).utf8)).prefix(8).map { PathText.hex($0, width: 2) }.joined()
     }
 
     public static func recordPath(forStore path: String) -> String { canonicalPath(path) + ".daemon" }
@@ -38,7 +44,7 @@ public enum MountRegistry {
         let store = canonicalPath(path)
         let beside = store + ".sock"
         if beside.utf8.count < UnixSocket.maxPathBytes,
-           TrustedPath.isTrustedDirectory((store as NSString).deletingLastPathComponent) {
+           TrustedPath.isTrustedDirectory(PathText.parent(store)) {
             return beside
         }
         return KeychainLocations.runtimeDirectory + "/" + storeID(forStore: store) + ".sock"

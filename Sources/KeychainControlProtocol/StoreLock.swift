@@ -1,4 +1,10 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 import KeychainModel
 
 /// The store file's flock says who may touch it: a daemon holds it exclusively for its life;
@@ -62,7 +68,7 @@ public enum StoreLock {
         guard fstat(fd, &st) == 0, let table = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
         let dev = UInt64(st.st_dev)
         let major = (dev >> 8) & 0xfff | (dev >> 32) & ~0xfff, minor = dev & 0xff | (dev >> 12) & ~0xff
-        let id = String(format: "%02x:%02x:%llu", major, minor, UInt64(st.st_ino))
+        let id = PathText.hex(major, width: 2) + ":" + PathText.hex(minor, width: 2) + ":" + String(UInt64(st.st_ino))
         return table.split(separator: "\n").compactMap { line in
             // "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; waiters have "->" after the number.
             let f = line.split(separator: " ")

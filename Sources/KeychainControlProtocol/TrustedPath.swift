@@ -1,4 +1,10 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 import KeychainModel
 
 /// What a process may believe about files others could have made: a directory or record is
@@ -35,12 +41,7 @@ package enum TrustedPath {
     /// Makes the directory for sockets if needed (0700) and checks it is trusted; an existing
     /// directory of this user is narrowed to 0700 first.
     package static func makePrivateDirectory(_ path: String) throws {
-        do {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw KeychainError.io("cannot create \(path): \(error.localizedDescription)")
-        }
+        try KeychainLocations.makeDirectories(path, lastMode: 0o700)
         var st = stat()
         guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid() else {
             throw KeychainError.io("\(path) is not a directory owned by this user; refusing to use it")
@@ -62,10 +63,17 @@ package enum ProcessState {
         return state != nil && state != "Z" && state != "X"
     }
 
+    /// Waits up to `seconds` for the process to end, checking every millisecond: a daemon asked to
+    /// unmount exits a few milliseconds after its mount is detached, and `unmount` returns only then.
+    package static func waitForExit(_ pid: Int32, upTo seconds: Double) {
+        let deadline = Deadline.after(seconds: seconds)
+        while isRunning(pid) && !deadline.hasPassed { usleep(1_000) }
+    }
+
     /// "process 123 (keychainfs)", for messages.
     package static func describe(_ pid: Int32) -> String {
-        let comm = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?
-            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let comm = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))
+            .map { String($0.prefix { $0 != "\n" }) }
         return "process \(pid)" + (comm.map { " (\($0))" } ?? "")
     }
 }

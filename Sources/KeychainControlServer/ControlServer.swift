@@ -45,7 +45,7 @@ public final class ControlServer: Sendable {
     /// Binds `socketPath`; a socket in the runtime directory gets that directory made (0700,
     /// this user's). `storeBusy` if a daemon already listens there.
     public init(socketPath: String, service: any KeychainService) throws {
-        let directory = (socketPath as NSString).deletingLastPathComponent
+        let directory = PathText.parent(socketPath)
         if directory == KeychainLocations.runtimeDirectory { try TrustedPath.makePrivateDirectory(directory) }
         guard TrustedPath.isTrustedDirectory(directory) else {
             throw KeychainError.io("\(directory) is not a directory of this user that only it can write; refusing to listen there")
@@ -104,7 +104,8 @@ public final class ControlServer: Sendable {
         if !started.exchange(true, ordering: .sequentiallyConsistent) { close(listenFD) }
         let own = Thread.current.threadDictionary[Self.handlerMarker] != nil ? 1 : 0
         let deadline = Deadline.after(seconds: 2)
-        while inFlight.withLock({ $0 }) > own && !deadline.hasPassed { usleep(10_000) }
+        // Short steps: an unmount waits for this, and the reply in flight is usually its own.
+        while inFlight.withLock({ $0 }) > own && !deadline.hasPassed { usleep(500) }
     }
 
     private static let handlerMarker = "keychainfs.control-handler"

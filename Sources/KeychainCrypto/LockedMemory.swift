@@ -192,7 +192,7 @@ package final class LockedMemory: Sendable {
     private static var hasIPCLockCapability: Bool {
         guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
               let line = status.split(separator: "\n").first(where: { $0.hasPrefix("CapEff:") }),
-              let mask = UInt64(line.dropFirst("CapEff:".count).trimmingCharacters(in: .whitespaces), radix: 16)
+              let mask = UInt64(String(line.dropFirst("CapEff:".count).filter { $0 != " " && $0 != "\t" }), radix: 16)
         else { return false }
         let capIPCLock: UInt64 = 14
         return mask & (1 << capIPCLock) != 0

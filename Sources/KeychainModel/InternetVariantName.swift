@@ -36,7 +36,7 @@ public enum InternetVariantName {
 
     /// Splits a file name in a port or path directory; nil if it names nothing.
     public static func parse(_ fileName: String, port: UInt16) -> Parsed? {
-        guard let r = fileName.range(of: marker) else {
+        guard let r = fileName.firstRange(of: marker) else {
             guard let account = TreeName.unescape(fileName) else { return nil }
             return Parsed(account: account, protocol: .forPort(port), authenticationType: .default, securityDomain: "")
         }

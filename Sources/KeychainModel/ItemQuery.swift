@@ -1,4 +1,10 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 
 /// Which items a find or delete acts on. Attributes left nil match anything, as with
 /// `SecItemCopyMatching`; an attribute filter matches only items that have that attribute,

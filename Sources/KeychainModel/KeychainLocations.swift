@@ -1,19 +1,32 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 
 /// Where keychainfs keeps its files, after the XDG base directory spec.
 public enum KeychainLocations {
-    static var env: [String: String] { ProcessInfo.processInfo.environment }
-    public static var home: String { env["HOME"] ?? NSHomeDirectory() }
+    /// One variable with getenv, rather than ProcessInfo's dictionary of all of them.
+    static func env(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }
+    public static var home: String { env("HOME") ?? passwdHome ?? "/" }
+
+    /// The home directory of this user's passwd entry, for an environment without HOME.
+    private static var passwdHome: String? {
+        guard let entry = getpwuid(getuid()), let dir = entry.pointee.pw_dir else { return nil }
+        return String(cString: dir)
+    }
 
     private static func xdg(_ name: String, _ fallback: String) -> String {
-        if let v = env[name], v.hasPrefix("/") { return v }
+        if let v = env(name), v.hasPrefix("/") { return v }
         return home + "/" + fallback
     }
 
     /// `--store`, else `KEYCHAINFS_STORE`, else `$XDG_DATA_HOME/keychainfs/keychain.db`.
     public static func store(_ explicit: String? = nil) -> String {
         if let explicit, !explicit.isEmpty { return absolute(explicit) }
-        if let v = env["KEYCHAINFS_STORE"], !v.isEmpty { return absolute(v) }
+        if let v = env("KEYCHAINFS_STORE"), !v.isEmpty { return absolute(v) }
         return xdg("XDG_DATA_HOME", ".local/share") + "/keychainfs/keychain.db"
     }
 
@@ -28,13 +41,27 @@ public enum KeychainLocations {
 
     /// Control sockets and mount records, in a 0700 directory.
     public static var runtimeDirectory: String {
-        if let v = env["XDG_RUNTIME_DIR"], v.hasPrefix("/") { return v + "/keychainfs" }
+        if let v = env("XDG_RUNTIME_DIR"), v.hasPrefix("/") { return v + "/keychainfs" }
         return "/tmp/keychainfs-\(getuid())"
     }
 
     public static func absolute(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
         return FileManager.default.currentDirectoryPath + "/" + path
+    }
+
+    /// `mkdir -p`: the parents made get the default mode, `path` itself `lastMode` (both less
+    /// the umask). With mkdir(2), not FileManager, whose error text would link all of
+    /// Foundation into the small clients.
+    package static func makeDirectories(_ path: String, lastMode: mode_t = 0o777) throws {
+        var prefix = path.hasPrefix("/") ? "" : "."
+        let parts = path.split(separator: "/")
+        for (i, part) in parts.enumerated() {
+            prefix += "/" + part
+            if mkdir(prefix, i == parts.count - 1 ? lastMode : 0o777) != 0 && errno != EEXIST {
+                throw KeychainError.io("cannot create \(prefix): \(String(cString: strerror(errno)))")
+            }
+        }
     }
 
     /// Creates `path` and its parents; the last component gets `mode`. An existing directory
@@ -51,7 +78,7 @@ public enum KeychainLocations {
             var st = stat()
             while !dir.isEmpty && stat(dir, &st) != 0 {
                 missing.insert(dir, at: 0)
-                dir = (dir as NSString).deletingLastPathComponent
+                dir = PathText.parent(dir)
             }
             if missing.isEmpty {
                 guard st.st_mode & S_IFMT == S_IFDIR else { throw KeychainError.io("\(path) is not a directory") }
@@ -63,8 +90,7 @@ public enum KeychainLocations {
             for d in missing { _ = chmod(d, mode) }
             return
         }
-        do { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
-        catch { throw KeychainError.io("cannot create \(path): \(error.localizedDescription)") }
+        try makeDirectories(path)
         var st = stat()
         guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid(), chmod(path, mode) == 0 else {
             throw KeychainError.io("\(path) is not a directory owned by this user; refusing to use it")

@@ -1,4 +1,10 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 import GitCredential
 import KeychainClient
 import KeychainControlProtocol
@@ -20,15 +26,15 @@ enum GitCredentialHelper {
         guard let argument = CommandLine.arguments.dropFirst().first else { return }
         switch argument {
         case "--help", "-h":
-            FileHandle.standardOutput.write(Data(usage.utf8))
+            StandardStream.write(Array(usage.utf8), to: 1)
             return
         case "--version":
-            FileHandle.standardOutput.write(Data("git-credential-keychainfs \(ControlProtocol.softwareVersion)\n".utf8))
+            StandardStream.write(Array("git-credential-keychainfs \(ControlProtocol.softwareVersion)\n".utf8), to: 1)
             return
         default: break
         }
         guard let action = CredentialAction(argument: argument) else { return }
-        let input = FileHandle.standardInput.readDataToEndOfFile()
+        let input = StandardStream.readAll(0)
         // A request the helper would not serve anyway gets no note.
         guard let request = try? CredentialRequest(parsing: input), isServable(request, action) else { return }
         let located: (RemoteKeychainService, MountRecord)?
@@ -86,7 +92,7 @@ enum GitCredentialHelper {
 
     /// One line, as git passes the helper's stderr through to the user.
     private static func note(_ text: String) {
-        FileHandle.standardError.write(Data("git-credential-keychainfs: \(text)\n".utf8))
+        StandardStream.write(Array("git-credential-keychainfs: \(text)\n".utf8), to: 2)
     }
 
     /// The items of git's kind that may match: the canonical variants on that server and port.
@@ -108,7 +114,7 @@ enum GitCredentialHelper {
               let out = try? CredentialResponse.format(account: item.record.key.account, secret: secret.unprotectedArray,
                                                        extras: extras(of: item))
         else { return }
-        FileHandle.standardOutput.write(Data(out))
+        StandardStream.write(out, to: 1)
     }
 
     /// The sealed extras; an item stored by an earlier version kept them in `generic`.
@@ -137,6 +143,33 @@ enum GitCredentialHelper {
             if request.erases(key: key, secret: secret) {
                 _ = try? keychain.delete(query: .exactly(item.record.key), all: false)
             }
+        }
+    }
+}
+
+/// Standard input and output with read(2) and write(2): FileHandle would link the whole of
+/// Foundation, and its start-up, into a helper git runs for every credential.
+enum StandardStream {
+    static func write(_ bytes: some Collection<UInt8>, to fd: Int32) {
+        let bytes = Array(bytes)
+        bytes.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n < 0 { if errno == EINTR { continue }; return }
+                offset += n
+            }
+        }
+    }
+
+    static func readAll(_ fd: Int32) -> [UInt8] {
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = read(fd, &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return out }
+            out += buffer[0..<n]
         }
     }
 }

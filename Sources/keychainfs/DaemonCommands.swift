@@ -158,7 +158,7 @@ struct UnmountCommand: ParsableCommand {
 
     @OptionGroup var target: MountTarget
     /// How long to wait for the daemon to exit, so that the mountpoint is free when this returns.
-    static let exitWait: TimeInterval = 10
+    static let exitWait: Double = 10
 
     func run() throws {
         let store = try target.storePath()
@@ -195,8 +195,5 @@ struct UnmountCommand: ParsableCommand {
         }
     }
 
-    static func waitForExit(_ pid: Int32) {
-        let deadline = Date().addingTimeInterval(exitWait)
-        while ProcessState.isRunning(pid) && Date() < deadline { usleep(20_000) }
-    }
+    static func waitForExit(_ pid: Int32) { ProcessState.waitForExit(pid, upTo: exitWait) }
 }

@@ -90,8 +90,10 @@ struct UserService {
 
     /// `--store` given to `install`, written into the unit.
     var store: String?
-    /// This very binary, so the unit runs what was installed.
-    var executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    /// The keychainfs that was run, so the unit runs what was installed: the front passes its
+    /// own real path as argv[0] when it runs this tool; run directly, this very binary.
+    var executable = CommandLine.arguments[0].hasPrefix("/") ? CommandLine.arguments[0]
+        : (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
 
     /// Exit statuses after which a restart cannot help: no store, a bad store, a bad
     /// configuration, or the store served by a mount made by hand.

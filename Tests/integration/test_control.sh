@@ -3,7 +3,7 @@
 # the environment, or a refusal (75) when it cannot be reached; a daemon of another version
 # (76); requests validated by the daemon; a server bounded against idle, slow and oversize
 # clients; another user's runtime directory; stale mounts after kill -9; and a git helper
-# that links neither GRDB nor SQLite.
+# and a keychainfs front that link neither GRDB nor SQLite.
 . "$(dirname "$0")/lib.sh"
 . "$TESTS_DIR/mount_lib.sh"
 
@@ -15,12 +15,17 @@ S=$KEYCHAINFS_STORE
 # Every store file, hashed: a refused command must leave them as they were.
 store_sum() { cat "$1" "$1-wal" "$1-shm" 2>/dev/null | sha256sum | cut -c1-64; }
 
-echo "== layering: the git helper links neither GRDB nor SQLite"
-expect_eq "0" "$(ldd "$GIT_HELPER" | grep -c sqlite)" "ldd: the git helper loads no SQLite"
-expect_eq "0" "$(nm "$GIT_HELPER" | grep -c GRDB)" "nm: the git helper holds no GRDB symbol"
-# The same checks find them in keychainfs, so they can fail.
-[ "$(ldd "$KEYCHAINFS_BIN" | grep -c sqlite)" -ge 1 ] && pass "ldd finds SQLite in keychainfs" || fail "ldd finds SQLite in keychainfs"
-[ "$(nm "$KEYCHAINFS_BIN" | grep -c GRDB)" -ge 1 ] && pass "nm finds GRDB in keychainfs" || fail "nm finds GRDB in keychainfs"
+echo "== layering: the git helper and the keychainfs front link neither GRDB nor SQLite"
+# SQLite is a system library, so ldd sees it whether the Swift runtime is linked in or not;
+# GRDB is Swift, linked in either way, so nm sees its symbols.
+KEYCHAINFS_FULL=$(dirname "$KEYCHAINFS_BIN")/keychainfs-full
+for helper in "$GIT_HELPER" "$KEYCHAINFS_BIN"; do
+    expect_eq "0" "$(ldd "$helper" | grep -c sqlite)" "ldd: $(basename "$helper") loads no SQLite"
+    expect_eq "0" "$(nm "$helper" | grep -c GRDB)" "nm: $(basename "$helper") holds no GRDB symbol"
+done
+# The same checks find them in the whole tool, so they can fail.
+[ "$(ldd "$KEYCHAINFS_FULL" | grep -c sqlite)" -ge 1 ] && pass "ldd finds SQLite in keychainfs-full" || fail "ldd finds SQLite in keychainfs-full"
+[ "$(nm "$KEYCHAINFS_FULL" | grep -c GRDB)" -ge 1 ] && pass "nm finds GRDB in keychainfs-full" || fail "nm finds GRDB in keychainfs-full"
 
 init_store
 expect_exit 0 "mount" mount_kc "$MP"
