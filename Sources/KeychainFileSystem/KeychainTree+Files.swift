@@ -2,9 +2,12 @@ import Foundation
 import KeychainCrypto
 import KeychainModel
 import KeychainStore
+import Logging
 
 /// Open files: open, create, read, write, truncate, commit.
 extension KeychainTree {
+    private static let log = Logger(label: "keychainfs.fs")
+
     /// Opens an item. A class whose key is not held answers ENOKEY here, at open().
     public func open(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
         let location = try TreeLocation.parse(path)
@@ -190,7 +193,9 @@ extension KeychainTree {
                 record.attributes.modified = modified
                 let stored: KeychainItem
                 do { stored = try keychain.add(record, secret: value) } catch {
-                    // Not stored (a full disk): the new file is gone, and close(2) says why.
+                    // Not stored (a full disk): the new file is gone, and close(2) says why,
+                    // but not at a release, which no program waits for: the log does. No name.
+                    Self.log.warning("a new file could not be stored: \(FileSystemError.from(error).description)")
                     served.state.withLock { s in
                         s.deleted(item.id)
                         f.markCommitted(writes: f.writes)
