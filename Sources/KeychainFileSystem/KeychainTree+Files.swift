@@ -179,12 +179,9 @@ extension KeychainTree {
             switch pending {
             case .nothing: return
             case .abandon(let created):
-                if let created {
-                    if created.isPending {
-                        served.state.withLock { $0.deleted(created.id) }
-                    } else if (try? keychain.delete([created])) != nil {
-                        served.state.withLock { $0.deleted(created.id) }
-                    }
+                // A pending item has nothing stored to delete.
+                if let created, created.isPending || (try? keychain.delete([created])) != nil {
+                    served.state.withLock { $0.deleted(created.id) }
                 }
                 throw .tooLarge
             case .update(let item, let value, let writes, let modified) where item.isPending:

@@ -429,10 +429,7 @@ public final class KeychainTree: Sendable {
                 // Only its name changes: it is still stored in one commit, under the new one.
                 var record = item.record
                 record.key = newKey
-                served.state.withLock { s in
-                    s.deleted(item.id)
-                    s.index.insert(KeychainItem(pending: record, id: item.id))
-                }
+                served.state.withLock { $0.index.insert(KeychainItem(pending: record, id: item.id)) }
                 return
             }
             item = try storePending(item)
