@@ -86,18 +86,46 @@ struct ItemIndex {
         }
     }
 
+    /// Removes the item, and its name unless that already stands for another item (a pending
+    /// one's name taken by an item the control socket stored).
     mutating func remove(id: Int64, now: Date = Date()) {
         guard let old = items.removeValue(forKey: id) else { return }
         if ids[old.key] == id { ids[old.key] = nil }
-        guard Self.isShown(old.key) else { return }
+        guard Self.isShown(old.key), entry(old.key) == id else { return }
         switch old.key {
         case .generic(let g):
-            guard services[g.service]?.accounts.removeValue(forKey: g.account) != nil else { return }
+            services[g.service]!.accounts[g.account] = nil
             services[g.service]!.modified = now
         case .internet(let i):
-            guard let dir = directory(server: i.server, port: i.port, path: InternetPath.segments(i.path)),
-                  dir.items.removeValue(forKey: VariantKey(i)) != nil else { return }
+            let dir = directory(server: i.server, port: i.port, path: InternetPath.segments(i.path))!
+            dir.items[VariantKey(i)] = nil
             dir.modified = now
+        }
+    }
+
+    /// A pending item (`KeychainItem.isPending`) is now stored as `item`: its name stands for
+    /// the stored id, and no directory's entries or times change.
+    mutating func store(pending id: Int64, as item: KeychainItem, now: Date = Date()) {
+        guard let old = items[id], old.key == item.key, !Self.isShown(item.key) || entry(item.key) == id else {
+            remove(id: id, now: now)
+            insert(item, now: now)
+            return
+        }
+        items[id] = nil
+        items[item.id] = item
+        ids[item.key] = item.id
+        guard Self.isShown(item.key) else { return }
+        switch item.key {
+        case .generic(let g): services[g.service]!.accounts[g.account] = item.id
+        case .internet(let i): directory(server: i.server, port: i.port, path: InternetPath.segments(i.path))!.items[VariantKey(i)] = item.id
+        }
+    }
+
+    /// The id a shown name stands for in its directory.
+    private func entry(_ key: ItemKey) -> Int64? {
+        switch key {
+        case .generic(let g): services[g.service]?.accounts[g.account]
+        case .internet(let i): directory(server: i.server, port: i.port, path: InternetPath.segments(i.path))?.items[VariantKey(i)]
         }
     }
 
@@ -105,10 +133,13 @@ struct ItemIndex {
         items = [:]; ids = [:]; services = [:]; servers = [:]
     }
 
-    /// Items that match, in the documented order.
+    /// Items that match, in the documented order. Pending items are not in the store yet, so
+    /// not among them.
     func items(matching query: ItemQuery) -> [KeychainItem] {
-        if let key = query.exactKey { return item(ids[key]).map { query.matches($0.record) ? [$0] : [] } ?? [] }
-        return items.values.filter { query.matches($0.record) }.sorted(by: ItemOrder.precedes)
+        if let key = query.exactKey {
+            return item(ids[key]).map { !$0.isPending && query.matches($0.record) ? [$0] : [] } ?? []
+        }
+        return items.values.filter { !$0.isPending && query.matches($0.record) }.sorted(by: ItemOrder.precedes)
     }
 
     // MARK: directories

@@ -2,9 +2,12 @@ import Foundation
 import KeychainCrypto
 import KeychainModel
 import KeychainStore
+import Logging
 
 /// Open files: open, create, read, write, truncate, commit.
 extension KeychainTree {
+    private static let log = Logger(label: "keychainfs.fs")
+
     /// Opens an item. A class whose key is not held answers ENOKEY here, at open().
     public func open(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
         let location = try TreeLocation.parse(path)
@@ -25,39 +28,36 @@ extension KeychainTree {
                                      modified: item.record.attributes.modified))
     }
 
-    /// Creates an empty item (committed at once, so that it is visible while being written)
-    /// and opens it. Its class is the strictest of the mount's default and its directory's
-    /// items (`AccessibilityClass.forNewItem`).
+    /// Creates a new, empty item and opens it. The item is pending: in the index (so lookup,
+    /// `ls` and `stat` show a 0-byte file), not in the store until a commit of a handle on it
+    /// (flush after a write, fsync, or the creator's release) inserts it with its secret, in
+    /// one commit. Its class is the strictest of the mount's default and its directory's items
+    /// (`AccessibilityClass.forNewItem`).
     public func create(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
         let location = try TreeLocation.parse(path)
         let key = try itemKey(at: location)
-        let item = try served.change { () throws(FileSystemError) -> KeychainItem in
-            let accessible = try served.state.withLock { s throws(FileSystemError) -> AccessibilityClass in
-                // Whatever exists there (an item, or a path directory of that name) is not replaced.
-                if (try? node(location, s.index)) != nil { throw .exists }
-                try requireParent(of: location, s.index)
-                let siblings: [Int64] = switch location {
-                case .genericItem(let svc, _): Array((s.index.services[svc]?.accounts ?? [:]).values)
-                case .internetEntry(let server, let port, let parent, _):
-                    Array(s.index.directory(server: server, port: port, path: parent)?.items.values ?? [:].values)
-                default: []
-                }
-                return AccessibilityClass.forNewItem(mountDefault: defaultClass,
-                                                     siblings: siblings.compactMap { s.index.item($0)?.accessible })
+        let item = try served.state.withLock { s throws(FileSystemError) -> KeychainItem in
+            // Whatever exists there (an item, or a path directory of that name) is not replaced.
+            if (try? node(location, s.index)) != nil { throw .exists }
+            try requireParent(of: location, s.index)
+            let siblings: [Int64] = switch location {
+            case .genericItem(let svc, _): Array((s.index.services[svc]?.accounts ?? [:]).values)
+            case .internetEntry(let server, let port, let parent, _):
+                Array(s.index.directory(server: server, port: port, path: parent)?.items.values ?? [:].values)
+            default: []
             }
+            let accessible = AccessibilityClass.forNewItem(mountDefault: defaultClass,
+                                                           siblings: siblings.compactMap { s.index.item($0)?.accessible })
             guard keychain.isAvailable(accessible) else { throw .keyUnavailable }
-            let item: KeychainItem
-            do {
-                item = try keychain.add(ItemRecord(key: key, attributes: ItemAttributes(accessible: accessible)),
-                                        secret: SecureBytes())
-            } catch { throw .from(error) }
-            served.state.withLock { $0.saved(item) }
-            return item
+            return s.addPending(ItemRecord(key: key, attributes: ItemAttributes(accessible: accessible)))
         }
         let file = OpenFile(itemID: item.id, accessible: item.accessible, mode: OpenMode(flags: flags), contents: SecureBytes(),
                             modified: item.record.attributes.modified)
         file.createdItem = true
-        return try register(file)
+        do { return try register(file) } catch {
+            served.state.withLock { $0.deleted(item.id) }
+            throw error
+        }
     }
 
     private func requireParent(of location: TreeLocation, _ index: ItemIndex) throws(FileSystemError) {
@@ -143,15 +143,27 @@ extension KeychainTree {
         case update(KeychainItem, SecureBytes, writes: UInt64, modified: Date)
     }
 
+    /// Whether a commit of `f` writes anything: its changes (at release and fsync, or at flush
+    /// once written), the item it created while that is pending (at release and fsync: an
+    /// empty create is stored too), or the removal of an abandoned create.
+    private static func commitNeeded(_ f: OpenFile, final: Bool, _ s: ServedKeychain.State) -> Bool {
+        if f.isAbandoned { return true }
+        let insertsPending = f.createdItem && (s.index.item(f.itemID)?.isPending ?? false)
+        return (f.isDirty || insertsPending) && (final || f.hasWrites)
+    }
+
     private func commit(_ f: OpenFile, final: Bool) throws(FileSystemError) {
         // A reader's close commits nothing, and must not wait for another item's commit.
-        let needed = served.state.withLock { _ in (f.isDirty && (final || f.hasWrites)) || f.isAbandoned }
+        let needed = served.state.withLock { s in Self.commitNeeded(f, final: final, s) }
         guard needed else { return }
         try served.change { () throws(FileSystemError) -> Void in
             let pending = try served.state.withLock { s throws(FileSystemError) -> Pending in
-                guard f.isDirty || f.isAbandoned else { return .nothing }
-                guard final || f.hasWrites || f.isAbandoned else { return .nothing }
-                guard !f.isRevoked else { throw .keyUnavailable }
+                guard Self.commitNeeded(f, final: final, s) else { return .nothing }
+                guard !f.isRevoked else {
+                    // A pending item whose writer lost its key is never stored.
+                    if s.index.item(f.itemID)?.isPending ?? false { s.deleted(f.itemID) }
+                    throw .keyUnavailable
+                }
                 guard !f.isAbandoned else {
                     f.markCommitted(writes: f.writes)
                     return .abandon(f.createdItem ? s.index.item(f.itemID) : nil)
@@ -167,23 +179,35 @@ extension KeychainTree {
             switch pending {
             case .nothing: return
             case .abandon(let created):
-                if let created, (try? keychain.delete([created])) != nil {
+                // A pending item has nothing stored to delete.
+                if let created, created.isPending || (try? keychain.delete([created])) != nil {
                     served.state.withLock { $0.deleted(created.id) }
                 }
                 throw .tooLarge
-            case .update(let item, let value, let writes, let modified):
+            case .update(let item, let value, let writes, let modified) where item.isPending:
                 defer { value.wipe() }
-                let updated: KeychainItem
-                do { updated = try keychain.update(item, to: item.record, secret: value, modified: modified) } catch {
-                    // A create whose first write could not be stored (a full disk) leaves no empty item.
-                    if served.state.withLock({ _ in f.createdItem }), (try? keychain.delete([item])) != nil {
-                        served.state.withLock { s in
-                            s.deleted(item.id)
-                            f.markCommitted(writes: f.writes)
-                        }
+                var record = item.record
+                record.attributes.modified = modified
+                let stored: KeychainItem
+                do { stored = try keychain.add(record, secret: value) } catch {
+                    // Not stored (a full disk): the new file is gone, and close(2) says why,
+                    // but not at a release, which no program waits for: the log does. No name.
+                    Self.log.warning("a new file could not be stored: \(FileSystemError.from(error).description)")
+                    served.state.withLock { s in
+                        s.deleted(item.id)
+                        f.markCommitted(writes: f.writes)
                     }
                     throw .from(error)
                 }
+                served.state.withLock { s in
+                    s.stored(pending: item.id, as: stored)
+                    f.markCommitted(writes: writes)
+                    f.createdItem = false
+                }
+            case .update(let item, let value, let writes, let modified):
+                defer { value.wipe() }
+                let updated: KeychainItem
+                do { updated = try keychain.update(item, to: item.record, secret: value, modified: modified) } catch { throw .from(error) }
                 served.state.withLock { s in
                     s.saved(updated)
                     f.markCommitted(writes: writes)

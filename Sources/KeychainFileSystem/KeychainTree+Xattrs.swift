@@ -161,6 +161,11 @@ extension KeychainTree {
             // Both the old and the new class key are needed: the secret is re-sealed.
             guard keychain.isAvailable(record.attributes.accessible) else { throw .keyUnavailable }
             if record.key != item.key, served.state.withLock({ $0.index.ids[record.key] }) != nil { throw .exists }
+            if item.isPending {
+                // Kept with the pending item, and stored with it in its one commit.
+                served.state.withLock { $0.index.insert(KeychainItem(pending: record, id: item.id)) }
+                return
+            }
             let updated: KeychainItem
             do { updated = try keychain.update(item, to: record) } catch { throw .from(error) }
             served.state.withLock { $0.saved(updated) }

@@ -378,9 +378,22 @@ public final class KeychainTree: Sendable {
                 guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
                 return item
             }
-            do { try keychain.delete([item]) } catch { throw .from(error) }
+            // A pending item has nothing stored to delete.
+            if !item.isPending {
+                do { try keychain.delete([item]) } catch { throw .from(error) }
+            }
             served.state.withLock { $0.deleted(item.id) }
         }
+    }
+
+    /// Stores a pending item (empty; its writer's close stores the rest), so that a rename can
+    /// move it or replace it in the store. Runs inside `served.change`.
+    private func storePending(_ item: KeychainItem) throws(FileSystemError) -> KeychainItem {
+        guard item.isPending else { return item }
+        let stored: KeychainItem
+        do { stored = try keychain.add(item.record, secret: SecureBytes()) } catch { throw .from(error) }
+        served.state.withLock { $0.stored(pending: item.id, as: stored) }
+        return stored
     }
 
     /// Moves or renames an item. Onto an existing item it replaces that item's secret in one
@@ -393,7 +406,7 @@ public final class KeychainTree: Sendable {
             let (source, target) = try served.state.withLock { s throws(FileSystemError) -> (Node, Node?) in
                 (try node(src, s.index), try? node(dst, s.index))
             }
-            guard case .item(let item) = source else {
+            guard case .item(var item) = source else {
                 // Directories change only in the index: resolved again in the same section.
                 try served.state.withLock { s throws(FileSystemError) in
                     guard src != dst else { return }
@@ -411,7 +424,15 @@ public final class KeychainTree: Sendable {
             let newKey = try itemKey(at: dst)
             guard newKey.kind == item.key.kind else { throw .crossDevice }
             var replaced: KeychainItem?
-            if case .item(let existing)? = target { replaced = existing }
+            if case .item(let existing)? = target { replaced = try storePending(existing) }
+            if item.isPending && replaced == nil {
+                // Only its name changes: it is still stored in one commit, under the new one.
+                var record = item.record
+                record.key = newKey
+                served.state.withLock { $0.index.insert(KeychainItem(pending: record, id: item.id)) }
+                return
+            }
+            item = try storePending(item)
             // Onto an existing item, the secret moves but the target keeps its attributes and
             // class: editors save through a temporary file, and a save must not weaken an item.
             var record = replaced?.record ?? item.record

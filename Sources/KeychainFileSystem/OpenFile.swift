@@ -24,7 +24,8 @@ public struct OpenMode: Equatable, Sendable {
 /// fsync and release, so a reader sees the old value or the new one, never a mix.
 // @unchecked Sendable because it is only touched under `ServedKeychain.state`, under its mutex.
 final class OpenFile: @unchecked Sendable {
-    let itemID: Int64
+    /// Negative while the item is pending (created, not yet committed); its commit sets the stored id.
+    var itemID: Int64
     let accessible: AccessibilityClass
     let mode: OpenMode
     private(set) var buffer: SecureBytes
@@ -52,7 +53,8 @@ final class OpenFile: @unchecked Sendable {
     /// Set by a write or truncate past 16 MiB: the copy is then never committed, so the
     /// stored value stays as it was rather than becoming a cut-off prefix.
     private(set) var isAbandoned = false
-    /// This handle's create() made the (empty) item; an abandoned create removes it again.
+    /// This handle's create() made the item, which is pending until this handle's first commit
+    /// inserts it; an abandoned or failed create removes it again.
     var createdItem = false
 
     init(itemID: Int64, accessible: AccessibilityClass, mode: OpenMode, contents: SecureBytes, shared: Bool = false,

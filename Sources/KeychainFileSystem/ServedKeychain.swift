@@ -41,6 +41,9 @@ package final class ServedKeychain: Sendable {
         var index = ItemIndex()
         var files: [UInt64: OpenFile] = [:]
         var nextHandle: UInt64 = 1
+        /// The id of the next pending item (a file created but not yet committed): they count
+        /// down from -1, so they never meet a stored id.
+        var nextPendingID: Int64 = -1
         /// Decrypted secrets by item id, so that opening a file costs no decryption; bounded
         /// (least recently used out). Dropped per item when it changes and per class at lock;
         /// open readers may still share a dropped copy, which `SecureBytes` wipes when the
@@ -55,6 +58,21 @@ package final class ServedKeychain: Sendable {
         mutating func deleted(_ id: Int64) {
             plaintext.remove(id)
             index.remove(id: id)
+        }
+
+        /// A new item, in the index only until its first commit (`stored(pending:as:)`).
+        mutating func addPending(_ record: ItemRecord) -> KeychainItem {
+            let item = KeychainItem(pending: record, id: nextPendingID)
+            nextPendingID -= 1
+            index.insert(item)
+            return item
+        }
+
+        /// The pending item `id` is in the store now, as `item`: its name and its open files
+        /// follow.
+        mutating func stored(pending id: Int64, as item: KeychainItem) {
+            index.store(pending: id, as: item)
+            for f in files.values where f.itemID == id { f.itemID = item.id }
         }
     }
 
@@ -82,7 +100,7 @@ package final class ServedKeychain: Sendable {
             let (items, _) = try keychain.allItems()
             state.withLock { s in
                 let live = Set(items.map(\.id))
-                for id in s.index.items.keys where !live.contains(id) { s.deleted(id) }
+                for (id, item) in s.index.items where !item.isPending && !live.contains(id) { s.deleted(id) }
                 for item in items { s.index.insert(item) }
             }
         }
@@ -141,6 +159,8 @@ package final class ServedKeychain: Sendable {
     /// While locked memory is exhausted (RLIMIT_MEMLOCK), nothing new is cached and the cache
     /// gives back half its budget, so that the pages it frees can hold what must be held.
     package func secret(of item: KeychainItem, caching: Bool = true) throws -> SecureBytes {
+        // Nothing is stored for it yet: what a new file holds is in its writer's open copy.
+        if item.isPending { return SecureBytes() }
         if let hit = state.withLock({ $0.plaintext.secret(item.id) }) { return hit }
         let plain = try keychain.secret(of: item)
         afterDecrypt.withLock { $0 }?()
@@ -210,8 +230,8 @@ package final class ServedKeychain: Sendable {
         state.withLock { ($0.plaintext.count, $0.plaintext.bytes, $0.plaintext.budget) }
     }
 
-    /// Every item whose name can be read now, in `ItemOrder`.
+    /// Every stored item whose name can be read now, in `ItemOrder`.
     package func allItems() -> [KeychainItem] {
-        state.withLock { Array($0.index.items.values) }.sorted(by: ItemOrder.precedes)
+        state.withLock { $0.index.items.values.filter { !$0.isPending } }.sorted(by: ItemOrder.precedes)
     }
 }

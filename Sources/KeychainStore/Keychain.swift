@@ -17,6 +17,9 @@ public final class Keychain: @unchecked Sendable {
     let database: StoreDatabase
     let keybag: Mutex<Keybag>
     let counter: StoreCounter
+    /// The commits this machine has seen of the store (its rollback counter: one per write
+    /// transaction), so tests can count the commits an operation makes.
+    package var commitCount: UInt64 { counter.read() ?? 0 }
     /// Set by `--accept-rollback`: rows or a whole store older than this machine last saw are
     /// taken as they are, once, instead of refused.
     let acceptsRollback: Bool

@@ -33,9 +33,11 @@ final class KeychainTreeTests: XCTestCase {
                          secret: SecureBytes())
         try tree.served.reload()
         let h = try tree.create("/vault/sedXYZ", flags: O_WRONLY)
-        XCTAssertEqual(try keychain.item(for: .generic(try GenericPasswordKey(service: "vault", account: "sedXYZ")))?.accessible,
-                       .whenUnlockedThisDeviceOnly, "committed at create already under the stricter class")
+        XCTAssertEqual(String(decoding: try tree.attribute("/vault/sedXYZ", name: "user.keychain.accessible"), as: UTF8.self),
+                       "when-unlocked-this-device-only", "pending, it shows the stricter class already")
         try tree.release(h)
+        XCTAssertEqual(try keychain.item(for: .generic(try GenericPasswordKey(service: "vault", account: "sedXYZ")))?.accessible,
+                       .whenUnlockedThisDeviceOnly, "and is stored under it")
         try tree.release(try tree.create("/internet/h.example/443/a/tmp", flags: O_WRONLY))
         XCTAssertEqual(String(decoding: try tree.attribute("/internet/h.example/443/a/tmp", name: "user.keychain.accessible"),
                               as: UTF8.self), "when-unlocked-this-device-only")

@@ -39,6 +39,10 @@ if mount -t tmpfs -o size=2m tmpfs "$FS" 2>/dev/null; then
     dd if=/dev/zero of="$FS/filler" bs=4k 2>/dev/null
     expect_errno "a write to a full disk fails with ENOSPC" "No space left on device" sh -c "head -c 500000 /dev/urandom > '$MP/svc/item'"
     expect_eq "kept" "$(cat "$MP/svc/item")" "the old value is intact"
+    expect_errno "a new file that cannot be stored fails at close with ENOSPC" "No space left on device" \
+        sh -c "head -c 500000 /dev/urandom > '$MP/svc/new'"
+    expect_eq "item" "$(ls "$MP/svc")" "and is gone, not left empty"
+    expect_contains "$LOG" "a new file could not be stored: " "the daemon's log says so"
     head -c 500000 /dev/urandom >"$TEST_ROOT/big"
     expect_exit 73 "the CLI gets the disk-full exit code" kc add-generic-password --store "$S" -s svc -a other -U <"$TEST_ROOT/big"
     rm -f "$FS/filler"

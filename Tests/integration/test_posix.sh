@@ -173,4 +173,69 @@ expect_eq "pw pw" "$(cat "$MP/internet/moved/8443/api/bob") $(cat "$MP/internet/
 expect "ENOENT" "and the old server is gone" stat "$MP/internet/h" type
 expect_exit 0 "the store has them under the new server" kc find-internet-password -s moved -P 8443 -p api -a bob
 
+
+echo "== one commit per create"
+# The store's commit counter (one per write transaction), kept beside the device key.
+commits() { sed 's/^0*//; s/^$/0/' "$XDG_STATE_HOME"/keychainfs/stores/*; }
+# commits_since BEFORE WANT: the commits since BEFORE, once WANT have come (or 2 s passed) and
+# a moment more: a file's release, where an empty new file is stored, comes after close(2).
+commits_since() {
+    i=0
+    while [ $(($(commits) - $1)) -lt "$2" ] && [ $i -lt 40 ]; do sleep 0.05; i=$((i + 1)); done
+    sleep 0.2
+    echo $(($(commits) - $1))
+}
+newest_version() { sqlite3 "$KEYCHAINFS_STORE" "SELECT version FROM items ORDER BY id DESC LIMIT 1"; }
+mkdir "$MP/one"
+before=$(commits)
+sh -c "echo secret > '$MP/one/a'"
+expect_eq 1 "$(commits_since "$before" 1)" "echo > file: one commit"
+expect_eq 1 "$(newest_version)" "the row was inserted with its secret, never updated"
+expect_eq secret "$(cat "$MP/one/a")" "and reads back"
+before=$(commits)
+touch "$MP/one/empty"
+expect_eq 1 "$(commits_since "$before" 1)" "touch: one commit, at its release"
+expect "reg 0" "an empty create and close stores an empty file" stat "$MP/one/empty" type : stat "$MP/one/empty" size
+before=$(commits)
+sed -i 's/secret/changed/' "$MP/one/a"
+expect_eq 2 "$(commits_since "$before" 2)" "sed -i: two commits (its temporary file, then the rename over the item)"
+expect_eq changed "$(cat "$MP/one/a")" "sed -i saved"
+# A file held open after its first write: pending, shown, not stored.
+kc add-generic-password -s strict -a old -w x --accessible when-unlocked-this-device-only >/dev/null
+mkfifo "$TEST_ROOT/hold"
+python3 -c '
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, b"held")
+open(sys.argv[2], "w").close()
+os.read(0, 1)
+os.close(fd)
+' "$MP/strict/new" "$TEST_ROOT/ready" <"$TEST_ROOT/hold" &
+holder=$!
+exec 9>"$TEST_ROOT/hold"
+i=0
+while [ ! -e "$TEST_ROOT/ready" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+before=$(commits)
+expect_eq "new old" "$(ls "$MP/strict" | tr '\n' ' ' | sed 's/ $//')" "ls shows a new file while its writer holds it open"
+expect "reg 4 1" "stat shows the pending copy" stat "$MP/strict/new" type : stat "$MP/strict/new" size : stat "$MP/strict/new" nlink
+expect_eq "when-unlocked-this-device-only" "$(getfattr --only-values -n user.keychain.accessible "$MP/strict/new" 2>/dev/null)" \
+    "with its directory's strictest class"
+expect_exit 44 "the store does not have it yet" kc find-generic-password -s strict -a new
+expect_eq 0 "$(($(commits) - before))" "nothing was committed meanwhile"
+exec 9>&-
+wait "$holder"
+expect_eq 1 "$(commits_since "$before" 1)" "its close: one commit"
+expect_eq held "$(kc find-generic-password -s strict -a new -w)" "the store has it"
+expect_eq "when-unlocked-this-device-only" "$(getfattr --only-values -n user.keychain.accessible "$MP/strict/new" 2>/dev/null)" \
+    "under the stricter class"
+before=$(commits)
+expect "0 4 0 ENOENT 0" "a new file unlinked while open is never stored" \
+    open "$MP/one/gone" O_WRONLY,O_CREAT : write 0 lost : unlink "$MP/one/gone" : stat "$MP/one/gone" size : close 0
+expect_eq 0 "$(commits_since "$before" 0)" "not one commit"
+before=$(commits)
+expect "0 4 0 0" "a new file renamed while open" \
+    open "$MP/one/tmp" O_WRONLY,O_CREAT : write 0 kept : rename "$MP/one/tmp" "$MP/one/kept" : close 0
+expect_eq 1 "$(commits_since "$before" 1)" "is stored once, under its new name"
+expect_eq kept "$(cat "$MP/one/kept")" "with what was written"
+
 finish
