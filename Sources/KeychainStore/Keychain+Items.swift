@@ -94,7 +94,7 @@ extension Keychain {
             throw KeychainError.unavailable(c)
         }
         guard let plain = try? AESGCM.open(sealed.attributes, key: mk, aad: sealed.aad("attrs")),
-              let record = try? plain.withUnsafeBytes({ try JSONDecoder().decode(ItemRecord.self, from: Data($0)) }),
+              let record = plain.withUnsafeBytes({ AttributeEncoding.decode($0) }),
               record.attributes.accessible == c, record.key.kind.rawValue == sealed.kind
         else { throw KeychainError.integrityFailure("item #\(sealed.id): its attributes fail authentication") }
         return KeychainItem(sealed: sealed, record: record)
@@ -157,8 +157,9 @@ extension Keychain {
         let itemKey = itemKey ?? SecureBytes(count: AESGCM.keyBytes)
         SecureRandom.fill(itemKey)
         sealed.wrappedKey = try AESGCM.seal(itemKey, key: classKey, aad: sealed.aad("key"))
-        let json = try JSONEncoder().encode(record)
-        sealed.attributes = try json.withUnsafeBytes { try AESGCM.seal($0, key: metadataKey, aad: sealed.aad("attrs")) }
+        sealed.attributes = try AttributeEncoding.encode(record).withUnsafeBytes {
+            try AESGCM.seal($0, key: metadataKey, aad: sealed.aad("attrs"))
+        }
         sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"))
         if let extras, extras.count > 0 { sealed.extras = try AESGCM.seal(extras, key: itemKey, aad: sealed.aad("extras")) }
         return sealed
