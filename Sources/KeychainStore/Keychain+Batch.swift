@@ -51,10 +51,6 @@ extension Keychain {
                 plan.append(row)
             }
             let insert = try db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-            let replace = try db.cachedStatement(sql: """
-                UPDATE items SET kind = ?, class = ?, version = ?, blind = ?, group_blind = ?,
-                wrapped_key = ?, attributes = ?, secret = ?, generation = ?, extras = ? WHERE id = ? AND version = ?
-                """)
             // Sealing (encoding and encryption) is most of the work, and ids and versions, which
             // the seals bind, are fixed by now: it runs on a second core beside the writes.
             try SealingPipeline.run(plan, seal: { row, itemKey in
@@ -66,21 +62,19 @@ extension Keychain {
             }, write: { i, s in
                 let row = plan[i]
                 if let old = row.replacedVersion {
-                    try replace.execute(arguments: [s.kind, s.classCode, s.version, Data(s.blind), Data(s.groupBlind),
-                                                    Data(s.wrappedKey), Data(s.attributes), Data(s.secret),
-                                                    s.generation, s.extras.map { Data($0) }, s.id, old])
-                    guard db.changesCount == 1 else { throw KeychainError.io("item #\(s.id) changed while it was replaced") }
-                    changes.removed(s.id, old)
+                    // The same key, so the same blind indexes: they are left as they are.
+                    do { try Self.replaceRow(s, previousVersion: old, keyChanged: false, db, &changes) } catch KeychainError.itemNotFound {
+                        throw KeychainError.io("item #\(s.id) changed while it was replaced")
+                    }
                     result.replaced += 1
                 } else {
                     try insert.execute(arguments: s.arguments)
+                    changes.added(s.id, s.version)
                     result.added += 1
                 }
-                changes.added(s.id, s.version)
                 result.saved.append(KeychainItem(sealed: s, record: batch.entries[row.entry].record))
             })
-            try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('next_id', ?)",
-                           arguments: [Data(String(nextID).utf8)])
+            try StoreDatabase.setMeta(db, "next_id", Data(String(nextID).utf8))
             return result
         }
     }

@@ -193,13 +193,9 @@ extension Keychain {
         return try write(.removes) { db, changes in
             let sealed = try seal(record, secret: value, extras: keptExtras, id: item.id, version: item.sealed.version + 1)
             if let other, other.id != item.id { try Self.deleteRow(other.id, db, &changes) }
-            guard try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE id = ? AND version = ?",
-                                   arguments: [item.id, item.sealed.version]) == 1 else {
-                throw KeychainError.itemNotFound
-            }
-            try Self.deleteRow(item.id, db, &changes)
-            try Self.insertRow(sealed, db)
-            changes.added(item.id, sealed.version)
+            try Self.replaceRow(sealed, previousVersion: item.sealed.version,
+                                keyChanged: sealed.blind != item.sealed.blind || sealed.groupBlind != item.sealed.groupBlind,
+                                db, &changes)
             return KeychainItem(sealed: sealed, record: record)
         }
     }
@@ -256,11 +252,11 @@ extension Keychain {
             }
             try write(.removes) { db, changes in
                 for (old, new) in resealed {
-                    guard try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE id = ? AND version = ?",
-                                           arguments: [old.id, old.sealed.version]) == 1 else { continue }
-                    try Self.deleteRow(old.id, db, &changes)
-                    try Self.insertRow(new, db)
-                    changes.added(new.id, new.version)
+                    do {
+                        try Self.replaceRow(new, previousVersion: old.sealed.version, keyChanged: false, db, &changes)
+                    } catch KeychainError.itemNotFound {
+                        continue
+                    }
                 }
             }
             done += chunk.count
@@ -339,13 +335,33 @@ extension Keychain {
         let v = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'next_id'")
             .flatMap { Int64(String(decoding: $0, as: UTF8.self)) } ?? 1
         // Ids are never reused, so an old row cannot pose as a later item with the same id.
-        try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('next_id', ?)", arguments: [Data(String(v + 1).utf8)])
+        try StoreDatabase.setMeta(db, "next_id", Data(String(v + 1).utf8))
         return v
     }
 
     static func insertRow(_ sealed: SealedItem, _ db: Database) throws {
         try db.execute(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        arguments: sealed.arguments)
+    }
+
+    /// Overwrites the row of `sealed`'s id at `previousVersion` with `sealed`, in place: one
+    /// UPDATE that leaves the blind indexes alone when the key did not change, so a durable
+    /// update writes the row's page and the ledger's, not index pages as well (a delete and an
+    /// insert wrote four). `itemNotFound` if the row is gone or at another version.
+    static func replaceRow(_ sealed: SealedItem, previousVersion: Int64, keyChanged: Bool, _ db: Database,
+                           _ changes: inout RowChanges) throws {
+        var arguments: StatementArguments = [sealed.kind, sealed.classCode, sealed.version]
+        if keyChanged { arguments += [Data(sealed.blind), Data(sealed.groupBlind)] }
+        arguments += [Data(sealed.wrappedKey), Data(sealed.attributes), Data(sealed.secret), sealed.generation,
+                      sealed.extras.map { Data($0) }, sealed.id, previousVersion]
+        let statement = try db.cachedStatement(sql: """
+            UPDATE items SET kind = ?, class = ?, version = ?, \(keyChanged ? "blind = ?, group_blind = ?, " : "")\
+            wrapped_key = ?, attributes = ?, secret = ?, generation = ?, extras = ? WHERE id = ? AND version = ?
+            """)
+        try statement.execute(arguments: arguments)
+        guard db.changesCount == 1 else { throw KeychainError.itemNotFound }
+        changes.removed(sealed.id, previousVersion)
+        changes.added(sealed.id, sealed.version)
     }
 
     static func deleteRow(_ id: Int64, _ db: Database, _ changes: inout RowChanges) throws {

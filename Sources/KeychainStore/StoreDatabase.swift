@@ -50,6 +50,15 @@ struct StoreDatabase {
         return m
     }
 
+    /// Sets a meta value in place. `INSERT OR REPLACE` would delete the row and insert it again,
+    /// which rewrites the page of the name index too: a page more in every commit.
+    static func setMeta(_ db: Database, _ name: String, _ value: Data) throws {
+        try db.execute(sql: "UPDATE meta SET value = ? WHERE name = ?", arguments: [value, name])
+        if db.changesCount == 0 {
+            try db.execute(sql: "INSERT INTO meta (name, value) VALUES (?, ?)", arguments: [name, value])
+        }
+    }
+
     /// Opens an existing store; `create` makes a new file instead.
     init(path: String, create: Bool) throws {
         var config = Configuration()
