@@ -17,45 +17,49 @@ extension Keychain {
     public func item(for key: ItemKey) throws -> KeychainItem? {
         let b = try blind(key.canonicalBytes)
         let row = try read { db in
-            try Row.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE blind = ?", arguments: [Data(b)])
+            try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE blind = ?", arguments: [Data(b)]).first
         }
         guard let row else { return nil }
-        return try decode(try SealedItem(row: row))
+        return try decode(try row.mapError(\.error).get())
     }
 
     /// Items that match, in the documented order (`ItemOrder`). Items whose names cannot be
     /// read in this lock state are left out; items that fail their integrity check throw.
     public func items(matching query: ItemQuery) throws -> [KeychainItem] {
         if let key = query.exactKey { return try item(for: key).map { query.matches($0.record) ? [$0] : [] } ?? [] }
-        let rows: [Row]
+        let rows: [Result<SealedItem, SealedItem.DamagedRow>]
         if let group = query.groupName {
             let g = try blind(ItemKey.groupBytes(kind: query.kind, name: group))
             rows = try read { db in
-                try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?", arguments: [Data(g)])
+                try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?", arguments: [Data(g)])
             }
         } else {
             rows = try read { db in
-                try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE kind = ?", arguments: [query.kind.rawValue])
+                try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE kind = ?",
+                                        arguments: [query.kind.rawValue])
             }
         }
         var out: [KeychainItem] = []
         for row in rows {
-            guard let sealed = try? SealedItem(row: row), metadataKey(sealed) != nil else { continue }
+            guard case .success(let sealed) = row, metadataKey(sealed) != nil else { continue }
             // A tampered row fails alone (verify reports it); the others still match.
             guard let item = try? decode(sealed) else { continue }
             if query.matches(item.record) { out.append(item) }
         }
-        return out.sorted(by: ItemOrder.precedes)
+        return ItemOrder.sorted(out)
     }
 
     /// Every item whose name is readable now, and the ones that fail their integrity check.
     public func allItems() throws -> (items: [KeychainItem], problems: [IntegrityProblem]) {
-        let rows = try read { db in try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items ORDER BY id") }
+        let rows = try read { db in try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items ORDER BY id") }
         var items: [KeychainItem] = [], problems: [IntegrityProblem] = []
+        items.reserveCapacity(rows.count)
         for row in rows {
             let sealed: SealedItem
-            do { sealed = try SealedItem(row: row) } catch {
-                problems.append(IntegrityProblem(itemID: Int64.fromDatabaseValue(row[0]) ?? -1, reason: error.description))
+            switch row {
+            case .success(let s): sealed = s
+            case .failure(let damaged):
+                problems.append(IntegrityProblem(itemID: damaged.id, reason: damaged.error.description))
                 continue
             }
             // A class number we do not know is damage, not a lock state: `decode` reports it.
@@ -64,7 +68,7 @@ extension Keychain {
                 problems.append(IntegrityProblem(itemID: sealed.id, reason: e.description))
             }
         }
-        return (items.sorted(by: ItemOrder.precedes), problems)
+        return (ItemOrder.sorted(items), problems)
     }
 
     /// Item counts per class, from the plaintext class column; no key needed.
@@ -374,6 +378,11 @@ extension Keychain {
 /// port, path), account, protocol, authentication type, security domain, access group.
 public enum ItemOrder {
     public static func precedes(_ a: KeychainItem, _ b: KeychainItem) -> Bool { sortKey(a.key).lexicographicallyPrecedes(sortKey(b.key)) }
+
+    /// `items` in this order, each item's sort key made once rather than at every comparison.
+    public static func sorted(_ items: [KeychainItem]) -> [KeychainItem] {
+        items.map { (key: sortKey($0.key), item: $0) }.sorted { $0.key.lexicographicallyPrecedes($1.key) }.map(\.item)
+    }
 
     static func sortKey(_ k: ItemKey) -> [String] {
         switch k {
