@@ -31,6 +31,11 @@ extension Keychain {
         let mac = try HMACSHA256.Keyed(key: indexKey)
         let blinds = batch.entries.map { (blind: mac.authenticate($0.record.key.canonicalBytes),
                                           group: mac.authenticate($0.record.key.groupBytes)) }
+        // New rows land at random places in the blind indexes: with SQLite's default 2 MiB of
+        // cache a big store reads and spills index pages again and again. The cache holds sealed
+        // pages only, and goes back to its default size after the batch.
+        try? database.queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA cache_size = -\(Self.batchCacheKiB)") }
+        defer { try? database.queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA cache_size = -2000") } }
         return try write(updateExisting ? .removes : .addsOnly) { db, changes in
             // Plan: which entries are new, which replace a row (and at which version), which are skipped.
             var result = BatchSaveResult()
@@ -78,6 +83,8 @@ extension Keychain {
             return result
         }
     }
+
+    static let batchCacheKiB = 32 * 1024
 
     private struct PlannedRow: Sendable {
         var entry: Int
