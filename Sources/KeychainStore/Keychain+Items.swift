@@ -97,8 +97,9 @@ extension Keychain {
             }
             throw KeychainError.unavailable(c)
         }
-        guard let plain = try? AESGCM.open(sealed.attributes, key: mk, aad: sealed.aad("attrs")),
-              let record = plain.withUnsafeBytes({ AttributeEncoding.decode($0) }),
+        guard let record = try? AESGCM.openUnlocked(sealed.attributes, key: mk, aad: sealed.aad("attrs"), {
+                  AttributeEncoding.decode($0)
+              }),
               record.attributes.accessible == c, record.key.kind.rawValue == sealed.kind
         else { throw KeychainError.integrityFailure("item #\(sealed.id): its attributes fail authentication") }
         return KeychainItem(sealed: sealed, record: record)
