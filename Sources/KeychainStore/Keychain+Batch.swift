@@ -73,7 +73,7 @@ extension Keychain {
                     }
                     result.replaced += 1
                 } else {
-                    try insert.execute(arguments: s.arguments)
+                    try s.insert(with: insert)
                     changes.added(s.id, s.version)
                     result.added += 1
                 }

@@ -211,6 +211,33 @@ package struct SealedItem: Sendable, Hashable {
         self.generation = generation; self.extras = extras
     }
 
+    /// Runs `statement`, an `INSERT INTO items (\(columns)) VALUES (?, ...)`, for this row, binding
+    /// the columns straight from their arrays: an import spent a fifth of its writing thread in
+    /// `StatementArguments` and their `Data` copies.
+    func insert(with statement: Statement) throws {
+        let raw = statement.sqliteStatement
+        sqlite3_reset(raw)
+        sqlite3_clear_bindings(raw)
+        var rc = SQLITE_OK
+        func check(_ r: Int32) { if rc == SQLITE_OK { rc = r } }
+        func bind(_ i: Int32, _ bytes: [UInt8]) {
+            // SQLITE_TRANSIENT: SQLite copies the bytes, so no array must outlive this call.
+            check(bytes.withUnsafeBytes { sqlite3_bind_blob(raw, i, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count),
+                                                               unsafeBitCast(-1, to: sqlite3_destructor_type.self)) })
+        }
+        check(sqlite3_bind_int64(raw, 1, id)); check(sqlite3_bind_int64(raw, 2, Int64(kind)))
+        check(sqlite3_bind_int64(raw, 3, Int64(classCode))); check(sqlite3_bind_int64(raw, 4, version))
+        bind(5, blind); bind(6, groupBlind); bind(7, wrappedKey); bind(8, attributes); bind(9, secret)
+        check(sqlite3_bind_int64(raw, 10, generation))
+        if let extras { bind(11, extras) } else { check(sqlite3_bind_null(raw, 11)) }
+        guard rc == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
+        let step = sqlite3_step(raw)
+        sqlite3_reset(raw)
+        guard step == SQLITE_DONE else {
+            throw DatabaseError(resultCode: ResultCode(rawValue: step), message: String(cString: sqlite3_errmsg(sqlite3_db_handle(raw))))
+        }
+    }
+
     var arguments: StatementArguments {
         [id, kind, classCode, version, Data(blind), Data(groupBlind), Data(wrappedKey), Data(attributes), Data(secret),
          generation, extras.map { Data($0) }]
