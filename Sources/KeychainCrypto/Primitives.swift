@@ -79,33 +79,52 @@ public enum AESGCM {
     public static func open(_ sealed: [UInt8], key: SecureBytes, aad: [UInt8]) throws(CryptoError) -> SecureBytes {
         guard key.count == keyBytes else { throw .malformed }
         guard sealed.count >= overhead else { throw .authenticationFailed }
-        let plainCount = sealed.count - overhead
-        let out = SecureBytes(count: plainCount)
-        guard let ctx = EVP_CIPHER_CTX_new() else { throw .openSSL("EVP_CIPHER_CTX_new") }
-        defer { EVP_CIPHER_CTX_free(ctx) }
-        let ok: Bool = sealed.withUnsafeBufferPointer { s in
-            let inBase = s.baseAddress!
-            return key.withUnsafeBytes { k in
-                out.withUnsafeMutableBytes { o in
-                    var n: Int32 = 0
-                    guard EVP_DecryptInit_ex(ctx, cipher, nil, k.bindMemory(to: UInt8.self).baseAddress, inBase) == 1
-                    else { return false }
-                    if !aad.isEmpty, EVP_DecryptUpdate(ctx, nil, &n, aad, Int32(aad.count)) != 1 { return false }
-                    if plainCount > 0,
-                       EVP_DecryptUpdate(ctx, o.bindMemory(to: UInt8.self).baseAddress, &n,
-                                         inBase + nonceBytes, Int32(plainCount)) != 1 { return false }
-                    let tag = UnsafeMutablePointer(mutating: inBase + nonceBytes + plainCount)
-                    guard EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, Int32(tagBytes), tag) == 1 else { return false }
-                    var tail = [UInt8](repeating: 0, count: 16)
-                    return EVP_DecryptFinal_ex(ctx, &tail, &n) == 1
-                }
-            }
-        }
+        let out = SecureBytes(count: sealed.count - overhead)
+        let ok = out.withUnsafeMutableBytes { open(sealed, key: key, aad: aad, into: $0) }
         guard ok else {
             out.wipe()
             throw .authenticationFailed
         }
         return out
+    }
+
+    /// Opens plaintext that is not secret (an item's names and attributes, which become
+    /// `String`s anyway) into a temporary buffer, on the stack when small, instead of locked
+    /// memory: a mount opens one per item. The buffer is wiped when `body` returns.
+    public static func openUnlocked<R>(_ sealed: [UInt8], key: SecureBytes, aad: [UInt8],
+                                       _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
+        guard key.count == keyBytes else { throw CryptoError.malformed }
+        guard sealed.count >= overhead else { throw CryptoError.authenticationFailed }
+        let count = sealed.count - overhead
+        return try withUnsafeTemporaryAllocation(byteCount: max(count, 1), alignment: 16) { buffer in
+            let plain = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
+            defer { if count > 0 { OPENSSL_cleanse(buffer.baseAddress, count) } }
+            guard open(sealed, key: key, aad: aad, into: plain) else { throw CryptoError.authenticationFailed }
+            return try body(UnsafeRawBufferPointer(plain))
+        }
+    }
+
+    /// Decrypts into `out` (exactly the plaintext's size); false if the seal does not open.
+    private static func open(_ sealed: [UInt8], key: SecureBytes, aad: [UInt8], into out: UnsafeMutableRawBufferPointer) -> Bool {
+        let plainCount = sealed.count - overhead
+        guard out.count == plainCount, let ctx = EVP_CIPHER_CTX_new() else { return false }
+        defer { EVP_CIPHER_CTX_free(ctx) }
+        return sealed.withUnsafeBufferPointer { s in
+            let inBase = s.baseAddress!
+            return key.withUnsafeBytes { k in
+                var n: Int32 = 0
+                guard EVP_DecryptInit_ex(ctx, cipher, nil, k.bindMemory(to: UInt8.self).baseAddress, inBase) == 1
+                else { return false }
+                if !aad.isEmpty, EVP_DecryptUpdate(ctx, nil, &n, aad, Int32(aad.count)) != 1 { return false }
+                if plainCount > 0,
+                   EVP_DecryptUpdate(ctx, out.bindMemory(to: UInt8.self).baseAddress, &n,
+                                     inBase + nonceBytes, Int32(plainCount)) != 1 { return false }
+                let tag = UnsafeMutablePointer(mutating: inBase + nonceBytes + plainCount)
+                guard EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, Int32(tagBytes), tag) == 1 else { return false }
+                var tail = [UInt8](repeating: 0, count: 16)
+                return EVP_DecryptFinal_ex(ctx, &tail, &n) == 1
+            }
+        }
     }
 }
 

@@ -317,6 +317,8 @@ struct Keybag {
         metadataKeys[ClassKeyID(accessible: c, generation: g ?? generation)]
     }
     var deviceKeyPresent: Bool { deviceKey != nil }
+    /// The classes and generations whose items' names and attributes can be read now.
+    var metadataKeyIDs: [ClassKeyID] { Array(metadataKeys.keys) }
 
     /// Every class key of the newest generation is held: needed to start the next one.
     var holdsEveryClassKey: Bool {

@@ -31,6 +31,11 @@ extension Keychain {
         let mac = try HMACSHA256.Keyed(key: indexKey)
         let blinds = batch.entries.map { (blind: mac.authenticate($0.record.key.canonicalBytes),
                                           group: mac.authenticate($0.record.key.groupBytes)) }
+        // New rows land at random places in the blind indexes: with SQLite's default 2 MiB of
+        // cache a big store reads and spills index pages again and again. The cache holds sealed
+        // pages only, and goes back to its default size after the batch.
+        try? database.queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA cache_size = -\(Self.batchCacheKiB)") }
+        defer { try? database.queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA cache_size = -2000") } }
         return try write(updateExisting ? .removes : .addsOnly) { db, changes in
             // Plan: which entries are new, which replace a row (and at which version), which are skipped.
             var result = BatchSaveResult()
@@ -51,10 +56,6 @@ extension Keychain {
                 plan.append(row)
             }
             let insert = try db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-            let replace = try db.cachedStatement(sql: """
-                UPDATE items SET kind = ?, class = ?, version = ?, blind = ?, group_blind = ?,
-                wrapped_key = ?, attributes = ?, secret = ?, generation = ?, extras = ? WHERE id = ? AND version = ?
-                """)
             // Sealing (encoding and encryption) is most of the work, and ids and versions, which
             // the seals bind, are fixed by now: it runs on a second core beside the writes.
             try SealingPipeline.run(plan, seal: { row, itemKey in
@@ -66,24 +67,24 @@ extension Keychain {
             }, write: { i, s in
                 let row = plan[i]
                 if let old = row.replacedVersion {
-                    try replace.execute(arguments: [s.kind, s.classCode, s.version, Data(s.blind), Data(s.groupBlind),
-                                                    Data(s.wrappedKey), Data(s.attributes), Data(s.secret),
-                                                    s.generation, s.extras.map { Data($0) }, s.id, old])
-                    guard db.changesCount == 1 else { throw KeychainError.io("item #\(s.id) changed while it was replaced") }
-                    changes.removed(s.id, old)
+                    // The same key, so the same blind indexes: they are left as they are.
+                    do { try Self.replaceRow(s, previousVersion: old, keyChanged: false, db, &changes) } catch KeychainError.itemNotFound {
+                        throw KeychainError.io("item #\(s.id) changed while it was replaced")
+                    }
                     result.replaced += 1
                 } else {
-                    try insert.execute(arguments: s.arguments)
+                    try s.insert(with: insert)
+                    changes.added(s.id, s.version)
                     result.added += 1
                 }
-                changes.added(s.id, s.version)
                 result.saved.append(KeychainItem(sealed: s, record: batch.entries[row.entry].record))
             })
-            try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('next_id', ?)",
-                           arguments: [Data(String(nextID).utf8)])
+            try StoreDatabase.setMeta(db, "next_id", Data(String(nextID).utf8))
             return result
         }
     }
+
+    static let batchCacheKiB = 32 * 1024
 
     private struct PlannedRow: Sendable {
         var entry: Int

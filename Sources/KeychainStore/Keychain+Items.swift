@@ -17,45 +17,49 @@ extension Keychain {
     public func item(for key: ItemKey) throws -> KeychainItem? {
         let b = try blind(key.canonicalBytes)
         let row = try read { db in
-            try Row.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE blind = ?", arguments: [Data(b)])
+            try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE blind = ?", arguments: [Data(b)]).first
         }
         guard let row else { return nil }
-        return try decode(try SealedItem(row: row))
+        return try decode(try row.mapError(\.error).get())
     }
 
     /// Items that match, in the documented order (`ItemOrder`). Items whose names cannot be
     /// read in this lock state are left out; items that fail their integrity check throw.
     public func items(matching query: ItemQuery) throws -> [KeychainItem] {
         if let key = query.exactKey { return try item(for: key).map { query.matches($0.record) ? [$0] : [] } ?? [] }
-        let rows: [Row]
+        let rows: [Result<SealedItem, SealedItem.DamagedRow>]
         if let group = query.groupName {
             let g = try blind(ItemKey.groupBytes(kind: query.kind, name: group))
             rows = try read { db in
-                try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?", arguments: [Data(g)])
+                try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?", arguments: [Data(g)])
             }
         } else {
             rows = try read { db in
-                try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE kind = ?", arguments: [query.kind.rawValue])
+                try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE kind = ?",
+                                        arguments: [query.kind.rawValue])
             }
         }
         var out: [KeychainItem] = []
         for row in rows {
-            guard let sealed = try? SealedItem(row: row), metadataKey(sealed) != nil else { continue }
+            guard case .success(let sealed) = row, metadataKey(sealed) != nil else { continue }
             // A tampered row fails alone (verify reports it); the others still match.
             guard let item = try? decode(sealed) else { continue }
             if query.matches(item.record) { out.append(item) }
         }
-        return out.sorted(by: ItemOrder.precedes)
+        return ItemOrder.sorted(out)
     }
 
     /// Every item whose name is readable now, and the ones that fail their integrity check.
     public func allItems() throws -> (items: [KeychainItem], problems: [IntegrityProblem]) {
-        let rows = try read { db in try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items ORDER BY id") }
+        let rows = try read { db in try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items ORDER BY id") }
         var items: [KeychainItem] = [], problems: [IntegrityProblem] = []
+        items.reserveCapacity(rows.count)
         for row in rows {
             let sealed: SealedItem
-            do { sealed = try SealedItem(row: row) } catch {
-                problems.append(IntegrityProblem(itemID: Int64.fromDatabaseValue(row[0]) ?? -1, reason: error.description))
+            switch row {
+            case .success(let s): sealed = s
+            case .failure(let damaged):
+                problems.append(IntegrityProblem(itemID: damaged.id, reason: damaged.error.description))
                 continue
             }
             // A class number we do not know is damage, not a lock state: `decode` reports it.
@@ -64,7 +68,7 @@ extension Keychain {
                 problems.append(IntegrityProblem(itemID: sealed.id, reason: e.description))
             }
         }
-        return (items.sorted(by: ItemOrder.precedes), problems)
+        return (ItemOrder.sorted(items), problems)
     }
 
     /// Item counts per class, from the plaintext class column; no key needed.
@@ -93,8 +97,9 @@ extension Keychain {
             }
             throw KeychainError.unavailable(c)
         }
-        guard let plain = try? AESGCM.open(sealed.attributes, key: mk, aad: sealed.aad("attrs")),
-              let record = try? plain.withUnsafeBytes({ try JSONDecoder().decode(ItemRecord.self, from: Data($0)) }),
+        guard let record = try? AESGCM.openUnlocked(sealed.attributes, key: mk, aad: sealed.aad("attrs"), {
+                  AttributeEncoding.decode($0)
+              }),
               record.attributes.accessible == c, record.key.kind.rawValue == sealed.kind
         else { throw KeychainError.integrityFailure("item #\(sealed.id): its attributes fail authentication") }
         return KeychainItem(sealed: sealed, record: record)
@@ -157,8 +162,9 @@ extension Keychain {
         let itemKey = itemKey ?? SecureBytes(count: AESGCM.keyBytes)
         SecureRandom.fill(itemKey)
         sealed.wrappedKey = try AESGCM.seal(itemKey, key: classKey, aad: sealed.aad("key"))
-        let json = try JSONEncoder().encode(record)
-        sealed.attributes = try json.withUnsafeBytes { try AESGCM.seal($0, key: metadataKey, aad: sealed.aad("attrs")) }
+        sealed.attributes = try AttributeEncoding.encode(record).withUnsafeBytes {
+            try AESGCM.seal($0, key: metadataKey, aad: sealed.aad("attrs"))
+        }
         sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"))
         if let extras, extras.count > 0 { sealed.extras = try AESGCM.seal(extras, key: itemKey, aad: sealed.aad("extras")) }
         return sealed
@@ -194,13 +200,9 @@ extension Keychain {
         return try write(.removes) { db, changes in
             let sealed = try seal(record, secret: value, extras: keptExtras, id: item.id, version: item.sealed.version + 1)
             if let other, other.id != item.id { try Self.deleteRow(other.id, db, &changes) }
-            guard try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE id = ? AND version = ?",
-                                   arguments: [item.id, item.sealed.version]) == 1 else {
-                throw KeychainError.itemNotFound
-            }
-            try Self.deleteRow(item.id, db, &changes)
-            try Self.insertRow(sealed, db)
-            changes.added(item.id, sealed.version)
+            try Self.replaceRow(sealed, previousVersion: item.sealed.version,
+                                keyChanged: sealed.blind != item.sealed.blind || sealed.groupBlind != item.sealed.groupBlind,
+                                db, &changes)
             return KeychainItem(sealed: sealed, record: record)
         }
     }
@@ -257,11 +259,11 @@ extension Keychain {
             }
             try write(.removes) { db, changes in
                 for (old, new) in resealed {
-                    guard try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE id = ? AND version = ?",
-                                           arguments: [old.id, old.sealed.version]) == 1 else { continue }
-                    try Self.deleteRow(old.id, db, &changes)
-                    try Self.insertRow(new, db)
-                    changes.added(new.id, new.version)
+                    do {
+                        try Self.replaceRow(new, previousVersion: old.sealed.version, keyChanged: false, db, &changes)
+                    } catch KeychainError.itemNotFound {
+                        continue
+                    }
                 }
             }
             done += chunk.count
@@ -340,13 +342,33 @@ extension Keychain {
         let v = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'next_id'")
             .flatMap { Int64(String(decoding: $0, as: UTF8.self)) } ?? 1
         // Ids are never reused, so an old row cannot pose as a later item with the same id.
-        try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('next_id', ?)", arguments: [Data(String(v + 1).utf8)])
+        try StoreDatabase.setMeta(db, "next_id", Data(String(v + 1).utf8))
         return v
     }
 
     static func insertRow(_ sealed: SealedItem, _ db: Database) throws {
         try db.execute(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        arguments: sealed.arguments)
+    }
+
+    /// Overwrites the row of `sealed`'s id at `previousVersion` with `sealed`, in place: one
+    /// UPDATE that leaves the blind indexes alone when the key did not change, so a durable
+    /// update writes the row's page and the ledger's, not index pages as well (a delete and an
+    /// insert wrote four). `itemNotFound` if the row is gone or at another version.
+    static func replaceRow(_ sealed: SealedItem, previousVersion: Int64, keyChanged: Bool, _ db: Database,
+                           _ changes: inout RowChanges) throws {
+        var arguments: StatementArguments = [sealed.kind, sealed.classCode, sealed.version]
+        if keyChanged { arguments += [Data(sealed.blind), Data(sealed.groupBlind)] }
+        arguments += [Data(sealed.wrappedKey), Data(sealed.attributes), Data(sealed.secret), sealed.generation,
+                      sealed.extras.map { Data($0) }, sealed.id, previousVersion]
+        let statement = try db.cachedStatement(sql: """
+            UPDATE items SET kind = ?, class = ?, version = ?, \(keyChanged ? "blind = ?, group_blind = ?, " : "")\
+            wrapped_key = ?, attributes = ?, secret = ?, generation = ?, extras = ? WHERE id = ? AND version = ?
+            """)
+        try statement.execute(arguments: arguments)
+        guard db.changesCount == 1 else { throw KeychainError.itemNotFound }
+        changes.removed(sealed.id, previousVersion)
+        changes.added(sealed.id, sealed.version)
     }
 
     static func deleteRow(_ id: Int64, _ db: Database, _ changes: inout RowChanges) throws {
@@ -359,6 +381,11 @@ extension Keychain {
 /// port, path), account, protocol, authentication type, security domain, access group.
 public enum ItemOrder {
     public static func precedes(_ a: KeychainItem, _ b: KeychainItem) -> Bool { sortKey(a.key).lexicographicallyPrecedes(sortKey(b.key)) }
+
+    /// `items` in this order, each item's sort key made once rather than at every comparison.
+    public static func sorted(_ items: [KeychainItem]) -> [KeychainItem] {
+        items.map { (key: sortKey($0.key), item: $0) }.sorted { $0.key.lexicographicallyPrecedes($1.key) }.map(\.item)
+    }
 
     static func sortKey(_ k: ItemKey) -> [String] {
         switch k {

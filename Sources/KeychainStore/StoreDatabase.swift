@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import KeychainCrypto
 
 /// The SQLite file: schema, migrations and the few statements the keychain runs.
@@ -48,6 +49,15 @@ struct StoreDatabase {
             try KDFRecord.sealLegacy(db)
         }
         return m
+    }
+
+    /// Sets a meta value in place. `INSERT OR REPLACE` would delete the row and insert it again,
+    /// which rewrites the page of the name index too: a page more in every commit.
+    static func setMeta(_ db: Database, _ name: String, _ value: Data) throws {
+        try db.execute(sql: "UPDATE meta SET value = ? WHERE name = ?", arguments: [value, name])
+        if db.changesCount == 0 {
+            try db.execute(sql: "INSERT INTO meta (name, value) VALUES (?, ?)", arguments: [name, value])
+        }
     }
 
     /// Opens an existing store; `create` makes a new file instead.
@@ -140,6 +150,55 @@ package struct SealedItem: Sendable, Hashable {
         extras = (row[10] as DatabaseValue).isNull ? nil : try blob(10, "extras")
     }
 
+    /// The rows a `SELECT \(columns) ...` returns, each as a row or as that row's id and the
+    /// reason it is damaged (the same checks as `init(row:)`). Read straight from the statement:
+    /// at 100,000 rows GRDB's `Row` and `Data` copies were a third of the time of loading them.
+    static func fetchAll(_ db: Database, sql: String, arguments: StatementArguments = StatementArguments())
+        throws -> [Result<SealedItem, DamagedRow>] {
+        let statement = try db.makeStatement(sql: sql)
+        try statement.setArguments(arguments)
+        let raw = statement.sqliteStatement
+        var out: [Result<SealedItem, DamagedRow>] = []
+        while true {
+            let rc = sqlite3_step(raw)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
+            let id: Int64 = sqlite3_column_type(raw, 0) == SQLITE_INTEGER ? sqlite3_column_int64(raw, 0) : -1
+            do {
+                out.append(.success(try SealedItem(statement: raw, id: id)))
+            } catch {
+                out.append(.failure(DamagedRow(id: id, error: error)))
+            }
+        }
+        return out
+    }
+
+    struct DamagedRow: Error {
+        var id: Int64
+        var error: KeychainError
+    }
+
+    private init(statement raw: OpaquePointer?, id: Int64) throws(KeychainError) {
+        func integer(_ i: Int32, _ column: String) throws(KeychainError) -> Int64 {
+            guard sqlite3_column_type(raw, i) == SQLITE_INTEGER else { throw Self.damaged(id, column) }
+            return sqlite3_column_int64(raw, i)
+        }
+        // Text is taken as its bytes, as in `init(row:)`.
+        func blob(_ i: Int32, _ column: String) throws(KeychainError) -> [UInt8] {
+            let type = sqlite3_column_type(raw, i)
+            guard type == SQLITE_BLOB || type == SQLITE_TEXT else { throw Self.damaged(id, column) }
+            let count = Int(sqlite3_column_bytes(raw, i))
+            guard count > 0, let base = sqlite3_column_blob(raw, i) else { return [] }
+            return [UInt8](UnsafeRawBufferPointer(start: base, count: count))
+        }
+        self.id = id
+        kind = Int(try integer(1, "kind")); classCode = Int(try integer(2, "class")); version = try integer(3, "version")
+        blind = try blob(4, "blind"); groupBlind = try blob(5, "group_blind")
+        wrappedKey = try blob(6, "wrapped_key"); attributes = try blob(7, "attributes"); secret = try blob(8, "secret")
+        generation = try integer(9, "generation")
+        extras = sqlite3_column_type(raw, 10) == SQLITE_NULL ? nil : try blob(10, "extras")
+    }
+
     private static func damaged(_ id: Int64, _ column: String) -> KeychainError {
         .integrityFailure("item #\(id): its \(column) column holds a value of the wrong type")
     }
@@ -152,6 +211,33 @@ package struct SealedItem: Sendable, Hashable {
         self.generation = generation; self.extras = extras
     }
 
+    /// Runs `statement`, an `INSERT INTO items (\(columns)) VALUES (?, ...)`, for this row, binding
+    /// the columns straight from their arrays: an import spent a fifth of its writing thread in
+    /// `StatementArguments` and their `Data` copies.
+    func insert(with statement: Statement) throws {
+        let raw = statement.sqliteStatement
+        sqlite3_reset(raw)
+        sqlite3_clear_bindings(raw)
+        var rc = SQLITE_OK
+        func check(_ r: Int32) { if rc == SQLITE_OK { rc = r } }
+        func bind(_ i: Int32, _ bytes: [UInt8]) {
+            // SQLITE_TRANSIENT: SQLite copies the bytes, so no array must outlive this call.
+            check(bytes.withUnsafeBytes { sqlite3_bind_blob(raw, i, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count),
+                                                               unsafeBitCast(-1, to: sqlite3_destructor_type.self)) })
+        }
+        check(sqlite3_bind_int64(raw, 1, id)); check(sqlite3_bind_int64(raw, 2, Int64(kind)))
+        check(sqlite3_bind_int64(raw, 3, Int64(classCode))); check(sqlite3_bind_int64(raw, 4, version))
+        bind(5, blind); bind(6, groupBlind); bind(7, wrappedKey); bind(8, attributes); bind(9, secret)
+        check(sqlite3_bind_int64(raw, 10, generation))
+        if let extras { bind(11, extras) } else { check(sqlite3_bind_null(raw, 11)) }
+        guard rc == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
+        let step = sqlite3_step(raw)
+        sqlite3_reset(raw)
+        guard step == SQLITE_DONE else {
+            throw DatabaseError(resultCode: ResultCode(rawValue: step), message: String(cString: sqlite3_errmsg(sqlite3_db_handle(raw))))
+        }
+    }
+
     var arguments: StatementArguments {
         [id, kind, classCode, version, Data(blind), Data(groupBlind), Data(wrappedKey), Data(attributes), Data(secret),
          generation, extras.map { Data($0) }]
@@ -160,15 +246,20 @@ package struct SealedItem: Sendable, Hashable {
     /// What every seal of this row is bound to, so a row moved, replayed under another id,
     /// reclassed, re-keyed or moved to another generation fails to open.
     func aad(_ part: String) -> [UInt8] {
-        var fields = [UInt64(bitPattern: id), UInt64(classCode), UInt64(bitPattern: version), UInt64(kind)]
-        var out = Array("kcfs-item-v1|\(part)|".utf8)
-        if generation != 0 {
-            out = Array("kcfs-item-v2|\(part)|".utf8)
-            fields.append(UInt64(bitPattern: generation))
-        }
-        for v in fields {
-            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: v >> UInt64(shift))) }
-        }
-        return out + blind + groupBlind
+        // Built in one buffer: sealing and opening a row call this three times each.
+        var out: [UInt8] = []
+        out.reserveCapacity(16 + part.utf8.count + 5 * 8 + blind.count + groupBlind.count)
+        out.append(contentsOf: generation != 0 ? Self.aadV2 : Self.aadV1)
+        out.append(contentsOf: part.utf8)
+        out.append(UInt8(ascii: "|"))
+        func field(_ v: UInt64) { withUnsafeBytes(of: v.bigEndian) { out.append(contentsOf: $0) } }
+        field(UInt64(bitPattern: id)); field(UInt64(classCode)); field(UInt64(bitPattern: version)); field(UInt64(kind))
+        if generation != 0 { field(UInt64(bitPattern: generation)) }
+        out.append(contentsOf: blind)
+        out.append(contentsOf: groupBlind)
+        return out
     }
+
+    private static let aadV1 = Array("kcfs-item-v1|".utf8)
+    private static let aadV2 = Array("kcfs-item-v2|".utf8)
 }

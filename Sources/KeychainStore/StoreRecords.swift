@@ -108,8 +108,7 @@ struct RowLedger: Equatable {
     }
 
     func save(_ db: Database, keys: Keys, storeID: [UInt8]) throws {
-        try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('rows_state', ?)",
-                       arguments: [Data(body() + tag(keys, storeID: storeID))])
+        try StoreDatabase.setMeta(db, "rows_state", Data(body() + tag(keys, storeID: storeID)))
     }
 
     /// The ledger the rows as they are now would have.

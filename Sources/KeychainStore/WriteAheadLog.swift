@@ -20,6 +20,8 @@ final class WriteAheadLog: Sendable {
     let walPath: String
     let reservePath: String
     private let pending = Mutex(false)
+    /// Bytes the WAL held before the last checkpoint: what the commits since the one before wrote.
+    private let checkpointedBytes = Mutex(0)
 
     init(storePath: String) {
         walPath = storePath + "-wal"
@@ -28,9 +30,14 @@ final class WriteAheadLog: Sendable {
 
     var isPending: Bool { pending.withLock { $0 } }
 
+    var bytesAtLastCheckpoint: Int { checkpointedBytes.withLock { $0 } }
+
     /// Folds the WAL into the database and empties it. Never throws: the commit before it stands.
     func truncate(_ db: Database) {
         var done = false
+        var before = stat()
+        let size = stat(walPath, &before) == 0 ? Int(before.st_size) : 0
+        checkpointedBytes.withLock { $0 = size }
         if let row = try? Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)"), (row[0] as Int?) == 0 {
             var st = stat()
             done = stat(walPath, &st) != 0 || st.st_size == 0

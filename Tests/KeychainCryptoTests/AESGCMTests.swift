@@ -130,4 +130,20 @@ final class AESGCMTests: XCTestCase {
         XCTAssertEqual(sealed.count, AESGCM.overhead)
         XCTAssertEqual(try AESGCM.open(sealed, key: key, aad: [1, 2, 3]).count, 0)
     }
+
+    /// `openUnlocked` opens what `open` opens, into a buffer handed to its body, and refuses
+    /// the same damage.
+    func testOpenUnlockedMatchesOpen() throws {
+        let key = SecureBytes(copying: Self.key15)
+        for size in [0, 1, 100, 5000] {
+            let plain = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+            let sealed = try plain.withUnsafeBytes { try AESGCM.seal($0, key: key, aad: [9]) }
+            XCTAssertEqual(try AESGCM.openUnlocked(sealed, key: key, aad: [9]) { Array($0) }, plain)
+            XCTAssertThrowsError(try AESGCM.openUnlocked(sealed, key: key, aad: [8]) { _ in XCTFail("opened") })
+            var flipped = sealed
+            flipped[flipped.count - 1] ^= 1
+            XCTAssertThrowsError(try AESGCM.openUnlocked(flipped, key: key, aad: [9]) { _ in XCTFail("opened") })
+        }
+        XCTAssertThrowsError(try AESGCM.openUnlocked(Array(repeating: 0, count: AESGCM.overhead - 1), key: key, aad: []) { _ in })
+    }
 }

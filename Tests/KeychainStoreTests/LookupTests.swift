@@ -1,0 +1,57 @@
+import Foundation
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+import XCTest
+
+/// The lookups a filesystem uses instead of loading every item: one item by key, one
+/// directory's items, and the directory names.
+final class LookupTests: XCTestCase {
+    var store: TempStore!
+    override func setUpWithError() throws { store = try TempStore() }
+    override func tearDown() { store = nil }
+
+    func testGroupNamesAndGroupItems() throws {
+        let k = try store.create()
+        try add(k, genericKey("mail", "alice"), "1")
+        try add(k, genericKey("mail", "bob"), "2", class: .always)
+        try add(k, genericKey("mail", "carol", group: "team"), "3")
+        try add(k, genericKey("ssh", "alice"), "4")
+        try add(k, genericKey("internet", "x"), "5", class: .always)
+        try add(k, internetKey("github.com", account: "dev"), "6")
+        try add(k, internetKey("github.com", port: 8443, account: "dev"), "7")
+        try add(k, internetKey("example.org", account: "me"), "8", class: .always)
+        XCTAssertEqual(try k.groupNames(.generic), ["internet", "mail", "ssh"])
+        XCTAssertEqual(try k.groupNames(.internet), ["example.org", "github.com"])
+        XCTAssertEqual(try k.items(inGroup: "mail", kind: .generic).map(\.key.account), ["alice", "bob", "carol"])
+        XCTAssertEqual(try k.items(inGroup: "github.com", kind: .internet).count, 2)
+        XCTAssertEqual(try k.items(inGroup: "nothing", kind: .generic), [])
+        XCTAssertEqual(try k.items(inGroup: "mail", kind: .internet), [])
+
+        // Before first unlock only `always*` items are named: their groups alone are listed.
+        let boot = try store.open()
+        XCTAssertEqual(try boot.groupNames(.generic), ["internet", "mail"])
+        XCTAssertEqual(try boot.groupNames(.internet), ["example.org"])
+        XCTAssertEqual(try boot.items(inGroup: "mail", kind: .generic).map(\.key.account), ["bob"])
+    }
+
+    /// A damaged first row of a group hides neither the group nor the other rows.
+    func testADamagedRowHidesNoGroup() throws {
+        let k = try store.create()
+        let first = try add(k, genericKey("mail", "alice"), "1")
+        try add(k, genericKey("mail", "bob"), "2")
+        let lone = try add(k, genericKey("lone", "x"), "3")
+        try store.sql("UPDATE items SET attributes = zeroblob(40) WHERE id IN (\(first.id), \(lone.id))")
+        let again = try store.openUnlocked()
+        XCTAssertEqual(try again.groupNames(.generic), ["mail"])
+        XCTAssertEqual(try again.items(inGroup: "mail", kind: .generic).map(\.key.account), ["bob"])
+    }
+
+    func testAnEmptyOrLockedStoreHasNoGroups() throws {
+        let k = try store.create()
+        XCTAssertEqual(try k.groupNames(.generic), [])
+        try add(k, genericKey("mail", "alice"), "1")
+        k.forgetKeys()
+        XCTAssertEqual(try k.groupNames(.generic), [])
+    }
+}
