@@ -7,10 +7,16 @@ extension Keychain {
     /// Compares the rows with the store's ledger and the ledger with this machine's counter,
     /// once the index key is held. Refuses (integrity failure) what does not match, unless the
     /// store was opened with `acceptRollback`, which takes the rows as they are.
+    ///
+    /// Comparing the rows reads every row's id and version. It is skipped when the store's
+    /// files are in the state recorded beside the counter after this machine's last commit or
+    /// check (`StoreFileState`): nothing has written them since, so the rows are those the
+    /// ledger was made for. The ledger's tag and the counter are checked either way.
     func checkRows() throws {
         guard !rowsChecked.withLock({ $0 }), let indexKey = keybag.withLock({ $0.indexKey }) else { return }
         let keys = try RowLedger.Keys(indexKey: indexKey)
-        let (problems, stored) = try rowProblems(keys)
+        let check = try rowProblems(keys, recorded: acceptsRollback ? nil : counter.readFiles())
+        let (problems, stored) = (check.problems, check.stored)
         if !problems.isEmpty {
             guard acceptsRollback else {
                 throw KeychainError.integrityFailure(problems.joined(separator: "; ")
@@ -24,18 +30,28 @@ extension Keychain {
             try rebaseLedger(keys, after: 0)
         }
         rowsChecked.withLock { $0 = true }
+        checkReadRows.withLock { $0 = check.readRows }
+        // The state the rows were checked in; a rebase above changed the files, so the next open reads them again.
+        counter.recordFiles(problems.isEmpty && stored != nil ? check.state : nil)
     }
 
-    private func rowProblems(_ keys: RowLedger.Keys) throws -> (problems: [String], stored: RowLedger?) {
+    /// What is wrong with the rows and the ledger. Every row is read unless the files are in
+    /// the `recorded` state when the read transaction begins; that state is returned too.
+    private func rowProblems(_ keys: RowLedger.Keys, recorded: StoreFileState? = nil)
+        throws -> (problems: [String], stored: RowLedger?, state: StoreFileState?, readRows: Bool) {
         try read { db in
+            // The first read pins this transaction's view; the files are looked at after it.
+            _ = try Int.fetchOne(db, sql: "SELECT 1 FROM meta LIMIT 1")
+            let state = StoreFileState(storePath: path)
+            let readRows = recorded == nil || state != recorded
             var problems: [String] = []
             var stored: RowLedger?
             do { stored = try RowLedger.load(db, keys: keys, storeID: storeID) } catch let e as KeychainError {
                 problems.append(e.description)
             }
-            let actual = try RowLedger.scan(db, keys: keys, counter: 0)
+            let actual = readRows ? try RowLedger.scan(db, keys: keys, counter: 0) : nil
             if let stored {
-                if stored.count != actual.count || stored.digest != actual.digest {
+                if let actual, stored.count != actual.count || stored.digest != actual.digest {
                     problems.append("the items are not those the store recorded at its last commit: a row was removed, put back after deletion, or replaced by an older copy of itself")
                 }
                 if let seen = counter.read(), seen > stored.counter {
@@ -44,7 +60,7 @@ extension Keychain {
             } else if problems.isEmpty && keyGeneration > 0 {
                 problems.append("the store's record of its items is missing")
             }
-            return (problems, stored)
+            return (problems, stored, state, readRows)
         }
     }
 

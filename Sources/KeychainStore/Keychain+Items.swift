@@ -284,8 +284,11 @@ extension Keychain {
         guard let indexKey = keybag.withLock({ $0.indexKey }) else { throw KeychainError.unavailable(.whenUnlocked) }
         let keys = try RowLedger.Keys(indexKey: indexKey)
         let generation = keyGeneration
+        var intact = false
         let (result, counterValue): (T, UInt64) = try Self.mappingDatabaseErrors {
             try database.write(effect) { db in
+                // Under the write lock: no other commit can change the files before this one.
+                intact = rowsChecked.withLock { $0 } && StoreFileState(storePath: path) == counter.readFiles()
                 // A passphrase change by another process since this one unlocked: its keys are no longer the newest.
                 let stored = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'key_generation'")
                     .flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
@@ -309,6 +312,10 @@ extension Keychain {
             }
         }
         counter.record(counterValue)
+        // A commit on files that were as the last commit or check left them keeps the ledger true to
+        // the rows: the files as it leaves them need no reading at the next open. Any other change
+        // since breaks that chain, and the next open reads every row.
+        counter.recordFiles(intact ? StoreFileState(storePath: path) : nil)
         return result
     }
 

@@ -25,6 +25,8 @@ public final class Keychain: @unchecked Sendable {
     let acceptsRollback: Bool
     /// The rows were checked against the ledger (needs the index key, so at open or at unlock).
     let rowsChecked = Mutex(false)
+    /// Whether that check read every row (false: the files were as this machine left them).
+    let checkReadRows = Mutex<Bool?>(nil)
 
     // MARK: opening
 
@@ -84,10 +86,22 @@ public final class Keychain: @unchecked Sendable {
         storeID = [UInt8](id)
         counter = StoreCounter(stateDirectory: (deviceKeyPath as NSString).deletingLastPathComponent, storeID: storeID,
                                storePath: path)
+        // The files were as this machine's last commit or check left them until this open: what
+        // its checkpoint made of them (the WAL folded in) is then such a state too.
+        if let before = database.stateAtOpen, counter.readFiles() == before { counter.recordFiles(database.stateAfterOpen) }
         let wrapped = try Self.mappingDatabaseErrors { [database] in try database.queue.read { db in try Self.fetchWrapped(db) } }
         keybag = Mutex(try Keybag(wrapped: wrapped, hasPassphrase: hasPassphrase, storeID: storeID, generation: generation,
                                   deviceKey: DeviceKey.load(path: deviceKeyPath)))
         try checkRows()
+    }
+
+    /// Closing folds what the WAL holds into the database file. If the files were as this
+    /// machine's last commit or check left them, they still are after the close, so the next
+    /// open need not read every row (`checkRows`).
+    deinit {
+        let intact = rowsChecked.withLock { $0 } && StoreFileState(storePath: path) == counter.readFiles()
+        try? database.queue.close()
+        if intact { counter.recordFiles(StoreFileState(storePath: path)) }
     }
 
     static func fetchWrapped(_ db: Database) throws -> [WrappedKey] {

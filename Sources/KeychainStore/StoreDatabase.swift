@@ -9,6 +9,9 @@ struct StoreDatabase {
     static let format = "keychainfs-store"
     let queue: DatabaseQueue
     let log: WriteAheadLog
+    /// The files before this open touched them, and after its checkpoint.
+    let stateAtOpen: StoreFileState?
+    let stateAfterOpen: StoreFileState?
 
     static func migrator() -> DatabaseMigrator {
         var m = DatabaseMigrator()
@@ -68,6 +71,7 @@ struct StoreDatabase {
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
         config.busyMode = .timeout(10)
+        stateAtOpen = create ? nil : StoreFileState(storePath: path)
         if !create {
             guard FileManager.default.fileExists(atPath: path) else { throw KeychainError.noSuchStore(path) }
         }
@@ -97,6 +101,7 @@ struct StoreDatabase {
             try queue.writeWithoutTransaction { db in wal.truncate(db) }
             wal.keepReserve()
             log = wal
+            stateAfterOpen = StoreFileState(storePath: path)
         } catch let e as KeychainError {
             throw e
         } catch let e as DatabaseError where e.resultCode == .SQLITE_NOTADB || e.resultCode == .SQLITE_CORRUPT {

@@ -1,0 +1,57 @@
+import Foundation
+import KeychainModel
+
+/// The store's database and WAL files as the file system describes them: device, inode, size,
+/// and modification and change times to the nanosecond. Any write to either file, a copy put
+/// in its place or a rename over it gives another state; the change time cannot be set from
+/// user space, and the kernel gives a file that was looked at since its last change a
+/// fine-grained one at the next. An empty or missing WAL counts as the same state: it holds
+/// nothing.
+///
+/// Kept beside the commit counter after each commit and each check of the rows, it lets an
+/// open skip reading every row when the files are as this machine's keychainfs left them
+/// (`Keychain.checkRows`): whoever could change them unseen could change the counter too.
+struct StoreFileState: Equatable {
+    let text: String
+
+    init?(storePath: String) {
+        var db = stat()
+        guard stat(storePath, &db) == 0 else { return nil }
+        var wal = stat()
+        let walText = stat(storePath + "-wal", &wal) == 0 && wal.st_size > 0 ? Self.describe(wal) : "empty"
+        text = "db " + Self.describe(db) + " wal " + walText
+    }
+
+    init(text: String) { self.text = text }
+
+    private static func describe(_ s: stat) -> String {
+        "\(s.st_dev) \(s.st_ino) \(s.st_size) \(s.st_mtim.tv_sec).\(s.st_mtim.tv_nsec) \(s.st_ctim.tv_sec).\(s.st_ctim.tv_nsec)"
+    }
+}
+
+extension StoreCounter {
+    var filesPath: String { path + ".files" }
+
+    /// The files' state recorded after the last commit or check of the rows; nil if none.
+    func readFiles() -> StoreFileState? {
+        guard let text = try? String(contentsOfFile: filesPath, encoding: .utf8) else { return nil }
+        let line = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        return line.isEmpty ? nil : StoreFileState(text: line)
+    }
+
+    /// Records `state`, or removes the record when nil (the files are in a state no check vouches for).
+    func recordFiles(_ state: StoreFileState?) {
+        guard let state else {
+            unlink(filesPath)
+            return
+        }
+        let dir = (filesPath as NSString).deletingLastPathComponent
+        if !FileManager.default.fileExists(atPath: dir) { try? KeychainLocations.makeDirectory(dir) }
+        let fd = open(filesPath, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        let bytes = Array((state.text + "\n").utf8)
+        _ = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        _ = ftruncate(fd, off_t(bytes.count))
+    }
+}
