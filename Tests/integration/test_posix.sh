@@ -175,8 +175,13 @@ expect_exit 0 "the store has them under the new server" kc find-internet-passwor
 
 
 echo "== one commit per create"
-# The store's commit counter (one per write transaction), kept beside the device key.
-commits() { sed 's/^0*//; s/^$/0/' "$XDG_STATE_HOME"/keychainfs/stores/*; }
+# The store's commit counter (one per write transaction), kept beside the device key in a
+# file named by a hash; files beside it with a suffix (.files) are records of other things.
+commits() {
+    for f in "$XDG_STATE_HOME"/keychainfs/stores/*; do
+        case ${f##*/} in *.*) ;; *) sed 's/^0*//; s/^$/0/' "$f" ;; esac
+    done
+}
 # commits_since BEFORE WANT: the commits since BEFORE, once WANT have come (or 2 s passed) and
 # a moment more: a file's release, where an empty new file is stored, comes after close(2).
 commits_since() {
