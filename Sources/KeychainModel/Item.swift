@@ -20,13 +20,6 @@ public struct GenericPasswordKey: Hashable, Codable, Sendable {
         self.account = account
         self.accessGroup = accessGroup
     }
-
-    /// A key as the store holds it, taken as it was checked when it was written.
-    package init(storedAccessGroup accessGroup: String, service: String, account: String) {
-        self.accessGroup = accessGroup
-        self.service = service
-        self.account = account
-    }
 }
 
 /// Primary key of an internet password:
@@ -62,20 +55,6 @@ public struct InternetPasswordKey: Hashable, Codable, Sendable {
         self.account = account
         self.accessGroup = accessGroup
         try TreeName.validate(InternetVariantName.fileName(for: self), as: "account with its variant suffix")
-    }
-
-    /// A key as the store holds it, taken as it was checked when it was written.
-    package init(storedAccessGroup accessGroup: String, server: String, port: UInt16, path: String,
-                 protocol proto: InternetProtocol, authenticationType: AuthenticationType,
-                 securityDomain: String, account: String) {
-        self.accessGroup = accessGroup
-        self.server = server
-        self.port = port
-        self.path = path
-        self.protocol = proto
-        self.authenticationType = authenticationType
-        self.securityDomain = securityDomain
-        self.account = account
     }
 
     /// The item an internet file made through the tree stands for: the port's protocol,

@@ -158,15 +158,15 @@ enum AttributeEncoding {
             switch Int(kind) {
             case ItemKind.generic.rawValue:
                 guard let group = string(), let service = string(), let account = string() else { return nil }
-                key = .generic(GenericPasswordKey(storedAccessGroup: group, service: service, account: account))
+                key = .generic(GenericPasswordKey(storedService: service, account: account, accessGroup: group))
             case ItemKind.internet.rawValue:
                 guard let group = string(), let server = string(), let hi = byte(), let lo = byte(),
                       let path = string(), let proto = code(), let auth = code(),
                       let domain = string(), let account = string() else { return nil }
                 key = .internet(InternetPasswordKey(
-                    storedAccessGroup: group, server: server, port: UInt16(hi) << 8 | UInt16(lo), path: path,
+                    storedServer: server, port: UInt16(hi) << 8 | UInt16(lo), path: path,
                     protocol: InternetProtocol(code: proto), authenticationType: AuthenticationType(code: auth),
-                    securityDomain: domain, account: account))
+                    securityDomain: domain, account: account, accessGroup: group))
             default:
                 return nil
             }

@@ -91,13 +91,7 @@ final class JSONAttributeStoreTests: XCTestCase {
     var store: TempStore!
 
     override func setUpWithError() throws {
-        store = try TempStore()
-        let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures")
-        for dir in ["store", "state"] {
-            try FileManager.default.createDirectory(atPath: store.directory + "/" + dir, withIntermediateDirectories: true)
-        }
-        try FileManager.default.copyItem(atPath: fixtures.appendingPathComponent("json-store.db").path, toPath: store.path)
-        try FileManager.default.copyItem(atPath: fixtures.appendingPathComponent("json-device.key").path, toPath: store.deviceKeyPath)
+        store = try TempStore.fixture(database: "json-store.db", deviceKey: "json-device.key")
     }
     override func tearDown() { store = nil }
 

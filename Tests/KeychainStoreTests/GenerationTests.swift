@@ -283,13 +283,7 @@ final class MigrationTests: XCTestCase {
     var store: TempStore!
 
     override func setUpWithError() throws {
-        store = try TempStore()
-        let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures")
-        for dir in ["store", "state"] {
-            try FileManager.default.createDirectory(atPath: store.directory + "/" + dir, withIntermediateDirectories: true)
-        }
-        try FileManager.default.copyItem(atPath: fixtures.appendingPathComponent("legacy-store.db").path, toPath: store.path)
-        try FileManager.default.copyItem(atPath: fixtures.appendingPathComponent("legacy-device.key").path, toPath: store.deviceKeyPath)
+        store = try TempStore.fixture(database: "legacy-store.db", deviceKey: "legacy-device.key")
     }
     override func tearDown() { store = nil }
 

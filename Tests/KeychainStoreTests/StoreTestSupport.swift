@@ -22,6 +22,18 @@ final class TempStore {
 
     deinit { try? FileManager.default.removeItem(atPath: directory) }
 
+    /// A temporary store that is a copy of one kept in Fixtures (its database and device key).
+    static func fixture(database: String, deviceKey: String) throws -> TempStore {
+        let store = try TempStore()
+        let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures")
+        for dir in ["store", "state"] {
+            try FileManager.default.createDirectory(atPath: store.directory + "/" + dir, withIntermediateDirectories: true)
+        }
+        try FileManager.default.copyItem(atPath: fixtures.appendingPathComponent(database).path, toPath: store.path)
+        try FileManager.default.copyItem(atPath: fixtures.appendingPathComponent(deviceKey).path, toPath: store.deviceKeyPath)
+        return store
+    }
+
     func create(passphrase: String? = TempStore.passphrase) throws -> Keychain {
         try Keychain.create(at: path, passphrase: passphrase.map(secure), scrypt: Self.scrypt, deviceKeyPath: deviceKeyPath)
     }
