@@ -250,6 +250,45 @@ enum FuseOperations {
                 fuse_reply_buf(req, buffer, used)
             }
         }
+        // With attributes in the listing, `ls -l` costs one request per buffer of entries, not
+        // a lookup per name: each entry the reply holds counts as a lookup of it.
+        ops.readdirplus = { req, ino, size, offset, fi in
+            FuseOperations.answer(req) { fs throws(FileSystemError) in
+                let entries = try fs.entries(fi!.pointee.fh, of: ino, offset: Int(offset))
+                let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: max(size, 1))
+                defer { buffer.deallocate() }
+                var used = 0
+                var counted: [UInt64] = []
+                var i = Int(offset)
+                while i < entries.count {
+                    defer { i += 1 }
+                    var e = fuse_entry_param()
+                    var child: UInt64?
+                    if entries[i].name == "." || entries[i].name == ".." {
+                        // The kernel takes neither as a lookup; inode 0 says so.
+                        e.attr.st_ino = UInt(ino)
+                        e.attr.st_mode = S_IFDIR
+                    } else {
+                        // A name gone since the listing was taken is left out, as readdir would
+                        // leave it to the lookup that follows.
+                        guard let st = try? fs.tree.stat(try fs.path(ino, entries[i].name)) else { continue }
+                        let n = fs.inodes.withLock { $0.lookedUp(ino, entries[i].name) }
+                        e = FuseOperations.entry(n, st)
+                        child = n
+                    }
+                    let n = fuse_add_direntry_plus(req, buffer + used, size - used, entries[i].name, &e, off_t(i + 1))
+                    if n > size - used {
+                        if let child { fs.inodes.withLock { $0.forget(child, 1) } }
+                        break
+                    }
+                    used += n
+                    if let child { counted.append(child) }
+                }
+                if fuse_reply_buf(req, buffer, used) != 0 {
+                    fs.inodes.withLock { t in for c in counted { t.forget(c, 1) } }
+                }
+            }
+        }
         ops.releasedir = { req, _, fi in
             FuseOperations.fileSystem(req).closeListing(fi!.pointee.fh)
             fuse_reply_err(req, 0)
