@@ -9,7 +9,7 @@ extension KeychainTree {
     public func open(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
         let location = try TreeLocation.parse(path)
         let mode = OpenMode(flags: flags)
-        let item = try served.state.withLock { s throws(FileSystemError) -> KeychainItem in
+        let item = try served.covering(location) { s throws(FileSystemError) -> KeychainItem in
             guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
             return item
         }
@@ -32,18 +32,25 @@ extension KeychainTree {
         let location = try TreeLocation.parse(path)
         let key = try itemKey(at: location)
         let item = try served.change { () throws(FileSystemError) -> KeychainItem in
-            let accessible = try served.state.withLock { s throws(FileSystemError) -> AccessibilityClass in
+            // A service's classes come from the store's class column, so that its items need
+            // not all be read (those of another access group or not yet readable count too);
+            // a server's directory is read whole anyway.
+            var serviceClasses: Set<AccessibilityClass> = []
+            if case .genericItem(let svc, _) = location {
+                do { serviceClasses = try keychain.groupClasses(kind: .generic, name: svc) } catch { throw .from(error) }
+            }
+            let accessible = try served.coveringInChange(location) { s throws(FileSystemError) -> AccessibilityClass in
                 // Whatever exists there (an item, or a path directory of that name) is not replaced.
                 if (try? node(location, s.index)) != nil { throw .exists }
                 try requireParent(of: location, s.index)
-                let siblings: [Int64] = switch location {
-                case .genericItem(let svc, _): Array((s.index.services[svc]?.accounts ?? [:]).values)
+                let siblings: [AccessibilityClass] = switch location {
+                case .genericItem: Array(serviceClasses)
                 case .internetEntry(let server, let port, let parent, _):
-                    Array(s.index.directory(server: server, port: port, path: parent)?.items.values ?? [:].values)
+                    (s.index.directory(server: server, port: port, path: parent)?.items.values ?? [:].values)
+                        .compactMap { s.index.item($0)?.accessible }
                 default: []
                 }
-                return AccessibilityClass.forNewItem(mountDefault: defaultClass,
-                                                     siblings: siblings.compactMap { s.index.item($0)?.accessible })
+                return AccessibilityClass.forNewItem(mountDefault: defaultClass, siblings: siblings)
             }
             guard keychain.isAvailable(accessible) else { throw .keyUnavailable }
             let item: KeychainItem
@@ -174,7 +181,7 @@ extension KeychainTree {
             case .update(let item, let value, let writes, let modified):
                 defer { value.wipe() }
                 let updated: KeychainItem
-                do { updated = try keychain.update(item, to: item.record, secret: value, modified: modified) } catch {
+                do { updated = try keychain.update(keychain.complete(item), to: item.record, secret: value, modified: modified) } catch {
                     // A create whose first write could not be stored (a full disk) leaves no empty item.
                     if served.state.withLock({ _ in f.createdItem }), (try? keychain.delete([item])) != nil {
                         served.state.withLock { s in

@@ -31,7 +31,6 @@ final class KeychainTreeTests: XCTestCase {
                                                                            account: "k")),
                                     attributes: ItemAttributes(accessible: .alwaysThisDeviceOnly)),
                          secret: SecureBytes())
-        try tree.served.reload()
         let h = try tree.create("/vault/sedXYZ", flags: O_WRONLY)
         XCTAssertEqual(try keychain.item(for: .generic(try GenericPasswordKey(service: "vault", account: "sedXYZ")))?.accessible,
                        .whenUnlockedThisDeviceOnly, "committed at create already under the stricter class")
