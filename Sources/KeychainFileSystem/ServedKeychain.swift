@@ -41,6 +41,8 @@ package final class ServedKeychain: Sendable {
     let state: Mutex<State>
     /// Called between decrypting a secret and caching it; tests use it to force interleavings.
     private let afterDecrypt = Mutex<(@Sendable () -> Void)?>(nil)
+    /// Called between a fill's read of the store and its install; tests use it likewise.
+    private let afterFillRead = Mutex<(@Sendable () -> Void)?>(nil)
 
     struct State {
         var index = ItemIndex()
@@ -98,6 +100,7 @@ package final class ServedKeychain: Sendable {
     package static let defaultIndexLimit = 16_384
 
     package func setAfterDecrypt(_ hook: (@Sendable () -> Void)?) { afterDecrypt.withLock { $0 = hook } }
+    package func setAfterFillRead(_ hook: (@Sendable () -> Void)?) { afterFillRead.withLock { $0 = hook } }
 
     /// Runs one change to the store and the index. Nothing else changes either meanwhile;
     /// the body takes `state` only for the short steps before and after the commit.
@@ -178,6 +181,7 @@ package final class ServedKeychain: Sendable {
     }
 
     private func install(_ generation: UInt64, _ body: (inout State) -> Void) {
+        afterFillRead.withLock { $0 }?()
         state.withLock { s in if s.generation == generation { body(&s) } }
     }
 
