@@ -219,6 +219,8 @@ struct ItemIndex {
             if listing { return group(g, known: services[s] != nil) }
             return services[s] != nil || namesListed || complete.contains(g) ? [] : [.shown(g)]
         case .genericItem(let s, let a):
+            // The common case first, with no key built: a name already in its directory.
+            if services[s]?.accounts[a] != nil { return [] }
             let g = ItemGroup(kind: .generic, name: s)
             guard let key = try? ItemKey.generic(GenericPasswordKey(service: s, account: a)) else { return [] }
             if ids[key] != nil || complete.contains(g) || (namesListed && services[s] == nil) { return [] }

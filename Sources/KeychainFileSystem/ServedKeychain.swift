@@ -74,9 +74,8 @@ package final class ServedKeychain: Sendable {
 
         /// Marks the item at `location` used (what eviction goes by).
         mutating func touch(_ location: TreeLocation) {
-            guard case .genericItem(let svc, let account) = location,
-                  let key = try? ItemKey.generic(GenericPasswordKey(service: svc, account: account)) else { return }
-            index.touch(index.ids[key])
+            guard case .genericItem(let svc, let account) = location else { return }
+            index.touch(index.services[svc]?.accounts[account])
         }
 
         mutating func deleted(_ id: Int64) {
