@@ -41,11 +41,43 @@ struct ServerDirectory {
     var modified: Date
 }
 
-/// Every item whose name can be read now, by id and by primary key, and the tree the mount
-/// shows, kept in memory so that no file operation runs SQL or decrypts names. Directories
-/// persist once made (by an item or by mkdir) until rmdir or unmount, so `rm -r` can remove a
-/// directory whose last item it just deleted. Directories are not stored, so their times
-/// live here: made, or an entry added or removed, sets a directory's time to now.
+/// One read that fills the index from the store (`ItemIndex.missing`).
+enum IndexFill: Equatable {
+    /// The root's and `/internet`'s names.
+    case names
+    /// A group read whole.
+    case group(ItemGroup)
+    /// One item by its key.
+    case item(ItemKey)
+    /// Whether a group's directory exists.
+    case shown(ItemGroup)
+}
+
+/// A service's or server's items: the unit of one `Keychain.groupSummaries` query.
+struct ItemGroup: Hashable {
+    var kind: ItemKind
+    var name: String
+
+    init(kind: ItemKind, name: String) { self.kind = kind; self.name = name }
+
+    init(_ key: ItemKey) {
+        switch key {
+        case .generic(let g): self.init(kind: .generic, name: g.service)
+        case .internet(let i): self.init(kind: .internet, name: i.server)
+        }
+    }
+}
+
+/// The items the mount has looked up so far (summaries: no sealed blobs), by id and by primary
+/// key, and the tree the mount shows, kept in memory so that a file operation on a known
+/// name runs no SQL and decrypts nothing. It is a bounded cache of the store, not a copy:
+/// an item is read when first looked up, a group whole when first listed (`complete`), the
+/// root's names when first listed (`namesListed`), and the least recently used items go
+/// (`evict`) except those with open files. Directories persist once made (by an item or by
+/// mkdir) until rmdir or unmount, so `rm -r` can remove a directory whose last item it just
+/// deleted; eviction leaves them. Directories are not stored, so their times live here:
+/// made, or an entry added or removed, sets a directory's time to now; one first read from
+/// the store has the time of the mount.
 /// Not thread-safe; `ServedKeychain` guards it.
 struct ItemIndex {
     private(set) var items: [Int64: KeychainItem] = [:]
@@ -54,16 +86,37 @@ struct ItemIndex {
     private(set) var servers: [String: ServerDirectory] = [:]
     private(set) var rootModified: Date
     private(set) var internetModified: Date
+    /// Groups whose every item readable now is in `items`: their directories list from memory.
+    private(set) var complete: Set<ItemGroup> = []
+    /// Every group with a readable item of the default access group has its directory here.
+    private(set) var namesListed = false
+    private let mounted: Date
+    /// Use order for eviction: an item's last use, from a counter.
+    private var used: [Int64: UInt64] = [:]
+    private var clock: UInt64 = 0
 
     init(now: Date = Date()) {
         rootModified = now
         internetModified = now
+        mounted = now
     }
 
     /// Only the default access group is shown in the tree; the others are only in `items`.
     static func isShown(_ key: ItemKey) -> Bool { key.accessGroup.isEmpty }
 
+    /// Adds or replaces an item changed by this mount: its directory's time becomes `now`.
     mutating func insert(_ item: KeychainItem, now: Date = Date()) {
+        place(item.summary, now: now)
+    }
+
+    /// Adds an item read from the store, as it was there before: no directory time changes.
+    mutating func install(_ item: KeychainItem) {
+        place(item.summary, now: nil)
+    }
+
+    private mutating func place(_ item: KeychainItem, now: Date?) {
+        clock += 1
+        used[item.id] = clock
         // Same key, same name: the directory's entries do not change, nor its times.
         if let old = items[item.id], old.key == item.key {
             items[item.id] = item
@@ -71,6 +124,7 @@ struct ItemIndex {
             return
         }
         remove(id: item.id, now: now)
+        used[item.id] = clock
         items[item.id] = item
         ids[item.key] = item.id
         guard Self.isShown(item.key) else { return }
@@ -78,28 +132,30 @@ struct ItemIndex {
         case .generic(let g):
             makeService(g.service, now: now)
             services[g.service]!.accounts[g.account] = item.id
-            services[g.service]!.modified = now
+            if let now { services[g.service]!.modified = now }
         case .internet(let i):
             let dir = makeDirectory(server: i.server, port: i.port, path: InternetPath.segments(i.path), now: now)
             dir.items[VariantKey(i)] = item.id
-            dir.modified = now
+            if let now { dir.modified = now }
         }
     }
 
     /// Removes the item, and its name unless that already stands for another item (a pending
-    /// one's name taken by an item the control socket stored).
-    mutating func remove(id: Int64, now: Date = Date()) {
+    /// one's name taken by an item the control socket stored). `now` nil (eviction): no
+    /// directory time changes.
+    mutating func remove(id: Int64, now: Date? = Date()) {
+        used[id] = nil
         guard let old = items.removeValue(forKey: id) else { return }
         if ids[old.key] == id { ids[old.key] = nil }
         guard Self.isShown(old.key), entry(old.key) == id else { return }
         switch old.key {
         case .generic(let g):
             services[g.service]!.accounts[g.account] = nil
-            services[g.service]!.modified = now
+            if let now { services[g.service]!.modified = now }
         case .internet(let i):
             let dir = directory(server: i.server, port: i.port, path: InternetPath.segments(i.path))!
             dir.items[VariantKey(i)] = nil
-            dir.modified = now
+            if let now { dir.modified = now }
         }
     }
 
@@ -112,7 +168,10 @@ struct ItemIndex {
             return
         }
         items[id] = nil
-        items[item.id] = item
+        used[id] = nil
+        clock += 1
+        used[item.id] = clock
+        items[item.id] = item.summary
         ids[item.key] = item.id
         guard Self.isShown(item.key) else { return }
         switch item.key {
@@ -130,24 +189,89 @@ struct ItemIndex {
     }
 
     mutating func removeAll() {
-        items = [:]; ids = [:]; services = [:]; servers = [:]
+        items = [:]; ids = [:]; services = [:]; servers = [:]; used = [:]
+        complete = []; namesListed = false
     }
 
-    /// Items that match, in the documented order. Pending items are not in the store yet, so
-    /// not among them.
-    func items(matching query: ItemQuery) -> [KeychainItem] {
-        if let key = query.exactKey {
-            return item(ids[key]).map { !$0.isPending && query.matches($0.record) ? [$0] : [] } ?? []
+    // MARK: the cache
+
+    /// A group read whole from the store: its items replace those held of it, except pending
+    /// items, which are not in the store until their first commit.
+    mutating func install(group: ItemGroup, _ found: [KeychainItem]) {
+        let fresh = Set(found.map(\.id))
+        for (id, item) in items where !item.isPending && ItemGroup(item.key) == group && !fresh.contains(id) {
+            remove(id: id, now: nil)
         }
-        return items.values.filter { !$0.isPending && query.matches($0.record) }.sorted(by: ItemOrder.precedes)
+        for item in found { install(item) }
+        complete.insert(group)
+    }
+
+    /// The root's names read from the store; directories already known stay as they are.
+    mutating func install(services names: Set<String>, servers serverNames: Set<String>) {
+        for name in names { makeService(name, now: nil) }
+        for name in serverNames { makeServer(name, now: nil) }
+        namesListed = true
+    }
+
+    /// Marks an item used, so that eviction takes others first.
+    mutating func touch(_ id: Int64?) {
+        guard let id, used[id] != nil else { return }
+        clock += 1
+        used[id] = clock
+    }
+
+    /// The first unlock makes names of every class readable: what was read whole or listed
+    /// before holds only the `always` classes, so it is read again when next asked for.
+    mutating func forgetCompleteness() {
+        complete = []
+        namesListed = false
+    }
+
+    /// Past `limit` items, drops the least recently used down to three quarters of it, but
+    /// none of `pinned` (items with open files) and no pending item (the index is the only
+    /// place one is until its commit). Directories stay; the groups they were in are then
+    /// no longer complete.
+    mutating func evict(limit: Int, pinned: Set<Int64>) {
+        guard items.count > limit else { return }
+        let target = limit - limit / 4
+        let order = used.filter { !pinned.contains($0.key) && items[$0.key]?.isPending != true }.sorted { $0.value < $1.value }
+        for (id, _) in order.prefix(max(items.count - target, 0)) {
+            if let item = items[id] { complete.remove(ItemGroup(item.key)) }
+            remove(id: id, now: nil)
+        }
+    }
+
+    /// What must be read from the store before `location` resolves from memory alone; empty
+    /// when it does. `listing`: its directory's entries are wanted, not just whether it exists.
+    func missing(_ location: TreeLocation, listing: Bool) -> [IndexFill] {
+        func group(_ g: ItemGroup, known: Bool) -> [IndexFill] {
+            complete.contains(g) || (namesListed && !known) ? [] : [.group(g)]
+        }
+        switch location {
+        case .root, .internetRoot:
+            return namesListed ? [] : [.names]
+        case .service(let s):
+            let g = ItemGroup(kind: .generic, name: s)
+            if listing { return group(g, known: services[s] != nil) }
+            return services[s] != nil || namesListed || complete.contains(g) ? [] : [.shown(g)]
+        case .genericItem(let s, let a):
+            // The common case first, with no key built: a name already in its directory.
+            if services[s]?.accounts[a] != nil { return [] }
+            let g = ItemGroup(kind: .generic, name: s)
+            guard let key = try? ItemKey.generic(GenericPasswordKey(service: s, account: a)) else { return [] }
+            if ids[key] != nil || complete.contains(g) || (namesListed && services[s] == nil) { return [] }
+            return services[s] != nil || namesListed ? [.item(key)] : [.item(key), .shown(g)]
+        case .server(let s), .port(let s, _), .internetEntry(let s, _, _, _):
+            return group(ItemGroup(kind: .internet, name: s), known: servers[s] != nil)
+        }
     }
 
     // MARK: directories
 
-    mutating func makeService(_ name: String, now: Date = Date()) {
+    mutating func makeService(_ name: String, now: Date? = Date()) {
         guard services[name] == nil else { return }
-        services[name] = ServiceDirectory(modified: now)
-        rootModified = now
+        services[name] = ServiceDirectory(modified: now ?? mounted)
+        if let now { rootModified = now }
     }
 
     mutating func removeService(_ name: String, now: Date = Date()) {
@@ -155,12 +279,11 @@ struct ItemIndex {
         rootModified = now
     }
 
-    mutating func makeServer(_ name: String, now: Date = Date()) {
+    mutating func makeServer(_ name: String, now: Date? = Date()) {
         guard servers[name] == nil else { return }
-        servers[name] = ServerDirectory(modified: now)
-        internetModified = now
+        servers[name] = ServerDirectory(modified: now ?? mounted)
+        if let now { internetModified = now }
     }
-
     mutating func removeServer(_ name: String, now: Date = Date()) {
         guard servers.removeValue(forKey: name) != nil else { return }
         internetModified = now
@@ -179,22 +302,23 @@ struct ItemIndex {
     }
 
     /// The directory at `server`/`port`/`path`, made (with any missing parent) if need be.
+    /// With `now` nil (read from the store), what it makes has the mount's time and its parents keep theirs.
     @discardableResult
-    mutating func makeDirectory(server: String, port: UInt16, path: [String], now: Date = Date()) -> PathDirectory {
+    mutating func makeDirectory(server: String, port: UInt16, path: [String], now: Date? = Date()) -> PathDirectory {
         makeServer(server, now: now)
         var dir: PathDirectory
         if let existing = servers[server]!.ports[port] {
             dir = existing
         } else {
-            dir = PathDirectory(modified: now)
+            dir = PathDirectory(modified: now ?? mounted)
             servers[server]!.ports[port] = dir
-            servers[server]!.modified = now
+            if let now { servers[server]!.modified = now }
         }
         for segment in path {
             if let next = dir.directories[segment] { dir = next; continue }
-            let next = PathDirectory(modified: now)
+            let next = PathDirectory(modified: now ?? mounted)
             dir.directories[segment] = next
-            dir.modified = now
+            if let now { dir.modified = now }
             dir = next
         }
         return dir

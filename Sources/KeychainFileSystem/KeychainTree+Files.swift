@@ -12,7 +12,7 @@ extension KeychainTree {
     public func open(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
         let location = try TreeLocation.parse(path)
         let mode = OpenMode(flags: flags)
-        let item = try served.state.withLock { s throws(FileSystemError) -> KeychainItem in
+        let item = try served.covering(location) { s throws(FileSystemError) -> KeychainItem in
             guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
             return item
         }
@@ -36,7 +36,14 @@ extension KeychainTree {
     public func create(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
         let location = try TreeLocation.parse(path)
         let key = try itemKey(at: location)
-        let item = try served.state.withLock { s throws(FileSystemError) -> KeychainItem in
+        // A service's classes come from the store's class column, so that its items need not
+        // all be read (those of another access group or not yet readable count too); pending
+        // items, not stored yet, count from the index. A server's directory is read whole anyway.
+        var storedClasses: Set<AccessibilityClass> = []
+        if case .genericItem(let svc, _) = location {
+            do { storedClasses = try keychain.groupClasses(kind: .generic, name: svc) } catch { throw .from(error) }
+        }
+        let item = try served.covering(location) { s throws(FileSystemError) -> KeychainItem in
             // Whatever exists there (an item, or a path directory of that name) is not replaced.
             if (try? node(location, s.index)) != nil { throw .exists }
             try requireParent(of: location, s.index)
@@ -47,7 +54,7 @@ extension KeychainTree {
             default: []
             }
             let accessible = AccessibilityClass.forNewItem(mountDefault: defaultClass,
-                                                           siblings: siblings.compactMap { s.index.item($0)?.accessible })
+                                                           siblings: Array(storedClasses) + siblings.compactMap { s.index.item($0)?.accessible })
             guard keychain.isAvailable(accessible) else { throw .keyUnavailable }
             return s.addPending(ItemRecord(key: key, attributes: ItemAttributes(accessible: accessible)))
         }
@@ -207,7 +214,9 @@ extension KeychainTree {
             case .update(let item, let value, let writes, let modified):
                 defer { value.wipe() }
                 let updated: KeychainItem
-                do { updated = try keychain.update(item, to: item.record, secret: value, modified: modified) } catch { throw .from(error) }
+                do {
+                    updated = try keychain.update(keychain.complete(item), to: item.record, secret: value, modified: modified)
+                } catch { throw .from(error) }
                 served.state.withLock { s in
                     s.saved(updated)
                     f.markCommitted(writes: writes)

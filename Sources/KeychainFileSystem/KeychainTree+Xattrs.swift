@@ -37,7 +37,8 @@ extension KeychainTree {
             switch short {
             case "state": return Array(keychain.state.rawValue.utf8)
             case "lock-after": return Array((lockAfter.map(String.init) ?? "off").utf8)
-            case "items": return Array(String(served.state.withLock { $0.index.items.count }).utf8)
+            case "items":
+                do { return Array(String(try keychain.readableItemCount()).utf8) } catch { throw .from(error) }
             default: throw .noData
             }
         case .item(let item):
@@ -146,7 +147,7 @@ extension KeychainTree {
         let short = try attributeName(name)
         let location = try TreeLocation.parse(path)
         try served.change { () throws(FileSystemError) -> Void in
-            let item = try served.state.withLock { s throws(FileSystemError) -> KeychainItem in
+            let item = try served.coveringInChange(location) { s throws(FileSystemError) -> KeychainItem in
                 guard case .item(let item) = try node(location, s.index) else {
                     throw Self.rootNames.contains(short) ? .notPermitted : .noData
                 }
@@ -160,14 +161,20 @@ extension KeychainTree {
             try edit(&record)
             // Both the old and the new class key are needed: the secret is re-sealed.
             guard keychain.isAvailable(record.attributes.accessible) else { throw .keyUnavailable }
-            if record.key != item.key, served.state.withLock({ $0.index.ids[record.key] }) != nil { throw .exists }
+            if record.key != item.key {
+                // Taken in the store, or by a pending item, which only the index knows.
+                let takenByPending = served.state.withLock { s in s.index.item(s.index.ids[record.key])?.isPending ?? false }
+                let taken: Bool
+                do { taken = try takenByPending || keychain.containsItem(for: record.key) } catch { throw .from(error) }
+                if taken { throw .exists }
+            }
             if item.isPending {
                 // Kept with the pending item, and stored with it in its one commit.
-                served.state.withLock { $0.index.insert(KeychainItem(pending: record, id: item.id)) }
+                served.state.withLock { $0.changedPending(KeychainItem(pending: record, id: item.id)) }
                 return
             }
             let updated: KeychainItem
-            do { updated = try keychain.update(item, to: record) } catch { throw .from(error) }
+            do { updated = try keychain.update(keychain.complete(item), to: record) } catch { throw .from(error) }
             served.state.withLock { $0.saved(updated) }
         }
     }

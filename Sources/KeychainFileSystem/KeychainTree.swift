@@ -151,7 +151,7 @@ public final class KeychainTree: Sendable {
 
     func resolve(_ path: String) throws(FileSystemError) -> (TreeLocation, Node) {
         let location = try TreeLocation.parse(path)
-        let n = try served.state.withLock { s throws(FileSystemError) in try node(location, s.index) }
+        let n = try served.covering(location) { s throws(FileSystemError) in try node(location, s.index) }
         return (location, n)
     }
 
@@ -180,7 +180,7 @@ public final class KeychainTree: Sendable {
 
     public func stat(_ path: String) throws(FileSystemError) -> FileStat {
         let location = try TreeLocation.parse(path)
-        return try served.state.withLock { s throws(FileSystemError) in
+        return try served.covering(location) { s throws(FileSystemError) in
             let n = try node(location, s.index)
             guard case .item(let item) = n else { return Self.directoryStat(n, s.index) }
             return Self.itemStat(item, s)
@@ -221,7 +221,7 @@ public final class KeychainTree: Sendable {
             return .file(size: pending.buffer.count, modified: pending.modified)
         }
         // A damaged row shorter than a seal is size 0, not a negative size the kernel turns into EIO.
-        return .file(size: max(item.sealed.secret.count - AESGCM.overhead, 0), modified: item.record.attributes.modified)
+        return .file(size: max(item.sealedSecretCount - AESGCM.overhead, 0), modified: item.record.attributes.modified)
     }
 
     static func directoryStat(_ n: Node, _ index: ItemIndex) -> FileStat {
@@ -255,7 +255,7 @@ public final class KeychainTree: Sendable {
 
     public func list(_ path: String) throws(FileSystemError) -> [DirectoryEntry] {
         let location = try TreeLocation.parse(path)
-        return try served.state.withLock { s throws(FileSystemError) in
+        return try served.covering(location, listing: true) { s throws(FileSystemError) in
             let index = s.index
             switch try node(location, index) {
             case .root:
@@ -295,7 +295,7 @@ public final class KeychainTree: Sendable {
 
     public func makeDirectory(_ path: String) throws(FileSystemError) {
         let location = try TreeLocation.parse(path)
-        try served.state.withLock { s throws(FileSystemError) in
+        try served.covering(location) { s throws(FileSystemError) in
             if (try? node(location, s.index)) != nil { throw .exists }
             try Self.checkNewDirectory(location, s.index)
             Self.addDirectory(location, &s.index, now: Date())
@@ -304,7 +304,7 @@ public final class KeychainTree: Sendable {
 
     public func removeDirectory(_ path: String) throws(FileSystemError) {
         let location = try TreeLocation.parse(path)
-        try served.state.withLock { s throws(FileSystemError) in
+        try served.covering(location, listing: true) { s throws(FileSystemError) in
             let n = try node(location, s.index)
             switch n {
             case .root, .internetRoot: throw .notPermitted
@@ -374,7 +374,7 @@ public final class KeychainTree: Sendable {
     public func remove(_ path: String) throws(FileSystemError) {
         let location = try TreeLocation.parse(path)
         try served.change { () throws(FileSystemError) -> Void in
-            let item = try served.state.withLock { s throws(FileSystemError) -> KeychainItem in
+            let item = try served.coveringInChange(location) { s throws(FileSystemError) -> KeychainItem in
                 guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
                 return item
             }
@@ -403,7 +403,7 @@ public final class KeychainTree: Sendable {
         guard !exchange else { throw .invalid }
         let src = try TreeLocation.parse(from), dst = try TreeLocation.parse(to)
         try served.change { () throws(FileSystemError) -> Void in
-            let (source, target) = try served.state.withLock { s throws(FileSystemError) -> (Node, Node?) in
+            let (source, target) = try served.coveringInChange(src, dst) { s throws(FileSystemError) -> (Node, Node?) in
                 (try node(src, s.index), try? node(dst, s.index))
             }
             guard case .item(var item) = source else {
@@ -429,7 +429,7 @@ public final class KeychainTree: Sendable {
                 // Only its name changes: it is still stored in one commit, under the new one.
                 var record = item.record
                 record.key = newKey
-                served.state.withLock { $0.index.insert(KeychainItem(pending: record, id: item.id)) }
+                served.state.withLock { $0.changedPending(KeychainItem(pending: record, id: item.id)) }
                 return
             }
             item = try storePending(item)
@@ -438,7 +438,9 @@ public final class KeychainTree: Sendable {
             var record = replaced?.record ?? item.record
             record.key = newKey
             let moved: KeychainItem
-            do { moved = try keychain.update(item, to: record, replacing: replaced) } catch { throw .from(error) }
+            do {
+                moved = try keychain.update(keychain.complete(item), to: record, replacing: replaced.map(keychain.complete))
+            } catch { throw .from(error) }
             served.state.withLock { s in
                 if let replaced { s.deleted(replaced.id) }
                 s.saved(moved)

@@ -6,7 +6,8 @@ import Logging
 import Synchronization
 
 /// The keychain as its daemon serves it: the one owner of the open store, the in-memory index
-/// of its items, the cache of decrypted secrets and the open files. FUSE callbacks (through
+/// of the items looked up so far (a bounded cache: `ItemIndex`), the cache of decrypted
+/// secrets and the open files. FUSE callbacks (through
 /// `KeychainTree`) and control-socket requests both call it, so there is one path per change:
 /// `change` commits to the store and then updates the index before anyone else may change
 /// either, and readers see the index before or after a change, never between.
@@ -18,7 +19,11 @@ import Synchronization
 /// - `unlocking` runs passphrase attempts one at a time (key derivation, backoff record), so
 ///   the backoff holds however many arrive at once.
 /// - `committing` is held across a change's seal and durable commit (fsync). Reads and opens do
-///   not take it, so they go on while another item commits.
+///   not take it, so they go on while another item commits. Nor does a fill of the index
+///   (what a lookup finds missing, `covering`): it reads and decrypts with no lock, then puts
+///   in what it read under `state` only if no change was put in meanwhile (a generation
+///   count), so it never installs data older than a concurrent commit; a lookup waits for
+///   a commit only when fills keep losing that race, and then fills under `committing`.
 /// - `state` guards the index, the plaintext cache and the open files; it is held only for
 ///   in-memory work, never across SQL, fsync or the decryption of a secret.
 /// - Below all of these, `LockedMemory`'s own mutex is a leaf: every `SecureBytes` made or
@@ -36,6 +41,8 @@ package final class ServedKeychain: Sendable {
     let state: Mutex<State>
     /// Called between decrypting a secret and caching it; tests use it to force interleavings.
     private let afterDecrypt = Mutex<(@Sendable () -> Void)?>(nil)
+    /// Called between a fill's read of the store and its install; tests use it likewise.
+    private let afterFillRead = Mutex<(@Sendable () -> Void)?>(nil)
 
     struct State {
         var index = ItemIndex()
@@ -49,43 +56,79 @@ package final class ServedKeychain: Sendable {
         /// open readers may still share a dropped copy, which `SecureBytes` wipes when the
         /// last one lets go.
         var plaintext: PlaintextCache
+        /// The most items the index holds before the least recently used go.
+        let indexLimit: Int
+        /// Counts the changes put into the index (and the first unlock): a fill read before
+        /// one of them is not put in (`fill`).
+        var generation: UInt64 = 0
 
         mutating func saved(_ item: KeychainItem) {
+            generation += 1
             plaintext.remove(item.id)
+            evict()
             index.insert(item)
         }
 
+        /// Makes room in the index; items with open files stay.
+        mutating func evict() {
+            guard index.items.count > indexLimit else { return }
+            index.evict(limit: indexLimit, pinned: Set(files.values.map(\.itemID)))
+        }
+
+        /// Marks the item at `location` used (what eviction goes by).
+        mutating func touch(_ location: TreeLocation) {
+            guard case .genericItem(let svc, let account) = location else { return }
+            index.touch(index.services[svc]?.accounts[account])
+        }
+
         mutating func deleted(_ id: Int64) {
+            generation += 1
             plaintext.remove(id)
             index.remove(id: id)
         }
 
-        /// A new item, in the index only until its first commit (`stored(pending:as:)`).
+        /// A new item, in the index only until its first commit (`stored(pending:as:)`); never
+        /// evicted. Its name is a change a fill must not undo, so it counts in `generation`.
         mutating func addPending(_ record: ItemRecord) -> KeychainItem {
             let item = KeychainItem(pending: record, id: nextPendingID)
             nextPendingID -= 1
-            index.insert(item)
+            changedPending(item)
             return item
+        }
+
+        /// A pending item's record changed (renamed, or an attribute set) before its commit.
+        mutating func changedPending(_ item: KeychainItem) {
+            generation += 1
+            evict()
+            index.insert(item)
         }
 
         /// The pending item `id` is in the store now, as `item`: its name and its open files
         /// follow.
         mutating func stored(pending id: Int64, as item: KeychainItem) {
+            generation += 1
+            plaintext.remove(item.id)
+            evict()
             index.store(pending: id, as: item)
             for f in files.values where f.itemID == id { f.itemID = item.id }
         }
     }
 
     /// `cacheBudget`: the most locked memory cached secrets may take; by default a share of
-    /// RLIMIT_MEMLOCK (`PlaintextCache.budget(forLimit:)`).
-    package init(keychain: Keychain, cacheBudget: Int? = nil) throws {
+    /// RLIMIT_MEMLOCK (`PlaintextCache.budget(forLimit:)`). `indexLimit`: the most items the
+    /// index holds (a listed directory may hold more until the next fill). Nothing is read
+    /// from the store here: the index fills as names are looked up.
+    package init(keychain: Keychain, cacheBudget: Int? = nil, indexLimit: Int = ServedKeychain.defaultIndexLimit) throws {
         self.keychain = keychain
         state = Mutex(State(plaintext: PlaintextCache(
-            budget: cacheBudget ?? PlaintextCache.budget(forLimit: LockedMemory.processLimit))))
-        try reload()
+            budget: cacheBudget ?? PlaintextCache.budget(forLimit: LockedMemory.processLimit)), indexLimit: max(indexLimit, 1)))
     }
 
+    /// Enough for `ls -l` of a directory of 16,384 items from memory, a few MiB of summaries.
+    package static let defaultIndexLimit = 16_384
+
     package func setAfterDecrypt(_ hook: (@Sendable () -> Void)?) { afterDecrypt.withLock { $0 = hook } }
+    package func setAfterFillRead(_ hook: (@Sendable () -> Void)?) { afterFillRead.withLock { $0 = hook } }
 
     /// Runs one change to the store and the index. Nothing else changes either meanwhile;
     /// the body takes `state` only for the short steps before and after the commit.
@@ -93,17 +136,81 @@ package final class ServedKeychain: Sendable {
         try committing.withLock { (_: inout Void) throws(E) -> T in try body() }
     }
 
-    /// Rebuilds the index from the store: at start, and when the first unlock reveals the
-    /// names of every class. Directories made by mkdir stay.
-    func reload() throws {
-        try change { () throws -> Void in
-            let (items, _) = try keychain.allItems()
-            state.withLock { s in
-                let live = Set(items.map(\.id))
-                for (id, item) in s.index.items where !item.isPending && !live.contains(id) { s.deleted(id) }
-                for item in items { s.index.insert(item) }
+    // MARK: filling the index
+
+    /// Runs `body` under `state` once the index covers `locations` (`ItemIndex.missing`):
+    /// at once if it does, else after a fill. Not from inside `change` (`coveringInChange`).
+    func covering<T>(_ locations: TreeLocation..., listing: Bool = false,
+                     _ body: (inout State) throws(FileSystemError) -> T) throws(FileSystemError) -> T {
+        // A fill installs nothing older than a concurrent change, and another fill may evict
+        // what this one put in before `body` runs: then it fills again. Past a few rounds
+        // (changes or fills keep coming), it fills under `committing`, where neither can.
+        for _ in 0..<4 {
+            let hit = try state.withLock { s throws(FileSystemError) -> T? in
+                guard locations.allSatisfy({ s.index.missing($0, listing: listing).isEmpty }) else { return nil }
+                for location in locations { s.touch(location) }
+                return .some(try body(&s))
+            }
+            if let hit { return hit }
+            try fill(locations, listing: listing)
+        }
+        return try change { () throws(FileSystemError) -> T in try coveringInChange(locations, listing: listing, body) }
+    }
+
+    /// `covering`, for a caller inside `change`, which holds `committing`: no change can
+    /// come between the fill and `body`, nor a fill that evicts.
+    func coveringInChange<T>(_ locations: TreeLocation..., listing: Bool = false,
+                             _ body: (inout State) throws(FileSystemError) -> T) throws(FileSystemError) -> T {
+        try coveringInChange(locations, listing: listing, body)
+    }
+
+    private func coveringInChange<T>(_ locations: [TreeLocation], listing: Bool,
+                                     _ body: (inout State) throws(FileSystemError) -> T) throws(FileSystemError) -> T {
+        try fill(locations, listing: listing)
+        return try state.withLock { s throws(FileSystemError) -> T in try body(&s) }
+    }
+
+    /// Reads what the index misses for `locations`: SQL and decryption without `state`, the
+    /// result put in under it only if no change was put in meanwhile (`State.generation`):
+    /// else what was read may be older than the index, and is dropped.
+    private func fill(_ locations: [TreeLocation], listing: Bool) throws(FileSystemError) {
+        for location in locations {
+            let (needs, generation) = state.withLock { ($0.index.missing(location, listing: listing), $0.generation) }
+            for need in needs {
+                do {
+                    switch need {
+                    case .names:
+                        let (services, servers) = try keychain.groupNames()
+                        install(generation) { $0.index.install(services: services, servers: servers) }
+                    case .group(let g):
+                        let found = try keychain.groupSummaries(kind: g.kind, name: g.name)
+                        install(generation) { s in
+                            s.evict()
+                            s.index.install(group: g, found)
+                        }
+                    case .item(let key):
+                        guard let found = try keychain.summary(for: key) else { continue }
+                        install(generation) { s in
+                            s.evict()
+                            s.index.install(found)
+                        }
+                    case .shown(let g):
+                        guard try keychain.groupIsShown(kind: g.kind, name: g.name) else { continue }
+                        install(generation) { $0.index.makeService(g.name, now: nil) }
+                    }
+                } catch KeychainError.unavailable {
+                    // Names of this class cannot be read in this lock state: as if absent.
+                    continue
+                } catch {
+                    throw FileSystemError.from(error)
+                }
             }
         }
+    }
+
+    private func install(_ generation: UInt64, _ body: (inout State) -> Void) {
+        afterFillRead.withLock { $0 }?()
+        state.withLock { s in if s.generation == generation { body(&s) } }
     }
 
     // MARK: lock state
@@ -134,7 +241,13 @@ package final class ServedKeychain: Sendable {
                 Self.log.warning("unlock refused: \((error as? KeychainError)?.description ?? "\(error)")")
                 throw error
             }
-            if before == .beforeFirstUnlock { try reload() }
+            // What was read of the store before held only the `always` classes.
+            if before == .beforeFirstUnlock {
+                change { state.withLock { s in
+                    s.generation += 1
+                    s.index.forgetCompleteness()
+                } }
+            }
             Self.log.notice("unlocked")
         }
     }
@@ -145,6 +258,7 @@ package final class ServedKeychain: Sendable {
             for f in s.files.values { f.revoke() }
             s.files = [:]
             s.plaintext.removeAll()
+            s.generation += 1
             s.index.removeAll()
         }
         keychain.forgetKeys()
@@ -162,7 +276,7 @@ package final class ServedKeychain: Sendable {
         // Nothing is stored for it yet: what a new file holds is in its writer's open copy.
         if item.isPending { return SecureBytes() }
         if let hit = state.withLock({ $0.plaintext.secret(item.id) }) { return hit }
-        let plain = try keychain.secret(of: item)
+        let plain = try keychain.secret(of: keychain.complete(item))
         afterDecrypt.withLock { $0 }?()
         return try state.withLock { s throws -> SecureBytes in
             guard keychain.isAvailable(item.accessible) else {
@@ -203,14 +317,11 @@ package final class ServedKeychain: Sendable {
         }
     }
 
-    /// Matching items in `ItemOrder`. An exact key whose name cannot be read in this lock
-    /// state answers as the store does (`unavailable`), not as missing.
+    /// Matching items in `ItemOrder`, from the store (the index holds only what the mount
+    /// looked up). An exact key whose name cannot be read in this lock state answers as the
+    /// store does (`unavailable`), not as missing.
     package func items(matching query: ItemQuery) throws -> [KeychainItem] {
-        let found = state.withLock { $0.index.items(matching: query) }
-        if found.isEmpty, let key = query.exactKey, keychain.state == .beforeFirstUnlock {
-            return try keychain.item(for: key).map { query.matches($0.record) ? [$0] : [] } ?? []
-        }
-        return found
+        try keychain.items(matching: query)
     }
 
     /// Deletes the first match, or every match with `all`, in one transaction; returns them.
@@ -230,8 +341,8 @@ package final class ServedKeychain: Sendable {
         state.withLock { ($0.plaintext.count, $0.plaintext.bytes, $0.plaintext.budget) }
     }
 
-    /// Every stored item whose name can be read now, in `ItemOrder`.
-    package func allItems() -> [KeychainItem] {
-        state.withLock { $0.index.items.values.filter { !$0.isPending } }.sorted(by: ItemOrder.precedes)
+    /// Every item whose name can be read now, in `ItemOrder`, from the store.
+    package func allItems() throws -> [KeychainItem] {
+        try keychain.allItems().items
     }
 }

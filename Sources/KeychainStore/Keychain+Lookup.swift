@@ -3,59 +3,128 @@ import GRDB
 import KeychainCrypto
 import KeychainModel
 
-/// Lookups for a filesystem that decrypts what it is asked for, not every item at mount: one
-/// item by its key (`item(for:)`, one probe of the blind index), the items of one directory
-/// (one probe of the group index), and the directories themselves (one row decrypted per name).
+/// What a daemon needs to serve a big store without decrypting it whole: one item by its
+/// key, one group (a service's or server's items), one row per group for the names of the
+/// root, and the sealed blobs of a summary when its secret is read. Each is one indexed query.
 extension Keychain {
-    /// The services (generic) or servers (internet) that have an item whose name can be read
-    /// in this lock state, sorted. SQL picks one row per group index value among the rows whose
-    /// keys are held; only those rows are decrypted. A row that fails its integrity check is
-    /// passed over for the next one of its group, so a damaged item hides no directory.
-    public func groupNames(_ kind: ItemKind) throws -> [String] {
-        let readable = keybag.withLock { $0.metadataKeyIDs }
-        guard !readable.isEmpty else { return [] }
-        let pairs = Array(repeating: "(?, ?)", count: readable.count).joined(separator: ", ")
-        var arguments: StatementArguments = [kind.rawValue]
-        for id in readable { arguments += [id.accessible.code, id.generation] }
-        let held = "kind = ? AND (class, generation) IN (VALUES \(pairs))"
+    /// The item with exactly this key, as a summary; nil when there is none.
+    package func summary(for key: ItemKey) throws -> KeychainItem? {
+        try item(for: key)?.summary
+    }
+
+    /// Whether a row holds this key, readable now or not: one probe of the blind index.
+    package func containsItem(for key: ItemKey) throws -> Bool {
+        let b = try blind(key.canonicalBytes)
+        return try read { db in
+            try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE blind = ?", arguments: [Data(b)]) ?? 0
+        } > 0
+    }
+
+    /// Every item of the group (generic: a service; internet: a server) whose name is readable
+    /// now, access groups included, as summaries. A row that fails its check is left out, as
+    /// `items(matching:)` leaves it out (`verify` reports it).
+    package func groupSummaries(kind: ItemKind, name: String) throws -> [KeychainItem] {
+        try groupSummaries(blind: try blind(ItemKey.groupBytes(kind: kind, name: name))).filter { $0.key.kind == kind }
+    }
+
+    private func groupSummaries(blind g: [UInt8]) throws -> [KeychainItem] {
         let rows = try read { db in
-            try Row.fetchAll(db, sql: """
-                SELECT \(SealedItem.columns) FROM items WHERE id IN
-                (SELECT MIN(id) FROM items WHERE \(held) GROUP BY group_blind)
-                """, arguments: arguments)
+            try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?", arguments: [Data(g)])
         }
-        var names = Set<String>()
+        return rows.compactMap { row in readable(row).map(\.summary) }
+    }
+
+    /// The classes of the group's rows, from the plaintext class column: readable or not.
+    package func groupClasses(kind: ItemKind, name: String) throws -> Set<AccessibilityClass> {
+        let g = try blind(ItemKey.groupBytes(kind: kind, name: name))
+        let codes = try read { db in
+            try Int.fetchAll(db, sql: "SELECT DISTINCT class FROM items WHERE group_blind = ? AND kind = ?",
+                             arguments: [Data(g), kind.rawValue])
+        }
+        return Set(codes.compactMap(AccessibilityClass.init(code:)))
+    }
+
+    /// Whether the group holds an item of the default access group whose name is readable now.
+    package func groupIsShown(kind: ItemKind, name: String) throws -> Bool {
+        let g = try blind(ItemKey.groupBytes(kind: kind, name: name))
+        // Usually the first row answers; only a group whose first rows are unreadable or in
+        // another access group is read further.
+        let first = try read { db in
+            try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ? ORDER BY id LIMIT 1",
+                             arguments: [Data(g)])
+        }
+        if let item = first.first.flatMap(readable), item.key.kind == kind, item.key.accessGroup.isEmpty { return true }
+        return try groupSummaries(blind: g).contains { $0.key.kind == kind && $0.key.accessGroup.isEmpty }
+    }
+
+    /// The names of the groups that hold an item of the default access group readable now,
+    /// by decrypting one row per group (the first); a group whose first row does not answer
+    /// is read whole.
+    package func groupNames() throws -> (services: Set<String>, servers: Set<String>) {
+        // A skip scan of the group index: two probes per group, not a pass over every row
+        // (a GROUP BY reads all 100,000 index entries of a store with one big service).
+        let rows = try read { db in
+            var out: [Row] = []
+            var last = Data()
+            while let next = try Data.fetchOne(db, sql: "SELECT group_blind FROM items WHERE group_blind > ? ORDER BY group_blind LIMIT 1",
+                                               arguments: [last]) {
+                if let row = try Row.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ? ORDER BY id LIMIT 1",
+                                              arguments: [next]) {
+                    out.append(row)
+                }
+                last = next
+            }
+            return out
+        }
+        var services = Set<String>(), servers = Set<String>()
+        func add(_ key: ItemKey) {
+            guard key.accessGroup.isEmpty else { return }
+            switch key {
+            case .generic(let k): services.insert(k.service)
+            case .internet(let k): servers.insert(k.server)
+            }
+        }
         for row in rows {
-            if let item = try? decode(try SealedItem(row: row)) {
-                names.insert(Self.groupName(of: item.key))
+            if let item = readable(row), item.key.accessGroup.isEmpty {
+                add(item.key)
                 continue
             }
-            // The first row of this group is damaged: look for a readable one after it.
-            guard let first = try? SealedItem(row: row) else { continue }
-            let others = try read { db in
-                try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE \(held) AND group_blind = ? AND id > ? ORDER BY id",
-                                 arguments: arguments + [Data(first.groupBlind), first.id])
-            }
-            for other in others {
-                if let item = try? decode(try SealedItem(row: other)) {
-                    names.insert(Self.groupName(of: item.key))
-                    break
-                }
-            }
+            guard let sealed = try? SealedItem(row: row) else { continue }
+            for item in try groupSummaries(blind: sealed.groupBlind) { add(item.key) }
         }
-        return names.sorted()
+        return (services, servers)
     }
 
-    /// The items of one service (generic) or server (internet) whose names can be read now,
-    /// in `ItemOrder`: one probe of the group index, and only that group's rows decrypted.
-    public func items(inGroup name: String, kind: ItemKind) throws -> [KeychainItem] {
-        try items(matching: kind == .generic ? ItemQuery(kind: kind, service: name) : ItemQuery(kind: kind, server: name))
+    /// The item's sealed blobs read again, for its secret, extras or an update. The row as
+    /// stored now: a newer version than the summary's is decoded afresh. `itemNotFound` if
+    /// it is gone.
+    package func complete(_ item: KeychainItem) throws -> KeychainItem {
+        guard item.isSummary else { return item }
+        let row = try read { db in
+            try Row.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE id = ?", arguments: [item.id])
+        }
+        guard let row else { throw KeychainError.itemNotFound }
+        let sealed = try SealedItem(row: row)
+        guard sealed.version == item.sealed.version, sealed.classCode == item.sealed.classCode else { return try decode(sealed) }
+        return KeychainItem(sealed: sealed, record: item.record)
     }
 
-    static func groupName(of key: ItemKey) -> String {
-        switch key {
-        case .generic(let g): g.service
-        case .internet(let i): i.server
+    /// How many items have names readable now, from the plaintext class and generation columns.
+    package func readableItemCount() throws -> Int {
+        let rows = try read { db in try Row.fetchAll(db, sql: "SELECT class, generation, COUNT(*) FROM items GROUP BY class, generation") }
+        var n = 0
+        for row in rows {
+            guard let code = Int.fromDatabaseValue(row[0]), let c = AccessibilityClass(code: code),
+                  let generation = Int64.fromDatabaseValue(row[1]), let count = Int.fromDatabaseValue(row[2]) else { continue }
+            if keybag.withLock({ $0.metadataKey(c, generation: generation) }) != nil { n += count }
         }
+        return n
+    }
+
+    /// The row's item when its name is readable now and it passes its check; nil otherwise.
+    private func readable(_ row: Row) -> KeychainItem? {
+        guard let sealed = try? SealedItem(row: row), let c = AccessibilityClass(code: sealed.classCode),
+              keybag.withLock({ $0.metadataKey(c, generation: sealed.generation) }) != nil else { return nil }
+        return try? decode(sealed)
     }
 }

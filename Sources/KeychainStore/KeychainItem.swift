@@ -1,13 +1,36 @@
 import KeychainModel
 
 /// An item as read from the store: its decrypted record, and its sealed row, from which
-/// the secret is opened on demand.
+/// the secret is opened on demand. A summary (`summary`) keeps the record but none of the
+/// sealed blobs: `Keychain.complete(_:)` reads them again from the row.
 public struct KeychainItem: Sendable, Hashable {
     package let sealed: SealedItem
     public let record: ItemRecord
+    /// Bytes of the sealed secret, which a summary still knows.
+    package let sealedSecretCount: Int
+    package let isSummary: Bool
     public var id: Int64 { sealed.id }
     public var key: ItemKey { record.key }
     public var accessible: AccessibilityClass { record.attributes.accessible }
+
+    init(sealed: SealedItem, record: ItemRecord) {
+        self.sealed = sealed
+        self.record = record
+        sealedSecretCount = sealed.secret.count
+        isSummary = false
+    }
+
+    private init(summarizing item: KeychainItem) {
+        let s = item.sealed
+        sealed = SealedItem(id: s.id, kind: s.kind, classCode: s.classCode, version: s.version, blind: [], groupBlind: [],
+                            wrappedKey: [], attributes: [], secret: [], generation: s.generation, extras: nil)
+        record = item.record
+        sealedSecretCount = item.sealedSecretCount
+        isSummary = true
+    }
+
+    /// The item without its sealed blobs: what a cache of many items holds.
+    package var summary: KeychainItem { isSummary ? self : KeychainItem(summarizing: self) }
 }
 
 extension KeychainItem {

@@ -42,7 +42,7 @@ final class DaemonKeychainService: KeychainService {
     }
 
     func dump(withSecrets: Bool) throws -> [FoundItem] {
-        served.allItems().map { item in
+        try served.allItems().map { item in
             FoundItem(itemID: item.id, record: item.record, secret: withSecrets ? secretForDump(item) : nil)
         }
     }

@@ -31,7 +31,6 @@ final class KeychainTreeTests: XCTestCase {
                                                                            account: "k")),
                                     attributes: ItemAttributes(accessible: .alwaysThisDeviceOnly)),
                          secret: SecureBytes())
-        try tree.served.reload()
         let h = try tree.create("/vault/sedXYZ", flags: O_WRONLY)
         XCTAssertEqual(String(decoding: try tree.attribute("/vault/sedXYZ", name: "user.keychain.accessible"), as: UTF8.self),
                        "when-unlocked-this-device-only", "pending, it shows the stricter class already")

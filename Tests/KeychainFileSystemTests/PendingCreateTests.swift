@@ -181,9 +181,9 @@ final class PendingCreateTests: XCTestCase {
         let h = try tree.create("/svc/hidden", flags: O_WRONLY)
         XCTAssertEqual(try tree.served.items(matching: ItemQuery(kind: .generic)).count, 0)
         XCTAssertEqual(try tree.served.items(matching: .exactly(.generic(try GenericPasswordKey(service: "svc", account: "hidden")))).count, 0)
-        XCTAssertEqual(tree.served.allItems().count, 0)
+        XCTAssertEqual(try tree.served.allItems().count, 0)
         try tree.release(h)
-        XCTAssertEqual(tree.served.allItems().map(\.key.account), ["hidden"])
+        XCTAssertEqual(try tree.served.allItems().map(\.key.account), ["hidden"])
     }
 
     /// The control socket stores the same name meanwhile: the insert fails at close with

@@ -21,18 +21,19 @@ final class LookupTests: XCTestCase {
         try add(k, internetKey("github.com", account: "dev"), "6")
         try add(k, internetKey("github.com", port: 8443, account: "dev"), "7")
         try add(k, internetKey("example.org", account: "me"), "8", class: .always)
-        XCTAssertEqual(try k.groupNames(.generic), ["internet", "mail", "ssh"])
-        XCTAssertEqual(try k.groupNames(.internet), ["example.org", "github.com"])
-        XCTAssertEqual(try k.items(inGroup: "mail", kind: .generic).map(\.key.account), ["alice", "bob", "carol"])
-        XCTAssertEqual(try k.items(inGroup: "github.com", kind: .internet).count, 2)
-        XCTAssertEqual(try k.items(inGroup: "nothing", kind: .generic), [])
-        XCTAssertEqual(try k.items(inGroup: "mail", kind: .internet), [])
+        XCTAssertEqual(try k.groupNames().services, ["internet", "mail", "ssh"])
+        XCTAssertEqual(try k.groupNames().servers, ["example.org", "github.com"])
+        // Access groups included: a group's read is the whole group.
+        XCTAssertEqual(try k.groupSummaries(kind: .generic, name: "mail").map(\.key.account).sorted(), ["alice", "bob", "carol"])
+        XCTAssertEqual(try k.groupSummaries(kind: .internet, name: "github.com").count, 2)
+        XCTAssertEqual(try k.groupSummaries(kind: .generic, name: "nothing"), [])
+        XCTAssertEqual(try k.groupSummaries(kind: .internet, name: "mail"), [])
 
         // Before first unlock only `always*` items are named: their groups alone are listed.
         let boot = try store.open()
-        XCTAssertEqual(try boot.groupNames(.generic), ["internet", "mail"])
-        XCTAssertEqual(try boot.groupNames(.internet), ["example.org"])
-        XCTAssertEqual(try boot.items(inGroup: "mail", kind: .generic).map(\.key.account), ["bob"])
+        XCTAssertEqual(try boot.groupNames().services, ["internet", "mail"])
+        XCTAssertEqual(try boot.groupNames().servers, ["example.org"])
+        XCTAssertEqual(try boot.groupSummaries(kind: .generic, name: "mail").map(\.key.account), ["bob"])
     }
 
     /// A damaged first row of a group hides neither the group nor the other rows.
@@ -43,15 +44,15 @@ final class LookupTests: XCTestCase {
         let lone = try add(k, genericKey("lone", "x"), "3")
         try store.sql("UPDATE items SET attributes = zeroblob(40) WHERE id IN (\(first.id), \(lone.id))")
         let again = try store.openUnlocked()
-        XCTAssertEqual(try again.groupNames(.generic), ["mail"])
-        XCTAssertEqual(try again.items(inGroup: "mail", kind: .generic).map(\.key.account), ["bob"])
+        XCTAssertEqual(try again.groupNames().services, ["mail"])
+        XCTAssertEqual(try again.groupSummaries(kind: .generic, name: "mail").map(\.key.account), ["bob"])
     }
 
     func testAnEmptyOrLockedStoreHasNoGroups() throws {
         let k = try store.create()
-        XCTAssertEqual(try k.groupNames(.generic), [])
+        XCTAssertTrue(try k.groupNames().services.isEmpty)
         try add(k, genericKey("mail", "alice"), "1")
         k.forgetKeys()
-        XCTAssertEqual(try k.groupNames(.generic), [])
+        XCTAssertTrue(try k.groupNames().services.isEmpty)
     }
 }

@@ -1,0 +1,137 @@
+import Foundation
+import Synchronization
+import XCTest
+@testable import KeychainFileSystem
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+
+/// The index is a bounded cache filled as the mount is used, not a copy of the store made at mount.
+final class LazyIndexTests: XCTestCase {
+    var dir: String!
+    var keychain: Keychain!
+    let passphrase = SecureBytes(copying: Array("correct horse".utf8))
+
+    override func setUpWithError() throws {
+        dir = NSTemporaryDirectory() + "kcfs-lazy-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        keychain = try Keychain.create(at: dir + "/k.db", passphrase: passphrase, scrypt: ScryptParameters(logN: 10),
+                                       deviceKeyPath: dir + "/device.key")
+    }
+
+    override func tearDownWithError() throws { try? FileManager.default.removeItem(atPath: dir) }
+
+    func key(_ service: String, _ account: String, group: String = "") throws -> ItemKey {
+        .generic(try GenericPasswordKey(service: service, account: account, accessGroup: group))
+    }
+
+    /// Adds items straight to the store, as an import does, behind the mount's back.
+    func fill(_ service: String, count: Int, accessible: AccessibilityClass = .whenUnlocked, on k: Keychain? = nil) throws {
+        for i in 0..<count {
+            try (k ?? keychain).add(ItemRecord(key: try key(service, "a\(i)"), attributes: ItemAttributes(accessible: accessible)),
+                                    secret: SecureBytes(copying: Array("secret-\(service)-\(i)".utf8)))
+        }
+    }
+
+    func indexed(_ served: ServedKeychain) -> [Int64: KeychainItem] { served.state.withLock { $0.index.items } }
+
+    func testNothingIsReadAtMountAndALookupReadsOneItemWithoutItsSealedBlobs() throws {
+        try fill("svc", count: 50)
+        let tree = try KeychainTree(keychain: keychain)
+        XCTAssertEqual(indexed(tree.served).count, 0, "the mount read nothing")
+        XCTAssertEqual(try tree.get("/svc/a7"), "secret-svc-7")
+        XCTAssertEqual(try tree.stat("/svc/a7").size, "secret-svc-7".utf8.count)
+        let held = indexed(tree.served)
+        XCTAssertEqual(held.count, 1, "one lookup read one item")
+        XCTAssertTrue(held.values.allSatisfy { $0.isSummary && $0.sealed.secret.isEmpty && $0.sealed.attributes.isEmpty })
+        XCTAssertThrowsError(try tree.stat("/svc/missing")) { XCTAssertEqual($0 as? FileSystemError, .notFound) }
+        XCTAssertThrowsError(try tree.stat("/nosuch")) { XCTAssertEqual($0 as? FileSystemError, .notFound) }
+        XCTAssertEqual(try tree.list("/svc").count, 50, "a listing reads the service whole")
+        XCTAssertEqual(indexed(tree.served).count, 50)
+    }
+
+    func testTheRootListsEveryServiceFromOneRowEachAndLeavesOtherAccessGroupsOut() throws {
+        try fill("b", count: 3)
+        try fill("a", count: 2)
+        // Its first row is in another access group; a later one is in the default group.
+        try keychain.add(ItemRecord(key: try key("mixed", "x", group: "team"), attributes: ItemAttributes()), secret: SecureBytes())
+        try keychain.add(ItemRecord(key: try key("mixed", "y"), attributes: ItemAttributes()), secret: SecureBytes())
+        try keychain.add(ItemRecord(key: try key("hidden", "x", group: "team"), attributes: ItemAttributes()), secret: SecureBytes())
+        let tree = try KeychainTree(keychain: keychain)
+        XCTAssertEqual(try tree.list("/").map(\.name), ["internet", "a", "b", "mixed"])
+        XCTAssertEqual(try tree.stat("/").links, 2 + 1 + 3)
+        XCTAssertThrowsError(try tree.stat("/hidden")) { XCTAssertEqual($0 as? FileSystemError, .notFound) }
+        XCTAssertEqual(try tree.list("/mixed").map(\.name), ["y"])
+    }
+
+    func testTheIndexStaysBoundedAndKeepsItemsWithOpenFiles() throws {
+        try fill("svc", count: 60)
+        let served = try ServedKeychain(keychain: keychain, indexLimit: 8)
+        let tree = KeychainTree(served: served)
+        let h = try tree.open("/svc/a0", flags: O_RDWR | O_TRUNC)
+        var most = 0
+        for i in 1..<60 {
+            XCTAssertEqual(try tree.get("/svc/a\(i)"), "secret-svc-\(i)")
+            most = max(most, indexed(served).count)
+        }
+        // Eviction runs before each fill puts its item in: at most one past the limit.
+        XCTAssertLessThanOrEqual(most, 9)
+        let a0 = try XCTUnwrap(keychain.item(for: try key("svc", "a0"))).id
+        XCTAssertNotNil(indexed(served)[a0], "an open file's item stays")
+        _ = try Array("changed".utf8).withUnsafeBytes { try tree.write(h, offset: 0, data: $0) }
+        try tree.release(h)
+        XCTAssertEqual(try tree.get("/svc/a0"), "changed")
+        XCTAssertEqual(try tree.list("/svc").count, 60, "a listing after evictions is whole")
+        XCTAssertEqual(try tree.get("/svc/a59"), "secret-svc-59")
+    }
+
+    /// A fill that read the store before a concurrent commit must not put back the older item.
+    func testAFillReadBeforeACommitDoesNotInstallTheOlderItem() throws {
+        try fill("svc", count: 1)
+        let served = try ServedKeychain(keychain: keychain)
+        let tree = KeychainTree(served: served)
+        let k = try key("svc", "a0")
+        let once = Mutex(true)
+        served.setAfterFillRead {
+            guard once.withLock({ let first = $0; $0 = false; return first }) else { return }
+            _ = try? served.save(k, secret: SecureBytes(copying: Array("a much longer new value".utf8)), changes: AttributeChanges(),
+                                 defaultClass: .whenUnlocked, updateExisting: true)
+        }
+        XCTAssertEqual(try tree.stat("/svc/a0").size, "a much longer new value".utf8.count)
+        served.setAfterFillRead(nil)
+        let stored = try XCTUnwrap(keychain.item(for: k))
+        XCTAssertEqual(indexed(served)[stored.id]?.sealed.version, stored.sealed.version)
+        XCTAssertEqual(try tree.get("/svc/a0"), "a much longer new value")
+    }
+
+    func testBeforeFirstUnlockOnlyAlwaysNamesShowThenEveryNameAfterTheUnlock() throws {
+        try fill("svc", count: 2, accessible: .always)
+        try keychain.add(ItemRecord(key: try key("svc", "locked"), attributes: ItemAttributes(accessible: .whenUnlocked)),
+                         secret: SecureBytes(copying: Array("l".utf8)))
+        try keychain.add(ItemRecord(key: try key("later", "x"), attributes: ItemAttributes(accessible: .whenUnlocked)),
+                         secret: SecureBytes(copying: Array("x".utf8)))
+        let reopened = try Keychain(openingAt: dir + "/k.db", deviceKeyPath: dir + "/device.key")
+        XCTAssertEqual(reopened.state, .beforeFirstUnlock)
+        let tree = try KeychainTree(keychain: reopened)
+        XCTAssertEqual(try tree.list("/").map(\.name), ["internet", "svc"])
+        XCTAssertEqual(try tree.list("/svc").map(\.name), ["a0", "a1"])
+        XCTAssertThrowsError(try tree.stat("/svc/locked")) { XCTAssertEqual($0 as? FileSystemError, .notFound) }
+        XCTAssertEqual(try tree.get("/svc/a0"), "secret-svc-0")
+        try tree.unlock(passphrase: passphrase)
+        XCTAssertEqual(try tree.list("/").map(\.name), ["internet", "later", "svc"])
+        XCTAssertEqual(try tree.list("/svc").map(\.name), ["a0", "a1", "locked"])
+        XCTAssertEqual(try tree.get("/svc/locked"), "l")
+    }
+
+    /// Control-socket queries read the store: an item the mount never looked up is found.
+    func testQueriesAndTheItemCountGoToTheStore() throws {
+        try fill("svc", count: 5)
+        let tree = try KeychainTree(keychain: keychain)
+        XCTAssertEqual(try tree.served.items(matching: ItemQuery(kind: .generic, service: "svc")).count, 5)
+        XCTAssertEqual(try tree.served.allItems().count, 5)
+        XCTAssertEqual(String(decoding: try tree.attribute("/", name: "user.keychain.items"), as: UTF8.self), "5")
+        XCTAssertEqual(indexed(tree.served).count, 0, "queries fill no cache")
+        XCTAssertEqual(try tree.served.delete(matching: ItemQuery(kind: .generic, account: "a1", service: "svc"), all: false).count, 1)
+        XCTAssertEqual(try tree.list("/svc").count, 4)
+    }
+}
