@@ -67,6 +67,20 @@ extension KeychainTree {
         }
     }
 
+    /// `accessible`, or a stricter class of an item stored in the same service or directory
+    /// (`AccessibilityClass.forNewItem`), for a pending item's insert, under `change`.
+    private func strictestClass(for record: ItemRecord, from accessible: AccessibilityClass) throws -> AccessibilityClass {
+        let siblings: [AccessibilityClass] = switch record.key {
+        case .generic(let g): Array(try keychain.groupClasses(kind: .generic, name: g.service))
+        case .internet(let i):
+            served.state.withLock { s in
+                (s.index.directory(server: i.server, port: i.port, path: InternetPath.segments(i.path))?.items.values)
+                    .map { $0.compactMap { s.index.item($0)?.accessible } } ?? []
+            }
+        }
+        return AccessibilityClass.forNewItem(mountDefault: accessible, siblings: siblings)
+    }
+
     private func requireParent(of location: TreeLocation, _ index: ItemIndex) throws(FileSystemError) {
         switch location {
         case .genericItem(let svc, _): if index.services[svc] == nil { throw .notFound }
@@ -196,7 +210,12 @@ extension KeychainTree {
                 var record = item.record
                 record.attributes.modified = modified
                 let stored: KeychainItem
-                do { stored = try keychain.add(record, secret: value) } catch {
+                do {
+                    // A sibling stored after the create (which took no commit lock) may be
+                    // stricter: the class rule is applied again here, where no commit can come.
+                    record.attributes.accessible = try strictestClass(for: record, from: item.accessible)
+                    stored = try keychain.add(record, secret: value)
+                } catch {
                     // Not stored (a full disk): the new file is gone, and close(2) says why,
                     // but not at a release, which no program waits for: the log does. No name.
                     Self.log.warning("a new file could not be stored: \(FileSystemError.from(error).description)")

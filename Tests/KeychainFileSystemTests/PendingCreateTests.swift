@@ -200,6 +200,19 @@ final class PendingCreateTests: XCTestCase {
         XCTAssertEqual(try tree.stat("/svc/race").size, 6)
     }
 
+    /// A this-device-only sibling stored between the create and the insert (the control
+    /// socket, while the file is open) makes the new item this-device-only at its insert.
+    func testASiblingStoredAfterTheCreateStillSetsTheClassAtTheInsert() throws {
+        let h = try tree.create("/svc/late", flags: O_WRONLY)
+        try write(h, "mine")
+        _ = try tree.served.save(.generic(try GenericPasswordKey(service: "svc", account: "strict")),
+                                 secret: SecureBytes(copying: Array("x".utf8)),
+                                 changes: AttributeChanges(accessible: .whenUnlockedThisDeviceOnly),
+                                 defaultClass: .default, updateExisting: false)
+        try tree.release(h)
+        XCTAssertEqual(try stored("late")?.accessible, .whenUnlockedThisDeviceOnly)
+    }
+
     func testALockBeforeTheCommitRemovesThePendingFile() throws {
         let h = try tree.create("/svc/locked", flags: O_WRONLY)
         try write(h, "lost")
