@@ -12,10 +12,7 @@ final class KeychainTreeTests: XCTestCase {
     let passphrase = SecureBytes(copying: Array("correct horse".utf8))
 
     override func setUpWithError() throws {
-        dir = NSTemporaryDirectory() + "kcfs-tree-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        keychain = try Keychain.create(at: dir + "/k.db", passphrase: passphrase, scrypt: ScryptParameters(logN: 10),
-                                       deviceKeyPath: dir + "/device.key")
+        (dir, keychain) = try makeTemporaryKeychain("kcfs-tree", passphrase: passphrase)
         tree = try KeychainTree(keychain: keychain)
     }
 

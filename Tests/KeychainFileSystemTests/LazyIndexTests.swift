@@ -13,10 +13,7 @@ final class LazyIndexTests: XCTestCase {
     let passphrase = SecureBytes(copying: Array("correct horse".utf8))
 
     override func setUpWithError() throws {
-        dir = NSTemporaryDirectory() + "kcfs-lazy-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        keychain = try Keychain.create(at: dir + "/k.db", passphrase: passphrase, scrypt: ScryptParameters(logN: 10),
-                                       deviceKeyPath: dir + "/device.key")
+        (dir, keychain) = try makeTemporaryKeychain("kcfs-lazy", passphrase: passphrase)
     }
 
     override func tearDownWithError() throws { try? FileManager.default.removeItem(atPath: dir) }

@@ -12,10 +12,7 @@ final class LazyPendingTests: XCTestCase {
     var keychain: Keychain!
 
     override func setUpWithError() throws {
-        dir = NSTemporaryDirectory() + "kcfs-lazypending-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        keychain = try Keychain.create(at: dir + "/k.db", passphrase: SecureBytes(copying: Array("pw".utf8)),
-                                       scrypt: ScryptParameters(logN: 10), deviceKeyPath: dir + "/device.key")
+        (dir, keychain) = try makeTemporaryKeychain("kcfs-lazypending", passphrase: SecureBytes(copying: Array("pw".utf8)))
     }
 
     override func tearDownWithError() throws { try? FileManager.default.removeItem(atPath: dir) }

@@ -16,10 +16,7 @@ final class OwnerRaceTests: XCTestCase {
     let passphrase = SecureBytes(copying: Array("correct horse".utf8))
 
     override func setUpWithError() throws {
-        dir = NSTemporaryDirectory() + "kcfs-race-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        keychain = try Keychain.create(at: dir + "/k.db", passphrase: passphrase, scrypt: ScryptParameters(logN: 10),
-                                       deviceKeyPath: dir + "/device.key")
+        (dir, keychain) = try makeTemporaryKeychain("kcfs-race", passphrase: passphrase)
         served = try ServedKeychain(keychain: keychain)
         tree = KeychainTree(served: served)
         try tree.makeDirectory("/svc")

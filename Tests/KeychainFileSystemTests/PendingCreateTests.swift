@@ -12,10 +12,7 @@ final class PendingCreateTests: XCTestCase {
     var tree: KeychainTree!
 
     override func setUpWithError() throws {
-        dir = NSTemporaryDirectory() + "kcfs-pending-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        keychain = try Keychain.create(at: dir + "/k.db", passphrase: SecureBytes(copying: Array("pw".utf8)),
-                                       scrypt: ScryptParameters(logN: 10), deviceKeyPath: dir + "/device.key")
+        (dir, keychain) = try makeTemporaryKeychain("kcfs-pending", passphrase: SecureBytes(copying: Array("pw".utf8)))
         tree = try KeychainTree(keychain: keychain)
         try tree.makeDirectory("/svc")
     }

@@ -12,10 +12,7 @@ final class PosixSemanticsTests: XCTestCase {
     var tree: KeychainTree!
 
     override func setUpWithError() throws {
-        dir = NSTemporaryDirectory() + "kcfs-posix-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        keychain = try Keychain.create(at: dir + "/k.db", passphrase: SecureBytes(copying: Array("pw".utf8)),
-                                       scrypt: ScryptParameters(logN: 10), deviceKeyPath: dir + "/device.key")
+        (dir, keychain) = try makeTemporaryKeychain("kcfs-posix", passphrase: SecureBytes(copying: Array("pw".utf8)))
         tree = try KeychainTree(keychain: keychain)
     }
 

@@ -1,4 +1,6 @@
 import Foundation
+import KeychainCrypto
+import KeychainStore
 @testable import KeychainFileSystem
 
 /// Files written and read as a program does it: open (with O_TRUNC) or create, write, close.
@@ -17,4 +19,14 @@ extension KeychainTree {
         let n = try buf.withUnsafeMutableBytes { try read(h, offset: 0, count: 4096, into: $0.baseAddress!) }
         return String(decoding: buf[0..<n], as: UTF8.self)
     }
+}
+
+/// A new store (scrypt 2^10, a device key beside it) in a directory of its own under the
+/// temporary directory; the test removes the directory in its tearDown.
+func makeTemporaryKeychain(_ prefix: String, passphrase: SecureBytes) throws -> (directory: String, keychain: Keychain) {
+    let dir = NSTemporaryDirectory() + "\(prefix)-\(UUID().uuidString)"
+    try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+    let keychain = try Keychain.create(at: dir + "/k.db", passphrase: passphrase, scrypt: ScryptParameters(logN: 10),
+                                       deviceKeyPath: dir + "/device.key")
+    return (dir, keychain)
 }
