@@ -90,6 +90,13 @@ struct ItemIndex {
     private(set) var complete: Set<ItemGroup> = []
     /// Every group with a readable item of the default access group has its directory here.
     private(set) var namesListed = false
+    /// Keys looked up and found in no row of the store: until a change puts one in `items`
+    /// (every change goes through the owner, `ServedKeychain`), asking again needs no SQL.
+    /// A shell loop creating new names looks each up before its create: without this, both
+    /// would read the store. Forgotten with completeness, and whole past the index's limit.
+    private(set) var absent: Set<ItemKey> = []
+    /// The pending items (`KeychainItem.isPending`): not in the store until their first commit.
+    private(set) var pending: Set<Int64> = []
     private let mounted: Date
     /// Use order for eviction: an item's last use, from a counter.
     private var used: [Int64: UInt64] = [:]
@@ -117,6 +124,8 @@ struct ItemIndex {
     private mutating func place(_ item: KeychainItem, now: Date?) {
         clock += 1
         used[item.id] = clock
+        absent.remove(item.key)
+        if item.isPending { pending.insert(item.id) }
         // Same key, same name: the directory's entries do not change, nor its times.
         if let old = items[item.id], old.key == item.key {
             items[item.id] = item
@@ -145,6 +154,7 @@ struct ItemIndex {
     /// directory time changes.
     mutating func remove(id: Int64, now: Date? = Date()) {
         used[id] = nil
+        pending.remove(id)
         guard let old = items.removeValue(forKey: id) else { return }
         if ids[old.key] == id { ids[old.key] = nil }
         guard Self.isShown(old.key), entry(old.key) == id else { return }
@@ -169,6 +179,7 @@ struct ItemIndex {
         }
         items[id] = nil
         used[id] = nil
+        pending.remove(id)
         clock += 1
         used[item.id] = clock
         items[item.id] = item.summary
@@ -190,7 +201,7 @@ struct ItemIndex {
 
     mutating func removeAll() {
         items = [:]; ids = [:]; services = [:]; servers = [:]; used = [:]
-        complete = []; namesListed = false
+        complete = []; namesListed = false; absent = []; pending = []
     }
 
     // MARK: the cache
@@ -225,6 +236,13 @@ struct ItemIndex {
     mutating func forgetCompleteness() {
         complete = []
         namesListed = false
+        absent = []
+    }
+
+    /// `key` is in no row of the store (`absent`); past `limit` such keys, the others are forgotten.
+    mutating func noteAbsent(_ key: ItemKey, limit: Int) {
+        if absent.count >= limit { absent.removeAll(keepingCapacity: true) }
+        absent.insert(key)
     }
 
     /// Past `limit` items, drops the least recently used down to three quarters of it, but
@@ -259,7 +277,7 @@ struct ItemIndex {
             if services[s]?.accounts[a] != nil { return [] }
             let g = ItemGroup(kind: .generic, name: s)
             guard let key = try? ItemKey.generic(GenericPasswordKey(service: s, account: a)) else { return [] }
-            if ids[key] != nil || complete.contains(g) || (namesListed && services[s] == nil) { return [] }
+            if ids[key] != nil || absent.contains(key) || complete.contains(g) || (namesListed && services[s] == nil) { return [] }
             return services[s] != nil || namesListed ? [.item(key)] : [.item(key), .shown(g)]
         case .server(let s), .port(let s, _), .internetEntry(let s, _, _, _):
             return group(ItemGroup(kind: .internet, name: s), known: servers[s] != nil)

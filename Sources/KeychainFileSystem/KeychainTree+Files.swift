@@ -48,7 +48,12 @@ extension KeychainTree {
             if (try? node(location, s.index)) != nil { throw .exists }
             try requireParent(of: location, s.index)
             let siblings: [Int64] = switch location {
-            case .genericItem(let svc, _): Array((s.index.services[svc]?.accounts ?? [:]).values)
+            // Stored items count in `storedClasses`; the pending ones are not in the store yet.
+            // (Not the service's every entry: a loop of creates would go over them all each time.)
+            case .genericItem(let svc, _):
+                Array(s.index.pending.filter { id in
+                    if case .generic(let g) = s.index.item(id)?.key { g.service == svc } else { false }
+                })
             case .internetEntry(let server, let port, let parent, _):
                 Array(s.index.directory(server: server, port: port, path: parent)?.items.values ?? [:].values)
             default: []

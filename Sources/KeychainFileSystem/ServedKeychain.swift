@@ -189,7 +189,10 @@ package final class ServedKeychain: Sendable {
                             s.index.install(group: g, found)
                         }
                     case .item(let key):
-                        guard let found = try keychain.summary(for: key) else { continue }
+                        guard let found = try keychain.summary(for: key) else {
+                            install(generation) { s in s.index.noteAbsent(key, limit: s.indexLimit) }
+                            continue
+                        }
                         install(generation) { s in
                             s.evict()
                             s.index.install(found)

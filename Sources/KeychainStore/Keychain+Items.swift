@@ -16,7 +16,7 @@ extension Keychain {
     /// The item with exactly this primary key: one probe of the blind index.
     public func item(for key: ItemKey) throws -> KeychainItem? {
         let b = try blind(key.canonicalBytes)
-        let row = try read { db in
+        let row = try select { db in
             try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE blind = ?", arguments: [Data(b)]).first
         }
         guard let row else { return nil }
@@ -30,8 +30,8 @@ extension Keychain {
         let rows: [Result<SealedItem, SealedItem.DamagedRow>]
         if let group = query.groupName {
             let g = try blind(ItemKey.groupBytes(kind: query.kind, name: group))
-            rows = try read { db in
-                try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?", arguments: [Data(g)])
+            rows = try select { db in
+                try SealedItem.fetchAll(db, sql: GroupQuery.rows, arguments: [Data(g)])
             }
         } else {
             rows = try read { db in
@@ -290,7 +290,7 @@ extension Keychain {
                 // Under the write lock: no other commit can change the files before this one.
                 intact = rowsChecked.withLock { $0 } && StoreFileState(storePath: path) == counter.readFiles()
                 // A passphrase change by another process since this one unlocked: its keys are no longer the newest.
-                let stored = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'key_generation'")
+                let stored = try Data.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE name = 'key_generation'"))
                     .flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
                 guard stored == generation else {
                     throw KeychainError.io("the store's keys changed since it was opened (passwd?); run the command again")
@@ -345,8 +345,17 @@ extension Keychain {
         try Self.mappingDatabaseErrors { try database.queue.read(body) }
     }
 
+    /// A read outside a transaction, for the lookups a mount runs at every file operation:
+    /// GRDB's `read` runs four more statements around each (query_only on and off, begin,
+    /// commit). For one statement, or for probes that each stand alone (a skip scan, where a
+    /// commit of another command between two probes only moves what the next one finds);
+    /// the body only selects.
+    func select<T>(_ body: (Database) throws -> T) throws -> T {
+        try Self.mappingDatabaseErrors { try database.queue.unsafeRead(body) }
+    }
+
     static func nextID(_ db: Database) throws -> Int64 {
-        let v = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'next_id'")
+        let v = try Data.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE name = 'next_id'"))
             .flatMap { Int64(String(decoding: $0, as: UTF8.self)) } ?? 1
         // Ids are never reused, so an old row cannot pose as a later item with the same id.
         try StoreDatabase.setMeta(db, "next_id", Data(String(v + 1).utf8))
@@ -354,8 +363,8 @@ extension Keychain {
     }
 
     static func insertRow(_ sealed: SealedItem, _ db: Database) throws {
-        try db.execute(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       arguments: sealed.arguments)
+        try db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            .execute(arguments: sealed.arguments)
     }
 
     /// Overwrites the row of `sealed`'s id at `previousVersion` with `sealed`, in place: one
@@ -364,23 +373,27 @@ extension Keychain {
     /// insert wrote four). `itemNotFound` if the row is gone or at another version.
     static func replaceRow(_ sealed: SealedItem, previousVersion: Int64, keyChanged: Bool, _ db: Database,
                            _ changes: inout RowChanges) throws {
-        var arguments: StatementArguments = [sealed.kind, sealed.classCode, sealed.version]
+        var arguments: StatementArguments = [sealed.kind, sealed.version]
         if keyChanged { arguments += [Data(sealed.blind), Data(sealed.groupBlind)] }
         arguments += [Data(sealed.wrappedKey), Data(sealed.attributes), Data(sealed.secret), sealed.generation,
                       sealed.extras.map { Data($0) }, sealed.id, previousVersion]
         let statement = try db.cachedStatement(sql: """
-            UPDATE items SET kind = ?, class = ?, version = ?, \(keyChanged ? "blind = ?, group_blind = ?, " : "")\
+            UPDATE items SET kind = ?, version = ?, \(keyChanged ? "blind = ?, group_blind = ?, " : "")\
             wrapped_key = ?, attributes = ?, secret = ?, generation = ?, extras = ? WHERE id = ? AND version = ?
             """)
         try statement.execute(arguments: arguments)
         guard db.changesCount == 1 else { throw KeychainError.itemNotFound }
+        // The class is in the group index: set apart, and only when it changes, so that an
+        // update of the secret alone rewrites no index page.
+        try db.cachedStatement(sql: "UPDATE items SET class = ? WHERE id = ? AND class IS NOT ?")
+            .execute(arguments: [sealed.classCode, sealed.id, sealed.classCode])
         changes.removed(sealed.id, previousVersion)
         changes.added(sealed.id, sealed.version)
     }
 
     static func deleteRow(_ id: Int64, _ db: Database, _ changes: inout RowChanges) throws {
-        guard let version = try Int64.fetchOne(db, sql: "SELECT version FROM items WHERE id = ?", arguments: [id]) else { return }
-        try db.execute(sql: "DELETE FROM items WHERE id = ?", arguments: [id])
+        guard let version = try Int64.fetchOne(db.cachedStatement(sql: "SELECT version FROM items WHERE id = ?"), arguments: [id]) else { return }
+        try db.cachedStatement(sql: "DELETE FROM items WHERE id = ?").execute(arguments: [id])
         changes.removed(id, version)
     }
 }

@@ -15,7 +15,7 @@ extension Keychain {
     /// Whether a row holds this key, readable now or not: one probe of the blind index.
     package func containsItem(for key: ItemKey) throws -> Bool {
         let b = try blind(key.canonicalBytes)
-        return try read { db in
+        return try select { db in
             try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE blind = ?", arguments: [Data(b)]) ?? 0
         } > 0
     }
@@ -28,18 +28,24 @@ extension Keychain {
     }
 
     private func groupSummaries(blind g: [UInt8]) throws -> [KeychainItem] {
-        let rows = try read { db in
-            try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?", arguments: [Data(g)])
-        }
+        let rows = try select { db in try Row.fetchAll(db.cachedStatement(sql: GroupQuery.rows), arguments: [Data(g)]) }
         return rows.compactMap { row in readable(row).map(\.summary) }
     }
 
-    /// The classes of the group's rows, from the plaintext class column: readable or not.
+    /// The classes of the group's rows, from the plaintext class column: readable or not. A
+    /// skip scan of the group index, a probe per class, so that it costs the same in a
+    /// service of a million items as in one of ten. The group blind already tells the kinds
+    /// apart (`ItemKey.groupBytes`).
     package func groupClasses(kind: ItemKind, name: String) throws -> Set<AccessibilityClass> {
-        let g = try blind(ItemKey.groupBytes(kind: kind, name: name))
-        let codes = try read { db in
-            try Int.fetchAll(db, sql: "SELECT DISTINCT class FROM items WHERE group_blind = ? AND kind = ?",
-                             arguments: [Data(g), kind.rawValue])
+        let g = Data(try blind(ItemKey.groupBytes(kind: kind, name: name)))
+        let codes = try select { db in
+            var codes: [Int] = []
+            var last = Int.min
+            while let next = try Int.fetchOne(db.cachedStatement(sql: GroupQuery.nextClass), arguments: [g, last]) {
+                codes.append(next)
+                last = next
+            }
+            return codes
         }
         return Set(codes.compactMap(AccessibilityClass.init(code:)))
     }
@@ -49,11 +55,8 @@ extension Keychain {
         let g = try blind(ItemKey.groupBytes(kind: kind, name: name))
         // Usually the first row answers; only a group whose first rows are unreadable or in
         // another access group is read further.
-        let first = try read { db in
-            try Row.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ? ORDER BY id LIMIT 1",
-                             arguments: [Data(g)])
-        }
-        if let item = first.first.flatMap(readable), item.key.kind == kind, item.key.accessGroup.isEmpty { return true }
+        let first = try select { db in try Row.fetchOne(db.cachedStatement(sql: GroupQuery.firstRow), arguments: [Data(g)]) }
+        if let item = first.flatMap(readable), item.key.kind == kind, item.key.accessGroup.isEmpty { return true }
         return try groupSummaries(blind: g).contains { $0.key.kind == kind && $0.key.accessGroup.isEmpty }
     }
 
@@ -63,13 +66,11 @@ extension Keychain {
     package func groupNames() throws -> (services: Set<String>, servers: Set<String>) {
         // A skip scan of the group index: two probes per group, not a pass over every row
         // (a GROUP BY reads all 100,000 index entries of a store with one big service).
-        let rows = try read { db in
+        let rows = try select { db in
             var out: [Row] = []
             var last = Data()
-            while let next = try Data.fetchOne(db, sql: "SELECT group_blind FROM items WHERE group_blind > ? ORDER BY group_blind LIMIT 1",
-                                               arguments: [last]) {
-                if let row = try Row.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ? ORDER BY id LIMIT 1",
-                                              arguments: [next]) {
+            while let next = try Data.fetchOne(db.cachedStatement(sql: GroupQuery.nextGroup), arguments: [last]) {
+                if let row = try Row.fetchOne(db.cachedStatement(sql: GroupQuery.firstRow), arguments: [next]) {
                     out.append(row)
                 }
                 last = next
@@ -100,8 +101,8 @@ extension Keychain {
     /// it is gone.
     package func complete(_ item: KeychainItem) throws -> KeychainItem {
         guard item.isSummary else { return item }
-        let row = try read { db in
-            try Row.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE id = ?", arguments: [item.id])
+        let row = try select { db in
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT \(SealedItem.columns) FROM items WHERE id = ?"), arguments: [item.id])
         }
         guard let row else { throw KeychainError.itemNotFound }
         let sealed = try SealedItem(row: row)
@@ -111,7 +112,7 @@ extension Keychain {
 
     /// How many items have names readable now, from the plaintext class and generation columns.
     package func readableItemCount() throws -> Int {
-        let rows = try read { db in try Row.fetchAll(db, sql: "SELECT class, generation, COUNT(*) FROM items GROUP BY class, generation") }
+        let rows = try select { db in try Row.fetchAll(db, sql: "SELECT class, generation, COUNT(*) FROM items GROUP BY class, generation") }
         var n = 0
         for row in rows {
             guard let code = Int.fromDatabaseValue(row[0]), let c = AccessibilityClass(code: code),
@@ -127,4 +128,17 @@ extension Keychain {
               keybag.withLock({ $0.metadataKey(c, generation: sealed.generation) }) != nil else { return nil }
         return try? decode(sealed)
     }
+}
+
+/// The statements that read a group through the group index (`items_group_class`). Each is
+/// one index probe or one range of it; tests check their plans.
+package enum GroupQuery {
+    /// A group's rows.
+    package static let rows = "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?"
+    /// Any one row of a group: the first in the index's order, with no sort of the group.
+    package static let firstRow = "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ? LIMIT 1"
+    /// The next group after a blind.
+    package static let nextGroup = "SELECT group_blind FROM items WHERE group_blind > ? ORDER BY group_blind LIMIT 1"
+    /// The next class of a group after a class code.
+    package static let nextClass = "SELECT class FROM items WHERE group_blind = ? AND class > ? ORDER BY class LIMIT 1"
 }

@@ -95,7 +95,7 @@ struct RowLedger: Equatable {
 
     /// The stored ledger; nil if there is none; an integrity failure if its tag does not match.
     static func load(_ db: Database, keys: Keys, storeID: [UInt8]) throws -> RowLedger? {
-        guard let data = try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'rows_state'") else { return nil }
+        guard let data = try Data.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE name = 'rows_state'")) else { return nil }
         let b = [UInt8](data)
         guard b.count == 48 + 32, let digest = RowSetDigest(bytes: Array(b[16..<48])) else {
             throw KeychainError.integrityFailure("the store's record of its items is malformed")

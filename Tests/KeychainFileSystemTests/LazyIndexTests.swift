@@ -101,6 +101,27 @@ final class LazyIndexTests: XCTestCase {
         XCTAssertEqual(try tree.get("/svc/a0"), "a much longer new value")
     }
 
+    /// A name found in no row is remembered, so that a shell loop's lookup and create of each
+    /// new name read the store once, not twice; a change that adds the name ends it.
+    func testANameFoundAbsentIsNotReadAgainUntilAChangeAddsIt() throws {
+        try fill("svc", count: 3)
+        let served = try ServedKeychain(keychain: keychain)
+        let tree = KeychainTree(served: served)
+        let fills = Mutex(0)
+        served.setAfterFillRead { fills.withLock { $0 += 1 } }
+        for _ in 0..<3 {
+            XCTAssertThrowsError(try tree.stat("/svc/new")) { XCTAssertEqual($0 as? FileSystemError, .notFound) }
+        }
+        XCTAssertEqual(fills.withLock { $0 }, 2, "one read for the service, one for the name; none after")
+        _ = try served.save(try key("svc", "new"), secret: SecureBytes(copying: Array("n".utf8)), changes: AttributeChanges(),
+                            defaultClass: .whenUnlocked, updateExisting: false)
+        XCTAssertEqual(try tree.get("/svc/new"), "n")
+        let handle = try tree.create("/svc/other", flags: O_WRONLY)
+        try tree.release(handle)
+        XCTAssertEqual(try tree.stat("/svc/other").size, 0)
+        served.setAfterFillRead(nil)
+    }
+
     func testBeforeFirstUnlockOnlyAlwaysNamesShowThenEveryNameAfterTheUnlock() throws {
         try fill("svc", count: 2, accessible: .always)
         try keychain.add(ItemRecord(key: try key("svc", "locked"), attributes: ItemAttributes(accessible: .whenUnlocked)),

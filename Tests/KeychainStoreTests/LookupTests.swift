@@ -55,4 +55,28 @@ final class LookupTests: XCTestCase {
         k.forgetKeys()
         XCTAssertTrue(try k.groupNames().services.isEmpty)
     }
+
+    /// A service's classes are exactly those of its rows, readable or not, of its kind only.
+    func testGroupClassesAreThoseOfTheGroupsRows() throws {
+        let k = try store.create()
+        for i in 0..<60 { try add(k, genericKey("mail", "a\(i)"), "s", class: i.isMultiple(of: 2) ? .always : .whenUnlocked) }
+        try add(k, genericKey("mail", "last"), "s", class: .afterFirstUnlockThisDeviceOnly)
+        try add(k, internetKey("mail", account: "x"), "s", class: .whenPasscodeSetThisDeviceOnly)
+        XCTAssertEqual(try k.groupClasses(kind: .generic, name: "mail"), [.always, .whenUnlocked, .afterFirstUnlockThisDeviceOnly])
+        XCTAssertEqual(try k.groupClasses(kind: .internet, name: "mail"), [.whenPasscodeSetThisDeviceOnly])
+        XCTAssertEqual(try k.groupClasses(kind: .generic, name: "none"), [])
+        // Before first unlock names are unreadable; the class column still answers.
+        XCTAssertEqual(try store.open().groupClasses(kind: .generic, name: "mail").count, 3)
+    }
+
+    /// Every group read is an index search: no pass over the table, no sort of a group's rows,
+    /// so that it costs the same in a service of any size (the class rule runs at every create).
+    func testGroupQueriesSearchTheGroupIndex() throws {
+        _ = try store.create()
+        for sql in [GroupQuery.rows, GroupQuery.firstRow, GroupQuery.nextGroup, GroupQuery.nextClass] {
+            let plan = try store.sql("EXPLAIN QUERY PLAN " + sql.replacingOccurrences(of: "?", with: "x'00'"))
+            XCTAssertTrue(plan.contains("SEARCH items USING") && plan.contains("INDEX items_group_class"), "\(sql): \(plan)")
+            XCTAssertFalse(plan.contains("SCAN") || plan.contains("TEMP B-TREE"), "\(sql): \(plan)")
+        }
+    }
 }
