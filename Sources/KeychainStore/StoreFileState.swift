@@ -34,9 +34,8 @@ extension StoreCounter {
 
     /// The files' state recorded after the last commit or check of the rows; nil if none.
     func readFiles() -> StoreFileState? {
-        guard let text = try? String(contentsOfFile: filesPath, encoding: .utf8) else { return nil }
-        let line = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        return line.isEmpty ? nil : StoreFileState(text: line)
+        guard let line = Self.line(filesPath), !line.isEmpty else { return nil }
+        return StoreFileState(text: line)
     }
 
     /// Records `state`, or removes the record when nil (the files are in a state no check vouches for).
@@ -45,13 +44,6 @@ extension StoreCounter {
             unlink(filesPath)
             return
         }
-        let dir = (filesPath as NSString).deletingLastPathComponent
-        if !FileManager.default.fileExists(atPath: dir) { try? KeychainLocations.makeDirectory(dir) }
-        let fd = open(filesPath, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return }
-        defer { close(fd) }
-        let bytes = Array((state.text + "\n").utf8)
-        _ = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
-        _ = ftruncate(fd, off_t(bytes.count))
+        Self.overwrite(filesPath, with: Array((state.text + "\n").utf8))
     }
 }
