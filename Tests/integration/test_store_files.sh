@@ -172,6 +172,33 @@ else
     fail "mount a small tmpfs (needs root)"
 fi
 
+echo "== each write is synced before it returns, with as few syncs as that takes"
+# A create is made durable by one fdatasync of the WAL; a replacing write by the checkpoint
+# that empties the WAL: one sync of the WAL, one of the database (SQLite's FULL took one more).
+init_store --store "$TEST_ROOT/sync.db"
+mount_kc "$MP" --store "$TEST_ROOT/sync.db"
+mkdir "$MP/svc"
+sh -c "printf 'first' > '$MP/svc/a'"
+pid=$(daemon_pid "$MP")
+# syncs NAME COMMAND: the daemon's fdatasync calls while COMMAND runs, as "wal db" counts.
+syncs() {
+    strace -f -y -e trace=fdatasync,fsync -o "$TEST_ROOT/sync.trace" -p "$pid" 2>/dev/null &
+    tracer=$!
+    sleep 0.5
+    sh -c "$1"
+    sleep 0.3
+    kill "$tracer"; wait "$tracer" 2>/dev/null
+    echo "$(grep -c 'sync.db-wal>' "$TEST_ROOT/sync.trace") $(grep -c 'sync.db>' "$TEST_ROOT/sync.trace")"
+}
+expect_eq "1 0" "$(syncs "printf 'new' > '$MP/svc/b'")" "a create: one sync of the WAL"
+expect_eq "1 1" "$(syncs "printf 'second' > '$MP/svc/a'")" "an update: one sync of the WAL, one of the database"
+# The WAL the update emptied starts afresh: SQLite syncs its new header before the frames.
+expect_eq "2 1" "$(syncs "rm '$MP/svc/b'")" "a delete after it: the same, and the new WAL's header"
+expect_eq 0 "$(wal_size "$TEST_ROOT/sync.db")" "and the WAL is empty after it"
+kc unmount "$MP" >/dev/null
+expect_eq "second" "$(kc find-generic-password --store "$TEST_ROOT/sync.db" --passphrase-file "$PASSFILE" -s svc -a a -w 2>/dev/null)" \
+    "what was written is in the store after unmount"
+
 echo "== init changes only directories it made"
 SHARED="$TEST_ROOT/shared"
 mkdir -p "$SHARED"
