@@ -135,8 +135,6 @@ public enum StaleMount {
 public enum Fusermount {
     static let path = "/bin/fusermount3"
 
-    /// Spawned directly (not through Foundation's `Process`, whose threads and descriptor sweep
-    /// cost tens of milliseconds), since an unmount waits for it.
     public static func unmount(_ mountpoint: String, lazy: Bool = false) throws {
         var err: [Int32] = [0, 0]
         guard pipe(&err) == 0 else {
@@ -144,21 +142,13 @@ public enum Fusermount {
         }
         // Only the dup2'ed copy reaches fusermount3 (threads may spawn meanwhile).
         for fd in err { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, err[1], 2)
-        let arguments = [path, "-u"] + (lazy ? ["-z"] : []) + [mountpoint]
-        let argv = arguments.map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, path, &actions, nil, argv, environ)
-        close(err[1])
-        guard rc == 0 else {
+        let pid: pid_t
+        do {
+            defer { close(err[1]) }
+            pid = try ChildProcess.spawn([path, "-u"] + (lazy ? ["-z"] : []) + [mountpoint], descriptors: [(err[1], 2)])
+        } catch {
             close(err[0])
-            throw KeychainError.io("cannot run fusermount3: \(String(cString: strerror(rc)))")
+            throw KeychainError.io("cannot run fusermount3: \(error.reason)")
         }
         var message: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 512)

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainClient
 import KeychainCrypto
 import KeychainStore
 
@@ -23,32 +24,15 @@ enum DaemonLauncher {
         }
         // Only the dup2'ed copies reach the daemon.
         for fd in secretPipe + readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, secretPipe[0], passphraseFD)
-        posix_spawn_file_actions_adddup2(&actions, readyPipe[1], readyFD)
-        var attr = posix_spawnattr_t()
-        posix_spawnattr_init(&attr)
-        defer { posix_spawnattr_destroy(&attr) }
         // Its own session: the daemon outlives the shell that mounted, and is scheduled apart from it.
-        let setsid: Int16 = 0x80  // POSIX_SPAWN_SETSID, hidden behind _GNU_SOURCE
-        posix_spawnattr_setflags(&attr, setsid)
-
-        // The real path, so that ps shows the daemon as keychainfs rather than "exe".
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
-        let names: [String] = [exe, DaemonCommand.configuration.commandName ?? "_daemon"]
-        let argv = names.map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, exe, &actions, &attr, argv, environ)
-        close(secretPipe[0]); close(readyPipe[1])
-        guard rc == 0 else {
+        let pid: pid_t
+        do {
+            defer { close(secretPipe[0]); close(readyPipe[1]) }
+            pid = try ChildProcess.spawn([ChildProcess.ownExecutable, DaemonCommand.configuration.commandName ?? "_daemon"],
+                                         descriptors: [(secretPipe[0], passphraseFD), (readyPipe[1], readyFD)], newSession: true)
+        } catch {
             close(secretPipe[1]); close(readyPipe[0])
-            throw KeychainError.mountFailed("cannot start the daemon: \(String(cString: strerror(rc)))")
+            throw KeychainError.mountFailed("cannot start the daemon: \(error.reason)")
         }
         _ = (handover + Data("\n".utf8)).withUnsafeBytes { write(secretPipe[1], $0.baseAddress, $0.count) }
         if let passphrase {

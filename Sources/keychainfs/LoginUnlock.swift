@@ -72,24 +72,10 @@ enum LoginUnlock {
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { return }
         for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, fds[0], passwordFD)
-        var attr = posix_spawnattr_t()
-        posix_spawnattr_init(&attr)
-        defer { posix_spawnattr_destroy(&attr) }
-        posix_spawnattr_setflags(&attr, 0x80)  // POSIX_SPAWN_SETSID
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
-        let argv = ([exe] + arguments).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, exe, &actions, &attr, argv, environ)
+        let spawned = (try? ChildProcess.spawn([ChildProcess.ownExecutable] + arguments, descriptors: [(fds[0], passwordFD)],
+                                               newSession: true)) != nil
         close(fds[0])
-        if rc == 0 {
+        if spawned {
             // Well under a pipe's capacity, so this never blocks on the helper.
             password.withUnsafeBytes { _ = write(fds[1], $0.baseAddress, $0.count) }
         }

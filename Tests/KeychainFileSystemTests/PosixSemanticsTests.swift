@@ -18,13 +18,6 @@ final class PosixSemanticsTests: XCTestCase {
 
     override func tearDownWithError() throws { try? FileManager.default.removeItem(atPath: dir) }
 
-    func put(_ path: String, _ text: String) throws {
-        let h: UInt64
-        if let opened = try? tree.open(path, flags: O_WRONLY | O_TRUNC) { h = opened } else { h = try tree.create(path, flags: O_WRONLY) }
-        try write(h, text, at: 0)
-        try tree.release(h)
-    }
-
     func write(_ h: UInt64, _ text: String, at offset: Int) throws {
         _ = try Array(text.utf8).withUnsafeBytes { try tree.write(h, offset: offset, data: $0) }
     }
@@ -59,7 +52,7 @@ final class PosixSemanticsTests: XCTestCase {
 
     func testAnOpenFileOutlivesItsName() throws {
         try tree.makeDirectory("/svc")
-        try put("/svc/f", "hello world")
+        try tree.put("/svc/f", "hello world")
         let h = try tree.open("/svc/f", flags: O_RDWR)
         XCTAssertEqual(try tree.stat(handle: h).links, 1)
         try tree.remove("/svc/f")
@@ -102,9 +95,9 @@ final class PosixSemanticsTests: XCTestCase {
 
     func testAFileReplacedByARenameKeepsItsCopyWhileOpen() throws {
         try tree.makeDirectory("/svc")
-        try put("/svc/acct", "old")
+        try tree.put("/svc/acct", "old")
         let h = try tree.open("/svc/acct", flags: O_RDONLY)
-        try put("/svc/tmp", "newer")
+        try tree.put("/svc/tmp", "newer")
         try rename("/svc/tmp", "/svc/acct")
         let st = try tree.stat(handle: h)
         XCTAssertEqual([st.size, st.links], [3, 0])
@@ -115,7 +108,7 @@ final class PosixSemanticsTests: XCTestCase {
 
     func testAPendingChangeShowsItsTimeAndTheCommitKeepsIt() throws {
         try tree.makeDirectory("/svc")
-        try put("/svc/f", "hello")
+        try tree.put("/svc/f", "hello")
         let before = try tree.stat("/svc/f").modified
         let h = try tree.open("/svc/f", flags: O_RDWR)
         XCTAssertEqual(try tree.stat(handle: h).modified, before, "nothing changed yet")
@@ -141,12 +134,12 @@ final class PosixSemanticsTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(made, t, "a new directory has the time it was made")
         XCTAssertEqual(try tree.stat("/").modified, made, "and so has its parent")
         t = later()
-        try put("/svc/a", "1")
+        try tree.put("/svc/a", "1")
         let added = try tree.stat("/svc").modified
         XCTAssertGreaterThanOrEqual(added, t, "an entry added")
         XCTAssertEqual(try tree.stat("/").modified, made, "the grandparent does not change")
         _ = later()
-        try put("/svc/a", "2")
+        try tree.put("/svc/a", "2")
         XCTAssertEqual(try tree.stat("/svc").modified, added, "a changed secret changes no entry")
         t = later()
         try tree.remove("/svc/a")
@@ -163,7 +156,7 @@ final class PosixSemanticsTests: XCTestCase {
             XCTAssertEqual(try tree.stat(parent).modified, try tree.stat(path).modified, parent)
         }
         t = later()
-        try put("/internet/h/443/docs/alice", "pw")
+        try tree.put("/internet/h/443/docs/alice", "pw")
         XCTAssertGreaterThanOrEqual(try tree.stat("/internet/h/443/docs").modified, t)
 
         // Items made elsewhere (the control socket) change their directory's time too.
@@ -177,8 +170,8 @@ final class PosixSemanticsTests: XCTestCase {
     func testDirectoryLinkCountsCountSubdirectories() throws {
         XCTAssertEqual(try tree.stat("/").links, 3, "the root holds internet/")
         try tree.makeDirectory("/svc")
-        try put("/svc/a", "1")
-        try put("/svc/b", "2")
+        try tree.put("/svc/a", "1")
+        try tree.put("/svc/b", "2")
         XCTAssertEqual(try tree.stat("/").links, 4)
         XCTAssertEqual(try tree.stat("/svc").links, 2, "items are files")
         XCTAssertEqual(try tree.stat("/svc/a").links, 1)
@@ -187,7 +180,7 @@ final class PosixSemanticsTests: XCTestCase {
         try tree.makeDirectory("/internet/h/443")
         try tree.makeDirectory("/internet/h/80")
         try tree.makeDirectory("/internet/h/443/docs")
-        try put("/internet/h/443/alice", "pw")
+        try tree.put("/internet/h/443/alice", "pw")
         XCTAssertEqual(try tree.stat("/internet").links, 3)
         XCTAssertEqual(try tree.stat("/internet/h").links, 4)
         XCTAssertEqual(try tree.stat("/internet/h/443").links, 3)
@@ -217,7 +210,7 @@ final class PosixSemanticsTests: XCTestCase {
         assertErrno(.notPermitted, try self.rename("/internet/b", "/svc/x"))
 
         // Non-empty: the source answers EXDEV (mv then copies), the target ENOTEMPTY.
-        try put("/internet/c/22/api/alice", "pw")
+        try tree.put("/internet/c/22/api/alice", "pw")
         assertErrno(.crossDevice, try self.rename("/internet/c", "/internet/d"))
         assertErrno(.crossDevice, try self.rename("/internet/c/22/api", "/internet/c/22/v2"))
         assertErrno(.notEmpty, try self.rename("/internet/b", "/internet/c"))
@@ -227,7 +220,7 @@ final class PosixSemanticsTests: XCTestCase {
         // Both non-empty: the target's ENOTEMPTY, as rename(2) reports it first.
         assertErrno(.notEmpty, try self.rename("/internet/c", "/internet/e"))
         try tree.makeDirectory("/svc")
-        try put("/svc/acct", "1")
+        try tree.put("/svc/acct", "1")
         try tree.makeDirectory("/empty")
         assertErrno(.notEmpty, try self.rename("/empty", "/svc"))
 

@@ -131,6 +131,17 @@ mkdir "$MP/late"
 sh -c "printf 'late' > '$MP/late/x'"
 setfattr -n user.keychain.accessible -v when-unlocked-this-device-only "$MP/late/x"
 nothing_recoverable "written, then re-classed: the weaker row is gone once setfattr returns" "$S2" --classes 4,5,6,7
+# A file created while its service has no item, and a this-device-only one that another command adds
+# before the file's first write: the file is stored this-device-only all the same.
+mkdir "$MP/race"
+exec 3>"$MP/race/open"
+kc add-generic-password --store "$S2" -s race -a device -w bound --accessible when-unlocked-this-device-only >/dev/null 2>&1
+printf 'secret' >&3
+exec 3>&-
+expect_eq "when-unlocked-this-device-only" "$(getfattr --only-values -n user.keychain.accessible "$MP/race/open" 2>/dev/null)" \
+    "a file whose sibling turned this-device-only before its first write is stored this-device-only"
+expect_eq "secret" "$(cat "$MP/race/open")" "with what was written"
+nothing_recoverable "and no row of a weaker class is left" "$S2" --classes 4,5,6,7
 kc unmount "$MP" >/dev/null
 
 echo "== a full disk"
