@@ -69,7 +69,7 @@ let package = Package(
         // That is most of what a lookup's start-up cost (README, Performance).
         .executableTarget(name: "keychainfs", dependencies: [
             "KeychainModel", "KeychainCrypto", "KeychainControlProtocol", "KeychainClient",
-        ], path: "Sources/keychainfs-front", linkerSettings: [.unsafeFlags(["-static-executable"])]),
+        ], path: "Sources/keychainfs-front", linkerSettings: [.unsafeFlags(["-static-executable", "-l_FoundationCollections", "-l_FoundationCShims"])]),
         .executableTarget(name: "git-credential-keychainfs", dependencies: ["KeychainModel", "KeychainClient", "GitCredential"]),
         // Test support: fills a store with many items at once (Tests/integration/test_memory.sh).
         .executableTarget(name: "keychainfs-fill", dependencies: ["KeychainStore", "KeychainBatch"], path: "Tests/Fill"),
