@@ -63,11 +63,10 @@ public enum StoreLock {
     }
 
     /// The processes holding a flock on the file open at `fd`, from /proc/locks (waiters left out).
-    /// Read and split as bytes: String(contentsOfFile:) and splitting Strings cost a lookup by
-    /// the keychainfs front more than the daemon's answer does.
+    /// Split as bytes, not Strings, for the same reason as `ProcessState.procFile`.
     package static func holders(of fd: Int32) -> [(pid: Int32, exclusive: Bool)] {
         var st = stat()
-        guard fstat(fd, &st) == 0, let table = readProcLocks() else { return [] }
+        guard fstat(fd, &st) == 0, let table = ProcessState.procFile("/proc/locks") else { return [] }
         let dev = UInt64(st.st_dev)
         let major = (dev >> 8) & 0xfff | (dev >> 32) & ~0xfff, minor = dev & 0xff | (dev >> 12) & ~0xff
         let id = Array((PathText.hex(major, width: 2) + ":" + PathText.hex(minor, width: 2) + ":" + String(UInt64(st.st_ino))).utf8)
@@ -104,21 +103,6 @@ public enum StoreLock {
             value = value * 10 + Int32(d - UInt8(ascii: "0"))
         }
         return value
-    }
-
-    private static func readProcLocks() -> [UInt8]? {
-        let fd = open("/proc/locks", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var table: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16 << 10)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n >= 0 else { return nil }
-            if n == 0 { return table }
-            table.append(contentsOf: chunk[0..<n])
-        }
     }
 }
 
