@@ -21,7 +21,7 @@ echo "== layering: the git helper and the keychainfs front link neither GRDB nor
 # which ldd cannot read: nm sees SQLite's symbols there, defined or not.
 KEYCHAINFS_FULL=$(dirname "$KEYCHAINFS_BIN")/keychainfs-full
 for helper in "$GIT_HELPER" "$KEYCHAINFS_BIN"; do
-    expect_eq "0" "$(ldd "$helper" | grep -c sqlite)" "ldd: $(basename "$helper") loads no SQLite"
+    expect_eq "0" "$(ldd "$helper" 2>/dev/null | grep -c sqlite)" "ldd: $(basename "$helper") loads no SQLite"
     expect_eq "0" "$(nm "$helper" | grep -c ' sqlite3_')" "nm: $(basename "$helper") holds no SQLite symbol"
     expect_eq "0" "$(nm "$helper" | grep -c GRDB)" "nm: $(basename "$helper") holds no GRDB symbol"
 done
