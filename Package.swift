@@ -65,9 +65,15 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/keychainfs"),
+        // A static executable: no dynamic loader, no libcrypto or libstdc++ to map and relocate.
+        // That was most of what a lookup's start-up cost (README, Performance). FoundationEssentials'
+        // two support libraries are named because modules built without --static-swift-stdlib (a
+        // debug build) do not ask for them.
         .executableTarget(name: "keychainfs", dependencies: [
             "KeychainModel", "KeychainCrypto", "KeychainControlProtocol", "KeychainClient",
-        ], path: "Sources/keychainfs-front"),
+        ], path: "Sources/keychainfs-front", linkerSettings: [
+            .unsafeFlags(["-static-executable", "-l_FoundationCollections", "-l_FoundationCShims"]),
+        ]),
         .executableTarget(name: "git-credential-keychainfs", dependencies: ["KeychainModel", "KeychainClient", "GitCredential"]),
         // Test support: fills a store with many items at once (Tests/integration/test_memory.sh).
         .executableTarget(name: "keychainfs-fill", dependencies: ["KeychainStore", "KeychainBatch"], path: "Tests/Fill"),

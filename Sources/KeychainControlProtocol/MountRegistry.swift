@@ -82,7 +82,7 @@ public enum MountRegistry {
     public static func record(forStore path: String) -> MountRecord? {
         let store = canonicalPath(path)
         guard let bytes = TrustedPath.readOwnFile(store + ".daemon"),
-              let record = try? JSONDecoder().decode(MountRecord.self, from: Data(bytes)),
+              let record = MountRecord(json: bytes),
               record.storePath == store else { return nil }
         return record
     }

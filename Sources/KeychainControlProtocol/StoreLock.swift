@@ -63,18 +63,46 @@ public enum StoreLock {
     }
 
     /// The processes holding a flock on the file open at `fd`, from /proc/locks (waiters left out).
+    /// Split as bytes, not Strings, for the same reason as `ProcessState.procFile`.
     package static func holders(of fd: Int32) -> [(pid: Int32, exclusive: Bool)] {
         var st = stat()
-        guard fstat(fd, &st) == 0, let table = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
+        guard fstat(fd, &st) == 0, let table = ProcessState.procFile("/proc/locks") else { return [] }
         let dev = UInt64(st.st_dev)
         let major = (dev >> 8) & 0xfff | (dev >> 32) & ~0xfff, minor = dev & 0xff | (dev >> 12) & ~0xff
-        let id = PathText.hex(major, width: 2) + ":" + PathText.hex(minor, width: 2) + ":" + String(UInt64(st.st_ino))
-        return table.split(separator: "\n").compactMap { line in
-            // "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; waiters have "->" after the number.
-            let f = line.split(separator: " ")
-            guard f.count >= 6, f[1] == "FLOCK", f[2] != "->", f[5] == id, let pid = Int32(f[4]) else { return nil }
-            return (pid, f[3] == "WRITE")
+        let id = Array((PathText.hex(major, width: 2) + ":" + PathText.hex(minor, width: 2) + ":" + String(UInt64(st.st_ino))).utf8)
+        var holders: [(pid: Int32, exclusive: Bool)] = []
+        // "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; waiters have "->" after the number.
+        var fields: [Int] = []  // start and end of each field of the line, in `table`
+        var fieldStart: Int?
+        for i in 0...table.count {
+            let byte = i < table.count ? table[i] : UInt8(ascii: "\n")
+            guard byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\n") else {
+                if fieldStart == nil { fieldStart = i }
+                continue
+            }
+            if let start = fieldStart {
+                fields += [start, i]
+                fieldStart = nil
+            }
+            guard byte == UInt8(ascii: "\n") else { continue }
+            func field(_ n: Int) -> ArraySlice<UInt8> { table[fields[2 * n]..<fields[2 * n + 1]] }
+            if fields.count >= 12, field(1).elementsEqual("FLOCK".utf8), !field(2).elementsEqual("->".utf8),
+               field(5).elementsEqual(id), let pid = decimal(field(4)) {
+                holders.append((pid, field(3).elementsEqual("WRITE".utf8)))
+            }
+            fields.removeAll(keepingCapacity: true)
         }
+        return holders
+    }
+
+    private static func decimal(_ digits: ArraySlice<UInt8>) -> Int32? {
+        guard !digits.isEmpty, digits.count <= 9 else { return nil }
+        var value: Int32 = 0
+        for d in digits {
+            guard d >= UInt8(ascii: "0"), d <= UInt8(ascii: "9") else { return nil }
+            value = value * 10 + Int32(d - UInt8(ascii: "0"))
+        }
+        return value
     }
 }
 

@@ -57,10 +57,27 @@ package enum TrustedPath {
 /// kill(pid, 0) though it holds no lock and serves nothing.
 package enum ProcessState {
     package static func isRunning(_ pid: Int32) -> Bool {
-        guard pid > 0, let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return false }
-        let state = stat[stat.index(after: close)...].drop(while: { $0 == " " }).first
-        return state != nil && state != "Z" && state != "X"
+        guard pid > 0, let stat = procFile("/proc/\(pid)/stat"),
+              let close = stat.lastIndex(of: UInt8(ascii: ")")) else { return false }
+        let state = stat[(close + 1)...].first { $0 != UInt8(ascii: " ") }
+        return state != nil && state != UInt8(ascii: "Z") && state != UInt8(ascii: "X")
+    }
+
+    /// A file of /proc, whose size stat does not tell, read whole as bytes: String(contentsOfFile:)
+    /// costs the keychainfs front's lookup more than the daemon's answer does.
+    package static func procFile(_ path: String) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var content: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16 << 10)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n >= 0 else { return nil }
+            if n == 0 { return content }
+            content.append(contentsOf: chunk[0..<n])
+        }
     }
 
     /// Waits up to `seconds` for the process to end, checking every millisecond: a daemon asked to

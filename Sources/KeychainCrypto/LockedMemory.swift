@@ -1,5 +1,11 @@
 import COpenSSL
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
 import Foundation
+#endif
 import Synchronization
 
 /// How pages are locked in RAM; tests replace it to play a kernel that refuses.

@@ -54,6 +54,8 @@ struct SecretLookup {
 
     /// Writes the secret and exits, or returns when the full tool should take the command.
     func run() {
+        // The secret will be in this process's memory: no core dump or ptrace by the user's other processes.
+        ProcessProtection.makeNotDumpable()
         let path = KeychainLocations.store(store)
         do {
             guard case .daemon(let keychain, _) = try DaemonLocator.route(forStore: path) else { return }

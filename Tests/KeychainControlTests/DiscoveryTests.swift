@@ -76,6 +76,56 @@ final class DiscoveryTests: XCTestCase {
         XCTAssertNil(MountRegistry.record(forStore: store), "a symlink")
     }
 
+    func testARecordReadsBackWhateverItsPathsHold() throws {
+        // Quotes, backslashes, control characters, non-ASCII and a character beyond the BMP, which
+        // JSONEncoder writes escaped or as raw UTF-8.
+        let odd = "/a \"quoted\" \\ back/slash\nline\ttab\u{01}/é/𝄞/日本"
+        let record = MountRecord(pid: 123_456, storePath: odd + ".db", mountpoint: odd, socketPath: "/s",
+                                 version: "1.2.3", protocolVersion: 65535)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        XCTAssertEqual(MountRecord(json: Array(try encoder.encode(record))), record)
+        encoder.outputFormatting = [.prettyPrinted]
+        XCTAssertEqual(MountRecord(json: Array(try encoder.encode(record))), record)
+        let escaped = #"{"pid":1,"storePath":"\u00e9\ud834\udd1e\/\b\f\r","mountpoint":"/m","socketPath":"/s"}"#
+        XCTAssertEqual(MountRecord(json: Array(escaped.utf8))?.storePath, "é𝄞/\u{08}\u{0c}\r")
+    }
+
+    func testARecordSkipsUnknownKeysAndDefaultsTheOptionalOnes() throws {
+        let text = #" { "future" : {"a": [1, "]}", {"b": null}], "c": true}, "pid": 7, "list": [], "#
+            + #""storePath": "/k.db", "n": -1.5e3, "mountpoint": "/m", "flag": false, "socketPath": "/s" } "#
+        let record = try XCTUnwrap(MountRecord(json: Array(text.utf8)))
+        XCTAssertEqual(record, MountRecord(pid: 7, storePath: "/k.db", mountpoint: "/m", socketPath: "/s",
+                                           version: "unknown", protocolVersion: 0))
+    }
+
+    func testAMalformedRecordIsRefused() {
+        let valid = #"{"pid":7,"storePath":"/k.db","mountpoint":"/m","socketPath":"/s"}"#
+        XCTAssertNotNil(MountRecord(json: Array(valid.utf8)))
+        let refused = [
+            "", "not json", "[]", #"{"pid":7}"#,
+            #"{"pid":7,"storePath":"/k.db","mountpoint":"/m","socketPath":"/s"} trailing"#,
+            #"{"pid":7,"storePath":"/k.db","mountpoint":"/m","socketPath":"/s",}"#,
+            #"{"pid":"7","storePath":"/k.db","mountpoint":"/m","socketPath":"/s"}"#,
+            #"{"pid":7.5,"storePath":"/k.db","mountpoint":"/m","socketPath":"/s"}"#,
+            #"{"pid":4294967296,"storePath":"/k.db","mountpoint":"/m","socketPath":"/s"}"#,
+            #"{"pid":7,"storePath":"/k.db","mountpoint":"/m","socketPath":"/s","protocol":65536}"#,
+            #"{"pid":7,"storePath":"/k.db","mountpoint":"/m","socketPath":"/s","version":1}"#,
+            #"{"pid":7,"storePath":"/k\x.db","mountpoint":"/m","socketPath":"/s"}"#,
+            #"{"pid":7,"storePath":"/k\ud834.db","mountpoint":"/m","socketPath":"/s"}"#,
+            #"{"pid":7,"storePath":"/k.db","mountpoint":"/m","socketPath":"/s""#,
+            #"{"pid":7,"storePath":"/k.db","mountpoint":"/m","socketPath":"/s","x":[1,2}"#,
+            #"{"pid":7,"storePath":"/k.db","mountpoint":"/m","socketPath":"/s","x":}"#,
+            "{\"pid\":7,\"storePath\":\"/k\n.db\",\"mountpoint\":\"/m\",\"socketPath\":\"/s\"}",
+        ]
+        for text in refused {
+            XCTAssertNil(MountRecord(json: Array(text.utf8)), text)
+        }
+        // Not UTF-8.
+        XCTAssertNil(MountRecord(json: Array(#"{"pid":7,"storePath":"/k"#.utf8) + [0xff]
+            + Array(#".db","mountpoint":"/m","socketPath":"/s"}"#.utf8)))
+    }
+
     func testRegisterWritesARecordThatReadsBack() throws {
         let store = makeStore()
         let record = MountRecord(pid: getpid(), storePath: store, mountpoint: "/m", socketPath: store + ".sock")

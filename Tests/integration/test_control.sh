@@ -17,14 +17,17 @@ store_sum() { cat "$1" "$1-wal" "$1-shm" 2>/dev/null | sha256sum | cut -c1-64; }
 
 echo "== layering: the git helper and the keychainfs front link neither GRDB nor SQLite"
 # SQLite is a system library, so ldd sees it whether the Swift runtime is linked in or not;
-# GRDB is Swift, linked in either way, so nm sees its symbols.
+# GRDB is Swift, linked in either way, so nm sees its symbols. The front is a static executable,
+# which ldd cannot read: nm sees SQLite's symbols there, defined or not.
 KEYCHAINFS_FULL=$(dirname "$KEYCHAINFS_BIN")/keychainfs-full
 for helper in "$GIT_HELPER" "$KEYCHAINFS_BIN"; do
-    expect_eq "0" "$(ldd "$helper" | grep -c sqlite)" "ldd: $(basename "$helper") loads no SQLite"
+    expect_eq "0" "$(ldd "$helper" 2>/dev/null | grep -c sqlite)" "ldd: $(basename "$helper") loads no SQLite"
+    expect_eq "0" "$(nm "$helper" | grep -c ' sqlite3_')" "nm: $(basename "$helper") holds no SQLite symbol"
     expect_eq "0" "$(nm "$helper" | grep -c GRDB)" "nm: $(basename "$helper") holds no GRDB symbol"
 done
 # The same checks find them in the whole tool, so they can fail.
 [ "$(ldd "$KEYCHAINFS_FULL" | grep -c sqlite)" -ge 1 ] && pass "ldd finds SQLite in keychainfs-full" || fail "ldd finds SQLite in keychainfs-full"
+[ "$(nm "$KEYCHAINFS_FULL" | grep -c ' sqlite3_')" -ge 1 ] && pass "nm finds SQLite in keychainfs-full" || fail "nm finds SQLite in keychainfs-full"
 [ "$(nm "$KEYCHAINFS_FULL" | grep -c GRDB)" -ge 1 ] && pass "nm finds GRDB in keychainfs-full" || fail "nm finds GRDB in keychainfs-full"
 
 init_store

@@ -70,6 +70,18 @@ expect_eq "through the mount" "$(cat "$OUT")" "the front read it from the daemon
 expect_exit 74 "any other command without keychainfs-full" "$ALONE/keychainfs" status
 expect_contains "$ERR" "cannot run $ALONE/keychainfs-full" "the message names where it looked"
 
+echo "== the front's process"
+# No dynamic loader: mapping and relocating shared libraries was most of a lookup's time.
+readelf -lW "$KEYCHAINFS_BIN" | grep -q "Requesting program interpreter" \
+    && fail "the front is a static executable" || pass "the front is a static executable"
+strace -o "$TEST_ROOT/front.trace" -e trace=prctl,recvfrom "$KEYCHAINFS_BIN" find-generic-password -s svc -a acct -w >"$OUT"
+expect_eq "through the mount" "$(cat "$OUT")" "the lookup under strace"
+dumpable=$(grep -nE "PR_SET_DUMPABLE, (0|SUID_DUMP_DISABLE)\\)" "$TEST_ROOT/front.trace" | head -1 | cut -d: -f1)
+received=$(grep -n "recvfrom" "$TEST_ROOT/front.trace" | head -1 | cut -d: -f1)
+[ -n "$dumpable" ] && [ -n "$received" ] && [ "$dumpable" -lt "$received" ] \
+    && pass "the front is not dumpable before the secret arrives" \
+    || fail "the front is not dumpable before the secret arrives" "$(cat "$TEST_ROOT/front.trace")"
+
 echo "== the whole tool in ../libexec/keychainfs, and through a symlink"
 mkdir -p "$TEST_ROOT/prefix/bin" "$TEST_ROOT/prefix/libexec/keychainfs" "$TEST_ROOT/links"
 cp "$KEYCHAINFS_BIN" "$TEST_ROOT/prefix/bin/keychainfs"
