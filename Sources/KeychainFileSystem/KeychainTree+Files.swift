@@ -10,7 +10,11 @@ extension KeychainTree {
 
     /// Opens an item. A class whose key is not held answers ENOKEY here, at open().
     public func open(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
-        let location = try TreeLocation.parse(path)
+        try open(try TreeLocation.parse(path), flags: flags)
+    }
+
+    /// `open` of a path already parsed (the FUSE binding keeps each inode's).
+    package func open(_ location: TreeLocation, flags: Int32) throws(FileSystemError) -> UInt64 {
         let mode = OpenMode(flags: flags)
         let item = try served.covering(location) { s throws(FileSystemError) -> KeychainItem in
             guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }

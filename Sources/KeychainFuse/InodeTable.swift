@@ -1,3 +1,5 @@
+import KeychainFileSystem
+
 /// The kernel names files by inode number and the tree by path: this table keeps the path of
 /// every inode the kernel holds, until the kernel forgets it, and the open handles of each.
 /// An inode whose name is gone (unlinked, removed, or replaced by a rename) keeps its handles,
@@ -17,6 +19,9 @@ struct InodeTable {
         var handles: Set<UInt64> = []
         /// False once the name is gone: the node then has no path.
         var linked = true
+        /// The node's path, parsed, as of `pathChanges`: an open or a `stat` of a known inode
+        /// then builds and parses no string.
+        var location: (TreeLocation, changes: UInt64)?
     }
 
     private struct ChildKey: Hashable {
@@ -29,6 +34,9 @@ struct InodeTable {
     private(set) var nodes: [UInt64: Node] = [root: Node(parent: 0, name: "", lookups: 1)]
     private var children: [ChildKey: UInt64] = [:]
     private var next: UInt64 = 2
+    /// Counts the unlinks and moves, the only changes that change a known inode's path (a new
+    /// inode gets a number never used before): a cached location from before one is stale.
+    private(set) var pathChanges: UInt64 = 0
 
     /// The tree path of `ino`, or nil if it or a directory above it has lost its name.
     func path(_ ino: UInt64) -> String? {
@@ -45,6 +53,19 @@ struct InodeTable {
     func path(_ parent: UInt64, _ name: String) -> String? {
         guard let p = path(parent) else { return nil }
         return p == "/" ? "/" + name : p + "/" + name
+    }
+
+    /// The parsed path of `ino`, if cached since the last change of paths (`cacheLocation`).
+    func cachedLocation(_ ino: UInt64) -> TreeLocation? {
+        guard let (location, changes) = nodes[ino]?.location, changes == pathChanges else { return nil }
+        return location
+    }
+
+    /// Keeps `location`, parsed from the path of `ino` while `pathChanges` was `changes`,
+    /// unless a path has changed since.
+    mutating func cacheLocation(_ ino: UInt64, _ location: TreeLocation, changes: UInt64) {
+        guard changes == pathChanges, nodes[ino] != nil else { return }
+        nodes[ino]!.location = (location, changes)
     }
 
     func child(_ parent: UInt64, _ name: String) -> UInt64? { children[ChildKey(parent: parent, name: name)] }
@@ -75,6 +96,7 @@ struct InodeTable {
     /// The name is gone; an inode the kernel still holds stays, with no path.
     mutating func unlink(_ parent: UInt64, _ name: String) {
         guard let ino = children.removeValue(forKey: ChildKey(parent: parent, name: name)) else { return }
+        pathChanges += 1
         nodes[ino]?.linked = false
         dropIfUnused(ino)
     }
@@ -82,6 +104,7 @@ struct InodeTable {
     /// A rename: whatever had the new name loses it (it was replaced), and the inode moves.
     mutating func move(_ parent: UInt64, _ name: String, to newParent: UInt64, _ newName: String) {
         guard parent != newParent || name != newName else { return }
+        pathChanges += 1
         let ino = children.removeValue(forKey: ChildKey(parent: parent, name: name))
         unlink(newParent, newName)
         guard let ino else { return }
