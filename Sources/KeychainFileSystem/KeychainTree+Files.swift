@@ -16,13 +16,19 @@ extension KeychainTree {
     /// `open` of a path already parsed (the FUSE binding keeps each inode's).
     package func open(_ location: TreeLocation, flags: Int32) throws(FileSystemError) -> UInt64 {
         let mode = OpenMode(flags: flags)
-        let item = try served.covering(location) { s throws(FileSystemError) -> KeychainItem in
+        let readsStored = mode.readable || !mode.truncate
+        // The common case in one hold of `state`: the secret is cached, so the handle is
+        // registered with no decryption and no second look at the index.
+        let (item, handle) = try served.covering(location) { s throws(FileSystemError) -> (KeychainItem, UInt64?) in
             guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
-            return item
+            guard readsStored, !item.isPending, let cached = s.plaintext.secret(item.id) else { return (item, nil) }
+            return (item, try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode, contents: cached,
+                                                shared: true, modified: item.record.attributes.modified), in: &s))
         }
+        if let handle { return handle }
         guard keychain.isAvailable(item.accessible) else { throw .keyUnavailable }
         let contents: SecureBytes?
-        if mode.truncate && !mode.readable {
+        if !readsStored {
             contents = nil
         } else {
             do { contents = try served.secret(of: item) } catch { throw .from(error) }
@@ -97,16 +103,18 @@ extension KeychainTree {
     /// Adds the handle, unless a lock took the file's class key since it was opened: `lock()`
     /// takes the keys before it revokes open files, so checking here closes the gap.
     private func register(_ file: OpenFile) throws(FileSystemError) -> UInt64 {
-        try served.state.withLock { s throws(FileSystemError) -> UInt64 in
-            guard keychain.isAvailable(file.accessible) else {
-                file.revoke()
-                throw .keyUnavailable
-            }
-            let h = s.nextHandle
-            s.nextHandle += 1
-            s.files[h] = file
-            return h
+        try served.state.withLock { s throws(FileSystemError) -> UInt64 in try register(file, in: &s) }
+    }
+
+    private func register(_ file: OpenFile, in s: inout ServedKeychain.State) throws(FileSystemError) -> UInt64 {
+        guard keychain.isAvailable(file.accessible) else {
+            file.revoke()
+            throw .keyUnavailable
         }
+        let h = s.nextHandle
+        s.nextHandle += 1
+        s.files[h] = file
+        return h
     }
 
     private func withFile<T>(_ handle: UInt64, _ body: (OpenFile) throws(FileSystemError) -> T) throws(FileSystemError) -> T {
@@ -153,10 +161,16 @@ extension KeychainTree {
     }
 
     public func release(_ handle: UInt64) throws(FileSystemError) {
-        let f = try served.state.withLock { s throws(FileSystemError) -> OpenFile in
+        let f = try served.state.withLock { s throws(FileSystemError) -> OpenFile? in
             guard let f = s.files.removeValue(forKey: handle) else { throw .badHandle }
+            // A reader's close, the common case, commits nothing: done in this one hold.
+            guard Self.commitNeeded(f, final: true, s) else {
+                f.close()
+                return nil
+            }
             return f
         }
+        guard let f else { return }
         defer { served.state.withLock { _ in f.close() } }
         try commit(f, final: true)
     }
