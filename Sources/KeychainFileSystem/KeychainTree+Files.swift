@@ -19,13 +19,17 @@ extension KeychainTree {
         let readsStored = mode.readable || !mode.truncate
         // The common case in one hold of `state`: the secret is cached, so the handle is
         // registered with no decryption and no second look at the index.
-        let (item, handle) = try served.covering(location) { s throws(FileSystemError) -> (KeychainItem, UInt64?) in
+        let found = try served.covering(location) { s throws(FileSystemError) -> OpenLookup in
             guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
-            guard readsStored, !item.isPending, let cached = s.plaintext.secret(item.id) else { return (item, nil) }
-            return (item, try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode, contents: cached,
-                                                shared: true, modified: item.record.attributes.modified), in: &s))
+            guard readsStored, !item.isPending, let cached = s.plaintext.secret(item.id) else { return .uncached(item) }
+            return .opened(try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode, contents: cached,
+                                                 shared: true, modified: item.record.attributes.modified), in: &s))
         }
-        if let handle { return handle }
+        let item: KeychainItem
+        switch found {
+        case .opened(let handle): return handle
+        case .uncached(let uncached): item = uncached
+        }
         guard keychain.isAvailable(item.accessible) else { throw .keyUnavailable }
         let contents: SecureBytes?
         if !readsStored {
@@ -36,6 +40,13 @@ extension KeychainTree {
         return try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode,
                                      contents: contents ?? SecureBytes(), shared: contents != nil,
                                      modified: item.record.attributes.modified))
+    }
+
+    /// What `open` finds under `state`: a handle already registered, or an item whose secret
+    /// is to be read first.
+    private enum OpenLookup {
+        case opened(UInt64)
+        case uncached(KeychainItem)
     }
 
     /// Creates a new, empty item and opens it. The item is pending: in the index (so lookup,
