@@ -19,9 +19,6 @@ struct InodeTable {
         var handles: Set<UInt64> = []
         /// False once the name is gone: the node then has no path.
         var linked = true
-        /// The node's path, parsed, as of `pathChanges`: an open or a `stat` of a known inode
-        /// then builds and parses no string.
-        var location: (TreeLocation, changes: UInt64)?
     }
 
     private struct ChildKey: Hashable {
@@ -37,6 +34,10 @@ struct InodeTable {
     /// Counts the unlinks and moves, the only changes that change a known inode's path (a new
     /// inode gets a number never used before): a cached location from before one is stale.
     private(set) var pathChanges: UInt64 = 0
+    /// Nodes' paths, parsed, each as of a `pathChanges`: an open or a `stat` of a known inode
+    /// then builds and parses no string. Apart from `nodes`, whose values are moved in and
+    /// out on every open and release, to keep those small.
+    private var locations: [UInt64: (location: TreeLocation, changes: UInt64)] = [:]
 
     /// The tree path of `ino`, or nil if it or a directory above it has lost its name.
     func path(_ ino: UInt64) -> String? {
@@ -57,15 +58,15 @@ struct InodeTable {
 
     /// The parsed path of `ino`, if cached since the last change of paths (`cacheLocation`).
     func cachedLocation(_ ino: UInt64) -> TreeLocation? {
-        guard let (location, changes) = nodes[ino]?.location, changes == pathChanges else { return nil }
-        return location
+        guard let cached = locations[ino], cached.changes == pathChanges else { return nil }
+        return cached.location
     }
 
     /// Keeps `location`, parsed from the path of `ino` while `pathChanges` was `changes`,
     /// unless a path has changed since.
     mutating func cacheLocation(_ ino: UInt64, _ location: TreeLocation, changes: UInt64) {
         guard changes == pathChanges, nodes[ino] != nil else { return }
-        nodes[ino]!.location = (location, changes)
+        locations[ino] = (location, changes)
     }
 
     func child(_ parent: UInt64, _ name: String) -> UInt64? { children[ChildKey(parent: parent, name: name)] }
@@ -130,6 +131,7 @@ struct InodeTable {
     private mutating func dropIfUnused(_ ino: UInt64) {
         guard ino != Self.root, let n = nodes[ino], n.lookups == 0, n.handles.isEmpty else { return }
         nodes[ino] = nil
+        locations[ino] = nil
         let key = ChildKey(parent: n.parent, name: n.name)
         if n.linked, children[key] == ino { children[key] = nil }
     }
