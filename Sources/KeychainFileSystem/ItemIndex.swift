@@ -215,9 +215,10 @@ struct ItemIndex {
 
     /// Marks an item used, so that eviction takes others first.
     mutating func touch(_ id: Int64?) {
-        guard let id, used[id] != nil else { return }
+        // One hash of the id, not two: every open and stat passes here.
+        guard let id, let i = used.index(forKey: id) else { return }
         clock += 1
-        used[id] = clock
+        used.values[i] = clock
     }
 
     /// The first unlock makes names of every class readable: what was read whole or listed
