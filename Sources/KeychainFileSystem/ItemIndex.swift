@@ -213,6 +213,16 @@ struct ItemIndex {
         namesListed = true
     }
 
+    /// Whether nothing is `missing` for `location`; the item found there, if any, is marked
+    /// used (what eviction goes by). The names of a known item are hashed once, not twice.
+    mutating func covers(_ location: TreeLocation, listing: Bool) -> Bool {
+        if case .genericItem(let s, let a) = location, let id = services[s]?.accounts[a] {
+            touch(id)
+            return true
+        }
+        return missing(location, listing: listing).isEmpty
+    }
+
     /// Marks an item used, so that eviction takes others first.
     mutating func touch(_ id: Int64?) {
         // One hash of the id, not two: every open and stat passes here.

@@ -75,12 +75,6 @@ package final class ServedKeychain: Sendable {
             index.evict(limit: indexLimit, pinned: Set(files.values.map(\.itemID)))
         }
 
-        /// Marks the item at `location` used (what eviction goes by).
-        mutating func touch(_ location: TreeLocation) {
-            guard case .genericItem(let svc, let account) = location else { return }
-            index.touch(index.services[svc]?.accounts[account])
-        }
-
         mutating func deleted(_ id: Int64) {
             generation += 1
             plaintext.remove(id)
@@ -148,8 +142,7 @@ package final class ServedKeychain: Sendable {
         // (changes or fills keep coming), it fills under `committing`, where neither can.
         for _ in 0..<4 {
             let hit = try state.withLock { s throws(FileSystemError) -> T? in
-                guard s.index.missing(location, listing: listing).isEmpty else { return nil }
-                s.touch(location)
+                guard s.index.covers(location, listing: listing) else { return nil }
                 return .some(try body(&s))
             }
             if let hit { return hit }
