@@ -224,11 +224,22 @@ struct ItemIndex {
         namesListed = true
     }
 
+    /// Whether nothing is `missing` for `location`; the item found there, if any, is marked
+    /// used (what eviction goes by). The names of a known item are hashed once, not twice.
+    mutating func covers(_ location: TreeLocation, listing: Bool) -> Bool {
+        if case .genericItem(let s, let a) = location, let id = services[s]?.accounts[a] {
+            touch(id)
+            return true
+        }
+        return missing(location, listing: listing).isEmpty
+    }
+
     /// Marks an item used, so that eviction takes others first.
     mutating func touch(_ id: Int64?) {
-        guard let id, used[id] != nil else { return }
+        // One hash of the id, not two: every open and stat passes here.
+        guard let id, let i = used.index(forKey: id) else { return }
         clock += 1
-        used[id] = clock
+        used.values[i] = clock
     }
 
     /// The first unlock makes names of every class readable: what was read whole or listed

@@ -10,15 +10,29 @@ extension KeychainTree {
 
     /// Opens an item. A class whose key is not held answers ENOKEY here, at open().
     public func open(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
-        let location = try TreeLocation.parse(path)
+        try open(try TreeLocation.parse(path), flags: flags)
+    }
+
+    /// `open` of a path already parsed (the FUSE binding keeps each inode's).
+    package func open(_ location: TreeLocation, flags: Int32) throws(FileSystemError) -> UInt64 {
         let mode = OpenMode(flags: flags)
-        let item = try served.covering(location) { s throws(FileSystemError) -> KeychainItem in
+        let readsStored = mode.readable || !mode.truncate
+        // The common case in one hold of `state`: the secret is cached, so the handle is
+        // registered with no decryption and no second look at the index.
+        let found = try served.covering(location) { s throws(FileSystemError) -> OpenLookup in
             guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
-            return item
+            guard readsStored, !item.isPending, let cached = s.plaintext.secret(item.id) else { return .uncached(item) }
+            return .opened(try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode, contents: cached,
+                                                 shared: true, modified: item.record.attributes.modified), in: &s))
+        }
+        let item: KeychainItem
+        switch found {
+        case .opened(let handle): return handle
+        case .uncached(let uncached): item = uncached
         }
         guard keychain.isAvailable(item.accessible) else { throw .keyUnavailable }
         let contents: SecureBytes?
-        if mode.truncate && !mode.readable {
+        if !readsStored {
             contents = nil
         } else {
             do { contents = try served.secret(of: item) } catch { throw .from(error) }
@@ -26,6 +40,13 @@ extension KeychainTree {
         return try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode,
                                      contents: contents ?? SecureBytes(), shared: contents != nil,
                                      modified: item.record.attributes.modified))
+    }
+
+    /// What `open` finds under `state`: a handle already registered, or an item whose secret
+    /// is to be read first.
+    private enum OpenLookup {
+        case opened(UInt64)
+        case uncached(KeychainItem)
     }
 
     /// Creates a new, empty item and opens it. The item is pending: in the index (so lookup,
@@ -98,16 +119,18 @@ extension KeychainTree {
     /// Adds the handle, unless a lock took the file's class key since it was opened: `lock()`
     /// takes the keys before it revokes open files, so checking here closes the gap.
     private func register(_ file: OpenFile) throws(FileSystemError) -> UInt64 {
-        try served.state.withLock { s throws(FileSystemError) -> UInt64 in
-            guard keychain.isAvailable(file.accessible) else {
-                file.revoke()
-                throw .keyUnavailable
-            }
-            let h = s.nextHandle
-            s.nextHandle += 1
-            s.files[h] = file
-            return h
+        try served.state.withLock { s throws(FileSystemError) -> UInt64 in try register(file, in: &s) }
+    }
+
+    private func register(_ file: OpenFile, in s: inout ServedKeychain.State) throws(FileSystemError) -> UInt64 {
+        guard keychain.isAvailable(file.accessible) else {
+            file.revoke()
+            throw .keyUnavailable
         }
+        let h = s.nextHandle
+        s.nextHandle += 1
+        s.files[h] = file
+        return h
     }
 
     private func withFile<T>(_ handle: UInt64, _ body: (OpenFile) throws(FileSystemError) -> T) throws(FileSystemError) -> T {
@@ -154,10 +177,16 @@ extension KeychainTree {
     }
 
     public func release(_ handle: UInt64) throws(FileSystemError) {
-        let f = try served.state.withLock { s throws(FileSystemError) -> OpenFile in
+        let f = try served.state.withLock { s throws(FileSystemError) -> OpenFile? in
             guard let f = s.files.removeValue(forKey: handle) else { throw .badHandle }
+            // A reader's close, the common case, commits nothing: done in this one hold.
+            guard Self.commitNeeded(f, final: true, s) else {
+                f.close()
+                return nil
+            }
             return f
         }
+        guard let f else { return }
         defer { served.state.withLock { _ in f.close() } }
         try commit(f, final: true)
     }

@@ -179,8 +179,12 @@ public final class KeychainTree: Sendable {
     // MARK: metadata
 
     public func stat(_ path: String) throws(FileSystemError) -> FileStat {
-        let location = try TreeLocation.parse(path)
-        return try served.covering(location) { s throws(FileSystemError) in
+        try stat(try TreeLocation.parse(path))
+    }
+
+    /// `stat` of a path already parsed (the FUSE binding keeps each inode's).
+    package func stat(_ location: TreeLocation) throws(FileSystemError) -> FileStat {
+        try served.covering(location) { s throws(FileSystemError) in
             let n = try node(location, s.index)
             guard case .item(let item) = n else { return Self.directoryStat(n, s.index) }
             return Self.itemStat(item, s)

@@ -36,9 +36,12 @@ struct PlaintextCache {
     /// The cached secret, now the most recently used.
     mutating func secret(_ id: Int64) -> SecureBytes? {
         guard let e = entries[id] else { return nil }
-        unlink(id, e)
-        linkNewest(id)
-        return entries[id]!.secret
+        // Read again and again, a secret is already the newest: nothing to relink.
+        if newest != id {
+            unlink(id, e)
+            linkNewest(id)
+        }
+        return e.secret
     }
 
     /// Keeps `secret` for `id`, dropping the least recently used secrets that do not fit.

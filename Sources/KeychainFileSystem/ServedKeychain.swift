@@ -75,12 +75,6 @@ package final class ServedKeychain: Sendable {
             index.evict(limit: indexLimit, pinned: Set(files.values.map(\.itemID)))
         }
 
-        /// Marks the item at `location` used (what eviction goes by).
-        mutating func touch(_ location: TreeLocation) {
-            guard case .genericItem(let svc, let account) = location else { return }
-            index.touch(index.services[svc]?.accounts[account])
-        }
-
         mutating func deleted(_ id: Int64) {
             generation += 1
             plaintext.remove(id)
@@ -138,23 +132,23 @@ package final class ServedKeychain: Sendable {
 
     // MARK: filling the index
 
-    /// Runs `body` under `state` once the index covers `locations` (`ItemIndex.missing`):
+    /// Runs `body` under `state` once the index covers `location` (`ItemIndex.missing`):
     /// at once if it does, else after a fill. Not from inside `change` (`coveringInChange`).
-    func covering<T>(_ locations: TreeLocation..., listing: Bool = false,
+    /// One location, not a list: every open and stat passes here, and a list is an allocation.
+    func covering<T>(_ location: TreeLocation, listing: Bool = false,
                      _ body: (inout State) throws(FileSystemError) -> T) throws(FileSystemError) -> T {
         // A fill installs nothing older than a concurrent change, and another fill may evict
         // what this one put in before `body` runs: then it fills again. Past a few rounds
         // (changes or fills keep coming), it fills under `committing`, where neither can.
         for _ in 0..<4 {
             let hit = try state.withLock { s throws(FileSystemError) -> T? in
-                guard locations.allSatisfy({ s.index.missing($0, listing: listing).isEmpty }) else { return nil }
-                for location in locations { s.touch(location) }
+                guard s.index.covers(location, listing: listing) else { return nil }
                 return .some(try body(&s))
             }
             if let hit { return hit }
-            try fill(locations, listing: listing)
+            try fill([location], listing: listing)
         }
-        return try change { () throws(FileSystemError) -> T in try coveringInChange(locations, listing: listing, body) }
+        return try change { () throws(FileSystemError) -> T in try coveringInChange([location], listing: listing, body) }
     }
 
     /// `covering`, for a caller inside `change`, which holds `committing`: no change can

@@ -47,6 +47,18 @@ final class FuseFileSystem: Sendable {
         return p
     }
 
+    /// What the path of `ino` names: parsed once, then from the inode table until a path changes.
+    func location(_ ino: UInt64) throws(FileSystemError) -> TreeLocation {
+        let (cached, path, changes) = inodes.withLock { t in
+            t.cachedLocation(ino).map { ($0, nil, t.pathChanges) } ?? (nil, t.path(ino), t.pathChanges)
+        }
+        if let cached { return cached }
+        guard let path else { throw .notFound }
+        let location = try TreeLocation.parse(path)
+        inodes.withLock { $0.cacheLocation(ino, location, changes: changes) }
+        return location
+    }
+
     func path(_ parent: UInt64, _ name: String) throws(FileSystemError) -> String {
         guard let p = inodes.withLock({ $0.path(parent, name) }) else { throw .notFound }
         return p
@@ -63,13 +75,18 @@ final class FuseFileSystem: Sendable {
     /// its path, else, once its name is gone, from a handle still open on it (fstat).
     func stat(_ ino: UInt64, handle: UInt64?) throws(FileSystemError) -> FileStat {
         if let handle { return try tree.stat(handle: handle) }
-        let (path, open) = inodes.withLock { ($0.path(ino), $0.handles(ino)) }
-        if let path {
-            do { return try tree.stat(path) } catch {
+        let location: TreeLocation?
+        do { location = try self.location(ino) } catch {
+            guard error == .notFound else { throw error }
+            location = nil
+        }
+        if let location {
+            do { return try tree.stat(location) } catch {
                 // Deleted behind the kernel's back (through the CLI) while open.
-                guard error == .notFound, !open.isEmpty else { throw error }
+                guard error == .notFound else { throw error }
             }
         }
+        let open = inodes.withLock { $0.handles(ino) }
         return try tree.stat(anyOf: open)
     }
 

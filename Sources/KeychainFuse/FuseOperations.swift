@@ -157,11 +157,15 @@ enum FuseOperations {
         }
         ops.open = { req, ino, fi in
             FuseOperations.answer(req) { fs throws(FileSystemError) in
-                let h = try fs.tree.open(try fs.path(ino), flags: fi!.pointee.flags)
+                let flags = fi!.pointee.flags
+                let h = try fs.tree.open(try fs.location(ino), flags: flags)
                 // Secrets are never kept in the page cache: every read reaches the daemon, so a
                 // lock takes effect at once.
                 fi!.pointee.fh = h
                 fi!.pointee.direct_io = 1
+                // A handle that cannot write has nothing to commit at close(2), so the kernel
+                // need not wait for a flush round trip (a reader's close costs one request less).
+                if flags & O_ACCMODE == O_RDONLY { fi!.pointee.noflush = 1 }
                 fs.inodes.withLock { $0.opened(ino, h) }
                 if fuse_reply_open(req, fi) != 0 {
                     fs.inodes.withLock { $0.released(ino, h) }

@@ -1,3 +1,5 @@
+import KeychainFileSystem
+
 /// The kernel names files by inode number and the tree by path: this table keeps the path of
 /// every inode the kernel holds, until the kernel forgets it, and the open handles of each.
 /// An inode whose name is gone (unlinked, removed, or replaced by a rename) keeps its handles,
@@ -29,6 +31,13 @@ struct InodeTable {
     private(set) var nodes: [UInt64: Node] = [root: Node(parent: 0, name: "", lookups: 1)]
     private var children: [ChildKey: UInt64] = [:]
     private var next: UInt64 = 2
+    /// Counts the unlinks and moves, the only changes that change a known inode's path (a new
+    /// inode gets a number never used before): a cached location from before one is stale.
+    private(set) var pathChanges: UInt64 = 0
+    /// Nodes' paths, parsed, each as of a `pathChanges`: an open or a `stat` of a known inode
+    /// then builds and parses no string. Apart from `nodes`, whose values are moved in and
+    /// out on every open and release, to keep those small.
+    private var locations: [UInt64: (location: TreeLocation, changes: UInt64)] = [:]
 
     /// The tree path of `ino`, or nil if it or a directory above it has lost its name.
     func path(_ ino: UInt64) -> String? {
@@ -45,6 +54,19 @@ struct InodeTable {
     func path(_ parent: UInt64, _ name: String) -> String? {
         guard let p = path(parent) else { return nil }
         return p == "/" ? "/" + name : p + "/" + name
+    }
+
+    /// The parsed path of `ino`, if cached since the last change of paths (`cacheLocation`).
+    func cachedLocation(_ ino: UInt64) -> TreeLocation? {
+        guard let cached = locations[ino], cached.changes == pathChanges else { return nil }
+        return cached.location
+    }
+
+    /// Keeps `location`, parsed from the path of `ino` while `pathChanges` was `changes`,
+    /// unless a path has changed since.
+    mutating func cacheLocation(_ ino: UInt64, _ location: TreeLocation, changes: UInt64) {
+        guard changes == pathChanges, nodes[ino] != nil else { return }
+        locations[ino] = (location, changes)
     }
 
     func child(_ parent: UInt64, _ name: String) -> UInt64? { children[ChildKey(parent: parent, name: name)] }
@@ -75,6 +97,7 @@ struct InodeTable {
     /// The name is gone; an inode the kernel still holds stays, with no path.
     mutating func unlink(_ parent: UInt64, _ name: String) {
         guard let ino = children.removeValue(forKey: ChildKey(parent: parent, name: name)) else { return }
+        pathChanges += 1
         nodes[ino]?.linked = false
         dropIfUnused(ino)
     }
@@ -82,6 +105,7 @@ struct InodeTable {
     /// A rename: whatever had the new name loses it (it was replaced), and the inode moves.
     mutating func move(_ parent: UInt64, _ name: String, to newParent: UInt64, _ newName: String) {
         guard parent != newParent || name != newName else { return }
+        pathChanges += 1
         let ino = children.removeValue(forKey: ChildKey(parent: parent, name: name))
         unlink(newParent, newName)
         guard let ino else { return }
@@ -107,6 +131,7 @@ struct InodeTable {
     private mutating func dropIfUnused(_ ino: UInt64) {
         guard ino != Self.root, let n = nodes[ino], n.lookups == 0, n.handles.isEmpty else { return }
         nodes[ino] = nil
+        locations[ino] = nil
         let key = ChildKey(parent: n.parent, name: n.name)
         if n.linked, children[key] == ino { children[key] = nil }
     }

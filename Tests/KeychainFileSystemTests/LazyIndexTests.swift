@@ -82,6 +82,23 @@ final class LazyIndexTests: XCTestCase {
         XCTAssertEqual(try tree.get("/svc/a59"), "secret-svc-59")
     }
 
+    /// A stat or an open of an item already in the index marks it used (in the same look at
+    /// the index that finds it there), so eviction takes others first.
+    func testAnItemLookedUpAgainIsNotEvicted() throws {
+        try fill("svc", count: 40)
+        let served = try ServedKeychain(keychain: keychain, indexLimit: 8)
+        let tree = KeychainTree(served: served)
+        let a0 = try XCTUnwrap(keychain.item(for: try key("svc", "a0"))).id
+        for i in 1..<40 {
+            _ = try tree.stat("/svc/a0")
+            _ = try tree.stat("/svc/a\(i)")
+            XCTAssertNotNil(indexed(served)[a0], "after the fill of a\(i)")
+        }
+        let h = try tree.open("/svc/a0", flags: O_RDONLY)
+        try tree.release(h)
+        XCTAssertEqual(try tree.get("/svc/a0"), "secret-svc-0")
+    }
+
     /// A fill that read the store before a concurrent commit must not put back the older item.
     func testAFillReadBeforeACommitDoesNotInstallTheOlderItem() throws {
         try fill("svc", count: 1)

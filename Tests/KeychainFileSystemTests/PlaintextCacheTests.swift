@@ -13,6 +13,8 @@ final class PlaintextCacheTests: XCTestCase {
         XCTAssertEqual(cache.idsByAge, [1, 2, 3])
         XCTAssertNotNil(cache.secret(1))
         XCTAssertEqual(cache.idsByAge, [2, 3, 1], "a hit makes the secret the most recent")
+        XCTAssertNotNil(cache.secret(1))
+        XCTAssertEqual(cache.idsByAge, [2, 3, 1], "a hit on the most recent changes nothing")
         cache.insert(secret(40), for: 4)
         XCTAssertEqual(cache.idsByAge, [3, 1, 4], "the least recently used made room")
         XCTAssertNil(cache.secret(2))

@@ -1,5 +1,6 @@
 import XCTest
 @testable import KeychainFuse
+import KeychainFileSystem
 
 /// The inode table the binding keeps between the kernel's inode numbers and the tree's paths.
 final class InodeTableTests: XCTestCase {
@@ -61,5 +62,33 @@ final class InodeTableTests: XCTestCase {
         XCTAssertNotEqual(new, old)
         XCTAssertEqual(t.path(new), "/f")
         XCTAssertNil(t.path(old))
+    }
+
+    /// An open or a stat of a known inode takes its parsed path from the table; a rename or an
+    /// unlink anywhere makes every cached one stale, since it may have moved a directory above.
+    func testACachedLocationIsDroppedWhenAPathChanges() throws {
+        var t = InodeTable()
+        let dir = t.lookedUp(InodeTable.root, "svc")
+        let file = t.lookedUp(dir, "acct")
+        XCTAssertNil(t.cachedLocation(file))
+        t.cacheLocation(file, try TreeLocation.parse(t.path(file)!), changes: t.pathChanges)
+        XCTAssertEqual(t.cachedLocation(file), .genericItem(service: "svc", account: "acct"))
+        _ = t.lookedUp(dir, "other")
+        XCTAssertNotNil(t.cachedLocation(file), "a new name changes no known path")
+
+        t.move(dir, "acct", to: dir, "renamed")
+        XCTAssertNil(t.cachedLocation(file), "a rename makes it stale")
+        let before = t.pathChanges
+        t.cacheLocation(file, try TreeLocation.parse(t.path(file)!), changes: before)
+        XCTAssertEqual(t.cachedLocation(file), .genericItem(service: "svc", account: "renamed"))
+
+        t.unlink(dir, "other")
+        XCTAssertNil(t.cachedLocation(file), "so does an unlink")
+        // Parsed before that unlink: not kept, as the path it was parsed from may be gone.
+        t.cacheLocation(file, .genericItem(service: "svc", account: "renamed"), changes: before)
+        XCTAssertNil(t.cachedLocation(file))
+        _ = t.created(dir, "renamed")
+        XCTAssertNil(t.cachedLocation(file), "a create over the name unlinks the old inode")
+        XCTAssertNil(t.path(file))
     }
 }

@@ -53,6 +53,23 @@ printf 'newer' >"$MP/svc/tmp"
 expect "0 0 0 3 old 0 5" "a file replaced by rename keeps its value while open, with st_nlink 0" \
     open "$MP/svc/acct" O_RDONLY : rename "$MP/svc/tmp" "$MP/svc/acct" : fstat 0 nlink : fstat 0 size \
     : pread 0 100 0 : close 0 : stat "$MP/svc/acct" size
+echo "== an inode read before a rename is read by its new name"
+# The binding keeps each inode's parsed path; a rename keeps the kernel's inode, so the next
+# open of it must go to the new name, and the old name must be gone.
+mkdir "$MP/moved"
+printf 'first' >"$MP/svc/r1"
+expect_eq "first" "$(cat "$MP/svc/r1")" "read under its first name"
+mv "$MP/svc/r1" "$MP/moved/r2"
+expect_eq "first" "$(cat "$MP/moved/r2")" "cat by its new name, in another service"
+expect "5 ENOENT" "stat by the new name; the old one is gone" stat "$MP/moved/r2" size : stat "$MP/svc/r1" size
+printf 'second' >"$MP/svc/r1"
+expect_eq "second first" "$(cat "$MP/svc/r1") $(cat "$MP/moved/r2")" "a new file under the old name is another file"
+expect "0 0 1 first 0 ENOENT" "open, rename, open by the new name: the same inode, read by its new name" \
+    open "$MP/moved/r2" O_RDONLY : rename "$MP/moved/r2" "$MP/svc/r3" : open "$MP/svc/r3" O_RDONLY : pread 1 100 0 \
+    : close 1 : stat "$MP/moved/r2" size
+expect_eq "first" "$(kc find-generic-password -s svc -a r3 -w)" "the store has it under the new name"
+rm -f "$MP/svc/r1" "$MP/svc/r3"
+rmdir "$MP/moved"
 printf 'hello world' >"$F"
 expect_eq "11 0
 hello world" "$(sh -c 'exec 3<"$1"; rm "$1"; stat -L -c "%s %h" /dev/fd/3; cat <&3' sh "$F" 2>&1)" \
