@@ -41,6 +41,17 @@ enum FuseOperations {
         return s
     }
 
+    /// unlink and rmdir: `remove` takes the name out of the tree, then the inode table lets it go.
+    static func removeEntry(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?,
+                            _ remove: (KeychainTree, String) throws(FileSystemError) -> Void) {
+        answer(req) { fs throws(FileSystemError) in
+            let n = try FuseOperations.name(name)
+            try remove(fs.tree, try fs.path(parent, n))
+            fs.inodes.withLock { $0.unlink(parent, n) }
+            fuse_reply_err(req, 0)
+        }
+    }
+
     static func make() -> fuse_lowlevel_ops {
         var ops = fuse_lowlevel_ops()
         ops.lookup = { req, parent, name in
@@ -100,20 +111,10 @@ enum FuseOperations {
             }
         }
         ops.unlink = { req, parent, name in
-            FuseOperations.answer(req) { fs throws(FileSystemError) in
-                let n = try FuseOperations.name(name)
-                try fs.tree.remove(try fs.path(parent, n))
-                fs.inodes.withLock { $0.unlink(parent, n) }
-                fuse_reply_err(req, 0)
-            }
+            FuseOperations.removeEntry(req, parent, name) { tree, path throws(FileSystemError) in try tree.remove(path) }
         }
         ops.rmdir = { req, parent, name in
-            FuseOperations.answer(req) { fs throws(FileSystemError) in
-                let n = try FuseOperations.name(name)
-                try fs.tree.removeDirectory(try fs.path(parent, n))
-                fs.inodes.withLock { $0.unlink(parent, n) }
-                fuse_reply_err(req, 0)
-            }
+            FuseOperations.removeEntry(req, parent, name) { tree, path throws(FileSystemError) in try tree.removeDirectory(path) }
         }
         ops.rename = { req, parent, name, newParent, newName, flags in
             FuseOperations.answer(req) { fs throws(FileSystemError) in

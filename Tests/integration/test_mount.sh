@@ -147,6 +147,10 @@ sh -c "printf by-mount > '$MP/cli/made'"
 expect_eq "by-mount" "$(kc find-generic-password -s cli -a made -w)" "a mount change shows in the CLI at once"
 kc delete-generic-password -s cli -a made >/dev/null 2>&1
 expect_errno "a CLI delete shows in the mount" "No such file or directory" cat "$MP/cli/made"
+# The daemon remembers a name it looked up and did not find; a CLI add of it ends that.
+expect_errno "a name looked up before it exists is not found" "No such file or directory" cat "$MP/cli/later"
+kc add-generic-password -s cli -a later -w "added-later" >/dev/null
+expect_eq "added-later" "$(cat "$MP/cli/later")" "and is found at once once the CLI adds it"
 
 echo "== lock states"
 kc add-generic-password -s cls -a wu -w wu-secret >/dev/null
