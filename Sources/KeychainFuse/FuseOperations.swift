@@ -300,7 +300,7 @@ enum FuseOperations {
         }
         ops.statfs = { req, _ in
             FuseOperations.answer(req) { fs throws(FileSystemError) in
-                let store = fs.tree.keychain.path
+                let store = fs.tree.storePath
                 let dir = String(store.prefix(upTo: store.lastIndex(of: "/") ?? store.endIndex))
                 var st = statvfs()
                 if statvfs(dir.isEmpty ? "/" : dir, &st) != 0 { st = statvfs() }
