@@ -52,14 +52,23 @@ let package = Package(
         .target(name: "KeychainControlServer", dependencies: [
             "KeychainControlProtocol", "KeychainModel", "KeychainCrypto", .product(name: "Logging", package: "swift-log"),
         ]),
-        .target(name: "KeychainControl", dependencies: ["KeychainStore", "KeychainClient", "KeychainControlProtocol"]),
+        .target(name: "KeychainControl", dependencies: [
+            "KeychainStore", "KeychainFileSystem", "KeychainClient", "KeychainControlProtocol",
+        ]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
         .target(name: "KeychainBackup", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
         .target(name: "KeychainConfig", dependencies: [
             "KeychainModel", "KeychainStore",
             .product(name: "TOMLKit", package: "TOMLKit"),
         ]),
+        // The daemon's composition: the owner, the FUSE mount, the control service and socket,
+        // systemd's notification; the executable parses arguments and calls it.
+        .target(name: "KeychainDaemon", dependencies: [
+            "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .executableTarget(name: "keychainfs-full", dependencies: [
+            "KeychainDaemon",
             "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainConfig",
             "KeychainBackup",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -86,6 +95,7 @@ let package = Package(
         .testTarget(name: "KeychainControlTests", dependencies: [
             "KeychainControlProtocol", "KeychainClient", "KeychainControlServer", "KeychainBatch",
         ]),
+        .testTarget(name: "KeychainDaemonTests", dependencies: ["KeychainDaemon", "KeychainControl", "KeychainFileSystem"]),
         .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),
         .testTarget(name: "KeychainBackupTests", dependencies: ["KeychainBackup", "KeychainStore"]),
     ],

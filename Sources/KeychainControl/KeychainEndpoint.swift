@@ -2,6 +2,8 @@ import Foundation
 import KeychainClient
 import KeychainControlProtocol
 import KeychainCrypto
+import KeychainFileSystem
+import KeychainModel
 import KeychainStore
 
 /// Reads a passphrase when one turns out to be needed (from the terminal, a file descriptor
@@ -15,14 +17,19 @@ public enum KeychainEndpoint {
     /// Otherwise the store opened and unlocked in this process, under a shared lock that keeps
     /// a daemon from starting meanwhile. A daemon that holds the store but cannot be reached is
     /// a refusal (`storeBusy`): the store is then neither read nor written here.
-    public static func connect(storePath: String, passphraseSource: PassphraseSource) throws -> KeychainService {
+    ///
+    /// Both routes run the same service over the keychain's owner (`ServedKeychainService`):
+    /// here, an owner of this command's own that holds the lease, whose default class for a
+    /// new item is `defaultClass()` (asked only on this route), as a mount's would be.
+    public static func connect(storePath: String, defaultClass: () -> AccessibilityClass,
+                               passphraseSource: PassphraseSource) throws -> KeychainService {
         switch try DaemonLocator.route(forStore: storePath) {
         case .daemon(let service, _):
             return service
         case .direct(let lease):
             let keychain = try Keychain(openingAt: storePath)
             try keychain.unlock(passphrase: keychain.hasPassphrase ? try passphraseSource() : nil)
-            return LocalKeychainService(keychain: keychain, lease: lease)
+            return ServedKeychainService(owner: try ServedKeychain(keychain: keychain, defaultClass: defaultClass(), lease: lease))
         }
     }
 }

@@ -9,9 +9,10 @@ import KeychainBatch
 import KeychainCrypto
 import KeychainModel
 
-/// What the command line does to a keychain. Implemented by `LocalKeychainService` (a store
-/// opened in this process) and `RemoteKeychainService` (the daemon serving a mounted store),
-/// so every command works the same whether or not the store is mounted.
+/// What the command line does to a keychain. Implemented by `ServedKeychainService` (over the
+/// keychain's owner: the daemon's, or without a daemon a command's own) and
+/// `RemoteKeychainService` (the daemon serving a mounted store, over its socket), so every
+/// command works the same whether or not the store is mounted.
 ///
 /// Every failure is a `KeychainError`, also across the socket, so exit codes do not depend on
 /// the route a command took.
@@ -169,40 +170,3 @@ public struct MemoryStatus: Codable, Sendable, Equatable {
     public var isExhausted: Bool { unlockedBytes > 0 }
 }
 
-/// What a mount's status adds to the store's own.
-public struct MountStatus: Sendable, Equatable {
-    public var mountpoint: String
-    public var lockAfter: Int?
-    public var daemonPID: Int32?
-    public var daemonVersion: String?
-    public var memoryLocked: Bool?
-    public var allowRoot: Bool?
-
-    public init(mountpoint: String, lockAfter: Int?, daemonPID: Int32? = nil, daemonVersion: String? = nil,
-                memoryLocked: Bool? = nil, allowRoot: Bool? = nil) {
-        self.mountpoint = mountpoint; self.lockAfter = lockAfter
-        self.daemonPID = daemonPID; self.daemonVersion = daemonVersion; self.memoryLocked = memoryLocked
-        self.allowRoot = allowRoot
-    }
-}
-
-/// The daemon's side of lock, unlock, unmount and status. The daemon owns the lock state
-/// (its lock-after timer locks too, and locking must also drop cached plaintext), so these
-/// closures do the whole job: `lock` locks the keychain, `unlock` unlocks it.
-/// `unmount` should start the unmount and return, so that the reply still reaches the client.
-public struct DaemonHooks: Sendable {
-    public var lock: @Sendable () throws -> Void
-    public var unlock: @Sendable (SecureBytes?) throws -> Void
-    public var unmount: @Sendable () throws -> Void
-    public var status: @Sendable () -> MountStatus
-    public var setLockAfter: @Sendable (Int?) throws -> Void
-
-    public init(lock: @escaping @Sendable () throws -> Void,
-                unlock: @escaping @Sendable (SecureBytes?) throws -> Void,
-                unmount: @escaping @Sendable () throws -> Void,
-                status: @escaping @Sendable () -> MountStatus,
-                setLockAfter: @escaping @Sendable (Int?) throws -> Void) {
-        self.lock = lock; self.unlock = unlock; self.unmount = unmount; self.status = status
-        self.setLockAfter = setLockAfter
-    }
-}

@@ -119,8 +119,8 @@ struct ImportCommand: ParsableCommand {
         if let c = classes.first(where: \.isThisDeviceOnly) {
             throw KeychainError.invalidInput("the backup holds '\(c.rawValue)' items, which a backup never carries; nothing was imported")
         }
-        if let local = service as? LocalKeychainService {
-            if let c = classes.sorted().first(where: { !local.keychain.isAvailable($0) }) { throw KeychainError.unavailable(c) }
+        if let local = service as? ServedKeychainService {
+            if let c = classes.sorted().first(where: { !local.isAvailable($0) }) { throw KeychainError.unavailable(c) }
         } else {
             let state = try service.status().state
             if let c = classes.sorted().first(where: { !$0.isAvailable(in: state) }) { throw KeychainError.unavailable(c) }

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainDaemon
 import KeychainClient
 import KeychainCrypto
 import KeychainStore

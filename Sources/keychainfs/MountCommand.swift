@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainDaemon
 import KeychainConfig
 import KeychainControl
 import KeychainCrypto

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainDaemon
 import KeychainControl
 import KeychainCrypto
 import KeychainStore

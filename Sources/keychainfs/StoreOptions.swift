@@ -1,5 +1,6 @@
 import ArgumentParser
 import KeychainControl
+import KeychainConfig
 import KeychainStore
 
 /// `--store PATH`, shared by every command that acts on a store.
@@ -17,7 +18,14 @@ struct StoreOptions: ParsableArguments {
     func connect(_ passphrase: PassphraseOptions) throws -> KeychainService {
         let path = self.path
         return try passphrase.withRetries(prompt: "Passphrase for \(path): ") { read in
-            try KeychainEndpoint.connect(storePath: path, passphraseSource: read)
+            try KeychainEndpoint.connect(storePath: path, defaultClass: Self.configuredDefaultClass, passphraseSource: read)
         }
+    }
+
+    /// A new item's default class without a daemon: the configuration's `default-accessible`,
+    /// as `mount` takes it, else `when-unlocked`. A configuration that cannot be read leaves
+    /// the built-in default: with it, no mount could start to disagree.
+    static func configuredDefaultClass() -> AccessibilityClass {
+        (try? KeychainConfig.load())?.defaultAccessible ?? .default
     }
 }

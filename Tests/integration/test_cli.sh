@@ -359,6 +359,29 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
     expect_exit 0 "unmount detaches the mount of a killed daemon" kc unmount "$MNT"
     ls "$MNT" >/dev/null 2>&1 && pass "the mountpoint works again" || fail "the mountpoint works again"
     expect_exit 69 "nothing left to unmount: 69" kc unmount "$MNT"
+
+    # One rule for the class of a new item, mounted or not: the configured default (a
+    # mount's --default-accessible for its life), made as strict as the items beside it.
+    mkdir -p "$XDG_CONFIG_HOME/keychainfs"
+    printf 'default-accessible = "after-first-unlock"\n' >"$XDG_CONFIG_HOME/keychainfs/config.toml"
+    on_exit "rm -f '$XDG_CONFIG_HOME/keychainfs/config.toml'"
+    class_of() { kc find-generic-password $MS -s rule -a "$1" $P 2>&1 | sed -n 's/^accessible: //p'; }
+    expect_exit 0 "add with no --accessible, not mounted" kc add-generic-password $MS -s rule -a off -w x $P
+    expect_exit 0 "mount with the same configuration" kc mount "$MNT" $MS $P
+    pid=$(daemon_pid)
+    [ -n "$pid" ] && on_exit_kill "$pid"
+    expect_exit 0 "the same add, mounted" kc add-generic-password $MS -s rule -a on -w x
+    expect_eq "after-first-unlock" "$(class_of on)" "mounted: the configured default class"
+    expect_eq "after-first-unlock" "$(class_of off)" "not mounted: the same class"
+    expect_exit 0 "a stricter neighbour" kc add-generic-password $MS -s rule -a strict -w x --accessible when-unlocked
+    expect_exit 0 "add beside it, mounted" kc add-generic-password $MS -s rule -a on2 -w x
+    expect_eq "when-unlocked" "$(class_of on2)" "mounted: as strict as its neighbour"
+    expect_exit 0 "unmount" kc unmount $MS
+    expect_exit 0 "add beside it, not mounted" kc add-generic-password $MS -s rule -a off2 -w x $P
+    expect_eq "when-unlocked" "$(class_of off2)" "not mounted: the same"
+    expect_exit 0 "a class given is kept" kc add-generic-password $MS -s rule -a given -w x --accessible always $P
+    expect_eq "always" "$(class_of given)" "a class given is the class stored"
+    rm -f "$XDG_CONFIG_HOME/keychainfs/config.toml"
 else
     echo "skip daemon checks: no /dev/fuse or fusermount3"
 fi

@@ -7,8 +7,8 @@ import Synchronization
 /// journal takes stderr), else `$XDG_STATE_HOME/keychainfs/daemon.log`. It records mounts,
 /// lock changes, refused peers and the cause of every EIO or EBADMSG, by item id, never a
 /// name or a secret.
-enum DaemonLog {
-    static var path: String { KeychainLocations.stateDirectory + "/daemon.log" }
+package enum DaemonLog {
+    package static var path: String { KeychainLocations.stateDirectory + "/daemon.log" }
 
     /// swift-log allows one bootstrap per process, and `mount --foreground` runs a daemon again
     /// after a wrong passphrase: the first one sets where the process logs.

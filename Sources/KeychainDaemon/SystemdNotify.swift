@@ -2,8 +2,8 @@ import Foundation
 
 /// sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET, which systemd sets for a
 /// Type=notify service, so the unit becomes active only once the mount serves.
-enum SystemdNotify {
-    static func send(_ message: String) {
+package enum SystemdNotify {
+    package static func send(_ message: String) {
         guard let socketPath = ProcessInfo.processInfo.environment["NOTIFY_SOCKET"], !socketPath.isEmpty else { return }
         var path = Array(socketPath.utf8)
         // A leading '@' names an abstract socket, whose address starts with a NUL.

@@ -10,44 +10,51 @@ import Logging
 import Synchronization
 
 /// What a mount is asked to be.
-struct MountSettings: Sendable, Codable {
-    var storePath: String
-    var mountpoint: String
-    var startLocked: Bool
-    var lockAfter: Int?
-    var defaultClass: AccessibilityClass
-    var allowRoot = false
+package struct MountSettings: Sendable, Codable {
+    package var storePath: String
+    package var mountpoint: String
+    package var startLocked: Bool
+    package var lockAfter: Int?
+    package var defaultClass: AccessibilityClass
+    package var allowRoot = false
     /// Take a store whose rows or commit counter are older than this machine last saw (`--accept-rollback`).
-    var acceptRollback = false
+    package var acceptRollback = false
+
+    package init(storePath: String, mountpoint: String, startLocked: Bool, lockAfter: Int?,
+                 defaultClass: AccessibilityClass, allowRoot: Bool = false, acceptRollback: Bool = false) {
+        self.storePath = storePath; self.mountpoint = mountpoint; self.startLocked = startLocked
+        self.lockAfter = lockAfter; self.defaultClass = defaultClass; self.allowRoot = allowRoot
+        self.acceptRollback = acceptRollback
+    }
 }
 
 /// The daemon behind a mount: holds the store's lock, unlocks, mounts, answers the control
 /// socket, locks after idleness, and on exit unmounts and forgets every key.
-final class MountDaemon: Sendable {
-    let settings: MountSettings
+package final class MountDaemon: Sendable {
+    package let settings: MountSettings
     // Made after `DaemonLog.bootstrap`, so that it writes where the daemon logs.
     private var log: Logger { Logger(label: "keychainfs.daemon") }
 
     /// `foreground`: log to stderr (as under systemd) rather than to the log file.
-    init(settings: MountSettings, foreground: Bool) {
+    package init(settings: MountSettings, foreground: Bool) {
         self.settings = settings
         DaemonLog.bootstrap(foreground: foreground)
     }
 
     /// Runs until unmounted. `ready` is told once the mount serves, or why it could not.
-    func run(passphrase: SecureBytes?, ready: (Result<Void, KeychainError>) -> Void) -> Int32 {
+    package func run(passphrase: SecureBytes?, ready: (Result<Void, KeychainError>) -> Void) -> Int32 {
         // Before any key is loaded.
         ProcessHardening.apply()
         reportLockedMemory()
         var storeLock: Int32 = -1
-        let keychain: Keychain, tree: KeychainTree, mount: FuseMount
+        let owner: ServedKeychain, tree: KeychainTree, mount: FuseMount
         do {
             storeLock = try Self.lockStore(settings.storePath)
-            keychain = try Keychain(openingAt: settings.storePath, acceptRollback: settings.acceptRollback)
+            owner = try Self.owner(settings)
             // The passphrase is needed only to derive the keys: wiped at once, whatever the outcome.
             defer { passphrase?.wipe() }
-            if !settings.startLocked { try keychain.unlock(passphrase: passphrase) }
-            tree = try KeychainTree(keychain: keychain, defaultClass: settings.defaultClass, lockAfter: settings.lockAfter)
+            if !settings.startLocked { try owner.unlock(passphrase: passphrase) }
+            tree = KeychainTree(served: owner)
             mount = FuseMount(tree: tree, mountpoint: settings.mountpoint,
                               source: MountRegistry.canonicalPath(settings.storePath), allowRoot: settings.allowRoot)
             try mount.mount()
@@ -66,7 +73,12 @@ final class MountDaemon: Sendable {
                                  mountpoint: MountRegistry.canonicalPath(settings.mountpoint),
                                  socketPath: MountRegistry.socketPath(forStore: settings.storePath))
         do {
-            server = try ControlServer(socketPath: record.socketPath, service: service(tree: tree, mount: mount))
+            let mountpoint = settings.mountpoint
+            server = try ControlServer(socketPath: record.socketPath, service: Self.controlService(owner, settings) {
+                // While the loop still serves: a private mapping must not keep pages past the unmount.
+                mount.dropCachedPages(all: true)
+                try Fusermount.unmount(mountpoint)
+            })
             server.start()
             try MountRegistry.register(record)
         } catch {
@@ -75,14 +87,14 @@ final class MountDaemon: Sendable {
             ready(.failure(e))
             return e.exitCode
         }
-        startIdleLock(tree: tree)
-        log.info("serving \(settings.storePath) at \(settings.mountpoint), \(keychain.state.rawValue)")
+        Self.startIdleLock(owner)
+        log.info("serving \(settings.storePath) at \(settings.mountpoint), \(owner.lockState.rawValue)")
         ready(.success(()))
 
         let status = mount.serve()
         server.stop()
         MountRegistry.unregister(record)
-        tree.forgetEverything()
+        owner.forgetEverything()
         mount.close()
         log.info("unmounted \(settings.mountpoint)")
         // libfuse's loop returns the signal that ended it; a stop signal (systemd's, a
@@ -113,28 +125,34 @@ final class MountDaemon: Sendable {
     }
 
     /// One daemon per store: an exclusive flock on the store file, held for the daemon's life.
-    static func lockStore(_ path: String) throws -> Int32 { try StoreLock.acquireExclusive(path) }
+    package static func lockStore(_ path: String) throws -> Int32 { try StoreLock.acquireExclusive(path) }
 
-    /// The control socket's service: the mount's own owner of the store.
-    private func service(tree: KeychainTree, mount: FuseMount) -> DaemonKeychainService {
-        let mountpoint = settings.mountpoint
-        return DaemonKeychainService(tree: tree, settings: settings) {
-            // While the loop still serves: a private mapping must not keep pages past the unmount.
-            mount.dropCachedPages(all: true)
-            try Fusermount.unmount(mountpoint)
-        }
+    /// The mount's owner of the store, with the mount's settings.
+    static func owner(_ settings: MountSettings, clock: any MonotonicClock = SystemMonotonicClock()) throws -> ServedKeychain {
+        let keychain = try Keychain(openingAt: settings.storePath, acceptRollback: settings.acceptRollback)
+        return try ServedKeychain(keychain: keychain, defaultClass: settings.defaultClass, lockAfter: settings.lockAfter,
+                                  clock: clock)
     }
 
-    /// Locks after the tree's lock-after setting without file access, checked every half
-    /// second; it runs even while the setting is off, since it can be changed at run time.
-    private func startIdleLock(tree: KeychainTree) {
+    /// The control socket's service: the one service, over the mount's own owner.
+    static func controlService(_ owner: ServedKeychain, _ settings: MountSettings,
+                               unmount: @escaping @Sendable () throws -> Void) -> ServedKeychainService {
+        ServedKeychainService(owner: owner, mount: ServedMount(storePath: settings.storePath, mountpoint: settings.mountpoint,
+                                                               allowRoot: settings.allowRoot, unmount: unmount))
+    }
+
+    /// Asks the owner to lock if idle (`ServedKeychain.lockIfIdle`) every `interval` seconds;
+    /// it runs even while the setting is off, since it can be changed at run time.
+    @discardableResult
+    static func startIdleLock(_ owner: ServedKeychain, interval: useconds_t = 500_000) -> Thread {
         let thread = Thread {
             while true {
-                usleep(500_000)
-                tree.lockIfIdle()
+                usleep(interval)
+                owner.lockIfIdle()
             }
         }
         thread.name = "keychainfs-idle-lock"
         thread.start()
+        return thread
     }
 }

@@ -1,0 +1,132 @@
+import Foundation
+import KeychainControlProtocol
+import KeychainCrypto
+import KeychainFileSystem
+import KeychainModel
+import KeychainStore
+
+/// The keychain service, written once, over the keychain's owner (`ServedKeychain`): what the
+/// daemon's control socket dispatches to, over the mount's owner, and the CLI's route when no
+/// daemon serves the store, over an owner of its own that holds the store's lease. So a
+/// command does the same to the store mounted or not: the same owner operations, the same
+/// class rule for a new item (`ServedKeychain.newItemClass`).
+public final class ServedKeychainService: KeychainService {
+    let owner: ServedKeychain
+    private let mount: ServedMount?
+
+    /// `mount` nil means no mount: lock, unmount and lock-after then throw `notMounted`.
+    package init(owner: ServedKeychain, mount: ServedMount? = nil) {
+        self.owner = owner
+        self.mount = mount
+    }
+
+    /// Whether the class's key is held now (a backup refuses to skip what it cannot read).
+    public func isAvailable(_ c: AccessibilityClass) -> Bool { owner.isAvailable(c) }
+
+    public func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
+                     updateExisting: Bool) throws -> ItemRecord {
+        try owner.save(key, secret: secret, extras: extras, changes: changes, updateExisting: updateExisting).record
+    }
+
+    public func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem] {
+        var items = try owner.items(matching: query)
+        if let limit { items = Array(items.prefix(max(limit, 0))) }
+        return try items.map { item in
+            FoundItem(itemID: item.id, record: item.record,
+                      secret: withSecrets ? .value(try owner.secret(of: item)) : nil,
+                      extras: withSecrets ? try owner.extras(of: item) : nil)
+        }
+    }
+
+    public func delete(query: ItemQuery, all: Bool) throws -> [ItemRecord] {
+        try owner.delete(matching: query, all: all).map(\.record)
+    }
+
+    public func dump(withSecrets: Bool) throws -> [FoundItem] {
+        try owner.allItems().map { item in
+            FoundItem(itemID: item.id, record: item.record, secret: withSecrets ? secretForDump(item) : nil)
+        }
+    }
+
+    /// A dump reads every secret once; it does not fill the cache with them.
+    private func secretForDump(_ item: KeychainItem) -> FoundSecret {
+        do {
+            return .value(try owner.secret(of: item, caching: false))
+        } catch KeychainError.unavailable {
+            return .unavailable(item.accessible)
+        } catch {
+            return .damaged((error as? KeychainError)?.description ?? "\(error)")
+        }
+    }
+
+    public func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport {
+        try owner.save(batch: batch, updateExisting: overwrite).report
+    }
+
+    public func exportItems(afterID: Int64, limit: Int) throws -> ExportPage {
+        try owner.exportPage(afterID: afterID, limit: limit)
+    }
+
+    public func verify() throws -> VerifyReport {
+        let (checked, problems) = try owner.verify()
+        return VerifyReport(checked: checked, problems: problems)
+    }
+
+    public func status() throws -> KeychainStatus {
+        let counts = try owner.countsByClass()
+        guard let mount else {
+            return KeychainStatus(state: owner.lockState, storePath: owner.storePath, itemCounts: counts,
+                                  hasPassphrase: owner.hasPassphrase)
+        }
+        return KeychainStatus(state: owner.lockState, storePath: mount.storePath, mountpoint: mount.mountpoint,
+                              lockAfter: owner.lockAfter, itemCounts: counts, hasPassphrase: owner.hasPassphrase,
+                              daemonPID: getpid(), daemonVersion: ControlProtocol.softwareVersion,
+                              memoryLocked: SecureBytes.allLocked, allowRoot: mount.allowRoot, memory: memoryStatus())
+    }
+
+    private func memoryStatus() -> MemoryStatus {
+        let usage = LockedMemory.shared.usage
+        let cache = owner.cacheUsage
+        return MemoryStatus(lockedBytes: usage.lockedBytes, unlockedBytes: usage.unlockedBytes,
+                            limit: LockedMemory.processLimit, refusals: usage.refusals,
+                            cachedSecrets: cache.secrets, cachedBytes: cache.bytes, cacheBudget: cache.budget)
+    }
+
+    public func lock() throws {
+        guard mount != nil else {
+            throw KeychainError.notMounted("\(owner.storePath) is not mounted; only a mount can be locked")
+        }
+        owner.lock(origin: .control)
+    }
+
+    public func unlock(passphrase: SecureBytes?) throws {
+        defer { passphrase?.wipe() }
+        try owner.unlock(passphrase: passphrase, origin: .control)
+    }
+
+    public func unmount() throws {
+        guard let mount else { throw KeychainError.notMounted("\(owner.storePath) is not mounted") }
+        try mount.unmount()
+    }
+
+    public func setLockAfter(_ seconds: Int?) throws {
+        guard mount != nil else {
+            throw KeychainError.notMounted("\(owner.storePath) is not mounted; lock-after is a setting of a mount")
+        }
+        if let seconds, seconds <= 0 { throw KeychainError.invalidInput("lock-after must be a positive number of seconds") }
+        owner.setLockAfter(seconds)
+    }
+}
+
+/// What a mount adds to the service: where it is, and how to end it. `unmount` starts the
+/// unmount and returns, so that the reply still reaches the client.
+package struct ServedMount: Sendable {
+    package var storePath: String
+    package var mountpoint: String
+    package var allowRoot: Bool
+    package var unmount: @Sendable () throws -> Void
+
+    package init(storePath: String, mountpoint: String, allowRoot: Bool, unmount: @escaping @Sendable () throws -> Void) {
+        self.storePath = storePath; self.mountpoint = mountpoint; self.allowRoot = allowRoot; self.unmount = unmount
+    }
+}
