@@ -487,7 +487,13 @@ package final class ServedKeychain: Sendable {
         case .generic(let g):
             stored = Array(try keychain.groupClasses(kind: .generic, name: g.service))
         case .internet(let i):
-            stored = try keychain.groupSummaries(kind: .internet, name: i.server).compactMap { item in
+            // A server is read whole when first looked up, so its directory is usually in the
+            // index already (as the tree's lookup of the new name put it there).
+            let indexed = state.withLock { s in
+                s.index.directory(server: i.server, port: i.port, path: InternetPath.segments(i.path))
+                    .map { $0.items.values.compactMap { s.index.item($0)?.accessible } }
+            }
+            stored = try indexed ?? keychain.groupSummaries(kind: .internet, name: i.server).compactMap { item in
                 guard case .internet(let k) = item.key, k.port == i.port, k.path == i.path else { return nil }
                 return item.accessible
             }
