@@ -56,7 +56,7 @@ let package = Package(
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
         .target(name: "KeychainBackup", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
         .target(name: "KeychainConfig", dependencies: [
-            "KeychainModel", "KeychainStore",
+            "KeychainModel",
             .product(name: "TOMLKit", package: "TOMLKit"),
         ]),
         .executableTarget(name: "keychainfs-full", dependencies: [

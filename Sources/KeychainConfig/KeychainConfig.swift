@@ -1,6 +1,5 @@
 import Foundation
 import KeychainModel
-import KeychainStore
 import TOMLKit
 
 /// The user's defaults from `$XDG_CONFIG_HOME/keychainfs/config.toml`. Every key is optional;

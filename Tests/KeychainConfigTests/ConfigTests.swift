@@ -1,6 +1,5 @@
 import Foundation
 import KeychainModel
-import KeychainStore
 import XCTest
 @testable import KeychainConfig
 
