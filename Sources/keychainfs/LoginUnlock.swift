@@ -2,7 +2,6 @@ import ArgumentParser
 import Foundation
 import KeychainControl
 import KeychainCrypto
-import KeychainFuse
 import KeychainStore
 
 /// Unlocking with the login password, from `pam_exec.so expose_authtok`.
