@@ -60,7 +60,7 @@ let package = Package(
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
         .target(name: "KeychainBackup", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
         .target(name: "KeychainConfig", dependencies: [
-            "KeychainModel", "KeychainStore",
+            "KeychainModel",
             .product(name: "TOMLKit", package: "TOMLKit"),
         ]),
         // The daemon's composition: the owner, the FUSE mount, the control service and socket,

@@ -2,7 +2,6 @@ import ArgumentParser
 import Foundation
 import KeychainControl
 import KeychainCrypto
-import KeychainFuse
 import KeychainStore
 
 /// Unlocking with the login password, from `pam_exec.so expose_authtok`.
@@ -18,7 +17,7 @@ enum LoginUnlock {
     /// `unlock --pam`: reads the password, becomes the user PAM authenticated (pam_exec runs
     /// modules as root for login and sshd), starts the helper, and exits 0 whatever happens.
     static func start(mountpoint: String?, store: String?) -> Never {
-        ProcessHardening.apply()
+        ProcessProtection.makeNotDumpable()
         // Whatever fails from here on, the login goes on, and nothing is printed.
         let null = open("/dev/null", O_WRONLY)
         if null >= 0 { dup2(null, 1); dup2(null, 2); close(null) }
@@ -91,7 +90,7 @@ struct UnlockAtLoginCommand: ParsableCommand {
 
     func run() throws {
         // It holds a password: not dumpable, no core file.
-        ProcessHardening.apply()
+        ProcessProtection.makeNotDumpable()
         _ = chdir("/")
         guard let password = try? readAll(fd: LoginUnlock.passwordFD), password.count > 0 else { return }
         close(LoginUnlock.passwordFD)

@@ -39,10 +39,9 @@ struct MountCommand: ParsableCommand {
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        var settings = try preflight()
+        var (settings, hasPassphrase) = try preflight()
         settings.acceptRollback = acceptRollback
-        let keychain = try Keychain(openingAt: settings.storePath, acceptRollback: acceptRollback)
-        let needsPassphrase = !settings.startLocked && keychain.hasPassphrase
+        let needsPassphrase = !settings.startLocked && hasPassphrase
         // The daemon unlocks; a wrong passphrase typed at the terminal is asked again.
         try passphrase.withRetries(prompt: "Passphrase for \(settings.storePath): ") { read in
             try start(settings, passphrase: needsPassphrase ? try read() : nil)
@@ -65,8 +64,10 @@ struct MountCommand: ParsableCommand {
         if code != 0 { throw ExitCode(code) }
     }
 
-    /// Fails early, with one clear line, on what would make the daemon fail.
-    func preflight() throws -> MountSettings {
+    /// Fails early, with one clear line, on what would make the daemon fail. Reads the store
+    /// (whether it has a passphrase) without changing it, under its lease, and keeps no handle
+    /// on it: the daemon opens it itself.
+    func preflight() throws -> (MountSettings, hasPassphrase: Bool) {
         let config = try KeychainConfig.load()
         let storePath = store.path
         guard FileManager.default.fileExists(atPath: storePath) else { throw KeychainError.noSuchStore(storePath) }
@@ -84,8 +85,12 @@ struct MountCommand: ParsableCommand {
         }
         let mp = MountRegistry.canonicalPath(mountpoint)
         try recoverStaleMount(at: mp)
-        if let live = try DaemonLocator.daemon(forStore: storePath)?.1 {
+        let hasPassphrase: Bool
+        switch try DaemonLocator.route(forStore: storePath) {
+        case .daemon(_, let live):
             throw KeychainError.alreadyServed(storePath, at: live.mountpoint)
+        case .direct(let lease):
+            hasPassphrase = try withExtendedLifetime(lease) { try StoreProbe(readingAt: storePath).hasPassphrase }
         }
         // A killed daemon's mount of this store elsewhere is cleaned up too.
         try StaleMount.detachAll(ofStore: storePath)
@@ -95,8 +100,8 @@ struct MountCommand: ParsableCommand {
         if MountTable.isMountpoint(mp) { throw KeychainError.mountFailed("\(mountpoint) is already mounted") }
         if let problem = FuseDevice.problem() { throw KeychainError.mountFailed(problem) }
         let idle = (lockAfter ?? config.lockAfter).flatMap { $0 == 0 ? nil : $0 }
-        return MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: idle,
-                             defaultClass: defaultClass, allowRoot: allowRoot)
+        return (MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: idle,
+                              defaultClass: defaultClass, allowRoot: allowRoot), hasPassphrase)
     }
 
     /// A keychainfs mount already at the mountpoint is detached if its daemon is gone, whenever
