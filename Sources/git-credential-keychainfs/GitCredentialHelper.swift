@@ -34,6 +34,9 @@ enum GitCredentialHelper {
         default: break
         }
         guard let action = CredentialAction(argument: argument) else { return }
+        // `store` reads a password from git, `get` receives one from the daemon: before either,
+        // none of the user's other processes may read this one's memory.
+        ProcessProtection.makeNotDumpable()
         let input = StandardStream.readAll(0)
         // A request the helper would not serve anyway gets no note.
         guard let request = try? CredentialRequest(parsing: input), isServable(request, action) else { return }
