@@ -242,4 +242,32 @@ expect_exit 69 "status does not follow the planted record" as_victim "$BIN" stat
 in_ns fusermount3 -u -z "$V_HOME/mnt2" 2>/dev/null
 as_attacker rm -f "$VSTORE.daemon"
 
+echo "== 3. another user's FUSE mount naming our store"
+FAKE="$USERS_ROOT/fake_fuse"
+gcc -O2 -o "$FAKE" "$TESTS_DIR/fake_fuse.c" $(pkg-config --cflags --libs fuse3) || { fail "the fake file system builds"; finish; }
+V_STORE="$V_HOME/.local/share/keychainfs/keychain.db"
+expect_exit 0 "the victim unmounts" as_victim "$BIN" unmount "$V_MP"
+as_attacker mkdir "$A_HOME/fake"
+as_attacker "$FAKE" "$A_HOME/fake" -f -o "fsname=$V_STORE,subtype=keychainfs" 2>/dev/null &
+FAKE_PID=$!
+on_exit "nsenter -t $NS -m fusermount3 -u -z '$A_HOME/fake' 2>/dev/null"
+on_exit_kill "$FAKE_PID"
+# The attack is there: the mount table shows a keychainfs mount of the victim's store.
+has_fake() { in_ns grep -q " $A_HOME/fake .* - fuse.keychainfs $V_STORE " /proc/self/mountinfo; }
+wait_for 5 has_fake
+if has_fake; then pass "the attacker's mount poses as a keychainfs mount of the victim's store"
+else fail "the attacker's mount poses as a keychainfs mount of the victim's store" "$(in_ns grep fake /proc/self/mountinfo)"; fi
+expect_exit 69 "status: the victim's store is not mounted" as_victim "$BIN" status
+expect_not_contains "$ERR" "stale" "status does not call the attacker's mount a stale mount of the store"
+expect_not_contains "$ERR$(cat "$OUT")" "$A_HOME/fake" "nor mention it"
+expect_exit 0 "the victim mounts" as_victim "$BIN" mount "$V_MP" --passphrase-file "$USERS_ROOT/vpass"
+expect_eq "unlocked" "$(victim_state)" "the victim's status shows its own mount"
+expect_eq "$V_MP" "$(json "$TEST_ROOT/v.json" 'd.get("mountpoint")')" "at its own mountpoint"
+expect_exit 0 "the victim locks every mount (-a)" as_victim "$BIN" lock -a
+expect_exit 69 "the attacker's mountpoint is not the victim's mount" as_victim "$BIN" unmount "$A_HOME/fake"
+expect_exit 0 "the victim unmounts its own" as_victim "$BIN" unmount "$V_MP"
+expect_exit 0 "and mounts again" as_victim "$BIN" mount "$V_MP" --passphrase-file "$USERS_ROOT/vpass"
+expect_exit 0 "and unmounts by its store" as_victim "$BIN" unmount
+if has_fake; then pass "the attacker's mount is untouched"; else fail "the attacker's mount is untouched"; fi
+
 finish
