@@ -270,4 +270,56 @@ expect_exit 0 "and mounts again" as_victim "$BIN" mount "$V_MP" --passphrase-fil
 expect_exit 0 "and unmounts by its store" as_victim "$BIN" unmount
 if has_fake; then pass "the attacker's mount is untouched"; else fail "the attacker's mount is untouched"; fi
 
+echo "== 4. limits on names"
+GITHELPER="$(dirname "$KEYCHAINFS_BIN")/git-credential-keychainfs"
+SEG=$(printf '%0250d' 0 | tr 0 s)
+# 15 segments of 250 bytes: the item's path below the mountpoint is 3796 bytes; 17 make 4298.
+FITS="$SEG/$SEG/$SEG/$SEG/$SEG/$SEG/$SEG/$SEG/$SEG/$SEG/$SEG/$SEG/$SEG/$SEG/$SEG"
+DEEP="$FITS/$SEG/$SEG"
+mount_kc "$MP"
+expect_exit 66 "CLI: an internet item deeper than PATH_MAX is refused" kc add-internet-password -s example.org -p "$DEEP" -a alice -w pw
+expect_contains "$ERR" "PATH_MAX" "the error says why"
+expect_exit 44 "and nothing was stored" kc find-internet-password -s example.org -a alice
+expect_exit 0 "one that fits is stored" kc add-internet-password -s example.org -p "$FITS" -a alice -w fits-pw
+expect_eq "fits-pw" "$(cd "$MP" && cat "internet/example.org/443/$FITS/alice")" "and opens by its path from the mountpoint"
+# The tree, through descriptors relative to each directory, as the kernel allows past PATH_MAX.
+/usr/bin/python3 - "$MP/internet/example.org/443" "$SEG" 17 >"$OUT" 2>&1 <<'PY'
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+for _ in range(int(sys.argv[3])):
+    try:
+        os.mkdir(sys.argv[2], dir_fd=fd)
+    except FileExistsError:
+        pass
+    fd = os.open(sys.argv[2], os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+try:
+    f = os.open("alice", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+    os.write(f, b"deep-pw")
+    os.close(f)
+    print("created")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+PY
+expect_eq "ENAMETOOLONG" "$(cat "$OUT")" "tree: creating an item deeper than PATH_MAX fails with ENAMETOOLONG"
+printf 'protocol=https\nhost=example.org\npath=%s\nusername=alice\npassword=git-pw\n' "$DEEP" | "$GITHELPER" store >"$OUT" 2>"$ERR"
+expect_contains "$ERR" "the credential was not saved" "git: store of an item deeper than PATH_MAX says it was not saved"
+expect_contains "$ERR" "PATH_MAX" "and why"
+expect_eq "1" "$(kc dump-keychain | grep -c '^class: internet-password')" "and nothing was stored (only the item that fits)"
+
+# Control characters: any name may hold them; every text channel escapes them.
+expect_exit 0 "CLI: an account with a newline and an escape is stored" kc add-generic-password -s ctl -a "$(printf 'line1\nline2\033[31m')" -w ctl-pw
+expect_eq "line1%0Aline2%1B[31m" "$(ls "$MP/ctl")" "tree: ls lists it escaped as %0A and %1B, on one line"
+expect_eq "ctl-pw" "$(cat "$MP/ctl/line1%0Aline2%1B[31m")" "and it opens by that name"
+expect_exit 0 "find-generic-password -g" kc find-generic-password -s ctl -g
+expect_contains "$OUT" 'account: line1\nline2\x1b[31m' "CLI: the account is printed escaped, on one line"
+expect_eq "0" "$(grep -c "$(printf '\033')" "$OUT")" "no raw escape reaches the terminal"
+kc dump-keychain --json >"$TEST_ROOT/dump.json"
+expect_eq "line1
+line2$(printf '\033')[31m" "$(json "$TEST_ROOT/dump.json" '[i["account"] for i in d["items"] if i.get("service") == "ctl"][0]')" "JSON: the account is exact, escaped by JSON"
+# git's protocol is one attribute a line: an account holding a newline could inject one.
+expect_exit 0 "an internet item whose account holds a newline" kc add-internet-password -s git.example.org -a "$(printf 'bob\nhost=evil.example.org')" -w inj-pw
+printf 'protocol=https\nhost=git.example.org\n\n' | "$GITHELPER" get >"$OUT" 2>"$ERR"
+expect_not_contains "$OUT" "evil" "git: it is never sent (git's protocol cannot carry it)"
+expect_not_contains "$OUT" "inj-pw" "nor its password"
+
 finish
