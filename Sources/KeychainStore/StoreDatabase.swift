@@ -84,7 +84,7 @@ struct StoreDatabase {
             guard FileManager.default.fileExists(atPath: path) else { throw KeychainError.noSuchStore(path) }
         }
         // Before SQLite opens or creates anything (StoreFiles).
-        let madeFiles = try StoreFiles.prepare(storePath: path, create: create)
+        var madeFiles = try StoreFiles.prepare(storePath: path, create: create)
         var opened = false
         defer { if !opened { StoreFiles.removeUnused(madeFiles) } }
         do {
@@ -103,6 +103,8 @@ struct StoreDatabase {
                 }
                 try probe.close()
                 guard ok else { throw KeychainError.notAKeychain("\(path) is not a keychainfs store") }
+                try StoreFiles.checkDatabase(path)
+                madeFiles += try StoreFiles.makeMissingWAL(storePath: path)
             }
             queue = try DatabaseQueue(path: path, configuration: config)
             try queue.writeWithoutTransaction { db in _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") }

@@ -33,12 +33,11 @@ enum StoreFiles {
             }
             // The reserve is made by `WriteAheadLog.keepReserve` with the same flags; a
             // `-journal` only SQLite's first transaction of a new store uses, before WAL mode.
-            for suffix in create ? ["-wal", "-shm", "-journal"] : ["-wal", "-shm"] {
-                var st = stat()
-                if !create && lstat(path + suffix, &st) == 0 { continue }
-                try createPrivate(path + suffix, existsError: .io(notOurs(path + suffix, "it appeared while the store was opened")))
-                made.append(path + suffix)
+            if create {
+                try createPrivate(path + "-journal", existsError: .io(notOurs(path + "-journal", "it appeared while the store was made")))
+                made.append(path + "-journal")
             }
+            made += try makeMissingWAL(storePath: path)
         } catch {
             removeUnused(made)
             throw error
@@ -46,12 +45,32 @@ enum StoreFiles {
         return made
     }
 
-    /// Removes what `prepare` made, where it is still empty: an open that failed (a file that
-    /// is not a store, say) leaves nothing beside it.
+    /// Makes `-wal` and `-shm`, empty and 0600, where they are missing. Again after a
+    /// connection closed (the read-only format probe): the last one to close deletes them.
+    static func makeMissingWAL(storePath path: String) throws -> [String] {
+        var made: [String] = []
+        for suffix in ["-wal", "-shm"] {
+            var st = stat()
+            if lstat(path + suffix, &st) == 0 { try checkExisting(path + suffix); continue }
+            do {
+                try createPrivate(path + suffix, existsError: .io(notOurs(path + suffix, "it appeared while the store was opened")))
+            } catch {
+                removeUnused(made)
+                throw error
+            }
+            made.append(path + suffix)
+        }
+        return made
+    }
+
+    /// Removes what `prepare` made: an open that failed (a file that is not a store, say)
+    /// leaves nothing beside it. A `-shm` goes even if the format probe wrote to it (it is only
+    /// an index of the WAL, and no connection is left); anything else only while empty.
     static func removeUnused(_ made: [String]) {
         for path in made {
             var st = stat()
-            if lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_uid == getuid(), st.st_size == 0 { unlink(path) }
+            if lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_uid == getuid(),
+               st.st_size == 0 || path.hasSuffix("-shm") { unlink(path) }
         }
     }
 
@@ -93,6 +112,20 @@ enum StoreFiles {
         guard st.st_mode & 0o077 == 0 else {
             throw KeychainError.io("\(path) can be read or written by other users (mode \(String(st.st_mode & 0o7777, radix: 8))); "
                 + "refusing to use it. If it is this store's own file, make it private with 'chmod 600 \(path)'")
+        }
+    }
+
+    /// SQLite gives its side files the database's mode, even ones made here (it widens an
+    /// empty one to match): a store others can read would have a readable WAL. Checked once the
+    /// file is known to be a store, so that any other file is still told apart as not one.
+    static func checkDatabase(_ path: String) throws {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return }
+        guard st.st_uid == getuid() else { throw KeychainError.io(notOurs(path, "it belongs to user \(st.st_uid)")) }
+        guard st.st_mode & 0o077 == 0 else {
+            throw KeychainError.io("\(path) can be read or written by other users (mode \(String(st.st_mode & 0o7777, radix: 8))); "
+                + "refusing to use it, since SQLite would give its -wal and -shm files that mode too. "
+                + "Make it private with 'chmod 600 \(path)'")
         }
     }
 
