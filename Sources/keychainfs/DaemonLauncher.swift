@@ -33,7 +33,13 @@ enum DaemonLauncher {
                 [ChildProcess.ownExecutable, DaemonCommand.configuration.commandName ?? "_daemon"],
                 childFD: passphraseFD, descriptors: [(readyPipe[1], readyFD)], newSession: true)
         } catch {
+            // A daemon that started but would not take the passphrase says why on the ready pipe.
+            let answer = readAll(readyPipe[0])
             close(readyPipe[0])
+            if answer.hasPrefix("ERR "),
+               let reported = try? JSONDecoder().decode(KeychainError.self, from: Data(answer.dropFirst(4).utf8)) {
+                throw reported
+            }
             throw KeychainError.mountFailed("cannot start the daemon: \(error.reason)")
         }
         (handover + Data("\n".utf8)).withUnsafeBytes { _ = SecretHandover.send($0, on: channel) }

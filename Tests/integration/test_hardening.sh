@@ -130,6 +130,13 @@ else
     fail "the snooper's opens failed with ENXIO or EACCES only" "$(cat "$TEST_ROOT/pam.txt")"
 fi
 
+# A tracer that attached while the daemon was still dumpable stays attached after it hardens:
+# the daemon then refuses the passphrase (strace -f follows it from mount).
+expect_exit 0 "the victim unmounts" as_victim "$BIN" unmount "$V_MP"
+expect_exit 70 "a traced daemon refuses the passphrase" as_victim strace -f -qq -o /dev/null "$BIN" mount "$V_MP" --passphrase-file "$USERS_ROOT/vpass"
+expect_contains "$ERR" "being traced" "the error says why"
+expect_exit 0 "untraced, it mounts again" as_victim "$BIN" mount "$V_MP" --passphrase-file "$USERS_ROOT/vpass"
+
 # The clients that receive or read secrets are non-dumpable before they read: /proc/PID/ of a
 # non-dumpable process belongs to root. Each waits here on a FIFO that nobody writes yet.
 # proc_owner_while_waiting NAME CMD...: runs CMD as the victim with its stdin and fd 3 on a FIFO.
@@ -175,6 +182,15 @@ else
     fail "no store file is ever created with a mode others can read" "$(cat "$TEST_ROOT/created.txt")"
 fi
 expect_eq "" "$(find "$PUB" -name 's.db*' -perm /077)" "no store file is readable by others afterwards"
+# SQLite gives its side files the database's mode (widening even empty ones made for it).
+chmod 644 "$PUB/s.db"
+expect_exit 74 "a store others can read is refused" kc dump-keychain --store "$PUB/s.db"
+expect_contains "$ERR" "chmod 600 $PUB/s.db" "the error says how to make it private"
+expect_eq "" "$(ls "$PUB" | grep -v '^s.db$' | grep -v '^s.db-reserve$')" "and nothing is left beside it"
+chmod 600 "$PUB/s.db"
+printf 'not a store\n' >"$PUB/text.db"
+expect_exit 49 "a file readable by others that is not a store is still 'not a keychain'" kc dump-keychain --store "$PUB/text.db"
+expect_eq "text.db" "$(ls "$PUB" | grep text)" "and nothing is left beside it either"
 expect_exit 48 "init over an existing store is refused" kc init --store "$PUB/s.db" --scrypt-log-n 10 --passphrase-file "$PASSFILE"
 
 # The socket beside a store in a private directory is the owner's alone from its bind.
