@@ -5,6 +5,7 @@ import Glibc
 #else
 import Foundation
 #endif
+import KeychainControlProtocol
 import KeychainCrypto
 
 /// Starts the programs keychainfs runs itself (`fusermount3`, its daemon, its login helper)
@@ -63,6 +64,8 @@ public enum ChildProcess {
 public enum SecretHandover {
     /// The byte a hardened child sends.
     static let hardened: UInt8 = 0x48
+    /// How long a parent waits for it: a child hardens before it does anything else.
+    static let handshakeSeconds: Double = 10
 
     /// The parent's side: spawns `argv` with the child's end of a new channel as `childFD`
     /// (plus `descriptors`), and waits until the child reports that it is hardened. Returns
@@ -82,12 +85,19 @@ public enum SecretHandover {
             close(pair[0])
             throw error
         }
+        // Bounded, so that a child that hangs before it hardens never holds up a login.
+        var ready = pollfd(fd: pair[0], events: Int16(POLLIN), revents: 0)
+        let deadline = Deadline.after(seconds: handshakeSeconds)
+        var polled: Int32
+        repeat {
+            polled = poll(&ready, 1, max(1, deadline.remainingMilliseconds))
+        } while polled < 0 && errno == EINTR && !deadline.hasPassed
         var byte: UInt8 = 0
-        var n: Int
-        repeat { n = read(pair[0], &byte, 1) } while n < 0 && errno == EINTR
+        var n = -1
+        if polled > 0 { repeat { n = read(pair[0], &byte, 1) } while n < 0 && errno == EINTR }
         guard n == 1, byte == hardened else {
             close(pair[0])
-            throw ChildProcess.SpawnFailure(reason: "the child exited before it could receive a secret safely")
+            throw ChildProcess.SpawnFailure(reason: "the child exited or hung before it could receive a secret safely")
         }
         return (pid, pair[0])
     }

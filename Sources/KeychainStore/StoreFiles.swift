@@ -27,13 +27,11 @@ enum StoreFiles {
         for suffix in sideSuffixes { try checkExisting(path + suffix) }
         var made: [String] = []
         do {
-            if create {
-                try createPrivate(path, existsError: .storeExists(path))
-                made.append(path)
-            }
             // The reserve is made by `WriteAheadLog.keepReserve` with the same flags; a
             // `-journal` only SQLite's first transaction of a new store uses, before WAL mode.
             if create {
+                try createPrivate(path, existsError: .storeExists(path))
+                made.append(path)
                 try createPrivate(path + "-journal", existsError: .io(notOurs(path + "-journal", "it appeared while the store was made")))
                 made.append(path + "-journal")
             }
