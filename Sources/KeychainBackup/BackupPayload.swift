@@ -101,7 +101,10 @@ public struct BackupPayload: @unchecked Sendable {
                 throw malformed("an unknown item kind")
             }
         } catch let e as ModelError {
-            throw KeychainError.invalidInput("the backup holds an item that cannot be stored: \(KeychainError(e).description)")
+            let why = "the backup holds an item that cannot be stored: \(KeychainError(e).description)"
+            // Too long is told apart (exit 66), as everywhere else an item is refused for it.
+            if case .nameTooLong = e { throw KeychainError.nameTooLong(why) }
+            throw KeychainError.invalidInput(why)
         }
         let present = try input.u8()
         guard present < 1 << 7 else { throw malformed("unknown attributes") }

@@ -74,6 +74,9 @@ public final class RemoteKeychainService: KeychainService {
                       onBatch: (ItemBatch) throws -> Void = { _ in }) throws -> ControlReply {
         // Encoded before connecting: a request too large for one frame fails without a connection.
         let frame = try request.frame()
+        // A reply may carry secrets (find -w/-g, dump-keychain -d, export) and a request a
+        // passphrase: from here on, none of the user's other processes may read this one's memory.
+        ProcessProtection.makeNotDumpable()
         let deadline = Deadline.after(seconds: Self.replyTimeout)
         guard let fd = try connection() else {
             throw KeychainError.notMounted("no daemon answers on \(socketPath)")

@@ -55,6 +55,7 @@ public struct InternetPasswordKey: Hashable, Codable, Sendable {
         self.account = account
         self.accessGroup = accessGroup
         try TreeName.validate(InternetVariantName.fileName(for: self), as: "account with its variant suffix")
+        try InternetTreePath.validate(self)
     }
 
     /// The item an internet file made through the tree stands for: the port's protocol,

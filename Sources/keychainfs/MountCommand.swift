@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainClient
 import KeychainDaemon
 import KeychainConfig
 import KeychainControl
@@ -129,6 +130,12 @@ struct DaemonCommand: ParsableCommand {
         // Do not pin the directory the user mounted from.
         _ = chdir("/")
         let fd = DaemonLauncher.passphraseFD
+        // Before `mount` sends anything: the passphrase must not wait where another process can copy it.
+        guard SecretHandover.reportHardened(on: fd) else {
+            DaemonLauncher.report(.failure(.mountFailed("the daemon could not make itself non-dumpable, or is being traced")),
+                                  fd: DaemonLauncher.readyFD)
+            throw ExitCode(KeychainError.mountFailed("").exitCode)
+        }
         // The settings `mount` parsed, whole: a handover that does not decode is a failure, never defaults.
         let line = try LineReader.readLine(fd: fd, what: "the mount settings")
         let handover: DaemonHandover

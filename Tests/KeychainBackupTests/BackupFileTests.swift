@@ -64,6 +64,19 @@ final class BackupFileTests: XCTestCase {
         }
     }
 
+    /// A backup made by an earlier version may hold an internet item deeper than PATH_MAX, which
+    /// the tree could not open: import refuses it as too long, as the CLI, the tree and git do.
+    func testAnItemDeeperThanPathMaxIsRefusedAsTooLong() throws {
+        let deep = Array(repeating: String(repeating: "s", count: 250), count: 17).joined(separator: "/")
+        let key = InternetPasswordKey(storedServer: "example.org", port: 443, path: deep, protocol: .https,
+                                      authenticationType: .default, securityDomain: "", account: "alice", accessGroup: "")
+        var payload = BackupPayload()
+        payload.append(ItemRecord(key: .internet(key), attributes: ItemAttributes()), secret: secure("pw"))
+        let file = try BackupFile.seal(payload, passphrase: passphrase, scrypt: cheap)
+        assertError({ if case .nameTooLong(let m) = $0 { m.contains("PATH_MAX") } else { false } }, "nameTooLong",
+                    try BackupFile.open(file, named: "f", passphrase: passphrase))
+    }
+
     func testGitsExtrasRoundTripWithTheirItem() throws {
         var payload = BackupPayload()
         let record = ItemRecord(key: try generic("git", "u"), attributes: ItemAttributes(accessible: .afterFirstUnlock))
