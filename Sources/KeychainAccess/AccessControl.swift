@@ -311,8 +311,8 @@ package final class AccessControl: Sendable {
             return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
         }
         let entry = try identify(PinnedProcess.forThread(tid))
-        let check = entry.recheck()
-        return Resolved(entry: entry, tracer: threadTracer ?? check?.tracer)
+        guard let check = entry.recheck() else { throw .io("process \(tgid) exited or exec'd while it was identified") }
+        return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
     }
 
     private func resolve(process: PinnedProcess) throws(KeychainError) -> Resolved {
@@ -417,7 +417,8 @@ final class CachedProcess: @unchecked Sendable {
         guard pin.isAlive, recheckLayout(statFD, layout) else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()
-        guard fstatat(proc, "exe", &exe, 0) == 0, FileStatKey(exe) == exeKey, exe.st_nlink > 0 else { return nil }
+        guard fstatat(proc, "exe", &exe, 0) == 0, FileStatKey(exe) == exeKey,
+              exe.st_nlink > 0 || facts.executableDeleted else { return nil }
         var buffer = [UInt8](repeating: 0, count: 4096)
         let n = ProcFile.reread(statusFD, into: &buffer)
         guard n > 0 else { return nil }

@@ -42,7 +42,16 @@ package struct CallerFacts: Sendable {
         let status = ProcStatus(try ProcFile.read(in: proc, "status"))
         guard status.tgid == pid else { throw .io("process \(pid) is not a thread group leader") }
         guard let stat = ProcStat(try ProcFile.read(in: proc, "stat")) else { throw .io("/proc/\(pid)/stat is unreadable") }
-        var link = try ProcFile.readLink(at: proc, "exe")
+        var link: String
+        switch ProcFile.readLinkResult(at: proc, "exe") {
+        case .success(let target): link = target
+        case .failure(let e) where e.code == EACCES || e.code == EPERM:
+            // The kernel shows a process's executable, environment and memory only to a
+            // reader that may ptrace it: not to us when it is not dumpable (setuid, or a
+            // process of ours that made itself so) or another user's.
+            throw .io("process \(pid) hides its executable from the daemon (it is not dumpable, or not the user's)")
+        case .failure(let e): throw .io("/proc/\(pid)/exe: \(String(cString: strerror(e.code)))")
+        }
         let deleted = link.hasSuffix(" (deleted)")
         if deleted { link.removeLast(" (deleted)".count) }
         let exe = openat(proc, "exe", O_RDONLY | O_CLOEXEC)

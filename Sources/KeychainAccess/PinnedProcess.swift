@@ -131,10 +131,23 @@ enum ProcFile {
     }
 
     static func readLink(at directory: Int32, _ name: String) throws(KeychainError) -> String {
+        switch readLinkResult(at: directory, name) {
+        case .success(let target): return target
+        case .failure(let e): throw .io("\(name): \(String(cString: strerror(e.code)))")
+        }
+    }
+
+    /// The target, or the errno.
+    static func readLinkResult(at directory: Int32, _ name: String) -> Result<String, Errno> {
         var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = buffer.withUnsafeMutableBytes { readlinkat(directory, name, $0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count) }
-        guard n >= 0 else { throw .io("\(name): \(String(cString: strerror(errno)))") }
-        return String(decoding: buffer[..<n], as: UTF8.self)
+        guard n >= 0 else { return .failure(Errno(errno)) }
+        return .success(String(decoding: buffer[..<n], as: UTF8.self))
+    }
+
+    struct Errno: Error, Equatable {
+        var code: Int32
+        init(_ code: Int32) { self.code = code }
     }
 }
 

@@ -26,6 +26,15 @@ final class CallerTests: XCTestCase {
         XCTAssertTrue(isRefused(other, containing: "not on the item's access list; no prompt is configured"), "\(other)")
     }
 
+    func testAnExitedProcessIsForgottenNotTakenForItsPid() throws {
+        let headOnly = try list("/usr/bin/head")
+        let head = try TestProcess(["/usr/bin/head"], waitForExecutable: "/usr/bin/head")
+        XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly), .allowed)
+        head.stop()
+        let outcome = access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly)
+        XCTAssertTrue(isRefused(outcome, containing: "cannot identify the caller"), "\(outcome)")
+    }
+
     func testAnEmptyListIsAnyProgramWithoutLookingAtTheCaller() throws {
         // Not even a real pid: an empty list never identifies anyone.
         XCTAssertEqual(access.decide(threadID: 999_999_999, item: item, operation: .read, list: .anyProgram), .allowed)
