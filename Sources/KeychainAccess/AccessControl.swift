@@ -186,11 +186,14 @@ package final class AccessControl: Sendable {
     }
 
     /// What Always allow adds: the Flatpak app, an interpreter with its script, or the
-    /// executable, pinned as it runs now (not as its path reads later).
+    /// executable, pinned as it runs now (not as its path reads later). Nothing for an
+    /// interpreter whose script is not recognised (`python3 -u x.py`, `python3 -c ...`):
+    /// the interpreter alone would allow every script.
     private func proposedRule(_ entry: CachedProcess) -> AccessRule? {
         let facts = entry.facts
         if let id = facts.flatpakAppID { return AccessRule(program: .flatpak(id), executable: nil, script: nil) }
-        if Self.isInterpreter(facts.executablePath), let scriptPath = facts.scriptPath, let script = entry.scriptIdentity() {
+        if Self.isInterpreter(facts.executablePath) {
+            guard let scriptPath = facts.scriptPath, let script = entry.scriptIdentity() else { return nil }
             return AccessRule(program: .script(interpreter: facts.executablePath, script: scriptPath),
                               executable: facts.executable, script: script)
         }
@@ -253,10 +256,16 @@ package final class AccessControl: Sendable {
             "Item: \(Shown.text(item.path)) (\(operation.rawValue))",
             "Why asked: \(Shown.text(reason))",
         ]
-        if let proposed { lines.append("Always allow adds: \(Shown.text(proposed.program.description))") }
+        if let proposed {
+            lines.append("Always allow adds: \(Shown.text(proposed.program.description))")
+        } else {
+            lines.append("Always allow is not offered: no script was recognised, and the interpreter alone would allow every script.")
+        }
         lines.append("Allow once lasts while this process runs.")
-        return PromptText(title: "keychainfs: a program asks for a secret", description: lines.joined(separator: "\n"),
-                          prompt: "Allow?")
+        var text = PromptText(title: "keychainfs: a program asks for a secret", description: lines.joined(separator: "\n"),
+                              prompt: "Allow?")
+        if proposed == nil { text.alwaysAllow = nil }
+        return text
     }
 
     // MARK: Logging
@@ -419,12 +428,13 @@ final class CachedProcess: @unchecked Sendable {
         var exe = stat()
         guard fstatat(proc, "exe", &exe, 0) == 0, FileStatKey(exe) == exeKey,
               exe.st_nlink > 0 || facts.executableDeleted else { return nil }
-        var buffer = [UInt8](repeating: 0, count: 4096)
+        // TracerPid is near the top; the rest of the file need not be copied out.
+        var buffer = [UInt8](repeating: 0, count: 512)
         let n = ProcFile.reread(statusFD, into: &buffer)
         guard n > 0 else { return nil }
-        let status = ProcStatus(Array(buffer[..<n]))
-        guard let tgid = status.tgid else { return nil }
-        let tracer = status.tracerPID ?? 0
+        let status = ProcStatus(buffer, count: n)
+        // Not found is not "untraced": fail closed.
+        guard let tgid = status.tgid, let tracer = status.tracerPID else { return nil }
         return (tgid, tracer == 0 ? nil : tracer)
     }
 
@@ -439,9 +449,9 @@ final class CachedProcess: @unchecked Sendable {
 }
 
 private func recheckLayout(_ fd: Int32, _ layout: ProcStat) -> Bool {
-    var buffer = [UInt8](repeating: 0, count: 4096)
+    var buffer = [UInt8](repeating: 0, count: 2048)
     let n = ProcFile.reread(fd, into: &buffer)
-    guard n > 0, let now = ProcStat(Array(buffer[..<n])) else { return false }
+    guard n > 0, let now = ProcStat(buffer, count: n) else { return false }
     return now.startTime == layout.startTime && now.imageLayout == layout.imageLayout
 }
 

@@ -164,10 +164,11 @@ package struct AccessList: Hashable, Sendable {
 
     /// The list with `rule` added, replacing a rule for the same program (Always allow of a
     /// changed binary pins its new identity).
-    package func adding(_ rule: AccessRule) -> AccessList {
+    package func adding(_ rule: AccessRule) throws(KeychainError) -> AccessList {
         var out = rules.filter { $0.program != rule.program }
         out.append(rule)
-        return AccessList(rules: Array(out.suffix(Self.maxRules)))
+        guard out.count <= Self.maxRules else { throw .invalidInput("an access list holds at most \(Self.maxRules) programs") }
+        return AccessList(rules: out)
     }
 
     // MARK: The sealed form

@@ -21,7 +21,8 @@ package struct PromptText: Sendable, Equatable {
     // `_` marks each button's key (pinentry-tty answers to one letter; "Allow once" and
     // "Always allow" would both be `a`) and is a mnemonic in the graphical pinentries.
     package var allowOnce = "Allow _once"
-    package var alwaysAllow = "_Always allow"
+    /// Nil: no such button (nothing could be added to the list).
+    package var alwaysAllow: String? = "_Always allow"
     package var deny = "_Deny"
 
     package init(title: String, description: String, prompt: String) {
@@ -83,15 +84,17 @@ package struct Pinentry: Sendable {
             if let terminalType { _ = try s.command("OPTION ttytype=" + terminalType) }
             let seconds = max(1, Int(timeout.components.seconds) + (timeout.components.attoseconds > 0 ? 1 : 0))
             _ = try s.command("SETTIMEOUT \(seconds)")
-            for (verb, value) in [("SETTITLE", text.title), ("SETPROMPT", text.prompt), ("SETOK", text.allowOnce),
-                                  ("SETNOTOK", text.alwaysAllow), ("SETCANCEL", text.deny), ("SETDESC", text.description)] {
+            var settings = [("SETTITLE", text.title), ("SETPROMPT", text.prompt), ("SETOK", text.allowOnce),
+                            ("SETCANCEL", text.deny), ("SETDESC", text.description)]
+            if let alwaysAllow = text.alwaysAllow { settings.append(("SETNOTOK", alwaysAllow)) }
+            for (verb, value) in settings {
                 if let error = try s.command(Self.line(verb, value)) {
                     return .unavailable("\(path) refused \(verb): \(error.text)")
                 }
             }
             guard let error = try s.command("CONFIRM") else { return .allowOnce }
             switch error.code & 0xffff {
-            case 114: return .alwaysAllow   // GPG_ERR_NOT_CONFIRMED: the "not OK" button
+            case 114 where text.alwaysAllow != nil: return .alwaysAllow   // GPG_ERR_NOT_CONFIRMED: the "not OK" button
             case 99: return .deny           // GPG_ERR_CANCELED
             case 62: return .timedOut       // GPG_ERR_TIMEOUT: pinentry's own SETTIMEOUT
             default: return .unavailable("\(path): \(error.text)")

@@ -151,48 +151,52 @@ enum ProcFile {
     }
 }
 
-/// The lines of `/proc/PID/status` we use. Parsed on bytes: it is read on every guarded
-/// request, and most of its fifty-odd lines are skipped.
+/// The lines of `/proc/PID/status` we use. Parsed on bytes, and only as far as needed:
+/// it is read on every guarded request, and `TracerPid` is its eighth line of fifty-odd.
 struct ProcStatus {
     var tgid: pid_t?
     var parentPID: pid_t?
     var tracerPID: pid_t?
 
     init(_ text: [UInt8]) {
+        self.init(text, count: text.count)
+    }
+
+    /// The first `count` bytes of `buffer`.
+    init(_ buffer: [UInt8], count: Int) {
+        self = buffer.withUnsafeBufferPointer { ProcStatus(UnsafeBufferPointer(rebasing: $0[..<min(count, $0.count)])) }
+    }
+
+    init(_ text: UnsafeBufferPointer<UInt8>) {
         var i = 0
         let n = text.count
-        while i < n {
+        while i < n && (tgid == nil || parentPID == nil || tracerPID == nil) {
             var end = i
             while end < n && text[end] != 10 { end += 1 }
-            switch text[i] {
-            case UInt8(ascii: "T"):
-                if let v = Self.value(text, i, end, "Tgid:") { tgid = v } else if let v = Self.value(text, i, end, "TracerPid:") { tracerPID = v }
-            case UInt8(ascii: "P"):
-                if let v = Self.value(text, i, end, "PPid:") { parentPID = v }
-            default: break
-            }
+            if let v = Self.value(text, i, end, "Tgid:") { tgid = v }
+            else if let v = Self.value(text, i, end, "PPid:") { parentPID = v }
+            else if let v = Self.value(text, i, end, "TracerPid:") { tracerPID = v }
             i = end + 1
         }
     }
 
     /// The decimal after `key` on the line text[start..<end], if the line is that key's.
-    private static func value(_ text: [UInt8], _ start: Int, _ end: Int, _ key: StaticString) -> pid_t? {
-        let k = key.utf8Start, kn = key.utf8CodeUnitCount
-        guard end - start > kn else { return nil }
-        for j in 0..<kn where text[start + j] != k[j] { return nil }
+    private static func value(_ text: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int, _ key: StaticString) -> pid_t? {
+        let kn = key.utf8CodeUnitCount
+        guard end - start > kn, memcmp(text.baseAddress! + start, key.utf8Start, kn) == 0 else { return nil }
         return ProcNumber.parse(text, start + kn, end).map { pid_t(truncatingIfNeeded: $0) }
     }
 }
 
 enum ProcNumber {
     /// The first decimal number in text[start..<end], skipping blanks before it.
-    static func parse(_ text: [UInt8], _ start: Int, _ end: Int) -> UInt64? {
+    static func parse(_ text: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int) -> UInt64? {
         var i = start
         while i < end && (text[i] == 32 || text[i] == 9) { i += 1 }
-        guard i < end, (48...57).contains(text[i]) else { return nil }
+        guard i < end, text[i] >= 48, text[i] <= 57 else { return nil }
         var v: UInt64 = 0
-        while i < end, (48...57).contains(text[i]) {
-            v = v &* 10 &+ UInt64(text[i] - 48)
+        while i < end, text[i] >= 48, text[i] <= 57 {
+            v = v &* 10 &+ UInt64(text[i] &- 48)
             i += 1
         }
         return v
@@ -206,24 +210,39 @@ struct ProcStat: Equatable {
     var startTime: UInt64 = 0
     /// Addresses the kernel sets afresh at each execve (code, stack, brk, argv and environ
     /// bounds): when they change, the process runs another image and is identified again.
+    /// Field numbers as in proc(5): startcode endcode startstack 26–28; start_data end_data
+    /// start_brk arg_start arg_end env_start env_end 45–51.
     var imageLayout: [UInt64] = []
 
-    /// Field numbers as in proc(5): tty_nr 7, starttime 22; startcode endcode startstack
-    /// 26–28; start_data end_data start_brk arg_start arg_end env_start env_end 45–51.
-    private static let layoutFields: Set<Int> = [26, 27, 28, 45, 46, 47, 48, 49, 50, 51]
-
     init?(_ text: [UInt8]) {
-        guard let close = text.lastIndex(of: 41) else { return nil }
+        self.init(text, count: text.count)
+    }
+
+    init?(_ buffer: [UInt8], count: Int) {
+        guard let parsed = buffer.withUnsafeBufferPointer({ ProcStat(UnsafeBufferPointer(rebasing: $0[..<min(count, $0.count)])) }) else { return nil }
+        self = parsed
+    }
+
+    init?(_ text: UnsafeBufferPointer<UInt8>) {
+        var close = text.count - 1
+        while close >= 0 && text[close] != 41 { close -= 1 }
+        guard close >= 0 else { return nil }
+        imageLayout.reserveCapacity(10)
+        // tty_nr is field 7, starttime 22.
         var field = 2, i = close + 1
         var seenTerminal = false, seenStart = false
-        while i < text.count {
+        let n = text.count
+        while i < n && field < 51 {
             if text[i] == 32 || text[i] == 10 { i += 1; continue }
             field += 1
             var end = i
-            while end < text.count && text[end] != 32 && text[end] != 10 { end += 1 }
-            if field == 7 { terminal = ProcNumber.parse(text, i, end) ?? 0; seenTerminal = true }
-            if field == 22 { startTime = ProcNumber.parse(text, i, end) ?? 0; seenStart = true }
-            if Self.layoutFields.contains(field) { imageLayout.append(ProcNumber.parse(text, i, end) ?? 0) }
+            while end < n && text[end] != 32 && text[end] != 10 { end += 1 }
+            switch field {
+            case 7: terminal = ProcNumber.parse(text, i, end) ?? 0; seenTerminal = true
+            case 22: startTime = ProcNumber.parse(text, i, end) ?? 0; seenStart = true
+            case 26...28, 45...51: imageLayout.append(ProcNumber.parse(text, i, end) ?? 0)
+            default: break
+            }
             i = end
         }
         guard seenTerminal, seenStart else { return nil }

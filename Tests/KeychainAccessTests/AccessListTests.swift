@@ -79,6 +79,20 @@ final class AccessListTests: XCTestCase {
         XCTAssertNotEqual(readded.rules.first?.executable, first.rules.first?.executable)
     }
 
+    func testAddingReplacesTheSameProgramAndStopsAtTheLimit() throws {
+        let dir = TestDirectory()
+        let prog = try dir.copy("/usr/bin/head", as: "prog")
+        let old = try list(prog, "/usr/bin/tail")
+        _ = try dir.copy("/usr/bin/cat", as: "prog")
+        let renewed = try old.adding(.pinning(.executable(prog)))
+        XCTAssertEqual(renewed.rules.map(\.program), [.executable("/usr/bin/tail"), .executable(prog)])
+        XCTAssertEqual(renewed.rules.last?.executable, try FileIdentity.of(path: prog))
+        let full = AccessList(rules: (0..<AccessList.maxRules).map {
+            AccessRule(program: .flatpak("org.example.App\($0)"), executable: nil, script: nil)
+        })
+        XCTAssertThrowsError(try full.adding(.pinning(.executable("/usr/bin/head"))))
+    }
+
     func testSealedFormRoundTrips() throws {
         let dir = TestDirectory()
         let script = try dir.write("print('hi')\n", as: "sync.py")
@@ -168,6 +182,27 @@ final class AccessListTests: XCTestCase {
         XCTAssertEqual(Shown.text("abc\u{202e}fdp.exe"), "abc\\u{202e}fdp.exe")
         XCTAssertEqual(Shown.text("back\\x0a"), "back\\\\x0a", "a literal backslash cannot pose as an escape")
         XCTAssertEqual(Shown.commandLine(["/usr/bin/head", "-n", "1", "my file"]), "/usr/bin/head -n 1 'my file'")
+    }
+
+    func testProcFilesAreParsedByTheirLastParenthesis() throws {
+        // A command name may hold spaces and `)`: fields count from the last one.
+        let stat = "4242 (a) b) 7 c) S 1 4242 4242 34816 4242 4194304 94 0 0 0 0 0 0 0 20 0 1 0 987654 2433024 215 "
+            + "18446744073709551615 94000000000000 94000000001000 140000000000000 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 "
+            + "94000000002000 94000000003000 94000000004000 140000000000100 140000000000200 140000000000300 140000000000400 0\n"
+        let parsed = try XCTUnwrap(ProcStat(Array(stat.utf8)))
+        XCTAssertEqual(parsed.terminal, 34816)
+        XCTAssertEqual(parsed.startTime, 987654)
+        XCTAssertEqual(parsed.imageLayout, [94000000000000, 94000000001000, 140000000000000, 94000000002000, 94000000003000,
+                                            94000000004000, 140000000000100, 140000000000200, 140000000000300, 140000000000400])
+        XCTAssertTrue(parsed.isSettled)
+        XCTAssertEqual(CallerFacts.terminalName(parsed.terminal), "/dev/pts/0")
+        XCTAssertNil(ProcStat(Array("4242 no parenthesis".utf8)))
+        let status = "Name:\tTgid: fake\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\nPid:\t4243\nPPid:\t1\nTracerPid:\t99\n"
+        let fields = ProcStatus(Array(status.utf8))
+        XCTAssertEqual(fields.tgid, 4242, "a name that looks like a field is not one")
+        XCTAssertEqual(fields.parentPID, 1)
+        XCTAssertEqual(fields.tracerPID, 99)
+        XCTAssertNil(ProcStatus(Array("Tgid:\t1\n".utf8)).tracerPID, "missing is not zero")
     }
 
     func testFlatpakInfoParsing() {

@@ -58,7 +58,7 @@ final class PromptTests: XCTestCase {
         XCTAssertEqual(rule.program, .executable("/usr/bin/cat"))
         XCTAssertEqual(rule.executable, try FileIdentity.of(path: "/usr/bin/cat"))
         // With the rule added, no prompt: allowed by the list.
-        let after = before.adding(rule)
+        let after = try before.adding(rule)
         XCTAssertEqual(after.text, "/usr/bin/head\n/usr/bin/cat\n")
         let (quiet, transcript) = try control("cancel")
         XCTAssertEqual(quiet.decide(threadID: cat.pid, item: item, operation: .read, list: after), .allowed)
@@ -74,6 +74,17 @@ final class PromptTests: XCTestCase {
         }
         XCTAssertEqual(rule.program, .script(interpreter: "/usr/bin/python3.11", script: script))
         XCTAssertEqual(rule.script, try FileIdentity.of(path: script))
+    }
+
+    func testAnInterpreterWithoutARecognisedScriptIsNotOfferedAlwaysAllow() throws {
+        let (access, transcript) = try control("notok")
+        let script = try dir.write("import sys\nsys.stdin.read()\n", as: "sync.py")
+        let process = try TestProcess(["/usr/bin/python3", "-u", script], waitForExecutable: "/usr/bin/python3.11")
+        let outcome = access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/usr/bin/head"))
+        XCTAssertTrue(isRefused(outcome), "the interpreter alone is never added: \(outcome)")
+        let sent = try String(contentsOfFile: transcript, encoding: .utf8)
+        XCTAssertFalse(sent.contains("SETNOTOK"), "no Always allow button")
+        XCTAssertTrue(sent.contains("Always allow is not offered"))
     }
 
     func testDenyAndTimeoutAndAFailedPromptRefuse() throws {
