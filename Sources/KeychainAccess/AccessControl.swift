@@ -393,17 +393,28 @@ final class CachedProcess: @unchecked Sendable {
             return e
         }
         guard statFD >= 0, statusFD >= 0 else { throw fail(.io("/proc/\(pin.pid): \(String(cString: strerror(errno)))")) }
+        var exe = stat()
+        guard fstatat(proc, "exe", &exe, 0) == 0 else {
+            let code = errno
+            // The kernel shows a process's executable, environment and memory layout only to
+            // a reader that may ptrace it: not to a daemon of the user when the process is not
+            // dumpable (setuid, or one of ours that made itself so) or another user's.
+            if code == EACCES || code == EPERM {
+                throw fail(.io("process \(pin.pid) hides its executable from the daemon (it is not dumpable, or not the user's)"))
+            }
+            throw fail(.io("/proc/\(pin.pid)/exe: \(String(cString: strerror(code)))"))
+        }
         var buffer = [UInt8](repeating: 0, count: 4096)
         let n = ProcFile.reread(statFD, into: &buffer)
-        guard n > 0, let layout = ProcStat(Array(buffer[..<n])) else { throw fail(.io("/proc/\(pin.pid)/stat is unreadable")) }
+        guard n > 0, let layout = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pin.pid)/stat is unreadable")) }
         guard layout.isSettled else { _ = fail(.io("")); return nil }
-        var exe = stat()
-        guard fstatat(proc, "exe", &exe, 0) == 0 else { throw fail(.io("/proc/\(pin.pid)/exe: \(String(cString: strerror(errno)))")) }
         let facts: CallerFacts
         do { facts = try CallerFacts.read(pin, proc: proc) } catch { throw fail(error) }
-        // The facts were read after the layout: if the process exec'd in between they would
-        // belong to another image than the one the layout pins.
-        guard facts.startTime == layout.startTime, recheckLayout(statFD, layout) else {
+        // The facts were read after the layout and the executable's stat: if the process
+        // exec'd in between they would belong to another image than the one those pin.
+        var exeAfter = stat()
+        guard facts.startTime == layout.startTime, recheckLayout(statFD, layout),
+              fstatat(proc, "exe", &exeAfter, 0) == 0, FileStatKey(exeAfter) == FileStatKey(exe) else {
             _ = fail(.io(""))
             return nil
         }

@@ -4,7 +4,7 @@ import XCTest
 import KeychainErrors
 import KeychainModel
 
-final class AccessListTests: XCTestCase {
+final class AccessListTests: AccessTestCase {
     func testTextRoundTripsEveryKindOfProgram() throws {
         let text = "/usr/bin/head\n/usr/bin/python3 /home/me/bin/sync.py\nflatpak:org.gnome.Fractal\n/opt/my%20app/run%25me\n"
         let programs = try AccessList.programs(parsing: text)
@@ -66,7 +66,7 @@ final class AccessListTests: XCTestCase {
     }
 
     func testSettingTheListAgainKeepsThePinsItHolds() throws {
-        let dir = TestDirectory()
+        let dir = directory()
         let prog = try dir.copy("/usr/bin/head", as: "prog")
         let first = try list(prog)
         // The binary changes; setting the same list again does not allow the new one...
@@ -80,7 +80,7 @@ final class AccessListTests: XCTestCase {
     }
 
     func testAddingReplacesTheSameProgramAndStopsAtTheLimit() throws {
-        let dir = TestDirectory()
+        let dir = directory()
         let prog = try dir.copy("/usr/bin/head", as: "prog")
         let old = try list(prog, "/usr/bin/tail")
         _ = try dir.copy("/usr/bin/cat", as: "prog")
@@ -94,7 +94,7 @@ final class AccessListTests: XCTestCase {
     }
 
     func testSealedFormRoundTrips() throws {
-        let dir = TestDirectory()
+        let dir = directory()
         let script = try dir.write("print('hi')\n", as: "sync.py")
         let original = try list("/usr/bin/head", "/usr/bin/python3 \(script)", "flatpak:org.example.App")
         let bytes = original.encoded

@@ -4,8 +4,8 @@ import XCTest
 @testable import KeychainAccess
 import KeychainModel
 
-final class AccessLogTests: XCTestCase {
-    private let dir = TestDirectory()
+final class AccessLogTests: AccessTestCase {
+    private lazy var dir = directory()
     private let item = genericItem("github", "bob")
 
     func testEachRefusalAndAnswerIsLoggedWithTheCommandThatWouldAllowIt() throws {

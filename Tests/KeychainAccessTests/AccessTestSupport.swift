@@ -78,7 +78,25 @@ struct TestFailure: Error, CustomStringConvertible {
     init(_ d: String) { description = d }
 }
 
-/// A private temporary directory, removed at the end.
+/// The tests' base: every directory made with `directory()` is removed in tearDown (XCTest
+/// keeps test case instances alive to the end of the run, so deinit is too late).
+class AccessTestCase: XCTestCase {
+    private var directories: [TestDirectory] = []
+
+    func directory() -> TestDirectory {
+        let d = TestDirectory()
+        directories.append(d)
+        return d
+    }
+
+    override func tearDown() {
+        directories.forEach { $0.remove() }
+        directories = []
+        super.tearDown()
+    }
+}
+
+/// A private temporary directory.
 final class TestDirectory {
     let path: String
 
@@ -88,7 +106,7 @@ final class TestDirectory {
         path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
     }
 
-    deinit { try? FileManager.default.removeItem(atPath: path) }
+    func remove() { try? FileManager.default.removeItem(atPath: path) }
 
     /// Copies a file (an executable stays executable).
     func copy(_ source: String, as name: String) throws -> String {

@@ -5,7 +5,7 @@ import XCTest
 import KeychainModel
 
 /// Real processes, identified through /proc and judged against access lists.
-final class CallerTests: XCTestCase {
+final class CallerTests: AccessTestCase {
     private let access = AccessControl(settings: .none, log: nil)
     private let item = genericItem()
 
@@ -35,6 +35,21 @@ final class CallerTests: XCTestCase {
         XCTAssertTrue(isRefused(outcome, containing: "cannot identify the caller"), "\(outcome)")
     }
 
+    /// As the daemon runs (a normal user, not root), a process that made itself non-dumpable
+    /// hides its executable and environment: it cannot be identified, so it is refused. Run
+    /// as a normal user: `setpriv --reuid=nobody ... keychainfsPackageTests.xctest`.
+    func testANonDumpableCallerCannotBeIdentifiedByANormalUser() throws {
+        try XCTSkipIf(geteuid() == 0, "root reads every process's /proc files")
+        let hidden = try TestProcess(["/usr/bin/python3", "-c",
+                                      "import ctypes, sys; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); sys.stdin.read()"],
+                                     waitForExecutable: "/usr/bin/python3.11")
+        try TestProcess.waitUntil("it is not dumpable") { TestProcess.executable(of: hidden.pid) == nil }
+        let outcome = access.decide(threadID: hidden.pid, item: item, operation: .read, list: try list("/usr/bin/python3"))
+        XCTAssertTrue(isRefused(outcome, containing: "hides its executable from the daemon"), "\(outcome)")
+        // An empty list asks nothing of it.
+        XCTAssertEqual(access.decide(threadID: hidden.pid, item: item, operation: .read, list: .anyProgram), .allowed)
+    }
+
     func testAnEmptyListIsAnyProgramWithoutLookingAtTheCaller() throws {
         // Not even a real pid: an empty list never identifies anyone.
         XCTAssertEqual(access.decide(threadID: 999_999_999, item: item, operation: .read, list: .anyProgram), .allowed)
@@ -50,7 +65,7 @@ final class CallerTests: XCTestCase {
     }
 
     func testACopyOfHeadIsAnotherProgram() throws {
-        let dir = TestDirectory()
+        let dir = directory()
         let copy = try dir.copy("/usr/bin/head", as: "head")
         let process = try TestProcess([copy], waitForExecutable: copy)
         let facts = try access.identify(threadID: process.pid)
@@ -97,7 +112,7 @@ final class CallerTests: XCTestCase {
     }
 
     func testAReplacedBinaryIsRefusedUntilAllowedAgain() throws {
-        let dir = TestDirectory()
+        let dir = directory()
         let prog = try dir.copy("/usr/bin/head", as: "prog")
         let allowed = try list(prog)
         let before = try TestProcess([prog], waitForExecutable: prog)
@@ -117,7 +132,7 @@ final class CallerTests: XCTestCase {
     }
 
     func testABinaryChangedInPlaceIsAnotherProgram() throws {
-        let dir = TestDirectory()
+        let dir = directory()
         let prog = try dir.copy("/usr/bin/head", as: "prog")
         let allowed = try list(prog)
         // Same inode, one byte more (what a rebuild writing in place leaves).
@@ -131,7 +146,7 @@ final class CallerTests: XCTestCase {
 
     func testAPathNowNamingAnotherFileIsAReplacedExecutable() throws {
         try XCTSkipUnless(geteuid() == 0, "bind mounts need root")
-        let dir = TestDirectory()
+        let dir = directory()
         let prog = try dir.copy("/usr/bin/head", as: "prog")
         let process = try TestProcess([prog], waitForExecutable: prog)
         let mount = try TestProcess(["/bin/mount", "--bind", "/usr/bin/tail", prog])
@@ -145,7 +160,7 @@ final class CallerTests: XCTestCase {
     }
 
     func testInterpreterPlusScriptMatchesOnlyThatScript() throws {
-        let dir = TestDirectory()
+        let dir = directory()
         let sync = try dir.write("import sys\nsys.stdin.read()\n", as: "sync.py")
         let other = try dir.write("import sys\nsys.stdin.read()\n", as: "other.py")
         let rule = try list("/usr/bin/python3 \(sync)")
@@ -168,7 +183,7 @@ final class CallerTests: XCTestCase {
     }
 
     func testAProcessThatExecsIsIdentifiedAgain() throws {
-        let dir = TestDirectory()
+        let dir = directory()
         let script = try dir.write("import os, sys\nsys.stdin.readline()\nos.execv('/usr/bin/head', ['head'])\n", as: "then-head.py")
         let rule = try list("/usr/bin/python3 \(script)")
         let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: "/usr/bin/python3.11")
@@ -181,7 +196,7 @@ final class CallerTests: XCTestCase {
     }
 
     func testAThreadIsMappedToItsProcess() throws {
-        let dir = TestDirectory()
+        let dir = directory()
         let script = try dir.write("""
             import sys, threading
             threading.Thread(target=lambda: sys.stdin.read()).start()
@@ -199,7 +214,7 @@ final class CallerTests: XCTestCase {
     }
 
     func testASocketPeerIsPinnedByItsPidfd() throws {
-        let dir = TestDirectory()
+        let dir = directory()
         let path = dir.path + "/s"
         let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         defer { close(listener) }
@@ -228,7 +243,7 @@ final class CallerTests: XCTestCase {
 
     func testAFlatpakAppIsKnownByItsSandboxInfo() throws {
         try XCTSkipUnless(geteuid() == 0, "a fake sandbox root needs mount and chroot")
-        let dir = TestDirectory()
+        let dir = directory()
         let root = dir.path + "/root"
         XCTAssertEqual(mkdir(root, 0o755), 0)
         XCTAssertEqual(mkdir(root + "/usr", 0o755), 0)

@@ -6,9 +6,9 @@ import KeychainModel
 
 /// The prompt through a scripted pinentry (a shell script speaking Assuan) and a real
 /// pinentry-tty in tmux, and what each answer does.
-final class PromptTests: XCTestCase {
+final class PromptTests: AccessTestCase {
     private let item = genericItem("github", "bob")
-    private let dir = TestDirectory()
+    private lazy var dir = directory()
 
     private func control(_ answer: String, timeout: Int = 5, log: AccessLog? = nil) throws -> (AccessControl, String) {
         let pinentry = try scriptedPinentry(in: dir, answer: answer)
