@@ -1,6 +1,8 @@
+#define _GNU_SOURCE
 #include "CProcessPin.h"
 #include <errno.h>
 #include <poll.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -32,4 +34,8 @@ int kcfs_pidfd_alive(int pidfd) {
     if (n < 0) return -1;
     if (p.revents & POLLNVAL) { errno = EBADF; return -1; }
     return n == 0 ? 1 : 0;
+}
+
+int kcfs_spawn_close_from(posix_spawn_file_actions_t *actions, int from) {
+    return posix_spawn_file_actions_addclosefrom_np(actions, from);
 }

@@ -7,8 +7,10 @@
 // a rebuilt or replaced binary, or another script under an allowed interpreter is another
 // program. A caller is refused even when listed if it is being traced (TracerPid), if it
 // started with LD_PRELOAD, LD_AUDIT or LD_LIBRARY_PATH, or if its executable was deleted or
-// replaced since it started. For the rest a human decides through a pinentry prompt; with no
-// prompt, or none in time, the answer is no. Every refusal and answer is logged.
+// replaced since it started (those are refused outright, not prompted). For the rest a human
+// decides through a pinentry prompt; with no prompt, or none in time, the answer is no. Every
+// refusal and answer is logged. The check is made when a program opens an item or asks the
+// control socket; a handle opened while allowed keeps working, as with file permissions.
 //
 // What it does not protect against. Code of the same user that drives an allowed program:
 // its arguments, its input, its environment beyond the loader variables (PYTHONPATH, a
@@ -19,6 +21,10 @@
 // unsandboxed process of the user can fake in a namespace of its own, as it can for
 // xdg-desktop-portal. The same holds for every same-user design on Linux. To go further,
 // run the program as its own systemd unit (another uid, or DynamicUser) or in a sandbox.
+//
+// What it cannot see. A process that is not dumpable (setuid programs, and any that made
+// itself so) hides /proc/PID/exe and environ from the daemon of the user, so it cannot be
+// identified and is refused by a non-empty list (an empty list identifies no one).
 
 import Foundation
 import Glibc
@@ -74,6 +80,12 @@ package enum AccessOutcome: Sendable, Equatable {
 /// Decides per request whether the calling process may use an item, asking the user when a
 /// prompt is configured. Its state: the processes it has identified (each with the grants of
 /// Allow once) and one prompt slot.
+///
+/// How the gate calls it: at open() of an item's file, `decide(threadID:)` with the FUSE
+/// request's pid (a thread id), `.read` or `.write` by the open flags, once per open, not per
+/// read; for the control socket, `PinnedProcess.forSocketPeer` once per connection, then
+/// `decide(process:)` per request. `.refused` is EACCES (and the CLI's access-denied exit
+/// code); `.allowedAlways(rule)` asks the owner to add `rule` to the item's list, sealed.
 ///
 /// Lock order: `promptSlot`, then `processes`, then `AccessLog`'s. Nothing slow is done under
 /// `processes` (identifying a process reads /proc and may hash a binary; that happens outside

@@ -1,3 +1,4 @@
+import CProcessPin
 import Glibc
 
 /// The user's answer to an access prompt.
@@ -133,6 +134,8 @@ package struct Pinentry: Sendable {
         posix_spawn_file_actions_adddup2(&actions, socket, 0)
         posix_spawn_file_actions_adddup2(&actions, socket, 1)
         posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        // Nothing of the daemon's (the FUSE device, the store) reaches the prompt program.
+        _ = kcfs_spawn_close_from(&actions, 3)
         let argv = [strdup(path)] + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0

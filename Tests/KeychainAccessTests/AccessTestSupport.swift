@@ -131,6 +131,7 @@ func scriptedPinentry(in dir: TestDirectory, answer: String) throws -> (path: St
     let transcript = dir.path + "/transcript-\(answer)"
     let script = """
     #!/bin/sh
+    for f in /proc/$$/fd/*; do echo "FD $(readlink "$f")"; done >> '\(transcript)'
     echo "OK Pleased to meet you"
     while IFS= read -r line; do
       printf '%s\\n' "$line" >> '\(transcript)'

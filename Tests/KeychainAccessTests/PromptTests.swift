@@ -144,6 +144,18 @@ final class PromptTests: AccessTestCase {
         XCTAssertTrue(lines.allSatisfy { $0.utf8.count <= Pinentry.maxLine })
     }
 
+    func testThePinentryGetsNoDescriptorOfTheDaemon() throws {
+        let (access, transcript) = try control("cancel")
+        let secretFile = try dir.write("not for the prompt", as: "store.db")
+        let leaked = open(secretFile, O_RDONLY)  // no O_CLOEXEC, as a careless library might
+        defer { close(leaked) }
+        let cat = try TestProcess(["/bin/cat"], waitForExecutable: "/usr/bin/cat")
+        _ = access.decide(threadID: cat.pid, item: item, operation: .read, list: try list("/usr/bin/head"))
+        let fds = try String(contentsOfFile: transcript, encoding: .utf8).split(separator: "\n").filter { $0.hasPrefix("FD ") }
+        XCTAssertFalse(fds.isEmpty)
+        XCTAssertFalse(fds.contains { $0.contains("store.db") }, "\(fds)")
+    }
+
     func testALongDescriptionIsCutToOneAssuanLine() {
         let line = Pinentry.line("SETDESC", String(repeating: "a%\n", count: 2000))
         XCTAssertLessThanOrEqual(line.utf8.count, Pinentry.maxLine)
