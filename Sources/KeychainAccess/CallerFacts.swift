@@ -79,27 +79,53 @@ package struct CallerFacts: Sendable {
             executableReplaced: !deleted && Self.pathNamesAnotherFile(link, than: identity, proc: proc),
             commandLine: commandLine, workingDirectory: cwd,
             terminal: Self.terminalName(stat.terminal), loaderVariables: loader, terminalType: term,
-            scriptPath: Self.scriptArgument(commandLine, cwd: cwd), flatpakAppID: Self.flatpakAppID(proc: proc))
+            scriptPath: Self.scriptArgument(commandLine, cwd: cwd, interpreter: link), flatpakAppID: Self.flatpakAppID(proc: proc))
         // Everything above counts only if it was read of the process the pidfd pins.
         guard process.isAlive else { throw .io("process \(pid) exited while it was identified") }
         return facts
     }
 
-    /// The script an interpreter runs: its first argument, when it is no option. Options
-    /// before the script (`python3 -u x.py`) are not recognised, so a rule never matches a
-    /// command line whose meaning depends on the interpreter's options (`-c CODE x.py`).
-    static func scriptArgument(_ argv: [String], cwd: String) -> String? {
-        guard argv.count >= 2, let first = argv[1].first, first != "-" else { return nil }
-        let arg = argv[1]
+    /// The script an interpreter runs: the first argument that is no option, after only
+    /// options that take no argument and supply no code (`bash -e x.sh`, `python3 -u x.py`,
+    /// as a shebang line with an option runs it). Anything else before it (`-c CODE`, `-m`,
+    /// `-W arg`) means no script is recognised, so no script rule can match.
+    static func scriptArgument(_ argv: [String], cwd: String, interpreter: String) -> String? {
+        guard let index = scriptIndex(argv, interpreter: interpreter) else { return nil }
+        let arg = argv[index]
         return arg.hasPrefix("/") ? arg : (cwd.hasSuffix("/") ? cwd : cwd + "/") + arg
+    }
+
+    static func scriptIndex(_ argv: [String], interpreter: String) -> Int? {
+        let safe = Self.flagsWithoutCode(interpreter)
+        var i = 1
+        while i < argv.count, argv[i].hasPrefix("-") {
+            let letters = argv[i].dropFirst()
+            guard !letters.isEmpty, letters.allSatisfy({ safe.contains($0) }) else { return nil }
+            i += 1
+        }
+        guard i < argv.count, !argv[i].isEmpty else { return nil }
+        return i
+    }
+
+    /// Single-letter options of common interpreters that take no argument and run no code
+    /// given on the command line or on standard input.
+    private static func flagsWithoutCode(_ interpreter: String) -> Set<Character> {
+        let name = interpreter.split(separator: "/").last.map(String.init) ?? interpreter
+        let base = String(name.prefix(while: { !$0.isNumber && $0 != "." }))
+        switch base {
+        case "python": return Set("BbEIOqsSuv")
+        case "sh", "bash", "dash", "zsh", "ksh", "mksh": return Set("aefhmnuvxBCEHPT")
+        case "perl": return Set("wWXtTU")
+        default: return []
+        }
     }
 
     /// The identity of the script the caller names, opened the way the process would open it:
     /// relative to its working directory or its root. Small files only (a script, not `head`'s
     /// argument, a disk image, is what rules name).
     func scriptIdentity(proc: Int32) -> FileIdentity? {
-        guard commandLine.count >= 2, scriptPath != nil else { return nil }
-        let arg = commandLine[1]
+        guard scriptPath != nil, let index = Self.scriptIndex(commandLine, interpreter: executablePath) else { return nil }
+        let arg = commandLine[index]
         let base = arg.hasPrefix("/") ? "root" : "cwd"
         let relative = arg.hasPrefix("/") ? String(arg.dropFirst()) : arg
         let dir = openat(proc, base, O_RDONLY | O_DIRECTORY | O_CLOEXEC)

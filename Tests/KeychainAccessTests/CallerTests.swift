@@ -171,7 +171,11 @@ final class CallerTests: AccessTestCase {
         let relative = try TestProcess(["/bin/sh", "-c", "cd '\(dir.path)' && exec /usr/bin/python3 sync.py"], waitForExecutable: python)
         XCTAssertEqual(try access.identify(threadID: relative.pid).scriptPath, sync)
         XCTAssertEqual(access.decide(threadID: relative.pid, item: item, operation: .read, list: rule), .allowed)
+        // Options that run no code may come first, as a shebang line's do.
+        let unbuffered = try TestProcess(["/usr/bin/python3", "-u", "-B", sync], waitForExecutable: python)
+        XCTAssertEqual(access.decide(threadID: unbuffered.pid, item: item, operation: .read, list: rule), .allowed)
         for argv in [["/usr/bin/python3", other], ["/usr/bin/python3", "-c", "import sys; sys.stdin.read()", sync],
+                     ["/usr/bin/python3", "-W", "ignore", sync], ["/usr/bin/python3", "-uc", "import sys; sys.stdin.read()", sync],
                      ["/usr/bin/python3"]] {
             let process = try TestProcess(argv, waitForExecutable: python)
             XCTAssertTrue(isRefused(access.decide(threadID: process.pid, item: item, operation: .read, list: rule)), "\(argv)")
@@ -180,6 +184,32 @@ final class CallerTests: AccessTestCase {
         _ = try dir.write("import sys\nsys.stdin.read()\n# edited\n", as: "sync.py")
         let edited = try TestProcess(["/usr/bin/python3", sync], waitForExecutable: python)
         XCTAssertTrue(isRefused(access.decide(threadID: edited.pid, item: item, operation: .read, list: rule)))
+    }
+
+    func testAShellScriptRunByItsShebangMatchesItsRule() throws {
+        let dir = directory()
+        let script = try dir.write("#!/bin/bash -e\nread line\n", as: "job.sh", mode: 0o755)
+        let process = try TestProcess([script], waitForExecutable: "/usr/bin/bash")
+        XCTAssertEqual(try access.identify(threadID: process.pid).commandLine, ["/bin/bash", "-e", script])
+        XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/bin/bash \(script)")), .allowed)
+        XCTAssertTrue(isRefused(access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/bin/bash /etc/profile"))))
+    }
+
+    func testScriptArgumentsAreRecognisedOnlyAfterOptionsThatRunNoCode() {
+        func script(_ argv: [String], _ interpreter: String = "/usr/bin/python3.11") -> String? {
+            CallerFacts.scriptArgument(argv, cwd: "/home/me", interpreter: interpreter)
+        }
+        XCTAssertEqual(script(["python3", "sync.py", "--flag"]), "/home/me/sync.py")
+        XCTAssertEqual(script(["python3", "-uI", "/abs/sync.py"]), "/abs/sync.py")
+        XCTAssertNil(script(["python3", "-m", "http.server"]))
+        XCTAssertNil(script(["python3", "-X", "dev", "sync.py"]))
+        XCTAssertNil(script(["python3", "-", "sync.py"]))
+        XCTAssertNil(script(["python3", "-i", "sync.py"]), "interactive: reads code from its input after the script")
+        XCTAssertEqual(script(["bash", "-eu", "job.sh"], "/usr/bin/bash"), "/home/me/job.sh")
+        XCTAssertNil(script(["bash", "-c", "cat x", "job.sh"], "/usr/bin/bash"))
+        XCTAssertNil(script(["perl", "-e", "print 1", "x.pl"], "/usr/bin/perl"))
+        XCTAssertNil(script(["node", "--inspect", "x.js"], "/usr/bin/node"))
+        XCTAssertEqual(script(["node", "x.js"], "/usr/bin/node"), "/home/me/x.js")
     }
 
     func testAProcessThatExecsIsIdentifiedAgain() throws {

@@ -78,8 +78,7 @@ final class PromptTests: AccessTestCase {
 
     func testAnInterpreterWithoutARecognisedScriptIsNotOfferedAlwaysAllow() throws {
         let (access, transcript) = try control("notok")
-        let script = try dir.write("import sys\nsys.stdin.read()\n", as: "sync.py")
-        let process = try TestProcess(["/usr/bin/python3", "-u", script], waitForExecutable: "/usr/bin/python3.11")
+        let process = try TestProcess(["/usr/bin/python3", "-c", "import sys; sys.stdin.read()"], waitForExecutable: "/usr/bin/python3.11")
         let outcome = access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/usr/bin/head"))
         XCTAssertTrue(isRefused(outcome), "the interpreter alone is never added: \(outcome)")
         let sent = try String(contentsOfFile: transcript, encoding: .utf8)
