@@ -371,7 +371,8 @@ struct Grant: Hashable {
 final class CachedProcess: @unchecked Sendable {
     let pin: PinnedProcess
     let facts: CallerFacts
-    private let proc: Int32
+    /// `/proc/PID/exe`, stat'ed on every check (by path: the pidfd vouches for the pid).
+    private let exePath: String
     private let statFD: Int32
     private let statusFD: Int32
     private let layout: ProcStat
@@ -430,7 +431,8 @@ final class CachedProcess: @unchecked Sendable {
             _ = fail(.io(""))
             return nil
         }
-        self.proc = proc
+        close(proc)
+        self.exePath = "/proc/\(pin.pid)/exe"
         self.statFD = statFD
         self.statusFD = statusFD
         self.layout = layout
@@ -439,7 +441,6 @@ final class CachedProcess: @unchecked Sendable {
     }
 
     deinit {
-        close(proc)
         close(statFD)
         close(statusFD)
     }
@@ -449,7 +450,7 @@ final class CachedProcess: @unchecked Sendable {
         guard pin.isAlive, recheckLayout(statFD, layout) else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()
-        guard fstatat(proc, "exe", &exe, 0) == 0, FileStatKey(exe) == exeKey,
+        guard stat(exePath, &exe) == 0, FileStatKey(exe) == exeKey,
               exe.st_nlink > 0 || facts.executableDeleted else { return nil }
         // TracerPid is near the top; the rest of the file need not be copied out.
         var buffer = [UInt8](repeating: 0, count: 512)
@@ -465,7 +466,12 @@ final class CachedProcess: @unchecked Sendable {
     /// an interpreter-plus-script rule for its interpreter needs it).
     func scriptIdentity() -> FileIdentity? {
         if let known = script.withLock({ $0 }) { return known }
+        let proc = open("/proc/\(pin.pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard proc >= 0 else { return nil }
+        defer { close(proc) }
         let identity = facts.scriptIdentity(proc: proc)
+        // Read of this process only if it still runs (its pid is not yet anyone else's).
+        guard pin.isAlive else { return nil }
         script.withLock { $0 = .some(identity) }
         return identity
     }
@@ -479,9 +485,11 @@ private func recheckLayout(_ fd: Int32, _ layout: ProcStat) -> Bool {
 }
 
 /// The identified processes by pid. An entry whose process has gone or exec'd is dropped on
-/// its next lookup; past `capacity` the dead are swept, then the least recently used.
+/// its next lookup. Each entry holds three descriptors (pidfd, stat, status), so the table is
+/// small: past `capacity` the dead are swept, then the least recently used of those holding
+/// no Allow once (a grant is the user's answer; it is not dropped to make room).
 struct ProcessTable {
-    static let capacity = 1024
+    static let capacity = 128
     private(set) var entries: [pid_t: CachedProcess] = [:]
     private var clock: UInt64 = 0
 
@@ -497,11 +505,11 @@ struct ProcessTable {
         entry.lastUse = clock
         // A process seen again after an exec starts with no grants: it is another program.
         entries[entry.pin.pid] = entry
-        if entries.count > Self.capacity {
-            entries = entries.filter { $0.value.pin.isAlive }
-            while entries.count > Self.capacity, let oldest = entries.min(by: { $0.value.lastUse < $1.value.lastUse }) {
-                entries[oldest.key] = nil
-            }
+        guard entries.count > Self.capacity else { return }
+        entries = entries.filter { $0.value.pin.isAlive }
+        while entries.count > Self.capacity,
+              let oldest = entries.filter({ $0.value.grants.isEmpty }).min(by: { $0.value.lastUse < $1.value.lastUse }) {
+            entries[oldest.key] = nil
         }
     }
 

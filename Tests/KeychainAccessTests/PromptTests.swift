@@ -36,6 +36,23 @@ final class PromptTests: AccessTestCase {
         XCTAssertEqual(confirms(transcript), 4)
     }
 
+    func testTheCacheStaysSmallButKeepsAllowOnce() throws {
+        let (access, transcript) = try control("ok")
+        let headOnly = try list("/usr/bin/head")
+        let cat = try TestProcess(["/bin/cat"], waitForExecutable: "/usr/bin/cat")
+        XCTAssertEqual(access.decide(threadID: cat.pid, item: item, operation: .read, list: headOnly), .allowed)
+        var crowd: [TestProcess] = []
+        for _ in 0...ProcessTable.capacity {
+            let head = try TestProcess(["/usr/bin/head"], waitForExecutable: "/usr/bin/head")
+            XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly), .allowed)
+            crowd.append(head)
+        }
+        XCTAssertLessThanOrEqual(access.cachedProcessCount, ProcessTable.capacity, "three descriptors each: the table is bounded")
+        XCTAssertEqual(access.decide(threadID: cat.pid, item: item, operation: .read, list: headOnly), .allowed)
+        XCTAssertEqual(confirms(transcript), 1, "the Allow once was not evicted to make room")
+        crowd.forEach { $0.stop() }
+    }
+
     func testAllowOnceEndsWhenTheProcessExecsAnotherProgram() throws {
         let (access, transcript) = try control("ok")
         let script = try dir.write("import os, sys\nsys.stdin.readline()\nos.execv('/usr/bin/head', ['head'])\n", as: "then-head.py")
