@@ -351,8 +351,9 @@ package final class AccessControl: Sendable {
     /// Reads a process's facts (outside the table's lock: it may hash a binary) and caches them.
     private func identify(_ pin: PinnedProcess) throws(KeychainError) -> CachedProcess {
         let entry = try CachedProcess.identify(pin)
-        processes.withLock { $0.insert(entry) }
-        return entry
+        // Two requests of one process may have identified it at once: they share one entry,
+        // so that an Allow once given to either counts for both.
+        return processes.withLock { $0.insert(entry) }
     }
 }
 
@@ -375,8 +376,8 @@ final class CachedProcess: @unchecked Sendable {
     private let exePath: String
     private let statFD: Int32
     private let statusFD: Int32
-    private let layout: ProcStat
-    private let exeKey: FileStatKey
+    let layout: ProcStat
+    let exeKey: FileStatKey
     var grants: Set<Grant> = []
     var lastUse: UInt64 = 0
     private let script = Mutex<FileIdentity??>(nil)
@@ -500,11 +501,23 @@ struct ProcessTable {
         return entry
     }
 
-    mutating func insert(_ entry: CachedProcess) {
+    /// Inserts `entry`, or returns the entry already there for the same image of the same
+    /// process (identified by a concurrent request).
+    mutating func insert(_ entry: CachedProcess) -> CachedProcess {
         clock += 1
+        if let existing = entries[entry.pin.pid], existing.facts.startTime == entry.facts.startTime,
+           existing.layout == entry.layout, existing.exeKey == entry.exeKey, existing.pin.isAlive {
+            existing.lastUse = clock
+            return existing
+        }
         entry.lastUse = clock
         // A process seen again after an exec starts with no grants: it is another program.
         entries[entry.pin.pid] = entry
+        defer { evictBeyondCapacity() }
+        return entry
+    }
+
+    private mutating func evictBeyondCapacity() {
         guard entries.count > Self.capacity else { return }
         entries = entries.filter { $0.value.pin.isAlive }
         while entries.count > Self.capacity,

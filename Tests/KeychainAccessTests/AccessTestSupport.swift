@@ -126,7 +126,7 @@ final class TestDirectory {
 }
 
 /// A pinentry stand-in that speaks Assuan and gives one scripted answer to CONFIRM
-/// (`ok`, `notok`, `cancel`, `never`, `garbage`, `exit`), writing what it was sent to a file.
+/// (`ok`, `slow-ok`, `notok`, `cancel`, `never`, `garbage`, `exit`), writing what it was sent to a file.
 func scriptedPinentry(in dir: TestDirectory, answer: String) throws -> (path: String, transcript: String) {
     let transcript = dir.path + "/transcript-\(answer)"
     let script = """
@@ -139,6 +139,7 @@ func scriptedPinentry(in dir: TestDirectory, answer: String) throws -> (path: St
         CONFIRM*)
           case '\(answer)' in
             ok) echo OK ;;
+            slow-ok) sleep 0.5; echo OK ;;
             notok) echo "ERR 83886194 Not confirmed <Pinentry>" ;;
             cancel) echo "ERR 83886179 Operation cancelled <Pinentry>" ;;
             never) exec sleep 1000 ;;
@@ -154,7 +155,6 @@ func scriptedPinentry(in dir: TestDirectory, answer: String) throws -> (path: St
 }
 
 func genericItem(_ service: String = "svc", _ account: String = "acct") -> AccessItem {
-    // swiftlint:disable:next force_try
     let key = try! GenericPasswordKey(service: service, account: account)
     return AccessItem(id: "\(service)/\(account)", path: "/mnt/k/\(service)/\(account)", key: .generic(key))
 }

@@ -36,6 +36,23 @@ final class PromptTests: AccessTestCase {
         XCTAssertEqual(confirms(transcript), 4)
     }
 
+    func testTwoRequestsOfOneProcessWaitingForOnePromptAreAnsweredByIt() throws {
+        let (access, transcript) = try control("slow-ok")
+        let headOnly = try list("/usr/bin/head")
+        let cat = try TestProcess(["/bin/cat"], waitForExecutable: "/usr/bin/cat")
+        let both = expectation(description: "both answered")
+        both.expectedFulfillmentCount = 2
+        let catPid = cat.pid, item = self.item
+        for _ in 0..<2 {
+            Thread.detachNewThread {
+                XCTAssertEqual(access.decide(threadID: catPid, item: item, operation: .read, list: headOnly), .allowed)
+                both.fulfill()
+            }
+        }
+        wait(for: [both], timeout: 10)
+        XCTAssertEqual(confirms(transcript), 1, "the second waited for the first prompt and took its answer")
+    }
+
     func testTheCacheStaysSmallButKeepsAllowOnce() throws {
         let (access, transcript) = try control("ok")
         let headOnly = try list("/usr/bin/head")
