@@ -58,11 +58,21 @@ package struct CallerFacts: Sendable {
         guard exe >= 0 else { throw .io("/proc/\(pid)/exe: \(String(cString: strerror(errno)))") }
         defer { close(exe) }
         let identity = try FileIdentity.of(descriptor: exe, shownAs: link)
-        let argv = try ProcFile.read(in: proc, "cmdline", limit: 1 << 16).split(separator: 0, omittingEmptySubsequences: false)
+        // A command line longer than we read is cut, its last word perhaps mid-path: it is
+        // shown with a mark and no script is recognised in it.
+        let cmdlineLimit = 1 << 16
+        let cmdline = try ProcFile.read(in: proc, "cmdline", limit: cmdlineLimit + 1)
+        let truncated = cmdline.count > cmdlineLimit
+        var argv = cmdline.prefix(cmdlineLimit).split(separator: 0, omittingEmptySubsequences: false)
             .map { String(decoding: $0, as: UTF8.self) }
-        let commandLine = argv.last == "" ? Array(argv.dropLast()) : argv
+        if truncated { argv[argv.count - 1] = "…" } else if argv.last == "" { argv.removeLast() }
+        let commandLine = argv
         let cwd = (try? ProcFile.readLink(at: proc, "cwd")) ?? "?"
-        let environ = try ProcFile.read(in: proc, "environ", limit: 1 << 20).split(separator: 0)
+        // The whole environment or nothing: a loader variable past a limit would go unseen.
+        let environLimit = 16 << 20
+        let environBytes = try ProcFile.read(in: proc, "environ", limit: environLimit + 1)
+        guard environBytes.count <= environLimit else { throw .io("process \(pid) has an environment too large to check") }
+        let environ = environBytes.split(separator: 0)
         var loader: [String] = []
         var term: String?
         for entry in environ {
@@ -79,7 +89,8 @@ package struct CallerFacts: Sendable {
             executableReplaced: !deleted && Self.pathNamesAnotherFile(link, than: identity, proc: proc),
             commandLine: commandLine, workingDirectory: cwd,
             terminal: Self.terminalName(stat.terminal), loaderVariables: loader, terminalType: term,
-            scriptPath: Self.scriptArgument(commandLine, cwd: cwd, interpreter: link), flatpakAppID: Self.flatpakAppID(proc: proc))
+            scriptPath: truncated ? nil : Self.scriptArgument(commandLine, cwd: cwd, interpreter: link),
+            flatpakAppID: Self.flatpakAppID(proc: proc))
         // Everything above counts only if it was read of the process the pidfd pins.
         guard process.isAlive else { throw .io("process \(pid) exited while it was identified") }
         return facts

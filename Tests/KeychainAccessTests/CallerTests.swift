@@ -186,6 +186,24 @@ final class CallerTests: AccessTestCase {
         XCTAssertTrue(isRefused(access.decide(threadID: edited.pid, item: item, operation: .read, list: rule)))
     }
 
+    func testACommandLineTooLongToReadRecognisesNoScript() throws {
+        let dir = directory()
+        let sync = try dir.write("import sys\nsys.stdin.read()\n", as: "sync.py")
+        _ = try dir.write("import sys\nsys.stdin.read()\n", as: "sync.py.evil")
+        // Padding of harmless options puts the 64 KiB cut inside the last word, right after
+        // ".../sync.py" of ".../sync.py.evil": read as cut, it would name the allowed script.
+        let room = (1 << 16) - sync.utf8.count - ("/usr/bin/python3".utf8.count + 1)
+        let k = (room - 4) / 3
+        let padding = Array(repeating: "-u", count: k) + ["-" + String(repeating: "u", count: room - 3 * k - 2)]
+        let argv = ["/usr/bin/python3"] + padding + [sync + ".evil"]
+        XCTAssertEqual(argv.dropLast().map { $0.utf8.count + 1 }.reduce(0, +) + sync.utf8.count, 1 << 16)
+        let process = try TestProcess(argv, waitForExecutable: "/usr/bin/python3.11")
+        let facts = try access.identify(threadID: process.pid)
+        XCTAssertEqual(facts.commandLine.last, "…")
+        XCTAssertNil(facts.scriptPath)
+        XCTAssertTrue(isRefused(access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/usr/bin/python3 \(sync)"))))
+    }
+
     func testAShellScriptRunByItsShebangMatchesItsRule() throws {
         let dir = directory()
         let script = try dir.write("#!/bin/bash -e\nread line\n", as: "job.sh", mode: 0o755)
