@@ -16,9 +16,13 @@
 // its arguments, its input, its environment beyond the loader variables (PYTHONPATH, a
 // shell's rc files), ptrace where yama allows it and /proc/PID/mem of an allowed process
 // (both need the same uid; a tracer attached after the check is not seen until the next
-// request), and a process rewriting its own command line, which an interpreter-plus-script
-// rule trusts. A Flatpak rule trusts `/.flatpak-info`, which a sandbox cannot change but an
-// unsandboxed process of the user can fake in a namespace of its own, as it can for
+// request). The loader variables and the command line are read from the process's own
+// memory, which its code can rewrite: a preloaded library can erase its LD_PRELOAD, and a
+// hostile script run by an allowed interpreter can pose as the allowed script (rewriting
+// its arguments, or changing directory under a relative script path). So an interpreter-
+// plus-script rule keeps out other programs, not hostile code given to the interpreter. A
+// Flatpak rule trusts `/.flatpak-info`, which a sandbox cannot change but an unsandboxed
+// process of the user can fake in a namespace of its own, as it can for
 // xdg-desktop-portal. The same holds for every same-user design on Linux. To go further,
 // run the program as its own systemd unit (another uid, or DynamicUser) or in a sandbox.
 //
