@@ -167,3 +167,10 @@ func isRefused(_ outcome: AccessOutcome, containing text: String? = nil) -> Bool
     guard case .refused(let reason) = outcome else { return false }
     return text.map { reason.contains($0) } ?? true
 }
+
+/// What /usr/bin/python3 runs (`/usr/bin/python3.11` on Debian 12): the path /proc/PID/exe shows.
+let pythonExecutable: String = {
+    guard let resolved = realpath("/usr/bin/python3", nil) else { return "/usr/bin/python3" }
+    defer { free(resolved) }
+    return String(cString: resolved)
+}()

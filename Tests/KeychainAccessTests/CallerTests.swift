@@ -42,7 +42,7 @@ final class CallerTests: AccessTestCase {
         try XCTSkipIf(geteuid() == 0, "root reads every process's /proc files")
         let hidden = try TestProcess(["/usr/bin/python3", "-c",
                                       "import ctypes, sys; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); sys.stdin.read()"],
-                                     waitForExecutable: "/usr/bin/python3.11")
+                                     waitForExecutable: pythonExecutable)
         try TestProcess.waitUntil("it is not dumpable") { TestProcess.executable(of: hidden.pid) == nil }
         let outcome = access.decide(threadID: hidden.pid, item: item, operation: .read, list: try list("/usr/bin/python3"))
         XCTAssertTrue(isRefused(outcome, containing: "hides its executable from the daemon"), "\(outcome)")
@@ -60,7 +60,7 @@ final class CallerTests: AccessTestCase {
         let headOnly = try list("/usr/bin/head")
         let cat = try TestProcess(["/bin/cat"], waitForExecutable: "/usr/bin/cat")
         XCTAssertTrue(isRefused(access.decide(threadID: cat.pid, item: item, operation: .read, list: headOnly)))
-        let python = try TestProcess(["/usr/bin/python3", "-c", "import sys; sys.stdin.read()"], waitForExecutable: "/usr/bin/python3.11")
+        let python = try TestProcess(["/usr/bin/python3", "-c", "import sys; sys.stdin.read()"], waitForExecutable: pythonExecutable)
         XCTAssertTrue(isRefused(access.decide(threadID: python.pid, item: item, operation: .read, list: headOnly)))
     }
 
@@ -164,7 +164,7 @@ final class CallerTests: AccessTestCase {
         let sync = try dir.write("import sys\nsys.stdin.read()\n", as: "sync.py")
         let other = try dir.write("import sys\nsys.stdin.read()\n", as: "other.py")
         let rule = try list("/usr/bin/python3 \(sync)")
-        let python = "/usr/bin/python3.11"
+        let python = pythonExecutable
         let good = try TestProcess(["/usr/bin/python3", sync], waitForExecutable: python)
         XCTAssertEqual(access.decide(threadID: good.pid, item: item, operation: .read, list: rule), .allowed)
         // Relative to its working directory, as `cd dir && python3 sync.py` runs it.
@@ -197,7 +197,7 @@ final class CallerTests: AccessTestCase {
         let padding = Array(repeating: "-u", count: k) + ["-" + String(repeating: "u", count: room - 3 * k - 2)]
         let argv = ["/usr/bin/python3"] + padding + [sync + ".evil"]
         XCTAssertEqual(argv.dropLast().map { $0.utf8.count + 1 }.reduce(0, +) + sync.utf8.count, 1 << 16)
-        let process = try TestProcess(argv, waitForExecutable: "/usr/bin/python3.11")
+        let process = try TestProcess(argv, waitForExecutable: pythonExecutable)
         let facts = try access.identify(threadID: process.pid)
         XCTAssertEqual(facts.commandLine.last, "…")
         XCTAssertNil(facts.scriptPath)
@@ -214,7 +214,7 @@ final class CallerTests: AccessTestCase {
     }
 
     func testScriptArgumentsAreRecognisedOnlyAfterOptionsThatRunNoCode() {
-        func script(_ argv: [String], _ interpreter: String = "/usr/bin/python3.11") -> String? {
+        func script(_ argv: [String], _ interpreter: String = pythonExecutable) -> String? {
             CallerFacts.scriptArgument(argv, cwd: "/home/me", interpreter: interpreter)
         }
         XCTAssertEqual(script(["python3", "sync.py", "--flag"]), "/home/me/sync.py")
@@ -234,7 +234,7 @@ final class CallerTests: AccessTestCase {
         let dir = directory()
         let script = try dir.write("import os, sys\nsys.stdin.readline()\nos.execv('/usr/bin/head', ['head'])\n", as: "then-head.py")
         let rule = try list("/usr/bin/python3 \(script)")
-        let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: "/usr/bin/python3.11")
+        let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: pythonExecutable)
         XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: rule), .allowed)
         process.send("go")
         try TestProcess.waitUntil("it execs head") { TestProcess.executable(of: process.pid) == "/usr/bin/head" }
@@ -249,7 +249,7 @@ final class CallerTests: AccessTestCase {
             import sys, threading
             threading.Thread(target=lambda: sys.stdin.read()).start()
             """, as: "threads.py")
-        let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: "/usr/bin/python3.11")
+        let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: pythonExecutable)
         var thread: pid_t = 0
         try TestProcess.waitUntil("a second thread") {
             let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process.pid)/task")) ?? []

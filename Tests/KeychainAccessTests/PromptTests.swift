@@ -73,7 +73,7 @@ final class PromptTests: AccessTestCase {
     func testAllowOnceEndsWhenTheProcessExecsAnotherProgram() throws {
         let (access, transcript) = try control("ok")
         let script = try dir.write("import os, sys\nsys.stdin.readline()\nos.execv('/usr/bin/head', ['head'])\n", as: "then-head.py")
-        let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: "/usr/bin/python3.11")
+        let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: pythonExecutable)
         let sshOnly = try list("/usr/bin/tail")
         XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: sshOnly), .allowed)
         process.send("go")
@@ -102,17 +102,17 @@ final class PromptTests: AccessTestCase {
     func testAlwaysAllowForAnInterpreterAddsItsScriptNotTheInterpreter() throws {
         let (access, _) = try control("notok")
         let script = try dir.write("import sys\nsys.stdin.read()\n", as: "sync.py")
-        let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: "/usr/bin/python3.11")
+        let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: pythonExecutable)
         guard case .allowedAlways(let rule) = access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/usr/bin/head")) else {
             return XCTFail("Always allow gives a rule")
         }
-        XCTAssertEqual(rule.program, .script(interpreter: "/usr/bin/python3.11", script: script))
+        XCTAssertEqual(rule.program, .script(interpreter: pythonExecutable, script: script))
         XCTAssertEqual(rule.script, try FileIdentity.of(path: script))
     }
 
     func testAnInterpreterWithoutARecognisedScriptIsNotOfferedAlwaysAllow() throws {
         let (access, transcript) = try control("notok")
-        let process = try TestProcess(["/usr/bin/python3", "-c", "import sys; sys.stdin.read()"], waitForExecutable: "/usr/bin/python3.11")
+        let process = try TestProcess(["/usr/bin/python3", "-c", "import sys; sys.stdin.read()"], waitForExecutable: pythonExecutable)
         let outcome = access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/usr/bin/head"))
         XCTAssertTrue(isRefused(outcome), "the interpreter alone is never added: \(outcome)")
         let sent = try String(contentsOfFile: transcript, encoding: .utf8)
@@ -157,7 +157,7 @@ final class PromptTests: AccessTestCase {
         let (access, transcript) = try control("cancel")
         let script = try dir.write("import sys\nsys.stdin.read()\n", as: "sync.py")
         let forged = "x\nProgram: /usr/bin/ssh\u{1b}[2J"
-        let process = try TestProcess(["/usr/bin/python3", script, forged], waitForExecutable: "/usr/bin/python3.11")
+        let process = try TestProcess(["/usr/bin/python3", script, forged], waitForExecutable: pythonExecutable)
         _ = access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/usr/bin/head"))
         let lines = try String(contentsOfFile: transcript, encoding: .utf8).split(separator: "\n").map(String.init)
         for verb in ["SETTITLE ", "SETPROMPT ", "SETOK Allow _once", "SETNOTOK _Always allow", "SETCANCEL _Deny", "SETTIMEOUT 5"] {
@@ -165,13 +165,13 @@ final class PromptTests: AccessTestCase {
         }
         let desc = try XCTUnwrap(lines.first { $0.hasPrefix("SETDESC ") })
         let shown = desc.replacingOccurrences(of: "%0A", with: "\n")
-        XCTAssertTrue(shown.contains("Program: /usr/bin/python3.11\n"), shown)
+        XCTAssertTrue(shown.contains("Program: \(pythonExecutable)\n"), shown)
         XCTAssertTrue(shown.contains("Process: \(process.pid), parent \(getpid()) ("), shown)
         XCTAssertTrue(shown.contains("terminal none"), shown)
         XCTAssertTrue(shown.contains("/mnt/k/github/bob (read)"), shown)
         XCTAssertTrue(shown.contains("wants to read the secret of /mnt/k/github/bob"), shown)
         XCTAssertTrue(shown.contains("Command: /usr/bin/python3 \(script) 'x\\x0aProgram: /usr/bin/ssh\\x1b[2J'"), shown)
-        XCTAssertTrue(shown.contains("Always allow adds: /usr/bin/python3.11 \(script)"), shown)
+        XCTAssertTrue(shown.contains("Always allow adds: \(pythonExecutable) \(script)"), shown)
         XCTAssertFalse(desc.contains("\u{1b}"))
         XCTAssertEqual(shown.split(separator: "\n").filter { $0.hasPrefix("Program: ") }.count, 1, "the forged line is not a line of its own")
         XCTAssertTrue(lines.allSatisfy { $0.utf8.count <= Pinentry.maxLine })
