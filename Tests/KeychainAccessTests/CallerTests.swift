@@ -100,7 +100,7 @@ final class CallerTests: AccessTestCase {
 
     func testLoaderVariablesAtStartAreRefusedEvenThoughListed() throws {
         let headOnly = try list("/usr/bin/head")
-        for variable in ["LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libc.so.6", "LD_AUDIT=/nonexistent/audit.so", "LD_LIBRARY_PATH=/nonexistent"] {
+        for variable in ["LD_PRELOAD=/nonexistent/preload.so", "LD_AUDIT=/nonexistent/audit.so", "LD_LIBRARY_PATH=/nonexistent"] {
             let head = try TestProcess(["/usr/bin/head"], environment: ["PATH=/usr/bin", variable], waitForExecutable: "/usr/bin/head")
             let name = String(variable.prefix(while: { $0 != "=" }))
             let outcome = access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly)
