@@ -59,6 +59,10 @@ let package = Package(
         ]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
         .target(name: "KeychainBackup", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
+        // Per-program access (issue 17): who is asking (a pidfd-pinned process, its executable's
+        // identity), access lists, pinentry prompts and the access log. Called by the gate.
+        .target(name: "CProcessPin"),
+        .target(name: "KeychainAccess", dependencies: ["KeychainErrors", "KeychainModel", "CProcessPin", "COpenSSL"]),
         .target(name: "KeychainConfig", dependencies: [
             "KeychainModel",
             .product(name: "TOMLKit", package: "TOMLKit"),
@@ -99,6 +103,7 @@ let package = Package(
         ]),
         .testTarget(name: "KeychainDaemonTests", dependencies: ["KeychainDaemon", "KeychainControl", "KeychainFileSystem"]),
         .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),
+        .testTarget(name: "KeychainAccessTests", dependencies: ["KeychainAccess", "KeychainModel"]),
         .testTarget(name: "KeychainBackupTests", dependencies: ["KeychainBackup", "KeychainStore"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,0 +1,41 @@
+#define _GNU_SOURCE
+#include "CProcessPin.h"
+#include <errno.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+int kcfs_pidfd_open(pid_t pid) {
+    /* pidfd_open's descriptors are always close-on-exec. */
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+int kcfs_peer_pidfd(int socket) {
+    int pidfd = -1;
+    socklen_t len = sizeof(pidfd);
+    if (getsockopt(socket, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0) return -1;
+    if (len != sizeof(pidfd) || pidfd < 0) { errno = ENOPROTOOPT; return -1; }
+    return pidfd;
+}
+
+int kcfs_pidfd_alive(int pidfd) {
+    struct pollfd p = { .fd = pidfd, .events = POLLIN, .revents = 0 };
+    int n;
+    do { n = poll(&p, 1, 0); } while (n < 0 && errno == EINTR);
+    if (n < 0) return -1;
+    if (p.revents & POLLNVAL) { errno = EBADF; return -1; }
+    return n == 0 ? 1 : 0;
+}
+
+int kcfs_spawn_close_from(posix_spawn_file_actions_t *actions, int from) {
+    return posix_spawn_file_actions_addclosefrom_np(actions, from);
+}

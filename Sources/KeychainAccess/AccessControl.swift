@@ -1,0 +1,561 @@
+// Per-program access: which programs may use an item's secret (issue 17).
+//
+// What it protects against. Programs of the user that read secrets they were not meant to:
+// file grabbers and info stealers, indexers, backup and sync tools, a compromised dependency
+// using ordinary reads. An item with a non-empty access list is handed only to the programs
+// on it, each pinned by its file's identity (device, inode, size, mtime, SHA-256), so a copy,
+// a rebuilt or replaced binary, or another script under an allowed interpreter is another
+// program. A caller is refused even when listed if it is being traced (TracerPid), if it
+// started with LD_PRELOAD, LD_AUDIT or LD_LIBRARY_PATH, or if its executable was deleted or
+// replaced since it started (those are refused outright, not prompted). For the rest a human
+// decides through a pinentry prompt; with no prompt, or none in time, the answer is no. Every
+// refusal and answer is logged. The check is made when a program opens an item or asks the
+// control socket; a handle opened while allowed keeps working, as with file permissions.
+//
+// What it does not protect against. Code of the same user that drives an allowed program:
+// its arguments, its input, its environment beyond the loader variables (PYTHONPATH, a
+// shell's rc files), ptrace where yama allows it and /proc/PID/mem of an allowed process
+// (both need the same uid; a tracer attached after the check is not seen until the next
+// request). The loader variables and the command line are read from the process's own
+// memory, which its code can rewrite: a preloaded library can erase its LD_PRELOAD, and a
+// hostile script run by an allowed interpreter can pose as the allowed script (rewriting
+// its arguments, or changing directory under a relative script path). So an interpreter-
+// plus-script rule keeps out other programs, not hostile code given to the interpreter. A
+// Flatpak rule trusts `/.flatpak-info`, which a sandbox cannot change but an unsandboxed
+// process of the user can fake in a namespace of its own, as it can for
+// xdg-desktop-portal. The same holds for every same-user design on Linux. To go further,
+// run the program as its own systemd unit (another uid, or DynamicUser) or in a sandbox.
+//
+// What it cannot see. A process that is not dumpable (setuid programs, and any that made
+// itself so) hides /proc/PID/exe and environ from the daemon of the user, so it cannot be
+// identified and is refused by a non-empty list (an empty list identifies no one).
+
+import Foundation
+import Glibc
+import KeychainErrors
+import KeychainModel
+import Synchronization
+
+/// What a caller wants to do with an item: shown in the prompt and the log; Allow once is
+/// granted per process, item and operation.
+package enum AccessOperation: String, Sendable, Hashable, CaseIterable {
+    case read
+    case write
+    case delete
+    case rename
+    case export
+
+    var phrase: String {
+        switch self {
+        case .read: "read the secret of"
+        case .write: "change the secret of"
+        case .delete: "delete"
+        case .rename: "rename or replace"
+        case .export: "export"
+        }
+    }
+}
+
+/// The item a request names, as the gate knows it.
+package struct AccessItem: Sendable, Hashable {
+    /// Stable while the item exists (its row id): what Allow once is granted for.
+    package var id: String
+    /// Its path in the tree, for the prompt and the log.
+    package var path: String
+    package var key: ItemKey
+
+    package init(id: String, path: String, key: ItemKey) {
+        self.id = id
+        self.path = path
+        self.key = key
+    }
+}
+
+/// The gate's answer.
+package enum AccessOutcome: Sendable, Equatable {
+    case allowed
+    /// Allowed, and the user chose Always allow: the owner adds `rule` to the item's list
+    /// (sealed with the item) before it answers.
+    case allowedAlways(AccessRule)
+    /// EACCES, or the CLI's access-denied exit code; the reason is for the log and stderr.
+    case refused(String)
+}
+
+/// Decides per request whether the calling process may use an item, asking the user when a
+/// prompt is configured. Its state: the processes it has identified (each with the grants of
+/// Allow once) and one prompt slot.
+///
+/// How the gate calls it: at open() of an item's file, `decide(threadID:)` with the FUSE
+/// request's pid (a thread id), `.read` or `.write` by the open flags, once per open, not per
+/// read; for the control socket, `PinnedProcess.forSocketPeer` once per connection, then
+/// `decide(process:)` per request. `.refused` is EACCES (and the CLI's access-denied exit
+/// code); `.allowedAlways(rule)` asks the owner to add `rule` to the item's list, sealed.
+///
+/// Lock order: `promptSlot`, then `processes`, then `AccessLog`'s. Nothing slow is done under
+/// `processes` (identifying a process reads /proc and may hash a binary; that happens outside
+/// it), and no lock is held while a prompt waits: only the asking caller waits.
+package final class AccessControl: Sendable {
+    package let settings: AccessSettings
+    private let log: AccessLog?
+    private let logLine: (@Sendable (String) -> Void)?
+    private let processes = Mutex(ProcessTable())
+    private let promptSlot = PromptSlot()
+
+    /// `log` receives every refusal and answer; `logLine` a one-line summary for the
+    /// daemon's own log.
+    package init(settings: AccessSettings, log: AccessLog?, logLine: (@Sendable (String) -> Void)? = nil) {
+        self.settings = settings
+        self.log = log
+        self.logLine = logLine
+    }
+
+    /// A FUSE request: the calling thread's id.
+    package func decide(threadID: pid_t, item: AccessItem, operation: AccessOperation, list: AccessList) -> AccessOutcome {
+        // An empty list is any program, today's behaviour: nothing to identify, nothing to pay.
+        if list.isAnyProgram { return .allowed }
+        return decide(item: item, operation: operation, list: list) { () throws(KeychainError) in try self.resolve(threadID: threadID) }
+    }
+
+    /// A socket peer, pinned once per connection (`PinnedProcess.forSocketPeer`).
+    package func decide(process: PinnedProcess, item: AccessItem, operation: AccessOperation, list: AccessList) -> AccessOutcome {
+        if list.isAnyProgram { return .allowed }
+        return decide(item: item, operation: operation, list: list) { () throws(KeychainError) in try self.resolve(process: process) }
+    }
+
+    /// Who a thread's process is now (read through the cache): for tests and `status`.
+    package func identify(threadID: pid_t) throws(KeychainError) -> CallerFacts { try resolve(threadID: threadID).entry.facts }
+
+    /// Forgets every identified process and every Allow once; for tests.
+    package func forgetProcesses() { processes.withLock { $0.removeAll() } }
+
+    package var cachedProcessCount: Int { processes.withLock { $0.entries.count } }
+
+    // MARK: Deciding
+
+    private func decide(item: AccessItem, operation: AccessOperation, list: AccessList,
+                        resolve: () throws(KeychainError) -> Resolved) -> AccessOutcome {
+        let caller: Resolved
+        do {
+            caller = try resolve()
+        } catch {
+            return refuse(nil, item, operation, reason: "cannot identify the caller: \(error)", allow: nil)
+        }
+        let facts = caller.entry.facts
+        if let tracer = caller.tracer {
+            return refuse(facts, item, operation, reason: "it is being traced by \(Self.describe(tracer))", allow: nil)
+        }
+        if !facts.loaderVariables.isEmpty {
+            let names = facts.loaderVariables.map { String($0.prefix(while: { $0 != "=" })) }
+            return refuse(facts, item, operation, reason: "it started with \(names.joined(separator: ", ")) set", allow: nil)
+        }
+        if facts.executableDeleted {
+            return refuse(facts, item, operation, reason: "its executable \(facts.executablePath) was deleted since it started", allow: nil)
+        }
+        if facts.executableReplaced {
+            return refuse(facts, item, operation, reason: "its executable \(facts.executablePath) was replaced since it started", allow: nil)
+        }
+        if matches(caller.entry, list) || hasGrant(caller.entry, item, operation) { return .allowed }
+        let reason = notListedReason(facts, list)
+        let proposed = proposedRule(caller.entry)
+        let allowCommand = proposed.map { AllowCommand.line(for: item.key, list: list, adding: $0.program) }
+        guard let prompt = settings.prompt else {
+            return refuse(facts, item, operation, reason: reason + "; no prompt is configured", allow: allowCommand)
+        }
+        return ask(prompt, caller.entry, item, operation, reason: reason, proposed: proposed, allowCommand: allowCommand)
+    }
+
+    private func matches(_ entry: CachedProcess, _ list: AccessList) -> Bool {
+        let facts = entry.facts
+        for rule in list.rules {
+            switch rule.program {
+            case .executable:
+                if rule.executable == facts.executable { return true }
+            case .script:
+                if rule.executable == facts.executable, let script = entry.scriptIdentity(), script == rule.script { return true }
+            case .flatpak(let id):
+                if facts.flatpakAppID == id { return true }
+            }
+        }
+        return false
+    }
+
+    private func hasGrant(_ entry: CachedProcess, _ item: AccessItem, _ operation: AccessOperation) -> Bool {
+        processes.withLock { _ in entry.grants.contains(Grant(item: item.id, operation: operation)) }
+    }
+
+    private func notListedReason(_ facts: CallerFacts, _ list: AccessList) -> String {
+        let changed = list.rules.contains { rule in
+            switch rule.program {
+            case .executable(let p), .script(let p, _):
+                return rule.executable != facts.executable && (p == facts.executablePath || Self.sameFile(p, facts.executable))
+            case .flatpak: return false
+            }
+        }
+        return changed ? "\(facts.executablePath) changed since it was allowed" : "it is not on the item's access list"
+    }
+
+    /// Whether a rule's path names, now, the file the caller runs (`/usr/bin/python3` is a
+    /// link to the running `/usr/bin/python3.11`).
+    private static func sameFile(_ path: String, _ identity: FileIdentity) -> Bool {
+        var st = stat()
+        return stat(path, &st) == 0 && UInt64(st.st_dev) == identity.device && UInt64(st.st_ino) == identity.inode
+    }
+
+    /// What Always allow adds: the Flatpak app, an interpreter with its script, or the
+    /// executable, pinned as it runs now (not as its path reads later). Nothing for an
+    /// interpreter whose script is not recognised (`python3 -u x.py`, `python3 -c ...`):
+    /// the interpreter alone would allow every script.
+    private func proposedRule(_ entry: CachedProcess) -> AccessRule? {
+        let facts = entry.facts
+        if let id = facts.flatpakAppID { return AccessRule(program: .flatpak(id), executable: nil, script: nil) }
+        if Self.isInterpreter(facts.executablePath) {
+            guard let scriptPath = facts.scriptPath, let script = entry.scriptIdentity() else { return nil }
+            return AccessRule(program: .script(interpreter: facts.executablePath, script: scriptPath),
+                              executable: facts.executable, script: script)
+        }
+        return AccessRule(program: .executable(facts.executablePath), executable: facts.executable, script: nil)
+    }
+
+    /// Programs whose first argument is the code they run, so that allowing the program
+    /// alone would allow every script.
+    static func isInterpreter(_ path: String) -> Bool {
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        let base = String(name.prefix(while: { !$0.isNumber && $0 != "." }))
+        return ["python", "perl", "ruby", "node", "nodejs", "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish",
+                "lua", "luajit", "php", "tclsh", "Rscript", "pwsh", "deno", "bun", "awk", "gawk", "mawk"].contains(base)
+    }
+
+    // MARK: Asking
+
+    private func ask(_ prompt: Pinentry, _ entry: CachedProcess, _ item: AccessItem, _ operation: AccessOperation,
+                     reason: String, proposed: AccessRule?, allowCommand: String?) -> AccessOutcome {
+        let facts = entry.facts
+        let deadline = ContinuousClock.now + prompt.timeout
+        // Prompts come one at a time (two on one terminal would garble each other); a caller
+        // queued behind one gives up at its own deadline.
+        guard promptSlot.acquire(until: deadline) else {
+            return record(facts, item, operation, .timedOut, reason: reason + "; no answer in time (another prompt was open)", allow: allowCommand)
+        }
+        defer { promptSlot.release() }
+        // Asked and answered for this process while it waited.
+        if hasGrant(entry, item, operation) { return .allowed }
+        guard entry.pin.isAlive else { return .refused("the caller exited") }
+        var timed = prompt
+        timed.timeout = max(.milliseconds(1), deadline - ContinuousClock.now)
+        let text = Self.promptText(facts, item, operation, reason: reason, proposed: proposed)
+        switch timed.ask(text, terminal: facts.terminal, terminalType: facts.terminalType) {
+        case .allowOnce:
+            processes.withLock { _ in _ = entry.grants.insert(Grant(item: item.id, operation: operation)) }
+            _ = record(facts, item, operation, .allowedOnce, reason: reason, allow: allowCommand)
+            return .allowed
+        case .alwaysAllow:
+            guard let proposed else { return record(facts, item, operation, .refused, reason: reason + "; nothing to add", allow: nil) }
+            _ = record(facts, item, operation, .alwaysAllowed, reason: reason + "; added \(proposed.program)", allow: nil)
+            return .allowedAlways(proposed)
+        case .deny:
+            return record(facts, item, operation, .denied, reason: reason, allow: allowCommand)
+        case .timedOut:
+            return record(facts, item, operation, .timedOut, reason: reason + "; no answer in time", allow: allowCommand)
+        case .unavailable(let why):
+            return record(facts, item, operation, .refused, reason: reason + "; the prompt failed: \(why)", allow: allowCommand)
+        }
+    }
+
+    static func promptText(_ facts: CallerFacts, _ item: AccessItem, _ operation: AccessOperation,
+                           reason: String, proposed: AccessRule?) -> PromptText {
+        var lines = [
+            "\(Shown.text(facts.executablePath)) wants to \(operation.phrase) \(Shown.text(item.path)).",
+            "",
+            "Program: \(Shown.text(facts.executablePath))",
+            "Command: \(Shown.commandLine(facts.commandLine))",
+            "Process: \(facts.pid), parent \(Shown.text(facts.parent)), terminal \(facts.terminal ?? "none")",
+            "Item: \(Shown.text(item.path)) (\(operation.rawValue))",
+            "Why asked: \(Shown.text(reason))",
+        ]
+        if let proposed {
+            lines.append("Always allow adds: \(Shown.text(proposed.program.description))")
+        } else {
+            lines.append("Always allow is not offered: no script was recognised, and the interpreter alone would allow every script.")
+        }
+        lines.append("Allow once lasts while this process runs.")
+        var text = PromptText(title: "keychainfs: a program asks for a secret", description: lines.joined(separator: "\n"),
+                              prompt: "Allow?")
+        if proposed == nil { text.alwaysAllow = nil }
+        return text
+    }
+
+    // MARK: Logging
+
+    private func refuse(_ facts: CallerFacts?, _ item: AccessItem, _ operation: AccessOperation,
+                        reason: String, allow: String?) -> AccessOutcome {
+        record(facts, item, operation, .refused, reason: reason, allow: allow)
+    }
+
+    /// Logs a decision; returns the refusal for every decision but the two allows.
+    @discardableResult
+    private func record(_ facts: CallerFacts?, _ item: AccessItem, _ operation: AccessOperation,
+                        _ decision: AccessLogEntry.Decision, reason: String, allow: String?) -> AccessOutcome {
+        let entry = AccessLogEntry(program: facts?.executablePath ?? "?", pid: facts?.pid ?? 0, commandLine: facts?.commandLine ?? [],
+                                   item: item.path, operation: operation.rawValue, decision: decision, reason: reason,
+                                   allowCommand: allow)
+        logLine?(entry.summary)
+        if let log {
+            do { try log.append(entry) } catch { logLine?("access log: \(error)") }
+        }
+        switch decision {
+        case .allowedOnce, .alwaysAllowed: return .allowed
+        default: return .refused(reason)
+        }
+    }
+
+    private static func describe(_ tracer: pid_t) -> String {
+        let comm = (try? ProcFile.read("/proc/\(tracer)/comm", limit: 64)).map { String(decoding: $0, as: UTF8.self).trimmingSpaces }
+        return "\(tracer) (\(Shown.text(comm ?? "?")))"
+    }
+
+    // MARK: The identity cache
+
+    struct Resolved {
+        var entry: CachedProcess
+        /// The tracer of the asking thread or of its process, if any: read on every request,
+        /// since a tracer can attach at any time.
+        var tracer: pid_t?
+    }
+
+    private func resolve(threadID tid: pid_t) throws(KeychainError) -> Resolved {
+        guard tid > 0 else { throw .invalidInput("no caller (pid \(tid))") }
+        // A single-threaded caller (the common case: cat, head) is its own leader; its kept
+        // status descriptor answers both "which process" and "traced?" in one read.
+        if let entry = processes.withLock({ $0.lookup(tid) }), let check = entry.recheck(), check.tgid == tid {
+            return Resolved(entry: entry, tracer: check.tracer)
+        }
+        let status = ProcStatus(try ProcFile.read("/proc/\(tid)/status"))
+        guard let tgid = status.tgid else { throw .io("/proc/\(tid)/status has no Tgid") }
+        let threadTracer = (status.tracerPID ?? 0) != 0 ? status.tracerPID : nil
+        if let entry = processes.withLock({ $0.lookup(tgid) }), let check = entry.recheck(), check.tgid == tgid {
+            return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
+        }
+        let entry = try identify(PinnedProcess.forThread(tid))
+        guard let check = entry.recheck() else { throw .io("process \(tgid) exited or exec'd while it was identified") }
+        return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
+    }
+
+    private func resolve(process: PinnedProcess) throws(KeychainError) -> Resolved {
+        // The cached entry is this process only while both pins live: a pid names one
+        // running process at a time.
+        if process.isAlive, let entry = processes.withLock({ $0.lookup(process.pid) }),
+           let check = entry.recheck(), check.tgid == process.pid {
+            return Resolved(entry: entry, tracer: check.tracer)
+        }
+        let entry = try identify(process)
+        guard let check = entry.recheck() else { throw .io("process \(process.pid) exited while it was identified") }
+        return Resolved(entry: entry, tracer: check.tracer)
+    }
+
+    /// Reads a process's facts (outside the table's lock: it may hash a binary) and caches them.
+    private func identify(_ pin: PinnedProcess) throws(KeychainError) -> CachedProcess {
+        let entry = try CachedProcess.identify(pin)
+        // Two requests of one process may have identified it at once: they share one entry,
+        // so that an Allow once given to either counts for both.
+        return processes.withLock { $0.insert(entry) }
+    }
+}
+
+/// An Allow once: this item, this operation, for the life of the process that holds it.
+struct Grant: Hashable {
+    var item: String
+    var operation: AccessOperation
+}
+
+/// A process identified once, with descriptors kept open so that a later request checks it
+/// is still the same image in four system calls: the pidfd (alive?), `/proc/PID/stat`
+/// (start time, and the image layout an execve changes), `/proc/PID/status` (tracer) and a
+/// stat of `/proc/PID/exe` (the image's file unchanged, not deleted or replaced since).
+// @unchecked Sendable: `facts` and the descriptors are set in init; `grants` and
+// `script` are changed only under AccessControl's `processes` lock (or its own).
+final class CachedProcess: @unchecked Sendable {
+    let pin: PinnedProcess
+    let facts: CallerFacts
+    /// `/proc/PID/exe`, stat'ed on every check (by path: the pidfd vouches for the pid).
+    private let exePath: String
+    private let statFD: Int32
+    private let statusFD: Int32
+    let layout: ProcStat
+    let exeKey: FileStatKey
+    var grants: Set<Grant> = []
+    var lastUse: UInt64 = 0
+    private let script = Mutex<FileIdentity??>(nil)
+
+    /// Identifies a pinned process. A process caught in the middle of an execve (its new
+    /// image not yet laid out) is read again; a request cannot come from one, but a test or
+    /// a peer racing its own exec can.
+    static func identify(_ pin: PinnedProcess) throws(KeychainError) -> CachedProcess {
+        for _ in 0..<20 {
+            if let entry = try CachedProcess(pin: pin) { return entry }
+            sched_yield()
+        }
+        throw .io("process \(pin.pid) keeps changing while it is identified")
+    }
+
+    /// Nil when the process was mid-exec or exec'd while it was read.
+    private init?(pin: PinnedProcess) throws(KeychainError) {
+        self.pin = pin
+        let proc = open("/proc/\(pin.pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard proc >= 0 else { throw .io("/proc/\(pin.pid): \(String(cString: strerror(errno)))") }
+        let statFD = openat(proc, "stat", O_RDONLY | O_CLOEXEC)
+        let statusFD = openat(proc, "status", O_RDONLY | O_CLOEXEC)
+        func fail(_ e: KeychainError) -> KeychainError {
+            close(proc)
+            if statFD >= 0 { close(statFD) }
+            if statusFD >= 0 { close(statusFD) }
+            return e
+        }
+        guard statFD >= 0, statusFD >= 0 else { throw fail(.io("/proc/\(pin.pid): \(String(cString: strerror(errno)))")) }
+        var exe = stat()
+        guard fstatat(proc, "exe", &exe, 0) == 0 else {
+            let code = errno
+            // The kernel shows a process's executable, environment and memory layout only to
+            // a reader that may ptrace it: not to a daemon of the user when the process is not
+            // dumpable (setuid, or one of ours that made itself so) or another user's.
+            if code == EACCES || code == EPERM {
+                throw fail(.io("process \(pin.pid) hides its executable from the daemon (it is not dumpable, or not the user's)"))
+            }
+            throw fail(.io("/proc/\(pin.pid)/exe: \(String(cString: strerror(code)))"))
+        }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let n = ProcFile.reread(statFD, into: &buffer)
+        guard n > 0, let layout = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pin.pid)/stat is unreadable")) }
+        guard layout.isSettled else { _ = fail(.io("")); return nil }
+        let facts: CallerFacts
+        do { facts = try CallerFacts.read(pin, proc: proc) } catch { throw fail(error) }
+        // The facts were read after the layout and the executable's stat: if the process
+        // exec'd in between they would belong to another image than the one those pin.
+        var exeAfter = stat()
+        guard facts.startTime == layout.startTime, recheckLayout(statFD, layout),
+              fstatat(proc, "exe", &exeAfter, 0) == 0, FileStatKey(exeAfter) == FileStatKey(exe) else {
+            _ = fail(.io(""))
+            return nil
+        }
+        close(proc)
+        self.exePath = "/proc/\(pin.pid)/exe"
+        self.statFD = statFD
+        self.statusFD = statusFD
+        self.layout = layout
+        self.exeKey = FileStatKey(exe)
+        self.facts = facts
+    }
+
+    deinit {
+        close(statFD)
+        close(statusFD)
+    }
+
+    /// Nil when the process is gone or runs another image now; else its tgid and tracer.
+    func recheck() -> (tgid: pid_t, tracer: pid_t?)? {
+        guard pin.isAlive, recheckLayout(statFD, layout) else { return nil }
+        // Deleting or replacing the file drops its link count and so changes its ctime.
+        var exe = stat()
+        guard stat(exePath, &exe) == 0, FileStatKey(exe) == exeKey,
+              exe.st_nlink > 0 || facts.executableDeleted else { return nil }
+        // TracerPid is near the top; the rest of the file need not be copied out.
+        var buffer = [UInt8](repeating: 0, count: 512)
+        let n = ProcFile.reread(statusFD, into: &buffer)
+        guard n > 0 else { return nil }
+        let status = ProcStatus(buffer, count: n)
+        // Not found is not "untraced": fail closed.
+        guard let tgid = status.tgid, let tracer = status.tracerPID else { return nil }
+        return (tgid, tracer == 0 ? nil : tracer)
+    }
+
+    /// The identity of the script the process names, read once (lazily: only a list with
+    /// an interpreter-plus-script rule for its interpreter needs it).
+    func scriptIdentity() -> FileIdentity? {
+        if let known = script.withLock({ $0 }) { return known }
+        let proc = open("/proc/\(pin.pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard proc >= 0 else { return nil }
+        defer { close(proc) }
+        let identity = facts.scriptIdentity(proc: proc)
+        // Read of this process only if it still runs (its pid is not yet anyone else's).
+        guard pin.isAlive else { return nil }
+        script.withLock { $0 = .some(identity) }
+        return identity
+    }
+}
+
+private func recheckLayout(_ fd: Int32, _ layout: ProcStat) -> Bool {
+    var buffer = [UInt8](repeating: 0, count: 2048)
+    let n = ProcFile.reread(fd, into: &buffer)
+    guard n > 0, let now = ProcStat(buffer, count: n) else { return false }
+    return now.startTime == layout.startTime && now.imageLayout == layout.imageLayout
+}
+
+/// The identified processes by pid. An entry whose process has gone or exec'd is dropped on
+/// its next lookup. Each entry holds three descriptors (pidfd, stat, status), so the table is
+/// small: past `capacity` the dead are swept, then the least recently used of those holding
+/// no Allow once (a grant is the user's answer; it is not dropped to make room).
+struct ProcessTable {
+    static let capacity = 128
+    private(set) var entries: [pid_t: CachedProcess] = [:]
+    private var clock: UInt64 = 0
+
+    mutating func lookup(_ pid: pid_t) -> CachedProcess? {
+        guard let entry = entries[pid] else { return nil }
+        clock += 1
+        entry.lastUse = clock
+        return entry
+    }
+
+    /// Inserts `entry`, or returns the entry already there for the same image of the same
+    /// process (identified by a concurrent request).
+    mutating func insert(_ entry: CachedProcess) -> CachedProcess {
+        clock += 1
+        if let existing = entries[entry.pin.pid], existing.facts.startTime == entry.facts.startTime,
+           existing.layout == entry.layout, existing.exeKey == entry.exeKey, existing.pin.isAlive {
+            existing.lastUse = clock
+            return existing
+        }
+        entry.lastUse = clock
+        // A process seen again after an exec starts with no grants: it is another program.
+        entries[entry.pin.pid] = entry
+        defer { evictBeyondCapacity() }
+        return entry
+    }
+
+    private mutating func evictBeyondCapacity() {
+        guard entries.count > Self.capacity else { return }
+        entries = entries.filter { $0.value.pin.isAlive }
+        while entries.count > Self.capacity,
+              let oldest = entries.filter({ $0.value.grants.isEmpty }).min(by: { $0.value.lastUse < $1.value.lastUse }) {
+            entries[oldest.key] = nil
+        }
+    }
+
+    mutating func removeAll() { entries.removeAll() }
+}
+
+/// One prompt at a time, waited for with a deadline (pthread condition, which
+/// `Synchronization.Mutex` lacks). Only callers that need a prompt ever wait here.
+final class PromptSlot: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var busy = false
+
+    func acquire(until deadline: ContinuousClock.Instant) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        while busy {
+            let left = deadline - ContinuousClock.now
+            guard left > .zero else { return false }
+            let seconds = Double(left.components.seconds) + Double(left.components.attoseconds) / 1e18
+            _ = condition.wait(until: Date(timeIntervalSinceNow: seconds))
+        }
+        busy = true
+        return true
+    }
+
+    func release() {
+        condition.lock()
+        busy = false
+        condition.signal()
+        condition.unlock()
+    }
+}

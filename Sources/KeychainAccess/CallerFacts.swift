@@ -1,0 +1,208 @@
+import Glibc
+import KeychainErrors
+
+/// Who a pinned process is, read once from `/proc` when it is first seen (and again after it
+/// execs): its executable and that file's identity, its command line, what it started with.
+package struct CallerFacts: Sendable {
+    package var pid: pid_t
+    package var parentPID: pid_t
+    /// `PPID (comm)` of the parent, for the prompt and the log.
+    package var parent: String
+    package var startTime: UInt64
+    /// The executable's path as `/proc/PID/exe` names it, without the ` (deleted)` mark.
+    package var executablePath: String
+    /// The running image's identity (read through `/proc/PID/exe`, so the file it runs even
+    /// when the path now names another).
+    package var executable: FileIdentity
+    package var executableDeleted: Bool
+    /// The path now names a different file than the one running (replaced since it started).
+    package var executableReplaced: Bool
+    package var commandLine: [String]
+    package var workingDirectory: String
+    /// The controlling terminal (`/dev/pts/3`), if any.
+    package var terminal: String?
+    /// Loader variables the process started with (`LD_PRELOAD`, ...), which make it run code
+    /// that is not its executable's.
+    package var loaderVariables: [String]
+    /// The caller's `TERM`, passed to a terminal pinentry.
+    package var terminalType: String?
+    /// What the process's first argument names when it is a regular file: the script of an
+    /// interpreter. The path is absolute (resolved against the process's working directory).
+    package var scriptPath: String?
+    /// `flatpak:` app id from the caller's `/.flatpak-info`.
+    package var flatpakAppID: String?
+
+    /// The variables that change which code a dynamically linked program runs.
+    package static let loaderVariableNames = ["LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH"]
+
+    /// Reads the facts of a pinned process through its `/proc/PID` directory `proc`. Fails
+    /// (and the caller is refused) when they cannot be read or the process is gone.
+    static func read(_ process: PinnedProcess, proc: Int32) throws(KeychainError) -> CallerFacts {
+        let pid = process.pid
+        let status = ProcStatus(try ProcFile.read(in: proc, "status"))
+        guard status.tgid == pid else { throw .io("process \(pid) is not a thread group leader") }
+        guard let stat = ProcStat(try ProcFile.read(in: proc, "stat")) else { throw .io("/proc/\(pid)/stat is unreadable") }
+        var link: String
+        switch ProcFile.readLinkResult(at: proc, "exe") {
+        case .success(let target): link = target
+        case .failure(let e) where e.code == EACCES || e.code == EPERM:
+            // The kernel shows a process's executable, environment and memory only to a
+            // reader that may ptrace it: not to us when it is not dumpable (setuid, or a
+            // process of ours that made itself so) or another user's.
+            throw .io("process \(pid) hides its executable from the daemon (it is not dumpable, or not the user's)")
+        case .failure(let e): throw .io("/proc/\(pid)/exe: \(String(cString: strerror(e.code)))")
+        }
+        let deleted = link.hasSuffix(" (deleted)")
+        if deleted { link.removeLast(" (deleted)".count) }
+        let exe = openat(proc, "exe", O_RDONLY | O_CLOEXEC)
+        guard exe >= 0 else { throw .io("/proc/\(pid)/exe: \(String(cString: strerror(errno)))") }
+        defer { close(exe) }
+        let identity = try FileIdentity.of(descriptor: exe, shownAs: link)
+        // A command line longer than we read is cut, its last word perhaps mid-path: it is
+        // shown with a mark and no script is recognised in it.
+        let cmdlineLimit = 1 << 16
+        let cmdline = try ProcFile.read(in: proc, "cmdline", limit: cmdlineLimit + 1)
+        let truncated = cmdline.count > cmdlineLimit
+        var argv = cmdline.prefix(cmdlineLimit).split(separator: 0, omittingEmptySubsequences: false)
+            .map { String(decoding: $0, as: UTF8.self) }
+        if truncated { argv[argv.count - 1] = "…" } else if argv.last == "" { argv.removeLast() }
+        let commandLine = argv
+        let cwd = (try? ProcFile.readLink(at: proc, "cwd")) ?? "?"
+        // The whole environment or nothing: a loader variable past a limit would go unseen.
+        let environLimit = 16 << 20
+        let environBytes = try ProcFile.read(in: proc, "environ", limit: environLimit + 1)
+        guard environBytes.count <= environLimit else { throw .io("process \(pid) has an environment too large to check") }
+        let environ = environBytes.split(separator: 0)
+        var loader: [String] = []
+        var term: String?
+        for entry in environ {
+            let text = String(decoding: entry, as: UTF8.self)
+            guard let eq = text.firstIndex(of: "=") else { continue }
+            let name = String(text[..<eq])
+            if Self.loaderVariableNames.contains(name), text.index(after: eq) != text.endIndex { loader.append(text) }
+            if name == "TERM" { term = String(text[text.index(after: eq)...]) }
+        }
+        let facts = CallerFacts(
+            pid: pid, parentPID: status.parentPID ?? 0,
+            parent: Self.describeParent(status.parentPID ?? 0), startTime: stat.startTime,
+            executablePath: link, executable: identity, executableDeleted: deleted,
+            executableReplaced: !deleted && Self.pathNamesAnotherFile(link, than: identity, proc: proc),
+            commandLine: commandLine, workingDirectory: cwd,
+            terminal: Self.terminalName(stat.terminal), loaderVariables: loader, terminalType: term,
+            scriptPath: truncated ? nil : Self.scriptArgument(commandLine, cwd: cwd, interpreter: link),
+            flatpakAppID: Self.flatpakAppID(proc: proc))
+        // Everything above counts only if it was read of the process the pidfd pins.
+        guard process.isAlive else { throw .io("process \(pid) exited while it was identified") }
+        return facts
+    }
+
+    /// The script an interpreter runs: the first argument that is no option, after only
+    /// options that take no argument and supply no code (`bash -e x.sh`, `python3 -u x.py`,
+    /// as a shebang line with an option runs it). Anything else before it (`-c CODE`, `-m`,
+    /// `-W arg`) means no script is recognised, so no script rule can match.
+    static func scriptArgument(_ argv: [String], cwd: String, interpreter: String) -> String? {
+        guard let index = scriptIndex(argv, interpreter: interpreter) else { return nil }
+        let arg = argv[index]
+        return arg.hasPrefix("/") ? arg : (cwd.hasSuffix("/") ? cwd : cwd + "/") + arg
+    }
+
+    static func scriptIndex(_ argv: [String], interpreter: String) -> Int? {
+        let safe = Self.flagsWithoutCode(interpreter)
+        var i = 1
+        while i < argv.count, argv[i].hasPrefix("-") {
+            let letters = argv[i].dropFirst()
+            guard !letters.isEmpty, letters.allSatisfy({ safe.contains($0) }) else { return nil }
+            i += 1
+        }
+        guard i < argv.count, !argv[i].isEmpty else { return nil }
+        return i
+    }
+
+    /// Single-letter options of common interpreters that take no argument and run no code
+    /// given on the command line or on standard input.
+    private static func flagsWithoutCode(_ interpreter: String) -> Set<Character> {
+        let name = interpreter.split(separator: "/").last.map(String.init) ?? interpreter
+        let base = String(name.prefix(while: { !$0.isNumber && $0 != "." }))
+        switch base {
+        case "python": return Set("BbEIOqsSuv")
+        case "sh", "bash", "dash", "zsh", "ksh", "mksh": return Set("aefhmnuvxBCEHPT")
+        case "perl": return Set("wWXtTU")
+        default: return []
+        }
+    }
+
+    /// The identity of the script the caller names, opened the way the process would open it:
+    /// relative to its working directory or its root. Small files only (a script, not `head`'s
+    /// argument, a disk image, is what rules name).
+    func scriptIdentity(proc: Int32) -> FileIdentity? {
+        guard scriptPath != nil, let index = Self.scriptIndex(commandLine, interpreter: executablePath) else { return nil }
+        let arg = commandLine[index]
+        let base = arg.hasPrefix("/") ? "root" : "cwd"
+        let relative = arg.hasPrefix("/") ? String(arg.dropFirst()) : arg
+        let dir = openat(proc, base, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard dir >= 0 else { return nil }
+        defer { close(dir) }
+        return try? FileIdentity.of(openedAt: dir, relative.isEmpty ? "." : relative, shownAs: arg, sizeLimit: 16 << 20)
+    }
+
+    /// Whether the executable's path now names another file than the one running. Only
+    /// checked for a process that shares our root: in a chroot or another mount namespace
+    /// the path means something else here.
+    private static func pathNamesAnotherFile(_ path: String, than identity: FileIdentity, proc: Int32) -> Bool {
+        var ours = stat(), theirs = stat()
+        guard stat("/", &ours) == 0, fstatat(proc, "root", &theirs, 0) == 0,
+              ours.st_dev == theirs.st_dev, ours.st_ino == theirs.st_ino,
+              (try? ProcFile.readLink("/proc/self/ns/mnt")) == (try? ProcFile.readLink(at: proc, "ns/mnt")) else { return false }
+        var now = stat()
+        guard stat(path, &now) == 0 else { return true }
+        return UInt64(now.st_dev) != identity.device || UInt64(now.st_ino) != identity.inode
+            || UInt64(now.st_size) != identity.size || Int64(now.st_mtim.tv_sec) != identity.modifiedSeconds
+            || UInt32(now.st_mtim.tv_nsec) != identity.modifiedNanoseconds
+    }
+
+    private static func describeParent(_ ppid: pid_t) -> String {
+        guard ppid > 0 else { return "none" }
+        let comm = (try? ProcFile.read("/proc/\(ppid)/comm", limit: 64)).map { String(decoding: $0, as: UTF8.self).trimmingSpaces } ?? "?"
+        return "\(ppid) (\(comm))"
+    }
+
+    /// `tty_nr` as a device name: Unix98 ptys (majors 136–143) and virtual consoles.
+    static func terminalName(_ device: UInt64) -> String? {
+        guard device != 0 else { return nil }
+        let major = (device >> 8) & 0xfff, minor = (device & 0xff) | ((device >> 12) & 0xfff00)
+        if (136...143).contains(major) { return "/dev/pts/\((major - 136) * 256 + minor)" }
+        if major == 4 && minor < 64 { return "/dev/tty\(minor)" }
+        if major == 5 && minor == 1 { return "/dev/console" }
+        return "tty \(major):\(minor)"
+    }
+
+    /// The app id flatpak writes into every sandbox's `/.flatpak-info` (`[Application]`,
+    /// `name=`), read through the caller's own root.
+    private static func flatpakAppID(proc: Int32) -> String? {
+        let root = openat(proc, "root", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard root >= 0 else { return nil }
+        defer { close(root) }
+        let fd = openat(root, ".flatpak-info", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG,
+              let text = try? ProcFile.readAll(fd, path: ".flatpak-info", limit: 1 << 16) else { return nil }
+        return FlatpakInfo.applicationName(text)
+    }
+}
+
+/// The keyfile flatpak puts at a sandbox's root.
+enum FlatpakInfo {
+    static func applicationName(_ text: [UInt8]) -> String? {
+        var section = ""
+        for raw in String(decoding: text, as: UTF8.self).split(separator: "\n") {
+            let line = String(raw).trimmingSpaces
+            if line.hasPrefix("[") && line.hasSuffix("]") { section = String(line.dropFirst().dropLast()); continue }
+            guard section == "Application", line.hasPrefix("name=") else { continue }
+            let name = String(line.dropFirst(5)).trimmingSpaces
+            return AccessProgram.isValidAppID(name) ? name : nil
+        }
+        return nil
+    }
+}

@@ -1,0 +1,133 @@
+import COpenSSL
+import Glibc
+import KeychainErrors
+import Synchronization
+
+/// What pins a program: the file's device, inode, size, modification time and SHA-256. Any
+/// change (a package upgrade, a rebuild, a copy elsewhere, an edit) makes another program.
+package struct FileIdentity: Hashable, Sendable, CustomStringConvertible {
+    package var device: UInt64
+    package var inode: UInt64
+    package var size: UInt64
+    package var modifiedSeconds: Int64
+    package var modifiedNanoseconds: UInt32
+    package var sha256: [UInt8]
+
+    package init(device: UInt64, inode: UInt64, size: UInt64, modifiedSeconds: Int64,
+                 modifiedNanoseconds: UInt32, sha256: [UInt8]) {
+        self.device = device
+        self.inode = inode
+        self.size = size
+        self.modifiedSeconds = modifiedSeconds
+        self.modifiedNanoseconds = modifiedNanoseconds
+        self.sha256 = sha256
+    }
+
+    package var description: String {
+        "dev \(device) ino \(inode) size \(size) mtime \(modifiedSeconds).\(modifiedNanoseconds) sha256 "
+            + sha256.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+    }
+
+    /// The identity of the file at an absolute path now (symbolic links followed, as exec
+    /// follows them): what `-T PATH` pins.
+    package static func of(path: String) throws(KeychainError) -> FileIdentity {
+        guard path.hasPrefix("/") else { throw .invalidInput("'\(path)' is not an absolute path") }
+        return try of(openedAt: AT_FDCWD, path, shownAs: path)
+    }
+
+    /// Opens `name` under `directory` without blocking (a FIFO named on a command line must not
+    /// hang the daemon) and takes its identity if it is a regular file of at most `sizeLimit`.
+    static func of(openedAt directory: Int32, _ name: String, shownAs shown: String,
+                   sizeLimit: UInt64 = .max) throws(KeychainError) -> FileIdentity {
+        let fd = openat(directory, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+        guard fd >= 0 else { throw .invalidInput("cannot open \(shown): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        return try of(descriptor: fd, shownAs: shown, sizeLimit: sizeLimit)
+    }
+
+    static func of(descriptor fd: Int32, shownAs shown: String, sizeLimit: UInt64 = .max) throws(KeychainError) -> FileIdentity {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw .io("cannot stat \(shown): \(String(cString: strerror(errno)))") }
+        guard st.st_mode & S_IFMT == S_IFREG else { throw .invalidInput("\(shown) is not a regular file") }
+        guard UInt64(st.st_size) <= sizeLimit else { throw .invalidInput("\(shown) is over \(sizeLimit) bytes") }
+        let key = FileStatKey(st)
+        if let digest = DigestCache.shared.digest(for: key) { return key.identity(sha256: digest) }
+        let digest = try sha256(of: fd, shownAs: shown)
+        // A file changed while it was hashed would pair its new stat with a digest of a mix.
+        var after = stat()
+        guard fstat(fd, &after) == 0, FileStatKey(after) == key else {
+            throw .io("\(shown) changed while it was read")
+        }
+        DigestCache.shared.store(digest, for: key)
+        return key.identity(sha256: digest)
+    }
+
+    private static func sha256(of fd: Int32, shownAs shown: String) throws(KeychainError) -> [UInt8] {
+        guard let context = EVP_MD_CTX_new() else { throw .io("OpenSSL: no digest context") }
+        defer { EVP_MD_CTX_free(context) }
+        guard EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1 else { throw .io("OpenSSL: SHA-256 init") }
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
+        var offset: off_t = 0
+        while true {
+            let n = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, offset) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw .io("cannot read \(shown): \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { break }
+            _ = chunk.withUnsafeBytes { EVP_DigestUpdate(context, $0.baseAddress, n) }
+            offset += off_t(n)
+        }
+        var out = [UInt8](repeating: 0, count: 32)
+        var len: UInt32 = 32
+        guard EVP_DigestFinal_ex(context, &out, &len) == 1, len == 32 else { throw .io("OpenSSL: SHA-256 final") }
+        return out
+    }
+}
+
+/// What says a file is unchanged without reading it: its identity's stat fields plus the
+/// change time, which no one but the kernel sets (`touch -d` can put mtime back, not ctime).
+struct FileStatKey: Hashable {
+    var device: UInt64
+    var inode: UInt64
+    var size: UInt64
+    var modifiedSeconds: Int64
+    var modifiedNanoseconds: UInt32
+    var changedSeconds: Int64
+    var changedNanoseconds: UInt32
+
+    init(_ st: stat) {
+        device = UInt64(st.st_dev)
+        inode = UInt64(st.st_ino)
+        size = UInt64(st.st_size)
+        modifiedSeconds = Int64(st.st_mtim.tv_sec)
+        modifiedNanoseconds = UInt32(st.st_mtim.tv_nsec)
+        changedSeconds = Int64(st.st_ctim.tv_sec)
+        changedNanoseconds = UInt32(st.st_ctim.tv_nsec)
+    }
+
+    func identity(sha256: [UInt8]) -> FileIdentity {
+        FileIdentity(device: device, inode: inode, size: size, modifiedSeconds: modifiedSeconds,
+                     modifiedNanoseconds: modifiedNanoseconds, sha256: sha256)
+    }
+}
+
+/// Digests of executables already hashed, so that the hundredth `head` costs a stat, not a
+/// read of the binary. Keyed by the full stat key: any write changes ctime and misses.
+final class DigestCache: Sendable {
+    static let shared = DigestCache()
+    private static let capacity = 512
+    private let digests = Mutex<[FileStatKey: [UInt8]]>([:])
+
+    func digest(for key: FileStatKey) -> [UInt8]? { digests.withLock { $0[key] } }
+
+    func store(_ digest: [UInt8], for key: FileStatKey) {
+        digests.withLock { d in
+            // Executables in use are few; a full cache is more likely churn than a working set.
+            if d.count >= Self.capacity { d.removeAll(keepingCapacity: true) }
+            d[key] = digest
+        }
+    }
+
+    func removeAll() { digests.withLock { $0.removeAll() } }
+}

@@ -1,0 +1,268 @@
+import CProcessPin
+import Glibc
+
+/// The user's answer to an access prompt.
+package enum PromptAnswer: Sendable, Equatable {
+    /// The OK button: this process, for its life.
+    case allowOnce
+    /// The "not OK" button: add the program to the item's list.
+    case alwaysAllow
+    /// Cancel (or Escape, or closing the window).
+    case deny
+    case timedOut
+    /// No answer could be had: pinentry missing, crashed, or speaking something else.
+    case unavailable(String)
+}
+
+/// What a prompt shows. Every field is shown as given; callers build them with `Shown`.
+package struct PromptText: Sendable, Equatable {
+    package var title: String
+    package var description: String
+    package var prompt: String
+    // `_` marks each button's key (pinentry-tty answers to one letter; "Allow once" and
+    // "Always allow" would both be `a`) and is a mnemonic in the graphical pinentries.
+    package var allowOnce = "Allow _once"
+    /// Nil: no such button (nothing could be added to the list).
+    package var alwaysAllow: String? = "_Always allow"
+    package var deny = "_Deny"
+
+    package init(title: String, description: String, prompt: String) {
+        self.title = title
+        self.description = description
+        self.prompt = prompt
+    }
+}
+
+/// Asks through a pinentry program (gpg's prompt: `pinentry-tty`, `-curses`, `-gnome3`,
+/// `-qt`), speaking its Assuan protocol over a socket pair: SETTITLE, SETDESC, SETPROMPT,
+/// SETOK/SETNOTOK/SETCANCEL name the three buttons, CONFIRM shows them. OK is Allow once,
+/// "not OK" (GPG_ERR_NOT_CONFIRMED) is Always allow, Cancel (GPG_ERR_CANCELED) is Deny.
+/// Anything else, and the timeout, is no.
+package struct Pinentry: Sendable {
+    package var path: String
+    package var timeout: Duration
+
+    package init(path: String, timeout: Duration) {
+        self.path = path
+        self.timeout = timeout
+    }
+
+    /// Assuan's limit on a line, command included.
+    static let maxLine = 1000
+
+    /// Blocks the calling thread (only it) until an answer or the timeout; the pinentry is
+    /// killed then, by its pid.
+    package func ask(_ text: PromptText, terminal: String?, terminalType: String?) -> PromptAnswer {
+        let deadline = ContinuousClock.now + timeout
+        var fds: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
+            return .unavailable("socketpair: \(String(cString: strerror(errno)))")
+        }
+        let ours = fds[0]
+        defer { close(ours) }
+        let pid: pid_t
+        do {
+            pid = try spawn(socket: fds[1])
+        } catch {
+            close(fds[1])
+            return .unavailable("cannot run \(path): \(error.reason)")
+        }
+        close(fds[1])
+        var session = AssuanSession(fd: ours, deadline: deadline)
+        let answer = converse(&session, text, terminal: terminal, terminalType: terminalType)
+        if case .timedOut = answer { reap(pid, force: true) } else {
+            _ = session.send("BYE")
+            reap(pid, force: false)
+        }
+        return answer
+    }
+
+    private func converse(_ s: inout AssuanSession, _ text: PromptText, terminal: String?, terminalType: String?) -> PromptAnswer {
+        do {
+            try s.expectOK()
+            // Options a pinentry does not know answer ERR; they are hints, not requirements.
+            if let terminal { _ = try s.command("OPTION ttyname=" + terminal) }
+            if let terminalType { _ = try s.command("OPTION ttytype=" + terminalType) }
+            let seconds = max(1, Int(timeout.components.seconds) + (timeout.components.attoseconds > 0 ? 1 : 0))
+            _ = try s.command("SETTIMEOUT \(seconds)")
+            var settings = [("SETTITLE", text.title), ("SETPROMPT", text.prompt), ("SETOK", text.allowOnce),
+                            ("SETCANCEL", text.deny), ("SETDESC", text.description)]
+            if let alwaysAllow = text.alwaysAllow { settings.append(("SETNOTOK", alwaysAllow)) }
+            for (verb, value) in settings {
+                if let error = try s.command(Self.line(verb, value)) {
+                    return .unavailable("\(path) refused \(verb): \(error.text)")
+                }
+            }
+            guard let error = try s.command("CONFIRM") else { return .allowOnce }
+            switch error.code & 0xffff {
+            case 114 where text.alwaysAllow != nil: return .alwaysAllow   // GPG_ERR_NOT_CONFIRMED: the "not OK" button
+            case 99: return .deny           // GPG_ERR_CANCELED
+            case 62: return .timedOut       // GPG_ERR_TIMEOUT: pinentry's own SETTIMEOUT
+            default: return .unavailable("\(path): \(error.text)")
+            }
+        } catch .timedOut {
+            return .timedOut
+        } catch {
+            return .unavailable("\(path): \(error)")
+        }
+    }
+
+    /// `VERB arg` with Assuan's escapes (`%`, CR, LF), the argument cut to fit one line.
+    static func line(_ verb: String, _ value: String) -> String {
+        var scalars = Array(value.unicodeScalars)
+        while true {
+            var escaped = ""
+            for c in scalars {
+                switch c {
+                case "%": escaped += "%25"
+                case "\n": escaped += "%0A"
+                case "\r": escaped += "%0D"
+                default: escaped.unicodeScalars.append(c)
+                }
+            }
+            let line = escaped.isEmpty ? verb : verb + " " + escaped
+            if line.utf8.count <= maxLine { return line }
+            let over = line.utf8.count - maxLine
+            scalars = Array(scalars.dropLast(max(1, over / 3) + 1)) + ["…"]
+        }
+    }
+
+    private func spawn(socket: Int32) throws(SpawnError) -> pid_t {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, socket, 0)
+        posix_spawn_file_actions_adddup2(&actions, socket, 1)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        // Nothing of the daemon's (the FUSE device, the store) reaches the prompt program.
+        _ = kcfs_spawn_close_from(&actions, 3)
+        let argv = [strdup(path)] + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, path, &actions, nil, argv, environ)
+        guard rc == 0 else { throw SpawnError(reason: String(cString: strerror(rc))) }
+        return pid
+    }
+
+    struct SpawnError: Error { var reason: String }
+
+    /// Waits for the pinentry to end; one that does not end soon (or at all, after a timeout)
+    /// is killed. Only our own child, by pid.
+    private func reap(_ pid: pid_t, force: Bool) {
+        var status: Int32 = 0
+        if !force {
+            for _ in 0..<50 {
+                if waitpid(pid, &status, WNOHANG) == pid { return }
+                usleep(10_000)
+            }
+        }
+        kill(pid, SIGTERM)
+        for _ in 0..<20 {
+            if waitpid(pid, &status, WNOHANG) == pid { return }
+            usleep(10_000)
+        }
+        kill(pid, SIGKILL)
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    }
+}
+
+/// Pinentry's error line: `ERR <gpg-error code> <text>`.
+struct AssuanError: Error {
+    var code: UInt32
+    var text: String
+}
+
+enum AssuanFailure: Error, CustomStringConvertible {
+    case timedOut
+    case closed
+    case protocolError(String)
+
+    var description: String {
+        switch self {
+        case .timedOut: "no answer in time"
+        case .closed: "it closed the connection"
+        case .protocolError(let m): m
+        }
+    }
+}
+
+/// One Assuan client connection with a deadline on every wait.
+struct AssuanSession {
+    let fd: Int32
+    let deadline: ContinuousClock.Instant
+    private var pending: [UInt8] = []
+
+    init(fd: Int32, deadline: ContinuousClock.Instant) {
+        self.fd = fd
+        self.deadline = deadline
+    }
+
+    /// Sends a line; MSG_NOSIGNAL so that a pinentry gone away is an error, not SIGPIPE.
+    func send(_ line: String) -> Bool {
+        let bytes = Array((line + "\n").utf8)
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return false }
+            sent += n
+        }
+        return true
+    }
+
+    /// Sends a command and returns nil on OK, the error on ERR.
+    mutating func command(_ line: String) throws(AssuanFailure) -> AssuanError? {
+        guard send(line) else { throw .closed }
+        return try response()
+    }
+
+    mutating func expectOK() throws(AssuanFailure) {
+        if let error = try response() { throw .protocolError("greeting: ERR \(error.code) \(error.text)") }
+    }
+
+    /// Reads up to OK or ERR, skipping status (`S`), comment (`#`) and data (`D`) lines.
+    mutating func response() throws(AssuanFailure) -> AssuanError? {
+        while true {
+            let line = try readLine()
+            if line == "OK" || line.hasPrefix("OK ") { return nil }
+            if line.hasPrefix("ERR ") {
+                let rest = line.dropFirst(4)
+                let code = rest.prefix(while: { $0 != " " })
+                guard let value = UInt32(code) else { throw .protocolError("bad error line: \(line)") }
+                return AssuanError(code: value, text: String(rest.dropFirst(code.count)).trimmingSpaces)
+            }
+            if line.hasPrefix("S ") || line.hasPrefix("#") || line.hasPrefix("D ") || line == "S" { continue }
+            if line.hasPrefix("INQUIRE") {
+                guard send("CAN") else { throw .closed }
+                continue
+            }
+            throw .protocolError("unexpected line: \(line.prefix(80))")
+        }
+    }
+
+    private mutating func readLine() throws(AssuanFailure) -> String {
+        while true {
+            if let nl = pending.firstIndex(of: 10) {
+                let line = String(decoding: pending[..<nl], as: UTF8.self)
+                pending.removeFirst(nl + 1)
+                return line
+            }
+            guard pending.count <= 4 * Pinentry.maxLine else { throw .protocolError("a line over \(Pinentry.maxLine) bytes") }
+            let left = deadline - ContinuousClock.now
+            guard left > .zero else { throw .timedOut }
+            let ms = Int32(min(Int64(Int32.max), left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1))
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&p, 1, ms)
+            if ready < 0 {
+                if errno == EINTR { continue }
+                throw .protocolError("poll: \(String(cString: strerror(errno)))")
+            }
+            if ready == 0 { continue }
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { throw .closed }
+            pending += chunk[..<n]
+        }
+    }
+}

@@ -1,0 +1,263 @@
+import CProcessPin
+import Glibc
+import KeychainErrors
+
+/// A process held by a pidfd, so that its pid cannot be handed to another process while we
+/// read about it: whatever we read under `/proc/PID` counts only if the pidfd still says the
+/// process runs afterwards (`isAlive`).
+// @unchecked Sendable: the descriptor is set once and closed only in deinit.
+package final class PinnedProcess: @unchecked Sendable {
+    /// The process (thread group) id.
+    package let pid: pid_t
+    /// The thread that asked; FUSE names a thread, a socket peer its process (then `pid`).
+    package let threadID: pid_t
+    package let pidfd: Int32
+
+    private init(pid: pid_t, threadID: pid_t, pidfd: Int32) {
+        self.pid = pid
+        self.threadID = threadID
+        self.pidfd = pidfd
+    }
+
+    deinit { close(pidfd) }
+
+    /// True while the pinned process runs (a zombie counts as gone).
+    package var isAlive: Bool { kcfs_pidfd_alive(pidfd) == 1 }
+
+    /// The process a thread belongs to (a FUSE request carries the calling thread's id):
+    /// its `Tgid` from `/proc/TID/status`, pinned.
+    ///
+    /// The pid is read before the pidfd is opened, so if the caller died and its pid went to
+    /// another process in between, that process is the one pinned and identified. For FUSE
+    /// that is harmless: the caller is blocked in the request, so it was killed, and the
+    /// answer goes to no one; the facts cached are those of the process the pidfd pins.
+    package static func forThread(_ tid: pid_t) throws(KeychainError) -> PinnedProcess {
+        guard tid > 0 else { throw .invalidInput("no such thread \(tid)") }
+        let status = try ProcFile.read("/proc/\(tid)/status")
+        guard let tgid = ProcStatus(status).tgid else { throw .io("/proc/\(tid)/status has no Tgid") }
+        let pidfd = kcfs_pidfd_open(tgid)
+        guard pidfd >= 0 else { throw .io("cannot pin process \(tgid): \(String(cString: strerror(errno)))") }
+        return PinnedProcess(pid: tgid, threadID: tid, pidfd: pidfd)
+    }
+
+    /// A process by its pid (a thread group leader).
+    package static func forProcess(_ pid: pid_t) throws(KeychainError) -> PinnedProcess {
+        try forThread(pid)
+    }
+
+    /// The process at the other end of a connected Unix socket. SO_PEERPIDFD (Linux 6.5) pins
+    /// the very process that connected; before it, SO_PEERCRED's pid is pinned after the fact,
+    /// and a peer that exited while a child kept its socket could lend it its reused pid.
+    package static func forSocketPeer(_ socket: Int32) throws(KeychainError) -> PinnedProcess {
+        let pidfd = kcfs_peer_pidfd(socket)
+        if pidfd >= 0 {
+            guard let pid = pidOfPidfd(pidfd), pid > 0 else {
+                close(pidfd)
+                throw .io("the socket's peer has exited")
+            }
+            return PinnedProcess(pid: pid, threadID: pid, pidfd: pidfd)
+        }
+        var cred = PeerCredentials()
+        var len = socklen_t(MemoryLayout<PeerCredentials>.size)
+        guard getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, cred.pid > 0 else {
+            throw .io("cannot read the socket's peer: \(String(cString: strerror(errno)))")
+        }
+        return try forProcess(cred.pid)
+    }
+
+    /// The pid a pidfd refers to, from `/proc/self/fdinfo` (-1 once the process is gone).
+    private static func pidOfPidfd(_ pidfd: Int32) -> pid_t? {
+        guard let text = try? ProcFile.read("/proc/self/fdinfo/\(pidfd)") else { return nil }
+        for line in text.split(separator: 10) where line.starts(with: Array("Pid:".utf8)) {
+            return pid_t(String(decoding: line.dropFirst(4), as: UTF8.self).trimmingSpaces)
+        }
+        return nil
+    }
+
+    /// Linux's `struct ucred`, which Glibc only declares under _GNU_SOURCE.
+    private struct PeerCredentials {
+        var pid: pid_t = 0
+        var uid: uid_t = 0
+        var gid: gid_t = 0
+    }
+}
+
+/// Reading `/proc` files: small, generated on read, never regular files we could stat first.
+enum ProcFile {
+    /// The whole file, up to `limit` bytes.
+    static func read(_ path: String, limit: Int = 1 << 20) throws(KeychainError) -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { throw .io("\(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        return try readAll(fd, path: path, limit: limit)
+    }
+
+    /// The file at `name` under an open `/proc/PID` directory.
+    static func read(in directory: Int32, _ name: String, limit: Int = 1 << 20) throws(KeychainError) -> [UInt8] {
+        let fd = openat(directory, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { throw .io("/proc/PID/\(name): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        return try readAll(fd, path: name, limit: limit)
+    }
+
+    /// Reads from offset 0 again: `/proc` regenerates the text on each read from the start, so
+    /// a descriptor kept open rereads a process's state in one system call.
+    static func reread(_ fd: Int32, into buffer: inout [UInt8]) -> Int {
+        buffer.withUnsafeMutableBytes { b in
+            var n: Int
+            repeat { n = pread(fd, b.baseAddress, b.count, 0) } while n < 0 && errno == EINTR
+            return n
+        }
+    }
+
+    static func readAll(_ fd: Int32, path: String, limit: Int) throws(KeychainError) -> [UInt8] {
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while out.count < limit {
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, min($0.count, limit - out.count)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw .io("\(path): \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { break }
+            out += chunk[..<n]
+        }
+        return out
+    }
+
+    /// A symbolic link's target as bytes, relative to our root.
+    static func readLink(_ path: String) throws(KeychainError) -> String {
+        try readLink(at: AT_FDCWD, path)
+    }
+
+    static func readLink(at directory: Int32, _ name: String) throws(KeychainError) -> String {
+        switch readLinkResult(at: directory, name) {
+        case .success(let target): return target
+        case .failure(let e): throw .io("\(name): \(String(cString: strerror(e.code)))")
+        }
+    }
+
+    /// The target, or the errno.
+    static func readLinkResult(at directory: Int32, _ name: String) -> Result<String, Errno> {
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = buffer.withUnsafeMutableBytes { readlinkat(directory, name, $0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count) }
+        guard n >= 0 else { return .failure(Errno(errno)) }
+        return .success(String(decoding: buffer[..<n], as: UTF8.self))
+    }
+
+    struct Errno: Error, Equatable {
+        var code: Int32
+        init(_ code: Int32) { self.code = code }
+    }
+}
+
+/// The lines of `/proc/PID/status` we use. Parsed on bytes, and only as far as needed:
+/// it is read on every guarded request, and `TracerPid` is its eighth line of fifty-odd.
+struct ProcStatus {
+    var tgid: pid_t?
+    var parentPID: pid_t?
+    var tracerPID: pid_t?
+
+    init(_ text: [UInt8]) {
+        self.init(text, count: text.count)
+    }
+
+    /// The first `count` bytes of `buffer`.
+    init(_ buffer: [UInt8], count: Int) {
+        self = buffer.withUnsafeBufferPointer { ProcStatus(UnsafeBufferPointer(rebasing: $0[..<min(count, $0.count)])) }
+    }
+
+    init(_ text: UnsafeBufferPointer<UInt8>) {
+        var i = 0
+        let n = text.count
+        while i < n && (tgid == nil || parentPID == nil || tracerPID == nil) {
+            var end = i
+            while end < n && text[end] != 10 { end += 1 }
+            if let v = Self.value(text, i, end, "Tgid:") { tgid = v }
+            else if let v = Self.value(text, i, end, "PPid:") { parentPID = v }
+            else if let v = Self.value(text, i, end, "TracerPid:") { tracerPID = v }
+            i = end + 1
+        }
+    }
+
+    /// The decimal after `key` on the line text[start..<end], if the line is that key's.
+    private static func value(_ text: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int, _ key: StaticString) -> pid_t? {
+        let kn = key.utf8CodeUnitCount
+        guard end - start > kn, memcmp(text.baseAddress! + start, key.utf8Start, kn) == 0 else { return nil }
+        return ProcNumber.parse(text, start + kn, end).map { pid_t(truncatingIfNeeded: $0) }
+    }
+}
+
+enum ProcNumber {
+    /// The first decimal number in text[start..<end], skipping blanks before it.
+    static func parse(_ text: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int) -> UInt64? {
+        var i = start
+        while i < end && (text[i] == 32 || text[i] == 9) { i += 1 }
+        guard i < end, text[i] >= 48, text[i] <= 57 else { return nil }
+        var v: UInt64 = 0
+        while i < end, text[i] >= 48, text[i] <= 57 {
+            v = v &* 10 &+ UInt64(text[i] &- 48)
+            i += 1
+        }
+        return v
+    }
+}
+
+/// The fields of `/proc/PID/stat` we use. The command name (field 2) may hold spaces and
+/// parentheses, so fields are counted from the last `)`.
+struct ProcStat: Equatable {
+    var terminal: UInt64 = 0
+    var startTime: UInt64 = 0
+    /// Addresses the kernel sets afresh at each execve (code, stack, brk, argv and environ
+    /// bounds): when they change, the process runs another image and is identified again.
+    /// Field numbers as in proc(5): startcode endcode startstack 26–28; start_data end_data
+    /// start_brk arg_start arg_end env_start env_end 45–51.
+    var imageLayout: [UInt64] = []
+
+    init?(_ text: [UInt8]) {
+        self.init(text, count: text.count)
+    }
+
+    init?(_ buffer: [UInt8], count: Int) {
+        guard let parsed = buffer.withUnsafeBufferPointer({ ProcStat(UnsafeBufferPointer(rebasing: $0[..<min(count, $0.count)])) }) else { return nil }
+        self = parsed
+    }
+
+    init?(_ text: UnsafeBufferPointer<UInt8>) {
+        var close = text.count - 1
+        while close >= 0 && text[close] != 41 { close -= 1 }
+        guard close >= 0 else { return nil }
+        imageLayout.reserveCapacity(10)
+        // tty_nr is field 7, starttime 22.
+        var field = 2, i = close + 1
+        var seenTerminal = false, seenStart = false
+        let n = text.count
+        while i < n && field < 51 {
+            if text[i] == 32 || text[i] == 10 { i += 1; continue }
+            field += 1
+            var end = i
+            while end < n && text[end] != 32 && text[end] != 10 { end += 1 }
+            switch field {
+            case 7: terminal = ProcNumber.parse(text, i, end) ?? 0; seenTerminal = true
+            case 22: startTime = ProcNumber.parse(text, i, end) ?? 0; seenStart = true
+            case 26...28, 45...51: imageLayout.append(ProcNumber.parse(text, i, end) ?? 0)
+            default: break
+            }
+            i = end
+        }
+        guard seenTerminal, seenStart else { return nil }
+    }
+
+    /// False while an execve is laying out the new image: its argv and environ bounds are
+    /// still zero, and what /proc shows of them is not yet the new program's.
+    var isSettled: Bool { imageLayout.count == 10 && imageLayout[6...9].allSatisfy { $0 != 0 } }
+}
+
+extension String {
+    var trimmingSpaces: String {
+        var s = Substring(self)
+        while let f = s.first, f == " " || f == "\t" || f == "\n" { s.removeFirst() }
+        while let l = s.last, l == " " || l == "\t" || l == "\n" { s.removeLast() }
+        return String(s)
+    }
+}

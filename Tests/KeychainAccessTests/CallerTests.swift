@@ -1,0 +1,359 @@
+import Foundation
+import Glibc
+import XCTest
+@testable import KeychainAccess
+import KeychainModel
+
+/// Real processes, identified through /proc and judged against access lists.
+final class CallerTests: AccessTestCase {
+    private let access = AccessControl(settings: .none, log: nil)
+    private let item = genericItem()
+
+    func testHeadIsIdentifiedByItsExecutableAndAllowedWhenListed() throws {
+        let head = try TestProcess(["/usr/bin/head"], waitForExecutable: "/usr/bin/head")
+        let facts = try access.identify(threadID: head.pid)
+        XCTAssertEqual(facts.pid, head.pid)
+        XCTAssertEqual(facts.executablePath, "/usr/bin/head")
+        XCTAssertEqual(facts.executable, try FileIdentity.of(path: "/usr/bin/head"))
+        XCTAssertEqual(facts.commandLine, ["/usr/bin/head"])
+        XCTAssertTrue(facts.parent.hasPrefix("\(getpid()) ("), facts.parent)
+        XCTAssertFalse(facts.executableDeleted)
+        XCTAssertFalse(facts.executableReplaced)
+        XCTAssertEqual(facts.loaderVariables, [])
+        XCTAssertNil(facts.flatpakAppID)
+        XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: try list("/usr/bin/head")), .allowed)
+        let other = access.decide(threadID: head.pid, item: item, operation: .read, list: try list("/usr/bin/tail"))
+        XCTAssertTrue(isRefused(other, containing: "not on the item's access list; no prompt is configured"), "\(other)")
+    }
+
+    func testAnExitedProcessIsForgottenNotTakenForItsPid() throws {
+        let headOnly = try list("/usr/bin/head")
+        let head = try TestProcess(["/usr/bin/head"], waitForExecutable: "/usr/bin/head")
+        XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly), .allowed)
+        head.stop()
+        let outcome = access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly)
+        XCTAssertTrue(isRefused(outcome, containing: "cannot identify the caller"), "\(outcome)")
+    }
+
+    /// As the daemon runs (a normal user, not root), a process that made itself non-dumpable
+    /// hides its executable and environment: it cannot be identified, so it is refused. Run
+    /// as a normal user: `setpriv --reuid=nobody ... keychainfsPackageTests.xctest`.
+    func testANonDumpableCallerCannotBeIdentifiedByANormalUser() throws {
+        try XCTSkipIf(geteuid() == 0, "root reads every process's /proc files")
+        let hidden = try TestProcess(["/usr/bin/python3", "-c",
+                                      "import ctypes, sys; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); sys.stdin.read()"],
+                                     waitForExecutable: pythonExecutable)
+        try TestProcess.waitUntil("it is not dumpable") { TestProcess.executable(of: hidden.pid) == nil }
+        let outcome = access.decide(threadID: hidden.pid, item: item, operation: .read, list: try list("/usr/bin/python3"))
+        XCTAssertTrue(isRefused(outcome, containing: "hides its executable from the daemon"), "\(outcome)")
+        // An empty list asks nothing of it.
+        XCTAssertEqual(access.decide(threadID: hidden.pid, item: item, operation: .read, list: .anyProgram), .allowed)
+    }
+
+    func testAnEmptyListIsAnyProgramWithoutLookingAtTheCaller() throws {
+        // Not even a real pid: an empty list never identifies anyone.
+        XCTAssertEqual(access.decide(threadID: 999_999_999, item: item, operation: .read, list: .anyProgram), .allowed)
+        XCTAssertEqual(access.cachedProcessCount, 0)
+    }
+
+    func testCatAndPythonAreRefusedAnItemListingHead() throws {
+        let headOnly = try list("/usr/bin/head")
+        let cat = try TestProcess(["/bin/cat"], waitForExecutable: "/usr/bin/cat")
+        XCTAssertTrue(isRefused(access.decide(threadID: cat.pid, item: item, operation: .read, list: headOnly)))
+        let python = try TestProcess(["/usr/bin/python3", "-c", "import sys; sys.stdin.read()"], waitForExecutable: pythonExecutable)
+        XCTAssertTrue(isRefused(access.decide(threadID: python.pid, item: item, operation: .read, list: headOnly)))
+    }
+
+    func testACopyOfHeadIsAnotherProgram() throws {
+        let dir = directory()
+        let copy = try dir.copy("/usr/bin/head", as: "head")
+        let process = try TestProcess([copy], waitForExecutable: copy)
+        let facts = try access.identify(threadID: process.pid)
+        let real = try FileIdentity.of(path: "/usr/bin/head")
+        XCTAssertEqual(facts.executable.sha256, real.sha256, "the same bytes...")
+        XCTAssertNotEqual(facts.executable, real, "...in another file")
+        XCTAssertTrue(isRefused(access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/usr/bin/head"))))
+    }
+
+    func testHeadUnderStraceIsRefusedEvenThoughListed() throws {
+        let strace = try TestProcess(["/usr/bin/strace", "-o", "/dev/null", "/usr/bin/head"])
+        var head: pid_t = 0
+        try TestProcess.waitUntil("strace starts head") {
+            head = TestProcess.children(of: strace.pid).first { TestProcess.executable(of: $0) == "/usr/bin/head" } ?? 0
+            return head != 0
+        }
+        let outcome = access.decide(threadID: head, item: item, operation: .read, list: try list("/usr/bin/head"))
+        XCTAssertTrue(isRefused(outcome, containing: "being traced by \(strace.pid) (strace)"), "\(outcome)")
+    }
+
+    func testATracerAttachingAfterTheProcessWasAllowedIsSeen() throws {
+        let headOnly = try list("/usr/bin/head")
+        let head = try TestProcess(["/usr/bin/head"], waitForExecutable: "/usr/bin/head")
+        XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly), .allowed)
+        let tracer = try TestProcess(["/usr/bin/strace", "-o", "/dev/null", "-p", String(head.pid)])
+        try TestProcess.waitUntil("strace attaches") { (try? self.tracerPid(head.pid)) == tracer.pid }
+        XCTAssertTrue(isRefused(access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly), containing: "traced"))
+        tracer.stop()
+        try TestProcess.waitUntil("strace detaches") { (try? self.tracerPid(head.pid)) == 0 }
+        XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly), .allowed)
+    }
+
+    func testLoaderVariablesAtStartAreRefusedEvenThoughListed() throws {
+        let headOnly = try list("/usr/bin/head")
+        for variable in ["LD_PRELOAD=/nonexistent/preload.so", "LD_AUDIT=/nonexistent/audit.so", "LD_LIBRARY_PATH=/nonexistent"] {
+            let head = try TestProcess(["/usr/bin/head"], environment: ["PATH=/usr/bin", variable], waitForExecutable: "/usr/bin/head")
+            let name = String(variable.prefix(while: { $0 != "=" }))
+            let outcome = access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly)
+            XCTAssertTrue(isRefused(outcome, containing: "started with \(name) set"), "\(variable): \(outcome)")
+        }
+        // An empty value loads nothing.
+        let plain = try TestProcess(["/usr/bin/head"], environment: ["LD_PRELOAD="], waitForExecutable: "/usr/bin/head")
+        XCTAssertEqual(access.decide(threadID: plain.pid, item: item, operation: .read, list: headOnly), .allowed)
+    }
+
+    func testAReplacedBinaryIsRefusedUntilAllowedAgain() throws {
+        let dir = directory()
+        let prog = try dir.copy("/usr/bin/head", as: "prog")
+        let allowed = try list(prog)
+        let before = try TestProcess([prog], waitForExecutable: prog)
+        XCTAssertEqual(access.decide(threadID: before.pid, item: item, operation: .read, list: allowed), .allowed)
+        // Replaced by another program (rename over it, as a package upgrade does).
+        let staged = try dir.copy("/usr/bin/tail", as: "staged")
+        XCTAssertEqual(rename(staged, prog), 0)
+        // Known and allowed a moment ago; the cache notices.
+        let stale = access.decide(threadID: before.pid, item: item, operation: .read, list: allowed)
+        XCTAssertTrue(isRefused(stale, containing: "was deleted since it started"), "\(stale)")
+        let after = try TestProcess([prog], waitForExecutable: prog)
+        let changed = access.decide(threadID: after.pid, item: item, operation: .read, list: allowed)
+        XCTAssertTrue(isRefused(changed, containing: "\(prog) changed since it was allowed"), "\(changed)")
+        // Allowed again: removed from the list and added back, which pins the new file.
+        let again = try allowed.setting([]).setting([.executable(prog)])
+        XCTAssertEqual(access.decide(threadID: after.pid, item: item, operation: .read, list: again), .allowed)
+    }
+
+    func testABinaryChangedInPlaceIsAnotherProgram() throws {
+        let dir = directory()
+        let prog = try dir.copy("/usr/bin/head", as: "prog")
+        let allowed = try list(prog)
+        // Same inode, one byte more (what a rebuild writing in place leaves).
+        let fd = open(prog, O_WRONLY | O_APPEND)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        XCTAssertEqual(write(fd, "x", 1), 1)
+        close(fd)
+        let process = try TestProcess([prog], waitForExecutable: prog)
+        XCTAssertTrue(isRefused(access.decide(threadID: process.pid, item: item, operation: .read, list: allowed), containing: "changed since"))
+    }
+
+    func testAPathNowNamingAnotherFileIsAReplacedExecutable() throws {
+        try XCTSkipUnless(geteuid() == 0, "bind mounts need root")
+        let dir = directory()
+        let prog = try dir.copy("/usr/bin/head", as: "prog")
+        let process = try TestProcess([prog], waitForExecutable: prog)
+        let mount = try TestProcess(["/bin/mount", "--bind", "/usr/bin/tail", prog])
+        defer { _ = try? TestProcess(["/bin/umount", prog]) }
+        var status: Int32 = 0
+        waitpid(mount.pid, &status, 0)
+        let outcome = access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/usr/bin/tail", prog))
+        XCTAssertTrue(isRefused(outcome, containing: "was replaced since it started"), "\(outcome)")
+        let umount = try TestProcess(["/bin/umount", prog])
+        waitpid(umount.pid, &status, 0)
+    }
+
+    func testInterpreterPlusScriptMatchesOnlyThatScript() throws {
+        let dir = directory()
+        let sync = try dir.write("import sys\nsys.stdin.read()\n", as: "sync.py")
+        let other = try dir.write("import sys\nsys.stdin.read()\n", as: "other.py")
+        let rule = try list("/usr/bin/python3 \(sync)")
+        let python = pythonExecutable
+        let good = try TestProcess(["/usr/bin/python3", sync], waitForExecutable: python)
+        XCTAssertEqual(access.decide(threadID: good.pid, item: item, operation: .read, list: rule), .allowed)
+        // Relative to its working directory, as `cd dir && python3 sync.py` runs it.
+        let relative = try TestProcess(["/bin/sh", "-c", "cd '\(dir.path)' && exec /usr/bin/python3 sync.py"], waitForExecutable: python)
+        XCTAssertEqual(try access.identify(threadID: relative.pid).scriptPath, sync)
+        XCTAssertEqual(access.decide(threadID: relative.pid, item: item, operation: .read, list: rule), .allowed)
+        // Options that run no code may come first, as a shebang line's do.
+        let unbuffered = try TestProcess(["/usr/bin/python3", "-u", "-B", sync], waitForExecutable: python)
+        XCTAssertEqual(access.decide(threadID: unbuffered.pid, item: item, operation: .read, list: rule), .allowed)
+        for argv in [["/usr/bin/python3", other], ["/usr/bin/python3", "-c", "import sys; sys.stdin.read()", sync],
+                     ["/usr/bin/python3", "-W", "ignore", sync], ["/usr/bin/python3", "-uc", "import sys; sys.stdin.read()", sync],
+                     ["/usr/bin/python3"]] {
+            let process = try TestProcess(argv, waitForExecutable: python)
+            XCTAssertTrue(isRefused(access.decide(threadID: process.pid, item: item, operation: .read, list: rule)), "\(argv)")
+        }
+        // The script edited is another program.
+        _ = try dir.write("import sys\nsys.stdin.read()\n# edited\n", as: "sync.py")
+        let edited = try TestProcess(["/usr/bin/python3", sync], waitForExecutable: python)
+        XCTAssertTrue(isRefused(access.decide(threadID: edited.pid, item: item, operation: .read, list: rule)))
+    }
+
+    func testACommandLineTooLongToReadRecognisesNoScript() throws {
+        let dir = directory()
+        let sync = try dir.write("import sys\nsys.stdin.read()\n", as: "sync.py")
+        _ = try dir.write("import sys\nsys.stdin.read()\n", as: "sync.py.evil")
+        // Padding of harmless options puts the 64 KiB cut inside the last word, right after
+        // ".../sync.py" of ".../sync.py.evil": read as cut, it would name the allowed script.
+        let room = (1 << 16) - sync.utf8.count - ("/usr/bin/python3".utf8.count + 1)
+        let k = (room - 4) / 3
+        let padding = Array(repeating: "-u", count: k) + ["-" + String(repeating: "u", count: room - 3 * k - 2)]
+        let argv = ["/usr/bin/python3"] + padding + [sync + ".evil"]
+        XCTAssertEqual(argv.dropLast().map { $0.utf8.count + 1 }.reduce(0, +) + sync.utf8.count, 1 << 16)
+        let process = try TestProcess(argv, waitForExecutable: pythonExecutable)
+        let facts = try access.identify(threadID: process.pid)
+        XCTAssertEqual(facts.commandLine.last, "…")
+        XCTAssertNil(facts.scriptPath)
+        XCTAssertTrue(isRefused(access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/usr/bin/python3 \(sync)"))))
+    }
+
+    func testAShellScriptRunByItsShebangMatchesItsRule() throws {
+        let dir = directory()
+        let script = try dir.write("#!/bin/bash -e\nread line\n", as: "job.sh", mode: 0o755)
+        let process = try TestProcess([script], waitForExecutable: "/usr/bin/bash")
+        XCTAssertEqual(try access.identify(threadID: process.pid).commandLine, ["/bin/bash", "-e", script])
+        XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/bin/bash \(script)")), .allowed)
+        XCTAssertTrue(isRefused(access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/bin/bash /etc/profile"))))
+    }
+
+    func testScriptArgumentsAreRecognisedOnlyAfterOptionsThatRunNoCode() {
+        func script(_ argv: [String], _ interpreter: String = pythonExecutable) -> String? {
+            CallerFacts.scriptArgument(argv, cwd: "/home/me", interpreter: interpreter)
+        }
+        XCTAssertEqual(script(["python3", "sync.py", "--flag"]), "/home/me/sync.py")
+        XCTAssertEqual(script(["python3", "-uI", "/abs/sync.py"]), "/abs/sync.py")
+        XCTAssertNil(script(["python3", "-m", "http.server"]))
+        XCTAssertNil(script(["python3", "-X", "dev", "sync.py"]))
+        XCTAssertNil(script(["python3", "-", "sync.py"]))
+        XCTAssertNil(script(["python3", "-i", "sync.py"]), "interactive: reads code from its input after the script")
+        XCTAssertEqual(script(["bash", "-eu", "job.sh"], "/usr/bin/bash"), "/home/me/job.sh")
+        XCTAssertNil(script(["bash", "-c", "cat x", "job.sh"], "/usr/bin/bash"))
+        XCTAssertNil(script(["perl", "-e", "print 1", "x.pl"], "/usr/bin/perl"))
+        XCTAssertNil(script(["node", "--inspect", "x.js"], "/usr/bin/node"))
+        XCTAssertEqual(script(["node", "x.js"], "/usr/bin/node"), "/home/me/x.js")
+    }
+
+    func testAProcessThatExecsIsIdentifiedAgain() throws {
+        let dir = directory()
+        let script = try dir.write("import os, sys\nsys.stdin.readline()\nos.execv('/usr/bin/head', ['head'])\n", as: "then-head.py")
+        let rule = try list("/usr/bin/python3 \(script)")
+        let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: pythonExecutable)
+        XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: rule), .allowed)
+        process.send("go")
+        try TestProcess.waitUntil("it execs head") { TestProcess.executable(of: process.pid) == "/usr/bin/head" }
+        let outcome = access.decide(threadID: process.pid, item: item, operation: .read, list: rule)
+        XCTAssertTrue(isRefused(outcome, containing: "not on the item's access list"), "same pid, same pidfd, another program: \(outcome)")
+        XCTAssertEqual(try access.identify(threadID: process.pid).executablePath, "/usr/bin/head")
+    }
+
+    func testAThreadIsMappedToItsProcess() throws {
+        let dir = directory()
+        let script = try dir.write("""
+            import sys, threading
+            threading.Thread(target=lambda: sys.stdin.read()).start()
+            """, as: "threads.py")
+        let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: pythonExecutable)
+        var thread: pid_t = 0
+        try TestProcess.waitUntil("a second thread") {
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process.pid)/task")) ?? []
+            thread = tasks.compactMap { pid_t($0) }.first { $0 != process.pid } ?? 0
+            return thread != 0
+        }
+        let facts = try access.identify(threadID: thread)
+        XCTAssertEqual(facts.pid, process.pid)
+        XCTAssertEqual(access.decide(threadID: thread, item: item, operation: .read, list: try list("/usr/bin/python3 \(script)")), .allowed)
+    }
+
+    func testASocketPeerIsPinnedByItsPidfd() throws {
+        let dir = directory()
+        let path = dir.path + "/s"
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8) + [0]) }
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        XCTAssertEqual(bound, 0)
+        XCTAssertEqual(listen(listener, 1), 0)
+        let client = try TestProcess(["/usr/bin/python3", "-c",
+                                      "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); sys.stdin.read()", path])
+        let connection = accept(listener, nil, nil)
+        XCTAssertGreaterThanOrEqual(connection, 0)
+        defer { close(connection) }
+        let peer = try PinnedProcess.forSocketPeer(connection)
+        XCTAssertEqual(peer.pid, client.pid)
+        XCTAssertTrue(peer.isAlive)
+        let outcome = access.decide(process: peer, item: item, operation: .read, list: try list("/usr/bin/head"))
+        XCTAssertTrue(isRefused(outcome, containing: "not on the item's access list"))
+        XCTAssertEqual(access.decide(process: peer, item: item, operation: .read, list: try list("/usr/bin/python3")), .allowed)
+        client.stop()
+        XCTAssertFalse(peer.isAlive, "the pidfd sees the peer exit; its pid may now be anyone's")
+        XCTAssertTrue(isRefused(access.decide(process: peer, item: item, operation: .read, list: try list("/usr/bin/python3"))))
+    }
+
+    func testAFlatpakAppIsKnownByItsSandboxInfo() throws {
+        try XCTSkipUnless(geteuid() == 0, "a fake sandbox root needs mount and chroot")
+        let dir = directory()
+        let root = dir.path + "/root"
+        XCTAssertEqual(mkdir(root, 0o755), 0)
+        XCTAssertEqual(mkdir(root + "/usr", 0o755), 0)
+        for link in ["bin", "lib", "lib64"] { XCTAssertEqual(symlink("usr/" + link, root + "/" + link), 0) }
+        _ = try dir.write("[Application]\nname=org.example.Sandboxed\n", as: "root/.flatpak-info")
+        let sandboxed = try TestProcess(["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                                         "mount --bind /usr '\(root)/usr' && exec chroot '\(root)' /usr/bin/head"])
+        try TestProcess.waitUntil("the sandboxed head runs") {
+            (try? ProcFile.readLink("/proc/\(sandboxed.pid)/root")) == root
+        }
+        let facts = try access.identify(threadID: sandboxed.pid)
+        XCTAssertEqual(facts.flatpakAppID, "org.example.Sandboxed")
+        XCTAssertEqual(access.decide(threadID: sandboxed.pid, item: item, operation: .read, list: try list("flatpak:org.example.Sandboxed")), .allowed)
+        XCTAssertTrue(isRefused(access.decide(threadID: sandboxed.pid, item: item, operation: .read, list: try list("flatpak:org.example.Other"))))
+        // Outside a sandbox there is no app id to claim.
+        let plain = try TestProcess(["/usr/bin/head"], waitForExecutable: "/usr/bin/head")
+        XCTAssertNil(try access.identify(threadID: plain.pid).flatpakAppID)
+    }
+
+    func testAnAllowedDecisionIsCheapOnceTheProcessIsKnown() throws {
+        let head = try TestProcess(["/usr/bin/head"], waitForExecutable: "/usr/bin/head")
+        let allowed = try list("/usr/bin/tail", "/usr/bin/head")
+        func time(_ n: Int, _ body: () -> Void) -> Double {
+            let start = ContinuousClock.now
+            for _ in 0..<n { body() }
+            let d = (ContinuousClock.now - start).components
+            return (Double(d.seconds) * 1e6 + Double(d.attoseconds) / 1e12) / Double(n)
+        }
+        let cold = time(20) {
+            access.forgetProcesses()
+            DigestCache.shared.removeAll()
+            XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: allowed), .allowed)
+        }
+        let firstSight = time(200) {
+            access.forgetProcesses()
+            XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: allowed), .allowed)
+        }
+        let cached = time(5000) {
+            XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: allowed), .allowed)
+        }
+        let unguarded = time(5000) {
+            XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: .anyProgram), .allowed)
+        }
+        // What the kernel alone charges for the four checks a cached decision makes.
+        let pin = try PinnedProcess.forProcess(head.pid)
+        let proc = open("/proc/\(head.pid)", O_RDONLY | O_DIRECTORY)
+        let statFD = openat(proc, "stat", O_RDONLY), statusFD = openat(proc, "status", O_RDONLY)
+        defer { close(proc); close(statFD); close(statusFD) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        var st = stat()
+        let syscalls = time(5000) {
+            _ = pin.isAlive
+            _ = ProcFile.reread(statFD, into: &buffer)
+            _ = fstatat(proc, "exe", &st, 0)
+            _ = ProcFile.reread(statusFD, into: &buffer)
+        }
+        print(String(format: "access decision, allowed: cached %.1f µs (its four /proc system calls alone %.1f µs), "
+                     + "first sight of a process %.1f µs, first sight with the binary hashed %.1f µs, empty list %.2f µs",
+                     cached, syscalls, firstSight, cold, unguarded))
+    }
+
+    private func tracerPid(_ pid: pid_t) throws -> pid_t {
+        ProcStatus(try ProcFile.read("/proc/\(pid)/status")).tracerPID ?? -1
+    }
+}
