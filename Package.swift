@@ -46,13 +46,13 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "KeychainFileSystem", dependencies: [
-            "KeychainModel", "KeychainCrypto", "KeychainStore", .product(name: "Logging", package: "swift-log"),
+            "KeychainModel", "KeychainCrypto", "KeychainStore", "KeychainAccess", .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "KeychainFuse", dependencies: ["KeychainFileSystem", "CFuseShim"]),
         .target(name: "KeychainControlProtocol", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
         .target(name: "KeychainClient", dependencies: ["KeychainControlProtocol", "KeychainModel", "KeychainCrypto"]),
         .target(name: "KeychainControlServer", dependencies: [
-            "KeychainControlProtocol", "KeychainModel", "KeychainCrypto", .product(name: "Logging", package: "swift-log"),
+            "KeychainControlProtocol", "KeychainModel", "KeychainCrypto", "KeychainAccess", .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "KeychainControl", dependencies: [
             "KeychainStore", "KeychainFileSystem", "KeychainClient", "KeychainControlProtocol",
@@ -64,7 +64,7 @@ let package = Package(
         .target(name: "CProcessPin"),
         .target(name: "KeychainAccess", dependencies: ["KeychainErrors", "KeychainModel", "CProcessPin", "COpenSSL"]),
         .target(name: "KeychainConfig", dependencies: [
-            "KeychainModel",
+            "KeychainModel", "KeychainAccess",
             .product(name: "TOMLKit", package: "TOMLKit"),
         ]),
         // The daemon's composition: the owner, the FUSE mount, the control service and socket,

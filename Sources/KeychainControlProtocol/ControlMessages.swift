@@ -544,6 +544,7 @@ package enum WireError {
         case .io(let m): (17, m, nil)
         case .daemonVersionMismatch(let v): (18, v, nil)
         case .mountpointBusy(let m): (19, m, nil)
+        case .accessDenied(let m): (20, m, nil)
         }
         w.field(.errorCase, code)
         w.field(.errorText, e.description)
@@ -575,6 +576,7 @@ package enum WireError {
         case 17: return .io(text)
         case 18: return .daemonVersionMismatch(running: text)
         case 19: return .mountpointBusy(text)
+        case 20: return .accessDenied(text)
         default: return .io(try f.string(.errorText) ?? "the daemon failed (error \(code))")
         }
     }

@@ -26,6 +26,9 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     /// The mountpoint cannot be unmounted: a process has a file open or its working directory there.
     case mountpointBusy(String)
     case diskFull
+    /// A program not on the item's access list (issue 17), or one refused even when listed
+    /// (traced, started with a loader variable, a replaced executable); the text says why.
+    case accessDenied(String)
     case io(String)
 
     public var description: String {
@@ -48,6 +51,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .mountFailed(let m): m
         case .mountpointBusy(let m): m
         case .diskFull: "The disk is full; nothing was changed."
+        case .accessDenied(let m): "Access denied: \(m) (see 'keychainfs access log')."
         case .io(let m): m
         }
     }
@@ -75,6 +79,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .mountFailed: 70
         case .mountpointBusy: 16
         case .diskFull: 73
+        case .accessDenied: 77
         case .io: 74
         }
     }
@@ -102,6 +107,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         (74, "I/O error"),
         (75, "store busy: held by a daemon that cannot be reached, or served elsewhere"),
         (76, "the running daemon is another version; unmount and mount again"),
+        (77, "access denied: this program is not on the item's access list, or was refused or not allowed at the prompt"),
         (93, "integrity failure: a tampered or corrupt item"),
     ]
 

@@ -30,7 +30,7 @@ public struct FileSystemError: Error, Equatable, CustomStringConvertible {
         switch error {
         case .itemNotFound, .noSuchStore: self.init(ENOENT)
         case .duplicateItem, .storeExists: self.init(EEXIST)
-        case .wrongPassphrase: self.init(EACCES)
+        case .wrongPassphrase, .accessDenied: self.init(EACCES)
         case .tooManyAttempts: self.init(EAGAIN)
         case .unavailable: self.init(ENOKEY)
         case .integrityFailure: self.init(EBADMSG)
