@@ -1,0 +1,185 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
+import Foundation
+#endif
+
+/// The attributes a user sets on an item, each optional. Every one of them has its row in
+/// `ItemAttribute.all`, which every channel (store, wire, backup, xattrs, CLI, printer, JSON)
+/// walks; Swift cannot declare a stored property from a table, so the property and its row
+/// stand together here, and `ItemAttributeTableTests` fails if one lacks the other.
+///
+/// Not here, on purpose: the protocol, authentication type and security domain are part of an
+/// internet item's key (changing them renames the item), and the class, created and modified
+/// dates are not set freely (the class picks the key that seals the item and is not optional;
+/// the dates are kept by the store).
+public struct AttributeValues: Hashable, Codable, Sendable {
+    public var label: String?
+    public var comment: String?
+    public var description: String?
+    public var generic: Data?
+    public var creator: FourCharCode?
+    public var type: FourCharCode?
+
+    public init() {}
+
+    /// Values set by `build`: `AttributeValues { $0.label = "work" }`.
+    public init(_ build: (inout AttributeValues) throws -> Void) rethrows { try build(&self) }
+
+    /// The attribute's value, by its row in the table; nil is not set.
+    public subscript(attribute: ItemAttribute) -> AttributeValue? {
+        get { attribute.value(in: self) }
+        set { attribute.set(newValue, in: &self) }
+    }
+
+    /// Every value set here is set in `other` to the same value.
+    public func isContained(in other: AttributeValues) -> Bool {
+        ItemAttribute.all.allSatisfy { a in self[a].map { $0 == other[a] } ?? true }
+    }
+
+    /// The values set in `changes` replace those here; the rest stay.
+    public mutating func apply(_ changes: AttributeValues) {
+        for a in ItemAttribute.all { if let v = changes[a] { self[a] = v } }
+    }
+}
+
+extension ItemAttribute {
+    /// The table. The order is the order of the fields in the store's and the backup's
+    /// formats; `presenceBit` and `wireTag` are frozen in stores, backups and the control
+    /// protocol: never change them, and never give a retired one to a new attribute. Bit 6
+    /// is the backup's extras flag, and wire tags 36 to 38 are the class and dates.
+    public static let all: [ItemAttribute] = [
+        ItemAttribute("label", presenceBit: 0, wireTag: 30, short: "l", \.label,
+              set: "The item's label.", match: "Match this label."),
+        ItemAttribute("comment", presenceBit: 1, wireTag: 31, short: "j", \.comment,
+              set: "A comment.", match: "Match this comment."),
+        ItemAttribute("description", presenceBit: 2, wireTag: 32, short: "D", \.description,
+              set: "The kind of item (its description).", match: "Match this kind (description)."),
+        ItemAttribute("generic", presenceBit: 3, wireTag: 33, short: "G", \.generic,
+               set: "The generic attribute (stored as its UTF-8 bytes).",
+               match: "Match this generic attribute (its UTF-8 bytes)."),
+        ItemAttribute("creator", presenceBit: 4, wireTag: 34, short: "c", \.creator,
+              set: "The creator: a four-character code.", match: "Match this creator code."),
+        ItemAttribute("type", presenceBit: 5, wireTag: 35, short: "C", \.type,
+              set: "The type: a four-character code.", match: "Match this type code."),
+    ]
+}
+
+/// One attribute's value, in the kinds the table's attributes take. Each channel encodes a
+/// kind the same way for every attribute of that kind, so a new kind is a new case that the
+/// compiler then asks every channel to handle.
+public enum AttributeValue: Hashable, Sendable {
+    case text(String)
+    /// Bytes that need not be text (`generic`).
+    case bytes(Data)
+    /// One of Apple's four-character codes (`creator`, `type`).
+    case code(FourCharCode)
+
+    /// The bytes an xattr value and a control-protocol field carry: text as UTF-8, a code as
+    /// its four ASCII bytes, bytes as they are.
+    public var bytes: [UInt8] {
+        switch self {
+        case .text(let s): Array(s.utf8)
+        case .bytes(let d): Array(d)
+        case .code(let c): Array(c.text.utf8)
+        }
+    }
+}
+
+/// The declaration of one settable item attribute: its names in every channel, the kind of
+/// its value, and where the model keeps it.
+public struct ItemAttribute: Sendable, Hashable, CustomStringConvertible {
+    public enum Kind: Sendable { case text, bytes, code }
+
+    /// The model's name: also the key in the JSON rows of old stores, so it never changes.
+    public let name: String
+    public let kind: Kind
+    /// Its bit in the presence mask of the store's format 1 and of backups.
+    public let presenceBit: UInt8
+    /// Its field tag in the control protocol.
+    public let wireTag: UInt16
+    /// `user.keychain.<xattrName>` in the mounted tree.
+    public let xattrName: String
+    /// The add, find and delete commands' `-<cliShort>` and `--<cliLong>`, as in macOS `security`.
+    public let cliShort: Character
+    public let cliLong: String
+    /// Its `tag: value` line in what find and delete print.
+    public let printTag: String
+    /// Its key in `dump-keychain --json`.
+    public let jsonKey: String
+    /// The CLI's help for setting it and for matching it.
+    public let setHelp: String
+    public let matchHelp: String
+
+    private let read: @Sendable (AttributeValues) -> AttributeValue?
+    private let write: @Sendable (inout AttributeValues, AttributeValue?) -> Void
+
+    public var description: String { name }
+    public static func == (a: Self, b: Self) -> Bool { a.name == b.name }
+    public func hash(into h: inout Hasher) { h.combine(name) }
+
+    public static func named(_ name: String) -> ItemAttribute? { all.first { $0.name == name } }
+    public static func withXattrName(_ name: String) -> ItemAttribute? { all.first { $0.xattrName == name } }
+
+    func value(in values: AttributeValues) -> AttributeValue? { read(values) }
+
+    /// Sets (or with nil removes) the attribute; a value of another kind removes it too, but
+    /// every decoder makes values through `value(parsing:)` or `value(from:)`, of the right kind.
+    func set(_ value: AttributeValue?, in values: inout AttributeValues) { write(&values, value) }
+
+    /// The value of text as given on the command line: bytes are its UTF-8, a code must be one.
+    public func value(parsing text: String) throws(ModelError) -> AttributeValue {
+        switch kind {
+        case .text: .text(text)
+        case .bytes: .bytes(Data(text.utf8))
+        case .code: .code(try FourCharCode(text))
+        }
+    }
+
+    /// The value of raw bytes, as an xattr or a control-protocol field carries them.
+    public func value(from raw: some Collection<UInt8>) throws(ModelError) -> AttributeValue {
+        if kind == .bytes { return .bytes(Data(raw)) }
+        guard let text = String(validating: Array(raw), as: UTF8.self) else {
+            throw .invalid("the \(name) attribute must be UTF-8 text")
+        }
+        return try value(parsing: text)
+    }
+
+    init<V: AttributeValueConvertible>(_ name: String, presenceBit: UInt8, wireTag: UInt16, short: Character,
+                                       _ path: WritableKeyPath<AttributeValues, V?> & Sendable,
+                                       set: String, match: String) {
+        self.name = name; kind = V.attributeKind; self.presenceBit = presenceBit; self.wireTag = wireTag
+        // One name everywhere today; a channel that must differ changes only its own field.
+        xattrName = name; cliShort = short; cliLong = name; printTag = name; jsonKey = name
+        setHelp = set; matchHelp = match
+        read = { $0[keyPath: path].map(\.attributeValue) }
+        write = { values, v in values[keyPath: path] = v.flatMap(V.init(attributeValue:)) }
+    }
+}
+
+/// The Swift types the table's attributes are kept as, each tied to its `AttributeValue` kind.
+public protocol AttributeValueConvertible: Sendable {
+    static var attributeKind: ItemAttribute.Kind { get }
+    init?(attributeValue: AttributeValue)
+    var attributeValue: AttributeValue { get }
+}
+
+extension String: AttributeValueConvertible {
+    public static var attributeKind: ItemAttribute.Kind { .text }
+    public init?(attributeValue v: AttributeValue) { guard case .text(let s) = v else { return nil }; self = s }
+    public var attributeValue: AttributeValue { .text(self) }
+}
+
+extension Data: AttributeValueConvertible {
+    public static var attributeKind: ItemAttribute.Kind { .bytes }
+    public init?(attributeValue v: AttributeValue) { guard case .bytes(let d) = v else { return nil }; self = d }
+    public var attributeValue: AttributeValue { .bytes(self) }
+}
+
+extension FourCharCode: AttributeValueConvertible {
+    public static var attributeKind: ItemAttribute.Kind { .code }
+    public init?(attributeValue v: AttributeValue) { guard case .code(let c) = v else { return nil }; self = c }
+    public var attributeValue: AttributeValue { .code(self) }
+}
