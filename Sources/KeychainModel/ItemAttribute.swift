@@ -51,18 +51,18 @@ extension ItemAttribute {
     /// protocol: never change them, and never give a retired one to a new attribute. Bit 6
     /// is the backup's extras flag, and wire tags 36 to 38 are the class and dates.
     public static let all: [ItemAttribute] = [
-        ItemAttribute("label", presenceBit: 0, wireTag: 30, short: "l", \.label,
+        .text("label", presenceBit: 0, wireTag: 30, short: "l", { $0.label }, { $0.label = $1 },
               set: "The item's label.", match: "Match this label."),
-        ItemAttribute("comment", presenceBit: 1, wireTag: 31, short: "j", \.comment,
+        .text("comment", presenceBit: 1, wireTag: 31, short: "j", { $0.comment }, { $0.comment = $1 },
               set: "A comment.", match: "Match this comment."),
-        ItemAttribute("description", presenceBit: 2, wireTag: 32, short: "D", \.description,
+        .text("description", presenceBit: 2, wireTag: 32, short: "D", { $0.description }, { $0.description = $1 },
               set: "The kind of item (its description).", match: "Match this kind (description)."),
-        ItemAttribute("generic", presenceBit: 3, wireTag: 33, short: "G", \.generic,
+        .bytes("generic", presenceBit: 3, wireTag: 33, short: "G", { $0.generic }, { $0.generic = $1 },
                set: "The generic attribute (stored as its UTF-8 bytes).",
                match: "Match this generic attribute (its UTF-8 bytes)."),
-        ItemAttribute("creator", presenceBit: 4, wireTag: 34, short: "c", \.creator,
+        .code("creator", presenceBit: 4, wireTag: 34, short: "c", { $0.creator }, { $0.creator = $1 },
               set: "The creator: a four-character code.", match: "Match this creator code."),
-        ItemAttribute("type", presenceBit: 5, wireTag: 35, short: "C", \.type,
+        .code("type", presenceBit: 5, wireTag: 35, short: "C", { $0.type }, { $0.type = $1 },
               set: "The type: a four-character code.", match: "Match this type code."),
     ]
 }
@@ -89,8 +89,9 @@ public enum AttributeValue: Hashable, Sendable {
 }
 
 /// The declaration of one settable item attribute: its names in every channel, the kind of
-/// its value, and where the model keeps it.
-public struct ItemAttribute: Sendable, Hashable, CustomStringConvertible {
+/// its value, and where the model keeps it. A class, so that walking the table on every
+/// item encoded or decoded passes one reference, not a dozen fields.
+public final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
     public enum Kind: Sendable { case text, bytes, code }
 
     /// The model's name: also the key in the JSON rows of old stores, so it never changes.
@@ -117,7 +118,7 @@ public struct ItemAttribute: Sendable, Hashable, CustomStringConvertible {
     private let write: @Sendable (inout AttributeValues, AttributeValue?) -> Void
 
     public var description: String { name }
-    public static func == (a: Self, b: Self) -> Bool { a.name == b.name }
+    public static func == (a: ItemAttribute, b: ItemAttribute) -> Bool { a.name == b.name }
     public func hash(into h: inout Hasher) { h.combine(name) }
 
     public static func named(_ name: String) -> ItemAttribute? { all.first { $0.name == name } }
@@ -147,39 +148,42 @@ public struct ItemAttribute: Sendable, Hashable, CustomStringConvertible {
         return try value(parsing: text)
     }
 
-    init<V: AttributeValueConvertible>(_ name: String, presenceBit: UInt8, wireTag: UInt16, short: Character,
-                                       _ path: WritableKeyPath<AttributeValues, V?> & Sendable,
-                                       set: String, match: String) {
-        self.name = name; kind = V.attributeKind; self.presenceBit = presenceBit; self.wireTag = wireTag
+    private init(_ name: String, _ kind: Kind, presenceBit: UInt8, wireTag: UInt16, short: Character,
+                 set: String, match: String, read: @escaping @Sendable (AttributeValues) -> AttributeValue?,
+                 write: @escaping @Sendable (inout AttributeValues, AttributeValue?) -> Void) {
+        self.name = name; self.kind = kind; self.presenceBit = presenceBit; self.wireTag = wireTag
         // One name everywhere today; a channel that must differ changes only its own field.
         xattrName = name; cliShort = short; cliLong = name; printTag = name; jsonKey = name
         setHelp = set; matchHelp = match
-        read = { $0[keyPath: path].map(\.attributeValue) }
-        write = { values, v in values[keyPath: path] = v.flatMap(V.init(attributeValue:)) }
+        self.read = read; self.write = write
     }
-}
 
-/// The Swift types the table's attributes are kept as, each tied to its `AttributeValue` kind.
-public protocol AttributeValueConvertible: Sendable {
-    static var attributeKind: ItemAttribute.Kind { get }
-    init?(attributeValue: AttributeValue)
-    var attributeValue: AttributeValue { get }
-}
+    // Closures over the property, not key paths: applying a key path through a generic
+    // projection cost ten times as much, and the store walks the table for every item.
+    static func text(_ name: String, presenceBit: UInt8, wireTag: UInt16, short: Character,
+                     _ get: @escaping @Sendable (AttributeValues) -> String?,
+                     _ put: @escaping @Sendable (inout AttributeValues, String?) -> Void,
+                     set: String, match: String) -> ItemAttribute {
+        ItemAttribute(name, .text, presenceBit: presenceBit, wireTag: wireTag, short: short, set: set, match: match,
+                      read: { get($0).map { .text($0) } },
+                      write: { if case .text(let v)? = $1 { put(&$0, v) } else { put(&$0, nil) } })
+    }
 
-extension String: AttributeValueConvertible {
-    public static var attributeKind: ItemAttribute.Kind { .text }
-    public init?(attributeValue v: AttributeValue) { guard case .text(let s) = v else { return nil }; self = s }
-    public var attributeValue: AttributeValue { .text(self) }
-}
+    static func bytes(_ name: String, presenceBit: UInt8, wireTag: UInt16, short: Character,
+                     _ get: @escaping @Sendable (AttributeValues) -> Data?,
+                     _ put: @escaping @Sendable (inout AttributeValues, Data?) -> Void,
+                     set: String, match: String) -> ItemAttribute {
+        ItemAttribute(name, .bytes, presenceBit: presenceBit, wireTag: wireTag, short: short, set: set, match: match,
+                      read: { get($0).map { .bytes($0) } },
+                      write: { if case .bytes(let v)? = $1 { put(&$0, v) } else { put(&$0, nil) } })
+    }
 
-extension Data: AttributeValueConvertible {
-    public static var attributeKind: ItemAttribute.Kind { .bytes }
-    public init?(attributeValue v: AttributeValue) { guard case .bytes(let d) = v else { return nil }; self = d }
-    public var attributeValue: AttributeValue { .bytes(self) }
-}
-
-extension FourCharCode: AttributeValueConvertible {
-    public static var attributeKind: ItemAttribute.Kind { .code }
-    public init?(attributeValue v: AttributeValue) { guard case .code(let c) = v else { return nil }; self = c }
-    public var attributeValue: AttributeValue { .code(self) }
+    static func code(_ name: String, presenceBit: UInt8, wireTag: UInt16, short: Character,
+                     _ get: @escaping @Sendable (AttributeValues) -> FourCharCode?,
+                     _ put: @escaping @Sendable (inout AttributeValues, FourCharCode?) -> Void,
+                     set: String, match: String) -> ItemAttribute {
+        ItemAttribute(name, .code, presenceBit: presenceBit, wireTag: wireTag, short: short, set: set, match: match,
+                      read: { get($0).map { .code($0) } },
+                      write: { if case .code(let v)? = $1 { put(&$0, v) } else { put(&$0, nil) } })
+    }
 }
