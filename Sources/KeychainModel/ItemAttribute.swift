@@ -48,8 +48,10 @@ public struct AttributeValues: Hashable, Codable, Sendable {
 extension ItemAttribute {
     /// The table. The order is the order of the fields in the store's and the backup's
     /// formats; `presenceBit` and `wireTag` are frozen in stores, backups and the control
-    /// protocol: never change them, and never give a retired one to a new attribute. Bit 6
-    /// is the backup's extras flag, and wire tags 36 to 38 are the class and dates.
+    /// protocol: never change them, and never give a retired one to a new attribute. Wire
+    /// tags 36 to 38 are the class and dates. The presence mask is one byte, and bit 6 is the
+    /// backup's extras flag: bit 7 is the last free one, so a second new attribute needs a
+    /// wider mask (a new store format and backup version). `AttributeTableTests` checks all this.
     public static let all: [ItemAttribute] = [
         .text("label", presenceBit: 0, wireTag: 30, short: "l", { $0.label }, { $0.label = $1 },
               set: "The item's label.", match: "Match this label."),

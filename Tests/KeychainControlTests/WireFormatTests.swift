@@ -50,7 +50,11 @@ final class WireFormatTests: XCTestCase {
         securityDomain: "realm", account: "bob"))
 
     private var record: ItemRecord {
-        ItemRecord(key: internet, attributes: ItemAttributes(AttributeValues { $0.label = "Label"; $0.comment = "c"; $0.description = "d"; $0.generic = Data([0, 1, 2, 255]); $0.creator = try! FourCharCode("crtr"); $0.type = try! FourCharCode("type") }, accessible: .afterFirstUnlock, created: Date(timeIntervalSinceReferenceDate: 12345.678901), modified: Date(timeIntervalSinceReferenceDate: 99999.5)))
+        ItemRecord(key: internet, attributes: ItemAttributes(AttributeValues {
+            $0.label = "Label"; $0.comment = "c"; $0.description = "d"
+            $0.generic = Data([0, 1, 2, 255]); $0.creator = try! FourCharCode("crtr"); $0.type = try! FourCharCode("type")
+        }, accessible: .afterFirstUnlock,
+           created: Date(timeIntervalSinceReferenceDate: 12345.678901), modified: Date(timeIntervalSinceReferenceDate: 99999.5)))
     }
 
     // MARK: Round trips
@@ -113,7 +117,10 @@ final class WireFormatTests: XCTestCase {
             ItemQuery(kind: .internet, account: "a", server: "s", port: 0, path: "/x//y/", protocol: .ssh,
                       authenticationType: try AuthenticationType(parsing: "html-form"), securityDomain: ""),
             .exactly(internet),
-            ItemQuery(kind: .generic, service: "svc", attributes: try AttributeValues { $0.label = "L"; $0.comment = ""; $0.description = "D"; $0.generic = Data([0, 255]); $0.creator = try FourCharCode("abcd"); $0.type = try FourCharCode("t y ") }),
+            ItemQuery(kind: .generic, service: "svc", attributes: try AttributeValues {
+                $0.label = "L"; $0.comment = ""; $0.description = "D"
+                $0.generic = Data([0, 255]); $0.creator = try FourCharCode("abcd"); $0.type = try FourCharCode("t y ")
+            }),
         ]
         for q in queries {
             guard case .find(let got, let withSecrets, let limit) = try roundTrip(.find(query: q, withSecrets: true, limit: 3)) else {

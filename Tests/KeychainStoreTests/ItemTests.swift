@@ -121,8 +121,10 @@ final class ItemMatchingTests: XCTestCase {
     func testAttributeFiltersMatchOnlyItemsWithThatValue() throws {
         let alice = try XCTUnwrap(try k.item(for: genericKey("svcA", "alice")))
         var record = alice.record
-        record.attributes = try AttributeChanges { $0.label = "L"; $0.comment = "C"; $0.description = "D"; $0.generic = Data([0, 1]); $0.creator = try FourCharCode("crea"); $0.type = try FourCharCode("type") }
-            .applied(to: record.attributes)
+        record.attributes = try AttributeChanges {
+            $0.label = "L"; $0.comment = "C"; $0.description = "D"
+            $0.generic = Data([0, 1]); $0.creator = try FourCharCode("crea"); $0.type = try FourCharCode("type")
+        }.applied(to: record.attributes)
         _ = try k.update(alice, to: record)
         XCTAssertEqual(try secrets(ItemQuery(kind: .generic, attributes: AttributeValues { $0.label = "L" })), ["4"])
         XCTAssertEqual(try secrets(ItemQuery(kind: .generic, attributes: AttributeValues { $0.comment = "C" })), ["4"])
@@ -208,7 +210,10 @@ final class SaveUpdateDeleteTests: StoreTestCase {
     func testAttributesRoundTrip() throws {
         let key = try internetKey("example.org", port: 8080, path: "p/q", protocol: .http,
                                   auth: AuthenticationType(parsing: "http-basic"), domain: "realm", account: "alice", group: "g")
-        let changes = try AttributeChanges(accessible: .afterFirstUnlockThisDeviceOnly) { $0.label = "label"; $0.comment = "comment"; $0.description = "desc"; $0.generic = Data([0, 1, 2]); $0.creator = try FourCharCode("crea"); $0.type = try FourCharCode("type") }
+        let changes = try AttributeChanges(accessible: .afterFirstUnlockThisDeviceOnly) {
+            $0.label = "label"; $0.comment = "comment"; $0.description = "desc"
+            $0.generic = Data([0, 1, 2]); $0.creator = try FourCharCode("crea"); $0.type = try FourCharCode("type")
+        }
         try k.save(key, secret: secure("s"), changes: changes, updateExisting: false)
         let reopened = try store.openUnlocked()
         let item = try XCTUnwrap(try reopened.item(for: key))
