@@ -51,9 +51,9 @@ extension KeychainTree {
 
     private func value(of name: String, _ item: KeychainItem) throws(FileSystemError) -> [UInt8]? {
         let a = item.record.attributes
+        if let attribute = ItemAttribute.withXattrName(name) { return a.values[attribute]?.bytes }
         func text(_ s: String?) -> [UInt8]? { s.map { Array($0.utf8) } }
         let iso = ISO8601DateFormatter()
-        if let attribute = ItemAttribute.withXattrName(name) { return a.values[attribute]?.bytes }
         switch (name, item.key) {
         case ("accessible", _): return text(a.accessible.rawValue)
         case ("created", _): return text(iso.string(from: a.created))
