@@ -9,7 +9,7 @@ import Foundation
 /// The attributes a user sets on an item, each optional. Every one of them has its row in
 /// `ItemAttribute.all`, which every channel (store, wire, backup, xattrs, CLI, printer, JSON)
 /// walks; Swift cannot declare a stored property from a table, so the property and its row
-/// stand together here, and `ItemAttributeTableTests` fails if one lacks the other.
+/// stand together here, and `AttributeTableTests` fails if one lacks the other.
 ///
 /// Not here, on purpose: the protocol, authentication type and security domain are part of an
 /// internet item's key (changing them renames the item), and the class, created and modified

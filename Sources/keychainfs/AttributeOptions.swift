@@ -38,7 +38,7 @@ enum MatchingAttributes: AttributeFlagRole { static func help(_ a: ItemAttribute
 
 /// One option per row of `ItemAttribute.all`, named and described by its row. ArgumentParser
 /// finds options only among declared properties, so each row has one here, named as the row
-/// (`ItemAttribute.name`); `values()` reads them by that name, and `AttributeFlagsTests` fails
+/// (`ItemAttribute.name`); `values()` reads them by that name, and `AttributeTableTests` fails
 /// for a row without its property.
 struct AttributeFlags<Role: AttributeFlagRole>: ParsableArguments {
     @Option(name: Self.names("label"), help: Self.help("label")) var label: String?

@@ -1,7 +1,7 @@
 import XCTest
 import ArgumentParser
 @testable import KeychainBackup
-import KeychainControlProtocol
+@testable import KeychainControlProtocol
 import KeychainCrypto
 import KeychainFileSystem
 import KeychainModel
@@ -185,5 +185,39 @@ final class AttributeTableTests: XCTestCase {
             XCTAssertEqual(json["accessible"] as? String, "after-first-unlock", "the other keys stay beside the attributes")
             XCTAssertEqual(json["service"] as? String, "svc")
         }
+    }
+
+    /// The bytes the formats had before the table, written out here by hand, field by field:
+    /// old stores, backups and daemons read what the table writes, and the other way round.
+    func testTheTableWritesTheBytesOfTheFormatsBeforeIt() throws {
+        var values = AttributeValues()
+        values.label = "Label ✓"; values.comment = ""; values.description = "kind"
+        values.generic = Data([0, 1, 255]); values.creator = try FourCharCode("crea"); values.type = try FourCharCode("ty e")
+        let texts = [Array("Label ✓".utf8), [], Array("kind".utf8)]
+        let generic: [UInt8] = [0, 1, 255], codes = [Array("crea".utf8), Array("ty e".utf8)]
+        func be32(_ n: Int) -> [UInt8] { [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)] }
+
+        // The store's format 1: the mask's bits 0-5, then LEB128-prefixed text and bytes, and bare codes.
+        let storeEmpty = AttributeEncoding.encode(record(AttributeValues()))
+        let storeFields = texts.flatMap { [UInt8($0.count)] + $0 } + [UInt8(generic.count)] + generic + codes.joined()
+        XCTAssertEqual(AttributeEncoding.encode(record(values)), storeEmpty.dropLast() + [0x3f] + storeFields)
+
+        // A backup item: the present byte after the key, then UInt32-prefixed text and bytes, and bare codes.
+        var emptyPayload = BackupPayload(), fullPayload = BackupPayload()
+        emptyPayload.append(record(AttributeValues()), secret: SecureBytes(copying: Array("pw".utf8)))
+        fullPayload.append(record(values), secret: SecureBytes(copying: Array("pw".utf8)))
+        let empty = emptyPayload.buffer.unprotectedArray
+        let presentAt = 8 + 1 + 1 + 4 + (4 + 3) + (4 + 4)  // count, kind, class, group, "svc", "acct"
+        XCTAssertEqual(empty[presentAt], 0)
+        let backupFields = texts.flatMap { be32($0.count) + $0 } + be32(generic.count) + generic + codes.joined()
+        XCTAssertEqual(fullPayload.buffer.unprotectedArray,
+                       Array(empty[..<presentAt]) + [0x3f] + backupFields + Array(empty[(presentAt + 1)...]))
+
+        // The control protocol: tags 30 to 35, each `tag u16 | length u32 | value`.
+        let w = WireWriter()
+        WireItem.write(values, to: w)
+        let wireValues = texts + [generic] + codes
+        let wireFields = zip(30..., wireValues).flatMap { tag, v in [UInt8(0), UInt8(tag)] + be32(v.count) + v }
+        XCTAssertEqual(Array(w.buffer.unprotectedArray[..<w.count]), wireFields)
     }
 }
