@@ -53,19 +53,25 @@ extension ItemAttribute {
     /// backup's extras flag: bit 7 is the last free one, so a second new attribute needs a
     /// wider mask (a new store format and backup version). `AttributeTableTests` checks all this.
     public static let all: [ItemAttribute] = [
-        .text("label", presenceBit: 0, wireTag: 30, short: "l", { $0.label }, { $0.label = $1 },
-              set: "The item's label.", match: "Match this label."),
-        .text("comment", presenceBit: 1, wireTag: 31, short: "j", { $0.comment }, { $0.comment = $1 },
-              set: "A comment.", match: "Match this comment."),
-        .text("description", presenceBit: 2, wireTag: 32, short: "D", { $0.description }, { $0.description = $1 },
-              set: "The kind of item (its description).", match: "Match this kind (description)."),
-        .bytes("generic", presenceBit: 3, wireTag: 33, short: "G", { $0.generic }, { $0.generic = $1 },
-               set: "The generic attribute (stored as its UTF-8 bytes).",
-               match: "Match this generic attribute (its UTF-8 bytes)."),
-        .code("creator", presenceBit: 4, wireTag: 34, short: "c", { $0.creator }, { $0.creator = $1 },
-              set: "The creator: a four-character code.", match: "Match this creator code."),
-        .code("type", presenceBit: 5, wireTag: 35, short: "C", { $0.type }, { $0.type = $1 },
-              set: "The type: a four-character code.", match: "Match this type code."),
+        ItemAttribute("label", .text, presenceBit: 0, wireTag: 30, short: "l",
+                      { $0.label.map { .text($0) } }, { $0.label = $1?.asText },
+                      set: "The item's label.", match: "Match this label."),
+        ItemAttribute("comment", .text, presenceBit: 1, wireTag: 31, short: "j",
+                      { $0.comment.map { .text($0) } }, { $0.comment = $1?.asText },
+                      set: "A comment.", match: "Match this comment."),
+        ItemAttribute("description", .text, presenceBit: 2, wireTag: 32, short: "D",
+                      { $0.description.map { .text($0) } }, { $0.description = $1?.asText },
+                      set: "The kind of item (its description).", match: "Match this kind (description)."),
+        ItemAttribute("generic", .bytes, presenceBit: 3, wireTag: 33, short: "G",
+                      { $0.generic.map { .bytes($0) } }, { $0.generic = $1?.asData },
+                      set: "The generic attribute (stored as its UTF-8 bytes).",
+                      match: "Match this generic attribute (its UTF-8 bytes)."),
+        ItemAttribute("creator", .code, presenceBit: 4, wireTag: 34, short: "c",
+                      { $0.creator.map { .code($0) } }, { $0.creator = $1?.asCode },
+                      set: "The creator: a four-character code.", match: "Match this creator code."),
+        ItemAttribute("type", .code, presenceBit: 5, wireTag: 35, short: "C",
+                      { $0.type.map { .code($0) } }, { $0.type = $1?.asCode },
+                      set: "The type: a four-character code.", match: "Match this type code."),
     ]
 }
 
@@ -78,6 +84,10 @@ public enum AttributeValue: Hashable, Sendable {
     case bytes(Data)
     /// One of Apple's four-character codes (`creator`, `type`).
     case code(FourCharCode)
+
+    public var asText: String? { if case .text(let v) = self { v } else { nil } }
+    public var asData: Data? { if case .bytes(let v) = self { v } else { nil } }
+    public var asCode: FourCharCode? { if case .code(let v) = self { v } else { nil } }
 
     /// The bytes an xattr value and a control-protocol field carry: text as UTF-8, a code as
     /// its four ASCII bytes, bytes as they are.
@@ -129,7 +139,7 @@ public final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
     func value(in values: AttributeValues) -> AttributeValue? { read(values) }
 
     /// Sets (or with nil removes) the attribute; a value of another kind removes it too, but
-    /// every decoder makes values through `value(parsing:)` or `value(from:)`, of the right kind.
+    /// every decoder makes values of the row's `kind`.
     func set(_ value: AttributeValue?, in values: inout AttributeValues) { write(&values, value) }
 
     /// The value of text as given on the command line: bytes are its UTF-8, a code must be one.
@@ -150,42 +160,15 @@ public final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
         return try value(parsing: text)
     }
 
-    private init(_ name: String, _ kind: Kind, presenceBit: UInt8, wireTag: UInt16, short: Character,
-                 set: String, match: String, read: @escaping @Sendable (AttributeValues) -> AttributeValue?,
-                 write: @escaping @Sendable (inout AttributeValues, AttributeValue?) -> Void) {
+    // Closures over the property, not key paths: applying a key path through a generic
+    // projection cost ten times as much, and the store walks the table for every item.
+    init(_ name: String, _ kind: Kind, presenceBit: UInt8, wireTag: UInt16, short: Character,
+         _ read: @escaping @Sendable (AttributeValues) -> AttributeValue?,
+         _ write: @escaping @Sendable (inout AttributeValues, AttributeValue?) -> Void, set: String, match: String) {
         self.name = name; self.kind = kind; self.presenceBit = presenceBit; self.wireTag = wireTag
         // One name everywhere today; a channel that must differ changes only its own field.
         xattrName = name; cliShort = short; cliLong = name; printTag = name; jsonKey = name
         setHelp = set; matchHelp = match
         self.read = read; self.write = write
-    }
-
-    // Closures over the property, not key paths: applying a key path through a generic
-    // projection cost ten times as much, and the store walks the table for every item.
-    static func text(_ name: String, presenceBit: UInt8, wireTag: UInt16, short: Character,
-                     _ get: @escaping @Sendable (AttributeValues) -> String?,
-                     _ put: @escaping @Sendable (inout AttributeValues, String?) -> Void,
-                     set: String, match: String) -> ItemAttribute {
-        ItemAttribute(name, .text, presenceBit: presenceBit, wireTag: wireTag, short: short, set: set, match: match,
-                      read: { get($0).map { .text($0) } },
-                      write: { if case .text(let v)? = $1 { put(&$0, v) } else { put(&$0, nil) } })
-    }
-
-    static func bytes(_ name: String, presenceBit: UInt8, wireTag: UInt16, short: Character,
-                     _ get: @escaping @Sendable (AttributeValues) -> Data?,
-                     _ put: @escaping @Sendable (inout AttributeValues, Data?) -> Void,
-                     set: String, match: String) -> ItemAttribute {
-        ItemAttribute(name, .bytes, presenceBit: presenceBit, wireTag: wireTag, short: short, set: set, match: match,
-                      read: { get($0).map { .bytes($0) } },
-                      write: { if case .bytes(let v)? = $1 { put(&$0, v) } else { put(&$0, nil) } })
-    }
-
-    static func code(_ name: String, presenceBit: UInt8, wireTag: UInt16, short: Character,
-                     _ get: @escaping @Sendable (AttributeValues) -> FourCharCode?,
-                     _ put: @escaping @Sendable (inout AttributeValues, FourCharCode?) -> Void,
-                     set: String, match: String) -> ItemAttribute {
-        ItemAttribute(name, .code, presenceBit: presenceBit, wireTag: wireTag, short: short, set: set, match: match,
-                      read: { get($0).map { .code($0) } },
-                      write: { if case .code(let v)? = $1 { put(&$0, v) } else { put(&$0, nil) } })
     }
 }
