@@ -158,11 +158,13 @@ public enum ItemKind: Int, Codable, Sendable {
 /// each in `ItemAttribute.all`, read as `attributes.label` and so on), and the class and dates.
 @dynamicMemberLookup
 public struct ItemAttributes: Hashable, Codable, Sendable {
+    /// The attributes the user sets.
     public var values: AttributeValues
     public var accessible: AccessibilityClass
     public var created: Date
     public var modified: Date
 
+    /// `modified` nil is `created`.
     public init(_ values: AttributeValues = AttributeValues(), accessible: AccessibilityClass = .default,
                 created: Date = Date(), modified: Date? = nil) {
         self.values = values
@@ -171,6 +173,7 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
         self.modified = modified ?? created
     }
 
+    /// Each of the `AttributeValues`, by its name (`.label`), read and set in place.
     public subscript<T>(dynamicMember path: WritableKeyPath<AttributeValues, T>) -> T {
         get { values[keyPath: path] }
         set { values[keyPath: path] = newValue }

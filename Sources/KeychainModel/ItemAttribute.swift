@@ -16,31 +16,38 @@ import Foundation
 /// dates are not set freely (the class picks the key that seals the item and is not optional;
 /// the dates are kept by the store).
 public struct AttributeValues: Hashable, Codable, Sendable {
+    /// `kSecAttrLabel`: the name a person reads.
     public var label: String?
+    /// `kSecAttrComment`.
     public var comment: String?
+    /// `kSecAttrDescription`: what kind of item it is.
     public var description: String?
+    /// `kSecAttrGeneric`: bytes for the program that stored the item.
     public var generic: Data?
+    /// `kSecAttrCreator`.
     public var creator: FourCharCode?
+    /// `kSecAttrType`.
     public var type: FourCharCode?
 
+    /// No attribute set.
     public init() {}
 
     /// Values set by `build`: `AttributeValues { $0.label = "work" }`.
     public init(_ build: (inout AttributeValues) throws -> Void) rethrows { try build(&self) }
 
     /// The attribute's value, by its row in the table; nil is not set.
-    public subscript(attribute: ItemAttribute) -> AttributeValue? {
+    package subscript(attribute: ItemAttribute) -> AttributeValue? {
         get { attribute.value(in: self) }
         set { attribute.set(newValue, in: &self) }
     }
 
     /// Every value set here is set in `other` to the same value.
-    public func isContained(in other: AttributeValues) -> Bool {
+    package func isContained(in other: AttributeValues) -> Bool {
         ItemAttribute.all.allSatisfy { a in self[a].map { $0 == other[a] } ?? true }
     }
 
     /// The values set in `changes` replace those here; the rest stay.
-    public mutating func apply(_ changes: AttributeValues) {
+    package mutating func apply(_ changes: AttributeValues) {
         for a in ItemAttribute.all { if let v = changes[a] { self[a] = v } }
     }
 }
@@ -52,7 +59,7 @@ extension ItemAttribute {
     /// tags 36 to 38 are the class and dates. The presence mask is one byte, and bit 6 is the
     /// backup's extras flag: bit 7 is the last free one, so a second new attribute needs a
     /// wider mask (a new store format and backup version). `AttributeTableTests` checks all this.
-    public static let all: [ItemAttribute] = [
+    package static let all: [ItemAttribute] = [
         ItemAttribute("label", .text, presenceBit: 0, wireTag: 30, short: "l",
                       { $0.label.map { .text($0) } }, { $0.label = $1?.asText },
                       set: "The item's label.", match: "Match this label."),
@@ -78,20 +85,20 @@ extension ItemAttribute {
 /// One attribute's value, in the kinds the table's attributes take. Each channel encodes a
 /// kind the same way for every attribute of that kind, so a new kind is a new case that the
 /// compiler then asks every channel to handle.
-public enum AttributeValue: Hashable, Sendable {
+package enum AttributeValue: Hashable, Sendable {
     case text(String)
     /// Bytes that need not be text (`generic`).
     case bytes(Data)
     /// One of Apple's four-character codes (`creator`, `type`).
     case code(FourCharCode)
 
-    public var asText: String? { if case .text(let v) = self { v } else { nil } }
-    public var asData: Data? { if case .bytes(let v) = self { v } else { nil } }
-    public var asCode: FourCharCode? { if case .code(let v) = self { v } else { nil } }
+    package var asText: String? { if case .text(let v) = self { v } else { nil } }
+    package var asData: Data? { if case .bytes(let v) = self { v } else { nil } }
+    package var asCode: FourCharCode? { if case .code(let v) = self { v } else { nil } }
 
     /// The bytes an xattr value and a control-protocol field carry: text as UTF-8, a code as
     /// its four ASCII bytes, bytes as they are.
-    public var bytes: [UInt8] {
+    package var bytes: [UInt8] {
         switch self {
         case .text(let s): Array(s.utf8)
         case .bytes(let d): Array(d)
@@ -103,38 +110,38 @@ public enum AttributeValue: Hashable, Sendable {
 /// The declaration of one settable item attribute: its names in every channel, the kind of
 /// its value, and where the model keeps it. A class, so that walking the table on every
 /// item encoded or decoded passes one reference, not a dozen fields.
-public final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
-    public enum Kind: Sendable { case text, bytes, code }
+package final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
+    package enum Kind: Sendable { case text, bytes, code }
 
     /// The model's name: also the key in the JSON rows of old stores, so it never changes.
-    public let name: String
-    public let kind: Kind
+    package let name: String
+    package let kind: Kind
     /// Its bit in the presence mask of the store's format 1 and of backups.
-    public let presenceBit: UInt8
+    package let presenceBit: UInt8
     /// Its field tag in the control protocol.
-    public let wireTag: UInt16
+    package let wireTag: UInt16
     /// `user.keychain.<xattrName>` in the mounted tree.
-    public let xattrName: String
+    package let xattrName: String
     /// The add, find and delete commands' `-<cliShort>` and `--<cliLong>`, as in macOS `security`.
-    public let cliShort: Character
-    public let cliLong: String
+    package let cliShort: Character
+    package let cliLong: String
     /// Its `tag: value` line in what find and delete print.
-    public let printTag: String
+    package let printTag: String
     /// Its key in `dump-keychain --json`.
-    public let jsonKey: String
+    package let jsonKey: String
     /// The CLI's help for setting it and for matching it.
-    public let setHelp: String
-    public let matchHelp: String
+    package let setHelp: String
+    package let matchHelp: String
 
     private let read: @Sendable (AttributeValues) -> AttributeValue?
     private let write: @Sendable (inout AttributeValues, AttributeValue?) -> Void
 
-    public var description: String { name }
-    public static func == (a: ItemAttribute, b: ItemAttribute) -> Bool { a.name == b.name }
-    public func hash(into h: inout Hasher) { h.combine(name) }
+    package var description: String { name }
+    package static func == (a: ItemAttribute, b: ItemAttribute) -> Bool { a.name == b.name }
+    package func hash(into h: inout Hasher) { h.combine(name) }
 
-    public static func named(_ name: String) -> ItemAttribute? { all.first { $0.name == name } }
-    public static func withXattrName(_ name: String) -> ItemAttribute? { all.first { $0.xattrName == name } }
+    package static func named(_ name: String) -> ItemAttribute? { all.first { $0.name == name } }
+    package static func withXattrName(_ name: String) -> ItemAttribute? { all.first { $0.xattrName == name } }
 
     func value(in values: AttributeValues) -> AttributeValue? { read(values) }
 
@@ -143,7 +150,7 @@ public final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
     func set(_ value: AttributeValue?, in values: inout AttributeValues) { write(&values, value) }
 
     /// The value of text as given on the command line: bytes are its UTF-8, a code must be one.
-    public func value(parsing text: String) throws(ModelError) -> AttributeValue {
+    package func value(parsing text: String) throws(ModelError) -> AttributeValue {
         switch kind {
         case .text: .text(text)
         case .bytes: .bytes(Data(text.utf8))
@@ -152,7 +159,7 @@ public final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The value of raw bytes, as an xattr or a control-protocol field carries them.
-    public func value(from raw: some Collection<UInt8>) throws(ModelError) -> AttributeValue {
+    package func value(from raw: some Collection<UInt8>) throws(ModelError) -> AttributeValue {
         if kind == .bytes { return .bytes(Data(raw)) }
         guard let text = String(validating: Array(raw), as: UTF8.self) else {
             throw .invalid("the \(name) attribute must be UTF-8 text")

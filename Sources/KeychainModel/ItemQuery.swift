@@ -37,6 +37,7 @@ public struct ItemQuery: Codable, Sendable, Equatable {
         self.attributes = attributes
     }
 
+    /// Each of the `AttributeValues`, by its name (`.label`), read and set in place.
     public subscript<T>(dynamicMember path: WritableKeyPath<AttributeValues, T>) -> T {
         get { attributes[keyPath: path] }
         set { attributes[keyPath: path] = newValue }
@@ -100,9 +101,11 @@ public struct ItemQuery: Codable, Sendable, Equatable {
 /// nil leaves an attribute as it is.
 @dynamicMemberLookup
 public struct AttributeChanges: Codable, Sendable, Equatable {
+    /// The attributes to set; those left nil stay as they are.
     public var values: AttributeValues
     public var accessible: AccessibilityClass?
 
+    /// `accessible` nil keeps the item's class (or gives a new item the default one).
     public init(_ values: AttributeValues = AttributeValues(), accessible: AccessibilityClass? = nil) {
         self.values = values
         self.accessible = accessible
@@ -113,6 +116,7 @@ public struct AttributeChanges: Codable, Sendable, Equatable {
         self.init(try AttributeValues(build), accessible: accessible)
     }
 
+    /// Each of the `AttributeValues`, by its name (`.label`), read and set in place.
     public subscript<T>(dynamicMember path: WritableKeyPath<AttributeValues, T>) -> T {
         get { values[keyPath: path] }
         set { values[keyPath: path] = newValue }
