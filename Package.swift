@@ -100,6 +100,11 @@ let package = Package(
         .testTarget(name: "KeychainDaemonTests", dependencies: ["KeychainDaemon", "KeychainControl", "KeychainFileSystem"]),
         .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),
         .testTarget(name: "KeychainBackupTests", dependencies: ["KeychainBackup", "KeychainStore"]),
+        // Every row of ItemAttribute.all through every channel, the CLI's among them.
+        .testTarget(name: "AttributeTableTests", dependencies: [
+            "KeychainStore", "KeychainBackup", "KeychainControlProtocol", "KeychainFileSystem", "keychainfs-full",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )
