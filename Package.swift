@@ -105,6 +105,11 @@ let package = Package(
         .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),
         .testTarget(name: "KeychainAccessTests", dependencies: ["KeychainAccess", "KeychainModel"]),
         .testTarget(name: "KeychainBackupTests", dependencies: ["KeychainBackup", "KeychainStore"]),
+        // Every row of ItemAttribute.all through every channel, the CLI's among them.
+        .testTarget(name: "AttributeTableTests", dependencies: [
+            "KeychainStore", "KeychainBackup", "KeychainControlProtocol", "KeychainFileSystem", "keychainfs-full",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )

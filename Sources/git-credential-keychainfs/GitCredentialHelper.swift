@@ -139,7 +139,7 @@ enum GitCredentialHelper {
         // Extras are sealed like the password (empty drops earlier ones); `generic` is emptied of
         // any an earlier version kept there in the clear.
         let extras = SecureBytes(copying: Array(stored.extras.encode() ?? Data()))
-        let changes = AttributeChanges(label: "\(stored.key.server) (git)", generic: Data())
+        let changes = AttributeChanges { $0.label = "\(stored.key.server) (git)"; $0.generic = Data() }
         _ = try? keychain.save(key: .internet(stored.key), secret: secret, extras: extras, changes: changes, updateExisting: true)
     }
 

@@ -31,10 +31,11 @@ final class BackupFileTests: XCTestCase {
     /// Two generic items (one with every attribute and a binary secret, one with none and an
     /// empty secret) and an internet item with a path, variant and access group.
     private func sample() throws -> (BackupPayload, [(ItemRecord, [UInt8])]) {
-        let full = ItemAttributes(label: "Label ü", comment: "a\ncomment", description: "desc", generic: Data([0, 1, 255]),
-                                  creator: try FourCharCode("abcd"), type: try FourCharCode("wxyz"), accessible: .always,
-                                  created: Date(timeIntervalSinceReferenceDate: 12345.678901234),
-                                  modified: Date(timeIntervalSinceReferenceDate: 99999.000001))
+        let full = ItemAttributes(try AttributeValues {
+            $0.label = "Label ü"; $0.comment = "a\ncomment"; $0.description = "desc"
+            $0.generic = Data([0, 1, 255]); $0.creator = try FourCharCode("abcd"); $0.type = try FourCharCode("wxyz")
+        }, accessible: .always,
+           created: Date(timeIntervalSinceReferenceDate: 12345.678901234), modified: Date(timeIntervalSinceReferenceDate: 99999.000001))
         let web = try InternetPasswordKey(server: "example.org", port: 8443, path: "a/b", protocol: .http,
                                           authenticationType: AuthenticationType(parsing: "html-form"),
                                           securityDomain: "realm", account: "carol", accessGroup: "team")
