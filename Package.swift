@@ -48,7 +48,7 @@ let package = Package(
         .target(name: "KeychainFileSystem", dependencies: [
             "KeychainModel", "KeychainCrypto", "KeychainStore", "KeychainAccess", .product(name: "Logging", package: "swift-log"),
         ]),
-        .target(name: "KeychainFuse", dependencies: ["KeychainFileSystem", "CFuseShim"]),
+        .target(name: "KeychainFuse", dependencies: ["KeychainFileSystem", "KeychainAccess", "CFuseShim"]),
         .target(name: "KeychainControlProtocol", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
         .target(name: "KeychainClient", dependencies: ["KeychainControlProtocol", "KeychainModel", "KeychainCrypto"]),
         .target(name: "KeychainControlServer", dependencies: [
@@ -76,6 +76,7 @@ let package = Package(
         .executableTarget(name: "keychainfs-full", dependencies: [
             "KeychainDaemon",
             "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainConfig",
+            "KeychainAccess",
             "KeychainBackup",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
@@ -107,7 +108,7 @@ let package = Package(
         .testTarget(name: "KeychainBackupTests", dependencies: ["KeychainBackup", "KeychainStore"]),
         // Every row of ItemAttribute.all through every channel, the CLI's among them.
         .testTarget(name: "AttributeTableTests", dependencies: [
-            "KeychainStore", "KeychainBackup", "KeychainControlProtocol", "KeychainFileSystem", "keychainfs-full",
+            "KeychainStore", "KeychainBackup", "KeychainControlProtocol", "KeychainFileSystem", "keychainfs-full", "KeychainAccess",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
     ],

@@ -122,6 +122,47 @@ package final class AccessControl: Sendable {
         return decide(item: item, operation: operation, list: list) { () throws(KeychainError) in try self.resolve(process: process) }
     }
 
+    /// Any caller (`AccessCaller`): what the gate calls for every channel.
+    package func decide(_ caller: AccessCaller, item: AccessItem, operation: AccessOperation, list: AccessList) -> AccessOutcome {
+        if list.isAnyProgram { return .allowed }
+        switch caller {
+        case .thread(let tid):
+            return decide(threadID: tid, item: item, operation: operation, list: list)
+        case .process(let process):
+            return decide(process: process, item: item, operation: operation, list: list)
+        case .peer(let peer):
+            return decide(item: item, operation: operation, list: list) { () throws(KeychainError) -> Resolved in
+                // Identified at accept; the peer may be non-dumpable now, which hides its
+                // executable and layout, but not its status: a tracer is still seen. The
+                // pidfd says the pid is still that process.
+                guard peer.entry.pin.isAlive else { throw .io("process \(peer.entry.pin.pid) exited") }
+                let status = ProcStatus(try ProcFile.read("/proc/\(peer.entry.pin.pid)/status"))
+                guard peer.entry.pin.isAlive, let tracer = status.tracerPID else { throw .io("process \(peer.entry.pin.pid) exited") }
+                return Resolved(entry: peer.entry, tracer: tracer == 0 ? nil : tracer)
+            }
+        case .unidentified(let why):
+            return decide(item: item, operation: operation, list: list) { () throws(KeychainError) -> Resolved in throw .io(why) }
+        }
+    }
+
+    /// A control-socket peer, identified as its connection is accepted: the client waits for
+    /// the daemon's `identified` before it makes itself non-dumpable (which hides its /proc
+    /// entries from the daemon). A peer that is already non-dumpable is the process identified
+    /// by an earlier connection if that process still runs (its pidfd says so): a client that
+    /// makes several calls hardens after its first. An exec since then is not seen, as a
+    /// hardened process's image cannot be read; the exec'd program inherits the identity.
+    package func identifyPeer(_ socket: Int32) -> AccessCaller {
+        let pin: PinnedProcess
+        do { pin = try PinnedProcess.forSocketPeer(socket) } catch { return .unidentified("the peer: \(error.description)") }
+        do throws(KeychainError) {
+            let resolved = try resolve(process: pin)
+            return .peer(IdentifiedPeer(entry: resolved.entry))
+        } catch {
+            if let entry = processes.withLock({ $0.lookup(pin.pid) }), entry.pin.isAlive { return .peer(IdentifiedPeer(entry: entry)) }
+            return .unidentified(error.description)
+        }
+    }
+
     /// Who a thread's process is now (read through the cache): for tests and `status`.
     package func identify(threadID: pid_t) throws(KeychainError) -> CallerFacts { try resolve(threadID: threadID).entry.facts }
 
@@ -359,6 +400,25 @@ package final class AccessControl: Sendable {
         // so that an Allow once given to either counts for both.
         return processes.withLock { $0.insert(entry) }
     }
+}
+
+/// Who asks the gate, for any channel.
+package enum AccessCaller: Sendable {
+    /// A FUSE request: the calling thread's id (fuse_req_ctx).
+    case thread(pid_t)
+    /// A pinned process (the CLI's own, with no daemon; D-Bus callers).
+    case process(PinnedProcess)
+    /// A control-socket peer identified at accept (`AccessControl.identifyPeer`).
+    case peer(IdentifiedPeer)
+    /// A caller that could not be identified: refused by every non-empty list.
+    case unidentified(String)
+}
+
+/// A control-socket peer as identified when its connection was accepted.
+package struct IdentifiedPeer: Sendable {
+    let entry: CachedProcess
+    package var pid: pid_t { entry.pin.pid }
+    package var executablePath: String { entry.facts.executablePath }
 }
 
 /// An Allow once: this item, this operation, for the life of the process that holds it.

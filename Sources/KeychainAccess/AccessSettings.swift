@@ -1,5 +1,6 @@
 import Glibc
 import KeychainErrors
+import KeychainModel
 
 /// `config.toml`'s `[access]` table: `pinentry = "PATH"`, `prompt-timeout = SECONDS`.
 /// KeychainConfig reads the TOML and hands the values here, which checks them.

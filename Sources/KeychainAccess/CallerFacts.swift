@@ -1,5 +1,6 @@
 import Glibc
 import KeychainErrors
+import KeychainModel
 
 /// Who a pinned process is, read once from `/proc` when it is first seen (and again after it
 /// execs): its executable and that file's identity, its command line, what it started with.

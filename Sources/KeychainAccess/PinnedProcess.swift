@@ -1,6 +1,7 @@
 import CProcessPin
 import Glibc
 import KeychainErrors
+import KeychainModel
 
 /// A process held by a pidfd, so that its pid cannot be handed to another process while we
 /// read about it: whatever we read under `/proc/PID` counts only if the pidfd still says the

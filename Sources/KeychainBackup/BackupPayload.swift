@@ -52,6 +52,7 @@ public struct BackupPayload: @unchecked Sendable {
             switch value {
             case .text(let v): out.string(v)
             case .bytes(let v): v.withUnsafeBytes { out.bytes($0) }
+            case .programs(let list): list.encoded.withUnsafeBytes { out.bytes($0) }
             case .code(let v): out.code(v)
             }
         }
@@ -116,6 +117,12 @@ public struct BackupPayload: @unchecked Sendable {
             case .text: .text(try input.string())
             case .bytes: .bytes(Data(try input.bytes()))
             case .code: .code(try input.code())
+            case .programs:
+                .programs(try { () throws -> AccessList in
+                    do { return try AccessList(decoding: Array(try input.bytes())) } catch let e as KeychainError {
+                        throw malformed("an access list that does not decode (\(e.description))")
+                    }
+                }())
             }
             a.values[attribute] = value
         }

@@ -62,8 +62,33 @@ public final class RemoteKeychainService: KeychainService {
             close(fd)
             throw KeychainError.storeBusy("the process on \(socketPath) belongs to another user; refusing to talk to it")
         }
+        do { try awaitIdentified(fd, deadline: deadline) } catch {
+            close(fd)
+            throw error
+        }
         return fd
     }
+
+    /// The daemon identifies each client when it accepts the connection (its executable, for
+    /// per-program access), while the client is still dumpable; it then sends `identified`.
+    /// Only after it may the client make itself non-dumpable (`call`), which hides its /proc
+    /// entries from the daemon. A daemon that sends nothing is older than this handshake.
+    static func awaitIdentified(_ fd: Int32, deadline: Deadline) throws {
+        let received: (ControlFrame.Header, SecureBytes)?
+        do { received = try ControlFrame.receive(from: fd, deadline: min(deadline, .after(seconds: handshakeTimeout))) } catch let e as KeychainError {
+            if case .daemonVersionMismatch = e { throw e }
+            throw KeychainError.daemonVersionMismatch(running: "one that does not identify its clients (\(e.description))")
+        }
+        guard let (header, payload) = received else { throw KeychainError.io("the daemon closed the connection before identifying it") }
+        let reply = try ControlReply(kind: header.kind, payload: payload)
+        switch reply {
+        case .identified: return
+        case .failed(let error): throw error
+        default: throw unexpected(reply)
+        }
+    }
+
+    static let handshakeTimeout: Double = 5
 
     /// Sends `request` and reads the replies up to the last one: the single reply, or the
     /// `end` of a stream of items or deleted records, each of which goes to `onItem` or
@@ -74,13 +99,15 @@ public final class RemoteKeychainService: KeychainService {
                       onBatch: (ItemBatch) throws -> Void = { _ in }) throws -> ControlReply {
         // Encoded before connecting: a request too large for one frame fails without a connection.
         let frame = try request.frame()
-        // A reply may carry secrets (find -w/-g, dump-keychain -d, export) and a request a
-        // passphrase: from here on, none of the user's other processes may read this one's memory.
-        ProcessProtection.makeNotDumpable()
         let deadline = Deadline.after(seconds: Self.replyTimeout)
         guard let fd = try connection() else {
             throw KeychainError.notMounted("no daemon answers on \(socketPath)")
         }
+        // A reply may carry secrets (find -w/-g, dump-keychain -d, export) and a request a
+        // passphrase: from here on, none of the user's other processes may read this one's
+        // memory. Not before the connection: the daemon identifies this process as it accepts
+        // it, which a non-dumpable process hides from it (`awaitIdentified`).
+        ProcessProtection.makeNotDumpable()
         defer { close(fd) }
         try ControlFrame.send(frame, to: fd, deadline: deadline)
         while true {

@@ -15,8 +15,10 @@ public enum ControlProtocol {
     /// (Version 1 was the JSON format, which had no version field. Version 3 added delete's
     /// `all`, the deleted records in its reply, the query's attribute filters and lock-after.
     /// Version 4 added the daemon's pid, version, memory lock and allow-root in the status,
-    /// and the sealed git extras of an item. Version 5 added import and export, for backups.)
-    public static let version: UInt16 = 5
+    /// and the sealed git extras of an item. Version 5 added import and export, for backups.
+    /// Version 6 added the daemon's `identified` frame that opens every connection, and the
+    /// access-denied error.)
+    public static let version: UInt16 = 6
     /// keychainfs's own version, which a mismatch reports to the user.
     public static let softwareVersion = "0.1.0"
 }

@@ -141,11 +141,15 @@ package enum ControlReply {
     case exported(ItemBatch)
     /// The end of an export page: how many items were sent, the damaged ones left out, the next page's `afterID`.
     case exportEnd(count: Int, damaged: [IntegrityProblem], next: Int64?)
+    /// The daemon's first frame on every connection, before any request: it has identified the
+    /// peer (issue 17), so the client may now make itself non-dumpable, which hides its /proc
+    /// entries from the daemon, and send its request.
+    case identified
 
     /// The frame kinds of replies. Never renumber.
     package enum Kind: UInt16 {
         case saved = 0x8001, item = 0x8002, end = 0x8003, deleted = 0x8004, verified = 0x8005, status = 0x8006
-        case done = 0x8007, imported = 0x8008, exported = 0x8009, exportEnd = 0x800A, failed = 0x80FF
+        case done = 0x8007, imported = 0x8008, exported = 0x8009, exportEnd = 0x800A, identified = 0x800B, failed = 0x80FF
     }
 
     package var kind: Kind {
@@ -161,6 +165,7 @@ package enum ControlReply {
         case .imported: .imported
         case .exported: .exported
         case .exportEnd: .exportEnd
+        case .identified: .identified
         }
     }
 
@@ -184,7 +189,7 @@ package enum ControlReply {
                 WireItem.write(damaged, to: w)
                 if let next { w.field(.nextID, UInt64(bitPattern: next)) }
             case .status(let s): WireItem.write(s, to: w)
-            case .done: break
+            case .done, .identified: break
             case .failed(let error): WireError.write(error, to: w)
             }
         }
@@ -212,6 +217,7 @@ package enum ControlReply {
                               next: try f.integer(.nextID, as: UInt64.self).map { Int64(bitPattern: $0) })
         case .status: self = .status(try WireItem.status(f))
         case .done: self = .done
+        case .identified: self = .identified
         case .failed: self = .failed(try WireError.read(f))
         }
     }

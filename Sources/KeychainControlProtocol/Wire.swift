@@ -214,7 +214,7 @@ package struct WireFields {
     package func attribute(_ attribute: ItemAttribute) throws -> AttributeValue? {
         guard let r = try one(tag: attribute.wireTag, named: attribute.name) else { return nil }
         let raw = frame.withUnsafeBytes { Array($0[r]) }
-        if attribute.kind != .bytes && String(validating: raw, as: UTF8.self) == nil {
+        if (attribute.kind == .text || attribute.kind == .code) && String(validating: raw, as: UTF8.self) == nil {
             throw Self.malformed("field \(attribute.name) is not UTF-8")
         }
         do { return try attribute.value(from: raw) } catch { throw KeychainError(error) }

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainAccess
 import KeychainControlProtocol
 import KeychainCrypto
 import KeychainModel
@@ -22,7 +23,10 @@ import Synchronization
 /// that already listens.
 public final class ControlServer: Sendable {
     public let socketPath: String
-    private let service: any KeychainService
+    /// The service that answers a connection's request, for the caller identified at accept.
+    private let service: @Sendable (AccessCaller) -> any KeychainService
+    /// Identifies a fresh connection's peer (per-program access), before it may harden.
+    private let identify: @Sendable (Int32) -> AccessCaller
     private let listenFD: Int32
     /// Written to wake the reading thread when the server stops.
     private let wakeFDs: (read: Int32, write: Int32)
@@ -44,14 +48,23 @@ public final class ControlServer: Sendable {
 
     /// Binds `socketPath`; a socket in the runtime directory gets that directory made (0700,
     /// this user's). `storeBusy` if a daemon already listens there.
-    public init(socketPath: String, service: any KeychainService) throws {
+    public convenience init(socketPath: String, service: any KeychainService) throws {
+        try self.init(socketPath: socketPath, serving: { _ in service }, identify: { _ in .unidentified("no access control") })
+    }
+
+    /// `identify` runs on the reading thread as each connection is accepted, before the
+    /// `identified` frame that lets the client harden; `serving` gives the service for a
+    /// request's caller.
+    package init(socketPath: String, serving: @escaping @Sendable (AccessCaller) -> any KeychainService,
+                 identify: @escaping @Sendable (Int32) -> AccessCaller) throws {
         let directory = PathText.parent(socketPath)
         if directory == KeychainLocations.runtimeDirectory { try TrustedPath.makePrivateDirectory(directory) }
         guard TrustedPath.isTrustedDirectory(directory) else {
             throw KeychainError.io("\(directory) is not a directory of this user that only it can write; refusing to listen there")
         }
         self.socketPath = socketPath
-        self.service = service
+        self.service = serving
+        self.identify = identify
         listenFD = try UnixSocket.listen(path: socketPath)
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else {
@@ -115,6 +128,7 @@ public final class ControlServer: Sendable {
     /// A connection whose request is still arriving.
     private final class Pending {
         let fd: Int32
+        let caller: AccessCaller
         let deadline: Deadline
         var header: [UInt8] = []
         var parsed: ControlFrame.Header?
@@ -122,8 +136,9 @@ public final class ControlServer: Sendable {
         var payload = SecureBytes()
         var received = 0
 
-        init(fd: Int32) {
+        init(fd: Int32, caller: AccessCaller) {
             self.fd = fd
+            self.caller = caller
             deadline = .after(seconds: ControlServer.requestDeadline)
         }
     }
@@ -182,7 +197,15 @@ public final class ControlServer: Sendable {
                 // `lock`, say) sends its request at once.
                 close(pending.removeFirst().fd)
             }
-            pending.append(Pending(fd: fd))
+            // Identified now, while the client waits for `identified` and is still dumpable.
+            let caller = identify(fd)
+            // A fresh connection's send buffer takes this small frame whole.
+            guard let frame = try? ControlReply.identified.frame(),
+                  frame.withUnsafeBytes({ Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }) == frame.count else {
+                close(fd)
+                continue
+            }
+            pending.append(Pending(fd: fd, caller: caller))
         }
     }
 
@@ -229,7 +252,7 @@ public final class ControlServer: Sendable {
             close(p.fd)
             return
         }
-        let request = ReceivedRequest(fd: p.fd, kind: header.kind, payload: p.payload)
+        let request = ReceivedRequest(fd: p.fd, kind: header.kind, payload: p.payload, caller: p.caller)
         let urgent = kind == .lock || kind == .unmount
         inFlight.withLock { $0 += 1 }
         guard (urgent ? urgentRequests : requests).push(request, limit: Self.maxQueuedRequests) else {
@@ -261,6 +284,7 @@ public final class ControlServer: Sendable {
     }
 
     private func answer(_ received: ReceivedRequest) {
+        let service = self.service(received.caller)
         let deadline = Deadline.after(seconds: Self.replyDeadline)
         func send(_ reply: ControlReply) throws { try ControlFrame.send(try reply.frame(), to: received.fd, deadline: deadline) }
         do {
@@ -327,6 +351,7 @@ private struct ReceivedRequest: Sendable {
     let fd: Int32
     let kind: UInt16
     let payload: SecureBytes
+    let caller: AccessCaller
 }
 
 /// A bounded queue of requests for the answering threads.

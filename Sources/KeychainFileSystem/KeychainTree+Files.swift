@@ -1,4 +1,5 @@
 import Foundation
+import KeychainAccess
 import KeychainCrypto
 import KeychainModel
 import KeychainStore
@@ -13,14 +14,26 @@ extension KeychainTree {
         try open(try TreeLocation.parse(path), flags: flags)
     }
 
+    /// `open` for `caller`: an item with a non-empty access list is opened only for a program
+    /// on it, or one the user allows (`ServedKeychain.authorize`); EACCES otherwise.
+    package func open(_ location: TreeLocation, flags: Int32, caller: AccessCaller) throws(FileSystemError) -> UInt64 {
+        try open(location, flags: flags, as: caller)
+    }
+
     /// `open` of a path already parsed (the FUSE binding keeps each inode's).
     package func open(_ location: TreeLocation, flags: Int32) throws(FileSystemError) -> UInt64 {
+        try open(location, flags: flags, as: .unidentified("a caller the tree was not told"))
+    }
+
+    private func open(_ location: TreeLocation, flags: Int32, as caller: AccessCaller) throws(FileSystemError) -> UInt64 {
         let mode = OpenMode(flags: flags)
         let readsStored = mode.readable || !mode.truncate
         // The common case in one hold of `state`: the secret is cached, so the handle is
         // registered with no decryption and no second look at the index.
         let found = try served.covering(location) { s throws(FileSystemError) -> OpenLookup in
             guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
+            // A guarded item is decided on outside `state`: the user may be asked.
+            if let list = item.record.attributes.values.access, !list.isAnyProgram { return .uncached(item) }
             guard readsStored, !item.isPending, let cached = s.plaintext.secret(item.id) else { return .uncached(item) }
             return .opened(try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode, contents: cached,
                                                  shared: true, modified: item.record.attributes.modified), in: &s))
@@ -30,6 +43,7 @@ extension KeychainTree {
         case .opened(let handle): return handle
         case .uncached(let uncached): item = uncached
         }
+        do { try served.authorize(caller, item, mode.writable ? .write : .read) } catch { throw .from(error) }
         guard served.isAvailable(item.accessible) else { throw .keyUnavailable }
         let contents: SecureBytes?
         if !readsStored {
@@ -130,7 +144,11 @@ extension KeychainTree {
 
     /// truncate(2) on a path commits at once.
     public func truncate(_ path: String, size: Int) throws(FileSystemError) {
-        let h = try open(path, flags: O_RDWR)
+        try truncate(path, size: size, caller: .unidentified("a caller the tree was not told"))
+    }
+
+    package func truncate(_ path: String, size: Int, caller: AccessCaller) throws(FileSystemError) {
+        let h = try open(try TreeLocation.parse(path), flags: O_RDWR, caller: caller)
         defer { try? release(h) }
         try truncate(handle: h, size: size)
         try flush(h)

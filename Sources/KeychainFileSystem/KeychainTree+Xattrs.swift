@@ -1,4 +1,5 @@
 import Foundation
+import KeychainAccess
 import KeychainModel
 import KeychainStore
 
@@ -51,7 +52,11 @@ extension KeychainTree {
 
     private func value(of name: String, _ item: KeychainItem) throws(FileSystemError) -> [UInt8]? {
         let a = item.record.attributes
-        if let attribute = ItemAttribute.withXattrName(name) { return a.values[attribute]?.bytes }
+        if let attribute = ItemAttribute.withXattrName(name) {
+            // The access list reads as its text form, one program a line, as it is set.
+            if case .programs(let list)? = a.values[attribute] { return Array(list.text.utf8) }
+            return a.values[attribute]?.bytes
+        }
         func text(_ s: String?) -> [UInt8]? { s.map { Array($0.utf8) } }
         let iso = ISO8601DateFormatter()
         switch (name, item.key) {
@@ -68,6 +73,31 @@ extension KeychainTree {
     /// Sets an attribute by re-sealing the item. Changing `accessible` moves it to the new
     /// class; changing protocol, authtype or domain renames it (EEXIST if that name is taken).
     public func setAttribute(_ path: String, name: String, value: [UInt8]) throws(FileSystemError) {
+        try setAttribute(path, name: name, value: value, caller: Self.untoldCaller)
+    }
+
+    static let untoldCaller = AccessCaller.unidentified("a caller the tree was not told")
+    static let accessName = "access"
+
+    /// What setting or removing an attribute does to a guarded item, if it is guarded: the
+    /// list itself is guarded by the list, and the internet names rename the item.
+    private static func guardedOperation(_ short: String) -> AccessOperation? {
+        if short == accessName { return .write }
+        return internetNames.contains(short) ? .rename : nil
+    }
+
+    /// The new access list from the xattr's text (one program a line; empty is any program),
+    /// each new program pinned by its file now, those already listed as they were allowed.
+    private func accessList(from value: [UInt8], replacing current: AccessList?) throws(FileSystemError) -> AccessList {
+        guard let text = String(validating: value, as: UTF8.self) else { throw .invalid }
+        do throws(KeychainError) {
+            return try (current ?? .anyProgram).setting(try AccessList.programs(parsing: text))
+        } catch {
+            throw .from(error)
+        }
+    }
+
+    package func setAttribute(_ path: String, name: String, value: [UInt8], caller: AccessCaller) throws(FileSystemError) {
         // Other namespaces (ACLs, security labels) are not supported, so cp -p and install
         // fall back to plain chmod.
         guard name.hasPrefix(Self.prefix) else { throw FileSystemError(EOPNOTSUPP) }
@@ -75,8 +105,28 @@ extension KeychainTree {
             setLockAfter(try Self.parseLockAfter(value))
             return
         }
-        try change(path, name: name) { record throws(FileSystemError) in
-            let short = try attributeName(name)
+        let short = try attributeName(name)
+        let location = try TreeLocation.parse(path)
+        let decided = try Self.guardedOperation(short).flatMap { op throws(FileSystemError) in try authorizeItem(at: location, caller, op) }
+        var newList: AccessList?
+        if short == Self.accessName {
+            // Pinned outside every lock: it reads and hashes the programs' files.
+            let current = decided ?? (try? served.covering(location) { s throws(FileSystemError) -> KeychainItem? in
+                guard case .item(let item) = try node(location, s.index) else { return nil }
+                return item
+            }) ?? nil
+            newList = try accessList(from: value, replacing: current?.record.attributes.values.access)
+        }
+        try change(path, name: name, decided: Self.guardedOperation(short) != nil ? [decided] : nil) { record throws(FileSystemError) in
+            if short == Self.accessName, let attribute = ItemAttribute.withXattrName(short) {
+                // Kept as it was pinned above, but for rules the item held: those keep their identity.
+                let kept = try newList.map { list throws(FileSystemError) -> AccessList in
+                    let now = record.attributes.values.access ?? .anyProgram
+                    return AccessList(rules: list.rules.map { r in now.rules.first { $0.program == r.program } ?? r })
+                }
+                record.attributes.values[attribute] = kept.map(AttributeValue.programs)
+                return
+            }
             if let attribute = ItemAttribute.withXattrName(short) {
                 do { record.attributes.values[attribute] = try attribute.value(from: value) } catch {
                     throw .from(error)
@@ -113,8 +163,15 @@ extension KeychainTree {
     }
 
     public func removeAttribute(_ path: String, name: String) throws(FileSystemError) {
-        try change(path, name: name) { record throws(FileSystemError) in
-            let short = try attributeName(name)
+        try removeAttribute(path, name: name, caller: Self.untoldCaller)
+    }
+
+    package func removeAttribute(_ path: String, name: String, caller: AccessCaller) throws(FileSystemError) {
+        let short = try attributeName(name)
+        let decided = try Self.guardedOperation(short).flatMap { op throws(FileSystemError) in
+            try authorizeItem(at: try TreeLocation.parse(path), caller, op)
+        }
+        try change(path, name: name, decided: Self.guardedOperation(short) != nil ? [decided] : nil) { record throws(FileSystemError) in
             if let attribute = ItemAttribute.withXattrName(short) {
                 record.attributes.values[attribute] = nil
                 return
@@ -135,7 +192,8 @@ extension KeychainTree {
                                 account: k.account, accessGroup: k.accessGroup)
     }
 
-    private func change(_ path: String, name: String,
+    /// `decided`: when the change is guarded by the item's list, the item as it was decided on.
+    private func change(_ path: String, name: String, decided: [KeychainItem?]?,
                         _ edit: (inout ItemRecord) throws(FileSystemError) -> Void) throws(FileSystemError) {
         let short = try attributeName(name)
         let location = try TreeLocation.parse(path)
@@ -150,6 +208,7 @@ extension KeychainTree {
             else { throw .noData }
             // ENOTSUP rather than EPERM: cp -a and mv, copying attributes, pass over it quietly.
             guard !Self.readOnly.contains(short) else { throw FileSystemError(EOPNOTSUPP) }
+            if let decided { try Self.checkDecided(item, decided) }
             var record = item.record
             try edit(&record)
             // Both the old and the new class key are needed: the secret is re-sealed.

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainAccess
 import KeychainCrypto
 import KeychainModel
 import KeychainStore
@@ -331,13 +332,51 @@ public final class KeychainTree: Sendable {
 
     // MARK: items
 
-    public func remove(_ path: String) throws(FileSystemError) {
+    // MARK: per-program access
+
+    private static let untold = AccessCaller.unidentified("a caller the tree was not told")
+
+    static func isGuarded(_ item: KeychainItem) -> Bool {
+        !(item.record.attributes.values.access?.isAnyProgram ?? true)
+    }
+
+    /// Decides, outside every lock (the user may be asked), whether `caller` may `operation`
+    /// the item at `location`, if one with a non-empty list is there; returns that item as it
+    /// is after the decision (an Always allow changed its list), for `checkDecided`.
+    func authorizeItem(at location: TreeLocation, _ caller: AccessCaller,
+                       _ operation: AccessOperation) throws(FileSystemError) -> KeychainItem? {
+        func lookUp() -> KeychainItem? {
+            (try? served.covering(location) { s throws(FileSystemError) -> KeychainItem? in
+                guard case .item(let item) = try node(location, s.index) else { return nil }
+                return item
+            }) ?? nil
+        }
+        guard let item = lookUp(), Self.isGuarded(item) else { return nil }
+        do { try served.authorize(caller, item, operation) } catch { throw .from(error) }
+        return lookUp()
+    }
+
+    /// Inside the change: a guarded item must be the very version decided on, not one that
+    /// took its name or changed meanwhile.
+    static func checkDecided(_ item: KeychainItem, _ decided: [KeychainItem?]) throws(FileSystemError) {
+        guard isGuarded(item) else { return }
+        guard decided.contains(where: { $0?.id == item.id && $0?.sealed.version == item.sealed.version }) else {
+            throw .from(KeychainError.accessDenied("the item changed while access to it was decided; try again"))
+        }
+    }
+
+    public func remove(_ path: String) throws(FileSystemError) { try remove(path, caller: Self.untold) }
+
+    /// unlink(2): an item with a non-empty list is deleted only by a program on it.
+    package func remove(_ path: String, caller: AccessCaller) throws(FileSystemError) {
         let location = try TreeLocation.parse(path)
+        let decided = try authorizeItem(at: location, caller, .delete)
         try served.change(origin: .tree) { c throws(FileSystemError) -> Void in
             let item = try c.covering(location) { s throws(FileSystemError) -> KeychainItem in
                 guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
                 return item
             }
+            try Self.checkDecided(item, [decided])
             do { try c.delete([item]) } catch { throw .from(error) }
         }
     }
@@ -353,8 +392,15 @@ public final class KeychainTree: Sendable {
     /// transaction, keeping the target's attributes.
     /// Directories: see `renameDirectory`.
     public func rename(_ from: String, to: String, noReplace: Bool, exchange: Bool) throws(FileSystemError) {
+        try rename(from, to: to, noReplace: noReplace, exchange: exchange, caller: Self.untold)
+    }
+
+    /// rename(2): an item with a non-empty list is neither moved nor replaced but by a program
+    /// on it.
+    package func rename(_ from: String, to: String, noReplace: Bool, exchange: Bool, caller: AccessCaller) throws(FileSystemError) {
         guard !exchange else { throw .invalid }
         let src = try TreeLocation.parse(from), dst = try TreeLocation.parse(to)
+        let decided = [try authorizeItem(at: src, caller, .rename), try authorizeItem(at: dst, caller, .rename)]
         try served.change(origin: .tree) { c throws(FileSystemError) -> Void in
             let (source, target) = try c.covering(src, dst) { s throws(FileSystemError) -> (Node, Node?) in
                 (try node(src, s.index), try? node(dst, s.index))
@@ -368,9 +414,11 @@ public final class KeychainTree: Sendable {
                 }
                 return
             }
+            try Self.checkDecided(item, decided)
             if case .item(let existing)? = target {
                 guard existing.id != item.id else { return }
                 if noReplace { throw .exists }
+                try Self.checkDecided(existing, decided)
             } else if target != nil {
                 throw .isDirectory
             }

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainAccess
 import KeychainCrypto
 import KeychainModel
 import KeychainStore
@@ -67,6 +68,10 @@ package final class ServedKeychain: Sendable {
     /// run time by `set-keychain-settings` or the root's `lock-after` attribute.
     private let lockAfterSeconds: Atomic<Int>
     private let lastAccess = Atomic<Int64>(0)
+    /// Per-program access (issue 17): the decision for an item with a non-empty access list,
+    /// made here for every channel (`authorize`). It holds its own locks, never one of these
+    /// while it asks the user.
+    package let access: AccessControl
 
     struct State {
         var index = ItemIndex()
@@ -147,8 +152,10 @@ package final class ServedKeychain: Sendable {
     /// looked up.
     package init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil,
                  cacheBudget: Int? = nil, indexLimit: Int = ServedKeychain.defaultIndexLimit,
-                 lease: (any Sendable)? = nil, clock: any MonotonicClock = SystemMonotonicClock()) throws {
+                 lease: (any Sendable)? = nil, clock: any MonotonicClock = SystemMonotonicClock(),
+                 access: AccessControl = AccessControl(settings: .none, log: nil)) throws {
         self.keychain = keychain
+        self.access = access
         self.defaultClass = defaultClass
         self.lease = lease
         self.clock = clock
@@ -469,6 +476,49 @@ package final class ServedKeychain: Sendable {
         }
         keychain.forgetKeys()
         afterLock.withLock { $0 }?()
+    }
+
+    // MARK: per-program access
+
+    /// The one decision whether `caller` may do `operation` to `item`, whoever asks (the
+    /// tree at open, delete, rename and overwrite; the control socket for secrets and
+    /// changes; later D-Bus with a pinned caller). An empty list allows any program at no
+    /// cost. Refused: `accessDenied` (EACCES, exit 77). Always allow adds the program to the
+    /// item's list through a commit before this returns. Called with no lock of this owner
+    /// held: only this caller waits while the user is asked.
+    package func authorize(_ caller: AccessCaller, _ item: KeychainItem, _ operation: AccessOperation) throws(KeychainError) {
+        guard let list = item.record.attributes.values.access, !list.isAnyProgram else { return }
+        let target = AccessItem(id: String(item.id), path: Self.treePath(item.key), key: item.key)
+        switch access.decide(caller, item: target, operation: operation, list: list) {
+        case .allowed: return
+        case .refused(let why): throw .accessDenied(why)
+        case .allowedAlways(let rule):
+            do { try addToAccessList(item.key, rule) } catch {
+                throw .accessDenied("allowed, but adding the program to the list failed: \((error as? KeychainError)?.description ?? "\(error)")")
+            }
+        }
+    }
+
+    /// Always allow: `rule` joins the item's list as it is now (the item may have changed
+    /// while the user was asked), in one commit.
+    private func addToAccessList(_ key: ItemKey, _ rule: AccessRule) throws {
+        try change(origin: .tree) { c throws -> Void in
+            guard let current = try keychain.item(for: key) else { throw KeychainError.itemNotFound }
+            var record = current.record
+            let list = record.attributes.values.access ?? .anyProgram
+            // A list emptied meanwhile allows everyone already.
+            guard !list.isAnyProgram else { return }
+            record.attributes.values.access = try list.adding(rule)
+            _ = try c.setAttributes(current, to: record)
+        }
+    }
+
+    /// The item's path in the tree, for the prompt and the log.
+    package static func treePath(_ key: ItemKey) -> String {
+        switch key {
+        case .generic(let g): "/" + TreeName.escape(g.service) + "/" + TreeName.escape(g.account)
+        case .internet(let i): InternetTreePath.path(of: i)
+        }
     }
 
     // MARK: the class of a new item

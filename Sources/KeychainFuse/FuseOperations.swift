@@ -1,6 +1,7 @@
 import CFuseShim
 import Foundation
 import Glibc
+import KeychainAccess
 import KeychainFileSystem
 
 /// The libfuse low-level callbacks. Each one translates: the inode into a path (or an open
@@ -28,6 +29,10 @@ enum FuseOperations {
     static func fileSystem(_ req: fuse_req_t?) -> FuseFileSystem {
         Unmanaged<FuseFileSystem>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
     }
+
+    /// Who made the request, for per-program access: the calling thread's id (fuse_req_ctx),
+    /// which the gate maps to its process and pins.
+    static func caller(_ req: fuse_req_t?) -> AccessCaller { .thread(fuse_req_ctx(req).pointee.pid) }
 
     /// Runs one request; `body` sends the reply on success, and a thrown error is the reply.
     static func answer(_ req: fuse_req_t?, _ body: (FuseFileSystem) throws(FileSystemError) -> Void) {
@@ -93,7 +98,7 @@ enum FuseOperations {
                     if let handle {
                         try fs.tree.truncate(handle: handle, size: Int(wanted.st_size))
                     } else {
-                        try fs.tree.truncate(try fs.path(ino), size: Int(wanted.st_size))
+                        try fs.tree.truncate(try fs.path(ino), size: Int(wanted.st_size), caller: FuseOperations.caller(req))
                     }
                 }
                 // Times are accepted and not kept: an item's times are those of its secret.
@@ -111,7 +116,9 @@ enum FuseOperations {
             }
         }
         ops.unlink = { req, parent, name in
-            FuseOperations.removeEntry(req, parent, name) { tree, path throws(FileSystemError) in try tree.remove(path) }
+            FuseOperations.removeEntry(req, parent, name) { tree, path throws(FileSystemError) in
+                try tree.remove(path, caller: FuseOperations.caller(req))
+            }
         }
         ops.rmdir = { req, parent, name in
             FuseOperations.removeEntry(req, parent, name) { tree, path throws(FileSystemError) in try tree.removeDirectory(path) }
@@ -120,7 +127,8 @@ enum FuseOperations {
             FuseOperations.answer(req) { fs throws(FileSystemError) in
                 let from = try FuseOperations.name(name), to = try FuseOperations.name(newName)
                 try fs.tree.rename(try fs.path(parent, from), to: try fs.path(newParent, to),
-                                   noReplace: flags & FuseOperations.renameNoReplace != 0, exchange: flags & FuseOperations.renameExchange != 0)
+                                   noReplace: flags & FuseOperations.renameNoReplace != 0, exchange: flags & FuseOperations.renameExchange != 0,
+                                   caller: FuseOperations.caller(req))
                 fs.inodes.withLock { $0.move(parent, from, to: newParent, to) }
                 fuse_reply_err(req, 0)
             }
@@ -159,7 +167,7 @@ enum FuseOperations {
         ops.open = { req, ino, fi in
             FuseOperations.answer(req) { fs throws(FileSystemError) in
                 let flags = fi!.pointee.flags
-                let h = try fs.tree.open(try fs.location(ino), flags: flags)
+                let h = try fs.tree.open(try fs.location(ino), flags: flags, caller: FuseOperations.caller(req))
                 // Secrets are never kept in the page cache: every read reaches the daemon, so a
                 // lock takes effect at once.
                 fi!.pointee.fh = h
@@ -328,14 +336,14 @@ enum FuseOperations {
                 if flags & FuseOperations.xattrCreate != 0 && exists { throw .exists }
                 if flags & FuseOperations.xattrReplace != 0 && !exists { throw .noData }
                 let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-                try fs.tree.setAttribute(path, name: n, value: bytes)
+                try fs.tree.setAttribute(path, name: n, value: bytes, caller: FuseOperations.caller(req))
                 fuse_reply_err(req, 0)
             }
         }
         ops.removexattr = { req, ino, name in
             FuseOperations.answer(req) { fs throws(FileSystemError) in
                 guard let name else { throw .invalid }
-                try fs.tree.removeAttribute(try fs.path(ino), name: String(cString: name))
+                try fs.tree.removeAttribute(try fs.path(ino), name: String(cString: name), caller: FuseOperations.caller(req))
                 fuse_reply_err(req, 0)
             }
         }

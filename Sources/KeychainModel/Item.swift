@@ -198,6 +198,7 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
             case .text: try c.decodeIfPresent(String.self, forKey: key).map(AttributeValue.text)
             case .bytes: try c.decodeIfPresent(Data.self, forKey: key).map(AttributeValue.bytes)
             case .code: try c.decodeIfPresent(FourCharCode.self, forKey: key).map(AttributeValue.code)
+            case .programs: try c.decodeIfPresent(AccessList.self, forKey: key).map(AttributeValue.programs)
             }
             values[a] = v
         }
@@ -213,6 +214,7 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
             case .text(let s)?: try c.encode(s, forKey: Key(a.name))
             case .bytes(let d)?: try c.encode(d, forKey: Key(a.name))
             case .code(let code)?: try c.encode(code, forKey: Key(a.name))
+            case .programs(let list)?: try c.encode(list, forKey: Key(a.name))
             case nil: break
             }
         }

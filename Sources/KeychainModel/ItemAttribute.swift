@@ -28,6 +28,9 @@ public struct AttributeValues: Hashable, Codable, Sendable {
     public var creator: FourCharCode?
     /// `kSecAttrType`.
     public var type: FourCharCode?
+    /// The programs that may use the item (`-T`, `user.keychain.access`; issue 17). Not set, or
+    /// empty, is any program of the user. Sealed with the other attributes.
+    package var access: AccessList?
 
     /// No attribute set.
     public init() {}
@@ -57,8 +60,9 @@ extension ItemAttribute {
     /// formats; `presenceBit` and `wireTag` are frozen in stores, backups and the control
     /// protocol: never change them, and never give a retired one to a new attribute. Wire
     /// tags 36 to 38 are the class and dates. The presence mask is one byte, and bit 6 is the
-    /// backup's extras flag: bit 7 is the last free one, so a second new attribute needs a
-    /// wider mask (a new store format and backup version). `AttributeTableTests` checks all this.
+    /// backup's extras flag: bit 7, the last free one, is the access list's, so a new attribute
+    /// needs a wider mask (a new store format and backup version). `AttributeTableTests` checks
+    /// all this.
     package static let all: [ItemAttribute] = [
         ItemAttribute("label", .text, presenceBit: 0, wireTag: 30, short: "l",
                       { $0.label.map { .text($0) } }, { $0.label = $1?.asText },
@@ -79,6 +83,12 @@ extension ItemAttribute {
         ItemAttribute("type", .code, presenceBit: 5, wireTag: 35, short: "C",
                       { $0.type.map { .code($0) } }, { $0.type = $1?.asCode },
                       set: "The type: a four-character code.", match: "Match this type code."),
+        // Set on the command line by -T (repeatable) and -A, not by one flag, and never matched.
+        ItemAttribute("access", .programs, presenceBit: 7, wireTag: 39, short: nil,
+                      // Set and empty (-A) reads as set, so that an update clears the list.
+                      { $0.access.map { .programs($0) } }, { $0.access = $1?.asPrograms },
+                      set: "A program that may use the item's secret without a prompt (repeatable; a path, an interpreter and its script, or flatpak:APP-ID).",
+                      match: ""),
     ]
 }
 
@@ -91,10 +101,14 @@ package enum AttributeValue: Hashable, Sendable {
     case bytes(Data)
     /// One of Apple's four-character codes (`creator`, `type`).
     case code(FourCharCode)
+    /// An access list (`access`): its sealed form (`AccessList.encoded`) in the store, backups
+    /// and the control protocol, its text form (one program a line) in the tree.
+    case programs(AccessList)
 
     package var asText: String? { if case .text(let v) = self { v } else { nil } }
     package var asData: Data? { if case .bytes(let v) = self { v } else { nil } }
     package var asCode: FourCharCode? { if case .code(let v) = self { v } else { nil } }
+    package var asPrograms: AccessList? { if case .programs(let v) = self { v } else { nil } }
 
     /// The bytes an xattr value and a control-protocol field carry: text as UTF-8, a code as
     /// its four ASCII bytes, bytes as they are.
@@ -103,6 +117,7 @@ package enum AttributeValue: Hashable, Sendable {
         case .text(let s): Array(s.utf8)
         case .bytes(let d): Array(d)
         case .code(let c): Array(c.text.utf8)
+        case .programs(let list): list.encoded
         }
     }
 }
@@ -111,7 +126,7 @@ package enum AttributeValue: Hashable, Sendable {
 /// its value, and where the model keeps it. A class, so that walking the table on every
 /// item encoded or decoded passes one reference, not a dozen fields.
 package final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
-    package enum Kind: Sendable { case text, bytes, code }
+    package enum Kind: Sendable { case text, bytes, code, programs }
 
     /// The model's name: also the key in the JSON rows of old stores, so it never changes.
     package let name: String
@@ -122,8 +137,9 @@ package final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
     package let wireTag: UInt16
     /// `user.keychain.<xattrName>` in the mounted tree.
     package let xattrName: String
-    /// The add, find and delete commands' `-<cliShort>` and `--<cliLong>`, as in macOS `security`.
-    package let cliShort: Character
+    /// The add, find and delete commands' `-<cliShort>` and `--<cliLong>`, as in macOS `security`;
+    /// nil for the access list, which the add commands set with `-T` (repeatable) and `-A`.
+    package let cliShort: Character?
     package let cliLong: String
     /// Its `tag: value` line in what find and delete print.
     package let printTag: String
@@ -155,12 +171,20 @@ package final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
         case .text: .text(text)
         case .bytes: .bytes(Data(text.utf8))
         case .code: .code(try FourCharCode(text))
+        case .programs: throw .invalid("the access list is set with -T PROGRAM and -A, or the user.keychain.access attribute")
         }
     }
 
     /// The value of raw bytes, as an xattr or a control-protocol field carries them.
     package func value(from raw: some Collection<UInt8>) throws(ModelError) -> AttributeValue {
         if kind == .bytes { return .bytes(Data(raw)) }
+        // The sealed form (the control protocol's); the tree's text form is parsed and pinned
+        // by the tree, which alone may read the programs' files.
+        if kind == .programs {
+            do throws(KeychainError) { return .programs(try AccessList(decoding: Array(raw))) } catch {
+                throw .invalid("the access list: \(error.description)")
+            }
+        }
         guard let text = String(validating: Array(raw), as: UTF8.self) else {
             throw .invalid("the \(name) attribute must be UTF-8 text")
         }
@@ -169,7 +193,7 @@ package final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
 
     // Closures over the property, not key paths: applying a key path through a generic
     // projection cost ten times as much, and the store walks the table for every item.
-    init(_ name: String, _ kind: Kind, presenceBit: UInt8, wireTag: UInt16, short: Character,
+    init(_ name: String, _ kind: Kind, presenceBit: UInt8, wireTag: UInt16, short: Character?,
          _ read: @escaping @Sendable (AttributeValues) -> AttributeValue?,
          _ write: @escaping @Sendable (inout AttributeValues, AttributeValue?) -> Void, set: String, match: String) {
         self.name = name; self.kind = kind; self.presenceBit = presenceBit; self.wireTag = wireTag

@@ -40,6 +40,7 @@ enum AttributeEncoding {
             switch value {
             case .text(let v): w.string(v)
             case .bytes(let v): w.bytes(v)
+            case .programs(let list): w.bytes(Data(list.encoded))
             case .code(let v): w.code(v)
             }
         }
@@ -181,6 +182,8 @@ enum AttributeEncoding {
                 case .text: string().map(AttributeValue.text)
                 case .bytes: data().map(AttributeValue.bytes)
                 case .code: code().map(AttributeValue.code)
+                // Sealed with the rest: a list that does not decode is a damaged record.
+                case .programs: data().flatMap { try? AccessList(decoding: Array($0)) }.map(AttributeValue.programs)
                 }
                 guard let value else { return nil }
                 a.values[attribute] = value

@@ -34,6 +34,13 @@ enum GitCredentialHelper {
         default: break
         }
         guard let action = CredentialAction(argument: argument) else { return }
+        // The daemon identifies this process as it accepts a connection (per-program access),
+        // which it cannot once the process is non-dumpable: so the daemon is found (the
+        // connection kept for the first call) before the helper hardens.
+        let found: Result<(RemoteKeychainService, MountRecord)?, any Error>
+        do { found = .success(try DaemonLocator.daemon(forStore: KeychainLocations.store())) }
+        catch KeychainError.noSuchStore { found = .success(nil) }
+        catch { found = .failure(error) }
         // `store` reads a password from git, `get` receives one from the daemon: before either,
         // none of the user's other processes may read this one's memory.
         ProcessProtection.makeNotDumpable()
@@ -47,10 +54,7 @@ enum GitCredentialHelper {
             return note("the credential was not saved: \(why)")
         }
         guard isServable(request, action) else { return }
-        let located: (RemoteKeychainService, MountRecord)?
-        do { located = try DaemonLocator.daemon(forStore: KeychainLocations.store()) }
-        catch KeychainError.noSuchStore { located = nil }
-        catch { return }
+        guard case .success(let located) = found else { return }
         let notMounted = "the keychain is not mounted, so \(consequence(action)); run 'keychainfs mount DIR'"
         guard let (keychain, _) = located else { return note(notMounted) }
         let status: KeychainStatus

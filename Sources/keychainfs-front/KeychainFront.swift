@@ -54,11 +54,13 @@ struct SecretLookup {
 
     /// Writes the secret and exits, or returns when the full tool should take the command.
     func run() {
-        // The secret will be in this process's memory: no core dump or ptrace by the user's other processes.
-        ProcessProtection.makeNotDumpable()
         let path = KeychainLocations.store(store)
         do {
+            // The daemon identifies this process as it accepts the connection (per-program
+            // access), which it cannot once the process is non-dumpable: so connect first.
             guard case .daemon(let keychain, _) = try DaemonLocator.route(forStore: path) else { return }
+            // The secret will be in this process's memory: no core dump or ptrace by the user's other processes.
+            ProcessProtection.makeNotDumpable()
             let query = ItemQuery(kind: .generic, account: account, service: service)
             guard let item = try keychain.find(query: query, withSecrets: true, limit: 1).first else {
                 throw KeychainError.itemNotFound

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainAccess
 import KeychainModel
 import KeychainStore
 
@@ -12,10 +13,23 @@ struct AttributeOptions: ParsableArguments {
         valueName: "class"), completion: .accessibilityClasses)
     var accessible: String?
 
+    @Option(name: .customShort("T"), help: ArgumentHelp(
+        "A program that may use the item without a prompt (repeatable): an absolute path, an interpreter and its script ('/usr/bin/python3 /home/me/sync.py'), or flatpak:APP-ID. Each is pinned by its file as it is now. With -U, replaces the item's list.",
+        valueName: "program"))
+    var trusted: [String] = []
+
+    @Flag(name: .customShort("A"), help: "Any program of the user may use the item (an empty access list, the default); with -U, clears the list.")
+    var anyProgram = false
+
     /// Bad values are `invalidInput` (exit 65), not usage errors, as for every name.
     func changes() throws -> AttributeChanges {
-        AttributeChanges(try flags.values(),
-                         accessible: try accessible.map { a in try ModelInput.parse { try AccessibilityClass(parsing: a) } })
+        var values = try flags.values()
+        if anyProgram && !trusted.isEmpty { throw KeychainError.invalidInput("-A (any program) and -T (these programs) exclude each other") }
+        if anyProgram { values.access = .anyProgram }
+        if !trusted.isEmpty {
+            values.access = try AccessList.anyProgram.setting(try trusted.map { try AccessProgram(parsing: $0) })
+        }
+        return AttributeChanges(values, accessible: try accessible.map { a in try ModelInput.parse { try AccessibilityClass(parsing: a) } })
     }
 }
 
@@ -80,7 +94,8 @@ struct AttributeFlags<Role: AttributeFlagRole>: ParsableArguments {
     }
 
     private static func names(_ name: String) -> NameSpecification {
-        [.customShort(row(name).cliShort), .customLong(row(name).cliLong)]
+        guard let short = row(name).cliShort else { preconditionFailure("'\(name)' has no flag of its own") }
+        return [.customShort(short), .customLong(row(name).cliLong)]
     }
 
     private static func help(_ name: String) -> ArgumentHelp {

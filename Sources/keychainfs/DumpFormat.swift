@@ -69,6 +69,7 @@ struct DumpedItem: Encodable {
             case .text(let text)?: try c.encode(text, forKey: key)
             case .bytes(let data)?: try c.encode(data, forKey: key)
             case .code(let code)?: try c.encode(code.text, forKey: key)
+            case .programs(let list)?: try c.encode(list.rules.map(\.program.description), forKey: key)
             case nil: break
             }
         }

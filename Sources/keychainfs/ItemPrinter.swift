@@ -64,6 +64,8 @@ enum ItemPrinter {
                 case .text(let text): Printable.text(text)
                 case .bytes(let data): data.withUnsafeBytes { Printable.bytes($0) }
                 case .code(let code): Printable.text(code.text)
+                // One program a line in the tree; here on one line, each program as the xattr writes it.
+                case .programs(let list): Printable.text(list.rules.map(\.program.description).joined(separator: " ; "))
                 }
             })
         }

@@ -1,5 +1,6 @@
 import XCTest
 import ArgumentParser
+import KeychainAccess
 @testable import KeychainBackup
 @testable import KeychainControlProtocol
 import KeychainCrypto
@@ -22,12 +23,26 @@ final class AttributeTableTests: XCTestCase {
         case .text: .text("\(a.name) ✓\nvalue")
         case .bytes: .bytes(Data([0, 0xff]) + Data(a.name.utf8))
         case .code: .code(try FourCharCode("c\(a.presenceBit)\(a.wireTag % 10) "))
+        case .programs: .programs(Self.sampleList)
         }
+    }
+
+    /// An access list of every kind of rule, with made-up identities (nothing is read here).
+    static let sampleList = AccessList(rules: [
+        AccessRule(program: .executable("/usr/bin/head"), executable: identity(1), script: nil),
+        AccessRule(program: .script(interpreter: "/usr/bin/python3", script: "/home/me/a b.py"),
+                   executable: identity(2), script: identity(3)),
+        AccessRule(program: .flatpak("org.example.App"), executable: nil, script: nil),
+    ])
+
+    static func identity(_ n: UInt8) -> FileIdentity {
+        FileIdentity(device: UInt64(n), inode: 1000 + UInt64(n), size: 4096, modifiedSeconds: 1_700_000_000 + Int64(n),
+                     modifiedNanoseconds: 5, sha256: [UInt8](repeating: n, count: 32))
     }
 
     /// The sample as the CLI takes it: text (bytes are the text's UTF-8).
     func cliText(_ a: ItemAttribute) -> String {
-        a.kind == .code ? "k\(a.presenceBit)z\(a.wireTag % 10)" : "\(a.name) via -\(a.cliShort) ✓"
+        a.kind == .code ? "k\(a.presenceBit)z\(a.wireTag % 10)" : "\(a.name) via -\(a.cliShort.map(String.init) ?? "") ✓"
     }
 
     /// Each attribute alone, then all of them together.
@@ -52,9 +67,11 @@ final class AttributeTableTests: XCTestCase {
     func testTheTableIsConsistent() {
         let all = ItemAttribute.all
         XCTAssertFalse(all.isEmpty)
-        for (what, names) in [("name", all.map(\.name)), ("xattr name", all.map(\.xattrName)),
-                              ("CLI long flag", all.map(\.cliLong)), ("CLI short flag", all.map { String($0.cliShort) }),
-                              ("print tag", all.map(\.printTag)), ("JSON key", all.map(\.jsonKey))] {
+        let shorts: [String] = all.compactMap { $0.cliShort.map(String.init) } + ["T", "A"]
+        let columns: [(String, [String])] = [("name", all.map(\.name)), ("xattr name", all.map(\.xattrName)),
+                                             ("CLI long flag", all.map(\.cliLong)), ("CLI short flag", shorts),
+                                             ("print tag", all.map(\.printTag)), ("JSON key", all.map(\.jsonKey))]
+        for (what, names) in columns {
             XCTAssertEqual(Set(names).count, names.count, "two attributes share a \(what): \(names)")
         }
         // The formats write the attributes in the table's order, which is the order of their bits.
@@ -137,7 +154,7 @@ final class AttributeTableTests: XCTestCase {
         try keychain.add(record(AttributeValues()), secret: SecureBytes(copying: Array("s".utf8)))
         let tree = try KeychainTree(keychain: keychain)
         let path = "/svc/acct"
-        for a in ItemAttribute.all {
+        for a in ItemAttribute.all where a.kind != .programs {
             let xattr = "user.keychain.\(a.xattrName)"
             XCTAssertFalse(try tree.listAttributes(path).contains(xattr), "\(a) is listed while unset")
             try tree.setAttribute(path, name: xattr, value: try sample(a).bytes)
@@ -146,6 +163,24 @@ final class AttributeTableTests: XCTestCase {
             // Committed to the store, not only kept by the tree.
             XCTAssertEqual(try keychain.item(for: key)?.record.attributes.values[a], try sample(a), "\(a) in the store")
         }
+        // The access list in its text form, each program pinned by its file now.
+        let access = try XCTUnwrap(ItemAttribute.all.first { $0.kind == .programs })
+        let xattr = "user.keychain.\(access.xattrName)"
+        let me = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        let text = Array("/usr/bin/head\n\(me)\n".utf8)
+        try tree.setAttribute(path, name: xattr, value: text)
+        XCTAssertEqual(try tree.attribute(path, name: xattr), text)
+        let stored = try XCTUnwrap(try keychain.item(for: key)?.record.attributes.values[access]?.asPrograms)
+        XCTAssertEqual(stored.rules.map(\.program), [.executable("/usr/bin/head"), .executable(me)])
+        var st = stat()
+        XCTAssertEqual(stat("/usr/bin/head", &st), 0)
+        XCTAssertEqual(stored.rules.first?.executable?.inode, UInt64(st.st_ino), "pinned by the file")
+        // The list guards itself: a caller not identified as on it cannot change it; one on it can.
+        XCTAssertThrowsError(try tree.removeAttribute(path, name: xattr)) {
+            XCTAssertEqual(($0 as? FileSystemError)?.errno, EACCES)
+        }
+        try tree.removeAttribute(path, name: xattr, caller: .process(try PinnedProcess.forProcess(getpid())))
+        XCTAssertNil(try keychain.item(for: key)?.record.attributes.values[access])
         for a in ItemAttribute.all {
             try tree.removeAttribute(path, name: "user.keychain.\(a.xattrName)")
             XCTAssertNil(try keychain.item(for: key)?.record.attributes.values[a], "\(a) removed")
@@ -153,12 +188,20 @@ final class AttributeTableTests: XCTestCase {
     }
 
     func testEachAttributeHasItsCLIFlagsPrintedLineAndJSONKey() throws {
-        XCTAssertEqual(AttributeFlags<SettingAttributes>.declared.sorted(), ItemAttribute.all.map(\.name).sorted(),
-                       "each row needs its option property in AttributeFlags, named as the row")
-        for a in ItemAttribute.all {
+        XCTAssertEqual(AttributeFlags<SettingAttributes>.declared.sorted(),
+                       ItemAttribute.all.filter { $0.cliShort != nil }.map(\.name).sorted(),
+                       "each row with a flag needs its option property in AttributeFlags, named as the row")
+        // The access list: -T (repeatable), each pinned by its file; -A, an empty list.
+        let access = try XCTUnwrap(ItemAttribute.all.first { $0.kind == .programs })
+        let trusted = try AttributeOptions.parse(["-T", "/usr/bin/head", "-T", "flatpak:org.example.App"]).changes()
+        XCTAssertEqual(trusted.values[access]?.asPrograms?.rules.map(\.program), [.executable("/usr/bin/head"), .flatpak("org.example.App")])
+        XCTAssertEqual(try AttributeOptions.parse(["-A"]).changes().values[access], .programs(.anyProgram))
+        XCTAssertThrowsError(try AttributeOptions.parse(["-A", "-T", "/usr/bin/head"]).changes())
+        XCTAssertThrowsError(try AttributeOptions.parse(["-T", "relative/head"]).changes())
+        for a in ItemAttribute.all where a.cliShort != nil {
             let text = cliText(a)
             let expected = try a.value(parsing: text)
-            for flag in ["-\(a.cliShort)", "--\(a.cliLong)"] {
+            for flag in ["-\(a.cliShort.map(String.init) ?? "")", "--\(a.cliLong)"] {
                 let set = try AttributeOptions.parse([flag, text]).changes()
                 XCTAssertEqual(set.values[a], expected, "\(flag) sets \(a)")
                 XCTAssertEqual(set.values, AttributeValues { $0[a] = expected }, "\(flag) sets only \(a)")
@@ -179,6 +222,7 @@ final class AttributeTableTests: XCTestCase {
                 case .text(let s)?: XCTAssertEqual(json[a.jsonKey] as? String, s, name)
                 case .bytes(let d)?: XCTAssertEqual(json[a.jsonKey] as? String, d.base64EncodedString(), name)
                 case .code(let c)?: XCTAssertEqual(json[a.jsonKey] as? String, c.text, name)
+                case .programs(let list)?: XCTAssertEqual(json[a.jsonKey] as? [String], list.rules.map(\.program.description), name)
                 case nil: XCTAssertNil(json[a.jsonKey], "\(name): \(a) in the JSON while unset")
                 }
             }
