@@ -55,7 +55,7 @@ let package = Package(
             "KeychainControlProtocol", "KeychainModel", "KeychainCrypto", "KeychainAccess", .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "KeychainControl", dependencies: [
-            "KeychainStore", "KeychainFileSystem", "KeychainClient", "KeychainControlProtocol",
+            "KeychainStore", "KeychainFileSystem", "KeychainClient", "KeychainControlProtocol", "KeychainAccess",
         ]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
         .target(name: "KeychainBackup", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
@@ -70,7 +70,7 @@ let package = Package(
         // The daemon's composition: the owner, the FUSE mount, the control service and socket,
         // systemd's notification; the executable parses arguments and calls it.
         .target(name: "KeychainDaemon", dependencies: [
-            "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer",
+            "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainAccess",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "keychainfs-full", dependencies: [

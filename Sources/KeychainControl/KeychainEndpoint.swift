@@ -1,4 +1,5 @@
 import Foundation
+import KeychainAccess
 import KeychainClient
 import KeychainControlProtocol
 import KeychainCrypto
@@ -29,7 +30,10 @@ public enum KeychainEndpoint {
         case .direct(let lease):
             let keychain = try Keychain(openingAt: storePath)
             try keychain.unlock(passphrase: keychain.hasPassphrase ? try passphraseSource() : nil)
-            return ServedKeychainService(owner: try ServedKeychain(keychain: keychain, defaultClass: defaultClass(), lease: lease))
+            // No daemon to ask for a prompt: a program not on an item's list is refused, and logged.
+            let access = AccessControl(settings: .none, log: AccessLog(path: AccessLog.defaultPath))
+            return ServedKeychainService(owner: try ServedKeychain(keychain: keychain, defaultClass: defaultClass(), lease: lease,
+                                                                   access: access))
         }
     }
 }

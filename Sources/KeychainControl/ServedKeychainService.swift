@@ -1,6 +1,7 @@
 import Foundation
 import KeychainControlProtocol
 import KeychainCrypto
+import KeychainAccess
 import KeychainFileSystem
 import KeychainModel
 import KeychainStore
@@ -13,11 +14,36 @@ import KeychainStore
 package final class ServedKeychainService: KeychainService {
     let owner: ServedKeychain
     private let mount: ServedMount?
+    /// Who asks (per-program access): a control-socket peer identified at accept, or with no
+    /// daemon this process itself, a program like any other.
+    let caller: AccessCaller
 
     /// `mount` nil means no mount: lock, unmount and lock-after then throw `notMounted`.
-    package init(owner: ServedKeychain, mount: ServedMount? = nil) {
+    /// `caller` nil: this process.
+    package init(owner: ServedKeychain, mount: ServedMount? = nil, caller: AccessCaller? = nil) {
         self.owner = owner
         self.mount = mount
+        self.caller = caller ?? Self.ownProcess()
+    }
+
+    private static func ownProcess() -> AccessCaller {
+        do { return .process(try PinnedProcess.forProcess(getpid())) } catch { return .unidentified(error.description) }
+    }
+
+    /// The same service, answering for `caller`.
+    package func serving(_ caller: AccessCaller) -> ServedKeychainService {
+        ServedKeychainService(owner: owner, mount: mount, caller: caller)
+    }
+
+    /// The gate, for an item this request would read, change or delete.
+    private func authorize(_ item: KeychainItem, _ operation: AccessOperation) throws {
+        try owner.authorize(caller, item, operation)
+    }
+
+    /// An update replaces the item of the same key: decided for that item first.
+    private func authorizeOverwrite(_ key: ItemKey) throws {
+        guard let existing = try owner.items(matching: .exactly(key)).first else { return }
+        try authorize(existing, .write)
     }
 
     /// Whether the class's key is held now (a backup refuses to skip what it cannot read).
@@ -25,26 +51,33 @@ package final class ServedKeychainService: KeychainService {
 
     package func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
                      updateExisting: Bool) throws -> ItemRecord {
-        try owner.save(key, secret: secret, extras: extras, changes: changes, updateExisting: updateExisting).record
+        if updateExisting { try authorizeOverwrite(key) }
+        return try owner.save(key, secret: secret, extras: extras, changes: changes, updateExisting: updateExisting).record
     }
 
     package func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem] {
         var items = try owner.items(matching: query)
         if let limit { items = Array(items.prefix(max(limit, 0))) }
         return try items.map { item in
-            FoundItem(itemID: item.id, record: item.record,
+            if withSecrets { try authorize(item, .read) }
+            return FoundItem(itemID: item.id, record: item.record,
                       secret: withSecrets ? .value(try owner.secret(of: item)) : nil,
                       extras: withSecrets ? try owner.extras(of: item) : nil)
         }
     }
 
     package func delete(query: ItemQuery, all: Bool) throws -> [ItemRecord] {
-        try owner.delete(matching: query, all: all).map(\.record)
+        // Decided for every item the delete would take, before it takes any.
+        var matches = try owner.items(matching: query)
+        if !all { matches = Array(matches.prefix(1)) }
+        for item in matches { try authorize(item, .delete) }
+        return try owner.delete(matching: query, all: all).map(\.record)
     }
 
     package func dump(withSecrets: Bool) throws -> [FoundItem] {
         try owner.allItems().map { item in
-            FoundItem(itemID: item.id, record: item.record, secret: withSecrets ? secretForDump(item) : nil)
+            if withSecrets { try authorize(item, .read) }
+            return FoundItem(itemID: item.id, record: item.record, secret: withSecrets ? secretForDump(item) : nil)
         }
     }
 
@@ -60,11 +93,17 @@ package final class ServedKeychainService: KeychainService {
     }
 
     package func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport {
-        try owner.save(batch: batch, updateExisting: overwrite).report
+        if overwrite { for entry in batch.entries { try authorizeOverwrite(entry.record.key) } }
+        return try owner.save(batch: batch, updateExisting: overwrite).report
     }
 
     package func exportItems(afterID: Int64, limit: Int) throws -> ExportPage {
-        try owner.exportPage(afterID: afterID, limit: limit)
+        let page = try owner.exportPage(afterID: afterID, limit: limit)
+        // A backup holds every secret: each guarded item is decided on as an export.
+        for entry in page.batch.entries where !(entry.record.attributes.values.access?.isAnyProgram ?? true) {
+            try owner.authorize(caller, record: entry.record, itemID: "key:" + ServedKeychain.treePath(entry.record.key), .export)
+        }
+        return page
     }
 
     package func verify() throws -> VerifyReport {

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainAccess
 import KeychainControl
 import KeychainControlServer
 import KeychainCrypto
@@ -19,6 +20,9 @@ package struct MountSettings: Sendable, Codable {
     package var allowRoot = false
     /// Take a store whose rows or commit counter are older than this machine last saw (`--accept-rollback`).
     package var acceptRollback = false
+    /// config.toml's `[access]` (checked when it was read): the prompt program and its timeout.
+    package var pinentry: String?
+    package var promptTimeout: Int?
 
     package init(storePath: String, mountpoint: String, startLocked: Bool, lockAfter: Int?,
                  defaultClass: AccessibilityClass, allowRoot: Bool = false, acceptRollback: Bool = false) {
@@ -74,11 +78,15 @@ package final class MountDaemon: Sendable {
                                  socketPath: MountRegistry.socketPath(forStore: settings.storePath))
         do {
             let mountpoint = settings.mountpoint
-            server = try ControlServer(socketPath: record.socketPath, service: Self.controlService(owner, settings) {
+            let service = Self.controlService(owner, settings) {
                 // While the loop still serves: a private mapping must not keep pages past the unmount.
                 mount.dropCachedPages(all: true)
                 try Fusermount.unmount(mountpoint)
-            })
+            }
+            // Each connection's peer is identified as it is accepted (per-program access), and
+            // its request answered as that caller.
+            server = try ControlServer(socketPath: record.socketPath, serving: { service.serving($0) },
+                                       identify: { [access = owner.access] in access.identifyPeer($0) })
             server.start()
             try MountRegistry.register(record)
         } catch {
@@ -130,8 +138,11 @@ package final class MountDaemon: Sendable {
     /// The mount's owner of the store, with the mount's settings.
     static func owner(_ settings: MountSettings, clock: any MonotonicClock = SystemMonotonicClock()) throws -> ServedKeychain {
         let keychain = try Keychain(openingAt: settings.storePath, acceptRollback: settings.acceptRollback)
+        let access = AccessControl(settings: try AccessSettings(pinentry: settings.pinentry, promptTimeoutSeconds: settings.promptTimeout),
+                                   log: AccessLog(path: AccessLog.defaultPath),
+                                   logLine: { line in Logger(label: "keychainfs.access").notice("\(line)") })
         return try ServedKeychain(keychain: keychain, defaultClass: settings.defaultClass, lockAfter: settings.lockAfter,
-                                  clock: clock)
+                                  clock: clock, access: access)
     }
 
     /// The control socket's service: the one service, over the mount's own owner.

@@ -487,8 +487,15 @@ package final class ServedKeychain: Sendable {
     /// item's list through a commit before this returns. Called with no lock of this owner
     /// held: only this caller waits while the user is asked.
     package func authorize(_ caller: AccessCaller, _ item: KeychainItem, _ operation: AccessOperation) throws(KeychainError) {
-        guard let list = item.record.attributes.values.access, !list.isAnyProgram else { return }
-        let target = AccessItem(id: String(item.id), path: Self.treePath(item.key), key: item.key)
+        try authorize(caller, record: item.record, itemID: String(item.id), operation)
+    }
+
+    /// `authorize` for an item known by its record (an export page's); `itemID` is what an
+    /// Allow once is granted for.
+    package func authorize(_ caller: AccessCaller, record: ItemRecord, itemID: String, _ operation: AccessOperation) throws(KeychainError) {
+        guard let list = record.attributes.values.access, !list.isAnyProgram else { return }
+        let item = record
+        let target = AccessItem(id: itemID, path: Self.treePath(item.key), key: item.key)
         switch access.decide(caller, item: target, operation: operation, list: list) {
         case .allowed: return
         case .refused(let why): throw .accessDenied(why)

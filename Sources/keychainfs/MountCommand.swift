@@ -101,8 +101,11 @@ struct MountCommand: ParsableCommand {
         if MountTable.isMountpoint(mp) { throw KeychainError.mountFailed("\(mountpoint) is already mounted") }
         if let problem = FuseDevice.problem() { throw KeychainError.mountFailed(problem) }
         let idle = (lockAfter ?? config.lockAfter).flatMap { $0 == 0 ? nil : $0 }
-        return (MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: idle,
-                              defaultClass: defaultClass, allowRoot: allowRoot), hasPassphrase)
+        var settings = MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: idle,
+                                     defaultClass: defaultClass, allowRoot: allowRoot)
+        settings.pinentry = config.access.pinentry
+        settings.promptTimeout = Int(config.access.promptTimeout.components.seconds)
+        return (settings, hasPassphrase)
     }
 
     /// A keychainfs mount already at the mountpoint is detached if its daemon is gone, whenever
