@@ -1,0 +1,309 @@
+#!/bin/sh
+# Issue 17, per-program access, through a real mount and real programs: an item that lists
+# /usr/bin/head is read by head and refused to cat, python, a copy of head, head under strace
+# and head with LD_PRELOAD; a replaced binary; interpreter-plus-script rules; the list across
+# remount, passwd, export and import; a tampered list; the CLI and the git helper; a scripted
+# pinentry (Allow once, Always allow, Deny, timeout, a prompt that waits while others read);
+# the access log. Then the core of it again as a normal user in a private mount namespace.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/mount_lib.sh"
+
+for tool in strace sqlite3 gcc getfattr setfattr git; do have "$tool" || finish; done
+PY=/usr/bin/python3
+FULL="$(dirname "$KEYCHAINFS_BIN")/keychainfs-full"
+HELPER="$(dirname "$KEYCHAINFS_BIN")/git-credential-keychainfs"
+W="$TEST_ROOT/work"
+mkdir -p "$W"
+ACCESS=user.keychain.access
+
+# reads PROGRAM... FILE: the program's output, and "EXIT n".
+reads() { "$@" 2>"$TEST_ROOT/reads.err"; echo " EXIT $?"; }
+refused_to() {
+    name=$1
+    shift
+    got=$("$@" 2>&1)
+    rc=$?
+    case "$rc:$got" in
+        0:*|*hunter2*) fail "$name is refused" "exit $rc: $got" ;;
+        *"Permission denied"*|*"PermissionError"*|*"Access denied"*) pass "$name is refused (EACCES)" ;;
+        *) fail "$name is refused with EACCES" "exit $rc: $got" ;;
+    esac
+}
+list_of() { getfattr --only-values -n $ACCESS "$1" 2>/dev/null; }
+
+init_store
+mount_kc "$MP" || { fail "mount" "$(cat "$ERR")"; finish; }
+ITEM="$MP/svc/acct"
+
+echo "== -T: the list, read and set in the tree"
+expect_exit 0 "add with -T /usr/bin/head" sh -c "printf hunter2 | '$KEYCHAINFS_BIN' add-generic-password -s svc -a acct -T /usr/bin/head"
+expect_eq "/usr/bin/head" "$(list_of "$ITEM")" "user.keychain.access lists head"
+expect_exit 0 "an unguarded item beside it" sh -c "printf open-secret | '$KEYCHAINFS_BIN' add-generic-password -s svc -a open"
+expect_eq "" "$(list_of "$MP/svc/open")" "an item added without -T has no list"
+expect_contains "$(ls -l "$MP/svc")" "acct" "ls shows the guarded item"
+expect_exit 0 "stat of the guarded item" stat "$ITEM"
+expect_exit 0 "getfattr of the guarded item's label" getfattr -d "$ITEM"
+
+echo "== who may read it"
+expect_eq "hunter2" "$(head -c 100 "$ITEM")" "head reads it"
+refused_to "cat" cat "$ITEM"
+refused_to "python open()" $PY -c "import sys; print(open(sys.argv[1]).read())" "$ITEM"
+cp /usr/bin/head "$W/head-copy"
+refused_to "a copy of head" "$W/head-copy" -c 100 "$ITEM"
+refused_to "head under strace" strace -f -o /dev/null head -c 100 "$ITEM"
+LIB=$(ldd /usr/bin/head | awk '/libc.so/ { print $3 }')
+refused_to "LD_PRELOAD=libc head" env LD_PRELOAD="$LIB" head -c 100 "$ITEM"
+refused_to "LD_LIBRARY_PATH head" env LD_LIBRARY_PATH=/tmp head -c 100 "$ITEM"
+expect_eq "open-secret" "$(cat "$MP/svc/open")" "cat still reads an item with no list"
+
+echo "== what else the list guards"
+refused_to "writing it (sh >)" sh -c "printf x > '$ITEM'"
+refused_to "rm" rm -f "$ITEM"
+refused_to "mv" mv "$ITEM" "$MP/svc/moved"
+printf other >"$W/other"
+refused_to "overwriting it by rename (mv onto it)" mv "$MP/svc/open" "$ITEM"
+refused_to "setfattr of the list by a program not on it" setfattr -n $ACCESS -v "/usr/bin/cat" "$ITEM"
+refused_to "removing the list" setfattr -x $ACCESS "$ITEM"
+expect_eq "hunter2" "$(head -c 100 "$ITEM")" "the item is unchanged"
+
+echo "== the CLI and the git helper are programs like any other"
+expect_exit 77 "find-generic-password -w: exit 77" kc find-generic-password -s svc -a acct -w
+expect_not_contains "$OUT" "hunter2" "no secret on stdout"
+expect_contains "$ERR" "Access denied" "it says access was denied"
+expect_exit 77 "find-generic-password -g: exit 77" kc find-generic-password -s svc -a acct -g
+expect_exit 0 "find without the secret is open" kc find-generic-password -s svc -a acct
+expect_exit 77 "dump-keychain -d: exit 77" kc dump-keychain -d
+expect_exit 0 "dump-keychain without secrets is open" kc dump-keychain
+expect_exit 77 "delete-generic-password: exit 77" kc delete-generic-password -s svc -a acct
+expect_exit 77 "add -U over it: exit 77" sh -c "printf new | '$KEYCHAINFS_BIN' add-generic-password -s svc -a acct -U"
+printf 'pw-of-git' | kc add-internet-password -s git.example.com -a alice -r https -T /usr/bin/head >/dev/null
+GITREQ="$TEST_ROOT/gitreq"
+printf 'protocol=https\nhost=git.example.com\nusername=alice\n\n' >"$GITREQ"
+"$HELPER" get <"$GITREQ" >"$OUT" 2>"$ERR"
+expect_not_contains "$OUT" "pw-of-git" "the git helper gets no password of an item not listing it"
+expect_exit 0 "the item is still there" kc find-internet-password -s git.example.com -a alice
+"$HELPER" erase <"$GITREQ" >/dev/null 2>&1
+expect_exit 0 "the git helper's erase did not delete it" kc find-internet-password -s git.example.com -a alice
+
+echo "== a user-owned allowed binary, replaced"
+cp /usr/bin/head "$W/myhead"
+printf 'mine' | kc add-generic-password -s own -a item -T "$W/myhead" >/dev/null
+expect_eq "mine" "$("$W/myhead" -c 10 "$MP/own/item")" "the allowed binary reads"
+cp /usr/bin/tail "$W/myhead"
+refused_to "the binary rewritten in place" "$W/myhead" -c 10 "$MP/own/item"
+cp /usr/bin/head "$W/myhead.new" && mv "$W/myhead.new" "$W/myhead"
+refused_to "the binary replaced by another file (even a copy of head)" "$W/myhead" -c 10 "$MP/own/item"
+
+echo "== interpreter plus script"
+printf 'import sys\nprint(open(sys.argv[1]).read())\n' >"$W/allowed.py"
+cp "$W/allowed.py" "$W/other.py"
+printf 'scripted' | kc add-generic-password -s py -a item -T "$PY $W/allowed.py" >/dev/null
+expect_eq "$PY $W/allowed.py" "$(list_of "$MP/py/item")" "the rule names the interpreter and its script"
+expect_eq "scripted" "$($PY "$W/allowed.py" "$MP/py/item" 2>&1)" "python running the allowed script reads"
+refused_to "the same interpreter running another script" $PY "$W/other.py" "$MP/py/item"
+refused_to "python -c" $PY -c "import sys; print(open(sys.argv[1]).read())" "$MP/py/item"
+printf '\n# changed\n' >>"$W/allowed.py"
+refused_to "the allowed script once edited" $PY "$W/allowed.py" "$MP/py/item"
+
+echo "== the list survives remount and passwd"
+expect_exit 0 "unmount" kc unmount "$MP"
+NEWPASS="$TEST_ROOT/newpass"
+printf 'another passphrase 7\n' >"$NEWPASS"
+expect_exit 0 "passwd" kc passwd --passphrase-file "$PASSFILE" --new-passphrase-file "$NEWPASS" --scrypt-log-n 10
+cp "$NEWPASS" "$PASSFILE"
+mount_kc "$MP" || fail "remount" "$(cat "$ERR")"
+expect_eq "/usr/bin/head" "$(list_of "$ITEM")" "the list after remount and passwd"
+expect_eq "hunter2" "$(head -c 100 "$ITEM")" "head still reads"
+refused_to "cat after remount" cat "$ITEM"
+
+echo "== export and import carry the list; export is itself guarded"
+BACKUP="$TEST_ROOT/backup.kcfs"
+expect_exit 77 "export by a CLI not on the list: exit 77" kc export "$BACKUP" --backup-passphrase-file "$PASSFILE" --scrypt-log-n 10
+expect_exit 0 "dump-keychain --json shows the list" kc dump-keychain --json
+expect_contains "$OUT" '"access"' "the JSON dump names the list"
+expect_contains "$OUT" '/usr/bin/head' "the JSON dump lists head"
+# A store whose item lists the CLI too: with no daemon the CLI is the caller, and may export it.
+STORE2="$TEST_ROOT/second.db"
+STORE3="$TEST_ROOT/third.db"
+kc init --store "$STORE2" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+kc init --store "$STORE3" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+printf 'exported' | kc add-generic-password --store "$STORE2" --passphrase-file "$PASSFILE" -s ex -a item -T /usr/bin/head -T "$FULL" >/dev/null
+expect_exit 0 "export by a listed CLI" kc export "$BACKUP" --store "$STORE2" --passphrase-file "$PASSFILE" --backup-passphrase-file "$PASSFILE" --scrypt-log-n 10
+printf 'exported' | kc add-generic-password --store "$STORE3" --passphrase-file "$PASSFILE" -s other -a item -T /usr/bin/head >/dev/null
+expect_exit 77 "export by the CLI not on a list (no daemon): exit 77" kc export "$TEST_ROOT/b3" --store "$STORE3" --passphrase-file "$PASSFILE" --backup-passphrase-file "$PASSFILE" --scrypt-log-n 10
+expect_exit 0 "import into another store" kc import "$BACKUP" --store "$STORE3" --passphrase-file "$PASSFILE" --backup-passphrase-file "$PASSFILE"
+MP3="$TEST_ROOT/mnt3"
+mkdir -p "$MP3"
+mount_kc "$MP3" --store "$STORE3" || fail "mount the imported store" "$(cat "$ERR")"
+expect_eq "/usr/bin/head
+$FULL" "$(list_of "$MP3/ex/item")" "the imported item keeps its list"
+expect_eq "exported" "$(head -c 100 "$MP3/ex/item")" "head reads the imported item"
+refused_to "cat of the imported item" cat "$MP3/ex/item"
+kc unmount "$MP3" >/dev/null 2>&1
+
+echo "== a tampered list fails the item"
+expect_exit 0 "unmount to tamper" kc unmount "$MP"
+S="$KEYCHAINFS_STORE"
+# The attacker drops the list by giving the guarded item the sealed attributes of its
+# unguarded neighbour (svc/open, added second), in place.
+sqlite3 "$S" "UPDATE items SET attributes = (SELECT attributes FROM items ORDER BY id LIMIT 1 OFFSET 1) WHERE id = (SELECT id FROM items ORDER BY id LIMIT 1)"
+mount_kc "$MP" || fail "mount after tampering" "$(cat "$ERR")"
+got=$(head -c 100 "$ITEM" 2>&1; cat "$ITEM" 2>&1)
+expect_not_contains "$got" "hunter2" "the tampered item gives its secret to no one"
+expect_exit 93 "verify names the tampered item (93)" kc verify
+
+echo "== prompts, through a scripted pinentry"
+kc unmount "$MP" >/dev/null 2>&1
+# A fresh store: the tampered one stays tampered.
+rm -f "$KEYCHAINFS_STORE"* && init_store
+ANSWER="$W/answer"
+PROMPTS="$W/prompts"
+cat >"$W/pinentry" <<PIN
+#!/bin/sh
+# Speaks pinentry's Assuan: OK to every setting; CONFIRM answered from $ANSWER.
+echo "OK scripted pinentry"
+while IFS= read -r line; do
+    case "\$line" in
+        SETDESC*) printf '%s\\n' "\$line" >>"$PROMPTS"; echo OK ;;
+        CONFIRM*)
+            echo prompt >>"$PROMPTS"
+            case "\$(cat "$ANSWER")" in
+                ok) echo OK ;;
+                notok) echo "ERR 83886194 Not confirmed <Pinentry>" ;;
+                cancel) echo "ERR 83886179 Operation cancelled <Pinentry>" ;;
+                hang) sleep 30 ;;
+            esac ;;
+        BYE*) echo OK; exit 0 ;;
+        *) echo OK ;;
+    esac
+done
+PIN
+chmod 755 "$W/pinentry"
+mkdir -p "$XDG_CONFIG_HOME/keychainfs"
+printf '[access]\npinentry = "%s"\nprompt-timeout = 2\n' "$W/pinentry" >"$XDG_CONFIG_HOME/keychainfs/config.toml"
+mount_kc "$MP" || { fail "mount with a pinentry" "$(cat "$ERR")"; finish; }
+printf 'hunter2' | kc add-generic-password -s svc -a acct -T /usr/bin/head >/dev/null
+printf 'open-secret' | kc add-generic-password -s svc -a open >/dev/null
+prompts() { grep -c '^prompt' "$PROMPTS" 2>/dev/null || echo 0; }
+
+echo ok >"$ANSWER"
+before=$(prompts)
+expect_eq "hunter2|hunter2" "$($PY -c "import sys; a = open(sys.argv[1]).read(); b = open(sys.argv[1]).read(); print(a + '|' + b)" "$ITEM" 2>&1)" \
+    "Allow once: python reads (and reads again in the same process)"
+expect_eq "$((before + 1))" "$(prompts)" "one prompt for two opens by one process"
+expect_contains "$PROMPTS" "python" "the prompt names the program"
+expect_contains "$PROMPTS" "/svc/acct" "the prompt names the item"
+expect_eq "/usr/bin/head" "$(list_of "$ITEM")" "Allow once does not change the list"
+expect_eq "hunter2" "$($PY -c "import sys; print(open(sys.argv[1]).read())" "$ITEM" 2>&1)" "another python process is asked again (and allowed)"
+expect_eq "$((before + 2))" "$(prompts)" "a new process, a new prompt"
+
+echo cancel >"$ANSWER"
+refused_to "Deny" cat "$ITEM"
+
+echo hang >"$ANSWER"
+start=$(date +%s)
+refused_to "no answer within prompt-timeout (2 s)" cat "$ITEM"
+took=$(($(date +%s) - start))
+if [ "$took" -le 5 ]; then pass "the timeout answered in ${took} s"; else fail "the timeout answered in ${took} s"; fi
+
+echo "-- a waiting prompt stalls no one else"
+( cat "$ITEM" >"$W/waiting.out" 2>&1; echo "EXIT $?" >>"$W/waiting.out" ) &
+WAITER=$!
+sleep 0.3
+start=$(date +%s%N)
+other=$(head -c 100 "$ITEM"; cat "$MP/svc/open"; kc find-generic-password -s svc -a open -w)
+took=$((($(date +%s%N) - start) / 1000000))
+expect_eq "hunter2open-secretopen-secret" "$other" "head, cat and the CLI read while a prompt waits"
+if [ "$took" -lt 1500 ]; then pass "they took ${took} ms (the prompt waits 2 s)"; else fail "they waited for the prompt: ${took} ms"; fi
+wait $WAITER
+expect_contains "$W/waiting.out" "Permission denied" "the waiting reader was refused at the timeout"
+
+echo notok >"$ANSWER"
+expect_eq "hunter2" "$(cat "$ITEM" 2>&1)" "Always allow: cat reads"
+expect_eq "/usr/bin/head
+/usr/bin/cat" "$(list_of "$ITEM")" "Always allow added cat to the list"
+echo cancel >"$ANSWER"
+before=$(prompts)
+expect_eq "hunter2" "$(cat "$ITEM" 2>&1)" "cat reads again without a prompt"
+expect_eq "$before" "$(prompts)" "no prompt for a listed program"
+
+echo "-- a replaced binary, allowed again through the prompt"
+cp /usr/bin/head "$W/myhead2"
+echo ok >"$ANSWER"
+expect_exit 0 "setfattr puts myhead2 on the list (cat and head, listed, are kept)" \
+    setfattr -n $ACCESS -v "/usr/bin/head
+/usr/bin/cat
+$W/myhead2" "$ITEM"
+expect_eq "hunter2" "$("$W/myhead2" -c 100 "$ITEM" 2>&1)" "myhead2 reads"
+cp /usr/bin/tail "$W/myhead2"
+echo cancel >"$ANSWER"
+refused_to "myhead2 once replaced" "$W/myhead2" -c 100 "$ITEM"
+echo notok >"$ANSWER"
+expect_eq "hunter2" "$("$W/myhead2" -c 100 "$ITEM" 2>&1)" "Always allow pins the new myhead2"
+echo cancel >"$ANSWER"
+expect_eq "hunter2" "$("$W/myhead2" -c 100 "$ITEM" 2>&1)" "and it reads without a prompt after"
+
+echo "== the access log"
+expect_exit 0 "keychainfs access log" kc access log
+for what in "refused /usr/bin/cat" "allowed-once" "always-allowed" "denied" "timed-out" "to allow: keychainfs add-generic-password -s svc -a acct -U -T /usr/bin/head"; do
+    expect_contains "$OUT" "$what" "the log shows: $what"
+done
+expect_exit 0 "keychainfs access log --json" kc access log --json
+first=$(head -n 1 "$OUT")
+expect_contains "$first" '"decision"' "JSON lines with the decision"
+$PY -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$OUT" && pass "every line is JSON" || fail "every line is JSON"
+
+echo "== as a normal user, in a private mount namespace with a 0666 /dev/fuse"
+kc unmount "$MP" >/dev/null 2>&1
+if [ "$(id -u)" -ne 0 ]; then
+    skip "the normal-user part" "it needs root to make the user and the namespace"
+    finish
+fi
+for tool in unshare nsenter setpriv useradd userdel; do have "$tool" || finish; done
+U=kcfsaccess1
+USERS_ROOT=$(mktemp -d) || exit 2
+chmod 755 "$USERS_ROOT"
+on_exit "rm -rf '$USERS_ROOT'"
+id -u "$U" >/dev/null 2>&1 && userdel -f "$U" >/dev/null 2>&1
+useradd -m -d "$USERS_ROOT/$U" -s /bin/sh "$U" || { fail "useradd $U"; finish; }
+on_exit "userdel -f $U"
+UH="$USERS_ROOT/$U"
+BIN="$USERS_ROOT/keychainfs"
+for b in keychainfs keychainfs-full; do cp "$(dirname "$KEYCHAINFS_BIN")/$b" "$USERS_ROOT/$b" && chmod 755 "$USERS_ROOT/$b"; done
+printf '%s\n' "$PASSPHRASE" >"$USERS_ROOT/pass"
+chown "$U:" "$USERS_ROOT/pass" && chmod 600 "$USERS_ROOT/pass"
+unshare -m --propagation private sleep 100000 &
+NS=$!
+on_exit "kill $NS"
+sleep 0.3
+mkdir "$USERS_ROOT/ns"
+nsenter -t "$NS" -m sh -c "mount -t tmpfs -o mode=755 none '$USERS_ROOT/ns' && mknod -m 666 '$USERS_ROOT/ns/fuse' c 10 229 \
+    && mount --bind '$USERS_ROOT/ns/fuse' /dev/fuse"
+as_user() {
+    nsenter -t "$NS" -m setpriv --reuid="$U" --regid="$U" --init-groups \
+        env -i HOME="$UH" USER="$U" LOGNAME="$U" PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$UH/run" "$@"
+}
+as_user mkdir -m 700 "$UH/run" "$UH/mnt"
+UMP="$UH/mnt"
+on_exit "nsenter -t $NS -m fusermount3 -u -z '$UMP' 2>/dev/null"
+expect_exit 0 "the user makes a store" as_user "$BIN" init --scrypt-log-n 10 --passphrase-file "$USERS_ROOT/pass"
+expect_exit 0 "the user mounts it" as_user "$BIN" mount "$UMP" --passphrase-file "$USERS_ROOT/pass"
+UPID=$(as_user "$BIN" status --json 2>/dev/null | $PY -c 'import json, sys; print(json.load(sys.stdin).get("daemon", {}).get("pid", ""))')
+[ -n "$UPID" ] && on_exit_kill "$UPID"
+expect_exit 0 "the user adds an item listing head" as_user sh -c "printf user-secret | '$BIN' add-generic-password -s svc -a acct -T /usr/bin/head"
+expect_eq "user-secret" "$(as_user head -c 100 "$UMP/svc/acct" 2>&1)" "as the user, head reads"
+expect_exit 1 "as the user, cat is refused" as_user cat "$UMP/svc/acct"
+expect_contains "$ERR" "Permission denied" "with EACCES"
+expect_exit 1 "as the user, python open() is refused" as_user $PY -c "open('$UMP/svc/acct').read()"
+as_user cp /usr/bin/head "$UH/myhead"
+expect_exit 1 "as the user, a copy of head is refused" as_user "$UH/myhead" -c 100 "$UMP/svc/acct"
+expect_exit 1 "as the user, head under strace is refused" as_user strace -o /dev/null head -c 100 "$UMP/svc/acct"
+expect_exit 77 "as the user, find -w is refused (77)" as_user "$BIN" find-generic-password -s svc -a acct -w
+expect_exit 0 "the user's own binary on a list" as_user sh -c "printf mine | '$BIN' add-generic-password -s own -a item -T '$UH/myhead'"
+expect_eq "mine" "$(as_user "$UH/myhead" -c 10 "$UMP/own/item" 2>&1)" "as the user, the allowed own binary reads"
+as_user cp /usr/bin/tail "$UH/myhead"
+expect_exit 1 "as the user, the replaced binary is refused" as_user "$UH/myhead" -c 10 "$UMP/own/item"
+expect_exit 0 "the user's access log" as_user "$BIN" access log
+expect_contains "$OUT" "refused /usr/bin/cat" "the user's log shows cat refused"
+as_user "$BIN" unmount "$UMP" >/dev/null 2>&1
+finish
