@@ -100,7 +100,7 @@ let package = Package(
         .testTarget(name: "KeychainFuseTests", dependencies: ["KeychainFuse"]),
         .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
         .testTarget(name: "KeychainControlTests", dependencies: [
-            "KeychainControlProtocol", "KeychainClient", "KeychainControlServer", "KeychainBatch",
+            "KeychainControlProtocol", "KeychainClient", "KeychainControlServer", "KeychainBatch", "KeychainAccess",
         ]),
         .testTarget(name: "KeychainDaemonTests", dependencies: ["KeychainDaemon", "KeychainControl", "KeychainFileSystem"]),
         .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),

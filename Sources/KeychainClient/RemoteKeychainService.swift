@@ -73,7 +73,7 @@ public final class RemoteKeychainService: KeychainService {
     /// per-program access), while the client is still dumpable; it then sends `identified`.
     /// Only after it may the client make itself non-dumpable (`call`), which hides its /proc
     /// entries from the daemon. A daemon that sends nothing is older than this handshake.
-    static func awaitIdentified(_ fd: Int32, deadline: Deadline) throws {
+    package static func awaitIdentified(_ fd: Int32, deadline: Deadline) throws {
         let received: (ControlFrame.Header, SecureBytes)?
         do { received = try ControlFrame.receive(from: fd, deadline: min(deadline, .after(seconds: handshakeTimeout))) } catch let e as KeychainError {
             if case .daemonVersionMismatch = e { throw e }

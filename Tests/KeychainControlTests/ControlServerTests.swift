@@ -3,6 +3,7 @@ import Synchronization
 import XCTest
 @testable import KeychainClient
 @testable import KeychainControlProtocol
+import KeychainAccess
 import KeychainBatch
 import KeychainControlServer
 import KeychainCrypto
@@ -354,10 +355,34 @@ final class ControlServerTests: XCTestCase {
         XCTAssertFalse(keychain.calls.contains("status"))
     }
 
+    /// Protocol 6: the daemon's first frame, before any request, says it identified the peer;
+    /// each request is answered by the service for that caller.
+    func testEachConnectionIsIdentifiedAtAcceptBeforeItsRequest() throws {
+        let path = directory + "/identified.sock"
+        let access = AccessControl(settings: .none, log: nil)
+        let seen = Mutex<[pid_t]>([])
+        let keychain = self.keychain
+        let server = try ControlServer(socketPath: path, serving: { caller in
+            if case .peer(let peer) = caller { seen.withLock { $0.append(peer.pid) } }
+            return keychain
+        }, identify: { access.identifyPeer($0) })
+        server.start()
+        defer { server.stop() }
+        guard let fd = try UnixSocket.connect(path: path) else { return XCTFail("connect") }
+        defer { close(fd) }
+        // Nothing sent yet: the first frame comes unasked.
+        let first = try XCTUnwrap(try ControlFrame.receive(from: fd, deadline: .after(seconds: 5)))
+        XCTAssertEqual(first.0.kind, ControlReply.Kind.identified.rawValue)
+        XCTAssertEqual(first.0.version, ControlProtocol.version)
+        _ = try RemoteKeychainService(socketPath: path).status()
+        XCTAssertEqual(seen.withLock { $0 }, [getpid()], "the request was answered for this process")
+    }
+
     /// Sends raw bytes on a fresh connection and reads the one reply, if any.
     private func exchange(_ bytes: [UInt8]) throws -> ControlReply? {
         guard let fd = try UnixSocket.connect(path: socketPath) else { throw KeychainError.io("connect") }
         defer { close(fd) }
+        try RemoteKeychainService.awaitIdentified(fd, deadline: .after(seconds: 5))
         _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         guard let (header, payload) = try ControlFrame.receive(from: fd, deadline: .after(seconds: 5)) else { return nil }
         return try ControlReply(kind: header.kind, payload: payload)

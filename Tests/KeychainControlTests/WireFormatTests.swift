@@ -217,6 +217,7 @@ final class WireFormatTests: XCTestCase {
             .unavailable(className: "when-unlocked"), .integrityFailure("x"), .invalidInput("bad"), .nameTooLong("long"),
             .secretTooLarge(20_000_000), .noSuchStore("/s"), .notAKeychain("no"), .storeExists("/s"), .storeBusy("busy"),
             .notMounted("nm"), .daemonVersionMismatch(running: "9"), .mountFailed("mf"), .diskFull, .io("io"),
+            .accessDenied("cat is not on the list"),
         ]
         for e in errors {
             guard case .failed(let got) = try roundTrip(.failed(e)) else { return XCTFail("failed") }
@@ -302,7 +303,8 @@ final class WireFormatTests: XCTestCase {
         XCTAssertEqual(ControlRequest.Kind.importItems.rawValue, 11)
         XCTAssertEqual(ControlRequest.Kind.exportItems.rawValue, 12)
         XCTAssertEqual(ControlReply.Kind.imported.rawValue, 0x8008)
-        XCTAssertEqual(ControlProtocol.version, 5)
+        XCTAssertEqual(ControlReply.Kind.identified.rawValue, 0x800B)
+        XCTAssertEqual(ControlProtocol.version, 6)
     }
 
     func testTheHeaderLayoutIsFrozen() throws {

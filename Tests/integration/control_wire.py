@@ -65,9 +65,17 @@ def describe(reply):
     return "kind %#x" % kind
 
 
+IDENTIFIED = 0x800B
+
+
 def connect(path):
+    """Connects as a client of protocol 6 does: the daemon's first frame says it has
+    identified this process (per-program access), before any request."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(path)
+    first = read_frame(s)
+    if first is None or first[1] != IDENTIFIED:
+        raise SystemExit("the daemon did not open with 'identified': %s" % describe(first))
     return s
 
 
@@ -127,7 +135,7 @@ def oversize(path, version):
 
 
 def fake_daemon(store, record_protocol, record_version, reply_version, ready):
-    """Holds the store like a daemon of another version, and answers every frame with a mismatch."""
+    """Holds the store like a daemon of another version: its first frame on every connection is a mismatch."""
     store = os.path.realpath(store)
     lock = open(store, "rb")
     fcntl.flock(lock, fcntl.LOCK_EX)
@@ -146,9 +154,11 @@ def fake_daemon(store, record_protocol, record_version, reply_version, ready):
     while True:
         conn, _ = server.accept()
         try:
-            if read_frame(conn) is not None:
-                payload = field(1, b"9.9.9") + field(2, struct.pack(">H", int(reply_version)))
-                conn.sendall(frame(int(reply_version), MISMATCH, payload))
+            # Its first frame, where a daemon of protocol 6 says `identified`: a client waits
+            # for that frame before it sends its request.
+            payload = field(1, b"9.9.9") + field(2, struct.pack(">H", int(reply_version)))
+            conn.sendall(frame(int(reply_version), MISMATCH, payload))
+            read_frame(conn)
         except OSError:
             pass
         conn.close()
