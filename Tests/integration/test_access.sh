@@ -253,8 +253,37 @@ first=$(head -n 1 "$OUT")
 expect_contains "$first" '"decision"' "JSON lines with the decision"
 $PY -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$OUT" && pass "every line is JSON" || fail "every line is JSON"
 
-echo "== as a normal user, in a private mount namespace with a 0666 /dev/fuse"
+echo "== a real pinentry-tty, on the caller's terminal, driven through tmux"
 kc unmount "$MP" >/dev/null 2>&1
+if have tmux && [ -x /usr/bin/pinentry-tty ]; then
+    printf '[access]\npinentry = "/usr/bin/pinentry-tty"\nprompt-timeout = 20\n' >"$XDG_CONFIG_HOME/keychainfs/config.toml"
+    mount_kc "$MP" || fail "mount with pinentry-tty" "$(cat "$ERR")"
+    TMUX_SOCKET="kcfs-access-$$"
+    tm() { tmux -L "$TMUX_SOCKET" "$@"; }
+    on_exit "tmux -L '$TMUX_SOCKET' kill-server"
+    # pane_reads KEY NAME: a python in a fresh pane opens the item; pinentry-tty asks on that
+    # pane's terminal; KEY answers (o: Allow once, d: Deny).
+    pane_reads() {
+        rm -f "$W/tty.out"
+        tm kill-server 2>/dev/null
+        tm new-session -d -s p -x 200 -y 60 "$PY -c \"import sys; print(open(sys.argv[1]).read())\" '$ITEM' >'$W/tty.out' 2>&1; echo EXIT \$? >>'$W/tty.out'; sleep 600"
+        i=0
+        while ! tm capture-pane -p -t p 2>/dev/null | grep -q "\[oda\]?" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+        screen=$(tm capture-pane -p -t p 2>/dev/null)
+        expect_contains "$screen" "/svc/acct" "$2: the prompt on the caller's terminal names the item"
+        tm send-keys -t p "$1"
+        i=0
+        while ! grep -q EXIT "$W/tty.out" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    }
+    pane_reads o "Allow once"
+    expect_contains "$W/tty.out" "hunter2" "pinentry-tty, Allow once: python reads"
+    pane_reads d "Deny"
+    expect_contains "$W/tty.out" "PermissionError" "pinentry-tty, Deny: python is refused"
+    tm kill-server 2>/dev/null
+    kc unmount "$MP" >/dev/null 2>&1
+fi
+
+echo "== as a normal user, in a private mount namespace with a 0666 /dev/fuse"
 if [ "$(id -u)" -ne 0 ]; then
     skip "the normal-user part" "it needs root to make the user and the namespace"
     finish

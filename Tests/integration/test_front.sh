@@ -77,7 +77,13 @@ readelf -lW "$KEYCHAINFS_BIN" | grep -q "Requesting program interpreter" \
 strace -o "$TEST_ROOT/front.trace" -e trace=prctl,recvfrom "$KEYCHAINFS_BIN" find-generic-password -s svc -a acct -w >"$OUT"
 expect_eq "through the mount" "$(cat "$OUT")" "the lookup under strace"
 dumpable=$(grep -nE "PR_SET_DUMPABLE, (0|SUID_DUMP_DISABLE)\\)" "$TEST_ROOT/front.trace" | head -1 | cut -d: -f1)
-received=$(grep -n "recvfrom" "$TEST_ROOT/front.trace" | head -1 | cut -d: -f1)
+# The daemon's first frame, `identified` (kind 0x800B), comes before the request: the daemon
+# reads who the front is while it is still dumpable (per-program access). The secret comes after.
+identified=$(grep -n 'recvfrom.*"KCFS\\0\\6\\200\\v' "$TEST_ROOT/front.trace" | head -1 | cut -d: -f1)
+received=$(grep -n "recvfrom" "$TEST_ROOT/front.trace" | awk -F: -v after="${identified:-0}" '$1 > after { print $1; exit }')
+[ -n "$identified" ] && [ -n "$dumpable" ] && [ "$identified" -lt "$dumpable" ] \
+    && pass "the front is identified by the daemon before it hardens" \
+    || fail "the front is identified by the daemon before it hardens" "$(cat "$TEST_ROOT/front.trace")"
 [ -n "$dumpable" ] && [ -n "$received" ] && [ "$dumpable" -lt "$received" ] \
     && pass "the front is not dumpable before the secret arrives" \
     || fail "the front is not dumpable before the secret arrives" "$(cat "$TEST_ROOT/front.trace")"
