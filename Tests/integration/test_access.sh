@@ -265,19 +265,19 @@ if have tmux && [ -x /usr/bin/pinentry-tty ]; then
     # pane's terminal; KEY answers (o: Allow once, d: Deny).
     pane_reads() {
         rm -f "$W/tty.out"
-        tm kill-server 2>/dev/null
-        tm new-session -d -s p -x 200 -y 60 "$PY -c \"import sys; print(open(sys.argv[1]).read())\" '$ITEM' >'$W/tty.out' 2>&1; echo EXIT \$? >>'$W/tty.out'; sleep 600"
+        pane=$3
+        tm new-session -d -s "$pane" -x 200 -y 60 "$PY -c \"import sys; print(open(sys.argv[1]).read())\" '$ITEM' >'$W/tty.out' 2>&1; echo EXIT \$? >>'$W/tty.out'; sleep 600"
         i=0
-        while ! tm capture-pane -p -t p 2>/dev/null | grep -q "\[oda\]?" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-        screen=$(tm capture-pane -p -t p 2>/dev/null)
+        while ! tm capture-pane -p -t "$pane" 2>/dev/null | grep -q "\\[oda\\]?" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+        screen=$(tm capture-pane -p -t "$pane" 2>/dev/null)
         expect_contains "$screen" "/svc/acct" "$2: the prompt on the caller's terminal names the item"
-        tm send-keys -t p "$1"
+        tm send-keys -t "$pane" "$1"
         i=0
         while ! grep -q EXIT "$W/tty.out" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
     }
-    pane_reads o "Allow once"
+    pane_reads o "Allow once" p1
     expect_contains "$W/tty.out" "hunter2" "pinentry-tty, Allow once: python reads"
-    pane_reads d "Deny"
+    pane_reads d "Deny" p2
     expect_contains "$W/tty.out" "PermissionError" "pinentry-tty, Deny: python is refused"
     tm kill-server 2>/dev/null
     kc unmount "$MP" >/dev/null 2>&1
