@@ -107,7 +107,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         (74, "I/O error"),
         (75, "store busy: held by a daemon that cannot be reached, or served elsewhere"),
         (76, "the running daemon is another version; unmount and mount again"),
-        (77, "access denied: this program is not on the item's access list, or was refused or not allowed at the prompt"),
+        (77, "access denied: the program is not on the item's access list"),
         (93, "integrity failure: a tampered or corrupt item"),
     ]
 
