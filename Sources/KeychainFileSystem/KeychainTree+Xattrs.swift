@@ -124,7 +124,8 @@ extension KeychainTree {
                     let now = record.attributes.values.access ?? .anyProgram
                     return AccessList(rules: list.rules.map { r in now.rules.first { $0.program == r.program } ?? r })
                 }
-                record.attributes.values[attribute] = kept.map(AttributeValue.programs)
+                // An empty list is any program: the attribute goes, as `setfattr -x` does.
+                record.attributes.values[attribute] = kept.flatMap { $0.isAnyProgram ? nil : .programs($0) }
                 return
             }
             if let attribute = ItemAttribute.withXattrName(short) {
