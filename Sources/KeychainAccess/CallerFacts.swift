@@ -77,6 +77,9 @@ package struct CallerFacts: Sendable {
         var loader: [String] = []
         var term: String?
         for entry in environ {
+            // Only LD_* and TERM are looked at: the rest is not decoded (an environment has
+            // dozens of entries, and every new process is identified).
+            guard let first = entry.first, first == UInt8(ascii: "L") || first == UInt8(ascii: "T") else { continue }
             let text = String(decoding: entry, as: UTF8.self)
             guard let eq = text.firstIndex(of: "=") else { continue }
             let name = String(text[..<eq])
