@@ -31,7 +31,12 @@ let package = Package(
                        providers: [.apt(["libfuse3-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto",
                        providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd",
+                       providers: [.apt(["libsystemd-dev"])]),
         .target(name: "CFuseShim", dependencies: ["CFuse"]),
+        .target(name: "CSDBusShim", dependencies: ["CSystemd"]),
+        // sd-bus, the field's D-Bus library, in a small Swift layer: messages, objects, one thread.
+        .target(name: "SDBus", dependencies: ["CSystemd", "CSDBusShim", "KeychainCrypto"]),
         .target(name: "CHardening"),
         .target(name: "KeychainErrors"),
         .target(name: "KeychainModel", dependencies: ["KeychainErrors"]),
