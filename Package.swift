@@ -37,6 +37,11 @@ let package = Package(
         .target(name: "CSDBusShim", dependencies: ["CSystemd"]),
         // sd-bus, the field's D-Bus library, in a small Swift layer: messages, objects, one thread.
         .target(name: "SDBus", dependencies: ["CSystemd", "CSDBusShim", "KeychainCrypto"]),
+        // The Secret Service D-Bus API over the keychain's owner.
+        .target(name: "KeychainSecretService", dependencies: [
+            "SDBus", "COpenSSL", "KeychainCrypto", "KeychainModel", "KeychainStore", "KeychainFileSystem",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .target(name: "CHardening"),
         .target(name: "KeychainErrors"),
         .target(name: "KeychainModel", dependencies: ["KeychainErrors"]),

@@ -591,6 +591,10 @@ package final class ServedKeychain: Sendable {
     package func allItems() throws -> [KeychainItem] {
         try keychain.allItems().items
     }
+
+    /// The item in this row, when its name is readable now: the Secret Service names items by
+    /// row id (ServedKeychain+SecretService.swift).
+    package func item(id: Int64) throws -> KeychainItem? { id > 0 ? try keychain.item(id: id) : nil }
 }
 
 /// Seconds of a clock that only goes forward, for the idle lock; tests move their own.

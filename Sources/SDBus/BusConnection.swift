@@ -175,6 +175,18 @@ package final class BusConnection: @unchecked Sendable {
         }
     }
 
+    /// Calls `handler` with the unique name of each connection that leaves the bus, so that
+    /// what it opened (sessions, prompts) goes with it.
+    package func onDisconnect(_ handler: @escaping (String) -> Void) throws {
+        let box = Unmanaged.passRetained(DisconnectBox(handler))
+        let r = sd_bus_match_signal(bus, nil, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                                    "NameOwnerChanged", disconnectTrampoline, box.toOpaque())
+        if r < 0 {
+            box.release()
+            throw BusError.failed("cannot watch disconnects: \(String(cString: strerror(-r)))")
+        }
+    }
+
     // MARK: signals
 
     /// Emits a signal; `body` appends its arguments. On the bus's thread only (see `post`).
@@ -239,6 +251,20 @@ package final class BusConnection: @unchecked Sendable {
             _ = poll(&fds, 2, timeout)
         }
     }
+}
+
+private final class DisconnectBox {
+    let handler: (String) -> Void
+    init(_ handler: @escaping (String) -> Void) { self.handler = handler }
+}
+
+private let disconnectTrampoline: sd_bus_message_handler_t = { m, userdata, _ in
+    guard let m, let userdata else { return 0 }
+    let message = BusMessage(m)
+    guard let name = try? message.readString(), let _ = try? message.readString(), let new = try? message.readString(),
+          name.hasPrefix(":"), new.isEmpty else { return 0 }
+    Unmanaged<DisconnectBox>.fromOpaque(userdata).takeUnretainedValue().handler(name)
+    return 0
 }
 
 /// What the C callbacks get as their userdata.

@@ -215,6 +215,20 @@ package struct BusMessage {
         try check(sd_bus_message_exit_container(raw), "leave container")
     }
 
+    /// Enters a variant, whatever it holds; returns the signature of what it holds.
+    package func enterVariant() throws -> String {
+        guard let (type, contents) = try peek(), type == "v" else { throw BusError.invalidArgs("expected a variant") }
+        guard try enter("v", contents) else { throw BusError.invalidArgs("expected a variant") }
+        return contents
+    }
+
+    /// Skips the next complete value, whatever its type.
+    package func skipOne() throws {
+        guard let (type, contents) = try peek() else { return }
+        let signature = type == "a" ? "a" + contents : (type == "r" ? "(" + contents + ")" : (type == "e" ? "{" + contents + "}" : String(type)))
+        try skip(signature)
+    }
+
     package func skip(_ signature: String) throws {
         try signature.withCString { s in try check(sd_bus_message_skip(raw, s), "skip \(signature)") }
     }
