@@ -11,6 +11,7 @@ import TOMLKit
 /// lock-after = 900            # seconds without file access; 0 for never
 /// default-accessible = "after-first-unlock"
 /// allow-root = true
+/// secret-service = true       # serve org.freedesktop.secrets on the session bus
 /// ```
 public struct KeychainConfig: Equatable, Sendable {
     /// An absolute path, `~` already expanded.
@@ -19,6 +20,7 @@ public struct KeychainConfig: Equatable, Sendable {
     public var lockAfter: Int?
     public var defaultAccessible: AccessibilityClass?
     public var allowRoot: Bool?
+    public var secretService: Bool?
 
     public init(mountpoint: String? = nil, lockAfter: Int? = nil, defaultAccessible: AccessibilityClass? = nil,
                 allowRoot: Bool? = nil) {
@@ -26,7 +28,7 @@ public struct KeychainConfig: Equatable, Sendable {
         self.defaultAccessible = defaultAccessible; self.allowRoot = allowRoot
     }
 
-    public static let keys = ["mountpoint", "lock-after", "default-accessible", "allow-root"]
+    public static let keys = ["mountpoint", "lock-after", "default-accessible", "allow-root", "secret-service"]
 
     /// `$XDG_CONFIG_HOME/keychainfs/config.toml`, by default `~/.config/keychainfs/config.toml`.
     public static var defaultPath: String {
@@ -82,6 +84,9 @@ public struct KeychainConfig: Equatable, Sendable {
             case "allow-root":
                 guard let b = value.bool else { throw fail(key, "allow-root must be true or false, not \(value.debugDescription)") }
                 config.allowRoot = b
+            case "secret-service":
+                guard let b = value.bool else { throw fail(key, "secret-service must be true or false, not \(value.debugDescription)") }
+                config.secretService = b
             default:
                 throw fail(key, "unknown key '\(key)' (known: \(keys.joined(separator: ", ")))")
             }

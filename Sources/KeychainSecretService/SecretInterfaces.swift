@@ -371,7 +371,7 @@ final class PromptInterface: BusInterface {
     unowned let service: SecretService
     init(_ service: SecretService) { self.service = service }
     let members: [BusMember] = [
-        .method("Prompt", "s", "", ["window-id"]),
+        .method("Prompt", "s", "", ["window_id"]),
         .method("Dismiss", "", "", []),
         .signal("Completed", "bv", ["dismissed", "result"]),
     ]

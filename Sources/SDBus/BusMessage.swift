@@ -4,7 +4,8 @@ import KeychainCrypto
 
 /// A D-Bus error to answer a call with: its name (`org.freedesktop.Secret.Error.NoSuchObject`)
 /// and a message for people.
-package struct BusError: Error, Sendable, Equatable {
+package struct BusError: Error, Sendable, Equatable, CustomStringConvertible {
+    package var description: String { "\(name): \(message)" }
     package var name: String
     package var message: String
 
