@@ -3,11 +3,13 @@ import PackageDescription
 
 // Layers, each depending only on those above it:
 // KeychainErrors (leaf) → KeychainModel → KeychainCrypto → KeychainBatch → KeychainStore → KeychainFileSystem
-// → KeychainFuse → executables. KeychainBatch (items with their secrets in one locked buffer) is what
+// (the owner, ServedKeychain, and the tree) → KeychainFuse → KeychainDaemon (the daemon's composition)
+// → executables. KeychainBatch (items with their secrets in one locked buffer) is what
 // the store's batch writes and the control protocol's import and export both carry; KeychainBackup
 // (backup files) needs only it. The control socket is apart from the store: KeychainControlProtocol
 // (wire format, records, `KeychainService`) → KeychainClient (reaching a daemon) and KeychainControlServer (the
-// daemon's end); KeychainControl adds the store opened in-process. git-credential-keychainfs
+// daemon's end); KeychainControl adds the one service over the owner, for the daemon and for a
+// command with no daemon. git-credential-keychainfs
 // links only the client, so neither GRDB nor SQLite. So does `keychainfs` itself: a small front that
 // answers `find-generic-password -w` through the daemon and execs `keychainfs-full` (the whole
 // tool, Sources/keychainfs) for everything else, so that a lookup pays no start-up of the whole tool.

@@ -10,7 +10,7 @@ import KeychainStore
 /// daemon serves the store, over an owner of its own that holds the store's lease. So a
 /// command does the same to the store mounted or not: the same owner operations, the same
 /// class rule for a new item (`ServedKeychain.newItemClass`).
-public final class ServedKeychainService: KeychainService {
+package final class ServedKeychainService: KeychainService {
     let owner: ServedKeychain
     private let mount: ServedMount?
 
@@ -21,14 +21,14 @@ public final class ServedKeychainService: KeychainService {
     }
 
     /// Whether the class's key is held now (a backup refuses to skip what it cannot read).
-    public func isAvailable(_ c: AccessibilityClass) -> Bool { owner.isAvailable(c) }
+    package func isAvailable(_ c: AccessibilityClass) -> Bool { owner.isAvailable(c) }
 
-    public func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
+    package func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
                      updateExisting: Bool) throws -> ItemRecord {
         try owner.save(key, secret: secret, extras: extras, changes: changes, updateExisting: updateExisting).record
     }
 
-    public func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem] {
+    package func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem] {
         var items = try owner.items(matching: query)
         if let limit { items = Array(items.prefix(max(limit, 0))) }
         return try items.map { item in
@@ -38,11 +38,11 @@ public final class ServedKeychainService: KeychainService {
         }
     }
 
-    public func delete(query: ItemQuery, all: Bool) throws -> [ItemRecord] {
+    package func delete(query: ItemQuery, all: Bool) throws -> [ItemRecord] {
         try owner.delete(matching: query, all: all).map(\.record)
     }
 
-    public func dump(withSecrets: Bool) throws -> [FoundItem] {
+    package func dump(withSecrets: Bool) throws -> [FoundItem] {
         try owner.allItems().map { item in
             FoundItem(itemID: item.id, record: item.record, secret: withSecrets ? secretForDump(item) : nil)
         }
@@ -59,20 +59,20 @@ public final class ServedKeychainService: KeychainService {
         }
     }
 
-    public func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport {
+    package func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport {
         try owner.save(batch: batch, updateExisting: overwrite).report
     }
 
-    public func exportItems(afterID: Int64, limit: Int) throws -> ExportPage {
+    package func exportItems(afterID: Int64, limit: Int) throws -> ExportPage {
         try owner.exportPage(afterID: afterID, limit: limit)
     }
 
-    public func verify() throws -> VerifyReport {
+    package func verify() throws -> VerifyReport {
         let (checked, problems) = try owner.verify()
         return VerifyReport(checked: checked, problems: problems)
     }
 
-    public func status() throws -> KeychainStatus {
+    package func status() throws -> KeychainStatus {
         let counts = try owner.countsByClass()
         guard let mount else {
             return KeychainStatus(state: owner.lockState, storePath: owner.storePath, itemCounts: counts,
@@ -92,24 +92,24 @@ public final class ServedKeychainService: KeychainService {
                             cachedSecrets: cache.secrets, cachedBytes: cache.bytes, cacheBudget: cache.budget)
     }
 
-    public func lock() throws {
+    package func lock() throws {
         guard mount != nil else {
             throw KeychainError.notMounted("\(owner.storePath) is not mounted; only a mount can be locked")
         }
         owner.lock(origin: .control)
     }
 
-    public func unlock(passphrase: SecureBytes?) throws {
+    package func unlock(passphrase: SecureBytes?) throws {
         defer { passphrase?.wipe() }
         try owner.unlock(passphrase: passphrase, origin: .control)
     }
 
-    public func unmount() throws {
+    package func unmount() throws {
         guard let mount else { throw KeychainError.notMounted("\(owner.storePath) is not mounted") }
         try mount.unmount()
     }
 
-    public func setLockAfter(_ seconds: Int?) throws {
+    package func setLockAfter(_ seconds: Int?) throws {
         guard mount != nil else {
             throw KeychainError.notMounted("\(owner.storePath) is not mounted; lock-after is a setting of a mount")
         }

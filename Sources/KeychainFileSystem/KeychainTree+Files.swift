@@ -61,11 +61,11 @@ extension KeychainTree {
         // store's class column, and pending neighbours from the index.
         let accessible: AccessibilityClass
         do { accessible = try served.newItemClass(for: key, base: defaultClass) } catch { throw .from(error) }
-        guard served.isAvailable(accessible) else { throw .keyUnavailable }
         let item = try served.covering(location) { s throws(FileSystemError) -> KeychainItem in
             // Whatever exists there (an item, or a path directory of that name) is not replaced.
             if (try? node(location, s.index)) != nil { throw .exists }
             try requireParent(of: location, s.index)
+            guard served.isAvailable(accessible) else { throw .keyUnavailable }
             return s.addPending(ItemRecord(key: key, attributes: ItemAttributes(accessible: accessible)))
         }
         let file = OpenFile(itemID: item.id, accessible: item.accessible, mode: OpenMode(flags: flags), contents: SecureBytes(),

@@ -287,14 +287,13 @@ package final class ServedKeychain: Sendable {
             for item in stored { note(.removed(item.key)) }
         }
 
-        /// Adds the item, or with `updateExisting` updates the one with the same key. With no
-        /// class given, a new item's class comes from `newItemClass`.
+        /// Adds the item, or with `updateExisting` updates the one with the same key. A new
+        /// item with no class given takes the owner's default (`newItemClass`).
         func save(_ key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
                   updateExisting: Bool) throws -> KeychainItem {
             check()
-            let base = changes.accessible == nil ? try owner.newItemClass(for: key, base: owner.defaultClass) : owner.defaultClass
-            let item = try keychain.save(key, secret: secret, changes: changes, extras: extras, defaultClass: base,
-                                         updateExisting: updateExisting)
+            let item = try keychain.save(key, secret: secret, changes: changes, extras: extras,
+                                         defaultClass: owner.defaultClass, updateExisting: updateExisting)
             owner.state.withLock { $0.saved(item) }
             // A new row starts at version 1; an update raises it.
             note(item.sealed.version == 1 ? .added(item.key) : .updated(item.key))
@@ -475,17 +474,26 @@ package final class ServedKeychain: Sendable {
     // MARK: the class of a new item
 
     /// The one rule for the class of a new item, whoever makes it (the tree, the control
-    /// socket, the CLI with no daemon): `base` (the owner's default, or the class a pending
-    /// file was given) made as strict as the strictest of the items beside it
-    /// (`AccessibilityClass.forNewItem`): a generic item's service, readable now or not (the
-    /// store's class column), or an internet item's directory, with the pending items of either.
+    /// socket, the CLI with no daemon, later D-Bus): a class given is kept; with none, the
+    /// owner's `defaultClass` (`ItemCommit.save`). A file made in the tree, where a program
+    /// gives no class and editors write temporary files beside the item, is moreover made as
+    /// strict as the strictest item beside it (`AccessibilityClass.forNewItem`): this function,
+    /// from `base` (the default, or the class set on the pending file): a generic item's
+    /// service, readable now or not (the store's class column), or an internet item's
+    /// directory, with the pending items of either.
     package func newItemClass(for key: ItemKey, base: AccessibilityClass) throws -> AccessibilityClass {
         let stored: [AccessibilityClass]
         switch key {
         case .generic(let g):
             stored = Array(try keychain.groupClasses(kind: .generic, name: g.service))
         case .internet(let i):
-            stored = try keychain.groupSummaries(kind: .internet, name: i.server).compactMap { item in
+            // A server is read whole when first looked up, so its directory is usually in the
+            // index already (as the tree's lookup of the new name put it there).
+            let indexed = state.withLock { s in
+                s.index.directory(server: i.server, port: i.port, path: InternetPath.segments(i.path))
+                    .map { $0.items.values.compactMap { s.index.item($0)?.accessible } }
+            }
+            stored = try indexed ?? keychain.groupSummaries(kind: .internet, name: i.server).compactMap { item in
                 guard case .internet(let k) = item.key, k.port == i.port, k.path == i.path else { return nil }
                 return item.accessible
             }
@@ -537,7 +545,7 @@ package final class ServedKeychain: Sendable {
     // MARK: what the control socket asks
 
     /// Adds the item, or with `updateExisting` updates the one with the same key; a new item
-    /// with no class given takes `newItemClass`.
+    /// with no class given takes `defaultClass`.
     package func save(_ key: ItemKey, secret: SecureBytes, extras: SecureBytes? = nil, changes: AttributeChanges,
                       updateExisting: Bool, origin: ChangeOrigin = .control) throws -> KeychainItem {
         try change(origin: origin) { c throws -> KeychainItem in

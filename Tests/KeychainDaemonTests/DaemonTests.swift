@@ -92,12 +92,15 @@ final class DaemonTests: XCTestCase {
                                      updateExisting: false)
         XCTAssertEqual(first.attributes.accessible, .afterFirstUnlock)
         XCTAssertEqual(second.attributes.accessible, first.attributes.accessible)
-        // A stricter neighbour makes both stricter, as in the tree.
+        // A neighbour counts for neither (only for a file made in the tree, which names no class).
         _ = try direct.save(key: try key("strict"), secret: SecureBytes(copying: [1]),
                             changes: AttributeChanges(accessible: .whenUnlocked), updateExisting: false)
         let third = try mounted.save(key: try key("n"), secret: SecureBytes(copying: [1]), changes: AttributeChanges(),
                                      updateExisting: false)
-        XCTAssertEqual(third.attributes.accessible, .whenUnlocked)
+        let fourth = try direct.save(key: try key("o"), secret: SecureBytes(copying: [1]), changes: AttributeChanges(),
+                                     updateExisting: false)
+        XCTAssertEqual(third.attributes.accessible, .afterFirstUnlock)
+        XCTAssertEqual(fourth.attributes.accessible, .afterFirstUnlock)
         // A class given is the class stored.
         let given = try direct.save(key: try key("g"), secret: SecureBytes(copying: [1]),
                                     changes: AttributeChanges(accessible: .always), updateExisting: false)

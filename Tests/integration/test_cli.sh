@@ -360,8 +360,8 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
     ls "$MNT" >/dev/null 2>&1 && pass "the mountpoint works again" || fail "the mountpoint works again"
     expect_exit 69 "nothing left to unmount: 69" kc unmount "$MNT"
 
-    # One rule for the class of a new item, mounted or not: the configured default (a
-    # mount's --default-accessible for its life), made as strict as the items beside it.
+    # One rule for the class of a new item, mounted or not: a class given is kept; with
+    # none, the configured default (a mount's --default-accessible for its life).
     mkdir -p "$XDG_CONFIG_HOME/keychainfs"
     printf 'default-accessible = "after-first-unlock"\n' >"$XDG_CONFIG_HOME/keychainfs/config.toml"
     on_exit "rm -f '$XDG_CONFIG_HOME/keychainfs/config.toml'"
@@ -375,10 +375,10 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
     expect_eq "after-first-unlock" "$(class_of off)" "not mounted: the same class"
     expect_exit 0 "a stricter neighbour" kc add-generic-password $MS -s rule -a strict -w x --accessible when-unlocked
     expect_exit 0 "add beside it, mounted" kc add-generic-password $MS -s rule -a on2 -w x
-    expect_eq "when-unlocked" "$(class_of on2)" "mounted: as strict as its neighbour"
+    expect_eq "after-first-unlock" "$(class_of on2)" "mounted: the default, whatever is beside it"
     expect_exit 0 "unmount" kc unmount $MS
     expect_exit 0 "add beside it, not mounted" kc add-generic-password $MS -s rule -a off2 -w x $P
-    expect_eq "when-unlocked" "$(class_of off2)" "not mounted: the same"
+    expect_eq "after-first-unlock" "$(class_of off2)" "not mounted: the same"
     expect_exit 0 "a class given is kept" kc add-generic-password $MS -s rule -a given -w x --accessible always $P
     expect_eq "always" "$(class_of given)" "a class given is the class stored"
     rm -f "$XDG_CONFIG_HOME/keychainfs/config.toml"
