@@ -110,6 +110,7 @@ let package = Package(
         ]),
         .testTarget(name: "KeychainDaemonTests", dependencies: ["KeychainDaemon", "KeychainControl", "KeychainFileSystem"]),
         .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),
+        .testTarget(name: "KeychainSecretServiceTests", dependencies: ["KeychainSecretService", "COpenSSL", "KeychainCrypto"]),
         .testTarget(name: "KeychainBackupTests", dependencies: ["KeychainBackup", "KeychainStore"]),
     ],
     swiftLanguageModes: [.v6]
