@@ -92,6 +92,10 @@ package final class SecretService: @unchecked Sendable {
         try bus.add(SessionInterface(service), at: sessionPrefix, prefix: true)
         try bus.add(PromptInterface(service), at: promptPrefix, prefix: true)
         try bus.onDisconnect { [unowned service] name in service.clientLeft(name) }
+        try bus.filterCalls { [unowned service] m in
+            guard let path = m.path, !service.isObject(path) else { return nil }
+            return SecretError.noSuchObject(path)
+        }
         guard try bus.requestName(busName) else {
             let who = bus.owner(of: busName).map { o in
                 "\(o.command ?? "a program") (pid \(o.pid.map(String.init) ?? "?"), \(o.unique))"
@@ -123,6 +127,14 @@ package final class SecretService: @unchecked Sendable {
             return aliases[alias]
         }
         return nil
+    }
+
+    /// Whether a path names an object here, or a node above one (which introspection lists).
+    func isObject(_ path: String) -> Bool {
+        if path == Self.root || Self.root.hasPrefix(path == "/" ? "/" : path + "/") { return true }
+        if [Self.collectionPrefix, Self.aliasPrefix, Self.sessionPrefix, Self.promptPrefix].contains(path) { return true }
+        if collection(at: path) != nil || sessions[path] != nil || prompts[path] != nil { return true }
+        return itemID(at: path).map { id in (try? owner.item(id: id)) != nil } ?? false
     }
 
     /// The item id a path names, by its form alone.

@@ -187,6 +187,18 @@ package final class BusConnection: @unchecked Sendable {
         }
     }
 
+    /// `refuse` sees each method call before any object does; the error it returns is the
+    /// answer (the specification wants its own error for an unknown object path, where sd-bus
+    /// would answer `UnknownObject`).
+    package func filterCalls(_ refuse: @escaping (BusMessage) -> BusError?) throws {
+        let box = Unmanaged.passRetained(FilterBox(refuse))
+        let r = sd_bus_add_filter(bus, nil, filterTrampoline, box.toOpaque())
+        if r < 0 {
+            box.release()
+            throw BusError.failed("cannot filter calls: \(String(cString: strerror(-r)))")
+        }
+    }
+
     // MARK: signals
 
     /// Emits a signal; `body` appends its arguments. On the bus's thread only (see `post`).
@@ -265,6 +277,21 @@ private let disconnectTrampoline: sd_bus_message_handler_t = { m, userdata, _ in
           name.hasPrefix(":"), new.isEmpty else { return 0 }
     Unmanaged<DisconnectBox>.fromOpaque(userdata).takeUnretainedValue().handler(name)
     return 0
+}
+
+private final class FilterBox {
+    let refuse: (BusMessage) -> BusError?
+    init(_ refuse: @escaping (BusMessage) -> BusError?) { self.refuse = refuse }
+}
+
+private let filterTrampoline: sd_bus_message_handler_t = { m, userdata, _ in
+    guard let m, let userdata, sd_bus_message_is_method_call(m, nil, nil) > 0 else { return 0 }
+    guard let error = Unmanaged<FilterBox>.fromOpaque(userdata).takeUnretainedValue().refuse(BusMessage(m)) else { return 0 }
+    var e = sd_bus_error()
+    sd_bus_error_set(&e, error.name, error.message)
+    defer { sd_bus_error_free(&e) }
+    _ = sd_bus_reply_method_error(m, &e)
+    return 1
 }
 
 /// What the C callbacks get as their userdata.

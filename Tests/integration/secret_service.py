@@ -195,7 +195,7 @@ def plain_session():
     raises("GetSecret with no such session", lambda: call(conn, item_addr, "GetSecret", "o",
            ("/org/freedesktop/secrets/session/s999999",)), "org.freedesktop.Secret.Error.NoSession")
     raises("unknown object path", lambda: call(conn, DBusAddress(COLLECTION + "/999999", bus_name="org.freedesktop.secrets",
-           interface="org.freedesktop.Secret.Item"), "GetSecret", "o", (session,)), "org.freedesktop.DBus.Error.UnknownObject")
+           interface="org.freedesktop.Secret.Item"), "GetSecret", "o", (session,)), "org.freedesktop.Secret.Error.NoSuchObject")
     huge = {f"k{i}": "v" for i in range(1000)}
     raises("a huge attribute map", lambda: call(conn, SERVICE, "SearchItems", "a{ss}", (huge,)),
            "org.freedesktop.DBus.Error.LimitsExceeded")
