@@ -40,6 +40,13 @@ final class ConfigTests: XCTestCase {
                                               defaultAccessible: .afterFirstUnlock, allowRoot: true))
     }
 
+    func testSecretService() throws {
+        XCTAssertEqual(try parse("secret-service = true").secretService, true)
+        XCTAssertEqual(try parse("secret-service = false").secretService, false)
+        XCTAssertNil(try parse("").secretService)
+        XCTAssertTrue(failure("secret-service = \"yes\"").hasPrefix("config.toml:1: secret-service must be true or false"))
+    }
+
     func testQuotedKeysAndZeroLockAfter() throws {
         let config = try parse("\"lock-after\" = 0\n'allow-root' = false\n")
         XCTAssertEqual(config.lockAfter, 0)
