@@ -346,6 +346,32 @@ def concurrent_search():
     conn.close()
 
 
+def no_passphrase():
+    """A keychain with no passphrase unlocks at once; an item's Locked follows its class."""
+    conn = secretstorage.dbus_init()
+    coll = secretstorage.get_default_collection(conn)
+    kc("add-generic-password", "-s", "cls", "-a", "always", "-w", "always-secret", "--accessible", "always")
+    kc("add-generic-password", "-s", "cls", "-a", "normal", "-w", "normal-secret", "--accessible", "when-unlocked")
+    raw = open_dbus_connection("SESSION")
+    unlocked, _ = call(raw, SERVICE, "SearchItems", "a{ss}", ({"service": "cls"},))
+    check("both items unlocked while the keychain is", len(unlocked) == 2, unlocked)
+    coll.lock()
+    check("Lock locks it", coll.is_locked())
+    unlocked, locked = call(raw, SERVICE, "SearchItems", "a{ss}", ({"service": "cls"},))
+    always = [p for p in unlocked if "always" in str(secretstorage.Item(conn, p).get_attributes())]
+    check("an 'always' item stays unlocked while the keychain is locked", len(always) == 1 and len(unlocked) == 1,
+          (unlocked, locked))
+    if always:
+        check("and its secret is readable", secretstorage.Item(conn, always[0]).get_secret() == b"always-secret")
+    dismissed = coll.unlock()
+    check("Unlock of a keychain with no passphrase unlocks at once, no prompt", dismissed is False and not coll.is_locked())
+    found = list(coll.search_items({"service": "cls", "account": "normal"}))
+    check("the when-unlocked item is back", len(found) == 1 and found[0].get_secret() == b"normal-secret")
+    raw.close()
+    conn.close()
+
+
 {"secretstorage": secretstorage_api, "aliases": aliases, "plain": plain_session, "signals": signals,
- "keyring": keyring_backend, "lock": lock_unlock, "concurrent": concurrent_search}[STEP]()
+ "keyring": keyring_backend, "lock": lock_unlock, "concurrent": concurrent_search,
+ "nopass": no_passphrase}[STEP]()
 sys.exit(1 if failed else 0)

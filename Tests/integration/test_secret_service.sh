@@ -105,4 +105,13 @@ expect_contains "$ERR" "systemctl --user mask" "and says how to switch"
 expect_eq "v2" "$(printf 'v2' | secret-tool store --label=x service after username a && secret-tool lookup service after username a)" \
     "the first mount still serves"
 
+# A store with no passphrase: Unlock needs no prompt.
+kc unmount "$MNT2" >/dev/null 2>&1
+kc unmount "$MNT" >/dev/null 2>&1
+STORE3="$TEST_ROOT/nopass.db"
+kc init --store "$STORE3" --no-passphrase >/dev/null
+expect_exit 0 "mount a store with no passphrase, --secret-service" kc mount "$MNT" --store "$STORE3" --secret-service
+export KEYCHAINFS_STORE="$STORE3"
+run_py nopass
+kc unmount "$MNT" >/dev/null 2>&1
 finish
