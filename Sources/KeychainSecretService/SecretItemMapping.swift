@@ -1,6 +1,7 @@
 import Foundation
 import KeychainCrypto
 import KeychainModel
+import KeychainStore
 
 /// The rule that puts a Secret Service item in the tree and gives a keychain item its
 /// Secret Service attributes (README, "Secret Service"):
@@ -94,6 +95,17 @@ package enum SecretItemMapping {
         }
     }
 
+    /// The attributes that follow an item's name (`attributes(of:stored:)`): the store's
+    /// index of pairs holds them as they were given, so a search does not look them up there.
+    package static let nameFields: Set<String> = ["service", "username", "account", "user", "server", "protocol", "port",
+                                                  "object", "path"]
+
+    /// The pairs of a search that the store's blind index of pairs answers: not the name
+    /// fields, nor git's schema, which every internet item has without a sealed map.
+    package static func indexed(_ q: [String: String]) -> [String: String] {
+        q.filter { !nameFields.contains($0.key) && !($0.key == schemaAttribute && $0.value == gitSchema) }
+    }
+
     /// Where a search need look: the one group its map names, or nil for every item.
     package static func candidates(for q: [String: String]) -> ItemQuery? {
         if q[schemaAttribute] == gitSchema, let server = q["server"] { return ItemQuery(kind: .internet, server: server) }
@@ -103,41 +115,21 @@ package enum SecretItemMapping {
 
     // MARK: the sealed part (the item's extras)
 
-    private static let attributePrefix = Array("secret-service.attribute.".utf8)
-    private static let contentTypePrefix = Array("secret-service.content-type=".utf8)
-
-    /// The map and content type kept in an item's extras; nil where none was kept. Other lines
-    /// (git's, which may hold a refresh token) are not copied out of locked memory.
+    /// The map and content type kept in an item's extras (`SecretAttributeLines`); nil where
+    /// none was kept. Other lines (git's, which may hold a refresh token) are not copied out
+    /// of locked memory.
     package static func decode(extras: SecureBytes?) -> (attributes: [String: String]?, contentType: String?) {
         guard let extras else { return (nil, nil) }
-        var attributes: [String: String]? = nil
-        var contentType: String? = nil
-        extras.withUnsafeBytes { b in
-            for line in b.split(separator: 0x0A) {
-                if line.starts(with: attributePrefix) {
-                    let rest = line.dropFirst(attributePrefix.count)
-                    guard let eq = rest.firstIndex(of: UInt8(ascii: "=")) else { continue }
-                    attributes = attributes ?? [:]
-                    attributes![unescape(rest[..<eq])] = unescape(rest[(eq + 1)...])
-                } else if line.starts(with: contentTypePrefix) {
-                    contentType = unescape(line.dropFirst(contentTypePrefix.count))
-                    attributes = attributes ?? [:]
-                }
-            }
-        }
-        return (attributes, contentType)
+        return extras.withUnsafeBytes { SecretAttributeLines.parse($0) }
     }
 
     /// Extras holding `attributes` and `contentType`, with the lines of `keeping` that are not
     /// ours (git's) kept as they were.
     package static func extras(attributes: [String: String], contentType: String, keeping old: SecureBytes?) -> SecureBytes {
-        var ours: [UInt8] = contentTypePrefix + escape(contentType) + [0x0A]
-        for (k, v) in attributes.sorted(by: { $0.key < $1.key }) {
-            ours += attributePrefix + escape(k) + [UInt8(ascii: "=")] + escape(v) + [0x0A]
-        }
+        let ours = SecretAttributeLines.encode(attributes, contentType: contentType)
         guard let old else { return SecureBytes(copying: ours) }
         return old.withUnsafeBytes { b in
-            let kept = b.split(separator: 0x0A).filter { !$0.starts(with: attributePrefix) && !$0.starts(with: contentTypePrefix) }
+            let kept = b.split(separator: 0x0A).filter { !SecretAttributeLines.isOurs($0) }
             let out = SecureBytes(count: kept.reduce(0) { $0 + $1.count + 1 } + ours.count)
             out.withUnsafeMutableBytes { o in
                 var at = 0
@@ -151,33 +143,5 @@ package enum SecretItemMapping {
             }
             return out
         }
-    }
-
-    /// `%`, `=` and control bytes as `%XX`: a name or value is one line with one `=`.
-    private static func escape(_ s: String) -> [UInt8] {
-        var out: [UInt8] = []
-        for c in s.utf8 {
-            if c == UInt8(ascii: "%") || c == UInt8(ascii: "=") || c < 0x20 || c == 0x7F {
-                out += Array(String(format: "%%%02X", c).utf8)
-            } else {
-                out.append(c)
-            }
-        }
-        return out
-    }
-
-    private static func unescape<S: Collection>(_ bytes: S) -> String where S.Element == UInt8 {
-        var out: [UInt8] = []
-        var it = Array(bytes)[...]
-        while let c = it.popFirst() {
-            if c == UInt8(ascii: "%"), it.count >= 2,
-               let v = UInt8(String(decoding: it.prefix(2), as: UTF8.self), radix: 16) {
-                out.append(v)
-                it = it.dropFirst(2)
-            } else {
-                out.append(c)
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 }

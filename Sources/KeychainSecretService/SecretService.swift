@@ -171,12 +171,21 @@ package final class SecretService: @unchecked Sendable {
 
     // MARK: search
 
-    /// Every item whose attributes include all of `query`'s: the one group the query names,
-    /// or every readable item.
+    /// Every item whose attributes include all of `query`'s. It reads the one group the query
+    /// names; else the items the store's blind index of pairs finds for every pair it can
+    /// answer; else (a query of name fields only, or none) every readable item.
     func search(_ query: [String: String]) throws -> [KeychainItem] {
-        let candidates = try mapped {
+        let candidates = try mapped { () throws -> [KeychainItem] in
             if let q = SecretItemMapping.candidates(for: query) { return try owner.items(matching: q) }
-            return try owner.allItems()
+            let indexed = SecretItemMapping.indexed(query)
+            guard !indexed.isEmpty else { return try owner.allItems() }
+            var ids: Set<Int64>?
+            for (name, value) in indexed.sorted(by: { $0.key < $1.key }) {
+                let found = Set(try owner.itemIDs(withAttribute: name, value: value))
+                ids = ids.map { $0.intersection(found) } ?? found
+                if ids!.isEmpty { break }
+            }
+            return try (ids ?? []).sorted().compactMap { try owner.item(id: $0) }
         }
         return candidates.filter { item in
             let a = attributes(of: item)
