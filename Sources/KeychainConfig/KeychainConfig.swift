@@ -12,6 +12,10 @@ import TOMLKit
 /// default-accessible = "after-first-unlock"
 /// allow-root = true
 /// secret-service = true       # serve org.freedesktop.secrets on the session bus
+///
+/// [access]
+/// pinentry = "/usr/bin/pinentry-gnome3"   # asks for the passphrase when a client unlocks
+/// prompt-timeout = 30
 /// ```
 public struct KeychainConfig: Equatable, Sendable {
     /// An absolute path, `~` already expanded.
@@ -21,6 +25,10 @@ public struct KeychainConfig: Equatable, Sendable {
     public var defaultAccessible: AccessibilityClass?
     public var allowRoot: Bool?
     public var secretService: Bool?
+    /// `[access] pinentry`: the prompt program (an absolute path).
+    public var pinentry: String?
+    /// `[access] prompt-timeout`: seconds a prompt waits for its answer.
+    public var promptTimeout: Int?
 
     public init(mountpoint: String? = nil, lockAfter: Int? = nil, defaultAccessible: AccessibilityClass? = nil,
                 allowRoot: Bool? = nil) {
@@ -28,7 +36,7 @@ public struct KeychainConfig: Equatable, Sendable {
         self.defaultAccessible = defaultAccessible; self.allowRoot = allowRoot
     }
 
-    public static let keys = ["mountpoint", "lock-after", "default-accessible", "allow-root", "secret-service"]
+    public static let keys = ["mountpoint", "lock-after", "default-accessible", "allow-root", "secret-service", "access"]
 
     /// `$XDG_CONFIG_HOME/keychainfs/config.toml`, by default `~/.config/keychainfs/config.toml`.
     public static var defaultPath: String {
@@ -87,6 +95,25 @@ public struct KeychainConfig: Equatable, Sendable {
             case "secret-service":
                 guard let b = value.bool else { throw fail(key, "secret-service must be true or false, not \(value.debugDescription)") }
                 config.secretService = b
+            case "access":
+                guard let access = value.table else { throw fail(key, "access must be a table ([access]), not \(value.type)") }
+                for name in access.keys.sorted() {
+                    guard let v = access[name] else { continue }
+                    switch name {
+                    case "pinentry":
+                        guard let s = v.string, s.hasPrefix("/") else {
+                            throw fail(key, "access.pinentry must be the absolute path of a pinentry program, not \(v.debugDescription)")
+                        }
+                        config.pinentry = s
+                    case "prompt-timeout":
+                        guard let n = v.int, n > 0, n <= 3600 else {
+                            throw fail(key, "access.prompt-timeout must be a whole number of seconds from 1 to 3600, not \(v.debugDescription)")
+                        }
+                        config.promptTimeout = n
+                    default:
+                        throw fail(key, "unknown key 'access.\(name)' (known: pinentry, prompt-timeout)")
+                    }
+                }
             default:
                 throw fail(key, "unknown key '\(key)' (known: \(keys.joined(separator: ", ")))")
             }

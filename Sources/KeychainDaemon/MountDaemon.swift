@@ -22,6 +22,9 @@ package struct MountSettings: Sendable, Codable {
     package var acceptRollback = false
     /// Serve the Secret Service D-Bus API (`--secret-service`, `secret-service = true`).
     package var secretService = false
+    /// `[access] pinentry` and `prompt-timeout`: how the Secret Service's unlock prompt asks.
+    package var pinentry: String?
+    package var promptTimeout = 30
 
     package init(storePath: String, mountpoint: String, startLocked: Bool, lockAfter: Int?,
                  defaultClass: AccessibilityClass, allowRoot: Bool = false, acceptRollback: Bool = false) {
@@ -59,7 +62,11 @@ package final class MountDaemon: Sendable {
             defer { passphrase?.wipe() }
             if !settings.startLocked { try owner.unlock(passphrase: passphrase) }
             // Before the mount: a name another service owns fails the mount, saying who has it.
-            if settings.secretService { secretService = try SecretService.start(owner: owner) }
+            if settings.secretService {
+                secretService = try SecretService.start(owner: owner, pinentry: settings.pinentry.map {
+                    PinentryPassphrase(program: $0, timeout: settings.promptTimeout)
+                })
+            }
             tree = KeychainTree(served: owner)
             mount = FuseMount(tree: tree, mountpoint: settings.mountpoint,
                               source: MountRegistry.canonicalPath(settings.storePath), allowRoot: settings.allowRoot)

@@ -130,7 +130,7 @@ final class ServiceInterface: BusInterface {
             try r.append(objectPaths: found.filter(s.isLocked).map(s.path(of:)))
         case "Unlock":
             let objects = try m.readObjectPaths(limit: s.limits.objectsPerCall)
-            let (unlocked, prompt) = try s.unlock(objects, client: m.sender ?? "")
+            let (unlocked, prompt) = try s.unlock(objects, client: m.sender ?? "", caller: m.senderPID())
             try r.append(objectPaths: unlocked)
             try r.append(objectPath: prompt)
         case "Lock":
@@ -384,8 +384,7 @@ final class PromptInterface: BusInterface {
         switch member {
         case "Prompt":
             _ = try m.readString()
-            let (dismissed, result) = prompt.run(service)
-            service.completePrompt(path, dismissed: dismissed, result: result)
+            prompt.run(service, path)
         case "Dismiss":
             service.completePrompt(path, dismissed: true, result: [])
         default:

@@ -37,6 +37,8 @@ package final class SecretService: @unchecked Sendable {
     let owner: ServedKeychain
     let bus: BusConnection
     let limits: Limits
+    /// Shows the unlock prompt; nil when none is configured (`[access] pinentry`).
+    let pinentry: PinentryPassphrase?
     private let log = Logger(label: "keychainfs.secret-service")
 
     struct Session {
@@ -48,8 +50,9 @@ package final class SecretService: @unchecked Sendable {
 
     struct Prompt {
         let client: String
-        /// What the prompt does when the client shows it.
-        let run: (SecretService) -> (dismissed: Bool, result: [String])
+        /// What the prompt does when the client shows it (with the prompt's path): it ends with
+        /// `completePrompt`, at once or later from another thread.
+        let run: (SecretService, String) -> Void
     }
     var prompts: [String: Prompt] = [:]
     private var nextPrompt = 1
@@ -62,10 +65,11 @@ package final class SecretService: @unchecked Sendable {
     /// signalled by its path.
     var knownIDs: [ItemKey: Int64] = [:]
 
-    private init(owner: ServedKeychain, bus: BusConnection, limits: Limits) {
+    private init(owner: ServedKeychain, bus: BusConnection, limits: Limits, pinentry: PinentryPassphrase?) {
         self.owner = owner
         self.bus = bus
         self.limits = limits
+        self.pinentry = pinentry
     }
 
     /// What `start` found when the name is taken: who has it, and how to switch.
@@ -82,9 +86,10 @@ package final class SecretService: @unchecked Sendable {
 
     /// Connects to the session bus, takes the name if nobody has it, and serves on a thread of
     /// its own until `stop`.
-    package static func start(owner: ServedKeychain, limits: Limits = Limits()) throws -> SecretService {
+    package static func start(owner: ServedKeychain, pinentry: PinentryPassphrase? = nil,
+                              limits: Limits = Limits()) throws -> SecretService {
         let bus = try BusConnection.session()
-        let service = SecretService(owner: owner, bus: bus, limits: limits)
+        let service = SecretService(owner: owner, bus: bus, limits: limits, pinentry: pinentry)
         try bus.add(ServiceInterface(service), at: root)
         try bus.add(CollectionInterface(service), at: collectionPrefix, prefix: true)
         try bus.add(CollectionInterface(service), at: aliasPrefix, prefix: true)
@@ -219,7 +224,7 @@ package final class SecretService: @unchecked Sendable {
 
     // MARK: prompts
 
-    func addPrompt(client: String, _ run: @escaping (SecretService) -> (dismissed: Bool, result: [String])) throws -> String {
+    func addPrompt(client: String, _ run: @escaping (SecretService, String) -> Void) throws -> String {
         guard prompts.values.filter({ $0.client == client }).count < limits.promptsPerClient else {
             throw BusError.limitsExceeded("too many open prompts")
         }
@@ -242,16 +247,47 @@ package final class SecretService: @unchecked Sendable {
 
     // MARK: lock
 
-    /// Unlocks what needs no passphrase at once; a keychain with a passphrase needs a prompt,
-    /// which no program is configured to show: it completes dismissed.
-    func unlock(_ objects: [String], client: String) throws -> (unlocked: [String], prompt: String) {
+    /// Unlocks what needs no passphrase at once; a keychain with a passphrase needs a prompt:
+    /// pinentry, when configured, asks for it (three tries) on a thread of its own, so the bus
+    /// goes on serving; with none configured the prompt completes dismissed.
+    func unlock(_ objects: [String], client: String, caller: pid_t?) throws -> (unlocked: [String], prompt: String) {
         if keychainLocked && !owner.hasPassphrase {
             try mapped { try owner.unlock(passphrase: nil) }
         }
         if !keychainLocked { return (objects, "/") }
-        let prompt = try addPrompt(client: client) { _ in
-            // Asking for the passphrase needs the access layer's pinentry (not in this build).
-            (true, [])
+        let program = caller.flatMap { pid in try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe") }
+        let who = "\(program ?? "A program") (pid \(caller.map(String.init) ?? "?"))"
+        let prompt = try addPrompt(client: client) { service, path in
+            guard let pinentry = service.pinentry else {
+                service.completePrompt(path, dismissed: true, result: [])
+                return
+            }
+            let owner = service.owner, store = owner.storePath
+            let thread = Thread {
+                var unlocked = false
+                attempts: for attempt in 0..<3 {
+                    let description = (attempt == 0 ? "" : "Wrong passphrase. ")
+                        + "\(who) asks through the Secret Service to unlock the keychain \(store)."
+                    switch pinentry.ask(description: description) {
+                    case .dismissed:
+                        break attempts
+                    case .passphrase(let passphrase):
+                        defer { passphrase.wipe() }
+                        do {
+                            try owner.unlock(passphrase: passphrase, origin: .control)
+                            unlocked = true
+                            break attempts
+                        } catch KeychainError.wrongPassphrase {
+                            continue
+                        } catch {
+                            break attempts
+                        }
+                    }
+                }
+                service.completePrompt(path, dismissed: !unlocked, result: unlocked ? objects : [])
+            }
+            thread.name = "secret-service-prompt"
+            thread.start()
         }
         return ([], prompt)
     }

@@ -100,6 +100,8 @@ struct MountCommand: ParsableCommand {
         var settings = MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: idle,
                                      defaultClass: defaultClass, allowRoot: allowRoot)
         settings.secretService = secretService ?? config.secretService ?? false
+        settings.pinentry = config.pinentry
+        settings.promptTimeout = config.promptTimeout ?? 30
         return settings
     }
 

@@ -47,6 +47,16 @@ final class ConfigTests: XCTestCase {
         XCTAssertTrue(failure("secret-service = \"yes\"").hasPrefix("config.toml:1: secret-service must be true or false"))
     }
 
+    func testAccessTable() throws {
+        let config = try parse("[access]\npinentry = \"/usr/bin/pinentry-tty\"\nprompt-timeout = 10\n")
+        XCTAssertEqual(config.pinentry, "/usr/bin/pinentry-tty")
+        XCTAssertEqual(config.promptTimeout, 10)
+        XCTAssertTrue(failure("[access]\npinentry = \"pinentry\"").contains("absolute path"))
+        XCTAssertTrue(failure("[access]\nprompt-timeout = 0").contains("prompt-timeout"))
+        XCTAssertTrue(failure("[access]\nbogus = 1").contains("unknown key 'access.bogus'"))
+        XCTAssertTrue(failure("access = 1").contains("access must be a table"))
+    }
+
     func testQuotedKeysAndZeroLockAfter() throws {
         let config = try parse("\"lock-after\" = 0\n'allow-root' = false\n")
         XCTAssertEqual(config.lockAfter, 0)

@@ -371,7 +371,45 @@ def no_passphrase():
     conn.close()
 
 
+def prompt():
+    """Unlock through the configured pinentry (a scripted one, its mode in PINENTRY_DIR)."""
+    pdir = os.environ["PINENTRY_DIR"]
+
+    def mode(m):
+        with open(os.path.join(pdir, "mode"), "w") as f:
+            f.write(m)
+    conn = secretstorage.dbus_init()
+    coll = secretstorage.get_default_collection(conn)
+    item = coll.create_item("P", {"service": "promptsvc", "username": "pu"}, b"behind a prompt")
+    coll.lock()
+    mode("cancel")
+    check("a cancelled pinentry dismisses the prompt", coll.unlock() is True and coll.is_locked())
+    mode("slow")
+    waiting = threading.Thread(target=coll.unlock)
+    waiting.start()
+    time.sleep(0.5)
+    other = open_dbus_connection("SESSION")
+    start = time.time()
+    call(other, SERVICE, "SearchItems", "a{ss}", ({"service": "promptsvc"},))
+    took = time.time() - start
+    other.close()
+    waiting.join()
+    check("a waiting prompt does not stall other clients", took < 1.0, took)
+    mode("right")
+    check("the right passphrase through pinentry unlocks", coll.unlock() is False and not coll.is_locked())
+    check("and the secret is readable", item.get_secret() == b"behind a prompt")
+    coll.lock()
+    # Last: wrong passphrases start the unlock back-off.
+    mode("wrong")
+    check("a wrong passphrase, three times, dismisses it", coll.unlock() is True and coll.is_locked())
+    with open(os.path.join(pdir, "log")) as f:
+        log = f.read()
+    check("pinentry was told who asks", "SETDESC" in log and "python3" in log and "(pid " in log, log[:300])
+    check("and was given the timeout", "SETTIMEOUT 7" in log, log[:300])
+    conn.close()
+
+
 {"secretstorage": secretstorage_api, "aliases": aliases, "plain": plain_session, "signals": signals,
  "keyring": keyring_backend, "lock": lock_unlock, "concurrent": concurrent_search,
- "nopass": no_passphrase}[STEP]()
+ "nopass": no_passphrase, "prompt": prompt}[STEP]()
 sys.exit(1 if failed else 0)

@@ -105,9 +105,21 @@ expect_contains "$ERR" "systemctl --user mask" "and says how to switch"
 expect_eq "v2" "$(printf 'v2' | secret-tool store --label=x service after username a && secret-tool lookup service after username a)" \
     "the first mount still serves"
 
-# A store with no passphrase: Unlock needs no prompt.
+# Unlock through a configured pinentry (a scripted one).
 kc unmount "$MNT2" >/dev/null 2>&1
 kc unmount "$MNT" >/dev/null 2>&1
+export PINENTRY_DIR="$TEST_ROOT/pinentry"
+mkdir -p "$PINENTRY_DIR" "$XDG_CONFIG_HOME/keychainfs"
+cp "$TESTS_DIR/fake_pinentry.sh" "$PINENTRY_DIR/pinentry"
+chmod 755 "$PINENTRY_DIR/pinentry"
+printf '%s' "$PASSPHRASE" >"$PINENTRY_DIR/passphrase"
+printf '[access]\npinentry = "%s"\nprompt-timeout = 7\n' "$PINENTRY_DIR/pinentry" >"$XDG_CONFIG_HOME/keychainfs/config.toml"
+expect_exit 0 "mount with [access] pinentry" kc mount "$MNT" --secret-service --passphrase-file "$PASSFILE"
+run_py prompt
+kc unmount "$MNT" >/dev/null 2>&1
+rm "$XDG_CONFIG_HOME/keychainfs/config.toml"
+
+# A store with no passphrase: Unlock needs no prompt.
 STORE3="$TEST_ROOT/nopass.db"
 kc init --store "$STORE3" --no-passphrase >/dev/null
 expect_exit 0 "mount a store with no passphrase, --secret-service" kc mount "$MNT" --store "$STORE3" --secret-service
