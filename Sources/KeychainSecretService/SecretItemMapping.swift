@@ -21,13 +21,18 @@ import KeychainStore
 package enum SecretItemMapping {
     package static let schemaAttribute = "xdg:schema"
     package static let gitSchema = "org.git.Password"
+    /// libsecret's compatibility schema for network passwords, which git's libsecret helper used
+    /// before 2.45 (Debian 12's git 2.39): the same attributes as git's own, save `domain` and
+    /// `authtype`. An internet item made elsewhere answers to either.
+    package static let networkSchema = "org.gnome.keyring.NetworkPassword"
+    static let internetSchemas: Set<String> = [gitSchema, networkSchema]
     package static let genericSchema = "org.freedesktop.Secret.Generic"
     package static let defaultContentType = "text/plain"
 
     /// The key a new item with this map takes, before `disambiguated`.
     package static func key(for a: [String: String]) throws -> ItemKey {
         let schema = a[schemaAttribute]
-        if let server = a["server"], !server.isEmpty, schema == gitSchema || a["service"] == nil {
+        if let server = a["server"], !server.isEmpty, schema.map(internetSchemas.contains) == true || a["service"] == nil {
             let account = a["user"] ?? a["username"] ?? a["account"] ?? ""
             let proto = try a["protocol"].map { try InternetProtocol(parsing: $0) } ?? .https
             let port = try a["port"].map { try InternetPort.parse($0) } ?? 0
@@ -74,7 +79,8 @@ package enum SecretItemMapping {
             if a["service"] != nil { a["service"] = g.service }
             for name in ["username", "account", "user"] where a[name] != nil { a[name] = g.account }
         case .internet(let i):
-            for (name, value) in natural(key) where a[name] != nil { a[name] = value }
+            // The name fields follow the key; the schema stays as the client gave it.
+            for (name, value) in natural(key) where a[name] != nil && name != schemaAttribute { a[name] = value }
             a["server"] = i.server
         }
         return a
@@ -103,13 +109,22 @@ package enum SecretItemMapping {
     /// The pairs of a search that the store's blind index of pairs answers: not the name
     /// fields, nor git's schema, which every internet item has without a sealed map.
     package static func indexed(_ q: [String: String]) -> [String: String] {
-        q.filter { !nameFields.contains($0.key) && !($0.key == schemaAttribute && $0.value == gitSchema) }
+        q.filter { !nameFields.contains($0.key) && !($0.key == schemaAttribute && internetSchemas.contains($0.value)) }
+    }
+
+    /// Whether an item with these attributes answers a search: every pair matches, and an
+    /// internet item made elsewhere (`natural`) answers to either network schema.
+    package static func matches(_ a: [String: String], _ q: [String: String], natural: Bool) -> Bool {
+        q.allSatisfy { name, value in
+            a[name] == value || natural && name == schemaAttribute && a[name] == gitSchema && value == networkSchema
+        }
     }
 
     /// Where a search need look: the one group its map names, or nil for every item.
     package static func candidates(for q: [String: String]) -> ItemQuery? {
-        if q[schemaAttribute] == gitSchema, let server = q["server"] { return ItemQuery(kind: .internet, server: server) }
-        if q[schemaAttribute] != gitSchema, let service = q["service"] { return ItemQuery(kind: .generic, service: service) }
+        let internet = q[schemaAttribute].map(internetSchemas.contains) == true
+        if internet, let server = q["server"] { return ItemQuery(kind: .internet, server: server) }
+        if !internet, let service = q["service"] { return ItemQuery(kind: .generic, service: service) }
         return nil
     }
 

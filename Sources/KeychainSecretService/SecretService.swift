@@ -193,8 +193,9 @@ package final class SecretService: @unchecked Sendable {
             return try (ids ?? []).sorted().compactMap { try owner.item(id: $0) }
         }
         return candidates.filter { item in
-            let a = attributes(of: item)
-            return query.allSatisfy { a[$0.key] == $0.value }
+            let stored = isLocked(item) ? nil : SecretItemMapping.decode(extras: try? owner.extras(of: item)).attributes
+            let a = SecretItemMapping.attributes(of: item.key, stored: stored)
+            return SecretItemMapping.matches(a, query, natural: stored == nil)
         }
     }
 

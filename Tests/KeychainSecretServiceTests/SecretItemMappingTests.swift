@@ -45,6 +45,17 @@ struct SecretItemMappingTests {
         #expect(a == ["service": "new", "username": "bea", "app": "x"])
     }
 
+    @Test func aStoredSchemaIsKept() throws {
+        let i = ItemKey.internet(try InternetPasswordKey(server: "h", account: "u"))
+        let a = SecretItemMapping.attributes(of: i, stored: ["xdg:schema": "org.gnome.keyring.NetworkPassword", "user": "old",
+                                                              "server": "h", "protocol": "https"])
+        #expect(a == ["xdg:schema": "org.gnome.keyring.NetworkPassword", "user": "u", "server": "h", "protocol": "https"])
+        // A natural internet item answers to git's schema and to libsecret's network schema.
+        let natural = SecretItemMapping.attributes(of: i, stored: nil)
+        #expect(SecretItemMapping.matches(natural, ["xdg:schema": "org.gnome.keyring.NetworkPassword", "server": "h"], natural: true))
+        #expect(!SecretItemMapping.matches(natural, ["xdg:schema": "org.example.Other"], natural: true))
+    }
+
     @Test func extrasRoundTripAndKeepGitsLines() {
         let git = SecureBytes(copying: Array("password_expiry_utc=123\noauth_refresh_token=tok\n".utf8))
         let map = ["we=ird": "new\nline%", "ключ": "значение", "": "empty name"]
