@@ -70,7 +70,7 @@ let package = Package(
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
         .target(name: "KeychainBackup", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
         .target(name: "KeychainConfig", dependencies: [
-            "KeychainModel", "KeychainStore",
+            "KeychainModel",
             .product(name: "TOMLKit", package: "TOMLKit"),
         ]),
         // The daemon's composition: the owner, the FUSE mount, the control service and socket,
@@ -112,6 +112,11 @@ let package = Package(
         .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),
         .testTarget(name: "KeychainSecretServiceTests", dependencies: ["KeychainSecretService", "COpenSSL", "KeychainCrypto"]),
         .testTarget(name: "KeychainBackupTests", dependencies: ["KeychainBackup", "KeychainStore"]),
+        // Every row of ItemAttribute.all through every channel, the CLI's among them.
+        .testTarget(name: "AttributeTableTests", dependencies: [
+            "KeychainStore", "KeychainBackup", "KeychainControlProtocol", "KeychainFileSystem", "keychainfs-full",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -86,14 +86,3 @@ void kcfs_session_unmount_and_destroy(struct fuse_session *se) {
     fuse_session_unmount(se);
     fuse_session_destroy(se);
 }
-
-#include <sys/prctl.h>
-#include <sys/resource.h>
-
-/* Not dumpable: no core file, no ptrace attach by other processes of the same user. */
-int kcfs_harden_process(void) {
-    struct rlimit none = {0, 0};
-    int a = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-    int b = setrlimit(RLIMIT_CORE, &none);
-    return a == 0 && b == 0 ? 0 : -1;
-}

@@ -11,9 +11,9 @@ import KeychainBatch
 ///     generic:  service · account
 ///     internet: server · port u16 · path · protocol 4 bytes · authentication type 4 bytes ·
 ///               security domain · account
-///     present u8 (bit 0 label, 1 comment, 2 description, 3 generic, 4 creator, 5 type,
-///     6 extras), then those that are present up to bit 5, in that order (creator and type 4
-///     bytes each)
+///     present u8 (each attribute's `ItemAttribute.presenceBit`: 0 label to 5 type; bit 6
+///     extras), then the attributes that are present, in the table's order: text and bytes
+///     as strings, four-character codes as their 4 bytes
 ///     created, modified: the `Double` seconds since 2001 as their 64-bit pattern, so they
 ///     round-trip exactly
 ///     secret
@@ -44,15 +44,17 @@ public struct BackupPayload: @unchecked Sendable {
             out.code(i.protocol.code); out.code(i.authenticationType.code)
             out.string(i.securityDomain); out.string(i.account)
         }
-        let present: [Bool] = [a.label != nil, a.comment != nil, a.description != nil, a.generic != nil,
-                               a.creator != nil, a.type != nil, extras != nil]
-        out.u8(present.enumerated().reduce(0) { $0 | ($1.element ? 1 << UInt8($1.offset) : 0) })
-        if let v = a.label { out.string(v) }
-        if let v = a.comment { out.string(v) }
-        if let v = a.description { out.string(v) }
-        if let v = a.generic { v.withUnsafeBytes { out.bytes($0) } }
-        if let v = a.creator { out.code(v) }
-        if let v = a.type { out.code(v) }
+        let present = ItemAttribute.all.compactMap { attribute in
+            a.values[attribute].map { (attribute.presenceBit, $0) }
+        }
+        out.u8(present.reduce(extras != nil ? Self.extrasBit : 0) { $0 | 1 << $1.0 })
+        for (_, value) in present {
+            switch value {
+            case .text(let v): out.string(v)
+            case .bytes(let v): v.withUnsafeBytes { out.bytes($0) }
+            case .code(let v): out.code(v)
+            }
+        }
         out.u64(a.created.timeIntervalSinceReferenceDate.bitPattern)
         out.u64(a.modified.timeIntervalSinceReferenceDate.bitPattern)
         out.bytes(secret)
@@ -101,25 +103,33 @@ public struct BackupPayload: @unchecked Sendable {
                 throw malformed("an unknown item kind")
             }
         } catch let e as ModelError {
-            throw KeychainError.invalidInput("the backup holds an item that cannot be stored: \(KeychainError(e).description)")
+            let why = "the backup holds an item that cannot be stored: \(KeychainError(e).description)"
+            // Too long is told apart (exit 66), as everywhere else an item is refused for it.
+            if case .nameTooLong = e { throw KeychainError.nameTooLong(why) }
+            throw KeychainError.invalidInput(why)
         }
         let present = try input.u8()
-        guard present < 1 << 7 else { throw malformed("unknown attributes") }
-        func has(_ bit: Int) -> Bool { present & (1 << bit) != 0 }
+        guard present & ~(knownBits | extrasBit) == 0 else { throw malformed("unknown attributes") }
         var a = ItemAttributes(accessible: accessible)
-        if has(0) { a.label = try input.string() }
-        if has(1) { a.comment = try input.string() }
-        if has(2) { a.description = try input.string() }
-        if has(3) { a.generic = Data(try input.bytes()) }
-        if has(4) { a.creator = try input.code() }
-        if has(5) { a.type = try input.code() }
+        for attribute in ItemAttribute.all where present & 1 << attribute.presenceBit != 0 {
+            let value: AttributeValue = switch attribute.kind {
+            case .text: .text(try input.string())
+            case .bytes: .bytes(Data(try input.bytes()))
+            case .code: .code(try input.code())
+            }
+            a.values[attribute] = value
+        }
         a.created = Date(timeIntervalSinceReferenceDate: Double(bitPattern: try input.u64()))
         a.modified = Date(timeIntervalSinceReferenceDate: Double(bitPattern: try input.u64()))
         let secret = try input.span()
         guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
-        let extras = has(6) ? try input.span() : nil
+        let extras = present & extrasBit != 0 ? try input.span() : nil
         return ItemBatch.Entry(record: ItemRecord(key: key, attributes: a), secret: secret, extras: extras)
     }
+
+    /// The item's extras follow its secret. Bit 6 is never an attribute's (`ItemAttribute.all`).
+    static let extrasBit: UInt8 = 1 << 6
+    static let knownBits = ItemAttribute.all.reduce(UInt8(0)) { $0 | 1 << $1.presenceBit }
 
     static func malformed(_ what: String) -> KeychainError {
         .integrityFailure("the backup's contents are malformed: \(what)")

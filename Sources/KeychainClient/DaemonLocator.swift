@@ -49,9 +49,9 @@ public enum DaemonLocator {
                     throw KeychainError.daemonVersionMismatch(running: record.version == ControlProtocol.softwareVersion
                         ? "\(record.version) (control protocol \(record.protocolVersion))" : record.version)
                 }
+                // The connection that shows the daemon answers carries the command's first request.
                 if let probe = try RemoteKeychainService.connect(record.socketPath, deadline: .after(seconds: 2)) {
-                    close(probe)
-                    return .daemon(RemoteKeychainService(socketPath: record.socketPath), record)
+                    return .daemon(RemoteKeychainService(socketPath: record.socketPath, connection: probe), record)
                 }
                 throw unreachable(store, holder: record.pid, socket: record.socketPath)
             }

@@ -9,16 +9,49 @@ import KeychainBatch
 import KeychainControlProtocol
 import KeychainCrypto
 import KeychainModel
+import Synchronization
 
 /// The keychain service of a running daemon, over its control socket. Each call is one
 /// connection carrying one request and its reply.
 public final class RemoteKeychainService: KeychainService {
     public let socketPath: String
+    /// The connection that found the daemon (`DaemonLocator`), kept for the first call: a
+    /// command that makes one call connects once. Nil once taken.
+    private let found: Mutex<(fd: Int32, usableUntil: Deadline)?>
+    /// The daemon drops a connection whose request has not arrived 5 s after it connected
+    /// (`ControlServer.requestDeadline`); a found connection older than this (the command read
+    /// a secret from the terminal meanwhile, say) is replaced by a new one.
+    static let foundConnectionLifetime: Double = 2
     /// Long enough for an unlock's key derivation behind other unlocks, and a large dump; a
     /// daemon that has not answered by then is treated as gone.
     static let replyTimeout: Double = 120
 
-    public init(socketPath: String) { self.socketPath = socketPath }
+    public init(socketPath: String) {
+        self.socketPath = socketPath
+        found = Mutex(nil)
+    }
+
+    /// Over `connection`, already connected to `socketPath` and checked (`connect`), for the
+    /// first call; this instance closes it.
+    init(socketPath: String, connection: Int32) {
+        self.socketPath = socketPath
+        found = Mutex((connection, .after(seconds: Self.foundConnectionLifetime)))
+    }
+
+    deinit {
+        if let (fd, _) = found.withLock({ $0.take() }) { close(fd) }
+    }
+
+    /// The found connection if it is still fresh and the daemon has not closed it, else a new one.
+    private func connection() throws -> Int32? {
+        if let (fd, usableUntil) = found.withLock({ $0.take() }) {
+            // Nothing is due from the daemon before the request: anything readable is its close.
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            if !usableUntil.hasPassed && poll(&p, 1, 0) == 0 { return fd }
+            close(fd)
+        }
+        return try Self.connect(socketPath, deadline: .after(seconds: 5))
+    }
 
     /// A connection to the daemon, checked to be of this user: passphrases and secrets go to
     /// no one else. Nil when nothing listens, or when the socket's directory is not trusted.
@@ -41,8 +74,11 @@ public final class RemoteKeychainService: KeychainService {
                       onBatch: (ItemBatch) throws -> Void = { _ in }) throws -> ControlReply {
         // Encoded before connecting: a request too large for one frame fails without a connection.
         let frame = try request.frame()
+        // A reply may carry secrets (find -w/-g, dump-keychain -d, export) and a request a
+        // passphrase: from here on, none of the user's other processes may read this one's memory.
+        ProcessProtection.makeNotDumpable()
         let deadline = Deadline.after(seconds: Self.replyTimeout)
-        guard let fd = try Self.connect(socketPath, deadline: .after(seconds: 5)) else {
+        guard let fd = try connection() else {
             throw KeychainError.notMounted("no daemon answers on \(socketPath)")
         }
         defer { close(fd) }

@@ -57,19 +57,23 @@ public enum MountTable {
 
     public static func isMountpoint(_ path: String) -> Bool { entries().contains { $0.mountpoint == path } }
 
-    /// The keychainfs mount at `mountpoint` (a real path), if any.
+    /// The keychainfs mounts that are this user's: the only entries of the table that anything
+    /// here believes or acts on. Any user can mount a FUSE file system that names our store as
+    /// its source (`-o fsname=STORE,subtype=keychainfs`); the kernel's `user_id` option, which
+    /// no one can set for another, says who mounted it.
+    public static func ourKeychainfsMounts() -> [MountEntry] {
+        let uid = getuid()
+        return entries().filter { $0.fstype == keychainfsType && $0.ownerUID == uid }
+    }
+
+    /// Our keychainfs mount at `mountpoint` (a real path), if any.
     public static func keychainfsMount(at mountpoint: String) -> MountEntry? {
-        entries().last { $0.mountpoint == mountpoint && $0.fstype == keychainfsType }
+        ourKeychainfsMounts().last { $0.mountpoint == mountpoint }
     }
 
-    /// The keychainfs mounts that user made.
-    public static func keychainfsMounts(ownedBy uid: uid_t) -> [MountEntry] {
-        entries().filter { $0.fstype == keychainfsType && $0.ownerUID == uid }
-    }
-
-    /// The keychainfs mounts of a store (its real path).
+    /// Our keychainfs mounts of a store (its real path).
     public static func keychainfsMounts(ofStore store: String) -> [MountEntry] {
-        entries().filter { $0.fstype == keychainfsType && $0.source == store }
+        ourKeychainfsMounts().filter { $0.source == store }
     }
 }
 

@@ -1,6 +1,5 @@
 import Foundation
 import KeychainModel
-import KeychainStore
 import TOMLKit
 
 /// The user's defaults from `$XDG_CONFIG_HOME/keychainfs/config.toml`. Every key is optional;
@@ -55,13 +54,16 @@ public struct KeychainConfig: Equatable, Sendable {
             throw KeychainError.invalidInput("cannot read the configuration file \(path): \(error.localizedDescription)")
         }
         guard let text = String(data: data, encoding: .utf8) else {
-            throw KeychainError.invalidInput("\(path): not UTF-8 text")
+            let line = data.split(separator: 0x0a, omittingEmptySubsequences: false)
+                .firstIndex { String(data: Data($0), encoding: .utf8) == nil }.map { $0 + 1 } ?? 1
+            throw KeychainError.invalidInput("\(path):\(line): not UTF-8 text")
         }
         return try parse(text, path: path, home: KeychainLocations.home)
     }
 
     /// Parses the text of a configuration file; `path` only names it in errors.
     public static func parse(_ text: String, path: String, home: String) throws -> KeychainConfig {
+        try TOMLPrecheck.check(text, path: path)
         let table: TOMLTable
         do { table = try TOMLTable(string: text) } catch let e as TOMLParseError {
             throw KeychainError.invalidInput("\(path):\(e.source.begin.line): \(e.description)")
@@ -152,5 +154,101 @@ struct SourceLines {
             }
         }
         return 1
+    }
+}
+
+/// What TOMLKit's parser (toml++) cannot be given: it asserts, aborting the process, on a table
+/// header with no name (`[`, `[[`, `[.]`, `[{]`), and it reads the text as a C string, so a NUL
+/// would end the file early. Such files are refused here with their line, as the parser refuses
+/// the others. Strings and comments are followed as TOML reads them, so that a `[` inside one
+/// is not taken for a header; brackets inside a value (an array, an inline table) are counted,
+/// so that an array's `[` at the start of a line is not one either.
+enum TOMLPrecheck {
+    static func check(_ text: String, path: String) throws {
+        let bytes = Array(text.utf8)
+        var line = 1
+        var depth = 0  // open brackets and braces of a value
+        var atLineStart = true
+        var i = 0
+        func fail(_ message: String) -> KeychainError { .invalidInput("\(path):\(line): \(message)") }
+        func at(_ j: Int) -> UInt8? { j < bytes.count ? bytes[j] : nil }
+        func starts(_ s: String, _ j: Int) -> Bool {
+            let u = Array(s.utf8)
+            return j + u.count <= bytes.count && Array(bytes[j..<j + u.count]) == u
+        }
+        func isKeyStart(_ b: UInt8?) -> Bool {
+            guard let b else { return false }
+            return (b >= 0x41 && b <= 0x5a) || (b >= 0x61 && b <= 0x7a) || (b >= 0x30 && b <= 0x39)
+                || b == UInt8(ascii: "_") || b == UInt8(ascii: "-") || b == UInt8(ascii: "\"") || b == UInt8(ascii: "'")
+        }
+        func isBlank(_ b: UInt8?) -> Bool { b == UInt8(ascii: " ") || b == UInt8(ascii: "\t") }
+        // Moves past a string that opens at `i`. A one-line string ends at its line's end at the
+        // latest (the parser refuses it there); control characters are left to the main loop.
+        func skipString() {
+            let quote = bytes[i]
+            let closing = quote == UInt8(ascii: "\"") ? "\"\"\"" : "'''"
+            let triple = starts(closing, i)
+            i += triple ? 3 : 1
+            while let b = at(i) {
+                if b == 0x0a && !triple { return }
+                if b < 0x20 && b != UInt8(ascii: "\t") && b != 0x0a && b != 0x0d { return }
+                if b == 0x0a { line += 1 }
+                if quote == UInt8(ascii: "\"") && b == UInt8(ascii: "\\") && at(i + 1) != 0x0a {
+                    i += 2
+                    continue
+                }
+                if triple ? starts(closing, i) : b == quote {
+                    i += triple ? 3 : 1
+                    return
+                }
+                i += 1
+            }
+        }
+        while let b = at(i) {
+            if b == 0x7f || (b < 0x20 && b != UInt8(ascii: "\t") && b != 0x0a && b != 0x0d) {
+                throw fail("a control character (byte \(b)) is not allowed in the file")
+            }
+            switch b {
+            case 0x0a:
+                line += 1
+                atLineStart = true
+                i += 1
+                continue
+            case UInt8(ascii: " "), UInt8(ascii: "\t"), 0x0d:
+                i += 1
+                continue
+            case UInt8(ascii: "#"):
+                while let c = at(i), c != 0x0a {
+                    if c == 0x7f || (c < 0x20 && c != UInt8(ascii: "\t") && c != 0x0d) {
+                        throw fail("a control character (byte \(c)) is not allowed in the file")
+                    }
+                    i += 1
+                }
+                continue
+            case UInt8(ascii: "\""), UInt8(ascii: "'"):
+                skipString()
+            case UInt8(ascii: "["):
+                if atLineStart && depth == 0 {
+                    var j = i + 1
+                    if at(j) == UInt8(ascii: "[") { j += 1 }
+                    while isBlank(at(j)) { j += 1 }
+                    guard isKeyStart(at(j)) else {
+                        throw fail("a table header needs a name (the configuration has no tables; keys: "
+                            + KeychainConfig.keys.joined(separator: ", ") + ")")
+                    }
+                }
+                depth += 1
+                i += 1
+            case UInt8(ascii: "{"):
+                depth += 1
+                i += 1
+            case UInt8(ascii: "]"), UInt8(ascii: "}"):
+                depth = max(0, depth - 1)
+                i += 1
+            default:
+                i += 1
+            }
+            atLineStart = false
+        }
     }
 }

@@ -302,12 +302,7 @@ package enum WireItem {
         w.field(.internetProtocol, ifPresent: q.protocol?.code.text)
         w.field(.authenticationType, ifPresent: q.authenticationType?.code.text)
         w.field(.securityDomain, ifPresent: q.securityDomain)
-        w.field(.label, ifPresent: q.label)
-        w.field(.comment, ifPresent: q.comment)
-        w.field(.description, ifPresent: q.description)
-        if let generic = q.generic { w.field(.generic, bytes: Array(generic)) }
-        w.field(.creator, ifPresent: q.creator?.text)
-        w.field(.type, ifPresent: q.type?.text)
+        write(q.attributes, to: w)
     }
 
     package static func query(_ f: WireFields) throws -> ItemQuery {
@@ -316,20 +311,22 @@ package enum WireItem {
                   port: try f.integer(.port, as: UInt16.self), path: try f.string(.path),
                   protocol: try code(f, .internetProtocol, as: InternetProtocol.self),
                   authenticationType: try code(f, .authenticationType, as: AuthenticationType.self),
-                  securityDomain: try f.string(.securityDomain), label: try f.string(.label),
-                  comment: try f.string(.comment), description: try f.string(.description),
-                  generic: try f.bytes(.generic).map { Data($0) },
-                  creator: try f.string(.creator).map { t in try validated { try FourCharCode(t) } },
-                  type: try f.string(.type).map { t in try validated { try FourCharCode(t) } })
+                  securityDomain: try f.string(.securityDomain), attributes: try values(f))
+    }
+
+    /// The settable attributes, each under its tag from `ItemAttribute.all`.
+    static func write(_ values: AttributeValues, to w: WireWriter) {
+        for a in ItemAttribute.all { if let v = values[a] { w.field(a, v) } }
+    }
+
+    static func values(_ f: WireFields) throws -> AttributeValues {
+        var values = AttributeValues()
+        for a in ItemAttribute.all { values[a] = try f.attribute(a) }
+        return values
     }
 
     static func write(_ c: AttributeChanges, to w: WireWriter) {
-        w.field(.label, ifPresent: c.label)
-        w.field(.comment, ifPresent: c.comment)
-        w.field(.description, ifPresent: c.description)
-        if let generic = c.generic { w.field(.generic, bytes: Array(generic)) }
-        w.field(.creator, ifPresent: c.creator?.text)
-        w.field(.type, ifPresent: c.type?.text)
+        write(c.values, to: w)
         if let a = c.accessible { w.field(.accessible, UInt8(a.code)) }
     }
 
@@ -344,23 +341,13 @@ package enum WireItem {
 
     package static func changes(_ f: WireFields?) throws -> AttributeChanges {
         guard let f else { return AttributeChanges() }
-        return AttributeChanges(
-            label: try f.string(.label), comment: try f.string(.comment), description: try f.string(.description),
-            generic: try f.bytes(.generic).map { Data($0) },
-            creator: try f.string(.creator).map { t in try validated { try FourCharCode(t) } },
-            type: try f.string(.type).map { t in try validated { try FourCharCode(t) } },
-            accessible: try accessible(f))
+        return AttributeChanges(try values(f), accessible: try accessible(f))
     }
 
     static func write(_ r: ItemRecord, to w: WireWriter) {
         w.nested(.key) { write(r.key, to: $0) }
         let a = r.attributes
-        w.field(.label, ifPresent: a.label)
-        w.field(.comment, ifPresent: a.comment)
-        w.field(.description, ifPresent: a.description)
-        if let generic = a.generic { w.field(.generic, bytes: Array(generic)) }
-        w.field(.creator, ifPresent: a.creator?.text)
-        w.field(.type, ifPresent: a.type?.text)
+        write(a.values, to: w)
         w.field(.accessible, UInt8(a.accessible.code))
         w.field(.created, a.created.timeIntervalSinceReferenceDate.bitPattern)
         w.field(.modified, a.modified.timeIntervalSinceReferenceDate.bitPattern)
@@ -374,9 +361,8 @@ package enum WireItem {
         }
         let changes = try changes(f)
         guard let accessible = changes.accessible else { throw WireFields.malformed("a record without its class") }
-        let attributes = ItemAttributes(label: changes.label, comment: changes.comment, description: changes.description,
-                                        generic: changes.generic, creator: changes.creator, type: changes.type,
-                                        accessible: accessible, created: try date(.created), modified: try date(.modified))
+        let attributes = ItemAttributes(changes.values, accessible: accessible, created: try date(.created),
+                                        modified: try date(.modified))
         return ItemRecord(key: try key(f.nested(required: .key)), attributes: attributes)
     }
 

@@ -57,6 +57,13 @@ public enum MountRegistry {
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let data: Data
         do { data = try encoder.encode(record) } catch { throw KeychainError.io("cannot encode the mount record: \(error)") }
+        // One another user planted (possible only in a sticky directory such as /tmp, since a
+        // store in a directory others can write is refused) is never replaced or trusted.
+        var st = stat()
+        if lstat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG || st.st_uid != getuid() {
+            throw KeychainError.io("\(path) is not this store's daemon record (it is not a regular file of this user); "
+                + "refusing to use it. Remove it if you know where it came from")
+        }
         let temp = path + ".\(getpid()).tmp"
         unlink(temp)
         let fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)

@@ -12,7 +12,7 @@ import KeychainModel
 /// `tag (UInt16) | length (UInt32) | value`, big-endian; a nested value is itself a sequence
 /// of fields. Integers have the width their field says; strings are UTF-8; secrets are raw bytes.
 /// Never renumber a tag: add new ones. Tags 1 and 2 are frozen for the version-mismatch frame.
-package enum WireTag: UInt16 {
+package enum WireTag: UInt16, CaseIterable {
     // The version-mismatch frame (frozen across versions).
     case softwareVersion = 1        // string
     case protocolVersion = 2        // u16
@@ -29,13 +29,8 @@ package enum WireTag: UInt16 {
     case authenticationType = 18    // four ASCII bytes
     case securityDomain = 19        // string
 
-    // Attributes.
-    case label = 30                 // string
-    case comment = 31               // string
-    case description = 32           // string
-    case generic = 33               // bytes
-    case creator = 34               // four ASCII bytes
-    case type = 35                  // four ASCII bytes
+    // Attributes. The settable ones take their tags from `ItemAttribute.all` (30 to 35 today:
+    // label, comment, description, generic, creator, type), never one of these.
     case accessible = 36            // u8: `AccessibilityClass.code`
     case created = 37               // u64: bits of the Double seconds since 2001
     case modified = 38              // u64, as `created`
@@ -133,8 +128,19 @@ package final class WireWriter {
         }
     }
 
-    package func field(_ tag: WireTag, _ value: UnsafeRawBufferPointer) {
-        integer(tag.rawValue)
+    package func field(_ tag: WireTag, _ value: UnsafeRawBufferPointer) { field(tag: tag.rawValue, value) }
+
+    /// An attribute's value, under its tag from the table: text as UTF-8, a code as its four
+    /// bytes, bytes as they are.
+    package func field(_ attribute: ItemAttribute, _ value: AttributeValue) { field(attribute, bytes: value.bytes) }
+
+    /// Any bytes under an attribute's tag (what a client that skips validation could send).
+    package func field(_ attribute: ItemAttribute, bytes: [UInt8]) {
+        bytes.withUnsafeBytes { field(tag: attribute.wireTag, $0) }
+    }
+
+    private func field(tag: UInt16, _ value: UnsafeRawBufferPointer) {
+        integer(tag)
         integer(UInt32(value.count))
         raw(value)
     }
@@ -192,12 +198,26 @@ package struct WireFields {
 
     package static func malformed(_ why: String) -> KeychainError { .io("malformed control message: \(why)") }
 
-    private func ranges(_ tag: WireTag) -> [Range<Int>] { fields.filter { $0.tag == tag.rawValue }.map(\.range) }
+    private func ranges(_ tag: WireTag) -> [Range<Int>] { ranges(tag: tag.rawValue) }
+    private func ranges(tag: UInt16) -> [Range<Int>] { fields.filter { $0.tag == tag }.map(\.range) }
 
-    private func one(_ tag: WireTag) throws -> Range<Int>? {
-        let found = ranges(tag)
-        guard found.count <= 1 else { throw Self.malformed("field \(tag) appears \(found.count) times") }
+    private func one(_ tag: WireTag) throws -> Range<Int>? { try one(tag: tag.rawValue, named: "\(tag)") }
+
+    private func one(tag: UInt16, named name: String) throws -> Range<Int>? {
+        let found = ranges(tag: tag)
+        guard found.count <= 1 else { throw Self.malformed("field \(name) appears \(found.count) times") }
         return found.first
+    }
+
+    /// An attribute's value under its tag from the table. Text that is not UTF-8 is a malformed
+    /// message; a bad four-character code is the model's error, as on the command line.
+    package func attribute(_ attribute: ItemAttribute) throws -> AttributeValue? {
+        guard let r = try one(tag: attribute.wireTag, named: attribute.name) else { return nil }
+        let raw = frame.withUnsafeBytes { Array($0[r]) }
+        if attribute.kind != .bytes && String(validating: raw, as: UTF8.self) == nil {
+            throw Self.malformed("field \(attribute.name) is not UTF-8")
+        }
+        do { return try attribute.value(from: raw) } catch { throw KeychainError(error) }
     }
 
     package func has(_ tag: WireTag) -> Bool { fields.contains { $0.tag == tag.rawValue } }

@@ -50,7 +50,7 @@ package final class MountDaemon: Sendable {
     /// Runs until unmounted. `ready` is told once the mount serves, or why it could not.
     package func run(passphrase: SecureBytes?, ready: (Result<Void, KeychainError>) -> Void) -> Int32 {
         // Before any key is loaded.
-        ProcessHardening.apply()
+        ProcessProtection.makeNotDumpable()
         reportLockedMemory()
         var storeLock: Int32 = -1
         let owner: ServedKeychain, tree: KeychainTree, mount: FuseMount

@@ -5,12 +5,13 @@ import KeychainStore
 /// The `user.keychain.*` extended attributes of items and of the mount root.
 extension KeychainTree {
     static let prefix = "user.keychain."
-    static let itemNames = ["label", "comment", "description", "generic", "creator", "type", "accessible",
-                            "created", "modified"]
+    /// The settable attributes come from `ItemAttribute.all`. The class and the dates are not
+    /// in that table: the class is not optional and picks the key that seals the item, and the
+    /// dates are the store's. The internet names are parts of the key: setting one renames the item.
+    static let itemNames = ItemAttribute.all.map(\.xattrName) + ["accessible", "created", "modified"]
     static let internetNames = ["protocol", "authtype", "securitydomain"]
     static let rootNames = ["state", "lock-after", "items"]
     static let readOnly: Set<String> = ["created", "modified"]
-    static let removable: Set<String> = ["label", "comment", "description", "generic", "creator", "type", "securitydomain"]
 
     private func attributeName(_ name: String) throws(FileSystemError) -> String {
         guard name.hasPrefix(Self.prefix) else { throw .noData }
@@ -50,15 +51,10 @@ extension KeychainTree {
 
     private func value(of name: String, _ item: KeychainItem) throws(FileSystemError) -> [UInt8]? {
         let a = item.record.attributes
+        if let attribute = ItemAttribute.withXattrName(name) { return a.values[attribute]?.bytes }
         func text(_ s: String?) -> [UInt8]? { s.map { Array($0.utf8) } }
         let iso = ISO8601DateFormatter()
         switch (name, item.key) {
-        case ("label", _): return text(a.label)
-        case ("comment", _): return text(a.comment)
-        case ("description", _): return text(a.description)
-        case ("generic", _): return a.generic.map { [UInt8]($0) }
-        case ("creator", _): return text(a.creator?.text)
-        case ("type", _): return text(a.type?.text)
         case ("accessible", _): return text(a.accessible.rawValue)
         case ("created", _): return text(iso.string(from: a.created))
         case ("modified", _): return text(iso.string(from: a.modified))
@@ -81,18 +77,16 @@ extension KeychainTree {
         }
         try change(path, name: name) { record throws(FileSystemError) in
             let short = try attributeName(name)
-            // `generic` holds bytes; every other attribute is text.
-            guard let text = String(validating: value, as: UTF8.self) ?? (short == "generic" ? "" : nil) else {
-                throw .invalid
+            if let attribute = ItemAttribute.withXattrName(short) {
+                do { record.attributes.values[attribute] = try attribute.value(from: value) } catch {
+                    throw .from(error)
+                }
+                return
             }
+            // Every other attribute is text.
+            guard let text = String(validating: value, as: UTF8.self) else { throw .invalid }
             do {
                 switch (short, record.key) {
-                case ("label", _): record.attributes.label = text
-                case ("comment", _): record.attributes.comment = text
-                case ("description", _): record.attributes.description = text
-                case ("generic", _): record.attributes.generic = Data(value)
-                case ("creator", _): record.attributes.creator = try FourCharCode(text)
-                case ("type", _): record.attributes.type = try FourCharCode(text)
                 case ("accessible", _): record.attributes.accessible = try AccessibilityClass(parsing: text)
                 case ("protocol", .internet(var k)):
                     k.protocol = try InternetProtocol(parsing: text)
@@ -120,13 +114,12 @@ extension KeychainTree {
 
     public func removeAttribute(_ path: String, name: String) throws(FileSystemError) {
         try change(path, name: name) { record throws(FileSystemError) in
-            switch try attributeName(name) {
-            case "label": record.attributes.label = nil
-            case "comment": record.attributes.comment = nil
-            case "description": record.attributes.description = nil
-            case "generic": record.attributes.generic = nil
-            case "creator": record.attributes.creator = nil
-            case "type": record.attributes.type = nil
+            let short = try attributeName(name)
+            if let attribute = ItemAttribute.withXattrName(short) {
+                record.attributes.values[attribute] = nil
+                return
+            }
+            switch short {
             case "securitydomain":
                 guard case .internet(var k) = record.key else { throw .noData }
                 k.securityDomain = ""

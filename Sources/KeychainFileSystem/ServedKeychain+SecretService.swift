@@ -17,13 +17,13 @@ extension ServedKeychain {
             for key in keys {
                 guard let existing = try self.items(matching: .exactly(key)).first else {
                     if try c.isTaken(key) { continue }
-                    let item = try c.save(key, secret: secret, extras: extras(nil), changes: AttributeChanges(label: label),
+                    let item = try c.save(key, secret: secret, extras: extras(nil), changes: AttributeChanges { $0.label = label },
                                           updateExisting: false)
                     return (item, false)
                 }
                 let old = try self.extras(of: existing)
                 guard replaces(existing, old) else { continue }
-                let item = try c.save(key, secret: secret, extras: extras(old), changes: AttributeChanges(label: label),
+                let item = try c.save(key, secret: secret, extras: extras(old), changes: AttributeChanges { $0.label = label },
                                       updateExisting: true)
                 return (item, true)
             }

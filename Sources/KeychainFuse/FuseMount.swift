@@ -87,9 +87,3 @@ public final class FuseMount: @unchecked Sendable {
         kcfs_session_unmount_and_destroy(se)
     }
 }
-
-/// The daemon holds keys: it must not be dumpable and must write no core file.
-public enum ProcessHardening {
-    @discardableResult
-    public static func apply() -> Bool { kcfs_harden_process() == 0 }
-}

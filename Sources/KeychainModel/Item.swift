@@ -55,6 +55,7 @@ public struct InternetPasswordKey: Hashable, Codable, Sendable {
         self.account = account
         self.accessGroup = accessGroup
         try TreeName.validate(InternetVariantName.fileName(for: self), as: "account with its variant suffix")
+        try InternetTreePath.validate(self)
     }
 
     /// The item an internet file made through the tree stands for: the port's protocol,
@@ -154,30 +155,70 @@ public enum ItemKind: Int, Codable, Sendable {
     case internet = 2
 }
 
-/// The attributes every item carries besides its primary key.
+/// The attributes every item carries besides its primary key: those the user sets (one row
+/// each in `ItemAttribute.all`, read as `attributes.label` and so on), and the class and dates.
+@dynamicMemberLookup
 public struct ItemAttributes: Hashable, Codable, Sendable {
-    public var label: String?
-    public var comment: String?
-    public var description: String?
-    public var generic: Data?
-    public var creator: FourCharCode?
-    public var type: FourCharCode?
+    /// The attributes the user sets.
+    public var values: AttributeValues
     public var accessible: AccessibilityClass
     public var created: Date
     public var modified: Date
 
-    public init(label: String? = nil, comment: String? = nil, description: String? = nil,
-                generic: Data? = nil, creator: FourCharCode? = nil, type: FourCharCode? = nil,
-                accessible: AccessibilityClass = .default, created: Date = Date(), modified: Date? = nil) {
-        self.label = label
-        self.comment = comment
-        self.description = description
-        self.generic = generic
-        self.creator = creator
-        self.type = type
+    /// `modified` nil is `created`.
+    public init(_ values: AttributeValues = AttributeValues(), accessible: AccessibilityClass = .default,
+                created: Date = Date(), modified: Date? = nil) {
+        self.values = values
         self.accessible = accessible
         self.created = created
         self.modified = modified ?? created
+    }
+
+    /// Each of the `AttributeValues`, by its name (`.label`), read and set in place.
+    public subscript<T>(dynamicMember path: WritableKeyPath<AttributeValues, T>) -> T {
+        get { values[keyPath: path] }
+        set { values[keyPath: path] = newValue }
+    }
+
+    // Flat JSON, one key per attribute, as the rows of stores before format 1 were written.
+    private struct Key: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(_ s: String) { stringValue = s }
+        init?(stringValue s: String) { stringValue = s }
+        init?(intValue: Int) { nil }
+    }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: Key.self)
+        values = AttributeValues()
+        for a in ItemAttribute.all {
+            let key = Key(a.name)
+            let v: AttributeValue? = switch a.kind {
+            case .text: try c.decodeIfPresent(String.self, forKey: key).map(AttributeValue.text)
+            case .bytes: try c.decodeIfPresent(Data.self, forKey: key).map(AttributeValue.bytes)
+            case .code: try c.decodeIfPresent(FourCharCode.self, forKey: key).map(AttributeValue.code)
+            }
+            values[a] = v
+        }
+        accessible = try c.decode(AccessibilityClass.self, forKey: Key("accessible"))
+        created = try c.decode(Date.self, forKey: Key("created"))
+        modified = try c.decode(Date.self, forKey: Key("modified"))
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: Key.self)
+        for a in ItemAttribute.all {
+            switch values[a] {
+            case .text(let s)?: try c.encode(s, forKey: Key(a.name))
+            case .bytes(let d)?: try c.encode(d, forKey: Key(a.name))
+            case .code(let code)?: try c.encode(code, forKey: Key(a.name))
+            case nil: break
+            }
+        }
+        try c.encode(accessible, forKey: Key("accessible"))
+        try c.encode(created, forKey: Key("created"))
+        try c.encode(modified, forKey: Key("modified"))
     }
 }
 

@@ -9,6 +9,7 @@ import Foundation
 /// Which items a find or delete acts on. Attributes left nil match anything, as with
 /// `SecItemCopyMatching`; an attribute filter matches only items that have that attribute,
 /// with exactly that value.
+@dynamicMemberLookup
 public struct ItemQuery: Codable, Sendable, Equatable {
     public var kind: ItemKind
     public var accessGroup: String?
@@ -22,25 +23,24 @@ public struct ItemQuery: Codable, Sendable, Equatable {
     public var `protocol`: InternetProtocol?
     public var authenticationType: AuthenticationType?
     public var securityDomain: String?
-    /// Attribute filters (macOS `security`'s -l -j -D -G -c -C); they are sealed, so they are
-    /// checked on each candidate after it is decrypted.
-    public var label: String?
-    public var comment: String?
-    public var description: String?
-    public var generic: Data?
-    public var creator: FourCharCode?
-    public var type: FourCharCode?
+    /// Attribute filters (macOS `security`'s -l -j -D -G -c -C), read and set as `query.label`
+    /// and so on; they are sealed, so they are checked on each candidate after it is decrypted.
+    public var attributes: AttributeValues
 
     public init(kind: ItemKind, accessGroup: String? = nil, account: String? = nil, service: String? = nil,
                 server: String? = nil, port: UInt16? = nil, path: String? = nil, protocol proto: InternetProtocol? = nil,
                 authenticationType: AuthenticationType? = nil, securityDomain: String? = nil,
-                label: String? = nil, comment: String? = nil, description: String? = nil, generic: Data? = nil,
-                creator: FourCharCode? = nil, type: FourCharCode? = nil) {
+                attributes: AttributeValues = AttributeValues()) {
         self.kind = kind; self.accessGroup = accessGroup; self.account = account; self.service = service
         self.server = server; self.port = port; self.path = path.map(InternetPath.normalize); self.protocol = proto
         self.authenticationType = authenticationType; self.securityDomain = securityDomain
-        self.label = label; self.comment = comment; self.description = description; self.generic = generic
-        self.creator = creator; self.type = type
+        self.attributes = attributes
+    }
+
+    /// Each of the `AttributeValues`, by its name (`.label`), read and set in place.
+    public subscript<T>(dynamicMember path: WritableKeyPath<AttributeValues, T>) -> T {
+        get { attributes[keyPath: path] }
+        set { attributes[keyPath: path] = newValue }
     }
 
     /// True when the query names nothing but the kind: it matches every item of that kind.
@@ -93,37 +93,38 @@ public struct ItemQuery: Codable, Sendable, Equatable {
 
     /// The key matches, and so does every attribute filter.
     public func matches(_ record: ItemRecord) -> Bool {
-        func eq<T: Equatable>(_ want: T?, _ have: T?) -> Bool { want.map { $0 == have } ?? true }
-        let a = record.attributes
-        return matches(record.key) && eq(label, a.label) && eq(comment, a.comment) && eq(description, a.description)
-            && eq(generic, a.generic) && eq(creator, a.creator) && eq(type, a.type)
+        matches(record.key) && attributes.isContained(in: record.attributes.values)
     }
 }
 
-/// Attribute values to set on add or update; nil leaves an attribute as it is.
+/// Attribute values to set on add or update (read and set as `changes.label` and so on);
+/// nil leaves an attribute as it is.
+@dynamicMemberLookup
 public struct AttributeChanges: Codable, Sendable, Equatable {
-    public var label: String?
-    public var comment: String?
-    public var description: String?
-    public var generic: Data?
-    public var creator: FourCharCode?
-    public var type: FourCharCode?
+    /// The attributes to set; those left nil stay as they are.
+    public var values: AttributeValues
     public var accessible: AccessibilityClass?
 
-    public init(label: String? = nil, comment: String? = nil, description: String? = nil, generic: Data? = nil,
-                creator: FourCharCode? = nil, type: FourCharCode? = nil, accessible: AccessibilityClass? = nil) {
-        self.label = label; self.comment = comment; self.description = description; self.generic = generic
-        self.creator = creator; self.type = type; self.accessible = accessible
+    /// `accessible` nil keeps the item's class (or gives a new item the default one).
+    public init(_ values: AttributeValues = AttributeValues(), accessible: AccessibilityClass? = nil) {
+        self.values = values
+        self.accessible = accessible
+    }
+
+    /// Values set by `build`: `AttributeChanges { $0.label = "work" }`.
+    public init(accessible: AccessibilityClass? = nil, _ build: (inout AttributeValues) throws -> Void) rethrows {
+        self.init(try AttributeValues(build), accessible: accessible)
+    }
+
+    /// Each of the `AttributeValues`, by its name (`.label`), read and set in place.
+    public subscript<T>(dynamicMember path: WritableKeyPath<AttributeValues, T>) -> T {
+        get { values[keyPath: path] }
+        set { values[keyPath: path] = newValue }
     }
 
     public func applied(to a: ItemAttributes) -> ItemAttributes {
         var a = a
-        if let label { a.label = label }
-        if let comment { a.comment = comment }
-        if let description { a.description = description }
-        if let generic { a.generic = generic }
-        if let creator { a.creator = creator }
-        if let type { a.type = type }
+        a.values.apply(values)
         if let accessible { a.accessible = accessible }
         return a
     }

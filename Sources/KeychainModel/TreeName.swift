@@ -1,7 +1,9 @@
 /// How a name (service, account, server, path segment) appears as one file name in the tree.
 ///
-/// Almost every name maps straight through. `%`, `/` and NUL become `%25`, `%2F`, `%00`;
-/// the names `.` and `..` become `%2E` and `%2E%2E`; the empty name becomes a lone `%`.
+/// Almost every name maps straight through. `%`, `/` and the control characters (NUL to
+/// U+001F, and DEL) become `%25`, `%2F`, `%00`…`%1F`, `%7F`: a name may hold any character, but
+/// a raw newline or escape in a file name would break `ls`, line-based tools and terminals.
+/// The names `.` and `..` become `%2E` and `%2E%2E`; the empty name becomes a lone `%`.
 /// Because `%` is always escaped, a `%` that is not followed by two hex digits can never come
 /// from a name, which leaves room for the variant suffix (`%~`) used under `internet/`.
 public enum TreeName {
@@ -17,7 +19,8 @@ public enum TreeName {
             switch scalar {
             case "%": out += "%25"
             case "/": out += "%2F"
-            case "\0": out += "%00"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+                out += "%" + String(hexDigits[Int(scalar.value >> 4)]) + String(hexDigits[Int(scalar.value & 0xF)])
             default: out.unicodeScalars.append(scalar)
             }
         }
@@ -56,6 +59,8 @@ public enum TreeName {
             throw .nameTooLong("\(what) is \(n) bytes once escaped; the limit is \(maxBytes)")
         }
     }
+
+    private static let hexDigits = Array("0123456789ABCDEF")
 
     private static func hex(_ c: UInt8) -> UInt8? {
         switch c {

@@ -5,12 +5,15 @@ import KeychainModel
 ///
 /// Format 1 is binary: the format byte, the kind, then each field in a fixed order, strings and
 /// data as a LEB128 length and their bytes, dates as the bits of their `timeIntervalSinceReferenceDate`,
-/// and the optional attributes behind a presence mask. Earlier versions wrote JSON, which starts
+/// and the optional attributes (`ItemAttribute.all`, in its order) behind a mask of their
+/// presence bits. Earlier versions wrote JSON, which starts
 /// with `{`; such rows are still read, and are written again in format 1 when they next change.
 /// Decoding JSON was a quarter to a third of a 100,000-item mount.
 enum AttributeEncoding {
     static let binaryFormat: UInt8 = 1
     static let jsonStart = UInt8(ascii: "{")
+    /// The presence bits of the attributes this version knows; a row with another is refused.
+    static let knownBits = ItemAttribute.all.reduce(UInt8(0)) { $0 | 1 << $1.presenceBit }
 
     static func encode(_ record: ItemRecord) -> [UInt8] {
         var w = Writer()
@@ -29,18 +32,17 @@ enum AttributeEncoding {
         let a = record.attributes
         w.byte(UInt8(a.accessible.code))
         w.date(a.created); w.date(a.modified)
-        var mask: UInt8 = 0
-        for (bit, present) in [a.label != nil, a.comment != nil, a.description != nil, a.generic != nil,
-                               a.creator != nil, a.type != nil].enumerated() where present {
-            mask |= 1 << UInt8(bit)
+        let present = ItemAttribute.all.compactMap { attribute in
+            a.values[attribute].map { (attribute.presenceBit, $0) }
         }
-        w.byte(mask)
-        if let v = a.label { w.string(v) }
-        if let v = a.comment { w.string(v) }
-        if let v = a.description { w.string(v) }
-        if let v = a.generic { w.bytes(v) }
-        if let v = a.creator { w.code(v) }
-        if let v = a.type { w.code(v) }
+        w.byte(present.reduce(0) { $0 | 1 << $1.0 })
+        for (_, value) in present {
+            switch value {
+            case .text(let v): w.string(v)
+            case .bytes(let v): w.bytes(v)
+            case .code(let v): w.code(v)
+            }
+        }
         return w.out
     }
 
@@ -171,15 +173,18 @@ enum AttributeEncoding {
                 return nil
             }
             guard let classCode = byte(), let accessible = AccessibilityClass(code: Int(classCode)),
-                  let created = date(), let modified = date(), let mask = byte(), mask & 0xc0 == 0 else { return nil }
+                  let created = date(), let modified = date(), let mask = byte(),
+                  mask & ~AttributeEncoding.knownBits == 0 else { return nil }
             var a = ItemAttributes(accessible: accessible, created: created, modified: modified)
-            func present(_ bit: Int) -> Bool { mask & (1 << UInt8(bit)) != 0 }
-            if present(0) { guard let v = string() else { return nil }; a.label = v }
-            if present(1) { guard let v = string() else { return nil }; a.comment = v }
-            if present(2) { guard let v = string() else { return nil }; a.description = v }
-            if present(3) { guard let v = data() else { return nil }; a.generic = v }
-            if present(4) { guard let v = code() else { return nil }; a.creator = v }
-            if present(5) { guard let v = code() else { return nil }; a.type = v }
+            for attribute in ItemAttribute.all where mask & 1 << attribute.presenceBit != 0 {
+                let value: AttributeValue? = switch attribute.kind {
+                case .text: string().map(AttributeValue.text)
+                case .bytes: data().map(AttributeValue.bytes)
+                case .code: code().map(AttributeValue.code)
+                }
+                guard let value else { return nil }
+                a.values[attribute] = value
+            }
             guard at == bytes.count else { return nil }
             return ItemRecord(key: key, attributes: a)
         }

@@ -23,6 +23,8 @@ public final class Keychain: @unchecked Sendable {
     /// Set by `--accept-rollback`: rows or a whole store older than this machine last saw are
     /// taken as they are, once, instead of refused.
     let acceptsRollback: Bool
+    /// Seconds since 1970, for the wrong-passphrase backoff; a test gives its own clock.
+    package let clock: @Sendable () -> Int
     /// The rows were checked against the ledger (needs the index key, so at open or at unlock).
     let rowsChecked = Mutex(false)
     /// Whether that check read every row (false: the files were as this machine left them).
@@ -67,10 +69,17 @@ public final class Keychain: @unchecked Sendable {
     /// device key opens the index key, else at unlock: a replayed, restored or removed row, or
     /// a whole store older than this machine last saw, is an integrity failure unless
     /// `acceptRollback`.
-    public init(openingAt path: String, deviceKeyPath: String = KeychainLocations.deviceKey,
-                acceptRollback: Bool = false) throws {
+    public convenience init(openingAt path: String, deviceKeyPath: String = KeychainLocations.deviceKey,
+                            acceptRollback: Bool = false) throws {
+        try self.init(openingAt: path, deviceKeyPath: deviceKeyPath, acceptRollback: acceptRollback, clock: Self.wallClock)
+    }
+
+    /// As the public `init(openingAt:)`, with the clock the backoff reads.
+    package init(openingAt path: String, deviceKeyPath: String = KeychainLocations.deviceKey,
+                 acceptRollback: Bool = false, clock: @escaping @Sendable () -> Int) throws {
         ProcessProtection.makeNotDumpable()
         self.path = path
+        self.clock = clock
         acceptsRollback = acceptRollback
         database = try StoreDatabase(path: path, create: false)
         let (flag, id, generationText) = try Self.mappingDatabaseErrors { [database] in try database.queue.read { db in
@@ -141,7 +150,7 @@ public final class Keychain: @unchecked Sendable {
         if hasPassphrase {
             guard let passphrase else { throw KeychainError.wrongPassphrase }
             let (failures, last) = try failureRecord()
-            let wait = last + Self.backoffDelay(failures: failures) - Self.now()
+            let wait = last + Self.backoffDelay(failures: failures) - clock()
             if wait > 0 { throw KeychainError.tooManyAttempts(retryAfter: wait) }
             // Damaged parameters, salt or verifier are reported as such and count no attempt.
             let record = try read { db in try KDFRecord.load(db, generation: self.keyGeneration, path: self.path) }
@@ -149,7 +158,7 @@ public final class Keychain: @unchecked Sendable {
             do {
                 try keybag.withLock { try $0.unlock(passphraseKey: key, wrapped: wrapped) }
             } catch KeychainError.wrongPassphrase {
-                try setFailureRecord(failures + 1, Self.now())
+                try setFailureRecord(failures + 1, clock())
                 throw KeychainError.wrongPassphrase
             }
             if failures != 0 { try setFailureRecord(0, 0) }
@@ -166,7 +175,7 @@ public final class Keychain: @unchecked Sendable {
         }
     }
 
-    static func now() -> Int { Int(Date().timeIntervalSince1970) }
+    package static let wallClock: @Sendable () -> Int = { Int(Date().timeIntervalSince1970) }
 
     /// Seconds to wait after `failures` wrong passphrases in a row: none for the first two,
     /// then 5 s, doubling up to an hour.
@@ -182,7 +191,7 @@ public final class Keychain: @unchecked Sendable {
                 try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = ?", arguments: [name])
                     .flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? 0
             }
-            return (max(0, try int("failed_unlocks")), min(try int("last_failed_unlock"), Self.now()))
+            return (max(0, try int("failed_unlocks")), min(try int("last_failed_unlock"), self.clock()))
         }
     }
 

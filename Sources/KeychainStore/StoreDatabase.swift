@@ -85,6 +85,10 @@ struct StoreDatabase {
         if !create {
             guard FileManager.default.fileExists(atPath: path) else { throw KeychainError.noSuchStore(path) }
         }
+        // Before SQLite opens or creates anything (StoreFiles).
+        var madeFiles = try StoreFiles.prepare(storePath: path, create: create)
+        var opened = false
+        defer { if !opened { StoreFiles.removeUnused(madeFiles) } }
         do {
             if !create {
                 // Check the format through SQLite, read-only, before anything writes to the file: a foreign
@@ -101,17 +105,19 @@ struct StoreDatabase {
                 }
                 try probe.close()
                 guard ok else { throw KeychainError.notAKeychain("\(path) is not a keychainfs store") }
+                try StoreFiles.checkDatabase(path)
+                madeFiles += try StoreFiles.makeMissingWAL(storePath: path)
             }
             queue = try DatabaseQueue(path: path, configuration: config)
             try queue.writeWithoutTransaction { db in _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") }
             try Self.migrator().migrate(queue)
-            if create { chmod(path, 0o600) }
             // A crash (or a full disk) may have left old frames in the WAL: fold them in and empty it.
             let wal = WriteAheadLog(storePath: path)
             try queue.writeWithoutTransaction { db in wal.truncate(db) }
             wal.keepReserve()
             log = wal
             stateAfterOpen = StoreFileState(storePath: path)
+            opened = true
         } catch let e as KeychainError {
             throw e
         } catch let e as DatabaseError where e.resultCode == .SQLITE_NOTADB || e.resultCode == .SQLITE_CORRUPT {

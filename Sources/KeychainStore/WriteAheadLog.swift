@@ -71,8 +71,8 @@ final class WriteAheadLog: Sendable {
     func keepReserve() {
         var st = stat()
         if stat(reservePath, &st) == 0 && st.st_size >= Self.reserveBytes { return }
-        let fd = open(reservePath, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return }
+        // Never through a planted symlink, nor into a file that is not ours.
+        guard let fd = StoreFiles.openPrivate(reservePath) else { return }
         let rc = posix_fallocate(fd, 0, off_t(Self.reserveBytes))
         close(fd)
         if rc != 0 { unlink(reservePath) }

@@ -34,9 +34,19 @@ enum GitCredentialHelper {
         default: break
         }
         guard let action = CredentialAction(argument: argument) else { return }
+        // `store` reads a password from git, `get` receives one from the daemon: before either,
+        // none of the user's other processes may read this one's memory.
+        ProcessProtection.makeNotDumpable()
         let input = StandardStream.readAll(0)
-        // A request the helper would not serve anyway gets no note.
-        guard let request = try? CredentialRequest(parsing: input), isServable(request, action) else { return }
+        // A request the helper would not serve anyway gets no note, but for an item too long to
+        // keep: git would go on believing it saved.
+        guard let request = try? CredentialRequest(parsing: input) else { return }
+        if case .store = action, case .failure(.invalidItem(.nameTooLong(let why))) = Result(catching: { () throws(CredentialError) in
+            try CredentialStoreRequest(request: request)
+        }) {
+            return note("the credential was not saved: \(why)")
+        }
+        guard isServable(request, action) else { return }
         let located: (RemoteKeychainService, MountRecord)?
         do { located = try DaemonLocator.daemon(forStore: KeychainLocations.store()) }
         catch KeychainError.noSuchStore { located = nil }
@@ -129,7 +139,7 @@ enum GitCredentialHelper {
         // Extras are sealed like the password (empty drops earlier ones); `generic` is emptied of
         // any an earlier version kept there in the clear.
         let extras = SecureBytes(copying: Array(stored.extras.encode() ?? Data()))
-        let changes = AttributeChanges(label: "\(stored.key.server) (git)", generic: Data())
+        let changes = AttributeChanges { $0.label = "\(stored.key.server) (git)"; $0.generic = Data() }
         _ = try? keychain.save(key: .internet(stored.key), secret: secret, extras: extras, changes: changes, updateExisting: true)
     }
 

@@ -3,25 +3,9 @@ import Foundation
 import KeychainModel
 import KeychainStore
 
-/// The attribute flags of the add commands, as in macOS `security`.
+/// The attribute flags of the add commands, as in macOS `security`, and the class.
 struct AttributeOptions: ParsableArguments {
-    @Option(name: [.customShort("l"), .long], help: "The item's label.")
-    var label: String?
-
-    @Option(name: [.customShort("j"), .long], help: "A comment.")
-    var comment: String?
-
-    @Option(name: [.customShort("D"), .customLong("description")], help: "The kind of item (its description).")
-    var kindDescription: String?
-
-    @Option(name: [.customShort("G"), .long], help: "The generic attribute (stored as its UTF-8 bytes).")
-    var generic: String?
-
-    @Option(name: [.customShort("c"), .long], help: ArgumentHelp("The creator: a four-character code.", valueName: "code"))
-    var creator: String?
-
-    @Option(name: [.customShort("C"), .long], help: ArgumentHelp("The type: a four-character code.", valueName: "code"))
-    var type: String?
+    @OptionGroup var flags: AttributeFlags<SettingAttributes>
 
     @Option(name: .long, help: ArgumentHelp(
         "When the secret may be read: \(AccessibilityClass.allCases.map(\.rawValue).joined(separator: ", ")). Default: when-unlocked.",
@@ -30,44 +14,78 @@ struct AttributeOptions: ParsableArguments {
 
     /// Bad values are `invalidInput` (exit 65), not usage errors, as for every name.
     func changes() throws -> AttributeChanges {
-        try ModelInput.parse {
-            AttributeChanges(label: label, comment: comment, description: kindDescription,
-                             generic: generic.map { Data($0.utf8) },
-                             creator: try creator.map { try FourCharCode($0) },
-                             type: try type.map { try FourCharCode($0) },
-                             accessible: try accessible.map { try AccessibilityClass(parsing: $0) })
-        }
+        AttributeChanges(try flags.values(),
+                         accessible: try accessible.map { a in try ModelInput.parse { try AccessibilityClass(parsing: a) } })
     }
 }
 
 /// The attribute filters of find and delete, as in macOS `security`: an item matches only
 /// if it has the attribute, with exactly that value.
 struct AttributeFilterOptions: ParsableArguments {
-    @Option(name: [.customShort("l"), .long], help: "Match this label.")
-    var label: String?
-
-    @Option(name: [.customShort("j"), .long], help: "Match this comment.")
-    var comment: String?
-
-    @Option(name: [.customShort("D"), .customLong("description")], help: "Match this kind (description).")
-    var kindDescription: String?
-
-    @Option(name: [.customShort("G"), .long], help: "Match this generic attribute (its UTF-8 bytes).")
-    var generic: String?
-
-    @Option(name: [.customShort("c"), .long], help: ArgumentHelp("Match this creator code.", valueName: "code"))
-    var creator: String?
-
-    @Option(name: [.customShort("C"), .long], help: ArgumentHelp("Match this type code.", valueName: "code"))
-    var type: String?
+    @OptionGroup var flags: AttributeFlags<MatchingAttributes>
 
     func apply(to query: ItemQuery) throws -> ItemQuery {
         var q = query
-        q.label = label; q.comment = comment; q.description = kindDescription
-        q.generic = generic.map { Data($0.utf8) }
-        q.creator = try creator.map { c in try ModelInput.parse { try FourCharCode(c) } }
-        q.type = try type.map { t in try ModelInput.parse { try FourCharCode(t) } }
+        q.attributes = try flags.values()
         return q
+    }
+}
+
+/// What an attribute flag does, for its help: set the attribute, or match it.
+protocol AttributeFlagRole { static func help(_ attribute: ItemAttribute) -> String }
+enum SettingAttributes: AttributeFlagRole { static func help(_ a: ItemAttribute) -> String { a.setHelp } }
+enum MatchingAttributes: AttributeFlagRole { static func help(_ a: ItemAttribute) -> String { a.matchHelp } }
+
+/// One option per row of `ItemAttribute.all`, named and described by its row. ArgumentParser
+/// finds options only among declared properties, so each row has one here, named as the row
+/// (`ItemAttribute.name`); `values()` reads them by that name, and `AttributeTableTests` fails
+/// for a row without its property.
+struct AttributeFlags<Role: AttributeFlagRole>: ParsableArguments {
+    @Option(name: Self.names("label"), help: Self.help("label")) var label: String?
+    @Option(name: Self.names("comment"), help: Self.help("comment")) var comment: String?
+    @Option(name: Self.names("description"), help: Self.help("description")) var description: String?
+    @Option(name: Self.names("generic"), help: Self.help("generic")) var generic: String?
+    @Option(name: Self.names("creator"), help: Self.help("creator")) var creator: String?
+    @Option(name: Self.names("type"), help: Self.help("type")) var type: String?
+
+    /// The values given, each parsed as its row's kind (a code must be four characters).
+    func values() throws -> AttributeValues {
+        var values = AttributeValues()
+        for (attribute, text) in given {
+            values[attribute] = try ModelInput.parse { try attribute.value(parsing: text) }
+        }
+        return values
+    }
+
+    /// The attribute options and what was given for them, found by property name.
+    var given: [(ItemAttribute, String)] {
+        Mirror(reflecting: self).children.compactMap { child in
+            guard let name = child.label?.dropFirst(), let attribute = ItemAttribute.named(String(name)),
+                  let text = (child.value as? Option<String?>)?.wrappedValue else { return nil }
+            return (attribute, text)
+        }
+    }
+
+    /// The options declared for rows, by name (set or not): what the test compares with the table.
+    static var declared: [String] {
+        Mirror(reflecting: Self()).children.compactMap { child in
+            guard child.value is Option<String?>, let name = child.label?.dropFirst() else { return nil }
+            return String(name)
+        }
+    }
+
+    private static func row(_ name: String) -> ItemAttribute {
+        guard let row = ItemAttribute.named(name) else { preconditionFailure("no attribute '\(name)' in ItemAttribute.all") }
+        return row
+    }
+
+    private static func names(_ name: String) -> NameSpecification {
+        [.customShort(row(name).cliShort), .customLong(row(name).cliLong)]
+    }
+
+    private static func help(_ name: String) -> ArgumentHelp {
+        let row = row(name)
+        return ArgumentHelp(Role.help(row), valueName: row.kind == .code ? "code" : nil)
     }
 }
 

@@ -75,7 +75,7 @@ struct LockCommand: ParsableCommand {
         // The mount table names each mount's store; a store mounted twice is locked once. A
         // mount whose daemon is gone (stale) has nothing to lock.
         var stores: [String] = []
-        for entry in MountTable.keychainfsMounts(ownedBy: getuid()) where !stores.contains(entry.source) {
+        for entry in MountTable.ourKeychainfsMounts() where !stores.contains(entry.source) {
             stores.append(entry.source)
         }
         for store in stores where FileManager.default.fileExists(atPath: store) {

@@ -7,8 +7,8 @@ import KeychainStore
 /// Starts the mount daemon as a child in its own session and waits until it reports that the
 /// mount serves, so that a script may use the mount on its next line.
 ///
-/// The passphrase goes to the child through a pipe (never argv); the child answers on a
-/// second pipe with one line: `OK`, or `ERR <KeychainError as JSON>`.
+/// The passphrase goes to the child through a `SecretHandover` channel (never argv), once the
+/// child is non-dumpable; the child answers on a pipe with one line: `OK`, or `ERR <KeychainError as JSON>`.
 enum DaemonLauncher {
     static let passphraseFD: Int32 = 3
     static let readyFD: Int32 = 4
@@ -19,28 +19,36 @@ enum DaemonLauncher {
         let handover: Data
         do { handover = try JSONEncoder().encode(DaemonHandover(settings: settings, passphraseFollows: passphrase != nil)) }
         catch { throw KeychainError.mountFailed("cannot encode the mount settings: \(error)") }
-        var secretPipe: [Int32] = [0, 0], readyPipe: [Int32] = [0, 0]
-        guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else {
-            throw KeychainError.mountFailed("cannot create pipes: \(String(cString: strerror(errno)))")
+        var readyPipe: [Int32] = [0, 0]
+        guard pipe(&readyPipe) == 0 else {
+            throw KeychainError.mountFailed("cannot create a pipe: \(String(cString: strerror(errno)))")
         }
-        // Only the dup2'ed copies reach the daemon.
-        for fd in secretPipe + readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        // Only the dup2'ed copy reaches the daemon.
+        for fd in readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         // Its own session: the daemon outlives the shell that mounted, and is scheduled apart from it.
-        let pid: pid_t
+        // Nothing is written to it before it is non-dumpable (SecretHandover).
+        let pid: pid_t, channel: Int32
         do {
-            defer { close(secretPipe[0]); close(readyPipe[1]) }
-            pid = try ChildProcess.spawn([ChildProcess.ownExecutable, DaemonCommand.configuration.commandName ?? "_daemon"],
-                                         descriptors: [(secretPipe[0], passphraseFD), (readyPipe[1], readyFD)], newSession: true)
+            defer { close(readyPipe[1]) }
+            (pid, channel) = try SecretHandover.spawn(
+                [ChildProcess.ownExecutable, DaemonCommand.configuration.commandName ?? "_daemon"],
+                childFD: passphraseFD, descriptors: [(readyPipe[1], readyFD)], newSession: true)
         } catch {
-            close(secretPipe[1]); close(readyPipe[0])
+            // A daemon that started but would not take the passphrase says why on the ready pipe.
+            let answer = readAll(readyPipe[0])
+            close(readyPipe[0])
+            if answer.hasPrefix("ERR "),
+               let reported = try? JSONDecoder().decode(KeychainError.self, from: Data(answer.dropFirst(4).utf8)) {
+                throw reported
+            }
             throw KeychainError.mountFailed("cannot start the daemon: \(error.reason)")
         }
-        _ = (handover + Data("\n".utf8)).withUnsafeBytes { write(secretPipe[1], $0.baseAddress, $0.count) }
+        (handover + Data("\n".utf8)).withUnsafeBytes { _ = SecretHandover.send($0, on: channel) }
         if let passphrase {
-            passphrase.withUnsafeBytes { _ = write(secretPipe[1], $0.baseAddress, $0.count) }
-            _ = write(secretPipe[1], "\n", 1)
+            passphrase.withUnsafeBytes { _ = SecretHandover.send($0, on: channel) }
+            [UInt8(ascii: "\n")].withUnsafeBytes { _ = SecretHandover.send($0, on: channel) }
         }
-        close(secretPipe[1])
+        close(channel)
         let answer = readAll(readyPipe[0])
         close(readyPipe[0])
         if answer.hasPrefix("OK") { return }

@@ -58,12 +58,15 @@ enum ItemPrinter {
         }
         let a = record.attributes
         if !record.key.accessGroup.isEmpty { add("access-group", Printable.text(record.key.accessGroup)) }
-        add("label", a.label.map(Printable.text))
-        add("comment", a.comment.map(Printable.text))
-        add("description", a.description.map(Printable.text))
-        add("generic", a.generic.map { data in data.withUnsafeBytes { Printable.bytes($0) } })
-        add("creator", a.creator.map { Printable.text($0.text) })
-        add("type", a.type.map { Printable.text($0.text) })
+        for attribute in ItemAttribute.all {
+            add(attribute.printTag, a.values[attribute].map { value in
+                switch value {
+                case .text(let text): Printable.text(text)
+                case .bytes(let data): data.withUnsafeBytes { Printable.bytes($0) }
+                case .code(let code): Printable.text(code.text)
+                }
+            })
+        }
         add("accessible", a.accessible.rawValue)
         add("created", Printable.date(a.created))
         add("modified", Printable.date(a.modified))

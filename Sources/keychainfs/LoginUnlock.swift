@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
+import KeychainClient
 import KeychainControl
 import KeychainCrypto
-import KeychainFuse
 import KeychainStore
 
 /// Unlocking with the login password, from `pam_exec.so expose_authtok`.
@@ -18,7 +18,7 @@ enum LoginUnlock {
     /// `unlock --pam`: reads the password, becomes the user PAM authenticated (pam_exec runs
     /// modules as root for login and sshd), starts the helper, and exits 0 whatever happens.
     static func start(mountpoint: String?, store: String?) -> Never {
-        ProcessHardening.apply()
+        ProcessProtection.makeNotDumpable()
         // Whatever fails from here on, the login goes on, and nothing is printed.
         let null = open("/dev/null", O_WRONLY)
         if null >= 0 { dup2(null, 1); dup2(null, 2); close(null) }
@@ -67,19 +67,13 @@ enum LoginUnlock {
     }
 
     /// The helper runs in its own session with no terminal and /dev/null for output; the
-    /// password reaches it through a pipe, never argv.
+    /// password reaches it through a `SecretHandover` channel, never argv, and only once the
+    /// helper is non-dumpable (its first act), which takes it a few milliseconds.
     private static func spawnHelper(arguments: [String], password: SecureBytes) {
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { return }
-        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        let spawned = (try? ChildProcess.spawn([ChildProcess.ownExecutable] + arguments, descriptors: [(fds[0], passwordFD)],
-                                               newSession: true)) != nil
-        close(fds[0])
-        if spawned {
-            // Well under a pipe's capacity, so this never blocks on the helper.
-            password.withUnsafeBytes { _ = write(fds[1], $0.baseAddress, $0.count) }
-        }
-        close(fds[1])
+        guard let (_, channel) = try? SecretHandover.spawn([ChildProcess.ownExecutable] + arguments,
+                                                         childFD: passwordFD, newSession: true) else { return }
+        password.withUnsafeBytes { _ = SecretHandover.send($0, on: channel) }
+        close(channel)
     }
 }
 
@@ -90,8 +84,8 @@ struct UnlockAtLoginCommand: ParsableCommand {
     @OptionGroup var target: MountTarget
 
     func run() throws {
-        // It holds a password: not dumpable, no core file.
-        ProcessHardening.apply()
+        // It will hold a password: not dumpable, no core file, before the password is sent.
+        guard SecretHandover.reportHardened(on: LoginUnlock.passwordFD) else { return }
         _ = chdir("/")
         guard let password = try? readAll(fd: LoginUnlock.passwordFD), password.count > 0 else { return }
         close(LoginUnlock.passwordFD)

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainClient
 import KeychainDaemon
 import KeychainConfig
 import KeychainControl
@@ -41,10 +42,9 @@ struct MountCommand: ParsableCommand {
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        var settings = try preflight()
+        var (settings, hasPassphrase) = try preflight()
         settings.acceptRollback = acceptRollback
-        let keychain = try Keychain(openingAt: settings.storePath, acceptRollback: acceptRollback)
-        let needsPassphrase = !settings.startLocked && keychain.hasPassphrase
+        let needsPassphrase = !settings.startLocked && hasPassphrase
         // The daemon unlocks; a wrong passphrase typed at the terminal is asked again.
         try passphrase.withRetries(prompt: "Passphrase for \(settings.storePath): ") { read in
             try start(settings, passphrase: needsPassphrase ? try read() : nil)
@@ -67,8 +67,10 @@ struct MountCommand: ParsableCommand {
         if code != 0 { throw ExitCode(code) }
     }
 
-    /// Fails early, with one clear line, on what would make the daemon fail.
-    func preflight() throws -> MountSettings {
+    /// Fails early, with one clear line, on what would make the daemon fail. Reads the store
+    /// (whether it has a passphrase) without changing it, under its lease, and keeps no handle
+    /// on it: the daemon opens it itself.
+    func preflight() throws -> (MountSettings, hasPassphrase: Bool) {
         let config = try KeychainConfig.load()
         let storePath = store.path
         guard FileManager.default.fileExists(atPath: storePath) else { throw KeychainError.noSuchStore(storePath) }
@@ -86,8 +88,12 @@ struct MountCommand: ParsableCommand {
         }
         let mp = MountRegistry.canonicalPath(mountpoint)
         try recoverStaleMount(at: mp)
-        if let live = try DaemonLocator.daemon(forStore: storePath)?.1 {
+        let hasPassphrase: Bool
+        switch try DaemonLocator.route(forStore: storePath) {
+        case .daemon(_, let live):
             throw KeychainError.alreadyServed(storePath, at: live.mountpoint)
+        case .direct(let lease):
+            hasPassphrase = try withExtendedLifetime(lease) { try StoreProbe(readingAt: storePath).hasPassphrase }
         }
         // A killed daemon's mount of this store elsewhere is cleaned up too.
         try StaleMount.detachAll(ofStore: storePath)
@@ -102,7 +108,7 @@ struct MountCommand: ParsableCommand {
         settings.secretService = secretService ?? config.secretService ?? false
         settings.pinentry = config.pinentry
         settings.promptTimeout = config.promptTimeout ?? 30
-        return settings
+        return (settings, hasPassphrase)
     }
 
     /// A keychainfs mount already at the mountpoint is detached if its daemon is gone, whenever
@@ -130,6 +136,12 @@ struct DaemonCommand: ParsableCommand {
         // Do not pin the directory the user mounted from.
         _ = chdir("/")
         let fd = DaemonLauncher.passphraseFD
+        // Before `mount` sends anything: the passphrase must not wait where another process can copy it.
+        guard SecretHandover.reportHardened(on: fd) else {
+            DaemonLauncher.report(.failure(.mountFailed("the daemon could not make itself non-dumpable, or is being traced")),
+                                  fd: DaemonLauncher.readyFD)
+            throw ExitCode(KeychainError.mountFailed("").exitCode)
+        }
         // The settings `mount` parsed, whole: a handover that does not decode is a failure, never defaults.
         let line = try LineReader.readLine(fd: fd, what: "the mount settings")
         let handover: DaemonHandover

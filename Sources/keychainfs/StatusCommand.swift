@@ -67,16 +67,23 @@ struct StatusReport: Encodable {
     static func gather(target: MountTarget) throws -> StatusReport {
         let storePath = (try? target.storePath()) ?? target.storeOptions.path
         var live: (RemoteKeychainService, MountRecord)?
+        // Held while the store is read here, so that no daemon starts writing it meanwhile.
+        var lease: StoreLease?
+        defer { withExtendedLifetime(lease) {} }
         if FileManager.default.fileExists(atPath: storePath) {
             // A daemon that holds the store but does not answer, or speaks another version, is
             // said as every command says it (75, 76); anything else is shown in the report.
-            do { live = try DaemonLocator.daemon(forStore: storePath) } catch let e as KeychainError
+            do {
+                switch try DaemonLocator.route(forStore: storePath) {
+                case .daemon(let service, let record): live = (service, record)
+                case .direct(let held): lease = held
+                }
+            } catch let e as KeychainError
                 where e.exitCode == KeychainError.storeBusy("").exitCode
                 || e.exitCode == KeychainError.daemonVersionMismatch(running: "").exitCode {
                 throw e
             } catch { live = nil }
         }
-        let record = live?.1
         var configError: String?
         let config: KeychainConfig
         do { config = try KeychainConfig.load() } catch {
@@ -106,7 +113,8 @@ struct StatusReport: Encodable {
             }
         }
         if report.storeExists {
-            do { report.hasPassphrase = try Keychain(openingAt: storePath).hasPassphrase } catch {
+            // Read only: `status` changes nothing, not even the store's WAL or its records here.
+            do { report.hasPassphrase = try StoreProbe(readingAt: storePath).hasPassphrase } catch {
                 report.storeError = (error as? KeychainError)?.description ?? "\(error)"
             }
         }

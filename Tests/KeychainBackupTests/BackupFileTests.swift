@@ -31,10 +31,11 @@ final class BackupFileTests: XCTestCase {
     /// Two generic items (one with every attribute and a binary secret, one with none and an
     /// empty secret) and an internet item with a path, variant and access group.
     private func sample() throws -> (BackupPayload, [(ItemRecord, [UInt8])]) {
-        let full = ItemAttributes(label: "Label ü", comment: "a\ncomment", description: "desc", generic: Data([0, 1, 255]),
-                                  creator: try FourCharCode("abcd"), type: try FourCharCode("wxyz"), accessible: .always,
-                                  created: Date(timeIntervalSinceReferenceDate: 12345.678901234),
-                                  modified: Date(timeIntervalSinceReferenceDate: 99999.000001))
+        let full = ItemAttributes(try AttributeValues {
+            $0.label = "Label ü"; $0.comment = "a\ncomment"; $0.description = "desc"
+            $0.generic = Data([0, 1, 255]); $0.creator = try FourCharCode("abcd"); $0.type = try FourCharCode("wxyz")
+        }, accessible: .always,
+           created: Date(timeIntervalSinceReferenceDate: 12345.678901234), modified: Date(timeIntervalSinceReferenceDate: 99999.000001))
         let web = try InternetPasswordKey(server: "example.org", port: 8443, path: "a/b", protocol: .http,
                                           authenticationType: AuthenticationType(parsing: "html-form"),
                                           securityDomain: "realm", account: "carol", accessGroup: "team")
@@ -62,6 +63,19 @@ final class BackupFileTests: XCTestCase {
             XCTAssertEqual(entry.record, record)
             batch.withSecret(entry) { XCTAssertEqual(Array($0), secret) }
         }
+    }
+
+    /// A backup made by an earlier version may hold an internet item deeper than PATH_MAX, which
+    /// the tree could not open: import refuses it as too long, as the CLI, the tree and git do.
+    func testAnItemDeeperThanPathMaxIsRefusedAsTooLong() throws {
+        let deep = Array(repeating: String(repeating: "s", count: 250), count: 17).joined(separator: "/")
+        let key = InternetPasswordKey(storedServer: "example.org", port: 443, path: deep, protocol: .https,
+                                      authenticationType: .default, securityDomain: "", account: "alice", accessGroup: "")
+        var payload = BackupPayload()
+        payload.append(ItemRecord(key: .internet(key), attributes: ItemAttributes()), secret: secure("pw"))
+        let file = try BackupFile.seal(payload, passphrase: passphrase, scrypt: cheap)
+        assertError({ if case .nameTooLong(let m) = $0 { m.contains("PATH_MAX") } else { false } }, "nameTooLong",
+                    try BackupFile.open(file, named: "f", passphrase: passphrase))
     }
 
     func testGitsExtrasRoundTripWithTheirItem() throws {

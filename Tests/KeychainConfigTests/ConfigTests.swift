@@ -1,6 +1,5 @@
 import Foundation
 import KeychainModel
-import KeychainStore
 import XCTest
 @testable import KeychainConfig
 
@@ -89,6 +88,32 @@ final class ConfigTests: XCTestCase {
         XCTAssertTrue(message.hasPrefix("config.toml:2: unknown key 'mount'"), message)
     }
 
+    /// TOMLKit's parser aborts the process on these (an assertion); they must be errors.
+    func testTableHeaderWithoutANameIsAnErrorNotAnAbort() {
+        for text in ["[", "[[", "[.]", " [.", "[[.]]", "[{]", "[\\]", "[\n", "[ ]", "[[ ]]",
+                     "allow-root = true\n\n[", "a = \"x\" # [\n[=]"] {
+            let message = failure(text)
+            XCTAssertTrue(message.contains("a table header needs a name"), "\(text.debugDescription): \(message)")
+        }
+        XCTAssertTrue(failure("allow-root = true\n\n  [[\n").hasPrefix("config.toml:3:"))
+    }
+
+    func testBracketsInStringsCommentsAndArraysAreNotHeaders() {
+        // Each reaches the parser and fails there (no value of ours is an array), not as a header.
+        XCTAssertTrue(failure("mountpoint = [\n[\n1]]\n").contains("mountpoint must be a string"))
+        XCTAssertTrue(failure("mountpoint = '''\n[.]\n'''\n").contains("mountpoint must be an absolute path"))
+        XCTAssertTrue(failure("mountpoint = \"\"\"\n[\n\"\"\"").contains("mountpoint must be an absolute path"))
+        XCTAssertEqual(try parse("# [\nallow-root = true # [.]\n").allowRoot, true)
+        XCTAssertEqual(try parse("mountpoint = \"/a[\\\"[\"\n").mountpoint, "/a[\"[")
+    }
+
+    func testControlCharactersAreRefusedWithTheirLine() {
+        XCTAssertTrue(failure("\0").hasPrefix("config.toml:1: a control character"))
+        XCTAssertTrue(failure("allow-root = true\n\0lock-after = x").hasPrefix("config.toml:2: a control character"))
+        XCTAssertTrue(failure("# \u{7f}").contains("control character"))
+        XCTAssertTrue(failure("mountpoint = \"/a\u{1}\"").contains("control character"))
+    }
+
     func testWrongTypes() {
         XCTAssertTrue(failure("mountpoint = 5").hasPrefix("config.toml:1: mountpoint must be a string"))
         XCTAssertTrue(failure("\nlock-after = \"5m\"").hasPrefix("config.toml:2: lock-after must be a whole number"))
@@ -128,6 +153,10 @@ final class ConfigTests: XCTestCase {
         XCTAssertThrowsError(try KeychainConfig.load(path: file.path)) { error in
             XCTAssertEqual(error as? KeychainError,
                            .invalidInput("\(file.path):2: allow-root must be true or false, not 1"))
+        }
+        try Data([0x61, 0x3d, 0x31, 0x0a, 0x62, 0xff, 0x0a]).write(to: file)
+        XCTAssertThrowsError(try KeychainConfig.load(path: file.path)) { error in
+            XCTAssertEqual(error as? KeychainError, .invalidInput("\(file.path):2: not UTF-8 text"))
         }
     }
 

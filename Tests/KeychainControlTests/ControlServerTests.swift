@@ -149,7 +149,7 @@ final class ControlServerTests: XCTestCase {
 
     func testEveryCallThroughTheSocket() throws {
         let secret = SecureBytes(copying: [0, 1, 2, 200, 10])
-        _ = try client.save(key: key("a"), secret: secret, changes: AttributeChanges(label: "A"), updateExisting: false)
+        _ = try client.save(key: key("a"), secret: secret, changes: AttributeChanges { $0.label = "A" }, updateExisting: false)
         _ = try client.save(key: key("b"), secret: SecureBytes(copying: Array("bee".utf8)), changes: AttributeChanges(),
                             updateExisting: false)
         XCTAssertThrowsError(try client.save(key: key("a"), secret: secret, changes: AttributeChanges(), updateExisting: false)) {
@@ -178,9 +178,9 @@ final class ControlServerTests: XCTestCase {
         try client.setLockAfter(nil)
         XCTAssertNil(try client.status().lockAfter)
         // The attribute filters cross the socket: only "a" has the label "A".
-        XCTAssertEqual(try client.find(query: ItemQuery(kind: .generic, label: "A"), withSecrets: false).map(\.record.key.account),
+        XCTAssertEqual(try client.find(query: ItemQuery(kind: .generic, attributes: AttributeValues { $0.label = "A" }), withSecrets: false).map(\.record.key.account),
                        ["a"])
-        XCTAssertThrowsError(try client.delete(query: ItemQuery(kind: .generic, label: "none"), all: true)) {
+        XCTAssertThrowsError(try client.delete(query: ItemQuery(kind: .generic, attributes: AttributeValues { $0.label = "none" }), all: true)) {
             XCTAssertEqual($0 as? KeychainError, .itemNotFound)
         }
         // The first match, then every other one, each with its record.
@@ -238,7 +238,7 @@ final class ControlServerTests: XCTestCase {
     func testImportAndExportThroughTheSocketKeepSecretsAndExtras() throws {
         var batch = ItemBatch()
         for i in 0..<1_200 {
-            let record = ItemRecord(key: try key("n\(i)"), attributes: ItemAttributes(label: "L\(i)", accessible: .afterFirstUnlock))
+            let record = ItemRecord(key: try key("n\(i)"), attributes: ItemAttributes(AttributeValues { $0.label = "L\(i)" }, accessible: .afterFirstUnlock))
             batch.append(record, secret: SecureBytes(copying: Array("pw\(i)".utf8)),
                          extras: i % 3 == 0 ? SecureBytes(copying: Array("x\(i)".utf8)) : nil)
         }

@@ -50,18 +50,18 @@ final class WireFormatTests: XCTestCase {
         securityDomain: "realm", account: "bob"))
 
     private var record: ItemRecord {
-        ItemRecord(key: internet, attributes: ItemAttributes(
-            label: "Label", comment: "c", description: "d", generic: Data([0, 1, 2, 255]),
-            creator: try! FourCharCode("crtr"), type: try! FourCharCode("type"), accessible: .afterFirstUnlock,
-            created: Date(timeIntervalSinceReferenceDate: 12345.678901), modified: Date(timeIntervalSinceReferenceDate: 99999.5)))
+        ItemRecord(key: internet, attributes: ItemAttributes(AttributeValues {
+            $0.label = "Label"; $0.comment = "c"; $0.description = "d"
+            $0.generic = Data([0, 1, 2, 255]); $0.creator = try! FourCharCode("crtr"); $0.type = try! FourCharCode("type")
+        }, accessible: .afterFirstUnlock,
+           created: Date(timeIntervalSinceReferenceDate: 12345.678901), modified: Date(timeIntervalSinceReferenceDate: 99999.5)))
     }
 
     // MARK: Round trips
 
     func testSaveRoundTripKeepsTheSecretBytesExactly() throws {
         let secret = SecureBytes(copying: [0, 10, 13, 255, 0x80] + Array("tail".utf8))
-        let changes = AttributeChanges(label: "L", generic: Data([9, 0]), creator: try FourCharCode("abcd"),
-                                       accessible: .whenUnlockedThisDeviceOnly)
+        let changes = try AttributeChanges(accessible: .whenUnlockedThisDeviceOnly) { $0.label = "L"; $0.generic = Data([9, 0]); $0.creator = try FourCharCode("abcd") }
         for key in [generic, internet] {
             guard case .save(let k, let s, _, let c, let u) = try roundTrip(.save(key: key, secret: secret, extras: nil, changes: changes,
                                                                                 updateExisting: true)) else {
@@ -117,8 +117,10 @@ final class WireFormatTests: XCTestCase {
             ItemQuery(kind: .internet, account: "a", server: "s", port: 0, path: "/x//y/", protocol: .ssh,
                       authenticationType: try AuthenticationType(parsing: "html-form"), securityDomain: ""),
             .exactly(internet),
-            ItemQuery(kind: .generic, service: "svc", label: "L", comment: "", description: "D", generic: Data([0, 255]),
-                      creator: try FourCharCode("abcd"), type: try FourCharCode("t y ")),
+            ItemQuery(kind: .generic, service: "svc", attributes: try AttributeValues {
+                $0.label = "L"; $0.comment = ""; $0.description = "D"
+                $0.generic = Data([0, 255]); $0.creator = try FourCharCode("abcd"); $0.type = try FourCharCode("t y ")
+            }),
         ]
         for q in queries {
             guard case .find(let got, let withSecrets, let limit) = try roundTrip(.find(query: q, withSecrets: true, limit: 3)) else {
@@ -373,8 +375,7 @@ final class WireFormatTests: XCTestCase {
         let big = SecureBytes(count: maxSecretBytes)
         let long = String(repeating: "x", count: 255)
         let frame = try ControlRequest.save(key: .generic(try GenericPasswordKey(service: long, account: long, accessGroup: long)),
-                                            secret: big, extras: nil, changes: AttributeChanges(label: String(repeating: "l", count: 60_000),
-                                                                                   generic: Data(count: 65_536)),
+                                            secret: big, extras: nil, changes: AttributeChanges { $0.label = String(repeating: "l", count: 60_000); $0.generic = Data(count: 65_536) },
                                             updateExisting: true).frame()
         XCTAssertLessThanOrEqual(frame.count - ControlFrame.headerSize, ControlFrame.maxPayload)
         // One byte more of secret is refused before anything is sent.
@@ -384,7 +385,7 @@ final class WireFormatTests: XCTestCase {
         }
         // So is a payload over the cap made of attributes.
         XCTAssertThrowsError(try ControlRequest.save(key: generic, secret: big, extras: nil,
-                                                     changes: AttributeChanges(generic: Data(count: 2 << 20)),
+                                                     changes: AttributeChanges { $0.generic = Data(count: 2 << 20) },
                                                      updateExisting: false).frame()) {
             XCTAssertTrue("\($0)".contains("over the limit"))
         }
@@ -438,8 +439,8 @@ final class WireFormatTests: XCTestCase {
             }).1
         }
         assertRefused(try save { $0.field(.accessible, UInt8(99)) }, exitCode: 65, "accessibility class")
-        assertRefused(try save { $0.field(.creator, "toolong") }, exitCode: 65, "four-character code")
-        assertRefused(try save { $0.field(.type, "a,bc") }, exitCode: 65, "four-character code")
+        assertRefused(try save { $0.field(row("creator"), bytes: Array("toolong".utf8)) }, exitCode: 65, "four-character code")
+        assertRefused(try save { $0.field(row("type"), bytes: Array("a,bc".utf8)) }, exitCode: 65, "four-character code")
     }
 
     func testInvalidQueryFiltersAndLockAfterAreRefused() throws {
@@ -449,9 +450,9 @@ final class WireFormatTests: XCTestCase {
                 w.field(.all, true)
             }).1
         }
-        for (filters, text) in [({ (w: WireWriter) in w.field(.creator, "toolong") }, "four-character code"),
-                                ({ (w: WireWriter) in w.field(.type, "a,bc") }, "four-character code"),
-                                ({ (w: WireWriter) in w.field(.label, bytes: [0xff]) }, "not UTF-8")] {
+        for (filters, text) in [({ (w: WireWriter) in w.field(row("creator"), bytes: Array("toolong".utf8)) }, "four-character code"),
+                                ({ (w: WireWriter) in w.field(row("type"), bytes: Array("a,bc".utf8)) }, "four-character code"),
+                                ({ (w: WireWriter) in w.field(row("label"), bytes: [0xff]) }, "not UTF-8")] {
             XCTAssertThrowsError(try ControlRequest(kind: ControlRequest.Kind.delete.rawValue, payload: try delete(filters))) {
                 XCTAssertTrue("\($0)".contains(text), "\($0)")
             }
@@ -476,3 +477,6 @@ final class WireFormatTests: XCTestCase {
         return (fds[0], fds[1])
     }
 }
+
+/// The table's row of that name.
+func row(_ name: String) -> ItemAttribute { ItemAttribute.named(name)! }

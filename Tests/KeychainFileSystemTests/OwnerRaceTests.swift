@@ -127,20 +127,20 @@ final class OwnerRaceTests: XCTestCase {
     func testFiltersAndTheFirstMatchInTheIndex() throws {
         for (account, label) in [("a", "x"), ("b", "y"), ("c", "x"), ("d", nil)] {
             _ = try served.save(try key(account), secret: SecureBytes(copying: Array(account.utf8)),
-                                changes: AttributeChanges(label: label, creator: label == "x" ? try FourCharCode("crea") : nil),
+                                changes: AttributeChanges { $0.label = label; $0.creator = label == "x" ? try FourCharCode("crea") : nil },
                                 updateExisting: false)
         }
         func accounts(_ q: ItemQuery) throws -> [String] { try served.items(matching: q).map(\.key.account) }
-        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, label: "x")), ["a", "c"])
-        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, service: "svc", creator: try FourCharCode("crea"))), ["a", "c"])
-        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, label: "z")), [])
-        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, accessGroup: "", account: "b", service: "svc", label: "y")), ["b"])
-        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, accessGroup: "", account: "b", service: "svc", label: "x")), [])
-        XCTAssertThrowsError(try served.delete(matching: ItemQuery(kind: .generic, label: "z"), all: true)) {
+        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, attributes: AttributeValues { $0.label = "x" })), ["a", "c"])
+        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, service: "svc", attributes: AttributeValues { $0.creator = try FourCharCode("crea") })), ["a", "c"])
+        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, attributes: AttributeValues { $0.label = "z" })), [])
+        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, accessGroup: "", account: "b", service: "svc", attributes: AttributeValues { $0.label = "y" })), ["b"])
+        XCTAssertEqual(try accounts(ItemQuery(kind: .generic, accessGroup: "", account: "b", service: "svc", attributes: AttributeValues { $0.label = "x" })), [])
+        XCTAssertThrowsError(try served.delete(matching: ItemQuery(kind: .generic, attributes: AttributeValues { $0.label = "z" }), all: true)) {
             XCTAssertEqual($0 as? KeychainError, .itemNotFound)
         }
-        XCTAssertEqual(try served.delete(matching: ItemQuery(kind: .generic, label: "x"), all: false).map(\.key.account), ["a"])
-        XCTAssertEqual(try served.delete(matching: ItemQuery(kind: .generic, label: "x"), all: true).map(\.key.account), ["c"])
+        XCTAssertEqual(try served.delete(matching: ItemQuery(kind: .generic, attributes: AttributeValues { $0.label = "x" }), all: false).map(\.key.account), ["a"])
+        XCTAssertEqual(try served.delete(matching: ItemQuery(kind: .generic, attributes: AttributeValues { $0.label = "x" }), all: true).map(\.key.account), ["c"])
         XCTAssertEqual(try accounts(ItemQuery(kind: .generic)), ["b", "d"])
         try assertViewsAgree("after the filtered deletes")
     }

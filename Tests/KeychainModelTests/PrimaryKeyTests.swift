@@ -76,6 +76,23 @@ final class PrimaryKeyTests: XCTestCase {
         assertNameTooLong(try InternetPasswordKey(server: "h", path: String(repeating: "%", count: 86), account: "a"))
     }
 
+    /// Each part fits NAME_MAX, but the item's whole path in the tree would pass PATH_MAX.
+    func testAnInternetItemDeeperThanPathMaxIsRefused() throws {
+        let segment = String(repeating: "s", count: 250)
+        let fits = Array(repeating: segment, count: 15).joined(separator: "/")
+        let key = try InternetPasswordKey(server: "example.org", path: fits, account: "alice")
+        XCTAssertLessThanOrEqual(InternetTreePath.path(of: key).utf8.count, InternetTreePath.maxBytes)
+        XCTAssertEqual(InternetTreePath.path(of: key), "/internet/example.org/443/" + fits + "/alice")
+        let deeper = fits + "/" + segment + "/" + segment
+        XCTAssertThrowsError(try InternetPasswordKey(server: "example.org", path: deeper, account: "alice")) { error in
+            guard case ModelError.nameTooLong(let m) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(m.contains("PATH_MAX"), m)
+        }
+        // Escaping counts: each % triples.
+        let escaped = Array(repeating: String(repeating: "%", count: 80), count: 18).joined(separator: "/")
+        XCTAssertThrowsError(try InternetPasswordKey(server: "example.org", path: escaped, account: "alice"))
+    }
+
     func testAccountLimitIncludesTheVariantSuffix() {
         let account = String(repeating: "a", count: 255)
         // Canonical variant: the file name is the account alone.

@@ -11,6 +11,17 @@ final class TreeNameTests: XCTestCase {
         XCTAssertEqual(TreeName.escape("a\0b"), "a%00b")
     }
 
+    /// A raw newline or escape in a listed file name would break ls, line-based tools and terminals.
+    func testControlCharactersAreEscapedAndRoundTrip() {
+        XCTAssertEqual(TreeName.escape("a\nb"), "a%0Ab")
+        XCTAssertEqual(TreeName.escape("\u{1B}[31m\t\r\u{7F}"), "%1B[31m%09%0D%7F")
+        for name in ["a\nb", "\u{1}", "tab\there", "\u{7F}", "\u{1F}x"] {
+            let escaped = TreeName.escape(name)
+            XCTAssertFalse(escaped.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }, escaped)
+            XCTAssertEqual(TreeName.unescape(escaped), name)
+        }
+    }
+
     func testOrdinaryNamesMapStraightThrough() {
         for name in ["alice", "...", ".hidden", "a.b", "ä–漢字", "a b", "~", "a~b"] {
             XCTAssertEqual(TreeName.escape(name), name)

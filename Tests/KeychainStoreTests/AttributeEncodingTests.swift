@@ -11,11 +11,11 @@ final class AttributeEncodingTests: XCTestCase {
             server: "sërver.example", port: 8443, path: "a/b/ç", protocol: .http,
             authenticationType: AuthenticationType(parsing: "ntlm"), securityDomain: "realm", account: "dév",
             accessGroup: "group"))
-        let attributes = ItemAttributes(label: "label ✓", comment: "", description: "kind",
-                                        generic: Data([0, 1, 2, 255]), creator: try FourCharCode("abcd"),
-                                        type: try FourCharCode("wx z"), accessible: .afterFirstUnlockThisDeviceOnly,
-                                        created: Date(timeIntervalSinceReferenceDate: 812_345_678.123_456),
-                                        modified: Date(timeIntervalSinceReferenceDate: 812_345_999.5))
+        let attributes = ItemAttributes(try AttributeValues {
+            $0.label = "label ✓"; $0.comment = ""; $0.description = "kind"
+            $0.generic = Data([0, 1, 2, 255]); $0.creator = try FourCharCode("abcd"); $0.type = try FourCharCode("wx z")
+        }, accessible: .afterFirstUnlockThisDeviceOnly,
+           created: Date(timeIntervalSinceReferenceDate: 812_345_678.123_456), modified: Date(timeIntervalSinceReferenceDate: 812_345_999.5))
         return ItemRecord(key: key, attributes: attributes)
     }
 

@@ -215,6 +215,7 @@ final class RollbackTests: XCTestCase {
         try FileManager.default.removeItem(atPath: store.path)
         try FileManager.default.copyItem(atPath: backup, toPath: store.path)
         for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: store.path + suffix) }
+        chmod(store.path, 0o600)  // VACUUM INTO makes it 0644, which an open refuses
         assertKeychainError(isRollback, "integrity failure", try store.open())
     }
 
@@ -224,6 +225,7 @@ final class RollbackTests: XCTestCase {
         let copy = store.directory + "/copy/keychain.db"
         try FileManager.default.createDirectory(atPath: store.directory + "/copy", withIntermediateDirectories: true)
         try store.sql("VACUUM INTO '\(copy)'")
+        chmod(copy, 0o600)  // VACUUM INTO makes it 0644, which an open refuses
         let c = try Keychain(openingAt: copy, deviceKeyPath: store.deviceKeyPath)
         try c.unlock(passphrase: secure(TempStore.passphrase))
         for i in 0..<3 { try add(c, genericKey("svc", "c\(i)"), "x") }

@@ -8,7 +8,7 @@ final class ItemBatchTests: StoreTestCase {
 
     private func record(_ key: ItemKey, class c: AccessibilityClass = .default, label: String? = nil,
                         created: Date = Date(timeIntervalSince1970: 1_000_000)) -> ItemRecord {
-        ItemRecord(key: key, attributes: ItemAttributes(label: label, accessible: c, created: created))
+        ItemRecord(key: key, attributes: ItemAttributes(AttributeValues { $0.label = label }, accessible: c, created: created))
     }
 
     private func batch(_ items: [(ItemRecord, String)]) -> ItemBatch {

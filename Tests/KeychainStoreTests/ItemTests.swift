@@ -121,25 +121,26 @@ final class ItemMatchingTests: XCTestCase {
     func testAttributeFiltersMatchOnlyItemsWithThatValue() throws {
         let alice = try XCTUnwrap(try k.item(for: genericKey("svcA", "alice")))
         var record = alice.record
-        record.attributes = AttributeChanges(label: "L", comment: "C", description: "D", generic: Data([0, 1]),
-                                             creator: try FourCharCode("crea"), type: try FourCharCode("type"))
-            .applied(to: record.attributes)
+        record.attributes = try AttributeChanges {
+            $0.label = "L"; $0.comment = "C"; $0.description = "D"
+            $0.generic = Data([0, 1]); $0.creator = try FourCharCode("crea"); $0.type = try FourCharCode("type")
+        }.applied(to: record.attributes)
         _ = try k.update(alice, to: record)
-        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, label: "L")), ["4"])
-        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, comment: "C")), ["4"])
-        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, description: "D")), ["4"])
-        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, generic: Data([0, 1]))), ["4"])
-        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, creator: try FourCharCode("crea"))), ["4"])
-        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, type: try FourCharCode("type"))), ["4"])
-        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, service: "svcA", label: "L", comment: "C")), ["4"])
-        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, label: "l")), [])
-        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, service: "svcB", label: "L")), [])
-        XCTAssertEqual(try secrets(ItemQuery(kind: .internet, label: "L")), [])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, attributes: AttributeValues { $0.label = "L" })), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, attributes: AttributeValues { $0.comment = "C" })), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, attributes: AttributeValues { $0.description = "D" })), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, attributes: AttributeValues { $0.generic = Data([0, 1]) })), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, attributes: AttributeValues { $0.creator = try FourCharCode("crea") })), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, attributes: AttributeValues { $0.type = try FourCharCode("type") })), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, service: "svcA", attributes: AttributeValues { $0.label = "L"; $0.comment = "C" })), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, attributes: AttributeValues { $0.label = "l" })), [])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, service: "svcB", attributes: AttributeValues { $0.label = "L" })), [])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .internet, attributes: AttributeValues { $0.label = "L" })), [])
         // The exact-key lookup applies the filters too.
-        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, accessGroup: "", account: "alice", service: "svcA", label: "L")), ["4"])
-        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, accessGroup: "", account: "alice", service: "svcA", label: "M")), [])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, accessGroup: "", account: "alice", service: "svcA", attributes: AttributeValues { $0.label = "L" })), ["4"])
+        XCTAssertEqual(try secrets(ItemQuery(kind: .generic, accessGroup: "", account: "alice", service: "svcA", attributes: AttributeValues { $0.label = "M" })), [])
         XCTAssertTrue(ItemQuery(kind: .generic).isUnfiltered)
-        XCTAssertFalse(ItemQuery(kind: .generic, label: "L").isUnfiltered)
+        XCTAssertFalse(ItemQuery(kind: .generic, attributes: AttributeValues { $0.label = "L" }).isUnfiltered)
     }
 
     func testKindsDoNotMix() throws {
@@ -181,10 +182,10 @@ final class SaveUpdateDeleteTests: StoreTestCase {
 
     func testSaveWithUpdateReplacesSecretAndKeepsCreationDate() throws {
         let key = try genericKey("svc", "alice")
-        let first = try k.save(key, secret: secure("one"), changes: AttributeChanges(label: "L1", comment: "C1"), updateExisting: true)
+        let first = try k.save(key, secret: secure("one"), changes: AttributeChanges { $0.label = "L1"; $0.comment = "C1" }, updateExisting: true)
         XCTAssertEqual(first.record.attributes.created, first.record.attributes.modified)
         Thread.sleep(forTimeInterval: 0.02)
-        try k.save(key, secret: secure("two"), changes: AttributeChanges(label: "L2"), updateExisting: true)
+        try k.save(key, secret: secure("two"), changes: AttributeChanges { $0.label = "L2" }, updateExisting: true)
         let item = try XCTUnwrap(try k.item(for: key))
         XCTAssertEqual(text(try k.secret(of: item)), "two")
         XCTAssertEqual(item.record.attributes.created, first.record.attributes.created)
@@ -209,9 +210,10 @@ final class SaveUpdateDeleteTests: StoreTestCase {
     func testAttributesRoundTrip() throws {
         let key = try internetKey("example.org", port: 8080, path: "p/q", protocol: .http,
                                   auth: AuthenticationType(parsing: "http-basic"), domain: "realm", account: "alice", group: "g")
-        let changes = AttributeChanges(label: "label", comment: "comment", description: "desc", generic: Data([0, 1, 2]),
-                                       creator: try FourCharCode("crea"), type: try FourCharCode("type"),
-                                       accessible: .afterFirstUnlockThisDeviceOnly)
+        let changes = try AttributeChanges(accessible: .afterFirstUnlockThisDeviceOnly) {
+            $0.label = "label"; $0.comment = "comment"; $0.description = "desc"
+            $0.generic = Data([0, 1, 2]); $0.creator = try FourCharCode("crea"); $0.type = try FourCharCode("type")
+        }
         try k.save(key, secret: secure("s"), changes: changes, updateExisting: false)
         let reopened = try store.openUnlocked()
         let item = try XCTUnwrap(try reopened.item(for: key))

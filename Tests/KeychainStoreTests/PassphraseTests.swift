@@ -75,14 +75,29 @@ final class ChangePassphraseTests: XCTestCase {
     }
 }
 
+/// The time the backoff reads, moved by the test: no test waits on the wall clock.
+final class TestClock: @unchecked Sendable {
+    private let lock = NSLock()
+    private var seconds = 1_800_000_000
+
+    func read() -> Int { lock.withLock { seconds } }
+    func advance(_ by: Int) { lock.withLock { seconds += by } }
+}
+
 final class BackoffTests: XCTestCase {
     var store: TempStore!
+    let clock = TestClock()
 
     override func setUpWithError() throws {
         store = try TempStore()
         _ = try store.create()
     }
     override func tearDown() { store = nil }
+
+    /// The store opened with the test's clock.
+    func open() throws -> Keychain {
+        try Keychain(openingAt: store.path, deviceKeyPath: store.deviceKeyPath, clock: { [clock] in clock.read() })
+    }
 
     func testBackoffDelaySchedule() {
         XCTAssertEqual(Keychain.backoffDelay(failures: 0), 0)
@@ -101,36 +116,43 @@ final class BackoffTests: XCTestCase {
         for _ in 0..<times { assertKeychainError(.wrongPassphrase, try k.unlock(passphrase: secure("wrong"))) }
     }
 
+    /// The wait `unlock` asks for now, or nil when it unlocks.
+    func waitAsked(_ k: Keychain, passphrase: String = TempStore.passphrase) throws -> Int? {
+        do {
+            try k.unlock(passphrase: secure(passphrase))
+            return nil
+        } catch KeychainError.tooManyAttempts(let wait) {
+            return wait
+        }
+    }
+
     func testThreeFailuresBlockEvenTheRightPassphrase() throws {
-        let k = try store.open()
+        let k = try open()
         fail(k, times: 3)
         XCTAssertEqual(try k.failureRecord().failures, 3)
-        do {
-            try k.unlock(passphrase: secure(TempStore.passphrase))
-            XCTFail("unlock should be refused")
-        } catch KeychainError.tooManyAttempts(let wait) {
-            XCTAssertGreaterThan(wait, 0)
-            XCTAssertLessThanOrEqual(wait, 5)
-        }
+        XCTAssertEqual(try waitAsked(k), 5)
+        XCTAssertEqual(k.state, .beforeFirstUnlock)
+        clock.advance(4)
+        XCTAssertEqual(try waitAsked(k), 1, "one second before the delay is over it still waits")
         XCTAssertEqual(k.state, .beforeFirstUnlock)
     }
 
     func testBackoffSurvivesReopening() throws {
-        fail(try store.open(), times: 3)
-        let fresh = try store.open()
+        fail(try open(), times: 3)
+        let fresh = try open()
         XCTAssertEqual(try fresh.failureRecord().failures, 3)
-        assertKeychainError(isTooManyAttempts, "tooManyAttempts", try fresh.unlock(passphrase: secure(TempStore.passphrase)))
+        XCTAssertEqual(try waitAsked(fresh), 5)
     }
 
     func testBlockedAttemptDoesNotCountAsAFailure() throws {
-        let k = try store.open()
+        let k = try open()
         fail(k, times: 3)
-        assertKeychainError(isTooManyAttempts, "tooManyAttempts", try k.unlock(passphrase: secure("wrong")))
+        XCTAssertEqual(try waitAsked(k, passphrase: "wrong"), 5)
         XCTAssertEqual(try k.failureRecord().failures, 3)
     }
 
     func testTwoFailuresDoNotBlockAndSuccessResetsTheCounter() throws {
-        let k = try store.open()
+        let k = try open()
         fail(k, times: 2)
         XCTAssertEqual(try k.failureRecord().failures, 2)
         try k.unlock(passphrase: secure(TempStore.passphrase))
@@ -139,29 +161,33 @@ final class BackoffTests: XCTestCase {
     }
 
     func testUnlockIsAllowedAgainOnceTheDelayHasPassed() throws {
-        let k = try store.open()
+        let k = try open()
         fail(k, times: 3)
-        // Pretend the last failure was a minute ago.
-        let past = Int(Date().timeIntervalSince1970) - 60
-        try store.sql("UPDATE meta SET value = CAST('\(past)' AS BLOB) WHERE name = 'last_failed_unlock'")
-        try k.unlock(passphrase: secure(TempStore.passphrase))
+        clock.advance(5)
+        XCTAssertNil(try waitAsked(k), "the right passphrase unlocks once the 5 s are over")
         XCTAssertEqual(k.state, .unlocked)
         XCTAssertEqual(try k.failureRecord().failures, 0)
     }
 
     func testFailureAfterTheDelayDoublesIt() throws {
-        let k = try store.open()
+        let k = try open()
         fail(k, times: 3)
-        let past = Int(Date().timeIntervalSince1970) - 60
-        try store.sql("UPDATE meta SET value = CAST('\(past)' AS BLOB) WHERE name = 'last_failed_unlock'")
+        clock.advance(5)
         fail(k, times: 1)
         XCTAssertEqual(try k.failureRecord().failures, 4)
-        do {
-            try k.unlock(passphrase: secure(TempStore.passphrase))
-            XCTFail("unlock should be refused")
-        } catch KeychainError.tooManyAttempts(let wait) {
-            XCTAssertGreaterThan(wait, 5)
-            XCTAssertLessThanOrEqual(wait, 10)
-        }
+        XCTAssertEqual(try waitAsked(k), 10)
+        clock.advance(9)
+        XCTAssertEqual(try waitAsked(k), 1)
+        clock.advance(1)
+        XCTAssertNil(try waitAsked(k))
+    }
+
+    /// A failure recorded in the future (the clock was set back since) counts as now: the wait
+    /// is the backoff's, never the years until that time.
+    func testAFailureTimeInTheFutureWaitsOnlyTheBackoff() throws {
+        let k = try open()
+        fail(k, times: 3)
+        clock.advance(-10 * 365 * 24 * 3600)
+        XCTAssertEqual(try waitAsked(k), 5)
     }
 }

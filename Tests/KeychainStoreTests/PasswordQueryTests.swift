@@ -28,7 +28,7 @@ final class GenericPasswordQueryTests: XCTestCase {
     }
 
     func testSetUpdatesExistingItem() throws {
-        try github.set("one", for: "alice", attributes: AttributeChanges(label: "GitHub"))
+        try github.set("one", for: "alice", attributes: AttributeChanges { $0.label = "GitHub" })
         let created = try XCTUnwrap(try github.attributes(for: "alice")).created
         try github.set(SecureBytes(copying: Array("two".utf8)), for: "alice")
         XCTAssertEqual(try github.get(for: "alice").map(text), "two")
@@ -39,7 +39,7 @@ final class GenericPasswordQueryTests: XCTestCase {
     }
 
     func testAttributes() throws {
-        try github.set("x", for: "alice", attributes: AttributeChanges(label: "L", comment: "C", accessible: .afterFirstUnlock))
+        try github.set("x", for: "alice", attributes: AttributeChanges(accessible: .afterFirstUnlock) { $0.label = "L"; $0.comment = "C" })
         let attrs = try XCTUnwrap(try github.attributes(for: "alice"))
         XCTAssertEqual(attrs.label, "L")
         XCTAssertEqual(attrs.comment, "C")
@@ -122,7 +122,7 @@ final class InternetPasswordQueryTests: XCTestCase {
     }
 
     func testSetUpdatesAndAttributes() throws {
-        try site.set("one", for: "alice", attributes: AttributeChanges(comment: "first"))
+        try site.set("one", for: "alice", attributes: AttributeChanges { $0.comment = "first" })
         try site.set("two", for: "alice")
         XCTAssertEqual(try site.get(for: "alice").map(text), "two")
         XCTAssertEqual(try site.attributes(for: "alice")?.comment, "first")

@@ -19,7 +19,7 @@ final class ReadmeExampleTests: XCTestCase {
         try github.remove(for: "alice")
         XCTAssertNil(try github.get(for: "alice"))
         let site = InternetPasswordQuery(keychain, server: "example.com", protocol: .https)
-        try site.set("hunter2", for: "bob", attributes: AttributeChanges(label: "Example"))
+        try site.set("hunter2", for: "bob", attributes: AttributeChanges { $0.label = "Example" })
         XCTAssertEqual(try site.attributes(for: "bob")?.label, "Example")
         XCTAssertEqual(try site.accounts(), ["bob"])
         XCTAssertEqual(try site.removeAll(), 1)

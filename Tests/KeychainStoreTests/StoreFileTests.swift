@@ -138,9 +138,9 @@ final class PlaintextTests: XCTestCase {
         let n = Self.needles
         var k: Keychain? = try store.create()
         try k!.save(genericKey(n[0], n[1], group: n[9]), secret: secure(n[10]),
-                    changes: AttributeChanges(label: n[6], comment: n[7], description: n[8]), updateExisting: false)
+                    changes: AttributeChanges { $0.label = n[6]; $0.comment = n[7]; $0.description = n[8] }, updateExisting: false)
         try k!.save(internetKey(n[2], port: 8443, path: "/\(n[3])/x", domain: n[5], account: n[4], group: n[9]), secret: secure(n[11]),
-                    changes: AttributeChanges(label: n[6], comment: n[7], description: n[8], accessible: .always),
+                    changes: AttributeChanges(accessible: .always) { $0.label = n[6]; $0.comment = n[7]; $0.description = n[8] },
                     updateExisting: false)
         // Update and delete too, so that old versions of rows pass through the WAL.
         try k!.save(genericKey(n[0], n[1], group: n[9]), secret: secure(n[10] + "-v2"), updateExisting: true)

@@ -31,6 +31,8 @@ final class TempStore {
         }
         try FileManager.default.copyItem(atPath: fixtures.appendingPathComponent(database).path, toPath: store.path)
         try FileManager.default.copyItem(atPath: fixtures.appendingPathComponent(deviceKey).path, toPath: store.deviceKeyPath)
+        // As `init` leaves a store: one others can read is refused (StoreFiles).
+        chmod(store.path, 0o600)
         return store
     }
 

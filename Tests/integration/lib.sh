@@ -43,6 +43,7 @@ ERR="$TEST_ROOT/last.err"
 
 PASSED=0
 FAILED=0
+SKIPPED=0
 CLEANUPS=""
 
 # on_exit CMD: run CMD (a shell string) at exit, most recently registered first.
@@ -87,6 +88,21 @@ fail() {
     printf 'FAIL %s\n' "$1"
     shift
     for line in "$@"; do printf '     %s\n' "$line"; done
+}
+
+# skip WHAT WHY: checks that cannot run here, named with the reason; counted in the summary.
+# Never for a tool that scripts/install-deps installs: `have` makes its absence a failure.
+skip() {
+    SKIPPED=$((SKIPPED + 1))
+    printf 'skip %s: %s\n' "$1" "$2"
+}
+
+# have TOOL: whether TOOL is on PATH; if not, that is a failure (scripts/install-deps installs
+# every tool the tests use), and the checks that need it are left out.
+have() {
+    command -v "$1" >/dev/null 2>&1 && return 0
+    fail "$1 is installed" "scripts/install-deps installs it"
+    return 1
 }
 
 show_output() {
@@ -139,10 +155,11 @@ init_store() {
     kc init --scrypt-log-n 10 --passphrase-file "$PASSFILE" "$@" >/dev/null
 }
 
-# finish: prints the summary; the script exits non-zero if anything failed.
+# finish: prints the summary (scripts/test adds up these lines); the script exits non-zero if
+# anything failed.
 finish() {
     echo
-    echo "$PASSED passed, $FAILED failed"
+    echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
     [ "$FAILED" -eq 0 ]
     exit $?
 }

@@ -204,7 +204,7 @@ expect_exit 75 "passwd --add while mounted is refused" kc passwd --add --new-pas
 kc unmount >/dev/null
 expect_exit 65 "passwd --remove with passcode items and no terminal needs --yes" setsid -w "$KEYCHAINFS_BIN" passwd --remove --passphrase-file "$PASSFILE"
 expect_contains "$ERR" "use --yes" "it says to use --yes"
-if command -v script >/dev/null 2>&1; then
+if have script; then
     printf 'no\n' | script -qec "$KEYCHAINFS_BIN passwd --remove --passphrase-file $PASSFILE" /dev/null >"$TEST_ROOT/confirm.out" 2>&1
     expect_contains "$TEST_ROOT/confirm.out" "deletes 1 'when-passcode-set-this-device-only' item" "at a terminal it asks, naming the count"
     expect_contains "$TEST_ROOT/confirm.out" "not confirmed; nothing was changed" "answering no changes nothing"
@@ -242,7 +242,7 @@ echo "== as normal users: setup"
 # Everything below runs as root: it creates two users, and gives them a 0666 /dev/fuse only
 # inside a private mount namespace (the host's /dev/fuse is never changed).
 if [ "$(id -u)" -ne 0 ]; then
-    echo "skip: the normal-user tests (/dev/fuse, --allow-root, PAM, systemd --user) need root"
+    skip "the normal-user tests (/dev/fuse, --allow-root, PAM, systemd --user)" "they need root"
     finish
 fi
 for tool in unshare nsenter setpriv useradd userdel; do
@@ -423,7 +423,7 @@ echo "== the user service under a real systemd --user"
 SYSTEMD=/lib/systemd/systemd
 CG="kcfs-living-$$"
 if [ ! -x "$SYSTEMD" ] || [ ! -w /sys/fs/cgroup/systemd ] || [ ! -w /sys/fs/cgroup/unified ]; then
-    echo "skip: no systemd binary or no writable systemd cgroup hierarchies to run a user manager in"
+    skip "the user service under a real systemd --user" "no systemd binary or no writable systemd cgroup hierarchies to run a user manager in"
     finish
 fi
 # The user manager thinks the machine booted with systemd once /run/systemd/system exists;
@@ -469,7 +469,7 @@ expect_exit 0 "the mountpoint is ~/Keychain" in_ns grep -q " $U1_HOME/Keychain .
 wait_for 10 sh -c "nsenter -t $NS -m journalctl --no-pager -o cat _UID=$U1_UID SYSLOG_IDENTIFIER=keychainfs | grep -q serving"
 expect_contains "$(journal)" "serving $U1_HOME/.local/share/keychainfs/keychain.db at $U1_HOME/Keychain, before-first-unlock" \
     "it logs to the journal"
-if command -v pamtester >/dev/null 2>&1; then
+if have pamtester; then
     printf '%s\n' "$U1PASS" | pamtester "$LOGIN" "$U1" authenticate >/dev/null 2>&1
     wait_for 10 test "$(u1_state)" = unlocked
     expect_eq "unlocked" "$(u1_state)" "the login password unlocks the service's mount"

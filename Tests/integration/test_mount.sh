@@ -42,7 +42,7 @@ sh -c "printf 'line one\nline two\n' > '$MP/github/edit'"
 expect_exit 0 "sed -i edits in place" sed -i 's/two/2/' "$MP/github/edit"
 expect_eq "line one
 line 2" "$(cat "$MP/github/edit")" "sed -i saved the new value"
-if command -v vim.tiny >/dev/null 2>&1; then
+if have vim.tiny; then
     expect_exit 0 "vim edits and saves" vim.tiny -N -u NONE -i NONE -es -c '%s/one/1/' -c 'wq' "$MP/github/edit"
     expect_eq "line 1
 line 2" "$(cat "$MP/github/edit")" "vim saved the new value"
@@ -58,7 +58,7 @@ expect_exit 44 "the old name is gone from the store" kc find-generic-password -s
 printf 'src' >"$TEST_ROOT/src" && chmod 600 "$TEST_ROOT/src"
 expect_exit 0 "cp -p works" cp -p "$TEST_ROOT/src" "$MP/github/copied"
 expect_exit 0 "install -m 600 works" install -m 600 "$TEST_ROOT/src" "$MP/github/installed"
-if command -v rsync >/dev/null 2>&1; then
+if have rsync; then
     expect_exit 0 "rsync -a works" rsync -a "$TEST_ROOT/src" "$MP/github/synced"
     expect_eq "src" "$(cat "$MP/github/synced")" "rsync wrote the value"
 fi

@@ -18,12 +18,12 @@
 
 PJDFSTEST_DIR=${PJDFSTEST_DIR:-/tmp/pjdfstest}
 if [ ! -x "$PJDFSTEST_DIR/pjdfstest" ] || [ ! -d "$PJDFSTEST_DIR/tests" ]; then
-    echo "SKIP: pjdfstest is not built at $PJDFSTEST_DIR (see the top of $0 to build it)"
-    exit 0
+    skip "pjdfstest" "it is not built at $PJDFSTEST_DIR (see the top of $0 to build it)"
+    finish
 fi
 if [ "$(id -u)" -ne 0 ]; then
-    echo "SKIP: pjdfstest needs root"
-    exit 0
+    skip "pjdfstest" "it needs root"
+    finish
 fi
 
 SUBSET="

@@ -14,7 +14,5 @@ int kcfs_session_loop(struct fuse_session *se);
 /* Drops the kernel's cached pages of that node, so no memory mapping still shows them. */
 int kcfs_invalidate_inode(struct fuse_session *se, uint64_t nodeid);
 void kcfs_session_unmount_and_destroy(struct fuse_session *se);
-/* For the mount daemon: PR_SET_DUMPABLE 0 and RLIMIT_CORE 0. */
-int kcfs_harden_process(void);
 
 #endif

@@ -1,0 +1,181 @@
+// Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+import Glibc
+#else
+import Foundation
+#endif
+
+/// The attributes a user sets on an item, each optional. Every one of them has its row in
+/// `ItemAttribute.all`, which every channel (store, wire, backup, xattrs, CLI, printer, JSON)
+/// walks; Swift cannot declare a stored property from a table, so the property and its row
+/// stand together here, and `AttributeTableTests` fails if one lacks the other.
+///
+/// Not here, on purpose: the protocol, authentication type and security domain are part of an
+/// internet item's key (changing them renames the item), and the class, created and modified
+/// dates are not set freely (the class picks the key that seals the item and is not optional;
+/// the dates are kept by the store).
+public struct AttributeValues: Hashable, Codable, Sendable {
+    /// `kSecAttrLabel`: the name a person reads.
+    public var label: String?
+    /// `kSecAttrComment`.
+    public var comment: String?
+    /// `kSecAttrDescription`: what kind of item it is.
+    public var description: String?
+    /// `kSecAttrGeneric`: bytes for the program that stored the item.
+    public var generic: Data?
+    /// `kSecAttrCreator`.
+    public var creator: FourCharCode?
+    /// `kSecAttrType`.
+    public var type: FourCharCode?
+
+    /// No attribute set.
+    public init() {}
+
+    /// Values set by `build`: `AttributeValues { $0.label = "work" }`.
+    public init(_ build: (inout AttributeValues) throws -> Void) rethrows { try build(&self) }
+
+    /// The attribute's value, by its row in the table; nil is not set.
+    package subscript(attribute: ItemAttribute) -> AttributeValue? {
+        get { attribute.value(in: self) }
+        set { attribute.set(newValue, in: &self) }
+    }
+
+    /// Every value set here is set in `other` to the same value.
+    package func isContained(in other: AttributeValues) -> Bool {
+        ItemAttribute.all.allSatisfy { a in self[a].map { $0 == other[a] } ?? true }
+    }
+
+    /// The values set in `changes` replace those here; the rest stay.
+    package mutating func apply(_ changes: AttributeValues) {
+        for a in ItemAttribute.all { if let v = changes[a] { self[a] = v } }
+    }
+}
+
+extension ItemAttribute {
+    /// The table. The order is the order of the fields in the store's and the backup's
+    /// formats; `presenceBit` and `wireTag` are frozen in stores, backups and the control
+    /// protocol: never change them, and never give a retired one to a new attribute. Wire
+    /// tags 36 to 38 are the class and dates. The presence mask is one byte, and bit 6 is the
+    /// backup's extras flag: bit 7 is the last free one, so a second new attribute needs a
+    /// wider mask (a new store format and backup version). `AttributeTableTests` checks all this.
+    package static let all: [ItemAttribute] = [
+        ItemAttribute("label", .text, presenceBit: 0, wireTag: 30, short: "l",
+                      { $0.label.map { .text($0) } }, { $0.label = $1?.asText },
+                      set: "The item's label.", match: "Match this label."),
+        ItemAttribute("comment", .text, presenceBit: 1, wireTag: 31, short: "j",
+                      { $0.comment.map { .text($0) } }, { $0.comment = $1?.asText },
+                      set: "A comment.", match: "Match this comment."),
+        ItemAttribute("description", .text, presenceBit: 2, wireTag: 32, short: "D",
+                      { $0.description.map { .text($0) } }, { $0.description = $1?.asText },
+                      set: "The kind of item (its description).", match: "Match this kind (description)."),
+        ItemAttribute("generic", .bytes, presenceBit: 3, wireTag: 33, short: "G",
+                      { $0.generic.map { .bytes($0) } }, { $0.generic = $1?.asData },
+                      set: "The generic attribute (stored as its UTF-8 bytes).",
+                      match: "Match this generic attribute (its UTF-8 bytes)."),
+        ItemAttribute("creator", .code, presenceBit: 4, wireTag: 34, short: "c",
+                      { $0.creator.map { .code($0) } }, { $0.creator = $1?.asCode },
+                      set: "The creator: a four-character code.", match: "Match this creator code."),
+        ItemAttribute("type", .code, presenceBit: 5, wireTag: 35, short: "C",
+                      { $0.type.map { .code($0) } }, { $0.type = $1?.asCode },
+                      set: "The type: a four-character code.", match: "Match this type code."),
+    ]
+}
+
+/// One attribute's value, in the kinds the table's attributes take. Each channel encodes a
+/// kind the same way for every attribute of that kind, so a new kind is a new case that the
+/// compiler then asks every channel to handle.
+package enum AttributeValue: Hashable, Sendable {
+    case text(String)
+    /// Bytes that need not be text (`generic`).
+    case bytes(Data)
+    /// One of Apple's four-character codes (`creator`, `type`).
+    case code(FourCharCode)
+
+    package var asText: String? { if case .text(let v) = self { v } else { nil } }
+    package var asData: Data? { if case .bytes(let v) = self { v } else { nil } }
+    package var asCode: FourCharCode? { if case .code(let v) = self { v } else { nil } }
+
+    /// The bytes an xattr value and a control-protocol field carry: text as UTF-8, a code as
+    /// its four ASCII bytes, bytes as they are.
+    package var bytes: [UInt8] {
+        switch self {
+        case .text(let s): Array(s.utf8)
+        case .bytes(let d): Array(d)
+        case .code(let c): Array(c.text.utf8)
+        }
+    }
+}
+
+/// The declaration of one settable item attribute: its names in every channel, the kind of
+/// its value, and where the model keeps it. A class, so that walking the table on every
+/// item encoded or decoded passes one reference, not a dozen fields.
+package final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
+    package enum Kind: Sendable { case text, bytes, code }
+
+    /// The model's name: also the key in the JSON rows of old stores, so it never changes.
+    package let name: String
+    package let kind: Kind
+    /// Its bit in the presence mask of the store's format 1 and of backups.
+    package let presenceBit: UInt8
+    /// Its field tag in the control protocol.
+    package let wireTag: UInt16
+    /// `user.keychain.<xattrName>` in the mounted tree.
+    package let xattrName: String
+    /// The add, find and delete commands' `-<cliShort>` and `--<cliLong>`, as in macOS `security`.
+    package let cliShort: Character
+    package let cliLong: String
+    /// Its `tag: value` line in what find and delete print.
+    package let printTag: String
+    /// Its key in `dump-keychain --json`.
+    package let jsonKey: String
+    /// The CLI's help for setting it and for matching it.
+    package let setHelp: String
+    package let matchHelp: String
+
+    private let read: @Sendable (AttributeValues) -> AttributeValue?
+    private let write: @Sendable (inout AttributeValues, AttributeValue?) -> Void
+
+    package var description: String { name }
+    package static func == (a: ItemAttribute, b: ItemAttribute) -> Bool { a.name == b.name }
+    package func hash(into h: inout Hasher) { h.combine(name) }
+
+    package static func named(_ name: String) -> ItemAttribute? { all.first { $0.name == name } }
+    package static func withXattrName(_ name: String) -> ItemAttribute? { all.first { $0.xattrName == name } }
+
+    func value(in values: AttributeValues) -> AttributeValue? { read(values) }
+
+    /// Sets (or with nil removes) the attribute; a value of another kind removes it too, but
+    /// every decoder makes values of the row's `kind`.
+    func set(_ value: AttributeValue?, in values: inout AttributeValues) { write(&values, value) }
+
+    /// The value of text as given on the command line: bytes are its UTF-8, a code must be one.
+    package func value(parsing text: String) throws(ModelError) -> AttributeValue {
+        switch kind {
+        case .text: .text(text)
+        case .bytes: .bytes(Data(text.utf8))
+        case .code: .code(try FourCharCode(text))
+        }
+    }
+
+    /// The value of raw bytes, as an xattr or a control-protocol field carries them.
+    package func value(from raw: some Collection<UInt8>) throws(ModelError) -> AttributeValue {
+        if kind == .bytes { return .bytes(Data(raw)) }
+        guard let text = String(validating: Array(raw), as: UTF8.self) else {
+            throw .invalid("the \(name) attribute must be UTF-8 text")
+        }
+        return try value(parsing: text)
+    }
+
+    // Closures over the property, not key paths: applying a key path through a generic
+    // projection cost ten times as much, and the store walks the table for every item.
+    init(_ name: String, _ kind: Kind, presenceBit: UInt8, wireTag: UInt16, short: Character,
+         _ read: @escaping @Sendable (AttributeValues) -> AttributeValue?,
+         _ write: @escaping @Sendable (inout AttributeValues, AttributeValue?) -> Void, set: String, match: String) {
+        self.name = name; self.kind = kind; self.presenceBit = presenceBit; self.wireTag = wireTag
+        // One name everywhere today; a channel that must differ changes only its own field.
+        xattrName = name; cliShort = short; cliLong = name; printTag = name; jsonKey = name
+        setHelp = set; matchHelp = match
+        self.read = read; self.write = write
+    }
+}

@@ -1,0 +1,223 @@
+import XCTest
+import ArgumentParser
+@testable import KeychainBackup
+@testable import KeychainControlProtocol
+import KeychainCrypto
+import KeychainFileSystem
+import KeychainModel
+@testable import KeychainStore
+@testable import keychainfs_full
+
+/// Walks `ItemAttribute.all` and sends each attribute through every channel that carries it:
+/// the store's encoding (and the JSON of old stores), the control protocol, backups, the
+/// mounted tree's xattrs, the CLI's flags, the printer and the JSON dump. A new row is
+/// covered without a line here; a row that a channel drops, or whose bit or tag collides
+/// with another, fails.
+final class AttributeTableTests: XCTestCase {
+    let key = ItemKey.generic(try! GenericPasswordKey(service: "svc", account: "acct"))
+
+    /// A value of the attribute's kind that is not the same for two attributes; bytes that are not text.
+    func sample(_ a: ItemAttribute) throws -> AttributeValue {
+        switch a.kind {
+        case .text: .text("\(a.name) ✓\nvalue")
+        case .bytes: .bytes(Data([0, 0xff]) + Data(a.name.utf8))
+        case .code: .code(try FourCharCode("c\(a.presenceBit)\(a.wireTag % 10) "))
+        }
+    }
+
+    /// The sample as the CLI takes it: text (bytes are the text's UTF-8).
+    func cliText(_ a: ItemAttribute) -> String {
+        a.kind == .code ? "k\(a.presenceBit)z\(a.wireTag % 10)" : "\(a.name) via -\(a.cliShort) ✓"
+    }
+
+    /// Each attribute alone, then all of them together.
+    func recordsUnderTest() throws -> [(String, ItemRecord)] {
+        var all = AttributeValues()
+        var out: [(String, ItemRecord)] = []
+        for a in ItemAttribute.all {
+            var one = AttributeValues()
+            one[a] = try sample(a)
+            all[a] = try sample(a)
+            out.append((a.name, record(one)))
+        }
+        return out + [("all", record(all))]
+    }
+
+    func record(_ values: AttributeValues) -> ItemRecord {
+        ItemRecord(key: key, attributes: ItemAttributes(values, accessible: .afterFirstUnlock,
+                                                        created: Date(timeIntervalSinceReferenceDate: 1234.5678),
+                                                        modified: Date(timeIntervalSinceReferenceDate: 99999.25)))
+    }
+
+    func testTheTableIsConsistent() {
+        let all = ItemAttribute.all
+        XCTAssertFalse(all.isEmpty)
+        for (what, names) in [("name", all.map(\.name)), ("xattr name", all.map(\.xattrName)),
+                              ("CLI long flag", all.map(\.cliLong)), ("CLI short flag", all.map { String($0.cliShort) }),
+                              ("print tag", all.map(\.printTag)), ("JSON key", all.map(\.jsonKey))] {
+            XCTAssertEqual(Set(names).count, names.count, "two attributes share a \(what): \(names)")
+        }
+        // The formats write the attributes in the table's order, which is the order of their bits.
+        XCTAssertEqual(all.map(\.presenceBit), all.map(\.presenceBit).sorted())
+        XCTAssertEqual(Set(all.map(\.presenceBit)).count, all.count, "two attributes share a presence bit")
+        for a in all {
+            XCTAssertLessThan(a.presenceBit, 8, "\(a): the presence mask is one byte")
+            XCTAssertNotEqual(a.presenceBit, 6, "\(a): bit 6 is the backup's extras flag")
+            XCTAssertNil(WireTag(rawValue: a.wireTag), "\(a): wire tag \(a.wireTag) is \(WireTag(rawValue: a.wireTag).map { "\($0)" } ?? "")")
+        }
+        XCTAssertEqual(Set(all.map(\.wireTag)).count, all.count, "two attributes share a wire tag")
+        // The xattrs that are not rows must not shadow one.
+        for name in ["accessible", "created", "modified", "protocol", "authtype", "securitydomain"] {
+            XCTAssertNil(ItemAttribute.withXattrName(name))
+        }
+    }
+
+    /// Every row has its stored property in `AttributeValues`, and every property its row.
+    func testEveryStoredPropertyHasItsRow() {
+        let properties = Mirror(reflecting: AttributeValues()).children.compactMap(\.label)
+        XCTAssertEqual(properties.sorted(), ItemAttribute.all.map(\.name).sorted())
+    }
+
+    func testEachAttributeRoundTripsThroughTheStoreEncoding() throws {
+        for (name, r) in try recordsUnderTest() {
+            let bytes = AttributeEncoding.encode(r)
+            XCTAssertEqual(bytes.withUnsafeBytes { AttributeEncoding.decode($0) }, r, name)
+            // The JSON rows of stores written before format 1.
+            let json = try JSONEncoder().encode(r)
+            XCTAssertEqual(json.withUnsafeBytes { AttributeEncoding.decode($0) }, r, "\(name) as JSON")
+        }
+    }
+
+    func testEachAttributeRoundTripsThroughTheControlProtocol() throws {
+        func split(_ frame: SecureBytes) throws -> (UInt16, SecureBytes) {
+            let bytes = frame.unprotectedArray
+            let header = try ControlFrame.Header(parsing: Array(bytes[0..<ControlFrame.headerSize]))
+            return (header.kind, SecureBytes(copying: bytes[ControlFrame.headerSize...]))
+        }
+        for (name, r) in try recordsUnderTest() {
+            let (kind, payload) = try split(ControlRequest.save(key: key, secret: SecureBytes(), extras: nil,
+                                                                changes: AttributeChanges(r.attributes.values),
+                                                                updateExisting: false).frame())
+            guard case .save(_, _, _, let changes, _) = try ControlRequest(kind: kind, payload: payload) else {
+                return XCTFail("not a save")
+            }
+            XCTAssertEqual(changes.values, r.attributes.values, "\(name) in a save's changes")
+
+            var query = ItemQuery(kind: .generic)
+            query.attributes = r.attributes.values
+            let (qKind, qPayload) = try split(ControlRequest.find(query: query, withSecrets: false, limit: nil).frame())
+            guard case .find(let got, _, _) = try ControlRequest(kind: qKind, payload: qPayload) else {
+                return XCTFail("not a find")
+            }
+            XCTAssertEqual(got, query, "\(name) as a find's filter")
+
+            let (rKind, rPayload) = try split(ControlReply.saved(r).frame())
+            guard case .saved(let back) = try ControlReply(kind: rKind, payload: rPayload) else { return XCTFail("not saved") }
+            XCTAssertEqual(back, r, "\(name) in a reply's record")
+        }
+    }
+
+    func testEachAttributeRoundTripsThroughABackup() throws {
+        var payload = BackupPayload()
+        let records = try recordsUnderTest()
+        for (_, r) in records { payload.append(r, secret: SecureBytes(copying: Array("pw".utf8))) }
+        let batch = try BackupPayload.decode(payload.buffer)
+        XCTAssertEqual(batch.entries.count, records.count)
+        for ((name, r), entry) in zip(records, batch.entries) {
+            XCTAssertEqual(entry.record.attributes.values, r.attributes.values, name)
+        }
+    }
+
+    func testEachAttributeIsAnXattrOfAMountedItem() throws {
+        let dir = NSTemporaryDirectory() + "kcfs-attrtable-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let keychain = try Keychain.create(at: dir + "/k.db", passphrase: SecureBytes(copying: Array("pw".utf8)),
+                                           scrypt: ScryptParameters(logN: 10), deviceKeyPath: dir + "/device.key")
+        try keychain.add(record(AttributeValues()), secret: SecureBytes(copying: Array("s".utf8)))
+        let tree = try KeychainTree(keychain: keychain)
+        let path = "/svc/acct"
+        for a in ItemAttribute.all {
+            let xattr = "user.keychain.\(a.xattrName)"
+            XCTAssertFalse(try tree.listAttributes(path).contains(xattr), "\(a) is listed while unset")
+            try tree.setAttribute(path, name: xattr, value: try sample(a).bytes)
+            XCTAssertEqual(try tree.attribute(path, name: xattr), try sample(a).bytes, "\(a) read back")
+            XCTAssertTrue(try tree.listAttributes(path).contains(xattr), "\(a) is listed once set")
+            // Committed to the store, not only kept by the tree.
+            XCTAssertEqual(try keychain.item(for: key)?.record.attributes.values[a], try sample(a), "\(a) in the store")
+        }
+        for a in ItemAttribute.all {
+            try tree.removeAttribute(path, name: "user.keychain.\(a.xattrName)")
+            XCTAssertNil(try keychain.item(for: key)?.record.attributes.values[a], "\(a) removed")
+        }
+    }
+
+    func testEachAttributeHasItsCLIFlagsPrintedLineAndJSONKey() throws {
+        XCTAssertEqual(AttributeFlags<SettingAttributes>.declared.sorted(), ItemAttribute.all.map(\.name).sorted(),
+                       "each row needs its option property in AttributeFlags, named as the row")
+        for a in ItemAttribute.all {
+            let text = cliText(a)
+            let expected = try a.value(parsing: text)
+            for flag in ["-\(a.cliShort)", "--\(a.cliLong)"] {
+                let set = try AttributeOptions.parse([flag, text]).changes()
+                XCTAssertEqual(set.values[a], expected, "\(flag) sets \(a)")
+                XCTAssertEqual(set.values, AttributeValues { $0[a] = expected }, "\(flag) sets only \(a)")
+                let query = try AttributeFilterOptions.parse([flag, text]).apply(to: ItemQuery(kind: .generic))
+                XCTAssertEqual(query.attributes, AttributeValues { $0[a] = expected }, "\(flag) filters on \(a)")
+            }
+        }
+        for (name, r) in try recordsUnderTest() {
+            let lines = ItemPrinter.lines(for: r, itemID: 1, storePath: "/k.db")
+            let item = FoundItem(itemID: 1, record: r, secret: nil, extras: nil)
+            let encoder = JSONEncoder()
+            encoder.dateEncodingStrategy = .iso8601
+            let json = try XCTUnwrap(JSONSerialization.jsonObject(with: encoder.encode(DumpedItem(item))) as? [String: Any])
+            for a in ItemAttribute.all {
+                let value = r.attributes.values[a]
+                XCTAssertEqual(lines.contains { $0.hasPrefix("\(a.printTag): ") }, value != nil, "\(name): \(a) printed")
+                switch value {
+                case .text(let s)?: XCTAssertEqual(json[a.jsonKey] as? String, s, name)
+                case .bytes(let d)?: XCTAssertEqual(json[a.jsonKey] as? String, d.base64EncodedString(), name)
+                case .code(let c)?: XCTAssertEqual(json[a.jsonKey] as? String, c.text, name)
+                case nil: XCTAssertNil(json[a.jsonKey], "\(name): \(a) in the JSON while unset")
+                }
+            }
+            XCTAssertEqual(json["accessible"] as? String, "after-first-unlock", "the other keys stay beside the attributes")
+            XCTAssertEqual(json["service"] as? String, "svc")
+        }
+    }
+
+    /// The bytes the formats had before the table, written out here by hand, field by field:
+    /// old stores, backups and daemons read what the table writes, and the other way round.
+    func testTheTableWritesTheBytesOfTheFormatsBeforeIt() throws {
+        var values = AttributeValues()
+        values.label = "Label ✓"; values.comment = ""; values.description = "kind"
+        values.generic = Data([0, 1, 255]); values.creator = try FourCharCode("crea"); values.type = try FourCharCode("ty e")
+        let texts = [Array("Label ✓".utf8), [], Array("kind".utf8)]
+        let generic: [UInt8] = [0, 1, 255], codes = [Array("crea".utf8), Array("ty e".utf8)]
+        func be32(_ n: Int) -> [UInt8] { [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)] }
+
+        // The store's format 1: the mask's bits 0-5, then LEB128-prefixed text and bytes, and bare codes.
+        let storeEmpty = AttributeEncoding.encode(record(AttributeValues()))
+        let storeFields = texts.flatMap { [UInt8($0.count)] + $0 } + [UInt8(generic.count)] + generic + codes.joined()
+        XCTAssertEqual(AttributeEncoding.encode(record(values)), storeEmpty.dropLast() + [0x3f] + storeFields)
+
+        // A backup item: the present byte after the key, then UInt32-prefixed text and bytes, and bare codes.
+        var emptyPayload = BackupPayload(), fullPayload = BackupPayload()
+        emptyPayload.append(record(AttributeValues()), secret: SecureBytes(copying: Array("pw".utf8)))
+        fullPayload.append(record(values), secret: SecureBytes(copying: Array("pw".utf8)))
+        let empty = emptyPayload.buffer.unprotectedArray
+        let presentAt = 8 + 1 + 1 + 4 + (4 + 3) + (4 + 4)  // count, kind, class, group, "svc", "acct"
+        XCTAssertEqual(empty[presentAt], 0)
+        let backupFields = texts.flatMap { be32($0.count) + $0 } + be32(generic.count) + generic + codes.joined()
+        XCTAssertEqual(fullPayload.buffer.unprotectedArray,
+                       Array(empty[..<presentAt]) + [0x3f] + backupFields + Array(empty[(presentAt + 1)...]))
+
+        // The control protocol: tags 30 to 35, each `tag u16 | length u32 | value`.
+        let w = WireWriter()
+        WireItem.write(values, to: w)
+        let wireValues = texts + [generic] + codes
+        let wireFields = zip(30..., wireValues).flatMap { tag, v in [UInt8(0), UInt8(tag)] + be32(v.count) + v }
+        XCTAssertEqual(Array(w.buffer.unprotectedArray[..<w.count]), wireFields)
+    }
+}
