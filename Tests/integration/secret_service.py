@@ -294,6 +294,16 @@ def lock_unlock():
         check("GetSecret of a locked item is IsLocked", True)
     except Exception as e:
         check("GetSecret of a locked item is IsLocked", "IsLocked" in repr(e), repr(e))
+    raw = open_dbus_connection("SESSION")
+    refused = None
+    for n in range(20):
+        try:
+            call(raw, SERVICE, "Unlock", "ao", ([COLLECTION],))
+        except jeepney.wrappers.DBusErrorResponse as e:
+            refused = (n, e.name)
+            break
+    check("many open prompts from one client are bounded", refused == (16, "org.freedesktop.DBus.Error.LimitsExceeded"), refused)
+    raw.close()
     # No prompt program is configured: the prompt completes dismissed.
     dismissed = coll.unlock()
     check("Unlock of a keychain with a passphrase, no prompt configured: dismissed", dismissed is True and coll.is_locked())

@@ -72,7 +72,7 @@ GCL="$TEST_ROOT/git-credential-libsecret"
 GCK=$(dirname "$KEYCHAINFS_BIN")/git-credential-keychainfs
 src=/usr/share/doc/git/contrib/credential/libsecret/git-credential-libsecret.c
 if gcc -o "$GCL" "$src" $(pkg-config --cflags --libs libsecret-1 glib-2.0) 2>"$ERR"; then
-    printf 'protocol=https\nhost=code.example.com\nusername=lib\npassword=from-libsecret\n\n' | "$GCL" store
+    printf 'protocol=https\nhost=code.example.com\nusername=lib\npassword=from-libsecret\n\n' | "$GCL" store >/dev/null
     printf 'protocol=https\nhost=code.example.com\n\n' | "$GCK" get >"$OUT"
     expect_contains "$OUT" "password=from-libsecret" "git-credential-libsecret store, git-credential-keychainfs get"
     expect_contains "$OUT" "username=lib" "with its user"
@@ -80,7 +80,7 @@ if gcc -o "$GCL" "$src" $(pkg-config --cflags --libs libsecret-1 glib-2.0) 2>"$E
     printf 'protocol=https\nhost=other.example.com\nusername=kc\npassword=from-keychainfs\n\n' | "$GCK" store
     printf 'protocol=https\nhost=other.example.com\n\n' | "$GCL" get >"$OUT"
     expect_contains "$OUT" "password=from-keychainfs" "git-credential-keychainfs store, git-credential-libsecret get"
-    printf 'protocol=https\nhost=code.example.com\nusername=lib\n\n' | "$GCL" erase
+    printf 'protocol=https\nhost=code.example.com\nusername=lib\n\n' | "$GCL" erase >/dev/null
     expect_exit 44 "git-credential-libsecret erase removes it" kc find-internet-password -s code.example.com -a lib
 else
     fail "cannot build git-credential-libsecret (libsecret-1-dev)"
