@@ -55,6 +55,13 @@ secret-tool search --all --unlock service web >"$OUT" 2>&1
 expect_contains "$OUT" "label = Web login" "secret-tool search --all --unlock: label"
 expect_contains "$OUT" "attribute.username = alice" "secret-tool search: attributes"
 expect_contains "$OUT" "secret = hunter2" "secret-tool search --unlock: secret"
+item=$(busctl --user call org.freedesktop.secrets /org/freedesktop/secrets org.freedesktop.Secret.Service \
+    SearchItems 'a{ss}' 2 service web username alice | sed -n 's/^aoao 1 "\([^"]*\)".*/\1/p')
+busctl --user introspect org.freedesktop.secrets "$item" >"$OUT" 2>&1
+expect_contains "$OUT" "org.freedesktop.Secret.Item" "busctl introspect of an item: Item"
+expect_contains "$OUT" ".GetSecret" "busctl introspect of an item: GetSecret"
+busctl --user tree org.freedesktop.secrets >"$OUT" 2>&1
+expect_contains "$OUT" "$item" "busctl tree lists the item"
 printf 'v2' | secret-tool store --label='Web login' service web username alice
 expect_eq "v2" "$(cat "$MNT/web/alice")" "secret-tool store again replaces the same item"
 
