@@ -13,6 +13,9 @@ import PackageDescription
 // links only the client, so neither GRDB nor SQLite. So does `keychainfs` itself: a small front that
 // answers `find-generic-password -w` through the daemon and execs `keychainfs-full` (the whole
 // tool, Sources/keychainfs) for everything else, so that a lookup pays no start-up of the whole tool.
+// The Secret Service: SDBus (sd-bus from libsystemd, through CSystemd and CSDBusShim, in a small
+// Swift layer) → KeychainSecretService (the D-Bus API over the owner, KeychainFileSystem's
+// ServedKeychain) → KeychainDaemon, which starts it beside the mount.
 let package = Package(
     name: "keychainfs",
     platforms: [.macOS(.v15)],
