@@ -10,6 +10,11 @@ import TOMLKit
 /// lock-after = 900            # seconds without file access; 0 for never
 /// default-accessible = "after-first-unlock"
 /// allow-root = true
+/// secret-service = true       # serve org.freedesktop.secrets on the session bus
+///
+/// [access]
+/// pinentry = "/usr/bin/pinentry-gnome3"   # asks for the passphrase when a client unlocks
+/// prompt-timeout = 30
 /// ```
 public struct KeychainConfig: Equatable, Sendable {
     /// An absolute path, `~` already expanded.
@@ -18,6 +23,11 @@ public struct KeychainConfig: Equatable, Sendable {
     public var lockAfter: Int?
     public var defaultAccessible: AccessibilityClass?
     public var allowRoot: Bool?
+    public var secretService: Bool?
+    /// `[access] pinentry`: the prompt program (an absolute path).
+    public var pinentry: String?
+    /// `[access] prompt-timeout`: seconds a prompt waits for its answer.
+    public var promptTimeout: Int?
 
     public init(mountpoint: String? = nil, lockAfter: Int? = nil, defaultAccessible: AccessibilityClass? = nil,
                 allowRoot: Bool? = nil) {
@@ -25,7 +35,7 @@ public struct KeychainConfig: Equatable, Sendable {
         self.defaultAccessible = defaultAccessible; self.allowRoot = allowRoot
     }
 
-    public static let keys = ["mountpoint", "lock-after", "default-accessible", "allow-root"]
+    public static let keys = ["mountpoint", "lock-after", "default-accessible", "allow-root", "secret-service", "access"]
 
     /// `$XDG_CONFIG_HOME/keychainfs/config.toml`, by default `~/.config/keychainfs/config.toml`.
     public static var defaultPath: String {
@@ -84,6 +94,28 @@ public struct KeychainConfig: Equatable, Sendable {
             case "allow-root":
                 guard let b = value.bool else { throw fail(key, "allow-root must be true or false, not \(value.debugDescription)") }
                 config.allowRoot = b
+            case "secret-service":
+                guard let b = value.bool else { throw fail(key, "secret-service must be true or false, not \(value.debugDescription)") }
+                config.secretService = b
+            case "access":
+                guard let access = value.table else { throw fail(key, "access must be a table ([access]), not \(value.type)") }
+                for name in access.keys.sorted() {
+                    guard let v = access[name] else { continue }
+                    switch name {
+                    case "pinentry":
+                        guard let s = v.string, s.hasPrefix("/") else {
+                            throw fail(key, "access.pinentry must be the absolute path of a pinentry program, not \(v.debugDescription)")
+                        }
+                        config.pinentry = s
+                    case "prompt-timeout":
+                        guard let n = v.int, n > 0, n <= 3600 else {
+                            throw fail(key, "access.prompt-timeout must be a whole number of seconds from 1 to 3600, not \(v.debugDescription)")
+                        }
+                        config.promptTimeout = n
+                    default:
+                        throw fail(key, "unknown key 'access.\(name)' (known: pinentry, prompt-timeout)")
+                    }
+                }
             default:
                 throw fail(key, "unknown key '\(key)' (known: \(keys.joined(separator: ", ")))")
             }

@@ -35,6 +35,8 @@ struct MountCommand: ParsableCommand {
     var defaultAccessible: String?
     @Flag(inversion: .prefixedNo, help: "Let root (system services, sudo) read the mount; other users still cannot.")
     var allowRoot: Bool?
+    @Flag(inversion: .prefixedNo, help: "Serve the Secret Service API (org.freedesktop.secrets) on the session bus, for libsecret, secret-tool and python keyring.")
+    var secretService: Bool?
     @Flag(help: "Use the store although it is older than this machine last saw (a backup put back on purpose).")
     var acceptRollback = false
     @OptionGroup var passphrase: PassphraseOptions
@@ -101,8 +103,12 @@ struct MountCommand: ParsableCommand {
         if MountTable.isMountpoint(mp) { throw KeychainError.mountFailed("\(mountpoint) is already mounted") }
         if let problem = FuseDevice.problem() { throw KeychainError.mountFailed(problem) }
         let idle = (lockAfter ?? config.lockAfter).flatMap { $0 == 0 ? nil : $0 }
-        return (MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: idle,
-                              defaultClass: defaultClass, allowRoot: allowRoot), hasPassphrase)
+        var settings = MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: idle,
+                                     defaultClass: defaultClass, allowRoot: allowRoot)
+        settings.secretService = secretService ?? config.secretService ?? false
+        settings.pinentry = config.pinentry
+        settings.promptTimeout = config.promptTimeout ?? 30
+        return (settings, hasPassphrase)
     }
 
     /// A keychainfs mount already at the mountpoint is detached if its daemon is gone, whenever

@@ -39,6 +39,23 @@ final class ConfigTests: XCTestCase {
                                               defaultAccessible: .afterFirstUnlock, allowRoot: true))
     }
 
+    func testSecretService() throws {
+        XCTAssertEqual(try parse("secret-service = true").secretService, true)
+        XCTAssertEqual(try parse("secret-service = false").secretService, false)
+        XCTAssertNil(try parse("").secretService)
+        XCTAssertTrue(failure("secret-service = \"yes\"").hasPrefix("config.toml:1: secret-service must be true or false"))
+    }
+
+    func testAccessTable() throws {
+        let config = try parse("[access]\npinentry = \"/usr/bin/pinentry-tty\"\nprompt-timeout = 10\n")
+        XCTAssertEqual(config.pinentry, "/usr/bin/pinentry-tty")
+        XCTAssertEqual(config.promptTimeout, 10)
+        XCTAssertTrue(failure("[access]\npinentry = \"pinentry\"").contains("absolute path"))
+        XCTAssertTrue(failure("[access]\nprompt-timeout = 0").contains("prompt-timeout"))
+        XCTAssertTrue(failure("[access]\nbogus = 1").contains("unknown key 'access.bogus'"))
+        XCTAssertTrue(failure("access = 1").contains("access must be a table"))
+    }
+
     func testQuotedKeysAndZeroLockAfter() throws {
         let config = try parse("\"lock-after\" = 0\n'allow-root' = false\n")
         XCTAssertEqual(config.lockAfter, 0)
