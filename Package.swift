@@ -13,6 +13,9 @@ import PackageDescription
 // links only the client, so neither GRDB nor SQLite. So does `keychainfs` itself: a small front that
 // answers `find-generic-password -w` through the daemon and execs `keychainfs-full` (the whole
 // tool, Sources/keychainfs) for everything else, so that a lookup pays no start-up of the whole tool.
+// The Secret Service: SDBus (sd-bus from libsystemd, through CSystemd and CSDBusShim, in a small
+// Swift layer) → KeychainSecretService (the D-Bus API over the owner, KeychainFileSystem's
+// ServedKeychain) → KeychainDaemon, which starts it beside the mount.
 let package = Package(
     name: "keychainfs",
     platforms: [.macOS(.v15)],
@@ -33,7 +36,17 @@ let package = Package(
                        providers: [.apt(["libfuse3-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto",
                        providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd",
+                       providers: [.apt(["libsystemd-dev"])]),
         .target(name: "CFuseShim", dependencies: ["CFuse"]),
+        .target(name: "CSDBusShim", dependencies: ["CSystemd"]),
+        // sd-bus, the field's D-Bus library, in a small Swift layer: messages, objects, one thread.
+        .target(name: "SDBus", dependencies: ["CSystemd", "CSDBusShim", "KeychainCrypto"]),
+        // The Secret Service D-Bus API over the keychain's owner.
+        .target(name: "KeychainSecretService", dependencies: [
+            "SDBus", "COpenSSL", "KeychainCrypto", "KeychainModel", "KeychainStore", "KeychainFileSystem",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .target(name: "CHardening"),
         .target(name: "KeychainErrors"),
         .target(name: "KeychainModel", dependencies: ["KeychainErrors"]),
@@ -64,12 +77,13 @@ let package = Package(
         .target(name: "CProcessPin"),
         .target(name: "KeychainAccess", dependencies: ["KeychainErrors", "KeychainModel", "CProcessPin", "COpenSSL"]),
         .target(name: "KeychainConfig", dependencies: [
-            "KeychainModel", "KeychainAccess",
+            "KeychainModel",
             .product(name: "TOMLKit", package: "TOMLKit"),
         ]),
         // The daemon's composition: the owner, the FUSE mount, the control service and socket,
         // systemd's notification; the executable parses arguments and calls it.
         .target(name: "KeychainDaemon", dependencies: [
+            "KeychainSecretService",
             "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainAccess",
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -105,6 +119,7 @@ let package = Package(
         .testTarget(name: "KeychainDaemonTests", dependencies: ["KeychainDaemon", "KeychainControl", "KeychainFileSystem"]),
         .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),
         .testTarget(name: "KeychainAccessTests", dependencies: ["KeychainAccess", "KeychainModel"]),
+        .testTarget(name: "KeychainSecretServiceTests", dependencies: ["KeychainSecretService", "COpenSSL", "KeychainCrypto"]),
         .testTarget(name: "KeychainBackupTests", dependencies: ["KeychainBackup", "KeychainStore"]),
         // Every row of ItemAttribute.all through every channel, the CLI's among them.
         .testTarget(name: "AttributeTableTests", dependencies: [

@@ -6,3 +6,4 @@
 #include <openssl/crypto.h>
 #include <openssl/hmac.h>
 #include <openssl/err.h>
+#include <openssl/bn.h>

@@ -10,7 +10,7 @@ package struct AccessSettings: Sendable, Equatable {
     package var promptTimeout: Duration
 
     package static let defaultPromptTimeout = 30
-    package static let promptTimeoutRange = 1...600
+    package static let promptTimeoutRange = 1...3600
     package static let none = AccessSettings(pinentryPath: nil, promptTimeout: .seconds(defaultPromptTimeout))
 
     private init(pinentryPath: String?, promptTimeout: Duration) {

@@ -1,5 +1,4 @@
 import Foundation
-import KeychainAccess
 import KeychainModel
 import TOMLKit
 
@@ -11,10 +10,11 @@ import TOMLKit
 /// lock-after = 900            # seconds without file access; 0 for never
 /// default-accessible = "after-first-unlock"
 /// allow-root = true
+/// secret-service = true       # serve org.freedesktop.secrets on the session bus
 ///
-/// [access]                    # per-program access (issue 17)
-/// pinentry = "/usr/bin/pinentry-tty"
-/// prompt-timeout = 30         # seconds; then the request is refused
+/// [access]
+/// pinentry = "/usr/bin/pinentry-gnome3"   # asks for the passphrase when a client unlocks
+/// prompt-timeout = 30
 /// ```
 public struct KeychainConfig: Equatable, Sendable {
     /// An absolute path, `~` already expanded.
@@ -23,8 +23,11 @@ public struct KeychainConfig: Equatable, Sendable {
     public var lockAfter: Int?
     public var defaultAccessible: AccessibilityClass?
     public var allowRoot: Bool?
-    /// `[access]`: the prompt for programs not on an item's access list; none by default.
-    package var access: AccessSettings = .none
+    public var secretService: Bool?
+    /// `[access] pinentry`: the prompt program (an absolute path).
+    public var pinentry: String?
+    /// `[access] prompt-timeout`: seconds a prompt waits for its answer.
+    public var promptTimeout: Int?
 
     public init(mountpoint: String? = nil, lockAfter: Int? = nil, defaultAccessible: AccessibilityClass? = nil,
                 allowRoot: Bool? = nil) {
@@ -32,8 +35,7 @@ public struct KeychainConfig: Equatable, Sendable {
         self.defaultAccessible = defaultAccessible; self.allowRoot = allowRoot
     }
 
-    public static let keys = ["mountpoint", "lock-after", "default-accessible", "allow-root", "access"]
-    static let accessKeys = ["pinentry", "prompt-timeout"]
+    public static let keys = ["mountpoint", "lock-after", "default-accessible", "allow-root", "secret-service", "access"]
 
     /// `$XDG_CONFIG_HOME/keychainfs/config.toml`, by default `~/.config/keychainfs/config.toml`.
     public static var defaultPath: String {
@@ -92,40 +94,33 @@ public struct KeychainConfig: Equatable, Sendable {
             case "allow-root":
                 guard let b = value.bool else { throw fail(key, "allow-root must be true or false, not \(value.debugDescription)") }
                 config.allowRoot = b
+            case "secret-service":
+                guard let b = value.bool else { throw fail(key, "secret-service must be true or false, not \(value.debugDescription)") }
+                config.secretService = b
             case "access":
-                guard let access = value.table else { throw fail(key, "access must be a table: [access]") }
-                config.access = try accessSettings(access, home: home) { k, m in fail(k, m) }
+                guard let access = value.table else { throw fail(key, "access must be a table ([access]), not \(value.type)") }
+                for name in access.keys.sorted() {
+                    guard let v = access[name] else { continue }
+                    switch name {
+                    case "pinentry":
+                        guard let s = v.string, s.hasPrefix("/") else {
+                            throw fail(key, "access.pinentry must be the absolute path of a pinentry program, not \(v.debugDescription)")
+                        }
+                        config.pinentry = s
+                    case "prompt-timeout":
+                        guard let n = v.int, n > 0, n <= 3600 else {
+                            throw fail(key, "access.prompt-timeout must be a whole number of seconds from 1 to 3600, not \(v.debugDescription)")
+                        }
+                        config.promptTimeout = n
+                    default:
+                        throw fail(key, "unknown key 'access.\(name)' (known: pinentry, prompt-timeout)")
+                    }
+                }
             default:
                 throw fail(key, "unknown key '\(key)' (known: \(keys.joined(separator: ", ")))")
             }
         }
         return config
-    }
-
-    /// `[access]`: `pinentry` (a path, `~/` allowed) and `prompt-timeout` (seconds), checked
-    /// as the daemon will use them (`AccessSettings`).
-    static func accessSettings(_ table: TOMLTable, home: String,
-                               fail: (String, String) -> KeychainError) throws -> AccessSettings {
-        var pinentry: String?
-        var timeout: Int?
-        for key in table.keys {
-            guard let value = table[key] else { continue }
-            switch key {
-            case "pinentry":
-                guard let s = value.string else { throw fail(key, "pinentry must be a string, not \(value.type)") }
-                pinentry = try expand(s, home: home) { _ in fail(key, "pinentry must be an absolute path or start with ~/, not \"\(s)\"") }
-            case "prompt-timeout":
-                guard let n = value.int else { throw fail(key, "prompt-timeout must be a whole number of seconds, not \(value.debugDescription)") }
-                timeout = n
-            default:
-                throw fail(key, "unknown key '\(key)' in [access] (known: \(accessKeys.joined(separator: ", ")))")
-            }
-        }
-        do throws(KeychainError) {
-            return try AccessSettings(pinentry: pinentry, promptTimeoutSeconds: timeout)
-        } catch {
-            throw fail(timeout != nil && pinentry == nil ? "prompt-timeout" : "pinentry", error.description)
-        }
     }
 
     /// `~` and `~/...` are the home directory; anything else must be absolute.

@@ -6,6 +6,7 @@ import KeychainCrypto
 import KeychainFileSystem
 import KeychainFuse
 import KeychainModel
+import KeychainSecretService
 import KeychainStore
 import Logging
 import Synchronization
@@ -20,9 +21,11 @@ package struct MountSettings: Sendable, Codable {
     package var allowRoot = false
     /// Take a store whose rows or commit counter are older than this machine last saw (`--accept-rollback`).
     package var acceptRollback = false
-    /// config.toml's `[access]` (checked when it was read): the prompt program and its timeout.
+    /// Serve the Secret Service D-Bus API (`--secret-service`, `secret-service = true`).
+    package var secretService = false
+    /// `[access] pinentry` and `prompt-timeout`: how the Secret Service's unlock prompt and per-program access ask.
     package var pinentry: String?
-    package var promptTimeout: Int?
+    package var promptTimeout = 30
 
     package init(storePath: String, mountpoint: String, startLocked: Bool, lockAfter: Int?,
                  defaultClass: AccessibilityClass, allowRoot: Bool = false, acceptRollback: Bool = false) {
@@ -52,17 +55,25 @@ package final class MountDaemon: Sendable {
         reportLockedMemory()
         var storeLock: Int32 = -1
         let owner: ServedKeychain, tree: KeychainTree, mount: FuseMount
+        var secretService: SecretService?
         do {
             storeLock = try Self.lockStore(settings.storePath)
             owner = try Self.owner(settings)
             // The passphrase is needed only to derive the keys: wiped at once, whatever the outcome.
             defer { passphrase?.wipe() }
             if !settings.startLocked { try owner.unlock(passphrase: passphrase) }
+            // Before the mount: a name another service owns fails the mount, saying who has it.
+            if settings.secretService {
+                secretService = try SecretService.start(owner: owner, pinentry: settings.pinentry.map {
+                    PinentryPassphrase(program: $0, timeout: settings.promptTimeout)
+                })
+            }
             tree = KeychainTree(served: owner)
             mount = FuseMount(tree: tree, mountpoint: settings.mountpoint,
                               source: MountRegistry.canonicalPath(settings.storePath), allowRoot: settings.allowRoot)
             try mount.mount()
         } catch {
+            secretService?.stop()
             // Released, so that `mount --foreground` can try again with another passphrase.
             if storeLock >= 0 { close(storeLock) }
             let e = error as? KeychainError ?? .mountFailed("\(error)")
@@ -91,6 +102,7 @@ package final class MountDaemon: Sendable {
             try MountRegistry.register(record)
         } catch {
             mount.close()
+            secretService?.stop()
             let e = error as? KeychainError ?? .mountFailed("\(error)")
             ready(.failure(e))
             return e.exitCode
@@ -100,6 +112,7 @@ package final class MountDaemon: Sendable {
         ready(.success(()))
 
         let status = mount.serve()
+        secretService?.stop()
         server.stop()
         MountRegistry.unregister(record)
         owner.forgetEverything()

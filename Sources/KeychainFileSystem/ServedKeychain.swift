@@ -656,6 +656,16 @@ package final class ServedKeychain: Sendable {
     package func allItems() throws -> [KeychainItem] {
         try keychain.allItems().items
     }
+
+    /// The item in this row, when its name is readable now: the Secret Service names items by
+    /// row id (ServedKeychain+SecretService.swift).
+    package func item(id: Int64) throws -> KeychainItem? { id > 0 ? try keychain.item(id: id) : nil }
+
+    /// The ids of the items whose sealed Secret Service map holds exactly this pair: one probe
+    /// of the store's blind index of pairs.
+    package func itemIDs(withAttribute name: String, value: String) throws -> [Int64] {
+        try keychain.itemIDs(withAttribute: name, value: value)
+    }
 }
 
 /// Seconds of a clock that only goes forward, for the idle lock; tests move their own.

@@ -74,6 +74,7 @@ extension Keychain {
                     result.replaced += 1
                 } else {
                     try s.insert(with: insert)
+                    try Self.writeAttributeTags(s, replacing: false, db)
                     changes.added(s.id, s.version)
                     result.added += 1
                 }

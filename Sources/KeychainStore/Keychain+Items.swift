@@ -167,6 +167,7 @@ extension Keychain {
         }
         sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"))
         if let extras, extras.count > 0 { sealed.extras = try AESGCM.seal(extras, key: itemKey, aad: sealed.aad("extras")) }
+        sealed.attributeTags = try attributeTags(extras)
         return sealed
     }
 
@@ -365,6 +366,7 @@ extension Keychain {
     static func insertRow(_ sealed: SealedItem, _ db: Database) throws {
         try db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
             .execute(arguments: sealed.arguments)
+        try writeAttributeTags(sealed, replacing: false, db)
     }
 
     /// Overwrites the row of `sealed`'s id at `previousVersion` with `sealed`, in place: one
@@ -389,11 +391,13 @@ extension Keychain {
             .execute(arguments: [sealed.classCode, sealed.id, sealed.classCode])
         changes.removed(sealed.id, previousVersion)
         changes.added(sealed.id, sealed.version)
+        try writeAttributeTags(sealed, replacing: true, db)
     }
 
     static func deleteRow(_ id: Int64, _ db: Database, _ changes: inout RowChanges) throws {
         guard let version = try Int64.fetchOne(db.cachedStatement(sql: "SELECT version FROM items WHERE id = ?"), arguments: [id]) else { return }
         try db.cachedStatement(sql: "DELETE FROM items WHERE id = ?").execute(arguments: [id])
+        try deleteAttributeTags(id, db)
         changes.removed(id, version)
     }
 }

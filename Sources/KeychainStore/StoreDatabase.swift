@@ -59,6 +59,8 @@ struct StoreDatabase {
                 DROP INDEX items_group;
                 """)
         }
+        // The blind index of each Secret Service attribute pair (SecretAttributeIndex.swift).
+        m.registerMigration("secret-attributes") { db in try db.execute(sql: Keychain.attributeIndexSchema) }
         return m
     }
 
@@ -141,6 +143,9 @@ package struct SealedItem: Sendable, Hashable {
     package var generation: Int64
     /// Git's extras, sealed under the item key like the secret; nil when none.
     package var extras: [UInt8]?
+    /// The blind indexes of the Secret Service attribute pairs in the extras, written beside
+    /// the row (`attribute_index`); only a freshly sealed row knows them.
+    package var attributeTags: [[UInt8]] = []
 
     static let columns = "id, kind, class, version, blind, group_blind, wrapped_key, attributes, secret, generation, extras"
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainAccess
 import KeychainClient
 import KeychainDaemon
 import KeychainConfig
@@ -35,6 +36,8 @@ struct MountCommand: ParsableCommand {
     var defaultAccessible: String?
     @Flag(inversion: .prefixedNo, help: "Let root (system services, sudo) read the mount; other users still cannot.")
     var allowRoot: Bool?
+    @Flag(inversion: .prefixedNo, help: "Serve the Secret Service API (org.freedesktop.secrets) on the session bus, for libsecret, secret-tool and python keyring.")
+    var secretService: Bool?
     @Flag(help: "Use the store although it is older than this machine last saw (a backup put back on purpose).")
     var acceptRollback = false
     @OptionGroup var passphrase: PassphraseOptions
@@ -103,8 +106,13 @@ struct MountCommand: ParsableCommand {
         let idle = (lockAfter ?? config.lockAfter).flatMap { $0 == 0 ? nil : $0 }
         var settings = MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: idle,
                                      defaultClass: defaultClass, allowRoot: allowRoot)
-        settings.pinentry = config.access.pinentry
-        settings.promptTimeout = Int(config.access.promptTimeout.components.seconds)
+        settings.secretService = secretService ?? config.secretService ?? false
+        settings.pinentry = config.pinentry
+        settings.promptTimeout = config.promptTimeout ?? 30
+        // Checked here, as the daemon will use it: a bad pinentry stops the mount with its reason.
+        do { _ = try AccessSettings(pinentry: settings.pinentry, promptTimeoutSeconds: settings.promptTimeout) } catch {
+            throw KeychainError.invalidInput("\(KeychainConfig.defaultPath): \(error.description)")
+        }
         return (settings, hasPassphrase)
     }
 

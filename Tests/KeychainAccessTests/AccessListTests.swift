@@ -169,7 +169,7 @@ final class AccessListTests: AccessTestCase {
         XCTAssertEqual(try AccessSettings(pinentry: nil, promptTimeoutSeconds: 5).promptTimeout, .seconds(5))
         for (path, seconds, message) in [("pinentry-tty", 30, "absolute path"), ("/nonexistent/pinentry", 30, "no executable file"),
                                          ("/etc/passwd", 30, "no executable file"), ("/usr/bin", 30, "no executable file"),
-                                         ("/usr/bin/pinentry-tty", 0, "1 to 600"), ("/usr/bin/pinentry-tty", 601, "1 to 600")] {
+                                         ("/usr/bin/pinentry-tty", 0, "1 to 3600"), ("/usr/bin/pinentry-tty", 3601, "1 to 3600")] {
             XCTAssertThrowsError(try AccessSettings(pinentry: path, promptTimeoutSeconds: seconds)) { error in
                 XCTAssertTrue("\(error)".contains(message), "\(path) \(seconds): \(error)")
             }

@@ -39,20 +39,21 @@ final class ConfigTests: XCTestCase {
                                               defaultAccessible: .afterFirstUnlock, allowRoot: true))
     }
 
-    /// `[access]`: the prompt program and its timeout, checked as the daemon uses them.
-    func testTheAccessTable() throws {
-        let config = try parse("lock-after = 5\n\n[access]\npinentry = \"/bin/sh\"\nprompt-timeout = 7\n")
-        XCTAssertEqual(config.access.pinentry, "/bin/sh")
-        XCTAssertEqual(config.access.promptTimeout, .seconds(7))
-        XCTAssertEqual(config.lockAfter, 5)
-        XCTAssertNil(try parse("").access.pinentry, "no prompt by default")
-        XCTAssertEqual(try parse("").access.promptTimeout, .seconds(30))
-        XCTAssertTrue(failure("[access]\npinentry = \"/nonexistent/pinentry\"\n").contains("config.toml:2:"))
-        XCTAssertTrue(failure("[access]\npinentry = \"pinentry-tty\"\n").contains("absolute path"))
-        XCTAssertTrue(failure("[access]\nprompt-timeout = 0\n").contains("1 to 600"))
-        XCTAssertTrue(failure("[access]\nprompt-timeout = \"30\"\n").contains("whole number"))
-        XCTAssertTrue(failure("[access]\ncolour = 1\n").contains("unknown key 'colour' in [access]"))
-        XCTAssertTrue(failure("access = 3\n").contains("access must be a table"))
+    func testSecretService() throws {
+        XCTAssertEqual(try parse("secret-service = true").secretService, true)
+        XCTAssertEqual(try parse("secret-service = false").secretService, false)
+        XCTAssertNil(try parse("").secretService)
+        XCTAssertTrue(failure("secret-service = \"yes\"").hasPrefix("config.toml:1: secret-service must be true or false"))
+    }
+
+    func testAccessTable() throws {
+        let config = try parse("[access]\npinentry = \"/usr/bin/pinentry-tty\"\nprompt-timeout = 10\n")
+        XCTAssertEqual(config.pinentry, "/usr/bin/pinentry-tty")
+        XCTAssertEqual(config.promptTimeout, 10)
+        XCTAssertTrue(failure("[access]\npinentry = \"pinentry\"").contains("absolute path"))
+        XCTAssertTrue(failure("[access]\nprompt-timeout = 0").contains("prompt-timeout"))
+        XCTAssertTrue(failure("[access]\nbogus = 1").contains("unknown key 'access.bogus'"))
+        XCTAssertTrue(failure("access = 1").contains("access must be a table"))
     }
 
     func testQuotedKeysAndZeroLockAfter() throws {

@@ -163,3 +163,17 @@ finish() {
     [ "$FAILED" -eq 0 ]
     exit $?
 }
+
+# make_test_users NAME...: creates each user (a leftover of a killed run is removed first)
+# with a home under one fresh 0755 directory, $USERS_ROOT, and registers their removal
+# and the directory's at exit. Needs root; a failure to create one fails the script.
+make_test_users() {
+    USERS_ROOT=$(mktemp -d) || exit 2
+    chmod 755 "$USERS_ROOT"
+    on_exit "rm -rf '$USERS_ROOT'"
+    for u in "$@"; do
+        id -u "$u" >/dev/null 2>&1 && userdel -f "$u" >/dev/null 2>&1
+        useradd -m -d "$USERS_ROOT/$u" -s /bin/sh "$u" || { fail "useradd $u"; finish; }
+        on_exit "userdel -f $u"
+    done
+}

@@ -32,15 +32,7 @@ wait_for() {
 echo "== setup: a victim, an attacker, a namespace with a 0666 /dev/fuse"
 VICTIM=kcfsharden1
 ATTACKER=kcfsharden2
-USERS_ROOT=$(mktemp -d) || exit 2
-chmod 755 "$USERS_ROOT"
-on_exit "rm -rf '$USERS_ROOT'"
-for u in $VICTIM $ATTACKER; do
-    # A user left behind by a run that was killed.
-    id -u "$u" >/dev/null 2>&1 && userdel -f "$u" >/dev/null 2>&1
-    useradd -m -d "$USERS_ROOT/$u" -s /bin/sh "$u" || { fail "useradd $u"; finish; }
-    on_exit "userdel -f $u"
-done
+make_test_users $VICTIM $ATTACKER
 V_HOME="$USERS_ROOT/$VICTIM"
 A_HOME="$USERS_ROOT/$ATTACKER"
 chmod 755 "$V_HOME" "$A_HOME"

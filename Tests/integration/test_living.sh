@@ -250,15 +250,7 @@ for tool in unshare nsenter setpriv useradd userdel; do
 done
 U1=kcfsliving1
 U2=kcfsliving2
-USERS_ROOT=$(mktemp -d) || exit 2
-chmod 755 "$USERS_ROOT"
-on_exit "rm -rf '$USERS_ROOT'"
-for u in $U1 $U2; do
-    # A user left behind by a run that was killed.
-    id -u "$u" >/dev/null 2>&1 && userdel -f "$u" >/dev/null 2>&1
-    useradd -m -d "$USERS_ROOT/$u" -s /bin/sh "$u" || { fail "useradd $u"; finish; }
-    on_exit "userdel -f $u"
-done
+make_test_users $U1 $U2
 U1_HOME="$USERS_ROOT/$U1"
 U1_UID=$(id -u $U1)
 U1_RUN="/run/user/$U1_UID"

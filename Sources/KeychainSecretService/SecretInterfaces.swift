@@ -1,0 +1,398 @@
+import Foundation
+import KeychainCrypto
+import KeychainFileSystem
+import KeychainModel
+import KeychainStore
+import SDBus
+
+// The five interfaces of the specification, each over the one `SecretService`. Called on the
+// bus's thread only.
+
+/// A Secret struct `(oayays)`: session, parameters, value, content type.
+extension BusMessage {
+    func appendSecret(session: String, transfer: SecretTransfer, secret: SecureBytes, contentType: String) throws {
+        let (parameters, value) = try transfer.encode(secret)
+        try open("r", "oayays")
+        try append(objectPath: session)
+        try append(bytes: parameters)
+        switch value {
+        case .clear(let s): try append(secret: s)
+        case .sealed(let bytes): try append(bytes: bytes)
+        }
+        try append(contentType)
+        try close()
+    }
+
+    func readSecretStruct() throws -> (session: String, parameters: [UInt8], value: SecureBytes, contentType: String) {
+        guard try enter("r", "oayays") else { throw BusError.invalidArgs("missing the secret (oayays)") }
+        let session = try readObjectPath()
+        let parameters = try readBytes(limit: 256)
+        // A whole secret plus a block of padding.
+        let value = try readSecret(limit: maxSecretBytes + 16)
+        let contentType = try readString()
+        try exit()
+        return (session, parameters, value, contentType)
+    }
+
+    /// An `a{sv}` of properties, the ones named kept: strings and attribute maps.
+    func readProperties(limits: SecretService.Limits) throws -> (label: String?, attributes: [String: String]?) {
+        guard try enter("a", "{sv}") else { throw BusError.invalidArgs("missing the properties a{sv}") }
+        var label: String?, attributes: [String: String]?
+        var n = 0
+        while try enter("e", "sv") {
+            n += 1
+            guard n <= limits.attributes + 8 else { throw BusError.limitsExceeded("too many properties") }
+            let name = try readString()
+            let contents = try enterVariant()
+            switch (name, contents) {
+            case ("org.freedesktop.Secret.Item.Label", "s"), ("org.freedesktop.Secret.Collection.Label", "s"):
+                label = try readString()
+            case ("org.freedesktop.Secret.Item.Attributes", "a{ss}"):
+                attributes = try readDictionary(limit: limits.attributes, byteLimit: limits.attributeBytes)
+            case ("org.freedesktop.Secret.Item.Label", _), ("org.freedesktop.Secret.Item.Attributes", _):
+                throw BusError.invalidArgs("\(name) must be of type \(name.hasSuffix("Label") ? "s" : "a{ss}"), not \(contents)")
+            default:
+                try skipOne()
+            }
+            try exit()
+            try exit()
+        }
+        try exit()
+        return (label, attributes)
+    }
+}
+
+final class ServiceInterface: BusInterface {
+    static let interface = "org.freedesktop.Secret.Service"
+    let name = ServiceInterface.interface
+    unowned let service: SecretService
+    init(_ service: SecretService) { self.service = service }
+
+    let members: [BusMember] = [
+        .method("OpenSession", "sv", "vo", ["algorithm", "input", "output", "result"]),
+        .method("CreateCollection", "a{sv}s", "oo", ["properties", "alias", "collection", "prompt"]),
+        .method("SearchItems", "a{ss}", "aoao", ["attributes", "unlocked", "locked"]),
+        .method("Unlock", "ao", "aoo", ["objects", "unlocked", "prompt"]),
+        .method("Lock", "ao", "aoo", ["objects", "locked", "prompt"]),
+        .method("GetSecrets", "aoo", "a{o(oayays)}", ["items", "session", "secrets"]),
+        .method("ReadAlias", "s", "o", ["name", "collection"]),
+        .method("SetAlias", "so", "", ["name", "collection"]),
+        .property("Collections", "ao"),
+        .signal("CollectionCreated", "o", ["collection"]),
+        .signal("CollectionDeleted", "o", ["collection"]),
+        .signal("CollectionChanged", "o", ["collection"]),
+    ]
+
+    func call(_ member: String, path: String, message m: BusMessage, reply r: BusMessage) throws {
+        let s = service
+        switch member {
+        case "OpenSession":
+            let algorithm = try m.readString()
+            let contents = try m.enterVariant()
+            let client = m.sender ?? ""
+            switch algorithm {
+            case SecretTransfer.plainName:
+                try m.skipOne()
+                try m.exit()
+                let session = try s.openSession(client: client, transfer: .plain)
+                try r.open("v", "s")
+                try r.append("")
+                try r.close()
+                try r.append(objectPath: session)
+            case SecretTransfer.dhName:
+                guard contents == "ay" else { throw BusError.invalidArgs("\(algorithm) takes the client's public key as ay") }
+                let clientPublic = try m.readBytes(limit: 1024)
+                try m.exit()
+                let (serverPublic, transfer) = try SecretTransfer.negotiate(clientPublic: clientPublic)
+                let session = try s.openSession(client: client, transfer: transfer)
+                try r.open("v", "ay")
+                try r.append(bytes: serverPublic)
+                try r.close()
+                try r.append(objectPath: session)
+            default:
+                throw BusError.notSupported("algorithm '\(algorithm)'; this service offers plain and \(SecretTransfer.dhName)")
+            }
+        case "CreateCollection":
+            let (label, _) = try m.readProperties(limits: s.limits)
+            let alias = try m.readString()
+            // One keychain, one collection: asking for it by alias or by its label gets it.
+            guard alias.isEmpty ? label == s.collectionLabel : s.aliases[alias] != nil || ["default", "login"].contains(alias) else {
+                throw BusError.notSupported("keychainfs serves one collection per keychain ('\(s.collectionLabel)', aliases default and login); "
+                    + "mount another keychain for another collection")
+            }
+            if !alias.isEmpty { s.aliases[alias] = SecretService.collectionName }
+            try r.append(objectPath: SecretService.collectionPath)
+            try r.append(objectPath: "/")
+        case "SearchItems":
+            let query = try m.readDictionary(limit: s.limits.attributes, byteLimit: s.limits.attributeBytes)
+            let found = try s.search(query)
+            try r.append(objectPaths: found.filter { !s.isLocked($0) }.map(s.path(of:)))
+            try r.append(objectPaths: found.filter(s.isLocked).map(s.path(of:)))
+        case "Unlock":
+            let objects = try m.readObjectPaths(limit: s.limits.objectsPerCall)
+            let (unlocked, prompt) = try s.unlock(objects, client: m.sender ?? "", caller: m.senderPID())
+            try r.append(objectPaths: unlocked)
+            try r.append(objectPath: prompt)
+        case "Lock":
+            let objects = try m.readObjectPaths(limit: s.limits.objectsPerCall)
+            try r.append(objectPaths: s.lock(objects))
+            try r.append(objectPath: "/")
+        case "GetSecrets":
+            let paths = try m.readObjectPaths(limit: s.limits.objectsPerCall)
+            let session = try m.readObjectPath()
+            let transfer = try s.session(session, client: m.sender).transfer
+            try r.open("a", "{o(oayays)}")
+            for path in paths {
+                let item = try s.item(at: path)
+                // Locked items are left out, as the specification says.
+                guard !s.isLocked(item), let secret = try? s.owner.secret(of: item) else { continue }
+                try r.open("e", "o(oayays)")
+                try r.append(objectPath: path)
+                try r.appendSecret(session: session, transfer: transfer, secret: secret, contentType: s.contentType(of: item))
+                try r.close()
+            }
+            try r.close()
+        case "ReadAlias":
+            let alias = try m.readString()
+            try r.append(objectPath: s.aliases[alias] != nil ? SecretService.collectionPath : "/")
+        case "SetAlias":
+            let alias = try m.readString()
+            let target = try m.readObjectPath()
+            guard !alias.isEmpty, alias.utf8.count <= 255 else { throw BusError.invalidArgs("an alias must be 1 to 255 bytes") }
+            if target == "/" {
+                s.aliases[alias] = nil
+            } else {
+                guard let collection = s.collection(at: target) else { throw SecretError.noSuchObject(target) }
+                guard s.aliases.count < 256 || s.aliases[alias] != nil else { throw BusError.limitsExceeded("too many aliases") }
+                s.aliases[alias] = collection
+            }
+        default:
+            throw BusError("org.freedesktop.DBus.Error.UnknownMethod", member)
+        }
+    }
+
+    func get(_ property: String, path: String, into r: BusMessage) throws {
+        guard property == "Collections" else { throw BusError("org.freedesktop.DBus.Error.UnknownProperty", property) }
+        try r.append(objectPaths: [SecretService.collectionPath])
+    }
+}
+
+final class CollectionInterface: BusInterface {
+    static let interface = "org.freedesktop.Secret.Collection"
+    let name = CollectionInterface.interface
+    unowned let service: SecretService
+    init(_ service: SecretService) { self.service = service }
+
+    let members: [BusMember] = [
+        .method("Delete", "", "o", ["prompt"]),
+        .method("SearchItems", "a{ss}", "ao", ["attributes", "results"]),
+        .method("CreateItem", "a{sv}(oayays)b", "oo", ["properties", "secret", "replace", "item", "prompt"]),
+        .signal("ItemCreated", "o", ["item"]),
+        .signal("ItemDeleted", "o", ["item"]),
+        .signal("ItemChanged", "o", ["item"]),
+        .property("Items", "ao"),
+        .property("Label", "s", writable: true),
+        .property("Locked", "b"),
+        .property("Created", "t"),
+        .property("Modified", "t"),
+    ]
+
+    func exists(_ path: String) -> Bool { service.collection(at: path) != nil }
+
+    func children(of path: String) -> [String] {
+        guard path == SecretService.collectionPrefix else { return [] }
+        let items = (try? service.owner.allItems()) ?? []
+        return [SecretService.collectionPath] + items.map(service.path(of:))
+    }
+
+    func call(_ member: String, path: String, message m: BusMessage, reply r: BusMessage) throws {
+        let s = service
+        switch member {
+        case "Delete":
+            throw BusError.notSupported("the collection is the keychain itself; delete its items, or the store with keychainfs")
+        case "SearchItems":
+            let query = try m.readDictionary(limit: s.limits.attributes, byteLimit: s.limits.attributeBytes)
+            try r.append(objectPaths: try s.search(query).map(s.path(of:)))
+        case "CreateItem":
+            let (label, given) = try m.readProperties(limits: s.limits)
+            let secret = try m.readSecretStruct()
+            let replace = try m.readBool()
+            let transfer = try s.session(secret.session, client: m.sender).transfer
+            let plain = try transfer.decode(parameters: secret.parameters, value: secret.value)
+            guard plain.count <= maxSecretBytes else { throw BusError.limitsExceeded("a secret over \(maxSecretBytes) bytes") }
+            guard !s.keychainLocked || s.owner.isAvailable(s.owner.defaultClass) else { throw SecretError.isLocked("the collection") }
+            let attributes = given ?? [:]
+            let contentType = secret.contentType.isEmpty ? SecretItemMapping.defaultContentType : secret.contentType
+            let first = try mapped { try SecretItemMapping.key(for: attributes) }
+            let keys = [first] + (2...1000).lazy.compactMap { try? SecretItemMapping.disambiguated(first, $0) }
+            let (item, _) = try mapped {
+                try s.owner.saveFirstFree(keys, secret: plain, label: label ?? "", replaces: { existing, extras in
+                    // Only the same attributes are the same item; `replace` says whether it is overwritten.
+                    replace && SecretItemMapping.attributes(of: existing.key, stored: SecretItemMapping.decode(extras: extras).attributes)
+                        == SecretItemMapping.attributes(of: existing.key, stored: attributes)
+                }, extras: { old in SecretItemMapping.extras(attributes: attributes, contentType: contentType, keeping: old) })
+            }
+            try r.append(objectPath: s.path(of: item))
+            try r.append(objectPath: "/")
+        default:
+            throw BusError("org.freedesktop.DBus.Error.UnknownMethod", member)
+        }
+    }
+
+    func get(_ property: String, path: String, into r: BusMessage) throws {
+        let s = service
+        switch property {
+        case "Items": try r.append(objectPaths: try mapped { try s.owner.allItems() }.map(s.path(of:)))
+        case "Label": try r.append(s.collectionLabel)
+        case "Locked": try r.append(s.keychainLocked)
+        case "Created", "Modified": try r.append(UInt64(0))
+        default: throw BusError("org.freedesktop.DBus.Error.UnknownProperty", property)
+        }
+    }
+
+    func set(_ property: String, path: String, from value: BusMessage) throws {
+        guard property == "Label" else { throw BusError("org.freedesktop.DBus.Error.PropertyReadOnly", property) }
+        service.collectionLabel = try value.readString()
+    }
+}
+
+final class ItemInterface: BusInterface {
+    static let interface = "org.freedesktop.Secret.Item"
+    let name = ItemInterface.interface
+    unowned let service: SecretService
+    init(_ service: SecretService) { self.service = service }
+
+    let members: [BusMember] = [
+        .method("Delete", "", "o", ["Prompt"]),
+        .method("GetSecret", "o", "(oayays)", ["session", "secret"]),
+        .method("SetSecret", "(oayays)", "", ["secret"]),
+        .property("Locked", "b"),
+        .property("Attributes", "a{ss}", writable: true),
+        .property("Label", "s", writable: true),
+        .property("Created", "t"),
+        .property("Modified", "t"),
+    ]
+
+    func exists(_ path: String) -> Bool { (try? service.item(at: path)) != nil }
+
+    func call(_ member: String, path: String, message m: BusMessage, reply r: BusMessage) throws {
+        let s = service
+        let item = try s.item(at: path)
+        switch member {
+        case "Delete":
+            try mapped { try s.owner.delete(item) }
+            try r.append(objectPath: "/")
+        case "GetSecret":
+            let session = try m.readObjectPath()
+            let transfer = try s.session(session, client: m.sender).transfer
+            guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
+            let secret = try mapped { try s.owner.secret(of: item) }
+            try r.appendSecret(session: session, transfer: transfer, secret: secret, contentType: s.contentType(of: item))
+        case "SetSecret":
+            let given = try m.readSecretStruct()
+            let transfer = try s.session(given.session, client: m.sender).transfer
+            let plain = try transfer.decode(parameters: given.parameters, value: given.value)
+            guard plain.count <= maxSecretBytes else { throw BusError.limitsExceeded("a secret over \(maxSecretBytes) bytes") }
+            guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
+            let attributes = s.attributes(of: item)
+            let contentType = given.contentType.isEmpty ? SecretItemMapping.defaultContentType : given.contentType
+            _ = try mapped {
+                try s.owner.replaceSecret(of: item, secret: plain) { old in
+                    SecretItemMapping.extras(attributes: attributes, contentType: contentType, keeping: old)
+                }
+            }
+        default:
+            throw BusError("org.freedesktop.DBus.Error.UnknownMethod", member)
+        }
+    }
+
+    func get(_ property: String, path: String, into r: BusMessage) throws {
+        let s = service
+        let item = try s.item(at: path)
+        switch property {
+        case "Locked": try r.append(s.isLocked(item))
+        case "Attributes": try r.append(dictionary: s.attributes(of: item))
+        case "Label": try r.append(item.record.attributes.label ?? "")
+        case "Created": try r.append(UInt64(max(0, item.record.attributes.created.timeIntervalSince1970)))
+        case "Modified": try r.append(UInt64(max(0, item.record.attributes.modified.timeIntervalSince1970)))
+        default: throw BusError("org.freedesktop.DBus.Error.UnknownProperty", property)
+        }
+    }
+
+    func set(_ property: String, path: String, from value: BusMessage) throws {
+        let s = service
+        let item = try s.item(at: path)
+        guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
+        switch property {
+        case "Label":
+            let label = try value.readString()
+            _ = try mapped { try s.owner.setLabel(of: item, to: label) }
+        case "Attributes":
+            let attributes = try value.readDictionary(limit: s.limits.attributes, byteLimit: s.limits.attributeBytes)
+            let contentType = s.contentType(of: item)
+            let key = try mapped { try SecretItemMapping.key(for: attributes) }
+            // The item keeps its name when the new map still maps to it.
+            let renamed = SecretItemMapping.attributes(of: item.key, stored: attributes) == attributes ? nil : key
+            _ = try mapped {
+                try s.owner.rename(item, to: renamed) { old in
+                    SecretItemMapping.extras(attributes: attributes, contentType: contentType, keeping: old)
+                }
+            }
+        default:
+            throw BusError("org.freedesktop.DBus.Error.PropertyReadOnly", property)
+        }
+    }
+}
+
+final class SessionInterface: BusInterface {
+    static let interface = "org.freedesktop.Secret.Session"
+    let name = SessionInterface.interface
+    unowned let service: SecretService
+    init(_ service: SecretService) { self.service = service }
+    let members: [BusMember] = [.method("Close", "", "", [])]
+
+    func exists(_ path: String) -> Bool { service.sessions[path] != nil }
+
+    func call(_ member: String, path: String, message m: BusMessage, reply r: BusMessage) throws {
+        guard member == "Close" else { throw BusError("org.freedesktop.DBus.Error.UnknownMethod", member) }
+        _ = try service.session(path, client: m.sender)
+        if case .aes(let key) = service.sessions[path]?.transfer { key.wipe() }
+        service.sessions[path] = nil
+    }
+
+    func get(_ property: String, path: String, into r: BusMessage) throws {
+        throw BusError("org.freedesktop.DBus.Error.UnknownProperty", property)
+    }
+}
+
+final class PromptInterface: BusInterface {
+    static let interface = "org.freedesktop.Secret.Prompt"
+    let name = PromptInterface.interface
+    unowned let service: SecretService
+    init(_ service: SecretService) { self.service = service }
+    let members: [BusMember] = [
+        .method("Prompt", "s", "", ["window_id"]),
+        .method("Dismiss", "", "", []),
+        .signal("Completed", "bv", ["dismissed", "result"]),
+    ]
+
+    func exists(_ path: String) -> Bool { service.prompts[path] != nil }
+
+    func call(_ member: String, path: String, message m: BusMessage, reply r: BusMessage) throws {
+        guard let prompt = service.prompts[path], prompt.client == m.sender else { throw SecretError.noSuchObject(path) }
+        service.prompts[path] = nil
+        switch member {
+        case "Prompt":
+            _ = try m.readString()
+            prompt.run(service, path)
+        case "Dismiss":
+            service.completePrompt(path, dismissed: true, result: [])
+        default:
+            throw BusError("org.freedesktop.DBus.Error.UnknownMethod", member)
+        }
+    }
+
+    func get(_ property: String, path: String, into r: BusMessage) throws {
+        throw BusError("org.freedesktop.DBus.Error.UnknownProperty", property)
+    }
+}

@@ -1,0 +1,383 @@
+import Foundation
+import KeychainCrypto
+import KeychainFileSystem
+import KeychainModel
+import KeychainStore
+import Logging
+import SDBus
+
+/// The Secret Service (freedesktop.org, version 0.2) over the keychain's owner, on the session
+/// bus: one collection, `login`, which the `default` and `login` aliases name, holding every
+/// item of the keychain (SecretItemMapping says how an item and its attributes meet).
+///
+/// Everything here runs on the bus's one thread (`BusConnection`): sessions, prompts and
+/// aliases need no lock. Changes made elsewhere (the tree, the CLI) reach it as `ItemChange`s
+/// posted to that thread, where they become signals.
+package final class SecretService: @unchecked Sendable {
+    package static let busName = "org.freedesktop.secrets"
+    static let root = "/org/freedesktop/secrets"
+    static let collectionPrefix = root + "/collection"
+    static let aliasPrefix = root + "/aliases"
+    static let sessionPrefix = root + "/session"
+    static let promptPrefix = root + "/prompt"
+    static let collectionName = "login"
+    static var collectionPath: String { collectionPrefix + "/" + collectionName }
+
+    /// Bounds on what one client may hold or send.
+    package struct Limits: Sendable {
+        package var sessionsPerClient = 64
+        package var sessions = 4096
+        package var promptsPerClient = 16
+        package var attributes = 64
+        package var attributeBytes = 64 * 1024
+        package var objectsPerCall = 100_000
+        package init() {}
+    }
+
+    let owner: ServedKeychain
+    let bus: BusConnection
+    let limits: Limits
+    /// Shows the unlock prompt; nil when none is configured (`[access] pinentry`).
+    let pinentry: PinentryPassphrase?
+    private let log = Logger(label: "keychainfs.secret-service")
+
+    struct Session {
+        let client: String
+        let transfer: SecretTransfer
+    }
+    var sessions: [String: Session] = [:]
+    private var nextSession = 1
+
+    struct Prompt {
+        let client: String
+        /// What the prompt does when the client shows it (with the prompt's path): it ends with
+        /// `completePrompt`, at once or later from another thread.
+        let run: (SecretService, String) -> Void
+    }
+    var prompts: [String: Prompt] = [:]
+    private var nextPrompt = 1
+
+    /// Alias → collection name. Kept for the daemon's life.
+    var aliases = ["default": SecretService.collectionName, "login": SecretService.collectionName]
+    var collectionLabel = "Login"
+
+    /// The ids the bus has named by key, so that an item removed through the tree is still
+    /// signalled by its path.
+    var knownIDs: [ItemKey: Int64] = [:]
+
+    private init(owner: ServedKeychain, bus: BusConnection, limits: Limits, pinentry: PinentryPassphrase?) {
+        self.owner = owner
+        self.bus = bus
+        self.limits = limits
+        self.pinentry = pinentry
+    }
+
+    /// What `start` found when the name is taken: who has it, and how to switch.
+    package struct NameTaken: Error, CustomStringConvertible {
+        package var owner: String
+        package var description: String {
+            "\(SecretService.busName) is already served on the session bus by \(owner). keychainfs never takes it "
+                + "from another service. To switch, stop that service first: for gnome-keyring, "
+                + "'systemctl --user mask --now gnome-keyring-daemon.service gnome-keyring-daemon.socket' "
+                + "(or remove 'secrets' from its --components), for KeePassXC turn off its Secret Service integration; "
+                + "then mount again with --secret-service."
+        }
+    }
+
+    /// Connects to the session bus, takes the name if nobody has it, and serves on a thread of
+    /// its own until `stop`.
+    package static func start(owner: ServedKeychain, pinentry: PinentryPassphrase? = nil,
+                              limits: Limits = Limits()) throws -> SecretService {
+        let bus = try BusConnection.session()
+        let service = SecretService(owner: owner, bus: bus, limits: limits, pinentry: pinentry)
+        try bus.add(ServiceInterface(service), at: root)
+        try bus.add(CollectionInterface(service), at: collectionPrefix, prefix: true)
+        try bus.add(CollectionInterface(service), at: aliasPrefix, prefix: true)
+        try bus.add(ItemInterface(service), at: collectionPrefix, prefix: true)
+        try bus.add(SessionInterface(service), at: sessionPrefix, prefix: true)
+        try bus.add(PromptInterface(service), at: promptPrefix, prefix: true)
+        try bus.onDisconnect { [unowned service] name in service.clientLeft(name) }
+        try bus.filterCalls { [unowned service] m in
+            guard let path = m.path, !service.isObject(path) else { return nil }
+            return SecretError.noSuchObject(path)
+        }
+        guard try bus.requestName(busName) else {
+            let who = bus.owner(of: busName).map { o in
+                "\(o.command ?? "a program") (pid \(o.pid.map(String.init) ?? "?"), \(o.unique))"
+            } ?? "another program"
+            throw NameTaken(owner: who)
+        }
+        owner.addObserver(ChangeForwarder(service: service))
+        let thread = Thread { bus.run() }
+        thread.name = "secret-service"
+        thread.start()
+        service.log.notice("serving \(busName) on the session bus as \(bus.uniqueName ?? "?")")
+        return service
+    }
+
+    package func stop() { bus.stop() }
+
+    // MARK: paths
+
+    func path(of item: KeychainItem) -> String {
+        knownIDs[item.key] = item.id
+        return Self.collectionPath + "/" + String(item.id)
+    }
+
+    /// The collection a path names (directly or through an alias), or nil.
+    func collection(at path: String) -> String? {
+        if path == Self.collectionPath { return Self.collectionName }
+        if path.hasPrefix(Self.aliasPrefix + "/") {
+            let alias = String(path.dropFirst(Self.aliasPrefix.count + 1))
+            return aliases[alias]
+        }
+        return nil
+    }
+
+    /// Whether a path names an object here, or a node above one (which introspection lists).
+    func isObject(_ path: String) -> Bool {
+        if path == Self.root || Self.root.hasPrefix(path == "/" ? "/" : path + "/") { return true }
+        if [Self.collectionPrefix, Self.aliasPrefix, Self.sessionPrefix, Self.promptPrefix].contains(path) { return true }
+        if collection(at: path) != nil || sessions[path] != nil || prompts[path] != nil { return true }
+        return itemID(at: path).map { id in (try? owner.item(id: id)) != nil } ?? false
+    }
+
+    /// The item id a path names, by its form alone.
+    func itemID(at path: String) -> Int64? {
+        let prefix = Self.collectionPath + "/"
+        guard path.hasPrefix(prefix), let id = Int64(path.dropFirst(prefix.count)), id > 0 else { return nil }
+        return id
+    }
+
+    /// The item at `path`; NoSuchObject when there is none (or its name cannot be read now).
+    func item(at path: String) throws -> KeychainItem {
+        guard let id = itemID(at: path), let item = try mapped({ try owner.item(id: id) }) else {
+            throw SecretError.noSuchObject(path)
+        }
+        knownIDs[item.key] = item.id
+        return item
+    }
+
+    // MARK: what an item shows
+
+    func attributes(of item: KeychainItem) -> [String: String] {
+        let stored = isLocked(item) ? nil : SecretItemMapping.decode(extras: try? owner.extras(of: item)).attributes
+        return SecretItemMapping.attributes(of: item.key, stored: stored)
+    }
+
+    func contentType(of item: KeychainItem) -> String {
+        guard !isLocked(item) else { return SecretItemMapping.defaultContentType }
+        return SecretItemMapping.decode(extras: try? owner.extras(of: item)).contentType ?? SecretItemMapping.defaultContentType
+    }
+
+    func isLocked(_ item: KeychainItem) -> Bool { !owner.isAvailable(item.accessible) }
+
+    var keychainLocked: Bool { owner.lockState != .unlocked }
+
+    // MARK: search
+
+    /// Every item whose attributes include all of `query`'s. It reads the one group the query
+    /// names; else the items the store's blind index of pairs finds for every pair it can
+    /// answer; else (a query of name fields only, or none) every readable item.
+    func search(_ query: [String: String]) throws -> [KeychainItem] {
+        let candidates = try mapped { () throws -> [KeychainItem] in
+            if let q = SecretItemMapping.candidates(for: query) { return try owner.items(matching: q) }
+            let indexed = SecretItemMapping.indexed(query)
+            guard !indexed.isEmpty else { return try owner.allItems() }
+            var ids: Set<Int64>?
+            for (name, value) in indexed.sorted(by: { $0.key < $1.key }) {
+                let found = Set(try owner.itemIDs(withAttribute: name, value: value))
+                ids = ids.map { $0.intersection(found) } ?? found
+                if ids!.isEmpty { break }
+            }
+            return try (ids ?? []).sorted().compactMap { try owner.item(id: $0) }
+        }
+        return candidates.filter { item in
+            let stored = isLocked(item) ? nil : SecretItemMapping.decode(extras: try? owner.extras(of: item)).attributes
+            let a = SecretItemMapping.attributes(of: item.key, stored: stored)
+            return SecretItemMapping.matches(a, query, natural: stored == nil)
+        }
+    }
+
+    // MARK: sessions
+
+    func openSession(client: String, transfer: SecretTransfer) throws -> String {
+        guard sessions.count < limits.sessions,
+              sessions.values.filter({ $0.client == client }).count < limits.sessionsPerClient else {
+            throw BusError.limitsExceeded("too many open sessions")
+        }
+        let path = Self.sessionPrefix + "/s" + String(nextSession)
+        nextSession += 1
+        sessions[path] = Session(client: client, transfer: transfer)
+        return path
+    }
+
+    /// The session a client named: its own, open.
+    func session(_ path: String, client: String?) throws -> Session {
+        guard let s = sessions[path], s.client == client else { throw SecretError.noSession(path) }
+        return s
+    }
+
+    func clientLeft(_ client: String) {
+        sessions = sessions.filter { $0.value.client != client }
+        prompts = prompts.filter { $0.value.client != client }
+    }
+
+    // MARK: prompts
+
+    func addPrompt(client: String, _ run: @escaping (SecretService, String) -> Void) throws -> String {
+        guard prompts.values.filter({ $0.client == client }).count < limits.promptsPerClient else {
+            throw BusError.limitsExceeded("too many open prompts")
+        }
+        let path = Self.promptPrefix + "/p" + String(nextPrompt)
+        nextPrompt += 1
+        prompts[path] = Prompt(client: client, run: run)
+        return path
+    }
+
+    func completePrompt(_ path: String, dismissed: Bool, result: [String]) {
+        bus.post { bus in
+            bus.emit(path: path, interface: PromptInterface.interface, member: "Completed") { m in
+                try m.append(dismissed)
+                try m.open("v", "ao")
+                try m.append(objectPaths: result)
+                try m.close()
+            }
+        }
+    }
+
+    // MARK: lock
+
+    /// Unlocks what needs no passphrase at once; a keychain with a passphrase needs a prompt:
+    /// pinentry, when configured, asks for it (three tries) on a thread of its own, so the bus
+    /// goes on serving; with none configured the prompt completes dismissed.
+    func unlock(_ objects: [String], client: String, caller: pid_t?) throws -> (unlocked: [String], prompt: String) {
+        if keychainLocked && !owner.hasPassphrase {
+            try mapped { try owner.unlock(passphrase: nil) }
+        }
+        if !keychainLocked { return (objects, "/") }
+        let program = caller.flatMap { pid in try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe") }
+        let who = "\(program ?? "A program") (pid \(caller.map(String.init) ?? "?"))"
+        let prompt = try addPrompt(client: client) { service, path in
+            guard let pinentry = service.pinentry else {
+                service.completePrompt(path, dismissed: true, result: [])
+                return
+            }
+            let owner = service.owner, store = owner.storePath
+            let thread = Thread {
+                var unlocked = false
+                attempts: for attempt in 0..<3 {
+                    let description = (attempt == 0 ? "" : "Wrong passphrase. ")
+                        + "\(who) asks through the Secret Service to unlock the keychain \(store)."
+                    switch pinentry.ask(description: description) {
+                    case .dismissed:
+                        break attempts
+                    case .passphrase(let passphrase):
+                        defer { passphrase.wipe() }
+                        do {
+                            try owner.unlock(passphrase: passphrase, origin: .control)
+                            unlocked = true
+                            break attempts
+                        } catch KeychainError.wrongPassphrase {
+                            continue
+                        } catch {
+                            break attempts
+                        }
+                    }
+                }
+                service.completePrompt(path, dismissed: !unlocked, result: unlocked ? objects : [])
+            }
+            thread.name = "secret-service-prompt"
+            thread.start()
+        }
+        return ([], prompt)
+    }
+
+    /// Locks the whole keychain, as `keychainfs lock` does.
+    func lock(_ objects: [String]) -> [String] {
+        owner.lock(origin: .control)
+        return objects
+    }
+
+    // MARK: signals of changes made anywhere
+
+    func signal(_ changes: [ItemChange]) {
+        for change in changes {
+            switch change {
+            case .added(let key), .updated(let key):
+                guard let item = try? owner.items(matching: .exactly(key)).first else { continue }
+                let isNew = { if case .added = change { return true } else { return false } }()
+                emitItem(isNew ? "ItemCreated" : "ItemChanged", path(of: item))
+            case .moved(let from, let to):
+                knownIDs[from] = nil
+                guard let item = try? owner.items(matching: .exactly(to)).first else { continue }
+                emitItem("ItemChanged", path(of: item))
+            case .removed(let key):
+                guard let id = knownIDs.removeValue(forKey: key) else {
+                    // Never named on the bus: no client holds its path.
+                    emitCollectionChanged()
+                    continue
+                }
+                emitItem("ItemDeleted", Self.collectionPath + "/" + String(id))
+            case .lockStateChanged:
+                bus.emitPropertiesChanged(path: Self.collectionPath, interface: CollectionInterface.interface, ["Locked"])
+                emitCollectionChanged()
+            }
+        }
+    }
+
+    private func emitItem(_ member: String, _ path: String) {
+        bus.emit(path: Self.collectionPath, interface: CollectionInterface.interface, member: member) { try $0.append(objectPath: path) }
+        if member != "ItemDeleted" {
+            bus.emitPropertiesChanged(path: Self.collectionPath, interface: CollectionInterface.interface, ["Items"])
+        }
+        emitCollectionChanged()
+    }
+
+    private func emitCollectionChanged() {
+        bus.emit(path: Self.root, interface: ServiceInterface.interface, member: "CollectionChanged") {
+            try $0.append(objectPath: Self.collectionPath)
+        }
+    }
+}
+
+/// Hands the owner's changes to the bus's thread.
+private struct ChangeForwarder: ItemChangeObserver {
+    let service: SecretService
+    func keychainDidChange(_ changes: [ItemChange], origin: ChangeOrigin) {
+        service.bus.post { [service] _ in service.signal(changes) }
+    }
+}
+
+/// The specification's errors, and the keychain's errors as D-Bus errors.
+enum SecretError {
+    static func noSuchObject(_ path: String) -> BusError {
+        BusError("org.freedesktop.Secret.Error.NoSuchObject", "no such object: \(path)")
+    }
+    static func noSession(_ path: String) -> BusError {
+        BusError("org.freedesktop.Secret.Error.NoSession", "no open session of this client: \(path)")
+    }
+    static func isLocked(_ what: String) -> BusError {
+        BusError("org.freedesktop.Secret.Error.IsLocked", "\(what) is locked; unlock it first (Unlock, or 'keychainfs unlock')")
+    }
+}
+
+/// Runs a keychain operation, its errors as D-Bus errors.
+func mapped<T>(_ body: () throws -> T) throws -> T {
+    do {
+        return try body()
+    } catch let e as BusError {
+        throw e
+    } catch let e as KeychainError {
+        switch e {
+        case .unavailable: throw SecretError.isLocked("the item")
+        case .itemNotFound: throw BusError("org.freedesktop.Secret.Error.NoSuchObject", e.description)
+        case .invalidInput, .nameTooLong, .secretTooLarge: throw BusError.invalidArgs(e.description)
+        default: throw BusError.failed(e.description)
+        }
+    } catch let e as ModelError {
+        throw BusError.invalidArgs("\(e)")
+    } catch {
+        throw BusError.failed("\(error)")
+    }
+}

@@ -1,0 +1,123 @@
+import COpenSSL
+import KeychainCrypto
+import KeychainModel
+@testable import KeychainSecretService
+import Testing
+
+struct SecretItemMappingTests {
+    @Test func libsecretServiceAndUsernameAreAGenericItem() throws {
+        let key = try SecretItemMapping.key(for: ["service": "web", "username": "alice", "application": "x"])
+        #expect(key == .generic(try GenericPasswordKey(service: "web", account: "alice")))
+    }
+
+    @Test func gitsSchemaIsAnInternetItem() throws {
+        let key = try SecretItemMapping.key(for: ["xdg:schema": "org.git.Password", "server": "example.org", "user": "bob",
+                                                  "protocol": "https", "port": "8443", "object": "repo.git"])
+        #expect(key == .internet(try InternetPasswordKey(server: "example.org", port: 8443, path: "repo.git", protocol: .https,
+                                                         account: "bob")))
+    }
+
+    @Test func otherSchemasGoUnderTheSchemaWithAStableName() throws {
+        let a = ["xdg:schema": "org.example.Thing", "foo": "bar"]
+        let key = try SecretItemMapping.key(for: a)
+        guard case .generic(let g) = key else { Issue.record("not generic: \(key)"); return }
+        #expect(g.service == "org.example.Thing")
+        #expect(g.account.hasPrefix("item-"))
+        #expect(try SecretItemMapping.key(for: a) == key)
+        #expect(try SecretItemMapping.key(for: ["xdg:schema": "org.example.Thing", "foo": "baz"]) != key)
+    }
+
+    @Test func aBadPortIsRefused() {
+        #expect(throws: ModelError.self) { try SecretItemMapping.key(for: ["server": "h", "port": "99999"]) }
+    }
+
+    @Test func naturalAttributesOfTreeItems() throws {
+        let g = ItemKey.generic(try GenericPasswordKey(service: "s", account: "a"))
+        #expect(SecretItemMapping.attributes(of: g, stored: nil) == ["service": "s", "account": "a", "username": "a"])
+        let i = ItemKey.internet(try InternetPasswordKey(server: "h", account: "u"))
+        let a = SecretItemMapping.attributes(of: i, stored: nil)
+        #expect(a["xdg:schema"] == "org.git.Password" && a["user"] == "u" && a["port"] == "443" && a["protocol"] == "https")
+    }
+
+    @Test func storedNameFieldsFollowARename() throws {
+        let renamed = ItemKey.generic(try GenericPasswordKey(service: "new", account: "bea"))
+        let a = SecretItemMapping.attributes(of: renamed, stored: ["service": "old", "username": "ann", "app": "x"])
+        #expect(a == ["service": "new", "username": "bea", "app": "x"])
+    }
+
+    @Test func aStoredSchemaIsKept() throws {
+        let i = ItemKey.internet(try InternetPasswordKey(server: "h", account: "u"))
+        let a = SecretItemMapping.attributes(of: i, stored: ["xdg:schema": "org.gnome.keyring.NetworkPassword", "user": "old",
+                                                              "server": "h", "protocol": "https"])
+        #expect(a == ["xdg:schema": "org.gnome.keyring.NetworkPassword", "user": "u", "server": "h", "protocol": "https"])
+        // A natural internet item answers to git's schema and to libsecret's network schema.
+        let natural = SecretItemMapping.attributes(of: i, stored: nil)
+        #expect(SecretItemMapping.matches(natural, ["xdg:schema": "org.gnome.keyring.NetworkPassword", "server": "h"], natural: true))
+        #expect(!SecretItemMapping.matches(natural, ["xdg:schema": "org.example.Other"], natural: true))
+    }
+
+    @Test func extrasRoundTripAndKeepGitsLines() {
+        let git = SecureBytes(copying: Array("password_expiry_utc=123\noauth_refresh_token=tok\n".utf8))
+        let map = ["we=ird": "new\nline%", "ключ": "значение", "": "empty name"]
+        let extras = SecretItemMapping.extras(attributes: map, contentType: "text/plain; x=y", keeping: git)
+        let (decoded, type) = SecretItemMapping.decode(extras: extras)
+        #expect(decoded == map)
+        #expect(type == "text/plain; x=y")
+        let text = String(decoding: extras.unprotectedArray, as: UTF8.self)
+        #expect(text.hasPrefix("password_expiry_utc=123\noauth_refresh_token=tok\n"))
+        // Writing again replaces ours, keeps git's.
+        let again = SecretItemMapping.extras(attributes: ["a": "b"], contentType: "text/plain", keeping: extras)
+        #expect(SecretItemMapping.decode(extras: again).attributes == ["a": "b"])
+        #expect(String(decoding: again.unprotectedArray, as: UTF8.self).hasPrefix("password_expiry_utc=123\n"))
+        #expect(SecretItemMapping.decode(extras: git).attributes == nil)
+    }
+
+    @Test func searchesNamingAGroupReadOnlyIt() {
+        #expect(SecretItemMapping.candidates(for: ["service": "s"]) == ItemQuery(kind: .generic, service: "s"))
+        #expect(SecretItemMapping.candidates(for: ["xdg:schema": "org.git.Password", "server": "h"])
+            == ItemQuery(kind: .internet, server: "h"))
+        #expect(SecretItemMapping.candidates(for: ["foo": "bar"]) == nil)
+    }
+}
+
+struct SecretTransferTests {
+    /// A client's side of the exchange, as libsecret does it, computed here with OpenSSL.
+    @Test func dhAgreesWithAClientAndRoundTripsASecret() throws {
+        let p = BN_bin2bn(SecretTransfer.prime, Int32(SecretTransfer.prime.count), nil)!
+        let g = BN_new()!, a = BN_new()!, pub = BN_new()!, shared = BN_new()!, ctx = BN_CTX_new()!
+        defer { [p, g, a, pub, shared].forEach { BN_free($0) }; BN_CTX_free(ctx) }
+        BN_set_word(g, 2)
+        BN_rand_range(a, p)
+        BN_mod_exp(pub, g, a, p, ctx)
+        var clientPublic = [UInt8](repeating: 0, count: 128)
+        BN_bn2binpad(pub, &clientPublic, 128)
+        let (serverPublic, transfer) = try SecretTransfer.negotiate(clientPublic: clientPublic)
+        #expect(serverPublic.count == 128)
+        let y = BN_bin2bn(serverPublic, 128, nil)!
+        defer { BN_free(y) }
+        BN_mod_exp(shared, y, a, p, ctx)
+        let ikm = SecureBytes(count: 128)
+        _ = ikm.withUnsafeMutableBytes { BN_bn2binpad(shared, $0.bindMemory(to: UInt8.self).baseAddress, 128) }
+        let clientSide = SecretTransfer.aes(key: try HKDF.deriveKey(from: ikm, info: "", length: 16))
+
+        let secret = SecureBytes(copying: [0, 1, 2, 0x0A, 0xFF] + Array("a secret of some length".utf8))
+        let (iv, sealed) = try transfer.encode(secret)
+        guard case .sealed(let ciphertext) = sealed else { Issue.record("not sealed"); return }
+        #expect(ciphertext.count % 16 == 0 && ciphertext.count > secret.count)
+        let opened = try clientSide.decode(parameters: iv, value: SecureBytes(copying: ciphertext))
+        #expect(opened.isEqual(to: secret))
+        // A wrong key fails (padding), it does not return garbage silently.
+        let wrong = SecretTransfer.aes(key: SecureBytes(copying: [UInt8](repeating: 7, count: 16)))
+        let garbled = try? wrong.decode(parameters: iv, value: SecureBytes(copying: ciphertext))
+        #expect(garbled == nil || !garbled!.isEqual(to: secret))
+    }
+
+    @Test func degeneratePublicKeysAreRefused() {
+        let p = SecretTransfer.prime
+        var pMinus1 = p
+        pMinus1[pMinus1.count - 1] -= 1
+        for bad in [[0], [1], pMinus1, p, [UInt8](repeating: 0xFF, count: 129), []] as [[UInt8]] {
+            #expect(throws: (any Error).self) { try SecretTransfer.negotiate(clientPublic: bad) }
+        }
+    }
+}

@@ -1,0 +1,425 @@
+"""Real Secret Service clients against a keychainfs mount (test_secret_service.sh runs it on a
+private bus): python secretstorage's public API, python keyring's SecretService backend, raw
+D-Bus calls through jeepney for malformed input, and signals for changes made elsewhere.
+
+Usage: secret_service.py STEP MOUNTPOINT KEYCHAINFS
+Prints one `ok NAME` or `FAIL NAME: detail` line per check; exits 1 if any failed."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import jeepney
+from jeepney import DBusAddress, new_method_call, MatchRule
+from jeepney.io.blocking import open_dbus_connection
+import secretstorage
+from secretstorage.exceptions import LockedException, PromptDismissedException
+
+STEP, MNT, KC = sys.argv[1], sys.argv[2], sys.argv[3]
+failed = 0
+
+
+def check(name, cond, detail=""):
+    global failed
+    if cond:
+        print(f"ok   {name}")
+    else:
+        failed += 1
+        print(f"FAIL {name}: {detail}")
+    sys.stdout.flush()
+
+
+def raises(name, fn, error_name):
+    """fn() must fail with the D-Bus error `error_name`."""
+    try:
+        fn()
+    except jeepney.wrappers.DBusErrorResponse as e:
+        check(name, e.name == error_name, f"got {e.name}: {e.data}")
+        return
+    except Exception as e:  # secretstorage wraps some errors
+        check(name, error_name in repr(e), f"got {e!r}")
+        return
+    check(name, False, "no error")
+
+
+SERVICE = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets",
+                      interface="org.freedesktop.Secret.Service")
+COLLECTION = "/org/freedesktop/secrets/collection/login"
+
+
+def call(conn, addr, method, sig=None, body=()):
+    reply = conn.send_and_get_reply(new_method_call(addr, method, sig, body), timeout=10)
+    if reply.header.message_type == jeepney.MessageType.error:
+        raise jeepney.wrappers.DBusErrorResponse(reply)
+    return reply.body
+
+
+def kc(*args):
+    return subprocess.run([KC, *args], capture_output=True)
+
+
+def secretstorage_api():
+    conn = secretstorage.dbus_init()
+    # secretstorage opens the dh session whenever `cryptography` is there, as Debian's is.
+    from secretstorage.dhcrypto import Session
+    coll = secretstorage.get_default_collection(conn)
+    # secretstorage names the default collection by its alias path, which is the same object.
+    check("get_default_collection", coll.collection_path in (COLLECTION, "/org/freedesktop/secrets/aliases/default"),
+          coll.collection_path)
+    check("get_all_collections", [c.collection_path for c in secretstorage.get_all_collections(conn)] == [COLLECTION])
+    check("get_collection_by_alias login", secretstorage.get_collection_by_alias(conn, "login").collection_path == COLLECTION)
+    try:
+        secretstorage.get_collection_by_alias(conn, "no-such-alias")
+        check("unknown alias is ItemNotFound", False, "found")
+    except secretstorage.ItemNotFoundException:
+        check("unknown alias is ItemNotFound", True)
+    check("collection label", coll.get_label() == "Login", coll.get_label())
+    check("collection unlocked", not coll.is_locked())
+
+    secret = b"line one\nline two\n\x00\xff\xfe not utf-8"
+    item = coll.create_item("App token", {"application": "myapp", "service": "myapp", "username": "ann"}, secret)
+    check("dh session in use", isinstance(item.session, Session) and item.session.encrypted and item.session.aes_key,
+          repr(item.session))
+    check("create_item: secret round-trips byte for byte", item.get_secret() == secret, repr(item.get_secret()))
+    with open(os.path.join(MNT, "myapp", "ann"), "rb") as f:
+        check("the item is a file at service/account in the tree", f.read() == secret)
+    r = kc("find-generic-password", "-s", "myapp", "-a", "ann", "-w")
+    check("the CLI finds it", r.returncode == 0 and r.stdout.startswith(b"line one\nline two"), repr(r))
+    check("attributes kept", item.get_attributes() == {"application": "myapp", "service": "myapp", "username": "ann"},
+          item.get_attributes())
+    check("label", item.get_label() == "App token")
+    check("content type", item.get_secret_content_type() == "text/plain", item.get_secret_content_type())
+    check("created/modified", item.get_created() > 1_600_000_000 and item.get_modified() >= item.get_created())
+
+    found = list(coll.search_items({"application": "myapp"}))
+    check("search by an attribute that names no directory", [i.item_path for i in found] == [item.item_path],
+          [i.item_path for i in found])
+    found = list(secretstorage.search_items(conn, {"service": "myapp", "username": "ann"}))
+    check("service search", [i.item_path for i in found] == [item.item_path])
+    check("search with a wrong value finds nothing", list(coll.search_items({"application": "other"})) == [])
+
+    # replace: the same attributes replace; others make a second item, never overwrite.
+    again = coll.create_item("App token 2", {"application": "myapp", "service": "myapp", "username": "ann"}, b"v2", replace=True)
+    check("create_item replace=True keeps the path", again.item_path == item.item_path, again.item_path)
+    check("replaced secret", item.get_secret() == b"v2")
+    other = coll.create_item("Other", {"service": "myapp", "username": "ann", "application": "other"}, b"v3", replace=True)
+    check("a different map never overwrites", other.item_path != item.item_path and item.get_secret() == b"v2")
+    dup = coll.create_item("Dup", {"application": "myapp", "service": "myapp", "username": "ann"}, b"v4", replace=False)
+    check("replace=False makes a second item", dup.item_path != item.item_path and item.get_secret() == b"v2")
+    dup.delete()
+    other.delete()
+
+    item.set_label("Renamed")
+    check("set_label", item.get_label() == "Renamed")
+    r = kc("find-generic-password", "-s", "myapp", "-a", "ann")
+    check("the label is the item's label for the CLI", b"Renamed" in r.stdout, r.stdout)
+    item.set_secret(b"new\nsecret")
+    check("set_secret", item.get_secret() == b"new\nsecret")
+    with open(os.path.join(MNT, "myapp", "ann"), "rb") as f:
+        check("set_secret shows in the tree", f.read() == b"new\nsecret")
+    item.set_attributes({"application": "myapp", "service": "myapp", "username": "bea"})
+    check("set_attributes renames it in the tree", os.path.exists(os.path.join(MNT, "myapp", "bea"))
+          and not os.path.exists(os.path.join(MNT, "myapp", "ann")), os.listdir(os.path.join(MNT, "myapp")))
+    check("set_attributes keeps the secret", item.get_secret() == b"new\nsecret")
+
+    # Another schema: one directory named after it.
+    odd = coll.create_item("Odd", {"xdg:schema": "org.example.Odd", "foo": "bar"}, b"odd")
+    entries = os.listdir(os.path.join(MNT, "org.example.Odd"))
+    check("another schema goes under its own directory", len(entries) == 1 and entries[0].startswith("item-"), entries)
+    check("found by its attributes", [i.item_path for i in coll.search_items({"foo": "bar"})] == [odd.item_path])
+    odd.delete()
+    # (The kernel may answer a stat from its entry cache for up to its timeout: the mount does
+    # not yet invalidate entries on changes made elsewhere, so the listing is what is checked.)
+    check("delete", entries[0] not in os.listdir(os.path.join(MNT, "org.example.Odd"))
+          and list(coll.search_items({"foo": "bar"})) == [])
+
+    # Items made through the tree and the CLI, with their natural attributes.
+    kc("add-generic-password", "-s", "clisvc", "-a", "carl", "-w", "cli-secret")
+    found = list(coll.search_items({"service": "clisvc", "account": "carl"}))
+    check("a CLI item is visible with natural attributes", len(found) == 1 and found[0].get_secret() == b"cli-secret",
+          [f.get_attributes() for f in found])
+    if found:
+        check("natural attributes", found[0].get_attributes() == {"service": "clisvc", "account": "carl", "username": "carl"},
+              found[0].get_attributes())
+    item.delete()
+    conn.close()
+
+
+def aliases():
+    conn = open_dbus_connection("SESSION")
+    check("ReadAlias default", call(conn, SERVICE, "ReadAlias", "s", ("default",)) == (COLLECTION,))
+    check("ReadAlias unknown is /", call(conn, SERVICE, "ReadAlias", "s", ("nope",)) == ("/",))
+    call(conn, SERVICE, "SetAlias", "so", ("work", COLLECTION))
+    check("SetAlias then ReadAlias", call(conn, SERVICE, "ReadAlias", "s", ("work",)) == (COLLECTION,))
+    call(conn, SERVICE, "SetAlias", "so", ("work", "/"))
+    check("SetAlias to / removes it", call(conn, SERVICE, "ReadAlias", "s", ("work",)) == ("/",))
+    raises("SetAlias to an unknown collection", lambda: call(conn, SERVICE, "SetAlias", "so",
+           ("work", "/org/freedesktop/secrets/collection/nope")), "org.freedesktop.Secret.Error.NoSuchObject")
+    out = call(conn, SERVICE, "CreateCollection", "a{sv}s", ({}, "default"))
+    check("CreateCollection with alias default gives the collection", out == (COLLECTION, "/"), out)
+    raises("CreateCollection of a second collection", lambda: call(conn, SERVICE, "CreateCollection", "a{sv}s",
+           ({"org.freedesktop.Secret.Collection.Label": ("s", "Other")}, "")), "org.freedesktop.DBus.Error.NotSupported")
+    alias_addr = DBusAddress("/org/freedesktop/secrets/aliases/default", bus_name="org.freedesktop.secrets",
+                             interface="org.freedesktop.DBus.Properties")
+    out = call(conn, alias_addr, "Get", "ss", ("org.freedesktop.Secret.Collection", "Label"))
+    check("the alias path is the collection", out == (("s", "Login"),), out)
+    conn.close()
+
+
+def plain_session():
+    conn = open_dbus_connection("SESSION")
+    _, session = call(conn, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+    coll = DBusAddress(COLLECTION, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Collection")
+    props = {"org.freedesktop.Secret.Item.Label": ("s", "plain"),
+             "org.freedesktop.Secret.Item.Attributes": ("a{ss}", {"service": "plain", "username": "p"})}
+    item, prompt = call(conn, coll, "CreateItem", "a{sv}(oayays)b", (props, (session, b"", b"\x00\x01\n\xff", "application/octet-stream"), True))
+    check("CreateItem over a plain session", prompt == "/" and item.startswith(COLLECTION + "/"), item)
+    item_addr = DBusAddress(item, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Item")
+    (s,) = call(conn, item_addr, "GetSecret", "o", (session,))
+    check("GetSecret over a plain session, content type kept", s == (session, b"", b"\x00\x01\n\xff", "application/octet-stream"), s)
+    (secrets,) = call(conn, SERVICE, "GetSecrets", "aoo", ([item], session))
+    check("GetSecrets", secrets == {item: (session, b"", b"\x00\x01\n\xff", "application/octet-stream")}, secrets)
+
+    # Malformed and hostile calls: each gets its error, and the service keeps serving.
+    raises("unknown algorithm", lambda: call(conn, SERVICE, "OpenSession", "sv", ("rot13", ("s", ""))),
+           "org.freedesktop.DBus.Error.NotSupported")
+    raises("dh with a string for a key", lambda: call(conn, SERVICE, "OpenSession", "sv",
+           ("dh-ietf1024-sha256-aes128-cbc-pkcs7", ("s", "x"))), "org.freedesktop.DBus.Error.InvalidArgs")
+    raises("dh with an out-of-range key", lambda: call(conn, SERVICE, "OpenSession", "sv",
+           ("dh-ietf1024-sha256-aes128-cbc-pkcs7", ("ay", b"\x01"))), "org.freedesktop.DBus.Error.InvalidArgs")
+    raises("wrong signature", lambda: call(conn, SERVICE, "SearchItems", "s", ("x",)),
+           "org.freedesktop.DBus.Error.InvalidArgs")
+    raises("GetSecret of an unknown item", lambda: call(conn, SERVICE, "GetSecrets", "aoo",
+           ([COLLECTION + "/999999"], session)), "org.freedesktop.Secret.Error.NoSuchObject")
+    raises("GetSecret with no such session", lambda: call(conn, item_addr, "GetSecret", "o",
+           ("/org/freedesktop/secrets/session/s999999",)), "org.freedesktop.Secret.Error.NoSession")
+    raises("unknown object path", lambda: call(conn, DBusAddress(COLLECTION + "/999999", bus_name="org.freedesktop.secrets",
+           interface="org.freedesktop.Secret.Item"), "GetSecret", "o", (session,)), "org.freedesktop.Secret.Error.NoSuchObject")
+    huge = {f"k{i}": "v" for i in range(1000)}
+    raises("a huge attribute map", lambda: call(conn, SERVICE, "SearchItems", "a{ss}", (huge,)),
+           "org.freedesktop.DBus.Error.LimitsExceeded")
+    raises("a secret over 16 MiB", lambda: call(conn, coll, "CreateItem", "a{sv}(oayays)b",
+           (props, (session, b"", b"x" * (16 * 1024 * 1024 + 100), "text/plain"), True)), "org.freedesktop.DBus.Error.LimitsExceeded")
+    other = open_dbus_connection("SESSION")
+    raises("another client's session is refused", lambda: call(other, item_addr, "GetSecret", "o", (session,)),
+           "org.freedesktop.Secret.Error.NoSession")
+    other.close()
+    errors = 0
+    for _ in range(70):
+        try:
+            call(conn, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+        except jeepney.wrappers.DBusErrorResponse as e:
+            errors += 1
+            last = e.name
+    check("many sessions from one client are bounded", errors > 0 and last == "org.freedesktop.DBus.Error.LimitsExceeded",
+          errors)
+    (s,) = call(conn, item_addr, "GetSecret", "o", (session,))
+    check("still serving after all that", s[2] == b"\x00\x01\n\xff")
+    session_addr = DBusAddress(session, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Session")
+    call(conn, session_addr, "Close")
+    raises("a closed session is gone", lambda: call(conn, item_addr, "GetSecret", "o", (session,)),
+           "org.freedesktop.Secret.Error.NoSession")
+    (prompt,) = call(conn, item_addr, "Delete")
+    check("Item.Delete", prompt == "/" and not os.path.exists(os.path.join(MNT, "plain", "p")))
+    conn.close()
+
+
+def signals():
+    """Changes made through the CLI and the tree arrive as signals."""
+    conn = open_dbus_connection("SESSION")
+    rule = MatchRule(type="signal", interface="org.freedesktop.Secret.Collection", path=COLLECTION)
+    call(conn, DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus"),
+         "AddMatch", "s", (rule.serialise(),))
+    got = []
+
+    def wait_for(member, seconds=5):
+        end = time.time() + seconds
+        while time.time() < end:
+            try:
+                msg = conn.receive(timeout=max(0.1, end - time.time()))
+            except TimeoutError:
+                break
+            if msg.header.fields.get(jeepney.HeaderFields.member) == member:
+                got.append((member, msg.body[0]))
+                return msg.body[0]
+        return None
+
+    kc("add-generic-password", "-s", "sigsvc", "-a", "sam", "-w", "one")
+    created = wait_for("ItemCreated")
+    check("ItemCreated for an item the CLI added", created is not None and created.startswith(COLLECTION + "/"), got)
+    with open(os.path.join(MNT, "sigsvc", "sam"), "w") as f:
+        f.write("two")
+    changed = wait_for("ItemChanged")
+    check("ItemChanged for a write through the tree", changed == created, (changed, created))
+    os.unlink(os.path.join(MNT, "sigsvc", "sam"))
+    deleted = wait_for("ItemDeleted")
+    check("ItemDeleted for an unlink in the tree", deleted == created, (deleted, created))
+    conn.close()
+
+
+def keyring_backend():
+    from keyring.backends import SecretService
+    k = SecretService.Keyring()
+    k.set_password("kr-service", "kr-user", "kr pass\nword")
+    check("keyring set/get", k.get_password("kr-service", "kr-user") == "kr pass\nword")
+    with open(os.path.join(MNT, "kr-service", "kr-user"), "rb") as f:
+        check("keyring's password is a file", f.read() == b"kr pass\nword")
+    r = kc("find-generic-password", "-s", "kr-service", "-a", "kr-user", "-w")
+    check("keyring's password through the CLI", r.stdout.startswith(b"kr pass"), r)
+    k.set_password("kr-service", "kr-user", "second")
+    check("keyring set again replaces", k.get_password("kr-service", "kr-user") == "second")
+    k.delete_password("kr-service", "kr-user")
+    check("keyring delete", k.get_password("kr-service", "kr-user") is None
+          and not os.path.exists(os.path.join(MNT, "kr-service", "kr-user")))
+
+
+def lock_unlock():
+    conn = secretstorage.dbus_init()
+    coll = secretstorage.get_default_collection(conn)
+    item = coll.create_item("L", {"service": "locksvc", "username": "lu"}, b"lock me")
+    coll.lock()
+    check("Lock locks the keychain", coll.is_locked())
+    r = kc("status")
+    check("the CLI sees it locked", b"locked" in r.stdout, r.stdout)
+    try:
+        open(os.path.join(MNT, "locksvc", "lu")).read()
+        check("the tree refuses the locked item", False, "read")
+    except OSError:
+        check("the tree refuses the locked item", True)
+    try:
+        item.get_secret()
+        check("GetSecret of a locked item is IsLocked", False, "got a secret")
+    except LockedException:
+        check("GetSecret of a locked item is IsLocked", True)
+    except Exception as e:
+        check("GetSecret of a locked item is IsLocked", "IsLocked" in repr(e), repr(e))
+    raw = open_dbus_connection("SESSION")
+    refused = None
+    for n in range(20):
+        try:
+            call(raw, SERVICE, "Unlock", "ao", ([COLLECTION],))
+        except jeepney.wrappers.DBusErrorResponse as e:
+            refused = (n, e.name)
+            break
+    check("many open prompts from one client are bounded", refused == (16, "org.freedesktop.DBus.Error.LimitsExceeded"), refused)
+    raw.close()
+    # No prompt program is configured: the prompt completes dismissed.
+    dismissed = coll.unlock()
+    check("Unlock of a keychain with a passphrase, no prompt configured: dismissed", dismissed is True and coll.is_locked())
+    kc("unlock", "--passphrase-file", os.environ["PASSFILE"])
+    check("unlocked by the CLI, the collection is unlocked", not coll.is_locked())
+    check("and the item's secret is back", item.get_secret() == b"lock me")
+    item.delete()
+    conn.close()
+
+
+def concurrent_search():
+    """A search while the tree changes: every answer is whole, and the service keeps serving."""
+    conn = secretstorage.dbus_init()
+    coll = secretstorage.get_default_collection(conn)
+    for i in range(20):
+        coll.create_item(f"c{i}", {"service": "concsvc", "username": f"u{i}"}, b"s%d" % i)
+    stop = threading.Event()
+    errors = []
+
+    def churn():
+        n = 0
+        while not stop.is_set():
+            p = os.path.join(MNT, "concsvc", f"t{n % 5}")
+            try:
+                with open(p, "w") as f:
+                    f.write("x")
+                os.unlink(p)
+            except OSError as e:
+                errors.append(e)
+            n += 1
+
+    want = {i.item_path for i in coll.search_items({"service": "concsvc"})}
+    raw = open_dbus_connection("SESSION")
+    t = threading.Thread(target=churn, daemon=True)
+    t.start()
+    bad = 0
+    try:
+        for _ in range(30):
+            unlocked, locked = call(raw, SERVICE, "SearchItems", "a{ss}", ({"service": "concsvc"},))
+            if not want <= set(unlocked):
+                bad += 1
+    finally:
+        stop.set()
+        t.join()
+    raw.close()
+    check("the search found the 20 stored items", len(want) == 20, len(want))
+    check("searches during tree changes see every stored item", bad == 0 and not errors, (bad, errors[:3]))
+    for i in coll.search_items({"service": "concsvc"}):
+        i.delete()
+    conn.close()
+
+
+def no_passphrase():
+    """A keychain with no passphrase unlocks at once; an item's Locked follows its class."""
+    conn = secretstorage.dbus_init()
+    coll = secretstorage.get_default_collection(conn)
+    kc("add-generic-password", "-s", "cls", "-a", "always", "-w", "always-secret", "--accessible", "always")
+    kc("add-generic-password", "-s", "cls", "-a", "normal", "-w", "normal-secret", "--accessible", "when-unlocked")
+    raw = open_dbus_connection("SESSION")
+    unlocked, _ = call(raw, SERVICE, "SearchItems", "a{ss}", ({"service": "cls"},))
+    check("both items unlocked while the keychain is", len(unlocked) == 2, unlocked)
+    coll.lock()
+    check("Lock locks it", coll.is_locked())
+    unlocked, locked = call(raw, SERVICE, "SearchItems", "a{ss}", ({"service": "cls"},))
+    always = [p for p in unlocked if "always" in str(secretstorage.Item(conn, p).get_attributes())]
+    check("an 'always' item stays unlocked while the keychain is locked", len(always) == 1 and len(unlocked) == 1,
+          (unlocked, locked))
+    if always:
+        check("and its secret is readable", secretstorage.Item(conn, always[0]).get_secret() == b"always-secret")
+    dismissed = coll.unlock()
+    check("Unlock of a keychain with no passphrase unlocks at once, no prompt", dismissed is False and not coll.is_locked())
+    found = list(coll.search_items({"service": "cls", "account": "normal"}))
+    check("the when-unlocked item is back", len(found) == 1 and found[0].get_secret() == b"normal-secret")
+    raw.close()
+    conn.close()
+
+
+def prompt():
+    """Unlock through the configured pinentry (a scripted one, its mode in PINENTRY_DIR)."""
+    pdir = os.environ["PINENTRY_DIR"]
+
+    def mode(m):
+        with open(os.path.join(pdir, "mode"), "w") as f:
+            f.write(m)
+    conn = secretstorage.dbus_init()
+    coll = secretstorage.get_default_collection(conn)
+    item = coll.create_item("P", {"service": "promptsvc", "username": "pu"}, b"behind a prompt")
+    coll.lock()
+    mode("cancel")
+    check("a cancelled pinentry dismisses the prompt", coll.unlock() is True and coll.is_locked())
+    mode("slow")
+    waiting = threading.Thread(target=coll.unlock)
+    waiting.start()
+    time.sleep(0.5)
+    other = open_dbus_connection("SESSION")
+    start = time.time()
+    call(other, SERVICE, "SearchItems", "a{ss}", ({"service": "promptsvc"},))
+    took = time.time() - start
+    other.close()
+    waiting.join()
+    check("a waiting prompt does not stall other clients", took < 1.0, took)
+    mode("right")
+    check("the right passphrase through pinentry unlocks", coll.unlock() is False and not coll.is_locked())
+    check("and the secret is readable", item.get_secret() == b"behind a prompt")
+    coll.lock()
+    # Last: wrong passphrases start the unlock back-off.
+    mode("wrong")
+    check("a wrong passphrase, three times, dismisses it", coll.unlock() is True and coll.is_locked())
+    with open(os.path.join(pdir, "log")) as f:
+        log = f.read()
+    check("pinentry was told who asks", "SETDESC" in log and "python3" in log and "(pid " in log, log[:300])
+    check("and was given the timeout", "SETTIMEOUT 7" in log, log[:300])
+    conn.close()
+
+
+{"secretstorage": secretstorage_api, "aliases": aliases, "plain": plain_session, "signals": signals,
+ "keyring": keyring_backend, "lock": lock_unlock, "concurrent": concurrent_search,
+ "nopass": no_passphrase, "prompt": prompt}[STEP]()
+sys.exit(1 if failed else 0)

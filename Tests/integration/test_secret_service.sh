@@ -1,0 +1,158 @@
+#!/bin/sh
+# The Secret Service (mount --secret-service) with real clients on a private session bus:
+# secret-tool, python secretstorage and keyring, busctl, raw calls through jeepney; every item
+# also read through the tree and the CLI. The bus has no service files, so nothing (such as
+# gnome-keyring) is activated in keychainfs's place.
+if [ -z "${KCFS_PRIVATE_BUS:-}" ]; then
+    conf=$(mktemp "${TMPDIR:-/tmp}/kcfs-bus.XXXXXX") || exit 2
+    cat >"$conf" <<'XML'
+<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:tmpdir=/tmp</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+XML
+    KCFS_PRIVATE_BUS=1 dbus-run-session --config-file="$conf" -- sh "$0" "$@"
+    status=$?
+    rm -f "$conf"
+    exit $status
+fi
+
+. "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3
+export PASSFILE
+MNT="$TEST_ROOT/mnt"
+mkdir -p "$MNT"
+init_store
+on_exit_unmount "$MNT"
+expect_exit 0 "mount --secret-service" kc mount "$MNT" --secret-service --passphrase-file "$PASSFILE"
+
+# busctl shows the specified interfaces.
+busctl --user introspect org.freedesktop.secrets /org/freedesktop/secrets >"$OUT" 2>&1
+expect_contains "$OUT" "org.freedesktop.Secret.Service" "busctl introspect: Service"
+expect_contains "$OUT" ".OpenSession" "busctl introspect: OpenSession"
+busctl --user introspect org.freedesktop.secrets /org/freedesktop/secrets/collection/login >"$OUT" 2>&1
+expect_contains "$OUT" "org.freedesktop.Secret.Collection" "busctl introspect: Collection"
+expect_contains "$OUT" ".CreateItem" "busctl introspect: CreateItem"
+expect_contains "$OUT" ".ItemCreated" "busctl introspect: ItemCreated"
+
+# secret-tool: store, lookup, search, clear.
+printf 'hunter2\nsecond line' | secret-tool store --label='Web login' service web username alice
+expect_eq 0 $? "secret-tool store"
+expect_eq "$(printf 'hunter2\nsecond line')" "$(secret-tool lookup service web username alice)" "secret-tool lookup"
+expect_eq "$(printf 'hunter2\nsecond line')" "$(cat "$MNT/web/alice")" "secret-tool's item is the file web/alice"
+expect_eq "$(printf 'hunter2\nsecond line')" "$(kc find-generic-password -s web -a alice -w)" "and the CLI finds it"
+kc find-generic-password -s web -a alice >"$OUT" 2>&1
+expect_contains "$OUT" "Web login" "its label is the item's label"
+secret-tool search --all --unlock service web >"$OUT" 2>&1
+expect_contains "$OUT" "label = Web login" "secret-tool search --all --unlock: label"
+expect_contains "$OUT" "attribute.username = alice" "secret-tool search: attributes"
+expect_contains "$OUT" "secret = hunter2" "secret-tool search --unlock: secret"
+item=$(busctl --user call org.freedesktop.secrets /org/freedesktop/secrets org.freedesktop.Secret.Service \
+    SearchItems 'a{ss}' 2 service web username alice | sed -n 's/^aoao 1 "\([^"]*\)".*/\1/p')
+busctl --user introspect org.freedesktop.secrets "$item" >"$OUT" 2>&1
+expect_contains "$OUT" "org.freedesktop.Secret.Item" "busctl introspect of an item: Item"
+expect_contains "$OUT" ".GetSecret" "busctl introspect of an item: GetSecret"
+busctl --user tree org.freedesktop.secrets >"$OUT" 2>&1
+expect_contains "$OUT" "$item" "busctl tree lists the item"
+printf 'v2' | secret-tool store --label='Web login' service web username alice
+expect_eq "v2" "$(cat "$MNT/web/alice")" "secret-tool store again replaces the same item"
+
+# An item made through the tree and one through the CLI, looked up by their natural attributes.
+mkdir "$MNT/treesvc" && printf 'from-tree' >"$MNT/treesvc/tom"
+expect_eq "from-tree" "$(secret-tool lookup service treesvc account tom)" "a tree item over D-Bus (service, account)"
+kc add-internet-password -s git.example.org -a gina -r htps -w git-secret >/dev/null
+expect_eq "git-secret" "$(secret-tool lookup xdg:schema org.git.Password server git.example.org user gina protocol https)" \
+    "an internet item carries git's org.git.Password attributes"
+expect_eq "git-secret" "$(secret-tool lookup server git.example.org port 443 protocol https)" "and server/port/protocol"
+
+# git's own libsecret helper (built from the source Debian's git ships) and ours find each
+# other's credentials.
+GCL="$TEST_ROOT/git-credential-libsecret"
+GCK=$(dirname "$KEYCHAINFS_BIN")/git-credential-keychainfs
+src=/usr/share/doc/git/contrib/credential/libsecret/git-credential-libsecret.c
+if gcc -o "$GCL" "$src" $(pkg-config --cflags --libs libsecret-1 glib-2.0) 2>"$ERR"; then
+    printf 'protocol=https\nhost=code.example.com\nusername=lib\npassword=from-libsecret\n\n' | "$GCL" store >/dev/null
+    printf 'protocol=https\nhost=code.example.com\n\n' | "$GCK" get >"$OUT"
+    expect_contains "$OUT" "password=from-libsecret" "git-credential-libsecret store, git-credential-keychainfs get"
+    expect_contains "$OUT" "username=lib" "with its user"
+    expect_eq "from-libsecret" "$(cat "$MNT/internet/code.example.com/443/lib")" "and it is the internet item's file"
+    printf 'protocol=https\nhost=other.example.com\nusername=kc\npassword=from-keychainfs\n\n' | "$GCK" store
+    printf 'protocol=https\nhost=other.example.com\n\n' | "$GCL" get >"$OUT"
+    expect_contains "$OUT" "password=from-keychainfs" "git-credential-keychainfs store, git-credential-libsecret get"
+    printf 'protocol=https\nhost=code.example.com\nusername=lib\n\n' | "$GCL" erase >/dev/null
+    expect_exit 44 "git-credential-libsecret erase removes it" kc find-internet-password -s code.example.com -a lib
+else
+    fail "cannot build git-credential-libsecret (libsecret-1-dev)"
+    show_output
+fi
+
+secret-tool clear service web username alice
+expect_eq 0 $? "secret-tool clear"
+# (Checked by listing: the kernel may answer a stat from its entry cache, since the mount does
+# not yet invalidate entries on changes made elsewhere.)
+expect_not_contains "$(ls "$MNT/web")" "alice" "secret-tool clear removes the file"
+expect_exit 44 "and the CLI no longer finds it" kc find-generic-password -s web -a alice
+
+run_py() {
+    step=$1
+    $PY "$TESTS_DIR/secret_service.py" "$step" "$MNT" "$KEYCHAINFS_BIN" >"$TEST_ROOT/py.out" 2>&1
+    code=$?
+    while IFS= read -r line; do
+        case $line in
+            "ok   "*) pass "$step: ${line#ok   }" ;;
+            "FAIL "*) fail "$step: ${line#FAIL }" ;;
+            *) printf '     %s\n' "$line" ;;
+        esac
+    done <"$TEST_ROOT/py.out"
+    [ $code -eq 0 ] || grep -q '^FAIL' "$TEST_ROOT/py.out" || fail "$step: the script failed (exit $code)"
+}
+run_py secretstorage
+run_py aliases
+run_py plain
+run_py signals
+run_py keyring
+run_py concurrent
+run_py lock
+
+# The name is never taken from its owner: a second mount with --secret-service says who has it.
+STORE2="$TEST_ROOT/second.db"
+MNT2="$TEST_ROOT/mnt2"
+mkdir -p "$MNT2"
+init_store --store "$STORE2"
+on_exit_unmount "$MNT2"
+expect_exit 70 "a second --secret-service mount is refused" kc mount "$MNT2" --store "$STORE2" --secret-service --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "already served on the session bus by" "it names the owner"
+expect_contains "$ERR" "systemctl --user mask" "and says how to switch"
+expect_eq "v2" "$(printf 'v2' | secret-tool store --label=x service after username a && secret-tool lookup service after username a)" \
+    "the first mount still serves"
+
+# Unlock through a configured pinentry (a scripted one).
+kc unmount "$MNT2" >/dev/null 2>&1
+kc unmount "$MNT" >/dev/null 2>&1
+export PINENTRY_DIR="$TEST_ROOT/pinentry"
+mkdir -p "$PINENTRY_DIR" "$XDG_CONFIG_HOME/keychainfs"
+cp "$TESTS_DIR/fake_pinentry.sh" "$PINENTRY_DIR/pinentry"
+chmod 755 "$PINENTRY_DIR/pinentry"
+printf '%s' "$PASSPHRASE" >"$PINENTRY_DIR/passphrase"
+printf '[access]\npinentry = "%s"\nprompt-timeout = 7\n' "$PINENTRY_DIR/pinentry" >"$XDG_CONFIG_HOME/keychainfs/config.toml"
+expect_exit 0 "mount with [access] pinentry" kc mount "$MNT" --secret-service --passphrase-file "$PASSFILE"
+run_py prompt
+kc unmount "$MNT" >/dev/null 2>&1
+rm "$XDG_CONFIG_HOME/keychainfs/config.toml"
+
+# A store with no passphrase: Unlock needs no prompt.
+STORE3="$TEST_ROOT/nopass.db"
+kc init --store "$STORE3" --no-passphrase >/dev/null
+expect_exit 0 "mount a store with no passphrase, --secret-service" kc mount "$MNT" --store "$STORE3" --secret-service
+export KEYCHAINFS_STORE="$STORE3"
+run_py nopass
+kc unmount "$MNT" >/dev/null 2>&1
+finish
