@@ -44,7 +44,7 @@ let package = Package(
         .target(name: "SDBus", dependencies: ["CSystemd", "CSDBusShim", "KeychainCrypto"]),
         // The Secret Service D-Bus API over the keychain's owner.
         .target(name: "KeychainSecretService", dependencies: [
-            "SDBus", "COpenSSL", "KeychainCrypto", "KeychainModel", "KeychainStore", "KeychainFileSystem",
+            "SDBus", "COpenSSL", "KeychainCrypto", "KeychainModel", "KeychainStore", "KeychainFileSystem", "KeychainAccess",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "CHardening"),

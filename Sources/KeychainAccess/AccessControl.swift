@@ -100,6 +100,9 @@ package final class AccessControl: Sendable {
     private let logLine: (@Sendable (String) -> Void)?
     private let processes = Mutex(ProcessTable())
     private let promptSlot = PromptSlot()
+    /// The same gate without a prompt (and with its own identity cache), for `prompting: false`.
+    private let noPromptGate: AccessControl?
+    private var noPrompt: AccessControl { noPromptGate ?? self }
 
     /// `log` receives every refusal and answer; `logLine` a one-line summary for the
     /// daemon's own log.
@@ -107,6 +110,7 @@ package final class AccessControl: Sendable {
         self.settings = settings
         self.log = log
         self.logLine = logLine
+        noPromptGate = settings.prompt == nil ? nil : AccessControl(settings: .none, log: log, logLine: logLine)
     }
 
     /// A FUSE request: the calling thread's id.
@@ -123,8 +127,12 @@ package final class AccessControl: Sendable {
     }
 
     /// Any caller (`AccessCaller`): what the gate calls for every channel.
-    package func decide(_ caller: AccessCaller, item: AccessItem, operation: AccessOperation, list: AccessList) -> AccessOutcome {
+    /// `prompting` false: a caller not listed is refused at once, for a channel whose thread
+    /// must not wait for the user (the D-Bus thread serves every client).
+    package func decide(_ caller: AccessCaller, item: AccessItem, operation: AccessOperation, list: AccessList,
+                        prompting: Bool = true) -> AccessOutcome {
         if list.isAnyProgram { return .allowed }
+        if !prompting { return noPrompt.decide(caller, item: item, operation: operation, list: list) }
         switch caller {
         case .thread(let tid):
             return decide(threadID: tid, item: item, operation: operation, list: list)

@@ -486,17 +486,19 @@ package final class ServedKeychain: Sendable {
     /// cost. Refused: `accessDenied` (EACCES, exit 77). Always allow adds the program to the
     /// item's list through a commit before this returns. Called with no lock of this owner
     /// held: only this caller waits while the user is asked.
-    package func authorize(_ caller: AccessCaller, _ item: KeychainItem, _ operation: AccessOperation) throws(KeychainError) {
-        try authorize(caller, record: item.record, itemID: String(item.id), operation)
+    package func authorize(_ caller: AccessCaller, _ item: KeychainItem, _ operation: AccessOperation,
+                           prompting: Bool = true) throws(KeychainError) {
+        try authorize(caller, record: item.record, itemID: String(item.id), operation, prompting: prompting)
     }
 
     /// `authorize` for an item known by its record (an export page's); `itemID` is what an
     /// Allow once is granted for.
-    package func authorize(_ caller: AccessCaller, record: ItemRecord, itemID: String, _ operation: AccessOperation) throws(KeychainError) {
+    package func authorize(_ caller: AccessCaller, record: ItemRecord, itemID: String, _ operation: AccessOperation,
+                           prompting: Bool = true) throws(KeychainError) {
         guard let list = record.attributes.values.access, !list.isAnyProgram else { return }
         let item = record
         let target = AccessItem(id: itemID, path: Self.treePath(item.key), key: item.key)
-        switch access.decide(caller, item: target, operation: operation, list: list) {
+        switch access.decide(caller, item: target, operation: operation, list: list, prompting: prompting) {
         case .allowed: return
         case .refused(let why): throw .accessDenied(why)
         case .allowedAlways(let rule):

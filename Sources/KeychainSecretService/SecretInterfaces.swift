@@ -1,4 +1,5 @@
 import Foundation
+import KeychainAccess
 import KeychainCrypto
 import KeychainFileSystem
 import KeychainModel
@@ -142,10 +143,14 @@ final class ServiceInterface: BusInterface {
             let session = try m.readObjectPath()
             let transfer = try s.session(session, client: m.sender).transfer
             try r.open("a", "{o(oayays)}")
+            let caller = accessCaller(m)
             for path in paths {
                 let item = try s.item(at: path)
-                // Locked items are left out, as the specification says.
-                guard !s.isLocked(item), let secret = try? s.owner.secret(of: item) else { continue }
+                // Locked items are left out, as the specification says; so are items whose
+                // access list does not name the caller (per-program access, refused at once:
+                // this thread serves every client and must not wait for a prompt).
+                guard !s.isLocked(item), (try? s.owner.authorize(caller, item, .read, prompting: false)) != nil,
+                      let secret = try? s.owner.secret(of: item) else { continue }
                 try r.open("e", "o(oayays)")
                 try r.append(objectPath: path)
                 try r.appendSecret(session: session, transfer: transfer, secret: secret, contentType: s.contentType(of: item))
@@ -225,6 +230,11 @@ final class CollectionInterface: BusInterface {
             let contentType = secret.contentType.isEmpty ? SecretItemMapping.defaultContentType : secret.contentType
             let first = try mapped { try SecretItemMapping.key(for: attributes) }
             let keys = [first] + (2...1000).lazy.compactMap { try? SecretItemMapping.disambiguated(first, $0) }
+            // Replacing an item is writing it: decided before the change, for the item the
+            // attributes name (per-program access, no prompt on this thread).
+            if replace, let existing = try mapped({ try s.owner.items(matching: .exactly(first)).first }) {
+                try mapped { try s.owner.authorize(accessCaller(m), existing, .write, prompting: false) }
+            }
             let (item, _) = try mapped {
                 try s.owner.saveFirstFree(keys, secret: plain, label: label ?? "", replaces: { existing, extras in
                     // Only the same attributes are the same item; `replace` says whether it is overwritten.
@@ -280,12 +290,14 @@ final class ItemInterface: BusInterface {
         let item = try s.item(at: path)
         switch member {
         case "Delete":
+            try mapped { try s.owner.authorize(accessCaller(m), item, .delete, prompting: false) }
             try mapped { try s.owner.delete(item) }
             try r.append(objectPath: "/")
         case "GetSecret":
             let session = try m.readObjectPath()
             let transfer = try s.session(session, client: m.sender).transfer
             guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
+            try mapped { try s.owner.authorize(accessCaller(m), item, .read, prompting: false) }
             let secret = try mapped { try s.owner.secret(of: item) }
             try r.appendSecret(session: session, transfer: transfer, secret: secret, contentType: s.contentType(of: item))
         case "SetSecret":
@@ -294,6 +306,7 @@ final class ItemInterface: BusInterface {
             let plain = try transfer.decode(parameters: given.parameters, value: given.value)
             guard plain.count <= maxSecretBytes else { throw BusError.limitsExceeded("a secret over \(maxSecretBytes) bytes") }
             guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
+            try mapped { try s.owner.authorize(accessCaller(m), item, .write, prompting: false) }
             let attributes = s.attributes(of: item)
             let contentType = given.contentType.isEmpty ? SecretItemMapping.defaultContentType : given.contentType
             _ = try mapped {

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainAccess
 import KeychainCrypto
 import KeychainFileSystem
 import KeychainModel
@@ -363,6 +364,13 @@ enum SecretError {
 }
 
 /// Runs a keychain operation, its errors as D-Bus errors.
+/// The program that sent a call, for per-program access: the pid the bus daemon vouches for,
+/// pinned now (a client keeps its connection, so its pid is its own while it waits).
+func accessCaller(_ m: BusMessage) -> AccessCaller {
+    guard let pid = m.senderPID() else { return .unidentified("the bus gave no pid for the sender") }
+    do { return .process(try PinnedProcess.forProcess(pid)) } catch { return .unidentified(error.description) }
+}
+
 func mapped<T>(_ body: () throws -> T) throws -> T {
     do {
         return try body()
@@ -372,6 +380,7 @@ func mapped<T>(_ body: () throws -> T) throws -> T {
         switch e {
         case .unavailable: throw SecretError.isLocked("the item")
         case .itemNotFound: throw BusError("org.freedesktop.Secret.Error.NoSuchObject", e.description)
+        case .accessDenied: throw BusError("org.freedesktop.DBus.Error.AccessDenied", e.description)
         case .invalidInput, .nameTooLong, .secretTooLarge: throw BusError.invalidArgs(e.description)
         default: throw BusError.failed(e.description)
         }
