@@ -43,10 +43,6 @@ package final class ServedKeychain: Sendable {
     private let afterDecrypt = Mutex<(@Sendable () -> Void)?>(nil)
     /// Called between a fill's read of the store and its install; tests use it likewise.
     private let afterFillRead = Mutex<(@Sendable () -> Void)?>(nil)
-    /// Told every committed change of the control socket's operations and every lock and
-    /// unlock, after `committing` and `state` are let go and before the caller answers its
-    /// client. A leaf: nothing is called while it is held (`notify` copies the list first).
-    private let observers = Mutex<[any ItemChangeObserver]>([])
 
     struct State {
         var index = ItemIndex()
@@ -127,22 +123,6 @@ package final class ServedKeychain: Sendable {
 
     package func setAfterDecrypt(_ hook: (@Sendable () -> Void)?) { afterDecrypt.withLock { $0 = hook } }
     package func setAfterFillRead(_ hook: (@Sendable () -> Void)?) { afterFillRead.withLock { $0 = hook } }
-
-    /// Adds an observer of committed changes (`ItemChangeObserver`).
-    package func addObserver(_ observer: any ItemChangeObserver) { observers.withLock { $0.append(observer) } }
-
-    /// Tells every observer, holding none of this owner's locks (the caller has left `change`).
-    private func notify(_ changes: [ItemChange], origin: ChangeOrigin = .control) {
-        guard !changes.isEmpty else { return }
-        for observer in observers.withLock({ $0 }) { observer.keychainDidChange(changes, origin: origin) }
-    }
-
-    /// The change a save made: a new item, or a new version of one already in the index
-    /// (a new item gets a new id; one not in the index is told as new, which costs the kernel
-    /// one more lookup and is never wrong).
-    private static func saveChange(_ item: KeychainItem, wasIndexed: Bool) -> ItemChange {
-        wasIndexed ? .updated(item.key) : .added(item.key)
-    }
 
     /// Runs one change to the store and the index. Nothing else changes either meanwhile;
     /// the body takes `state` only for the short steps before and after the commit.
@@ -248,7 +228,6 @@ package final class ServedKeychain: Sendable {
             }
             s.plaintext.removeAll { id in !(s.index.item(id).map { keychain.isAvailable($0.accessible) } ?? false) }
         }
-        notify([.lockStateChanged(.locked)])
     }
 
     /// One attempt at a time: a wrong passphrase is recorded before the next attempt is judged.
@@ -268,7 +247,6 @@ package final class ServedKeychain: Sendable {
             }
             Self.log.notice("unlocked")
         }
-        notify([.lockStateChanged(.unlocked)])
     }
 
     /// Wipes every open copy and cached secret and forgets every key, as at unmount.
@@ -318,34 +296,22 @@ package final class ServedKeychain: Sendable {
     /// Adds the item, or with `updateExisting` updates the one with the same key.
     package func save(_ key: ItemKey, secret: SecureBytes, extras: SecureBytes? = nil, changes: AttributeChanges,
                       defaultClass: AccessibilityClass, updateExisting: Bool) throws -> KeychainItem {
-        let (item, told) = try change { () throws -> (KeychainItem, ItemChange) in
+        try change { () throws -> KeychainItem in
             let item = try keychain.save(key, secret: secret, changes: changes, extras: extras, defaultClass: defaultClass,
                                          updateExisting: updateExisting)
-            let wasIndexed = state.withLock { s in
-                defer { s.saved(item) }
-                return s.index.item(item.id) != nil
-            }
-            return (item, Self.saveChange(item, wasIndexed: wasIndexed))
+            state.withLock { $0.saved(item) }
+            return item
         }
-        notify([told])
-        return item
     }
 
     /// Saves a batch in one transaction (`Keychain.save(batch:updateExisting:)`), then puts
     /// every saved item into the index, before any other change.
     package func save(batch: ItemBatch, updateExisting: Bool) throws -> BatchSaveResult {
-        let (result, told) = try change { () throws -> (BatchSaveResult, [ItemChange]) in
+        try change { () throws -> BatchSaveResult in
             let result = try keychain.save(batch: batch, updateExisting: updateExisting)
-            let told = state.withLock { s in
-                result.saved.map { item in
-                    defer { s.saved(item) }
-                    return Self.saveChange(item, wasIndexed: s.index.item(item.id) != nil)
-                }
-            }
-            return (result, told)
+            state.withLock { s in for item in result.saved { s.saved(item) } }
+            return result
         }
-        notify(told)
-        return result
     }
 
     /// Matching items in `ItemOrder`, from the store (the index holds only what the mount
@@ -357,7 +323,7 @@ package final class ServedKeychain: Sendable {
 
     /// Deletes the first match, or every match with `all`, in one transaction; returns them.
     package func delete(matching query: ItemQuery, all: Bool) throws -> [KeychainItem] {
-        let items = try change { () throws -> [KeychainItem] in
+        try change { () throws -> [KeychainItem] in
             var items = try self.items(matching: query)
             guard !items.isEmpty else { throw KeychainError.itemNotFound }
             if !all { items = [items[0]] }
@@ -365,8 +331,6 @@ package final class ServedKeychain: Sendable {
             state.withLock { s in for item in items { s.deleted(item.id) } }
             return items
         }
-        notify(items.map { .removed($0.key) })
-        return items
     }
 
     /// The cache of decrypted secrets: how many, the locked memory they take, and its budget.
