@@ -80,7 +80,7 @@ let package = Package(
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
         .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainStore"], exclude: ["Fixtures"]),
-        .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem"]),
+        .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem", "KeychainBatch"]),
         .testTarget(name: "KeychainFuseTests", dependencies: ["KeychainFuse"]),
         .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
         .testTarget(name: "KeychainControlTests", dependencies: [

@@ -30,7 +30,7 @@ extension KeychainTree {
         case .opened(let handle): return handle
         case .uncached(let uncached): item = uncached
         }
-        guard keychain.isAvailable(item.accessible) else { throw .keyUnavailable }
+        guard served.isAvailable(item.accessible) else { throw .keyUnavailable }
         let contents: SecureBytes?
         if !readsStored {
             contents = nil
@@ -60,54 +60,24 @@ extension KeychainTree {
 
     package func create(_ location: TreeLocation, flags: Int32) throws(FileSystemError) -> UInt64 {
         let key = try itemKey(at: location)
-        // A service's classes come from the store's class column, so that its items need not
-        // all be read (those of another access group or not yet readable count too); pending
-        // items, not stored yet, count from the index. A server's directory is read whole anyway.
-        var storedClasses: Set<AccessibilityClass> = []
-        if case .genericItem(let svc, _) = location {
-            do { storedClasses = try keychain.groupClasses(kind: .generic, name: svc) } catch { throw .from(error) }
-        }
+        // The one rule (`ServedKeychain.newItemClass`), before the name is taken: it reads the
+        // store's class column, and pending neighbours from the index.
+        let accessible: AccessibilityClass
+        do { accessible = try served.newItemClass(for: key, base: defaultClass) } catch { throw .from(error) }
+        guard served.isAvailable(accessible) else { throw .keyUnavailable }
         let item = try served.covering(location) { s throws(FileSystemError) -> KeychainItem in
             // Whatever exists there (an item, or a path directory of that name) is not replaced.
             if (try? node(location, s.index)) != nil { throw .exists }
             try requireParent(of: location, s.index)
-            let siblings: [Int64] = switch location {
-            // Stored items count in `storedClasses`; the pending ones are not in the store yet.
-            // (Not the service's every entry: a loop of creates would go over them all each time.)
-            case .genericItem(let svc, _):
-                Array(s.index.pending.filter { id in
-                    if case .generic(let g) = s.index.item(id)?.key { g.service == svc } else { false }
-                })
-            case .internetEntry(let server, let port, let parent, _):
-                Array(s.index.directory(server: server, port: port, path: parent)?.items.values ?? [:].values)
-            default: []
-            }
-            let accessible = AccessibilityClass.forNewItem(mountDefault: defaultClass,
-                                                           siblings: Array(storedClasses) + siblings.compactMap { s.index.item($0)?.accessible })
-            guard keychain.isAvailable(accessible) else { throw .keyUnavailable }
             return s.addPending(ItemRecord(key: key, attributes: ItemAttributes(accessible: accessible)))
         }
         let file = OpenFile(itemID: item.id, accessible: item.accessible, mode: OpenMode(flags: flags), contents: SecureBytes(),
                             modified: item.record.attributes.modified)
         file.createdItem = true
         do { return try register(file) } catch {
-            served.state.withLock { $0.deleted(item.id) }
+            served.state.withLock { $0.discardPending(item.id) }
             throw error
         }
-    }
-
-    /// `accessible`, or a stricter class of an item stored in the same service or directory
-    /// (`AccessibilityClass.forNewItem`), for a pending item's insert, under `change`.
-    private func strictestClass(for record: ItemRecord, from accessible: AccessibilityClass) throws -> AccessibilityClass {
-        let siblings: [AccessibilityClass] = switch record.key {
-        case .generic(let g): Array(try keychain.groupClasses(kind: .generic, name: g.service))
-        case .internet(let i):
-            served.state.withLock { s in
-                (s.index.directory(server: i.server, port: i.port, path: InternetPath.segments(i.path))?.items.values)
-                    .map { $0.compactMap { s.index.item($0)?.accessible } } ?? []
-            }
-        }
-        return AccessibilityClass.forNewItem(mountDefault: accessible, siblings: siblings)
     }
 
     private func requireParent(of location: TreeLocation, _ index: ItemIndex) throws(FileSystemError) {
@@ -126,7 +96,7 @@ extension KeychainTree {
     }
 
     private func register(_ file: OpenFile, in s: inout ServedKeychain.State) throws(FileSystemError) -> UInt64 {
-        guard keychain.isAvailable(file.accessible) else {
+        guard served.isAvailable(file.accessible) else {
             file.revoke()
             throw .keyUnavailable
         }
@@ -236,12 +206,12 @@ extension KeychainTree {
         // A reader's close commits nothing, and must not wait for another item's commit.
         let needed = served.state.withLock { s in Self.commitNeeded(f, final: final, s) }
         guard needed else { return }
-        try served.change { () throws(FileSystemError) -> Void in
+        try served.change(origin: .tree) { c throws(FileSystemError) -> Void in
             let pending = try served.state.withLock { s throws(FileSystemError) -> Pending in
                 guard Self.commitNeeded(f, final: final, s) else { return .nothing }
                 guard !f.isRevoked else {
                     // A pending item whose writer lost its key is never stored.
-                    if s.index.item(f.itemID)?.isPending ?? false { s.deleted(f.itemID) }
+                    s.discardPending(f.itemID)
                     throw .keyUnavailable
                 }
                 guard !f.isAbandoned else {
@@ -259,44 +229,34 @@ extension KeychainTree {
             switch pending {
             case .nothing: return
             case .abandon(let created):
-                // A pending item has nothing stored to delete.
-                if let created, created.isPending || (try? keychain.delete([created])) != nil {
-                    served.state.withLock { $0.deleted(created.id) }
-                }
+                if let created { try? c.delete([created]) }
                 throw .tooLarge
             case .update(let item, let value, let writes, let modified) where item.isPending:
                 defer { value.wipe() }
                 var record = item.record
                 record.attributes.modified = modified
-                let stored: KeychainItem
                 do {
                     // A sibling stored after the create (which took no commit lock) may be
-                    // stricter: the class rule is applied again here, where no commit can come.
-                    record.attributes.accessible = try strictestClass(for: record, from: item.accessible)
-                    stored = try keychain.add(record, secret: value)
+                    // stricter: the store applies the class rule again, where no commit can come.
+                    _ = try c.store(pending: item, as: record, secret: value)
                 } catch {
                     // Not stored (a full disk): the new file is gone, and close(2) says why,
                     // but not at a release, which no program waits for: the log does. No name.
                     Self.log.warning("a new file could not be stored: \(FileSystemError.from(error).description)")
                     served.state.withLock { s in
-                        s.deleted(item.id)
+                        s.discardPending(item.id)
                         f.markCommitted(writes: f.writes)
                     }
                     throw .from(error)
                 }
-                served.state.withLock { s in
-                    s.stored(pending: item.id, as: stored)
+                served.state.withLock { _ in
                     f.markCommitted(writes: writes)
                     f.createdItem = false
                 }
             case .update(let item, let value, let writes, let modified):
                 defer { value.wipe() }
-                let updated: KeychainItem
-                do {
-                    updated = try keychain.update(keychain.complete(item), to: item.record, secret: value, modified: modified)
-                } catch { throw .from(error) }
-                served.state.withLock { s in
-                    s.saved(updated)
+                do { _ = try c.update(item, secret: value, modified: modified) } catch { throw .from(error) }
+                served.state.withLock { _ in
                     f.markCommitted(writes: writes)
                     f.createdItem = false
                 }

@@ -43,10 +43,10 @@ extension KeychainTree {
         switch node {
         case .root:
             switch short {
-            case "state": return Array(keychain.state.rawValue.utf8)
+            case "state": return Array(served.lockState.rawValue.utf8)
             case "lock-after": return Array((lockAfter.map(String.init) ?? "off").utf8)
             case "items":
-                do { return Array(String(try keychain.readableItemCount()).utf8) } catch { throw .from(error) }
+                do { return Array(String(try served.readableItemCount()).utf8) } catch { throw .from(error) }
             default: throw .noData
             }
         case .item(let item):
@@ -161,8 +161,8 @@ extension KeychainTree {
     private func change(_ location: TreeLocation, name: String,
                         _ edit: (inout ItemRecord) throws(FileSystemError) -> Void) throws(FileSystemError) {
         let short = try attributeName(name)
-        try served.change { () throws(FileSystemError) -> Void in
-            let item = try served.coveringInChange(location) { s throws(FileSystemError) -> KeychainItem in
+        try served.change(origin: .tree) { c throws(FileSystemError) -> Void in
+            let item = try c.covering(location) { s throws(FileSystemError) -> KeychainItem in
                 guard case .item(let item) = try node(location, s.index) else {
                     throw Self.rootNames.contains(short) ? .notPermitted : .noData
                 }
@@ -175,12 +175,11 @@ extension KeychainTree {
             var record = item.record
             try edit(&record)
             // Both the old and the new class key are needed: the secret is re-sealed.
-            guard keychain.isAvailable(record.attributes.accessible) else { throw .keyUnavailable }
+            guard served.isAvailable(record.attributes.accessible) else { throw .keyUnavailable }
             if record.key != item.key {
                 // Taken in the store, or by a pending item, which only the index knows.
-                let takenByPending = served.state.withLock { s in s.index.item(s.index.ids[record.key])?.isPending ?? false }
                 let taken: Bool
-                do { taken = try takenByPending || keychain.containsItem(for: record.key) } catch { throw .from(error) }
+                do { taken = try c.isTaken(record.key) } catch { throw .from(error) }
                 if taken { throw .exists }
             }
             if item.isPending {
@@ -188,9 +187,7 @@ extension KeychainTree {
                 served.state.withLock { $0.changedPending(KeychainItem(pending: record, id: item.id)) }
                 return
             }
-            let updated: KeychainItem
-            do { updated = try keychain.update(keychain.complete(item), to: record) } catch { throw .from(error) }
-            served.state.withLock { $0.saved(updated) }
+            do { _ = try c.setAttributes(item, to: record) } catch { throw .from(error) }
         }
     }
 }

@@ -33,81 +33,37 @@ public struct DirectoryEntry: Equatable, Sendable {
 }
 
 /// The filesystem semantics of the mount, in plain Swift: path mapping, directories, open
-/// files and their buffers, rename, attributes and lock state. The FUSE binding only
-/// translates C calls into these methods and errors into errno.
+/// files and their buffers, rename and attributes. The FUSE binding only translates C calls
+/// into these methods and errors into errno.
 ///
-/// Thread-safe. Its state is `ServedKeychain`'s, and every change it makes goes through
-/// `served.change`, the same path the control socket's requests take.
+/// Thread-safe. It holds no state of its own and cannot reach the store: its state is
+/// `ServedKeychain`'s, and every change it makes is one of that owner's operations
+/// (`ServedKeychain.ItemCommit`), the same the control socket's requests use.
 public final class KeychainTree: Sendable {
     package let served: ServedKeychain
-    public var keychain: Keychain { served.keychain }
-    public let defaultClass: AccessibilityClass
-    /// Seconds without file access before the mount locks itself, 0 for never; changed at
-    /// run time by `set-keychain-settings` or the root's `lock-after` attribute.
-    private let lockAfterSeconds: Atomic<Int>
-    private let lastAccess = Atomic<Int64>(0)
-    /// Run after every lock and after the keys are forgotten: the FUSE binding drops the
-    /// kernel's cached pages of the files the lock revoked.
-    private let afterLock = Mutex<(@Sendable () -> Void)?>(nil)
+    public var defaultClass: AccessibilityClass { served.defaultClass }
+    /// The store file the mount serves (the FUSE binding names it as the mount's source).
+    public var storePath: String { served.storePath }
 
-    package init(served: ServedKeychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) {
+    package init(served: ServedKeychain) {
         self.served = served
-        self.defaultClass = defaultClass
-        lockAfterSeconds = Atomic(max(lockAfter ?? 0, 0))
-        noteAccess()
     }
 
     public convenience init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) throws {
-        self.init(served: try ServedKeychain(keychain: keychain), defaultClass: defaultClass, lockAfter: lockAfter)
+        self.init(served: try ServedKeychain(keychain: keychain, defaultClass: defaultClass, lockAfter: lockAfter))
     }
 
-    // MARK: lock state
+    // MARK: lock state, all the owner's
 
-    /// Seconds since the monotonic clock's epoch of the last file operation.
-    public func noteAccess() { lastAccess.store(Self.now(), ordering: .relaxed) }
-    public var idleSeconds: Int64 { Self.now() - lastAccess.load(ordering: .relaxed) }
-    private static func now() -> Int64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Int64(ts.tv_sec)
-    }
-
-    public var lockAfter: Int? {
-        let s = lockAfterSeconds.load(ordering: .relaxed)
-        return s > 0 ? s : nil
-    }
-
-    /// A new setting counts from now, so shortening it does not lock at once.
-    public func setLockAfter(_ seconds: Int?) {
-        noteAccess()
-        lockAfterSeconds.store(max(seconds ?? 0, 0), ordering: .relaxed)
-    }
-
-    /// Locks if unlocked and idle for at least the lock-after setting; the daemon calls it
-    /// twice a second.
-    public func lockIfIdle() {
-        guard let limit = lockAfter, served.lockState == .unlocked, idleSeconds >= Int64(limit) else { return }
-        lock()
-    }
-
-    public func lock() {
-        served.lock()
-        afterLock.withLock { $0 }?()
-    }
-
-    package func setAfterLock(_ hook: (@Sendable () -> Void)?) { afterLock.withLock { $0 = hook } }
-
-    public func unlock(passphrase: SecureBytes?) throws {
-        // Not idle: the lock-after timer must not lock again while the names are reloaded.
-        noteAccess()
-        try served.unlock(passphrase: passphrase)
-        noteAccess()
-    }
-
-    public func forgetEverything() {
-        served.forgetEverything()
-        afterLock.withLock { $0 }?()
-    }
+    public func noteAccess() { served.noteAccess() }
+    public var idleSeconds: Int64 { served.idleSeconds }
+    public var lockAfter: Int? { served.lockAfter }
+    public func setLockAfter(_ seconds: Int?) { served.setLockAfter(seconds) }
+    public func lockIfIdle() { served.lockIfIdle() }
+    public func lock() { served.lock(origin: .tree) }
+    package func setAfterLock(_ hook: (@Sendable () -> Void)?) { served.setAfterLock(hook) }
+    public func unlock(passphrase: SecureBytes?) throws { try served.unlock(passphrase: passphrase, origin: .tree) }
+    public func forgetEverything() { served.forgetEverything() }
 
     // MARK: resolving paths
 
@@ -388,27 +344,20 @@ public final class KeychainTree: Sendable {
     }
 
     package func remove(_ location: TreeLocation) throws(FileSystemError) {
-        try served.change { () throws(FileSystemError) -> Void in
-            let item = try served.coveringInChange(location) { s throws(FileSystemError) -> KeychainItem in
+        try served.change(origin: .tree) { c throws(FileSystemError) -> Void in
+            let item = try c.covering(location) { s throws(FileSystemError) -> KeychainItem in
                 guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
                 return item
             }
-            // A pending item has nothing stored to delete.
-            if !item.isPending {
-                do { try keychain.delete([item]) } catch { throw .from(error) }
-            }
-            served.state.withLock { $0.deleted(item.id) }
+            do { try c.delete([item]) } catch { throw .from(error) }
         }
     }
 
     /// Stores a pending item (empty; its writer's close stores the rest), so that a rename can
-    /// move it or replace it in the store. Runs inside `served.change`.
-    private func storePending(_ item: KeychainItem) throws(FileSystemError) -> KeychainItem {
+    /// move it or replace it in the store.
+    private func storePending(_ item: KeychainItem, _ c: ServedKeychain.ItemCommit) throws(FileSystemError) -> KeychainItem {
         guard item.isPending else { return item }
-        let stored: KeychainItem
-        do { stored = try keychain.add(item.record, secret: SecureBytes()) } catch { throw .from(error) }
-        served.state.withLock { $0.stored(pending: item.id, as: stored) }
-        return stored
+        do { return try c.store(pending: item, as: item.record, secret: SecureBytes()) } catch { throw .from(error) }
     }
 
     /// Moves or renames an item. Onto an existing item it replaces that item's secret in one
@@ -420,8 +369,8 @@ public final class KeychainTree: Sendable {
 
     package func rename(_ src: TreeLocation, to dst: TreeLocation, noReplace: Bool, exchange: Bool) throws(FileSystemError) {
         guard !exchange else { throw .invalid }
-        try served.change { () throws(FileSystemError) -> Void in
-            let (source, target) = try served.coveringInChange(src, dst) { s throws(FileSystemError) -> (Node, Node?) in
+        try served.change(origin: .tree) { c throws(FileSystemError) -> Void in
+            let (source, target) = try c.covering(src, dst) { s throws(FileSystemError) -> (Node, Node?) in
                 (try node(src, s.index), try? node(dst, s.index))
             }
             guard case .item(var item) = source else {
@@ -442,7 +391,7 @@ public final class KeychainTree: Sendable {
             let newKey = try itemKey(at: dst)
             guard newKey.kind == item.key.kind else { throw .crossDevice }
             var replaced: KeychainItem?
-            if case .item(let existing)? = target { replaced = try storePending(existing) }
+            if case .item(let existing)? = target { replaced = try storePending(existing, c) }
             if item.isPending && replaced == nil {
                 // Only its name changes: it is still stored in one commit, under the new one.
                 var record = item.record
@@ -450,19 +399,12 @@ public final class KeychainTree: Sendable {
                 served.state.withLock { $0.changedPending(KeychainItem(pending: record, id: item.id)) }
                 return
             }
-            item = try storePending(item)
+            item = try storePending(item, c)
             // Onto an existing item, the secret moves but the target keeps its attributes and
             // class: editors save through a temporary file, and a save must not weaken an item.
             var record = replaced?.record ?? item.record
             record.key = newKey
-            let moved: KeychainItem
-            do {
-                moved = try keychain.update(keychain.complete(item), to: record, replacing: replaced.map(keychain.complete))
-            } catch { throw .from(error) }
-            served.state.withLock { s in
-                if let replaced { s.deleted(replaced.id) }
-                s.saved(moved)
-            }
+            do { _ = try c.move(item, to: record, replacing: replaced) } catch { throw .from(error) }
         }
     }
 

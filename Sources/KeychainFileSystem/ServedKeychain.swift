@@ -5,12 +5,18 @@ import KeychainStore
 import Logging
 import Synchronization
 
-/// The keychain as its daemon serves it: the one owner of the open store, the in-memory index
-/// of the items looked up so far (a bounded cache: `ItemIndex`), the cache of decrypted
-/// secrets and the open files. FUSE callbacks (through
-/// `KeychainTree`) and control-socket requests both call it, so there is one path per change:
-/// `change` commits to the store and then updates the index before anyone else may change
-/// either, and readers see the index before or after a change, never between.
+/// The keychain as its daemon serves it, and the one gate to it: the one owner of the open
+/// store (held privately: nothing else can read or write it), the in-memory index of the items
+/// looked up so far (a bounded cache: `ItemIndex`), the cache of decrypted secrets, the open
+/// files, the lock state with its idle timer, and the observers of its changes. FUSE callbacks
+/// (through `KeychainTree`, which keeps path semantics only) and control-socket requests
+/// (`ServedKeychainService`) both call it.
+///
+/// Every change to the store is one of `ItemCommit`'s operations, and an `ItemCommit` exists
+/// only inside `change`, which holds `committing`: so each operation writes the store, updates
+/// the index and records its `ItemChange` in one place, and a caller cannot do one without the
+/// others. `change` delivers what was recorded to the observers once every lock here is
+/// released, before it returns. Readers see the index before or after a change, never between.
 ///
 /// Lock order: a thread holding one of these may take only those after it.
 ///
@@ -26,6 +32,9 @@ import Synchronization
 ///   a commit only when fills keep losing that race, and then fills under `committing`.
 /// - `state` guards the index, the plaintext cache and the open files; it is held only for
 ///   in-memory work, never across SQL, fsync or the decryption of a secret.
+/// - `observers`, `afterLock` and the test hooks are leaves: each is held only to copy out
+///   or replace its value, and what it holds is called after it is released. Observers are
+///   called with none of these locks held, so an observer may call back in here.
 /// - Below all of these, `LockedMemory`'s own mutex is a leaf: every `SecureBytes` made or
 ///   freed takes it (an eviction from the cache under `state`, a key under the keybag's), and
 ///   it calls nothing while held. Its exhaustion handler runs outside it, but may run under
@@ -34,15 +43,30 @@ import Synchronization
 /// The FUSE binding's own mutexes (its inode table, its directory listings, the nodes it has
 /// read) are never held while it calls in here, so they take no place in this order.
 package final class ServedKeychain: Sendable {
-    package let keychain: Keychain
+    private let keychain: Keychain
     private static let log = Logger(label: "keychainfs.daemon")
     private let unlocking = Mutex<Void>(())
     private let committing = Mutex<Void>(())
     let state: Mutex<State>
+    private let observers = Mutex<[any ItemChangeObserver]>([])
+    /// Run after every lock and after the keys are forgotten: the FUSE binding drops the
+    /// kernel's cached pages of the files the lock revoked.
+    private let afterLock = Mutex<(@Sendable () -> Void)?>(nil)
     /// Called between decrypting a secret and caching it; tests use it to force interleavings.
     private let afterDecrypt = Mutex<(@Sendable () -> Void)?>(nil)
     /// Called between a fill's read of the store and its install; tests use it likewise.
     private let afterFillRead = Mutex<(@Sendable () -> Void)?>(nil)
+    /// The class a new item takes before the rule of its neighbours (`newItemClass`): the
+    /// mount's `--default-accessible`, else the configuration's, else `when-unlocked`.
+    package let defaultClass: AccessibilityClass
+    /// Kept for the owner's life: the store's shared lease, when this owner is a command's
+    /// own (no daemon), so that no daemon opens the store meanwhile.
+    private let lease: (any Sendable)?
+    private let clock: any MonotonicClock
+    /// Seconds without file access before the keychain locks itself, 0 for never; changed at
+    /// run time by `set-keychain-settings` or the root's `lock-after` attribute.
+    private let lockAfterSeconds: Atomic<Int>
+    private let lastAccess = Atomic<Int64>(0)
 
     struct State {
         var index = ItemIndex()
@@ -62,7 +86,8 @@ package final class ServedKeychain: Sendable {
         /// one of them is not put in (`fill`).
         var generation: UInt64 = 0
 
-        mutating func saved(_ item: KeychainItem) {
+        /// Only `ItemCommit` puts a stored item's new version in, beside its store write.
+        fileprivate mutating func saved(_ item: KeychainItem) {
             generation += 1
             plaintext.remove(item.id)
             evict()
@@ -75,14 +100,20 @@ package final class ServedKeychain: Sendable {
             index.evict(limit: indexLimit, pinned: Set(files.values.map(\.itemID)))
         }
 
-        mutating func deleted(_ id: Int64) {
+        fileprivate mutating func deleted(_ id: Int64) {
             generation += 1
             plaintext.remove(id)
             index.remove(id: id)
         }
 
-        /// A new item, in the index only until its first commit (`stored(pending:as:)`); never
-        /// evicted. Its name is a change a fill must not undo, so it counts in `generation`.
+        /// A pending item is dropped: nothing of it was stored.
+        mutating func discardPending(_ id: Int64) {
+            guard index.item(id)?.isPending ?? false else { return }
+            deleted(id)
+        }
+
+        /// A new item, in the index only until its first commit (`ItemCommit.store(pending:)`);
+        /// never evicted. Its name is a change a fill must not undo, so it counts in `generation`.
         mutating func addPending(_ record: ItemRecord) -> KeychainItem {
             let item = KeychainItem(pending: record, id: nextPendingID)
             nextPendingID -= 1
@@ -92,6 +123,7 @@ package final class ServedKeychain: Sendable {
 
         /// A pending item's record changed (renamed, or an attribute set) before its commit.
         mutating func changedPending(_ item: KeychainItem) {
+            precondition(item.isPending)
             generation += 1
             evict()
             index.insert(item)
@@ -99,7 +131,7 @@ package final class ServedKeychain: Sendable {
 
         /// The pending item `id` is in the store now, as `item`: its name and its open files
         /// follow.
-        mutating func stored(pending id: Int64, as item: KeychainItem) {
+        fileprivate mutating func stored(pending id: Int64, as item: KeychainItem) {
             generation += 1
             plaintext.remove(item.id)
             evict()
@@ -110,12 +142,20 @@ package final class ServedKeychain: Sendable {
 
     /// `cacheBudget`: the most locked memory cached secrets may take; by default a share of
     /// RLIMIT_MEMLOCK (`PlaintextCache.budget(forLimit:)`). `indexLimit`: the most items the
-    /// index holds (a listed directory may hold more until the next fill). Nothing is read
-    /// from the store here: the index fills as names are looked up.
-    package init(keychain: Keychain, cacheBudget: Int? = nil, indexLimit: Int = ServedKeychain.defaultIndexLimit) throws {
+    /// index holds (a listed directory may hold more until the next fill). `lease`: kept until
+    /// this owner goes. Nothing is read from the store here: the index fills as names are
+    /// looked up.
+    package init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil,
+                 cacheBudget: Int? = nil, indexLimit: Int = ServedKeychain.defaultIndexLimit,
+                 lease: (any Sendable)? = nil, clock: any MonotonicClock = SystemMonotonicClock()) throws {
         self.keychain = keychain
+        self.defaultClass = defaultClass
+        self.lease = lease
+        self.clock = clock
+        lockAfterSeconds = Atomic(max(lockAfter ?? 0, 0))
         state = Mutex(State(plaintext: PlaintextCache(
             budget: cacheBudget ?? PlaintextCache.budget(forLimit: LockedMemory.processLimit)), indexLimit: max(indexLimit, 1)))
+        noteAccess()
     }
 
     /// Enough for `ls -l` of a directory of 16,384 items from memory, a few MiB of summaries.
@@ -124,16 +164,157 @@ package final class ServedKeychain: Sendable {
     package func setAfterDecrypt(_ hook: (@Sendable () -> Void)?) { afterDecrypt.withLock { $0 = hook } }
     package func setAfterFillRead(_ hook: (@Sendable () -> Void)?) { afterFillRead.withLock { $0 = hook } }
 
-    /// Runs one change to the store and the index. Nothing else changes either meanwhile;
-    /// the body takes `state` only for the short steps before and after the commit.
-    func change<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
-        try committing.withLock { (_: inout Void) throws(E) -> T in try body() }
+    // MARK: observers
+
+    /// `observer` hears every change committed from now on (`ItemChangeObserver`).
+    package func addObserver(_ observer: any ItemChangeObserver) {
+        observers.withLock { $0.append(observer) }
+    }
+
+    /// Called with no lock of this owner held (see the lock order).
+    private func deliver(_ changes: [ItemChange], origin: ChangeOrigin) {
+        guard !changes.isEmpty else { return }
+        for observer in observers.withLock({ $0 }) { observer.keychainDidChange(changes, origin: origin) }
+    }
+
+    // MARK: changing
+
+    /// Runs one change to the store and the index: `body` gets the only handle that writes
+    /// either (`ItemCommit`), and nothing else changes them meanwhile. What it committed goes
+    /// to the observers after `committing` is released, also when `body` throws after a write.
+    func change<T, E: Error>(origin: ChangeOrigin, _ body: (ItemCommit) throws(E) -> T) throws(E) -> T {
+        let (result, changes) = committing.withLock { (_: inout Void) -> (Result<T, E>, [ItemChange]) in
+            let commit = ItemCommit(owner: self)
+            let result: Result<T, E>
+            do throws(E) { result = .success(try body(commit)) } catch { result = .failure(error) }
+            return (result, commit.close())
+        }
+        deliver(changes, origin: origin)
+        return try result.get()
+    }
+
+    /// The one place where the store is written. Each operation writes the store, puts the
+    /// result in the index and records its change; it exists only for the length of one
+    /// `change`, under `committing`.
+    final class ItemCommit {
+        fileprivate let owner: ServedKeychain
+        private var changes: [ItemChange] = []
+        private var isOpen = true
+        private var keychain: Keychain { owner.keychain }
+
+        fileprivate init(owner: ServedKeychain) { self.owner = owner }
+
+        fileprivate func close() -> [ItemChange] {
+            isOpen = false
+            return changes
+        }
+
+        private func note(_ change: ItemChange) {
+            precondition(isOpen, "an ItemCommit used after its change ended")
+            changes.append(change)
+        }
+
+        private func check() { precondition(isOpen, "an ItemCommit used after its change ended") }
+
+        /// `covering`, inside the change: no change can come between the fill and `body`, nor
+        /// a fill that evicts.
+        func covering<T>(_ locations: TreeLocation..., listing: Bool = false,
+                         _ body: (inout State) throws(FileSystemError) -> T) throws(FileSystemError) -> T {
+            check()
+            return try owner.coveringInChange(locations, listing: listing, body)
+        }
+
+        /// Whether the store holds an item of this key, readable now or not, or the index a
+        /// pending one.
+        func isTaken(_ key: ItemKey) throws -> Bool {
+            check()
+            let pending = owner.state.withLock { s in s.index.item(s.index.ids[key])?.isPending ?? false }
+            return try pending || keychain.containsItem(for: key)
+        }
+
+        /// Create, committed: the pending item is stored as `record` with `secret`, its class
+        /// made no weaker than its neighbours' now (`newItemClass`).
+        func store(pending item: KeychainItem, as record: ItemRecord, secret: SecureBytes) throws -> KeychainItem {
+            check()
+            var record = record
+            record.attributes.accessible = try owner.newItemClass(for: record.key, base: record.attributes.accessible)
+            let stored = try keychain.add(record, secret: secret)
+            owner.state.withLock { $0.stored(pending: item.id, as: stored) }
+            note(.added(stored.key))
+            return stored
+        }
+
+        /// Update: a new secret (and modification time) under the same name and attributes.
+        func update(_ item: KeychainItem, secret: SecureBytes, modified: Date) throws -> KeychainItem {
+            check()
+            let updated = try keychain.update(keychain.complete(item), to: item.record, secret: secret, modified: modified)
+            owner.state.withLock { $0.saved(updated) }
+            note(.updated(updated.key))
+            return updated
+        }
+
+        /// Set attributes: `record` replaces the item's (a new key renames it, a new class
+        /// re-seals it).
+        func setAttributes(_ item: KeychainItem, to record: ItemRecord) throws -> KeychainItem {
+            check()
+            let updated = try keychain.update(keychain.complete(item), to: record)
+            owner.state.withLock { $0.saved(updated) }
+            note(updated.key == item.key ? .updated(updated.key) : .moved(from: item.key, to: updated.key))
+            return updated
+        }
+
+        /// Move: the item takes `record` (its new name), replacing `replaced` in the same
+        /// transaction.
+        func move(_ item: KeychainItem, to record: ItemRecord, replacing replaced: KeychainItem?) throws -> KeychainItem {
+            check()
+            let moved = try keychain.update(keychain.complete(item), to: record,
+                                            replacing: try replaced.map { try keychain.complete($0) })
+            owner.state.withLock { s in
+                if let replaced { s.deleted(replaced.id) }
+                s.saved(moved)
+            }
+            if let replaced { note(.removed(replaced.key)) }
+            note(.moved(from: item.key, to: moved.key))
+            return moved
+        }
+
+        /// Delete, in one transaction; a pending item has nothing stored and only leaves the index.
+        func delete(_ items: [KeychainItem]) throws {
+            check()
+            let stored = items.filter { !$0.isPending }
+            if !stored.isEmpty { try keychain.delete(stored) }
+            owner.state.withLock { s in for item in items { s.deleted(item.id) } }
+            for item in stored { note(.removed(item.key)) }
+        }
+
+        /// Adds the item, or with `updateExisting` updates the one with the same key. With no
+        /// class given, a new item's class comes from `newItemClass`.
+        func save(_ key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
+                  updateExisting: Bool) throws -> KeychainItem {
+            check()
+            let base = changes.accessible == nil ? try owner.newItemClass(for: key, base: owner.defaultClass) : owner.defaultClass
+            let item = try keychain.save(key, secret: secret, changes: changes, extras: extras, defaultClass: base,
+                                         updateExisting: updateExisting)
+            owner.state.withLock { $0.saved(item) }
+            // A new row starts at version 1; an update raises it.
+            note(item.sealed.version == 1 ? .added(item.key) : .updated(item.key))
+            return item
+        }
+
+        /// A batch in one transaction (`Keychain.save(batch:updateExisting:)`).
+        func save(batch: ItemBatch, updateExisting: Bool) throws -> BatchSaveResult {
+            check()
+            let result = try keychain.save(batch: batch, updateExisting: updateExisting)
+            owner.state.withLock { s in for item in result.saved { s.saved(item) } }
+            for item in result.saved { note(item.sealed.version == 1 ? .added(item.key) : .updated(item.key)) }
+            return result
+        }
     }
 
     // MARK: filling the index
 
     /// Runs `body` under `state` once the index covers `location` (`ItemIndex.missing`):
-    /// at once if it does, else after a fill. Not from inside `change` (`coveringInChange`).
+    /// at once if it does, else after a fill. Not from inside `change` (`ItemCommit.covering`).
     /// One location, not a list: every open and stat passes here, and a list is an allocation.
     func covering<T>(_ location: TreeLocation, listing: Bool = false,
                      _ body: (inout State) throws(FileSystemError) -> T) throws(FileSystemError) -> T {
@@ -148,17 +329,10 @@ package final class ServedKeychain: Sendable {
             if let hit { return hit }
             try fill([location], listing: listing)
         }
-        return try change { () throws(FileSystemError) -> T in try coveringInChange([location], listing: listing, body) }
+        return try change(origin: .tree) { c throws(FileSystemError) -> T in try c.covering(location, listing: listing, body) }
     }
 
-    /// `covering`, for a caller inside `change`, which holds `committing`: no change can
-    /// come between the fill and `body`, nor a fill that evicts.
-    func coveringInChange<T>(_ locations: TreeLocation..., listing: Bool = false,
-                             _ body: (inout State) throws(FileSystemError) -> T) throws(FileSystemError) -> T {
-        try coveringInChange(locations, listing: listing, body)
-    }
-
-    private func coveringInChange<T>(_ locations: [TreeLocation], listing: Bool,
+    fileprivate func coveringInChange<T>(_ locations: [TreeLocation], listing: Bool,
                                      _ body: (inout State) throws(FileSystemError) -> T) throws(FileSystemError) -> T {
         try fill(locations, listing: listing)
         return try state.withLock { s throws(FileSystemError) -> T in try body(&s) }
@@ -213,12 +387,42 @@ package final class ServedKeychain: Sendable {
     // MARK: lock state
 
     package var lockState: LockState { keychain.state }
+    package var hasPassphrase: Bool { keychain.hasPassphrase }
+    package var storePath: String { keychain.path }
+    package func isAvailable(_ c: AccessibilityClass) -> Bool { keychain.isAvailable(c) }
 
-    /// Locks, then wipes every cached or open copy of a secret whose class key is gone. The
-    /// keys go first: an open or a cache fill that checks availability under `state` after
-    /// this point is refused, and one before it is undone by the pass below.
-    package func lock() {
-        if keychain.state == .unlocked { Self.log.notice("locked") }
+    /// Notes a file access, which the idle lock counts from.
+    package func noteAccess() { lastAccess.store(clock.now, ordering: .relaxed) }
+    package var idleSeconds: Int64 { clock.now - lastAccess.load(ordering: .relaxed) }
+
+    package var lockAfter: Int? {
+        let s = lockAfterSeconds.load(ordering: .relaxed)
+        return s > 0 ? s : nil
+    }
+
+    /// A new setting counts from now, so shortening it does not lock at once.
+    package func setLockAfter(_ seconds: Int?) {
+        noteAccess()
+        lockAfterSeconds.store(max(seconds ?? 0, 0), ordering: .relaxed)
+    }
+
+    /// Locks if unlocked and idle for at least the lock-after setting; the daemon calls it
+    /// twice a second.
+    package func lockIfIdle() {
+        guard let limit = lockAfter, lockState == .unlocked, idleSeconds >= Int64(limit) else { return }
+        lock(origin: .control)
+    }
+
+    package func setAfterLock(_ hook: (@Sendable () -> Void)?) { afterLock.withLock { $0 = hook } }
+
+    /// The one lock, whoever asks (the idle timer, the CLI, a signal, the tree): takes the keys,
+    /// then wipes every cached or open copy of a secret whose class key is gone, then lets the
+    /// FUSE binding drop the kernel's pages (`afterLock`), then tells the observers. The keys
+    /// go first: an open or a cache fill that checks availability under `state` after this
+    /// point is refused, and one before it is undone by the pass below.
+    package func lock(origin: ChangeOrigin = .control) {
+        let before = keychain.state
+        if before == .unlocked { Self.log.notice("locked") }
         keychain.lock()
         state.withLock { s in
             // The class the item has now counts too: it may have changed while open.
@@ -228,25 +432,31 @@ package final class ServedKeychain: Sendable {
             }
             s.plaintext.removeAll { id in !(s.index.item(id).map { keychain.isAvailable($0.accessible) } ?? false) }
         }
+        afterLock.withLock { $0 }?()
+        if keychain.state != before { deliver([.lockStateChanged(keychain.state)], origin: origin) }
     }
 
     /// One attempt at a time: a wrong passphrase is recorded before the next attempt is judged.
-    package func unlock(passphrase: SecureBytes?) throws {
+    package func unlock(passphrase: SecureBytes?, origin: ChangeOrigin = .control) throws {
+        // Not idle: the lock-after timer must not lock again while the names are reloaded.
+        noteAccess()
+        let before = keychain.state
         try unlocking.withLock { (_: inout Void) throws -> Void in
-            let before = keychain.state
             do { try keychain.unlock(passphrase: passphrase) } catch {
                 Self.log.warning("unlock refused: \((error as? KeychainError)?.description ?? "\(error)")")
                 throw error
             }
             // What was read of the store before held only the `always` classes.
             if before == .beforeFirstUnlock {
-                change { state.withLock { s in
+                committing.withLock { _ in state.withLock { s in
                     s.generation += 1
                     s.index.forgetCompleteness()
                 } }
             }
             Self.log.notice("unlocked")
         }
+        noteAccess()
+        if keychain.state != before { deliver([.lockStateChanged(keychain.state)], origin: origin) }
     }
 
     /// Wipes every open copy and cached secret and forgets every key, as at unmount.
@@ -259,6 +469,34 @@ package final class ServedKeychain: Sendable {
             s.index.removeAll()
         }
         keychain.forgetKeys()
+        afterLock.withLock { $0 }?()
+    }
+
+    // MARK: the class of a new item
+
+    /// The one rule for the class of a new item, whoever makes it (the tree, the control
+    /// socket, the CLI with no daemon): `base` (the owner's default, or the class a pending
+    /// file was given) made as strict as the strictest of the items beside it
+    /// (`AccessibilityClass.forNewItem`): a generic item's service, readable now or not (the
+    /// store's class column), or an internet item's directory, with the pending items of either.
+    package func newItemClass(for key: ItemKey, base: AccessibilityClass) throws -> AccessibilityClass {
+        let stored: [AccessibilityClass]
+        switch key {
+        case .generic(let g):
+            stored = Array(try keychain.groupClasses(kind: .generic, name: g.service))
+        case .internet(let i):
+            stored = try keychain.groupSummaries(kind: .internet, name: i.server).compactMap { item in
+                guard case .internet(let k) = item.key, k.port == i.port, k.path == i.path else { return nil }
+                return item.accessible
+            }
+        }
+        let pending = state.withLock { s in
+            s.index.pending.compactMap { id -> AccessibilityClass? in
+                guard let item = s.index.item(id), item.key.isSibling(of: key) else { return nil }
+                return item.accessible
+            }
+        }
+        return AccessibilityClass.forNewItem(mountDefault: base, siblings: stored + pending)
     }
 
     // MARK: secrets
@@ -291,27 +529,26 @@ package final class ServedKeychain: Sendable {
         }
     }
 
+    /// The item's extras (the internet item's fields that the model does not name).
+    package func extras(of item: KeychainItem) throws -> SecureBytes? {
+        try keychain.extras(of: keychain.complete(item))
+    }
+
     // MARK: what the control socket asks
 
-    /// Adds the item, or with `updateExisting` updates the one with the same key.
+    /// Adds the item, or with `updateExisting` updates the one with the same key; a new item
+    /// with no class given takes `newItemClass`.
     package func save(_ key: ItemKey, secret: SecureBytes, extras: SecureBytes? = nil, changes: AttributeChanges,
-                      defaultClass: AccessibilityClass, updateExisting: Bool) throws -> KeychainItem {
-        try change { () throws -> KeychainItem in
-            let item = try keychain.save(key, secret: secret, changes: changes, extras: extras, defaultClass: defaultClass,
-                                         updateExisting: updateExisting)
-            state.withLock { $0.saved(item) }
-            return item
+                      updateExisting: Bool, origin: ChangeOrigin = .control) throws -> KeychainItem {
+        try change(origin: origin) { c throws -> KeychainItem in
+            try c.save(key, secret: secret, extras: extras, changes: changes, updateExisting: updateExisting)
         }
     }
 
     /// Saves a batch in one transaction (`Keychain.save(batch:updateExisting:)`), then puts
     /// every saved item into the index, before any other change.
-    package func save(batch: ItemBatch, updateExisting: Bool) throws -> BatchSaveResult {
-        try change { () throws -> BatchSaveResult in
-            let result = try keychain.save(batch: batch, updateExisting: updateExisting)
-            state.withLock { s in for item in result.saved { s.saved(item) } }
-            return result
-        }
+    package func save(batch: ItemBatch, updateExisting: Bool, origin: ChangeOrigin = .control) throws -> BatchSaveResult {
+        try change(origin: origin) { c throws -> BatchSaveResult in try c.save(batch: batch, updateExisting: updateExisting) }
     }
 
     /// Matching items in `ItemOrder`, from the store (the index holds only what the mount
@@ -322,16 +559,28 @@ package final class ServedKeychain: Sendable {
     }
 
     /// Deletes the first match, or every match with `all`, in one transaction; returns them.
-    package func delete(matching query: ItemQuery, all: Bool) throws -> [KeychainItem] {
-        try change { () throws -> [KeychainItem] in
+    package func delete(matching query: ItemQuery, all: Bool, origin: ChangeOrigin = .control) throws -> [KeychainItem] {
+        try change(origin: origin) { c throws -> [KeychainItem] in
             var items = try self.items(matching: query)
             guard !items.isEmpty else { throw KeychainError.itemNotFound }
             if !all { items = [items[0]] }
-            try keychain.delete(items)
-            state.withLock { s in for item in items { s.deleted(item.id) } }
+            try c.delete(items)
             return items
         }
     }
+
+    /// A page of the store's items with their secrets, for `export`.
+    package func exportPage(afterID: Int64, limit: Int) throws -> ExportPage {
+        try keychain.exportPage(afterID: afterID, limit: limit)
+    }
+
+    /// Checks every row against its seal and the ledger.
+    package func verify() throws -> (checked: Int, problems: [IntegrityProblem]) { try keychain.verify() }
+
+    package func countsByClass() throws -> [AccessibilityClass: Int] { try keychain.countsByClass() }
+
+    /// How many items have names readable now.
+    package func readableItemCount() throws -> Int { try keychain.readableItemCount() }
 
     /// The cache of decrypted secrets: how many, the locked memory they take, and its budget.
     package var cacheUsage: (secrets: Int, bytes: Int, budget: Int) {
@@ -341,5 +590,32 @@ package final class ServedKeychain: Sendable {
     /// Every item whose name can be read now, in `ItemOrder`, from the store.
     package func allItems() throws -> [KeychainItem] {
         try keychain.allItems().items
+    }
+}
+
+/// Seconds of a clock that only goes forward, for the idle lock; tests move their own.
+package protocol MonotonicClock: Sendable {
+    var now: Int64 { get }
+}
+
+/// CLOCK_MONOTONIC, in whole seconds.
+package struct SystemMonotonicClock: MonotonicClock {
+    package init() {}
+    package var now: Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Int64(ts.tv_sec)
+    }
+}
+
+extension ItemKey {
+    /// Whether `other` lies beside this key in the tree: the same service, or the same
+    /// server, port and path.
+    func isSibling(of other: ItemKey) -> Bool {
+        switch (self, other) {
+        case (.generic(let a), .generic(let b)): a.service == b.service
+        case (.internet(let a), .internet(let b)): a.server == b.server && a.port == b.port && a.path == b.path
+        default: false
+        }
     }
 }

@@ -262,7 +262,7 @@ enum FuseOperations {
 
     static func statfs(_ req: fuse_req_t?) {
         answer(req) { fs throws(FileSystemError) in
-            let store = fs.tree.keychain.path
+            let store = fs.tree.storePath
             let dir = String(store.prefix(upTo: store.lastIndex(of: "/") ?? store.endIndex))
             var st = statvfs()
             if statvfs(dir.isEmpty ? "/" : dir, &st) != 0 { st = statvfs() }

@@ -23,7 +23,7 @@ final class DaemonKeychainService: KeychainService {
 
     func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
               updateExisting: Bool) throws -> ItemRecord {
-        try served.save(key, secret: secret, extras: extras, changes: changes, defaultClass: tree.defaultClass,
+        try served.save(key, secret: secret, extras: extras, changes: changes,
                         updateExisting: updateExisting).record
     }
 
@@ -33,7 +33,7 @@ final class DaemonKeychainService: KeychainService {
         return try items.map { item in
             FoundItem(itemID: item.id, record: item.record,
                       secret: withSecrets ? .value(try served.secret(of: item)) : nil,
-                      extras: withSecrets ? try served.keychain.extras(of: item) : nil)
+                      extras: withSecrets ? try served.extras(of: item) : nil)
         }
     }
 
@@ -64,18 +64,18 @@ final class DaemonKeychainService: KeychainService {
     }
 
     func exportItems(afterID: Int64, limit: Int) throws -> ExportPage {
-        try served.keychain.exportPage(afterID: afterID, limit: limit)
+        try served.exportPage(afterID: afterID, limit: limit)
     }
 
     func verify() throws -> VerifyReport {
-        let (checked, problems) = try served.keychain.verify()
+        let (checked, problems) = try served.verify()
         return VerifyReport(checked: checked, problems: problems)
     }
 
     func status() throws -> KeychainStatus {
         KeychainStatus(state: served.lockState, storePath: settings.storePath, mountpoint: settings.mountpoint,
-                       lockAfter: tree.lockAfter, itemCounts: try served.keychain.countsByClass(),
-                       hasPassphrase: served.keychain.hasPassphrase, daemonPID: getpid(),
+                       lockAfter: tree.lockAfter, itemCounts: try served.countsByClass(),
+                       hasPassphrase: served.hasPassphrase, daemonPID: getpid(),
                        daemonVersion: KeychainFS.configuration.version, memoryLocked: SecureBytes.allLocked,
                        allowRoot: settings.allowRoot, memory: memoryStatus())
     }

@@ -176,13 +176,7 @@ final class KeychainTreeTests: XCTestCase {
         XCTAssertThrowsError(try tree.setAttribute("/", name: "user.keychain.state", value: Array("locked".utf8))) {
             XCTAssertEqual($0 as? FileSystemError, .notPermitted)
         }
-        // Idle for no time at all: a one-second setting does not lock yet; a past access does.
-        tree.setLockAfter(1)
-        tree.lockIfIdle()
-        XCTAssertEqual(keychain.state, .unlocked)
-        sleep(2)
-        tree.lockIfIdle()
-        XCTAssertEqual(keychain.state, .locked)
+        // The idle lock itself runs on an injected clock: ItemChangeTests.testTheIdleLockFollowsTheClock.
     }
 
     func testModeAndOwnerChanges() throws {

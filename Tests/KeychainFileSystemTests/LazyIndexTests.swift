@@ -109,7 +109,7 @@ final class LazyIndexTests: XCTestCase {
         served.setAfterFillRead {
             guard once.withLock({ let first = $0; $0 = false; return first }) else { return }
             _ = try? served.save(k, secret: SecureBytes(copying: Array("a much longer new value".utf8)), changes: AttributeChanges(),
-                                 defaultClass: .whenUnlocked, updateExisting: true)
+                                 updateExisting: true)
         }
         XCTAssertEqual(try tree.stat("/svc/a0").size, "a much longer new value".utf8.count)
         served.setAfterFillRead(nil)
@@ -131,7 +131,7 @@ final class LazyIndexTests: XCTestCase {
         }
         XCTAssertEqual(fills.withLock { $0 }, 2, "one read for the service, one for the name; none after")
         _ = try served.save(try key("svc", "new"), secret: SecureBytes(copying: Array("n".utf8)), changes: AttributeChanges(),
-                            defaultClass: .whenUnlocked, updateExisting: false)
+                            updateExisting: false)
         XCTAssertEqual(try tree.get("/svc/new"), "n")
         let handle = try tree.create("/svc/other", flags: O_WRONLY)
         try tree.release(handle)

@@ -49,7 +49,7 @@ final class OwnerRaceTests: XCTestCase {
             let tree = self.tree!, served = self.served!, target = try key("acct")
             DispatchQueue.global().async(group: group) {
                 _ = try? served.save(target, secret: SecureBytes(copying: Array("saved-\(round)".utf8)),
-                                     changes: AttributeChanges(), defaultClass: .default, updateExisting: true)
+                                     changes: AttributeChanges(), updateExisting: true)
             }
             DispatchQueue.global().async(group: group) { try? tree.remove("/svc/acct") }
             DispatchQueue.global().async(group: group) {
@@ -63,7 +63,7 @@ final class OwnerRaceTests: XCTestCase {
     /// The sequence that once revived a deleted item: a control save, then an unlink.
     func testUnlinkAfterControlSaveStaysDeleted() throws {
         _ = try served.save(try key("a"), secret: SecureBytes(copying: Array("v1".utf8)), changes: AttributeChanges(),
-                            defaultClass: .default, updateExisting: true)
+                            updateExisting: true)
         XCTAssertEqual(try tree.get("/svc/a"), "v1")
         try tree.remove("/svc/a")
         XCTAssertThrowsError(try tree.stat("/svc/a")) { XCTAssertEqual($0 as? FileSystemError, .notFound) }
@@ -92,7 +92,7 @@ final class OwnerRaceTests: XCTestCase {
         let inCommit = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
         let served = self.served!
         DispatchQueue.global().async {
-            served.change { () -> Void in
+            served.change(origin: .control) { _ -> Void in
                 inCommit.signal()
                 release.wait()
             }
@@ -128,7 +128,7 @@ final class OwnerRaceTests: XCTestCase {
         for (account, label) in [("a", "x"), ("b", "y"), ("c", "x"), ("d", nil)] {
             _ = try served.save(try key(account), secret: SecureBytes(copying: Array(account.utf8)),
                                 changes: AttributeChanges(label: label, creator: label == "x" ? try FourCharCode("crea") : nil),
-                                defaultClass: .default, updateExisting: false)
+                                updateExisting: false)
         }
         func accounts(_ q: ItemQuery) throws -> [String] { try served.items(matching: q).map(\.key.account) }
         XCTAssertEqual(try accounts(ItemQuery(kind: .generic, label: "x")), ["a", "c"])

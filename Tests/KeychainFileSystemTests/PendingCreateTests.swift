@@ -190,7 +190,7 @@ final class PendingCreateTests: XCTestCase {
         try write(h, "mine")
         _ = try tree.served.save(.generic(try GenericPasswordKey(service: "svc", account: "race")),
                                  secret: SecureBytes(copying: Array("theirs".utf8)), changes: AttributeChanges(),
-                                 defaultClass: .default, updateExisting: true)
+                                 updateExisting: true)
         assertErrno(.exists, try tree.release(h))
         XCTAssertEqual(try storedSecret("race"), "theirs")
         XCTAssertEqual(try tree.list("/svc").map(\.name), ["race"])
@@ -205,7 +205,7 @@ final class PendingCreateTests: XCTestCase {
         _ = try tree.served.save(.generic(try GenericPasswordKey(service: "svc", account: "strict")),
                                  secret: SecureBytes(copying: Array("x".utf8)),
                                  changes: AttributeChanges(accessible: .whenUnlockedThisDeviceOnly),
-                                 defaultClass: .default, updateExisting: false)
+                                 updateExisting: false)
         try tree.release(h)
         XCTAssertEqual(try stored("late")?.accessible, .whenUnlockedThisDeviceOnly)
     }

@@ -75,7 +75,7 @@ final class PlaintextCacheTests: XCTestCase {
         for i in 0..<30 {
             _ = try served.save(.generic(try GenericPasswordKey(service: "svc", account: "a\(i)")),
                                 secret: SecureBytes(copying: Array("secret number \(i) of thirty, padded".utf8)),
-                                changes: AttributeChanges(), defaultClass: .whenUnlocked, updateExisting: false)
+                                changes: AttributeChanges(), updateExisting: false)
         }
         for i in 0..<30 {
             let h = try tree.open("/svc/a\(i)", flags: O_RDONLY)

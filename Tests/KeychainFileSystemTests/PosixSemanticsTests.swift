@@ -162,7 +162,7 @@ final class PosixSemanticsTests: XCTestCase {
         // Items made elsewhere (the control socket) change their directory's time too.
         t = later()
         _ = try tree.served.save(.generic(GenericPasswordKey(service: "cli", account: "x")), secret: SecureBytes(copying: [1]),
-                                 changes: AttributeChanges(), defaultClass: .whenUnlocked, updateExisting: false)
+                                 changes: AttributeChanges(), updateExisting: false)
         XCTAssertGreaterThanOrEqual(try tree.stat("/cli").modified, t)
         XCTAssertGreaterThanOrEqual(try tree.stat("/").modified, t)
     }
