@@ -173,16 +173,26 @@ extension KeychainTree {
 
     public func release(_ handle: UInt64) throws(FileSystemError) {
         let f = try served.state.withLock { s throws(FileSystemError) -> OpenFile? in
-            guard let f = s.files.removeValue(forKey: handle) else { throw .badHandle }
+            guard let f = s.files[handle] else { throw .badHandle }
             // A reader's close, the common case, commits nothing: done in this one hold.
             guard Self.commitNeeded(f, final: true, s) else {
+                s.files[handle] = nil
                 f.close()
                 return nil
             }
             return f
         }
         guard let f else { return }
-        defer { served.state.withLock { _ in f.close() } }
+        // The handle stays open, its pending size what `stat` shows, until its commit is done:
+        // the kernel sends the release after close(2) has returned, and a `stat` between the
+        // two would otherwise show the old size, which the kernel would then keep (an O_TRUNC
+        // with no write is committed only here).
+        defer {
+            served.state.withLock { s in
+                s.files[handle] = nil
+                f.close()
+            }
+        }
         try commit(f, final: true)
     }
 

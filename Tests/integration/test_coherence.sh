@@ -79,6 +79,20 @@ printf 'fourth' >"$TEST_ROOT/f4" && cp "$TEST_ROOT/f4" "$MP/internet/label.examp
     && mv "$MP/internet/label.example/443/tmp" "$L"
 expect_eq "My label" "$(getfattr --absolute-names --only-values -n user.keychain.label "$L")" "and a rename over it"
 
+echo "== model test regressions (the shrunk steps, replayed)"
+# seed 1: cli_add(svc/a, 5 bytes); write(svc/a, b'', overwrite). An O_TRUNC with no write is
+# committed at the release, which the kernel sends after close(2) returns: a stat between the
+# two showed the old size, and the kernel kept it.
+mkdir "$MP/my service"
+printf 'abcde' | kc add-generic-password -s "my service" -a a
+expect_eq "5" "$(stat -c %s "$MP/my service/a")" "regression 1: the CLI's 5 bytes"
+: >"$MP/my service/a"
+expect_eq "0" "$(stat -c %s "$MP/my service/a")" "regression 1: truncated through the mount, stat says 0 at once"
+expect_eq "" "$(kc find-generic-password -s "my service" -a a -w)" "regression 1: and the CLI finds it empty"
+printf 'abcde' >"$MP/my service/b"
+: >"$MP/my service/b"
+expect_eq "0" "$(stat -c %s "$MP/my service/b")" "regression 1: the same for an item made through the mount"
+
 echo "== a descriptor open across a CLI delete"
 kc add-generic-password -s s -a held -w "held value" >/dev/null
 python3 - "$MP/s/held" "$KEYCHAINFS_BIN" <<'PY' >"$OUT" 2>&1
