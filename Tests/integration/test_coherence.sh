@@ -105,5 +105,52 @@ os.close(fd)
 PY
 expect_eq "False 0 held value" "$(cat "$OUT")" "the name is gone, the descriptor reads what it opened, with no links"
 
+echo "== documented, not silent"
+kc add-generic-password -s s -a doc -w documented >/dev/null
+python3 - "$MP/s/doc" <<'PY' >"$OUT" 2>&1
+import errno, mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    print("mapped")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+print(mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)[:].decode())
+PY
+expect_eq "ENODEV
+documented" "$(cat "$OUT")" "a shared writable mmap is ENODEV, a private one works"
+expect_errno "an xattr outside user.keychain.* is ENOTSUP" "Operation not supported" \
+    setfattr -n user.other -v x "$MP/s/doc"
+python3 - "$MP/s/doc" "$KEYCHAINFS_BIN" "$MP" "$PASSFILE" <<'PY' >"$OUT" 2>&1
+import errno, os, subprocess, sys
+path, kc, mp, passfile = sys.argv[1:]
+fd = os.open(path, os.O_RDWR)
+subprocess.run([kc, "lock", mp], check=True, stdout=subprocess.DEVNULL)
+subprocess.run([kc, "unlock", mp, "--passphrase-file", passfile], check=True, stdout=subprocess.DEVNULL)
+for what, op in [("read", lambda: os.pread(fd, 10, 0)), ("write", lambda: os.pwrite(fd, b"x", 0))]:
+    try:
+        op()
+        print(what, "worked")
+    except OSError as e:
+        print(what, errno.errorcode[e.errno])
+os.close(fd)
+print(open(path).read())
+PY
+expect_eq "read ENOKEY
+write ENOKEY
+documented" "$(cat "$OUT")" "a descriptor opened before a lock is ENOKEY after the unlock; a new open reads"
+
 kc unmount "$MP" >/dev/null
+
+echo "== the model test"
+# scripts/test: 2,000 steps at seed 1; scripts/test --long: 50,000 at a random seed, printed.
+steps=${MODEL_TEST_STEPS:-2000}
+seed=${MODEL_TEST_SEED:-1}
+if [ "$seed" = random ]; then seed_arg=""; else seed_arg="--seed $seed"; fi
+# shellcheck disable=SC2086
+if KEYCHAINFS_BIN="$KEYCHAINFS_BIN" /usr/bin/python3 "$TESTS_DIR/model_test.py" --steps "$steps" $seed_arg; then
+    pass "the model test: $steps steps agree with the model"
+else
+    fail "the model test: a disagreement (its shrunk steps are printed above)"
+fi
 finish
