@@ -84,6 +84,9 @@ struct InodeTable {
 
     func child(_ parent: UInt64, _ name: String) -> UInt64? { children[ChildKey(parent: parent, name: name)] }
 
+    /// The inodes the kernel holds that have a child it holds: the root, and directories.
+    var directories: [UInt64] { Array(Set(children.keys.map(\.parent)).union([Self.root])).sorted() }
+
     /// The inode of the directory at `names` below the root, if the kernel holds it.
     func directory(_ names: [String]) -> UInt64? {
         var ino = Self.root

@@ -48,8 +48,11 @@ struct KernelCacheNotifier: ItemChangeObserver {
     }
 
     func keychainDidChange(_ changes: [ItemChange], origin: ChangeOrigin) {
-        guard origin == .control else { return }
-        let notices = fileSystem.inodes.withLock { t in changes.flatMap { Self.notices(for: $0, &t) } }
+        // An unlock is told whoever asked for it: it only ever comes from the control socket
+        // (no request of the mount unlocks), and it may show names the kernel looked up in vain.
+        let told = origin == .control ? changes : changes.filter { $0 == .lockStateChanged(.unlocked) }
+        guard !told.isEmpty else { return }
+        let notices = fileSystem.inodes.withLock { t in told.flatMap { Self.notices(for: $0, &t) } }
         guard !notices.isEmpty else { return }
         live { session in
             for n in notices {
@@ -75,6 +78,10 @@ struct KernelCacheNotifier: ItemChangeObserver {
             let (directory, names) = place(of: key)
             guard let parent = table.directory(directory) else { return [] }
             return names.compactMap { table.child(parent, $0) }.map { .invalidateInode($0) }
+        // The first unlock may show names of every class: the kernel asks again for those it
+        // was refused (a refusal is not cached), but the directories' link counts it keeps
+        // are stale.
+        case .lockStateChanged(.unlocked): return table.directories.map { .invalidateInode($0) }
         // Names and sizes stay readable while locked; the pages a lock revokes are dropped by
         // `FuseMount.dropCachedPages`.
         case .lockStateChanged: return []

@@ -58,6 +58,16 @@ final class KernelCacheNotifierTests: XCTestCase {
                         .invalidateInode(dir)])
     }
 
+    func testAnUnlockRefreshesTheDirectoriesTheKernelHolds() throws {
+        var t = InodeTable()
+        let svc = t.lookedUp(InodeTable.root, "svc")
+        _ = t.lookedUp(svc, "acct")
+        _ = t.lookedUp(InodeTable.root, "empty")
+        XCTAssertEqual(KernelCacheNotifier.notices(for: .lockStateChanged(.unlocked), &t),
+                       [.invalidateInode(InodeTable.root), .invalidateInode(svc)])
+        XCTAssertEqual(KernelCacheNotifier.notices(for: .lockStateChanged(.locked), &t), [])
+    }
+
     func testChangesMadeThroughTheMountAreNotTold() throws {
         let fs = FuseFileSystem(tree: try KeychainTree(keychain: try Self.keychain().keychain))
         let told = Counter()
@@ -67,6 +77,9 @@ final class KernelCacheNotifierTests: XCTestCase {
         XCTAssertEqual(told.value.withLock { $0 }, 0)
         notifier.keychainDidChange([.added(try generic("svc", "a"))], origin: .control)
         XCTAssertEqual(told.value.withLock { $0 }, 1)
+        // An unlock is told whoever asked: no request of the mount unlocks.
+        notifier.keychainDidChange([.lockStateChanged(.unlocked)], origin: .tree)
+        XCTAssertEqual(told.value.withLock { $0 }, 2)
     }
 
     /// The interleaving libfuse warns of: a lookup in a directory is blocked inside the daemon

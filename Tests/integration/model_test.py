@@ -17,6 +17,7 @@ It mounts once per run; each example starts by emptying the mount. Run it with D
 """
 import argparse
 import errno
+import functools
 import os
 import random
 import shutil
@@ -106,6 +107,20 @@ TARGET = 0
 # Set at the first disagreement: from then on Hypothesis replays and shrinks, so the run must
 # not be declared finished under it.
 FAILED = False
+
+
+def tracked(fn):
+    """Marks the run as failing at any exception of a step or an observation, so that the
+    replays Hypothesis makes to shrink it are not cut short by `running`."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        global FAILED
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            FAILED = True
+            raise
+    return wrapper
 
 
 def running(_machine=None):
@@ -201,6 +216,7 @@ class Coherence(RuleBasedStateMachine):
     # -- start of every example: an empty mount
 
     @initialize()
+    @tracked
     def empty_the_mount(self):
         if not running():
             return
@@ -231,6 +247,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(key=keys, data=secrets, how=st.sampled_from(["create", "overwrite", "append"]))
+    @tracked
     def write(self, key, data, how):
         self.touched = [key]
         p = self.path(key)
@@ -261,6 +278,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(key=keys, size=st.integers(min_value=0, max_value=60))
+    @tracked
     def truncate(self, key, size):
         self.touched = [key]
         exists = key in self.items
@@ -271,6 +289,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(src=keys, dst=keys)
+    @tracked
     def rename(self, src, dst):
         self.touched = [src, dst]
         if src not in self.items or not self.parent_exists(dst):
@@ -290,6 +309,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(key=keys)
+    @tracked
     def unlink(self, key):
         self.touched = [key]
         exists = key in self.items
@@ -298,6 +318,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(service=st.sampled_from(SERVICES))
+    @tracked
     def mkdir(self, service):
         want = errno.EEXIST if service in self.services else None
         self.mount_call(want, lambda: os.mkdir(os.path.join(MOUNT.mp, escape(service)), 0o700))
@@ -305,6 +326,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(service=st.sampled_from(SERVICES))
+    @tracked
     def rmdir(self, service):
         if service not in self.services:
             want = errno.ENOENT
@@ -318,6 +340,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(key=keys, label=st.sampled_from(LABELS))
+    @tracked
     def set_label(self, key, label):
         self.touched = [key]
         exists = key in self.items
@@ -329,6 +352,7 @@ class Coherence(RuleBasedStateMachine):
     @precondition(lambda self: len(self.kept) < 3)
     @precondition(running)
     @rule(key=keys)
+    @tracked
     def keep_open(self, key):
         self.touched = [key]
         exists = key in self.items
@@ -340,6 +364,7 @@ class Coherence(RuleBasedStateMachine):
     @precondition(lambda self: len(self.kept) > 0)
     @precondition(running)
     @rule(which=st.integers(min_value=0, max_value=2))
+    @tracked
     def close_kept(self, which):
         k = self.kept.pop(which % len(self.kept))
         os.close(k.fd)
@@ -357,6 +382,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(key=keys, data=secrets, update=st.booleans())
+    @tracked
     def cli_add(self, key, data, update):
         self.touched = [key]
         r = self.cli("add", key, *(["-U"] if update else []), stdin=data)
@@ -373,6 +399,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(key=keys)
+    @tracked
     def cli_delete(self, key):
         self.touched = [key]
         r = self.cli("delete", key)
@@ -382,6 +409,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(key=keys, cls=st.sampled_from(CLASSES))
+    @tracked
     def cli_class_change(self, key, cls):
         """`add -U --accessible`: the class changes (and the same secret is stored again)."""
         self.touched = [key]
@@ -397,6 +425,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(key=keys)
+    @tracked
     def cli_find(self, key):
         self.touched = [key]
 
@@ -404,6 +433,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(account=internet_accounts, password=git_passwords)
+    @tracked
     def git_store(self, account, password):
         key = internet(account)
         self.touched = [key]
@@ -417,6 +447,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(account=internet_accounts)
+    @tracked
     def git_get(self, account):
         key = internet(account)
         self.touched = [key]
@@ -436,6 +467,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule(account=internet_accounts)
+    @tracked
     def git_erase(self, account):
         key = internet(account)
         self.touched = [key]
@@ -447,6 +479,7 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(running)
     @rule()
+    @tracked
     def lock_then_unlock(self):
         """While locked, when-unlocked items read ENOKEY (names and sizes stay); a descriptor
         opened before the lock reads ENOKEY from then on, even after the unlock."""
@@ -479,12 +512,14 @@ class Coherence(RuleBasedStateMachine):
 
     @precondition(lambda self: not running())
     @rule()
+    @tracked
     def finished(self):
         """Enough steps ran: Hypothesis's remaining examples cost nothing."""
 
     # -- observations, after every step, with no sleep
 
     @invariant()
+    @tracked
     def observations_agree(self):
         global STEPS_RUN
         if not running():
