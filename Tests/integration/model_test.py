@@ -266,6 +266,12 @@ class Coherence(RuleBasedStateMachine):
             fd = os.open(p, os.O_WRONLY | flags, 0o600)
             try:
                 os.write(fd, data)
+                if not data:
+                    # Intended (README, "Documented, not silent"): an O_TRUNC or a new file with
+                    # no write is committed at the release, which the kernel sends just after
+                    # close(2) returns, so that a shell's dup-and-close before a write that then
+                    # fails (EFBIG) loses nothing; fsync commits it at once.
+                    os.fsync(fd)
             finally:
                 os.close(fd)
         self.mount_call(want, act)

@@ -93,6 +93,20 @@ printf 'abcde' >"$MP/my service/b"
 : >"$MP/my service/b"
 expect_eq "0" "$(stat -c %s "$MP/my service/b")" "regression 1: the same for an item made through the mount"
 
+# seed 1, again: cli_add(svc/a, b'\0'); write(svc/a, b'', overwrite); a read right after close(2)
+# got the old byte: an O_TRUNC with no write is committed at the release (README, "Documented,
+# not silent"); fsync commits it at once.
+printf '\0' | kc add-generic-password -s "my service" -a c
+python3 - "$MP/my service/c" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
+os.fsync(fd)
+os.close(fd)
+PY
+expect_eq "0" "$(stat -c %s "$MP/my service/c")" "regression 2: O_TRUNC and fsync: stat says 0 at once"
+expect_eq "0" "$(wc -c <"$MP/my service/c")" "regression 2: a read finds it empty at once"
+expect_eq "0" "$(kc find-generic-password -s "my service" -a c -w | wc -c)" "regression 2: and the CLI too"
+
 echo "== a descriptor open across a CLI delete"
 kc add-generic-password -s s -a held -w "held value" >/dev/null
 python3 - "$MP/s/held" "$KEYCHAINFS_BIN" <<'PY' >"$OUT" 2>&1
