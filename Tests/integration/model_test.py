@@ -25,6 +25,9 @@ import subprocess
 import sys
 import tempfile
 
+# Hypothesis keeps a cache directory; not in the repository.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "kcfs-model-hypothesis"))
+
 from hypothesis import HealthCheck, Verbosity, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
