@@ -144,7 +144,7 @@ keys = st.sampled_from(KEYS)
 generic_keys = st.sampled_from([k for k in KEYS if k[0] == "g"])
 internet_accounts = st.sampled_from(INTERNET_ACCOUNTS)
 secrets = st.one_of(st.just(b""), st.just(b"\0"), st.just(b"nul\0inside\0"), st.binary(max_size=48),
-                    st.text(max_size=24).map(lambda s: s.encode()))
+                    st.text(max_size=24).map(str.encode))
 # git passwords are lines of text.
 git_passwords = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=24)
 
