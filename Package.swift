@@ -106,7 +106,7 @@ let package = Package(
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
         .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainStore"], exclude: ["Fixtures"]),
         .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem", "KeychainBatch"]),
-        .testTarget(name: "KeychainFuseTests", dependencies: ["KeychainFuse"]),
+        .testTarget(name: "KeychainFuseTests", dependencies: ["KeychainFuse", "KeychainStore"]),
         .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
         .testTarget(name: "KeychainControlTests", dependencies: [
             "KeychainControlProtocol", "KeychainClient", "KeychainControlServer", "KeychainBatch",

@@ -19,7 +19,11 @@ extension KeychainTree {
     }
 
     public func listAttributes(_ path: String) throws(FileSystemError) -> [String] {
-        let (_, node) = try resolve(path)
+        try listAttributes(try TreeLocation.parse(path))
+    }
+
+    package func listAttributes(_ location: TreeLocation) throws(FileSystemError) -> [String] {
+        let (_, node) = try resolve(location)
         switch node {
         case .root: return Self.rootNames.map { Self.prefix + $0 }
         case .item(let item):
@@ -31,8 +35,12 @@ extension KeychainTree {
     }
 
     public func attribute(_ path: String, name: String) throws(FileSystemError) -> [UInt8] {
+        try attribute(try TreeLocation.parse(path), name: name)
+    }
+
+    package func attribute(_ location: TreeLocation, name: String) throws(FileSystemError) -> [UInt8] {
         let short = try attributeName(name)
-        let (_, node) = try resolve(path)
+        let (_, node) = try resolve(location)
         switch node {
         case .root:
             switch short {
@@ -68,14 +76,18 @@ extension KeychainTree {
     /// Sets an attribute by re-sealing the item. Changing `accessible` moves it to the new
     /// class; changing protocol, authtype or domain renames it (EEXIST if that name is taken).
     public func setAttribute(_ path: String, name: String, value: [UInt8]) throws(FileSystemError) {
+        try setAttribute(try TreeLocation.parse(path), name: name, value: value)
+    }
+
+    package func setAttribute(_ location: TreeLocation, name: String, value: [UInt8]) throws(FileSystemError) {
         // Other namespaces (ACLs, security labels) are not supported, so cp -p and install
         // fall back to plain chmod.
         guard name.hasPrefix(Self.prefix) else { throw FileSystemError(EOPNOTSUPP) }
-        if case .root = try TreeLocation.parse(path), try attributeName(name) == "lock-after" {
+        if case .root = location, try attributeName(name) == "lock-after" {
             setLockAfter(try Self.parseLockAfter(value))
             return
         }
-        try change(path, name: name) { record throws(FileSystemError) in
+        try change(location, name: name) { record throws(FileSystemError) in
             let short = try attributeName(name)
             if let attribute = ItemAttribute.withXattrName(short) {
                 do { record.attributes.values[attribute] = try attribute.value(from: value) } catch {
@@ -113,7 +125,11 @@ extension KeychainTree {
     }
 
     public func removeAttribute(_ path: String, name: String) throws(FileSystemError) {
-        try change(path, name: name) { record throws(FileSystemError) in
+        try removeAttribute(try TreeLocation.parse(path), name: name)
+    }
+
+    package func removeAttribute(_ location: TreeLocation, name: String) throws(FileSystemError) {
+        try change(location, name: name) { record throws(FileSystemError) in
             let short = try attributeName(name)
             if let attribute = ItemAttribute.withXattrName(short) {
                 record.attributes.values[attribute] = nil
@@ -135,10 +151,9 @@ extension KeychainTree {
                                 account: k.account, accessGroup: k.accessGroup)
     }
 
-    private func change(_ path: String, name: String,
+    private func change(_ location: TreeLocation, name: String,
                         _ edit: (inout ItemRecord) throws(FileSystemError) -> Void) throws(FileSystemError) {
         let short = try attributeName(name)
-        let location = try TreeLocation.parse(path)
         try served.change(origin: .tree) { c throws(FileSystemError) -> Void in
             let item = try c.covering(location) { s throws(FileSystemError) -> KeychainItem in
                 guard case .item(let item) = try node(location, s.index) else {

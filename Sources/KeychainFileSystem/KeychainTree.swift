@@ -105,8 +105,7 @@ public final class KeychainTree: Sendable {
         }
     }
 
-    func resolve(_ path: String) throws(FileSystemError) -> (TreeLocation, Node) {
-        let location = try TreeLocation.parse(path)
+    func resolve(_ location: TreeLocation) throws(FileSystemError) -> (TreeLocation, Node) {
         let n = try served.covering(location) { s throws(FileSystemError) in try node(location, s.index) }
         return (location, n)
     }
@@ -214,8 +213,11 @@ public final class KeychainTree: Sendable {
     public static let seekHole: Int32 = 4
 
     public func list(_ path: String) throws(FileSystemError) -> [DirectoryEntry] {
-        let location = try TreeLocation.parse(path)
-        return try served.covering(location, listing: true) { s throws(FileSystemError) in
+        try list(try TreeLocation.parse(path))
+    }
+
+    package func list(_ location: TreeLocation) throws(FileSystemError) -> [DirectoryEntry] {
+        try served.covering(location, listing: true) { s throws(FileSystemError) in
             let index = s.index
             switch try node(location, index) {
             case .root:
@@ -254,7 +256,10 @@ public final class KeychainTree: Sendable {
     // MARK: directories
 
     public func makeDirectory(_ path: String) throws(FileSystemError) {
-        let location = try TreeLocation.parse(path)
+        try makeDirectory(try TreeLocation.parse(path))
+    }
+
+    package func makeDirectory(_ location: TreeLocation) throws(FileSystemError) {
         try served.covering(location) { s throws(FileSystemError) in
             if (try? node(location, s.index)) != nil { throw .exists }
             try Self.checkNewDirectory(location, s.index)
@@ -263,7 +268,10 @@ public final class KeychainTree: Sendable {
     }
 
     public func removeDirectory(_ path: String) throws(FileSystemError) {
-        let location = try TreeLocation.parse(path)
+        try removeDirectory(try TreeLocation.parse(path))
+    }
+
+    package func removeDirectory(_ location: TreeLocation) throws(FileSystemError) {
         try served.covering(location, listing: true) { s throws(FileSystemError) in
             let n = try node(location, s.index)
             switch n {
@@ -332,7 +340,10 @@ public final class KeychainTree: Sendable {
     // MARK: items
 
     public func remove(_ path: String) throws(FileSystemError) {
-        let location = try TreeLocation.parse(path)
+        try remove(try TreeLocation.parse(path))
+    }
+
+    package func remove(_ location: TreeLocation) throws(FileSystemError) {
         try served.change(origin: .tree) { c throws(FileSystemError) -> Void in
             let item = try c.covering(location) { s throws(FileSystemError) -> KeychainItem in
                 guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
@@ -353,8 +364,11 @@ public final class KeychainTree: Sendable {
     /// transaction, keeping the target's attributes.
     /// Directories: see `renameDirectory`.
     public func rename(_ from: String, to: String, noReplace: Bool, exchange: Bool) throws(FileSystemError) {
+        try rename(try TreeLocation.parse(from), to: try TreeLocation.parse(to), noReplace: noReplace, exchange: exchange)
+    }
+
+    package func rename(_ src: TreeLocation, to dst: TreeLocation, noReplace: Bool, exchange: Bool) throws(FileSystemError) {
         guard !exchange else { throw .invalid }
-        let src = try TreeLocation.parse(from), dst = try TreeLocation.parse(to)
         try served.change(origin: .tree) { c throws(FileSystemError) -> Void in
             let (source, target) = try c.covering(src, dst) { s throws(FileSystemError) -> (Node, Node?) in
                 (try node(src, s.index), try? node(dst, s.index))
