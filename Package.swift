@@ -111,7 +111,7 @@ let package = Package(
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
         .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainStore"], exclude: ["Fixtures"]),
         .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem", "KeychainBatch", "KeychainAccess"]),
-        .testTarget(name: "KeychainFuseTests", dependencies: ["KeychainFuse"]),
+        .testTarget(name: "KeychainFuseTests", dependencies: ["KeychainFuse", "KeychainStore"]),
         .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
         .testTarget(name: "KeychainControlTests", dependencies: [
             "KeychainControlProtocol", "KeychainClient", "KeychainControlServer", "KeychainBatch", "KeychainAccess",

@@ -14,12 +14,12 @@ struct fuse_session *kcfs_session_new(int argc, char **argv, const struct fuse_l
 }
 
 /*
- * Secrets pass through two buffers that the binding does not own: a write's payload arrives
- * in the worker's request buffer (kept for the worker's life), and a read's reply goes out
- * from the binding's buffer through libfuse's iovecs. Both are wiped here, in the session's
- * I/O, right after the reply to that request is written: a worker thread receives a request,
- * runs our callback and replies, all on the same thread, so the thread's last request is the
- * one whose reply goes out.
+ * A write's payload arrives in the worker's request buffer, which the binding does not own
+ * and libfuse keeps for the worker's life. It is wiped here, in the session's I/O, right after
+ * the reply to that request is written: a worker thread receives a request, runs our callback
+ * and replies, all on the same thread, so the thread's last request is the one whose reply
+ * goes out. A read's reply needs no wipe: without splice, libfuse writes it straight from the
+ * open file's locked buffer (fuse_reply_buf's iovec points at it), and no copy is made.
  */
 struct kcfs_request {
     uint64_t unique;
@@ -52,9 +52,7 @@ static ssize_t kcfs_io_writev(int fd, struct iovec *iov, int count, void *userda
         const struct fuse_out_header *out = iov[0].iov_base;
         /* unique 0 is a notification, never a reply. */
         if (out->unique != 0 && out->unique == current.unique) {
-            if (current.opcode == FUSE_READ) {
-                for (int i = 1; i < count; i++) explicit_bzero(iov[i].iov_base, iov[i].iov_len);
-            } else if (current.opcode == FUSE_WRITE) {
+            if (current.opcode == FUSE_WRITE) {
                 explicit_bzero(current.buf, current.len);
             }
             current.buf = NULL;
@@ -76,6 +74,14 @@ int kcfs_session_mount(struct fuse_session *se, const char *mountpoint) {
 
 int kcfs_invalidate_inode(struct fuse_session *se, uint64_t nodeid) {
     return fuse_lowlevel_notify_inval_inode(se, nodeid, 0, 0);
+}
+
+int kcfs_notify_inval_entry(struct fuse_session *se, uint64_t parent, const char *name) {
+    return fuse_lowlevel_notify_inval_entry(se, parent, name, strlen(name));
+}
+
+int kcfs_notify_delete(struct fuse_session *se, uint64_t parent, uint64_t child, const char *name) {
+    return fuse_lowlevel_notify_delete(se, parent, child, name, strlen(name));
 }
 
 /* The multi-threaded loop, as fuse_main runs it. */

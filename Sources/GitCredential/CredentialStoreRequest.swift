@@ -1,3 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import KeychainModel
 
 /// What `store` writes: the item's key, its secret and the extras kept in its `generic` attribute.
@@ -20,5 +25,13 @@ public struct CredentialStoreRequest: Equatable, Sendable {
         }
         self.password = password
         extras = CredentialExtras(request: request)
+    }
+
+    /// What a store changes besides the secret and its extras: a new item is labelled
+    /// "<host> (git)"; an existing one keeps every attribute (a label the user set stays),
+    /// except that extras an earlier version kept in the clear in `generic` are dropped.
+    public func attributeChanges(updating existing: ItemAttributes?) -> AttributeChanges {
+        guard let existing else { return AttributeChanges { $0.label = "\(key.server) (git)" } }
+        return AttributeChanges { $0.generic = CredentialExtras(decoding: existing.generic).isEmpty ? nil : Data() }
     }
 }

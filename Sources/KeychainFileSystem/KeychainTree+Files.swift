@@ -69,7 +69,10 @@ extension KeychainTree {
     /// one commit. Its class is the strictest of the mount's default and its directory's items
     /// (`AccessibilityClass.forNewItem`).
     public func create(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
-        let location = try TreeLocation.parse(path)
+        try create(try TreeLocation.parse(path), flags: flags)
+    }
+
+    package func create(_ location: TreeLocation, flags: Int32) throws(FileSystemError) -> UInt64 {
         let key = try itemKey(at: location)
         // The one rule (`ServedKeychain.newItemClass`), before the name is taken: it reads the
         // store's class column, and pending neighbours from the index.
@@ -128,6 +131,24 @@ extension KeychainTree {
         try withFile(handle) { f throws(FileSystemError) in try f.read(offset: offset, count: count, into: buffer) }
     }
 
+    /// Hands `body` up to `count` bytes of the open file at `offset`, in place in its locked
+    /// buffer: the FUSE binding replies from there, with no copy. A shared buffer (the cached
+    /// secret) never changes in place, so `body` runs after `state` is let go; a private one,
+    /// which a write on the same handle may grow and move, under it.
+    package func withReadBytes(_ handle: UInt64, offset: Int, count: Int,
+                               _ body: (UnsafeRawBufferPointer) -> Void) throws(FileSystemError) {
+        let shared = try withFile(handle) { f throws(FileSystemError) -> SecureBytes? in
+            try f.withReadBytes(offset: offset, count: count) { bytes, isShared in
+                if isShared { return f.buffer }
+                body(bytes)
+                return nil
+            }
+        }
+        guard let shared else { return }
+        let range = OpenFile.readRange(offset: offset, count: count, size: shared.count)
+        shared.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[range])) }
+    }
+
     /// Whether reads through the handle still return its secret: open, and not revoked by a lock.
     package func isReadable(handle: UInt64) -> Bool {
         served.state.withLock { s in s.files[handle].map { $0.mode.readable && !$0.isRevoked } ?? false }
@@ -144,11 +165,12 @@ extension KeychainTree {
 
     /// truncate(2) on a path commits at once.
     public func truncate(_ path: String, size: Int) throws(FileSystemError) {
-        try truncate(path, size: size, caller: .unidentified("a caller the tree was not told"))
+        try truncate(try TreeLocation.parse(path), size: size)
     }
 
-    package func truncate(_ path: String, size: Int, caller: AccessCaller) throws(FileSystemError) {
-        let h = try open(try TreeLocation.parse(path), flags: O_RDWR, caller: caller)
+    package func truncate(_ location: TreeLocation, size: Int,
+                          caller: AccessCaller = .unidentified("a caller the tree was not told")) throws(FileSystemError) {
+        let h = try open(location, flags: O_RDWR, caller: caller)
         defer { try? release(h) }
         try truncate(handle: h, size: size)
         try flush(h)
@@ -166,16 +188,26 @@ extension KeychainTree {
 
     public func release(_ handle: UInt64) throws(FileSystemError) {
         let f = try served.state.withLock { s throws(FileSystemError) -> OpenFile? in
-            guard let f = s.files.removeValue(forKey: handle) else { throw .badHandle }
+            guard let f = s.files[handle] else { throw .badHandle }
             // A reader's close, the common case, commits nothing: done in this one hold.
             guard Self.commitNeeded(f, final: true, s) else {
+                s.files[handle] = nil
                 f.close()
                 return nil
             }
             return f
         }
         guard let f else { return }
-        defer { served.state.withLock { _ in f.close() } }
+        // The handle stays open, its pending size what `stat` shows, until its commit is done:
+        // the kernel sends the release after close(2) has returned, and a `stat` between the
+        // two would otherwise show the old size, which the kernel would then keep (an O_TRUNC
+        // with no write is committed only here).
+        defer {
+            served.state.withLock { s in
+                s.files[handle] = nil
+                f.close()
+            }
+        }
         try commit(f, final: true)
     }
 

@@ -20,7 +20,11 @@ extension KeychainTree {
     }
 
     public func listAttributes(_ path: String) throws(FileSystemError) -> [String] {
-        let (_, node) = try resolve(path)
+        try listAttributes(try TreeLocation.parse(path))
+    }
+
+    package func listAttributes(_ location: TreeLocation) throws(FileSystemError) -> [String] {
+        let (_, node) = try resolve(location)
         switch node {
         case .root: return Self.rootNames.map { Self.prefix + $0 }
         case .item(let item):
@@ -32,8 +36,12 @@ extension KeychainTree {
     }
 
     public func attribute(_ path: String, name: String) throws(FileSystemError) -> [UInt8] {
+        try attribute(try TreeLocation.parse(path), name: name)
+    }
+
+    package func attribute(_ location: TreeLocation, name: String) throws(FileSystemError) -> [UInt8] {
         let short = try attributeName(name)
-        let (_, node) = try resolve(path)
+        let (_, node) = try resolve(location)
         switch node {
         case .root:
             switch short {
@@ -73,7 +81,7 @@ extension KeychainTree {
     /// Sets an attribute by re-sealing the item. Changing `accessible` moves it to the new
     /// class; changing protocol, authtype or domain renames it (EEXIST if that name is taken).
     public func setAttribute(_ path: String, name: String, value: [UInt8]) throws(FileSystemError) {
-        try setAttribute(path, name: name, value: value, caller: Self.untoldCaller)
+        try setAttribute(try TreeLocation.parse(path), name: name, value: value)
     }
 
     static let untoldCaller = AccessCaller.unidentified("a caller the tree was not told")
@@ -97,16 +105,16 @@ extension KeychainTree {
         }
     }
 
-    package func setAttribute(_ path: String, name: String, value: [UInt8], caller: AccessCaller) throws(FileSystemError) {
+    package func setAttribute(_ location: TreeLocation, name: String, value: [UInt8],
+                              caller: AccessCaller = untoldCaller) throws(FileSystemError) {
         // Other namespaces (ACLs, security labels) are not supported, so cp -p and install
         // fall back to plain chmod.
         guard name.hasPrefix(Self.prefix) else { throw FileSystemError(EOPNOTSUPP) }
-        if case .root = try TreeLocation.parse(path), try attributeName(name) == "lock-after" {
+        if case .root = location, try attributeName(name) == "lock-after" {
             setLockAfter(try Self.parseLockAfter(value))
             return
         }
         let short = try attributeName(name)
-        let location = try TreeLocation.parse(path)
         let decided = try Self.guardedOperation(short).flatMap { op throws(FileSystemError) in try authorizeItem(at: location, caller, op) }
         var newList: AccessList?
         if short == Self.accessName {
@@ -117,7 +125,7 @@ extension KeychainTree {
             }) ?? nil
             newList = try accessList(from: value, replacing: current?.record.attributes.values.access)
         }
-        try change(path, name: name, decided: Self.guardedOperation(short) != nil ? [decided] : nil) { record throws(FileSystemError) in
+        try change(location, name: name, decided: Self.guardedOperation(short) != nil ? [decided] : nil) { record throws(FileSystemError) in
             if short == Self.accessName, let attribute = ItemAttribute.withXattrName(short) {
                 // Kept as it was pinned above, but for rules the item held: those keep their identity.
                 let kept = try newList.map { list throws(FileSystemError) -> AccessList in
@@ -164,15 +172,16 @@ extension KeychainTree {
     }
 
     public func removeAttribute(_ path: String, name: String) throws(FileSystemError) {
-        try removeAttribute(path, name: name, caller: Self.untoldCaller)
+        try removeAttribute(try TreeLocation.parse(path), name: name)
     }
 
-    package func removeAttribute(_ path: String, name: String, caller: AccessCaller) throws(FileSystemError) {
+    package func removeAttribute(_ location: TreeLocation, name: String,
+                                 caller: AccessCaller = untoldCaller) throws(FileSystemError) {
         let short = try attributeName(name)
         let decided = try Self.guardedOperation(short).flatMap { op throws(FileSystemError) in
-            try authorizeItem(at: try TreeLocation.parse(path), caller, op)
+            try authorizeItem(at: location, caller, op)
         }
-        try change(path, name: name, decided: Self.guardedOperation(short) != nil ? [decided] : nil) { record throws(FileSystemError) in
+        try change(location, name: name, decided: Self.guardedOperation(short) != nil ? [decided] : nil) { record throws(FileSystemError) in
             if let attribute = ItemAttribute.withXattrName(short) {
                 record.attributes.values[attribute] = nil
                 return
@@ -194,10 +203,9 @@ extension KeychainTree {
     }
 
     /// `decided`: when the change is guarded by the item's list, the item as it was decided on.
-    private func change(_ path: String, name: String, decided: [KeychainItem?]?,
+    private func change(_ location: TreeLocation, name: String, decided: [KeychainItem?]?,
                         _ edit: (inout ItemRecord) throws(FileSystemError) -> Void) throws(FileSystemError) {
         let short = try attributeName(name)
-        let location = try TreeLocation.parse(path)
         try served.change(origin: .tree) { c throws(FileSystemError) -> Void in
             let item = try c.covering(location) { s throws(FileSystemError) -> KeychainItem in
                 guard case .item(let item) = try node(location, s.index) else {

@@ -106,8 +106,7 @@ public final class KeychainTree: Sendable {
         }
     }
 
-    func resolve(_ path: String) throws(FileSystemError) -> (TreeLocation, Node) {
-        let location = try TreeLocation.parse(path)
+    func resolve(_ location: TreeLocation) throws(FileSystemError) -> (TreeLocation, Node) {
         let n = try served.covering(location) { s throws(FileSystemError) in try node(location, s.index) }
         return (location, n)
     }
@@ -215,8 +214,11 @@ public final class KeychainTree: Sendable {
     public static let seekHole: Int32 = 4
 
     public func list(_ path: String) throws(FileSystemError) -> [DirectoryEntry] {
-        let location = try TreeLocation.parse(path)
-        return try served.covering(location, listing: true) { s throws(FileSystemError) in
+        try list(try TreeLocation.parse(path))
+    }
+
+    package func list(_ location: TreeLocation) throws(FileSystemError) -> [DirectoryEntry] {
+        try served.covering(location, listing: true) { s throws(FileSystemError) in
             let index = s.index
             switch try node(location, index) {
             case .root:
@@ -255,7 +257,10 @@ public final class KeychainTree: Sendable {
     // MARK: directories
 
     public func makeDirectory(_ path: String) throws(FileSystemError) {
-        let location = try TreeLocation.parse(path)
+        try makeDirectory(try TreeLocation.parse(path))
+    }
+
+    package func makeDirectory(_ location: TreeLocation) throws(FileSystemError) {
         try served.covering(location) { s throws(FileSystemError) in
             if (try? node(location, s.index)) != nil { throw .exists }
             try Self.checkNewDirectory(location, s.index)
@@ -264,7 +269,10 @@ public final class KeychainTree: Sendable {
     }
 
     public func removeDirectory(_ path: String) throws(FileSystemError) {
-        let location = try TreeLocation.parse(path)
+        try removeDirectory(try TreeLocation.parse(path))
+    }
+
+    package func removeDirectory(_ location: TreeLocation) throws(FileSystemError) {
         try served.covering(location, listing: true) { s throws(FileSystemError) in
             let n = try node(location, s.index)
             switch n {
@@ -334,7 +342,7 @@ public final class KeychainTree: Sendable {
 
     // MARK: per-program access
 
-    private static let untold = AccessCaller.unidentified("a caller the tree was not told")
+    static let untold = AccessCaller.unidentified("a caller the tree was not told")
 
     static func isGuarded(_ item: KeychainItem) -> Bool {
         !(item.record.attributes.values.access?.isAnyProgram ?? true)
@@ -365,11 +373,12 @@ public final class KeychainTree: Sendable {
         }
     }
 
-    public func remove(_ path: String) throws(FileSystemError) { try remove(path, caller: Self.untold) }
+    public func remove(_ path: String) throws(FileSystemError) {
+        try remove(try TreeLocation.parse(path))
+    }
 
     /// unlink(2): an item with a non-empty list is deleted only by a program on it.
-    package func remove(_ path: String, caller: AccessCaller) throws(FileSystemError) {
-        let location = try TreeLocation.parse(path)
+    package func remove(_ location: TreeLocation, caller: AccessCaller = untold) throws(FileSystemError) {
         let decided = try authorizeItem(at: location, caller, .delete)
         try served.change(origin: .tree) { c throws(FileSystemError) -> Void in
             let item = try c.covering(location) { s throws(FileSystemError) -> KeychainItem in
@@ -392,14 +401,14 @@ public final class KeychainTree: Sendable {
     /// transaction, keeping the target's attributes.
     /// Directories: see `renameDirectory`.
     public func rename(_ from: String, to: String, noReplace: Bool, exchange: Bool) throws(FileSystemError) {
-        try rename(from, to: to, noReplace: noReplace, exchange: exchange, caller: Self.untold)
+        try rename(try TreeLocation.parse(from), to: try TreeLocation.parse(to), noReplace: noReplace, exchange: exchange)
     }
 
     /// rename(2): an item with a non-empty list is neither moved nor replaced but by a program
     /// on it.
-    package func rename(_ from: String, to: String, noReplace: Bool, exchange: Bool, caller: AccessCaller) throws(FileSystemError) {
+    package func rename(_ src: TreeLocation, to dst: TreeLocation, noReplace: Bool, exchange: Bool,
+                        caller: AccessCaller = untold) throws(FileSystemError) {
         guard !exchange else { throw .invalid }
-        let src = try TreeLocation.parse(from), dst = try TreeLocation.parse(to)
         let decided = [try authorizeItem(at: src, caller, .rename), try authorizeItem(at: dst, caller, .rename)]
         try served.change(origin: .tree) { c throws(FileSystemError) -> Void in
             let (source, target) = try c.covering(src, dst) { s throws(FileSystemError) -> (Node, Node?) in

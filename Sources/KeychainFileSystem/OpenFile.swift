@@ -80,13 +80,24 @@ final class OpenFile: @unchecked Sendable {
     }
 
     func read(offset: Int, count: Int, into destination: UnsafeMutableRawPointer) throws(FileSystemError) -> Int {
+        try withReadBytes(offset: offset, count: count) { bytes, _ in
+            if bytes.count > 0 { destination.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+            return bytes.count
+        }
+    }
+
+    /// The bytes a read at `offset` of up to `count` returns, in place, and whether the buffer
+    /// is the shared (never changed in place) copy.
+    func withReadBytes<T>(offset: Int, count: Int, _ body: (UnsafeRawBufferPointer, Bool) -> T) throws(FileSystemError) -> T {
         guard !isRevoked else { throw .keyUnavailable }
         guard mode.readable else { throw .badHandle }
         guard offset >= 0 else { throw .invalid }
-        guard offset < buffer.count else { return 0 }
-        let n = min(count, buffer.count - offset)
-        buffer.withUnsafeBytes { destination.copyMemory(from: $0.baseAddress! + offset, byteCount: n) }
-        return n
+        let range = Self.readRange(offset: offset, count: count, size: buffer.count)
+        return buffer.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[range]), !ownsBuffer) }
+    }
+
+    static func readRange(offset: Int, count: Int, size: Int) -> Range<Int> {
+        offset < size ? offset..<(offset + min(max(count, 0), size - offset)) : size..<size
     }
 
     /// Writes at `offset` (at the end when opened with O_APPEND), zero-filling any gap.

@@ -30,6 +30,31 @@ public enum TreeLocation: Equatable, Sendable {
         }
     }
 
+    /// What `name` names inside this directory: the same as `parse` of this location's path
+    /// followed by `/name`, with no path built and parsed again (the FUSE binding keeps each
+    /// inode's location and is handed its children's names).
+    package func child(_ name: String) throws(FileSystemError) -> TreeLocation {
+        switch self {
+        case .root:
+            return name == Self.internetName ? .internetRoot : .service(try Self.decode(name))
+        case .internetRoot:
+            return .server(try Self.decode(name))
+        case .service(let service):
+            return .genericItem(service: service, account: try Self.decode(name))
+        case .genericItem:
+            throw .notDirectory
+        case .server(let server):
+            do { return .port(server: server, port: try InternetPort.parse(name)) } catch { throw .invalid }
+        case .port(let server, let port):
+            guard name.utf8.count <= TreeName.maxBytes else { throw .nameTooLong }
+            return .internetEntry(server: server, port: port, parent: [], name: name)
+        case .internetEntry(let server, let port, let parent, let directory):
+            let segment = try Self.segment(directory)
+            guard name.utf8.count <= TreeName.maxBytes else { throw .nameTooLong }
+            return .internetEntry(server: server, port: port, parent: parent + [segment], name: name)
+        }
+    }
+
     private static func parseInternet(_ parts: [String]) throws(FileSystemError) -> TreeLocation {
         guard let serverName = parts.first else { return .internetRoot }
         let server = try decode(serverName)

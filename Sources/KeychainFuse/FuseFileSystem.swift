@@ -42,26 +42,16 @@ final class FuseFileSystem: Sendable {
         var next: UInt64 = 1
     }
 
-    func path(_ ino: UInt64) throws(FileSystemError) -> String {
-        guard let p = inodes.withLock({ $0.path(ino) }) else { throw .notFound }
-        return p
-    }
-
-    /// What the path of `ino` names: parsed once, then from the inode table until a path changes.
+    /// What `ino` names, from the inode table's parsed locations: no path string is built or
+    /// parsed (`InodeTable.location`).
     func location(_ ino: UInt64) throws(FileSystemError) -> TreeLocation {
-        let (cached, path, changes) = inodes.withLock { t in
-            t.cachedLocation(ino).map { ($0, nil, t.pathChanges) } ?? (nil, t.path(ino), t.pathChanges)
-        }
-        if let cached { return cached }
-        guard let path else { throw .notFound }
-        let location = try TreeLocation.parse(path)
-        inodes.withLock { $0.cacheLocation(ino, location, changes: changes) }
+        guard let location = inodes.withLock({ $0.location(ino) }) else { throw .notFound }
         return location
     }
 
-    func path(_ parent: UInt64, _ name: String) throws(FileSystemError) -> String {
-        guard let p = inodes.withLock({ $0.path(parent, name) }) else { throw .notFound }
-        return p
+    /// What `name` names in the directory `parent`.
+    func location(_ parent: UInt64, _ name: String) throws(FileSystemError) -> TreeLocation {
+        try location(parent).child(name)
     }
 
     /// The open file the kernel names with a request on `ino`, if it is one of `ino`'s (an open
@@ -104,7 +94,7 @@ final class FuseFileSystem: Sendable {
 
     private func listing(_ ino: UInt64) throws(FileSystemError) -> [DirectoryEntry] {
         [DirectoryEntry(name: ".", isDirectory: true), DirectoryEntry(name: "..", isDirectory: true)]
-            + (try tree.list(try path(ino)))
+            + (try tree.list(try location(ino)))
     }
 
     func entries(_ id: UInt64, of ino: UInt64, offset: Int) throws(FileSystemError) -> [DirectoryEntry] {

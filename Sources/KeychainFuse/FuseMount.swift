@@ -58,6 +58,9 @@ public final class FuseMount: @unchecked Sendable {
         // After a lock (and after the keys are forgotten at unmount), no page of a revoked
         // file stays in the kernel's cache.
         tree.setAfterLock { [weak self] in self?.dropCachedPages(all: false) }
+        tree.served.addObserver(KernelCacheNotifier(fileSystem: fileSystem) { [weak self] body in
+            self?.live.withLock { s in if let s { body(s.session) } }
+        })
     }
 
     /// Drops the kernel's cached pages of files the lock revoked (or of every file read, with

@@ -1,7 +1,8 @@
 import KeychainFileSystem
 
-/// The kernel names files by inode number and the tree by path: this table keeps the path of
-/// every inode the kernel holds, until the kernel forgets it, and the open handles of each.
+/// The kernel names files by inode number and the tree by location: this table keeps the name
+/// and parent of every inode the kernel holds, until the kernel forgets it, its parsed
+/// location, and the open handles of each.
 /// An inode whose name is gone (unlinked, removed, or replaced by a rename) keeps its handles,
 /// so `fstat` and `ftruncate` on a descriptor still open are answered from the handle, as on a
 /// regular file. libfuse's high-level API keeps such a table too, but answers ESTALE there.
@@ -69,7 +70,32 @@ struct InodeTable {
         locations[ino] = (location, changes)
     }
 
+    /// What `ino` names, or nil if it or a directory above it has lost its name: the cached
+    /// location if no path changed since, else its parent's with its name (`TreeLocation.child`),
+    /// kept for the next call.
+    mutating func location(_ ino: UInt64) -> TreeLocation? {
+        if ino == Self.root { return .root }
+        if let cached = cachedLocation(ino) { return cached }
+        guard let n = nodes[ino], n.linked, let parent = location(n.parent),
+              let location = try? parent.child(n.name) else { return nil }
+        locations[ino] = (location, pathChanges)
+        return location
+    }
+
     func child(_ parent: UInt64, _ name: String) -> UInt64? { children[ChildKey(parent: parent, name: name)] }
+
+    /// The inodes the kernel holds that have a child it holds: the root, and directories.
+    var directories: [UInt64] { Array(Set(children.keys.map(\.parent)).union([Self.root])).sorted() }
+
+    /// The inode of the directory at `names` below the root, if the kernel holds it.
+    func directory(_ names: [String]) -> UInt64? {
+        var ino = Self.root
+        for name in names {
+            guard let next = child(ino, name) else { return nil }
+            ino = next
+        }
+        return ino
+    }
 
     /// The handles open on `ino`.
     func handles(_ ino: UInt64) -> [UInt64] { Array(nodes[ino]?.handles ?? []) }

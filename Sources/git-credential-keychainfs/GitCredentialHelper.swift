@@ -143,8 +143,16 @@ enum GitCredentialHelper {
         // Extras are sealed like the password (empty drops earlier ones); `generic` is emptied of
         // any an earlier version kept there in the clear.
         let extras = SecureBytes(copying: Array(stored.extras.encode() ?? Data()))
-        let changes = AttributeChanges { $0.label = "\(stored.key.server) (git)"; $0.generic = Data() }
-        _ = try? keychain.save(key: .internet(stored.key), secret: secret, extras: extras, changes: changes, updateExisting: true)
+        let key = ItemKey.internet(stored.key)
+        // An update changes the secret and the extras, and keeps every other attribute.
+        do {
+            _ = try keychain.save(key: key, secret: secret, extras: extras, changes: stored.attributeChanges(updating: nil),
+                                  updateExisting: false)
+        } catch KeychainError.duplicateItem {
+            let existing = (try? keychain.find(query: .exactly(key), withSecrets: false, limit: 1))?.first?.record.attributes
+            _ = try? keychain.save(key: key, secret: secret, extras: extras,
+                                   changes: stored.attributeChanges(updating: existing ?? ItemAttributes()), updateExisting: true)
+        } catch {}
     }
 
     static func erase(_ request: CredentialRequest, _ keychain: KeychainService) {

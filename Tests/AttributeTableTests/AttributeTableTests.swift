@@ -179,7 +179,7 @@ final class AttributeTableTests: XCTestCase {
         XCTAssertThrowsError(try tree.removeAttribute(path, name: xattr)) {
             XCTAssertEqual(($0 as? FileSystemError)?.errno, EACCES)
         }
-        try tree.removeAttribute(path, name: xattr, caller: .process(try PinnedProcess.forProcess(getpid())))
+        try tree.removeAttribute(try TreeLocation.parse(path), name: xattr, caller: .process(try PinnedProcess.forProcess(getpid())))
         XCTAssertNil(try keychain.item(for: key)?.record.attributes.values[access])
         for a in ItemAttribute.all {
             try tree.removeAttribute(path, name: "user.keychain.\(a.xattrName)")

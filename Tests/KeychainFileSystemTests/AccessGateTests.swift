@@ -66,14 +66,14 @@ final class AccessGateTests: XCTestCase {
         try add("acct", listing: [me])
         try add("open", listing: [])
         let tree = try tree()
-        XCTAssertEqual(errno { try tree.remove("/svc/acct", caller: self.stranger) }, EACCES)
-        XCTAssertEqual(errno { try tree.rename("/svc/acct", to: "/svc/moved", noReplace: false, exchange: false, caller: self.stranger) }, EACCES)
+        XCTAssertEqual(errno { try tree.remove(try TreeLocation.parse("/svc/acct"), caller: self.stranger) }, EACCES)
+        XCTAssertEqual(errno { try tree.rename(try TreeLocation.parse("/svc/acct"), to: try TreeLocation.parse("/svc/moved"), noReplace: false, exchange: false, caller: self.stranger) }, EACCES)
         // Onto the guarded item: replacing it is guarded by its list.
-        XCTAssertEqual(errno { try tree.rename("/svc/open", to: "/svc/acct", noReplace: false, exchange: false, caller: self.stranger) }, EACCES)
+        XCTAssertEqual(errno { try tree.rename(try TreeLocation.parse("/svc/open"), to: try TreeLocation.parse("/svc/acct"), noReplace: false, exchange: false, caller: self.stranger) }, EACCES)
         XCTAssertNotNil(try keychain.item(for: key), "nothing was changed")
         XCTAssertEqual(try keychain.item(for: key)?.record.attributes.values.access?.rules.map(\.program), [.executable(me)])
-        try tree.rename("/svc/acct", to: "/svc/moved", noReplace: false, exchange: false, caller: myself)
-        try tree.remove("/svc/moved", caller: myself)
+        try tree.rename(try TreeLocation.parse("/svc/acct"), to: try TreeLocation.parse("/svc/moved"), noReplace: false, exchange: false, caller: myself)
+        try tree.remove(try TreeLocation.parse("/svc/moved"), caller: myself)
         XCTAssertTrue(try keychain.allItems().items.map(\.key).allSatisfy { $0 != key })
     }
 

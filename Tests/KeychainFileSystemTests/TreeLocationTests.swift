@@ -44,4 +44,21 @@ final class TreeLocationTests: XCTestCase {
         XCTAssertEqual(TreeLocation.serviceFileName("a/b"), "a%2Fb")
         XCTAssertEqual(TreeLocation.serviceFileName("."), "%2E")
     }
+
+    /// The FUSE binding finds a child's location from its directory's, never parsing a path:
+    /// it must name what `parse` of the joined path names, and fail where `parse` fails.
+    func testChildIsParseOfTheJoinedPath() throws {
+        let directories = ["/", "/internet", "/svc", "/svc/acct", "/internet/h.example", "/internet/h.example/443",
+                           "/internet/h.example/443/a%2Fb", "/internet/h.example/443/docs/sub"]
+        let names = ["internet", "%69nternet", "a b", ".dot", "ünï", "a%2Fb", "bad%zz", "443", "0", "x%~ssh",
+                     String(repeating: "x", count: 255), String(repeating: "x", count: 256)]
+        for dir in directories {
+            for name in names {
+                let joined = dir == "/" ? "/" + name : dir + "/" + name
+                let viaParse = Result { () throws(FileSystemError) in try TreeLocation.parse(joined) }
+                let viaChild = Result { () throws(FileSystemError) in try TreeLocation.parse(dir).child(name) }
+                XCTAssertEqual(viaChild, viaParse, "\(dir) + \(name)")
+            }
+        }
+    }
 }

@@ -13,6 +13,10 @@ int kcfs_session_mount(struct fuse_session *se, const char *mountpoint);
 int kcfs_session_loop(struct fuse_session *se);
 /* Drops the kernel's cached pages of that node, so no memory mapping still shows them. */
 int kcfs_invalidate_inode(struct fuse_session *se, uint64_t nodeid);
+/* Tells the kernel that a name changed behind its back (through the control socket): it
+ * forgets the dentry (and, with notify_delete, unlinks the inode it holds under that name). */
+int kcfs_notify_inval_entry(struct fuse_session *se, uint64_t parent, const char *name);
+int kcfs_notify_delete(struct fuse_session *se, uint64_t parent, uint64_t child, const char *name);
 void kcfs_session_unmount_and_destroy(struct fuse_session *se);
 
 #endif

@@ -1,0 +1,129 @@
+import CFuseShim
+import Glibc
+import KeychainFileSystem
+import KeychainModel
+
+/// Tells the kernel of every change it did not make itself, so that its cached names and
+/// attributes never disagree with the keychain. Changes made through the mount (`.tree`) the
+/// kernel already knows; those of the control socket (the CLI, git, later D-Bus and sync)
+/// arrive here from the owner's one stream (`ItemChangeObserver`) before their client hears
+/// "done":
+///
+/// - a name added: `notify_inval_entry` on it (a dentry the kernel may hold for it, negative
+///   or stale, goes) and `notify_inval_inode` on its directory (nlink, mtime);
+/// - a name removed: `notify_delete` where the kernel holds its inode (the dentry goes and the
+///   inode is unlinked, as by unlink(2), so an open descriptor sees nlink 0), else
+///   `notify_inval_entry`; the inode table forgets the name as at an unlink;
+/// - a value or attribute changed: `notify_inval_inode` on the inode (size, mtime).
+///
+/// An internet item may be known to the kernel by its plain or its tagged name: both are told.
+/// A name whose directory the kernel never looked up needs nothing: no dentry below it exists.
+///
+/// Why this cannot deadlock. libfuse forbids a notification sent in the path of a related
+/// request, or while holding a lock such a request needs: the kernel handles the notification
+/// in the writer's context and takes the directory's inode lock (inval_entry, delete) or the
+/// pages' locks (inval_inode), which a task may hold while it waits for a reply from us.
+/// 1. Only `.control` changes are told. They are made on the control server's threads, never
+///    on a libfuse worker, so a notification never waits on a request it is itself answering.
+/// 2. The owner calls observers after its commit with none of its locks held (`committing`,
+///    `state`, `unlocking`), so every worker that must answer the request the kernel is waiting
+///    on can take whatever it needs and reply; then the kernel lets go of its lock and the
+///    notification completes.
+/// 3. Here, the inode table's mutex is held only to read and update the table, never across a
+///    notification, and a worker never waits for anything while holding it.
+/// 4. `live` is held across the notifications so that none reaches a session being destroyed;
+///    the workers never take it, and the only other taker (`FuseMount.serve`'s end and
+///    `close`) runs after the loop has stopped serving, when no request can be waiting.
+/// `KernelCacheNotifierTests` forces the interleaving: a notification sent while a worker is
+/// blocked inside a request on the same directory completes once the worker is let go.
+struct KernelCacheNotifier: ItemChangeObserver {
+    let fileSystem: FuseFileSystem
+    let live: @Sendable (_ body: (OpaquePointer) -> Void) -> Void
+
+    /// One kernel call.
+    enum Notice: Equatable {
+        case invalidateEntry(parent: UInt64, name: String)
+        case delete(parent: UInt64, child: UInt64, name: String)
+        case invalidateInode(UInt64)
+    }
+
+    func keychainDidChange(_ changes: [ItemChange], origin: ChangeOrigin) {
+        // An unlock is told whoever asked for it: it only ever comes from the control socket
+        // (no request of the mount unlocks), and it may show names the kernel looked up in vain.
+        let told = origin == .control ? changes : changes.filter { $0 == .lockStateChanged(.unlocked) }
+        guard !told.isEmpty else { return }
+        let notices = fileSystem.inodes.withLock { t in told.flatMap { Self.notices(for: $0, &t) } }
+        guard !notices.isEmpty else { return }
+        live { session in
+            for n in notices {
+                switch n {
+                case .invalidateEntry(let parent, let name): _ = kcfs_notify_inval_entry(session, parent, name)
+                case .delete(let parent, let child, let name):
+                    // Refused when the kernel's dentry holds another inode: then drop the dentry alone.
+                    if kcfs_notify_delete(session, parent, child, name) != 0 { _ = kcfs_notify_inval_entry(session, parent, name) }
+                case .invalidateInode(let ino): _ = kcfs_invalidate_inode(session, ino)
+                }
+            }
+        }
+    }
+
+    /// What the kernel must be told of `change`, from what it holds (`table`); a removed name
+    /// also leaves the table.
+    static func notices(for change: ItemChange, _ table: inout InodeTable) -> [Notice] {
+        switch change {
+        case .added(let key): return added(key, table)
+        case .removed(let key): return removed(key, &table)
+        case .moved(let from, let to): return removed(from, &table) + added(to, table)
+        case .updated(let key):
+            let (directory, names) = place(of: key)
+            guard let parent = table.directory(directory) else { return [] }
+            return names.compactMap { table.child(parent, $0) }.map { .invalidateInode($0) }
+        // The first unlock may show names of every class: the kernel asks again for those it
+        // was refused (a refusal is not cached), but the directories' link counts it keeps
+        // are stale.
+        case .lockStateChanged(.unlocked): return table.directories.map { .invalidateInode($0) }
+        // Names and sizes stay readable while locked; the pages a lock revokes are dropped by
+        // `FuseMount.dropCachedPages`.
+        case .lockStateChanged: return []
+        }
+    }
+
+    private static func added(_ key: ItemKey, _ table: InodeTable) -> [Notice] {
+        let (directory, names) = place(of: key)
+        // The deepest directory the kernel holds: below it, it holds nothing.
+        var parent = InodeTable.root
+        for (depth, component) in directory.enumerated() {
+            guard let next = table.child(parent, component) else {
+                return [.invalidateEntry(parent: parent, name: directory[depth]), .invalidateInode(parent)]
+            }
+            parent = next
+        }
+        return names.map { .invalidateEntry(parent: parent, name: $0) } + [.invalidateInode(parent)]
+    }
+
+    private static func removed(_ key: ItemKey, _ table: inout InodeTable) -> [Notice] {
+        let (directory, names) = place(of: key)
+        guard let parent = table.directory(directory) else { return [] }
+        var notices: [Notice] = names.map { name in
+            guard let child = table.child(parent, name) else { return .invalidateEntry(parent: parent, name: name) }
+            table.unlink(parent, name)
+            return .delete(parent: parent, child: child, name: name)
+        }
+        notices.append(.invalidateInode(parent))
+        return notices
+    }
+
+    /// The names from the root of the directory that lists `key`, and the names it may be
+    /// listed by there.
+    static func place(of key: ItemKey) -> (directory: [String], names: [String]) {
+        switch key {
+        case .generic(let g):
+            return ([TreeLocation.serviceFileName(g.service)], [TreeName.escape(g.account)])
+        case .internet(let i):
+            let plain = InternetVariantName.fileName(for: i), tagged = InternetVariantName.taggedFileName(for: i)
+            return ([TreeLocation.internetName, TreeName.escape(i.server), String(i.port)]
+                        + InternetPath.segments(i.path).map(TreeName.escape),
+                    plain == tagged ? [plain] : [plain, tagged])
+        }
+    }
+}

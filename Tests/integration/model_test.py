@@ -1,0 +1,641 @@
+#!/usr/bin/python3
+"""The model test: a stateful property test of coherence (issue 22).
+
+A seeded random sequence of steps is applied to one real mount and its real channels (the
+mount itself, the keychainfs CLI, git-credential-keychainfs, lock and unlock), and to a plain
+in-memory model at the same time. After every step, with no sleep, every observation is
+compared with the model: existence and st_size of every name, content, sorted directory
+listings, the label xattr, descriptors kept open across steps (pread and fstat), and the CLI's
+`find -w` of the names the step touched. Hypothesis shrinks a failure to its shortest sequence
+and prints it as steps a person can replay.
+
+    model_test.py [--steps N] [--seed N]
+
+It mounts once per run; each example starts by emptying the mount. Run it with Debian's
+/usr/bin/python3 (python3-hypothesis). scripts/test runs a fixed seed and 2,000 steps;
+`scripts/test --long` 50,000 steps with a random seed, which it prints.
+"""
+import argparse
+import errno
+import functools
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+# Hypothesis keeps a cache directory; not in the repository.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "kcfs-model-hypothesis"))
+
+from hypothesis import HealthCheck, Verbosity, seed, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KC = os.environ.get("KEYCHAINFS_BIN", os.path.join(REPO, ".build/debug/keychainfs"))
+GIT_HELPER = os.path.join(os.path.dirname(KC), "git-credential-keychainfs")
+PASSPHRASE = "model test passphrase"
+
+SERVICES = ["svc", "my service", ".hidden", "ünï"]
+ACCOUNTS = ["a", "b c", ".dot", "ünïcode ✓", "x" * 255]
+HOST = "host.example"
+INTERNET_ACCOUNTS = ["git", "ïnt user", "y" * 255]
+CLASSES = ["when-unlocked", "after-first-unlock", "always"]
+# Readable while locked (after the first unlock).
+READABLE_LOCKED = {"after-first-unlock", "always"}
+LABELS = ["My label", "ünï label", "", "x" * 100]
+STEPS_PER_EXAMPLE = 50
+
+
+def escape(name):
+    """TreeName.escape."""
+    if name == "":
+        return "%"
+    if name in (".", ".."):
+        return "%2E" * len(name)
+    return name.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
+
+
+class Mount:
+    """One store, mounted once per run, with its own HOME and XDG directories."""
+
+    def __init__(self):
+        self.root = tempfile.mkdtemp(prefix="kcfs-model.")
+        env = dict(os.environ)
+        for var, sub in [("HOME", "home"), ("XDG_DATA_HOME", "data"), ("XDG_STATE_HOME", "state"),
+                         ("XDG_RUNTIME_DIR", "run"), ("XDG_CONFIG_HOME", "config")]:
+            env[var] = os.path.join(self.root, sub)
+            os.makedirs(env[var], mode=0o700, exist_ok=True)
+        env["KEYCHAINFS_STORE"] = os.path.join(self.root, "data/keychainfs/keychain.db")
+        env.pop("KEYCHAINFS_PASSPHRASE", None)
+        self.env = env
+        self.passfile = os.path.join(self.root, "passphrase")
+        with open(self.passfile, "w") as f:
+            f.write(PASSPHRASE + "\n")
+        os.chmod(self.passfile, 0o600)
+        self.mp = os.path.join(self.root, "mnt")
+        os.mkdir(self.mp)
+        self.pid = None
+        self.kc("init", "--scrypt-log-n", "10", "--passphrase-file", self.passfile, check=True)
+        self.kc("mount", self.mp, "--passphrase-file", self.passfile, check=True)
+        with open(env["KEYCHAINFS_STORE"] + ".daemon") as f:
+            import json
+            self.pid = json.load(f)["pid"]
+
+    def kc(self, *args, stdin=b"", check=False):
+        r = subprocess.run([KC, *args], input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"keychainfs {' '.join(args)}: exit {r.returncode}: {r.stderr.decode(errors='replace')}")
+        return r
+
+    def git(self, action, lines):
+        text = "".join(f"{line}\n" for line in lines).encode()
+        return subprocess.run([GIT_HELPER, action], input=text, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
+
+    def close(self):
+        subprocess.run([KC, "unmount", self.mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
+        subprocess.run(["fusermount3", "-u", "-z", self.mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if self.pid:
+            try:
+                os.kill(self.pid, 15)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+MOUNT = None
+STEPS_RUN = 0
+TARGET = 0
+# Set at the first disagreement: from then on Hypothesis replays and shrinks, so the run must
+# not be declared finished under it.
+FAILED = False
+
+
+def tracked(fn):
+    """Marks the run as failing at any exception of a step or an observation, so that the
+    replays Hypothesis makes to shrink it are not cut short by `running`."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        global FAILED
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            FAILED = True
+            raise
+    return wrapper
+
+
+def running(_machine=None):
+    """Until enough steps ran (or once a disagreement was seen, while it is shrunk)."""
+    return FAILED or STEPS_RUN < TARGET
+
+
+def generic(service, account):
+    return ("g", service, account)
+
+
+def internet(account):
+    return ("i", HOST, account)
+
+
+KEYS = [generic(s, a) for s in SERVICES for a in ACCOUNTS] + [internet(a) for a in INTERNET_ACCOUNTS]
+keys = st.sampled_from(KEYS)
+generic_keys = st.sampled_from([k for k in KEYS if k[0] == "g"])
+internet_accounts = st.sampled_from(INTERNET_ACCOUNTS)
+secrets = st.one_of(st.just(b""), st.just(b"\0"), st.just(b"nul\0inside\0"), st.binary(max_size=48),
+                    st.text(max_size=24).map(str.encode))
+# git passwords are lines of text.
+git_passwords = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=24)
+
+
+class Item:
+    def __init__(self, secret, ident, label=None, cls="when-unlocked"):
+        self.secret, self.ident, self.label, self.cls = secret, ident, label, cls
+
+
+class Kept:
+    """A descriptor kept open across steps (O_RDONLY): it reads what was there when opened."""
+
+    def __init__(self, fd, key, snapshot, ident, cls):
+        self.fd, self.key, self.snapshot, self.ident, self.cls, self.revoked = fd, key, snapshot, ident, cls, False
+
+
+class Disagreement(AssertionError):
+    pass
+
+
+def expect(cond, what):
+    global FAILED
+    if not cond:
+        FAILED = True
+        raise Disagreement(what)
+
+
+class Coherence(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.items = {}
+        self.services = set()
+        self.internet_dir = False
+        self.kept = []
+        self.next_ident = 1
+        self.touched = []
+
+    # -- paths and the model's helpers
+
+    def path(self, key):
+        if key[0] == "g":
+            return os.path.join(MOUNT.mp, escape(key[1]), escape(key[2]))
+        return os.path.join(self.port_dir(), escape(key[2]))
+
+    def port_dir(self):
+        return os.path.join(MOUNT.mp, "internet", escape(HOST), "443")
+
+    def parent_exists(self, key):
+        return key[1] in self.services if key[0] == "g" else self.internet_dir
+
+    def new_item(self, secret, **kw):
+        item = Item(secret, self.next_ident, **kw)
+        self.next_ident += 1
+        return item
+
+    def added(self, key):
+        if key[0] == "g":
+            self.services.add(key[1])
+        else:
+            self.internet_dir = True
+
+    def mount_call(self, want_errno, fn):
+        """Runs fn; it must fail with want_errno (None: succeed)."""
+        try:
+            result = fn()
+        except OSError as e:
+            expect(want_errno == e.errno, f"expected {errno.errorcode.get(want_errno, 'success')}, got {e!r}")
+            return None
+        expect(want_errno is None, f"expected {errno.errorcode.get(want_errno)}, got success")
+        return result
+
+    # -- start of every example: an empty mount
+
+    @initialize()
+    @tracked
+    def empty_the_mount(self):
+        if not running():
+            return
+        r = MOUNT.kc("unlock", MOUNT.mp, "--passphrase-file", MOUNT.passfile)
+        for name in os.listdir(MOUNT.mp):
+            if name == "internet":
+                continue
+            d = os.path.join(MOUNT.mp, name)
+            for f in os.listdir(d):
+                os.unlink(os.path.join(d, f))
+            os.rmdir(d)
+        inet = os.path.join(MOUNT.mp, "internet")
+        for server in os.listdir(inet):
+            for port in os.listdir(os.path.join(inet, server)):
+                pd = os.path.join(inet, server, port)
+                for f in os.listdir(pd):
+                    os.unlink(os.path.join(pd, f))
+                os.rmdir(pd)
+            os.rmdir(os.path.join(inet, server))
+        del r
+
+    def teardown(self):
+        for k in self.kept:
+            os.close(k.fd)
+        self.kept = []
+
+    # -- steps through the mount
+
+    @precondition(running)
+    @rule(key=keys, data=secrets, how=st.sampled_from(["create", "overwrite", "append"]))
+    @tracked
+    def write(self, key, data, how):
+        self.touched = [key]
+        p = self.path(key)
+        exists = key in self.items
+        if not self.parent_exists(key):
+            want = errno.ENOENT
+        elif how == "create" and exists:
+            want = errno.EEXIST
+        elif how == "append" and not exists:
+            want = errno.ENOENT
+        else:
+            want = None
+        flags = {"create": os.O_CREAT | os.O_EXCL, "overwrite": os.O_CREAT | os.O_TRUNC, "append": os.O_APPEND}[how]
+
+        def act():
+            fd = os.open(p, os.O_WRONLY | flags, 0o600)
+            try:
+                os.write(fd, data)
+                if not data:
+                    # Intended (README, "Documented, not silent"): an O_TRUNC or a new file with
+                    # no write is committed at the release, which the kernel sends just after
+                    # close(2) returns, so that a shell's dup-and-close before a write that then
+                    # fails (EFBIG) loses nothing; fsync commits it at once.
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.mount_call(want, act)
+        if want is None:
+            if exists:
+                item = self.items[key]
+                item.secret = item.secret + data if how == "append" else data
+            else:
+                self.items[key] = self.new_item(data)
+
+    @precondition(running)
+    @rule(key=keys, size=st.integers(min_value=0, max_value=60))
+    @tracked
+    def truncate(self, key, size):
+        self.touched = [key]
+        exists = key in self.items
+        self.mount_call(None if exists else errno.ENOENT, lambda: os.truncate(self.path(key), size))
+        if exists:
+            s = self.items[key].secret
+            self.items[key].secret = s[:size] + b"\0" * max(0, size - len(s))
+
+    @precondition(running)
+    @rule(src=keys, dst=keys)
+    @tracked
+    def rename(self, src, dst):
+        self.touched = [src, dst]
+        if src not in self.items or not self.parent_exists(dst):
+            want = errno.ENOENT
+        elif src[0] != dst[0]:
+            want = errno.EXDEV
+        else:
+            want = None
+        self.mount_call(want, lambda: os.rename(self.path(src), self.path(dst)))
+        if want is None and src != dst:
+            moved = self.items.pop(src)
+            replaced = self.items.get(dst)
+            if replaced is not None:
+                # Onto an existing item: the secret moves, the target keeps its attributes and class.
+                moved.label, moved.cls = replaced.label, replaced.cls
+            self.items[dst] = moved
+
+    @precondition(running)
+    @rule(key=keys)
+    @tracked
+    def unlink(self, key):
+        self.touched = [key]
+        exists = key in self.items
+        self.mount_call(None if exists else errno.ENOENT, lambda: os.unlink(self.path(key)))
+        self.items.pop(key, None)
+
+    @precondition(running)
+    @rule(service=st.sampled_from(SERVICES))
+    @tracked
+    def mkdir(self, service):
+        want = errno.EEXIST if service in self.services else None
+        self.mount_call(want, lambda: os.mkdir(os.path.join(MOUNT.mp, escape(service)), 0o700))
+        self.services.add(service)
+
+    @precondition(running)
+    @rule(service=st.sampled_from(SERVICES))
+    @tracked
+    def rmdir(self, service):
+        if service not in self.services:
+            want = errno.ENOENT
+        elif any(k[0] == "g" and k[1] == service for k in self.items):
+            want = errno.ENOTEMPTY
+        else:
+            want = None
+        self.mount_call(want, lambda: os.rmdir(os.path.join(MOUNT.mp, escape(service))))
+        if want is None:
+            self.services.discard(service)
+
+    @precondition(running)
+    @rule(key=keys, label=st.sampled_from(LABELS))
+    @tracked
+    def set_label(self, key, label):
+        self.touched = [key]
+        exists = key in self.items
+        self.mount_call(None if exists else errno.ENOENT,
+                        lambda: os.setxattr(self.path(key), "user.keychain.label", label.encode()))
+        if exists:
+            self.items[key].label = label
+
+    @precondition(lambda self: len(self.kept) < 3)
+    @precondition(running)
+    @rule(key=keys)
+    @tracked
+    def keep_open(self, key):
+        self.touched = [key]
+        exists = key in self.items
+        fd = self.mount_call(None if exists else errno.ENOENT, lambda: os.open(self.path(key), os.O_RDONLY))
+        if fd is not None:
+            item = self.items[key]
+            self.kept.append(Kept(fd, key, item.secret, item.ident, item.cls))
+
+    @precondition(lambda self: len(self.kept) > 0)
+    @precondition(running)
+    @rule(which=st.integers(min_value=0, max_value=2))
+    @tracked
+    def close_kept(self, which):
+        k = self.kept.pop(which % len(self.kept))
+        os.close(k.fd)
+
+    # -- steps through the CLI
+
+    def cli_key_args(self, key):
+        if key[0] == "g":
+            return ["-s", key[1], "-a", key[2]]
+        return ["-s", key[1], "-a", key[2]]
+
+    def cli(self, verb, key, *extra, stdin=b""):
+        kind = "generic" if key[0] == "g" else "internet"
+        return MOUNT.kc(f"{verb}-{kind}-password", *self.cli_key_args(key), *extra, stdin=stdin)
+
+    @precondition(running)
+    @rule(key=keys, data=secrets, update=st.booleans())
+    @tracked
+    def cli_add(self, key, data, update):
+        self.touched = [key]
+        r = self.cli("add", key, *(["-U"] if update else []), stdin=data)
+        exists = key in self.items
+        if exists and not update:
+            expect(r.returncode == 45, f"add of an existing item: exit {r.returncode}, want 45")
+            return
+        expect(r.returncode == 0, f"add: exit {r.returncode}: {r.stderr!r}")
+        if exists:
+            self.items[key].secret = data
+        else:
+            self.items[key] = self.new_item(data)
+            self.added(key)
+
+    @precondition(running)
+    @rule(key=keys)
+    @tracked
+    def cli_delete(self, key):
+        self.touched = [key]
+        r = self.cli("delete", key)
+        want = 0 if key in self.items else 44
+        expect(r.returncode == want, f"delete: exit {r.returncode}, want {want}")
+        self.items.pop(key, None)
+
+    @precondition(running)
+    @rule(key=keys, cls=st.sampled_from(CLASSES))
+    @tracked
+    def cli_class_change(self, key, cls):
+        """`add -U --accessible`: the class changes (and the same secret is stored again)."""
+        self.touched = [key]
+        item = self.items.get(key)
+        data = item.secret if item else b"new"
+        r = self.cli("add", key, "-U", "--accessible", cls, stdin=data)
+        expect(r.returncode == 0, f"class change: exit {r.returncode}: {r.stderr!r}")
+        if item:
+            item.cls = cls
+        else:
+            self.items[key] = self.new_item(data, cls=cls)
+            self.added(key)
+
+    @precondition(running)
+    @rule(key=keys)
+    @tracked
+    def cli_find(self, key):
+        self.touched = [key]
+
+    # -- steps through git
+
+    @precondition(running)
+    @rule(account=internet_accounts, password=git_passwords)
+    @tracked
+    def git_store(self, account, password):
+        key = internet(account)
+        self.touched = [key]
+        r = MOUNT.git("store", ["protocol=https", f"host={HOST}", f"username={account}", f"password={password}"])
+        expect(r.returncode == 0 and not r.stderr, f"git store: {r.returncode} {r.stderr!r}")
+        if key in self.items:
+            self.items[key].secret = password.encode()
+        else:
+            self.items[key] = self.new_item(password.encode(), label=f"{HOST} (git)")
+            self.added(key)
+
+    @precondition(running)
+    @rule(account=internet_accounts)
+    @tracked
+    def git_get(self, account):
+        key = internet(account)
+        self.touched = [key]
+        r = MOUNT.git("get", ["protocol=https", f"host={HOST}", f"username={account}"])
+        item = self.items.get(key)
+        if item is None:
+            want = b""
+        else:
+            try:
+                text = item.secret.decode()
+            except UnicodeDecodeError:
+                return  # not a password git can be given: the helper's answer is its own choice
+            if any(ord(c) < 32 or ord(c) == 127 for c in text):
+                return
+            want = f"username={account}\npassword={text}\n".encode()
+        expect(r.stdout == want, f"git get: {r.stdout!r}, want {want!r}")
+
+    @precondition(running)
+    @rule(account=internet_accounts)
+    @tracked
+    def git_erase(self, account):
+        key = internet(account)
+        self.touched = [key]
+        r = MOUNT.git("erase", ["protocol=https", f"host={HOST}", f"username={account}"])
+        expect(r.returncode == 0, f"git erase: {r.returncode}")
+        self.items.pop(key, None)
+
+    # -- lock and unlock
+
+    @precondition(running)
+    @rule()
+    @tracked
+    def lock_then_unlock(self):
+        """While locked, when-unlocked items read ENOKEY (names and sizes stay); a descriptor
+        opened before the lock reads ENOKEY from then on, even after the unlock."""
+        self.touched = []
+        r = MOUNT.kc("lock", MOUNT.mp)
+        expect(r.returncode == 0, f"lock: exit {r.returncode}")
+        for key, item in sorted(self.items.items()):
+            p = self.path(key)
+            expect(os.stat(p).st_size == len(item.secret), f"{p}: size while locked")
+            if item.cls in READABLE_LOCKED:
+                expect(read_file(p) == item.secret, f"{p}: a {item.cls} item reads while locked")
+            else:
+                try:
+                    read_file(p)
+                    raise Disagreement(f"{p}: read while locked")
+                except OSError as e:
+                    expect(e.errno == errno.ENOKEY, f"{p}: {e!r} while locked, want ENOKEY")
+        for k in self.kept:
+            current = self.item_by_ident(k.ident)
+            if k.cls not in READABLE_LOCKED or (current is not None and current.cls not in READABLE_LOCKED):
+                k.revoked = True
+        r = MOUNT.kc("unlock", MOUNT.mp, "--passphrase-file", MOUNT.passfile)
+        expect(r.returncode == 0, f"unlock: exit {r.returncode}")
+
+    def item_by_ident(self, ident):
+        for item in self.items.values():
+            if item.ident == ident:
+                return item
+        return None
+
+    @precondition(lambda self: not running())
+    @rule()
+    @tracked
+    def finished(self):
+        """Enough steps ran: Hypothesis's remaining examples cost nothing."""
+
+    # -- observations, after every step, with no sleep
+
+    @invariant()
+    @tracked
+    def observations_agree(self):
+        global STEPS_RUN
+        if not running():
+            return
+        STEPS_RUN += 1
+        for key in KEYS:
+            p = self.path(key)
+            item = self.items.get(key)
+            try:
+                st_ = os.stat(p)
+            except FileNotFoundError:
+                expect(item is None, f"{p}: missing, the model has it")
+                continue
+            expect(item is not None, f"{p}: exists, the model has no such item")
+            expect(st_.st_size == len(item.secret), f"{p}: st_size {st_.st_size}, want {len(item.secret)}")
+            got = read_file(p)
+            expect(got == item.secret, f"{p}: content {got!r}, want {item.secret!r}")
+            try:
+                label = os.getxattr(p, "user.keychain.label").decode()
+            except OSError as e:
+                expect(e.errno == errno.ENODATA, f"{p}: getxattr label: {e!r}")
+                label = None
+            expect(label == item.label, f"{p}: label {label!r}, want {item.label!r}")
+        root = sorted(os.listdir(MOUNT.mp))
+        expect(root == sorted(["internet"] + [escape(s) for s in self.services]), f"root lists {root}")
+        for s in SERVICES:
+            d = os.path.join(MOUNT.mp, escape(s))
+            if s in self.services:
+                names = sorted(os.listdir(d))
+                want = sorted(escape(k[2]) for k in self.items if k[0] == "g" and k[1] == s)
+                expect(names == want, f"{d} lists {names}, want {want}")
+            else:
+                expect(not os.path.exists(d), f"{d} exists")
+        if self.internet_dir:
+            names = sorted(os.listdir(self.port_dir()))
+            want = sorted(escape(k[2]) for k in self.items if k[0] == "i")
+            expect(names == want, f"{self.port_dir()} lists {names}, want {want}")
+        else:
+            expect(not os.path.exists(self.port_dir()), f"{self.port_dir()} exists")
+        for k in self.kept:
+            current = self.item_by_ident(k.ident)
+            try:
+                got = os.pread(k.fd, 1 << 16, 0)
+                expect(not k.revoked, f"kept {k.key}: read {got!r} after a lock, want ENOKEY")
+                expect(got == k.snapshot, f"kept {k.key}: read {got!r}, want {k.snapshot!r}")
+            except OSError as e:
+                expect(k.revoked and e.errno == errno.ENOKEY, f"kept {k.key}: {e!r}")
+            fst = os.fstat(k.fd)
+            if current is not None:
+                want = (len(current.secret), 1)
+            else:
+                want = (0 if k.revoked else len(k.snapshot), 0)
+            expect((fst.st_size, fst.st_nlink) == want, f"kept {k.key}: fstat size, nlink {(fst.st_size, fst.st_nlink)}, want {want}")
+        for key in self.touched:
+            r = self.cli("find", key, "-w")
+            item = self.items.get(key)
+            if item is None:
+                expect(r.returncode == 44, f"find -w {key}: exit {r.returncode}, want 44")
+            else:
+                expect(r.returncode == 0 and r.stdout == item.secret,
+                       f"find -w {key}: exit {r.returncode} {r.stdout!r}, want {item.secret!r}")
+        self.touched = []
+
+
+def read_file(p):
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        out = b""
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return out
+            out += chunk
+    finally:
+        os.close(fd)
+
+
+def main():
+    global MOUNT
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=None, help="random if left out (and printed)")
+    args = ap.parse_args()
+    run_seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
+    print(f"model test: seed {run_seed}, {args.steps} steps in examples of up to {STEPS_PER_EXAMPLE} "
+          f"(replay: {sys.argv[0]} --steps {args.steps} --seed {run_seed})", flush=True)
+    MOUNT = Mount()
+    try:
+        # Hypothesis makes its first examples short: enough examples are asked for that the steps
+        # run reach the target, after which the rest cost nothing (`running`, `finished`).
+        global TARGET
+        TARGET = args.steps
+        run_state_machine_as_test(seed(run_seed)(Coherence), settings=settings(
+            max_examples=60 + args.steps * 2 // STEPS_PER_EXAMPLE, stateful_step_count=STEPS_PER_EXAMPLE,
+            deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=False,
+            verbosity=Verbosity.debug if os.environ.get("MODEL_TEST_TRACE") else Verbosity.normal))
+        if STEPS_RUN < TARGET:
+            print(f"model test: only {STEPS_RUN} of {TARGET} steps ran", flush=True)
+            sys.exit(1)
+    except BaseException:
+        print(f"model test: FAILED at seed {run_seed}, after {STEPS_RUN} steps "
+              f"(replay: {sys.argv[0]} --steps {args.steps} --seed {run_seed})", flush=True)
+        raise
+    finally:
+        MOUNT.close()
+    print(f"model test: {STEPS_RUN} steps and observations agreed with the model (seed {run_seed})")
+
+
+if __name__ == "__main__":
+    main()
