@@ -65,6 +65,9 @@ public final class ControlServer: Sendable {
         self.socketPath = socketPath
         self.service = serving
         self.identify = identify
+        // A peer that hangs up must never end the serving process: every send here passes
+        // MSG_NOSIGNAL, and this covers a write that does not (a library's, or the wake pipe's).
+        signal(SIGPIPE, SIG_IGN)
         listenFD = try UnixSocket.listen(path: socketPath)
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else {
