@@ -1,7 +1,7 @@
 /// The operation git asks of a helper, given as its last argument.
-public enum CredentialAction: String, Sendable, CaseIterable {
+package enum CredentialAction: String, Sendable, CaseIterable {
     case get, store, erase
 
     /// Nil for anything else: git may add actions, which a helper must silently ignore.
-    public init?(argument: String) { self.init(rawValue: argument) }
+    package init?(argument: String) { self.init(rawValue: argument) }
 }

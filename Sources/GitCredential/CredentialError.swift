@@ -2,7 +2,7 @@ import KeychainModel
 
 /// Why a git credential request cannot be served. The helper answers none of these:
 /// git treats silence as "no credential" and moves on to its next helper.
-public enum CredentialError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum CredentialError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The 1-based line has no `=`, holds a NUL byte or is not UTF-8.
     case malformedLine(Int)
     case missingField(String)
@@ -14,7 +14,7 @@ public enum CredentialError: Error, Equatable, Sendable, CustomStringConvertible
     /// A value would break the line protocol if printed (it holds a newline or NUL).
     case unprintable(String)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .malformedLine(let n): "line \(n) of the request is malformed"
         case .missingField(let f): "the request has no '\(f)'"

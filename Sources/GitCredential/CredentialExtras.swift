@@ -9,24 +9,24 @@ import Foundation
 /// Attributes git sends with a password that must come back with it on `get`. They are sealed
 /// with the password (the item's extras), as `key=value` lines, the form git uses for them;
 /// earlier versions kept them in the readable `generic` attribute, which is still read.
-public struct CredentialExtras: Equatable, Sendable {
+package struct CredentialExtras: Equatable, Sendable {
     /// Unix time after which git discards the password; kept as git sent it.
-    public var passwordExpiryUTC: String?
-    public var oauthRefreshToken: String?
+    package var passwordExpiryUTC: String?
+    package var oauthRefreshToken: String?
 
-    public init(passwordExpiryUTC: String? = nil, oauthRefreshToken: String? = nil) {
+    package init(passwordExpiryUTC: String? = nil, oauthRefreshToken: String? = nil) {
         self.passwordExpiryUTC = passwordExpiryUTC
         self.oauthRefreshToken = oauthRefreshToken
     }
 
     /// Empty values count as absent: git sends `key=` to clear an attribute.
-    public init(request: CredentialRequest) {
+    package init(request: CredentialRequest) {
         self.init(passwordExpiryUTC: request.passwordExpiryUTC.flatMap(Self.nonEmpty),
                   oauthRefreshToken: request.oauthRefreshToken.flatMap(Self.nonEmpty))
     }
 
     /// Tolerates anything: `generic` may have been written by another program.
-    public init(decoding data: Data?) {
+    package init(decoding data: Data?) {
         self.init()
         guard let data, let text = String(data: data, encoding: .utf8) else { return }
         for line in text.split(separator: "\n") {
@@ -40,10 +40,10 @@ public struct CredentialExtras: Equatable, Sendable {
         }
     }
 
-    public var isEmpty: Bool { passwordExpiryUTC == nil && oauthRefreshToken == nil }
+    package var isEmpty: Bool { passwordExpiryUTC == nil && oauthRefreshToken == nil }
 
     /// Nil when there is nothing to keep, so items without extras leave `generic` unset.
-    public func encode() -> Data? {
+    package func encode() -> Data? {
         guard !isEmpty else { return nil }
         var text = ""
         if let passwordExpiryUTC { text += "password_expiry_utc=\(passwordExpiryUTC)\n" }

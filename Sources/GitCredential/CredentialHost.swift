@@ -1,20 +1,20 @@
 import KeychainModel
 
 /// git's `host` attribute split into the server name and an explicit port.
-public struct CredentialHost: Equatable, Sendable {
+package struct CredentialHost: Equatable, Sendable {
     /// The name or address; an IPv6 address is given without its brackets.
-    public var server: String
+    package var server: String
     /// Nil when the host names no port, so the protocol's well-known port applies.
-    public var port: UInt16?
+    package var port: UInt16?
 
-    public init(server: String, port: UInt16? = nil) {
+    package init(server: String, port: UInt16? = nil) {
         self.server = server
         self.port = port
     }
 
     /// Accepts `name`, `name:port`, `[ipv6]` and `[ipv6]:port`. Port 0 is refused: in a URL it
     /// is no port at all, and accepting it would make it an alias of the well-known port.
-    public init(parsing text: String) throws(CredentialError) {
+    package init(parsing text: String) throws(CredentialError) {
         if text.hasPrefix("[") {
             guard let close = text.firstIndex(of: "]") else { throw .invalidHost(text) }
             let address = text[text.index(after: text.startIndex)..<close]

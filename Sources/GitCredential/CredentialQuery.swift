@@ -2,18 +2,18 @@ import KeychainModel
 
 /// The internet passwords a request can refer to, compared the way git's `credential_match`
 /// compares credentials: exactly, with an absent path or username matching any.
-public struct CredentialQuery: Equatable, Sendable {
-    public var `protocol`: InternetProtocol
-    public var server: String
+package struct CredentialQuery: Equatable, Sendable {
+    package var `protocol`: InternetProtocol
+    package var server: String
     /// Resolved like `InternetPasswordKey.port`: never 0 when the protocol has a well-known port,
     /// so `host:8443` and a host without a port never match each other.
-    public var port: UInt16
+    package var port: UInt16
     /// Normalised (`InternetPath`); nil matches any path.
-    public var path: String?
+    package var path: String?
     /// Nil matches any account; `""` only the empty one.
-    public var account: String?
+    package var account: String?
 
-    public init(protocol proto: InternetProtocol, server: String, port: UInt16 = 0,
+    package init(protocol proto: InternetProtocol, server: String, port: UInt16 = 0,
                 path: String? = nil, account: String? = nil) {
         self.protocol = proto
         self.server = server
@@ -24,7 +24,7 @@ public struct CredentialQuery: Equatable, Sendable {
 
     /// Throws when the request lacks a protocol or host (e.g. git's `cert` requests, which name
     /// only a path) or names a protocol or host the keychain cannot hold.
-    public init(request: CredentialRequest) throws(CredentialError) {
+    package init(request: CredentialRequest) throws(CredentialError) {
         let (proto, host) = try request.endpoint()
         self.init(protocol: proto, server: host.server, port: host.port ?? 0,
                   path: request.path, account: request.username)
@@ -32,7 +32,7 @@ public struct CredentialQuery: Equatable, Sendable {
 
     /// Only the canonical kind of item is git's: one with the default authentication type and
     /// no security domain, which is what `store` creates. Others belong to other programs.
-    public func matches(key: InternetPasswordKey) -> Bool {
+    package func matches(key: InternetPasswordKey) -> Bool {
         key.protocol == self.protocol
             && key.server == server
             && key.port == port
@@ -56,7 +56,7 @@ extension CredentialRequest {
     /// Whether `erase` removes the item: it matches the query and, when git names the password
     /// it is rejecting, still holds that password, so a credential stored again in the meantime
     /// survives. A request the keychain cannot serve erases nothing.
-    public func erases(key: InternetPasswordKey, secret: some Collection<UInt8>) -> Bool {
+    package func erases(key: InternetPasswordKey, secret: some Collection<UInt8>) -> Bool {
         guard let query = try? CredentialQuery(request: self), query.matches(key: key) else { return false }
         guard let password else { return true }
         return constantTimeEqual(Array(password.utf8), Array(secret))

@@ -1,18 +1,18 @@
 /// The attributes git writes to a helper's stdin (git-credential(1), "INPUT/OUTPUT FORMAT").
-public struct CredentialRequest: Equatable, Sendable {
-    public var `protocol`: String?
-    public var host: String?
-    public var path: String?
+package struct CredentialRequest: Equatable, Sendable {
+    package var `protocol`: String?
+    package var host: String?
+    package var path: String?
     /// Nil when git sent no `username` line; `""` when it sent `username=`.
-    public var username: String?
+    package var username: String?
     /// Nil when git sent no `password` line; `""` when it sent `password=`.
-    public var password: String?
-    public var passwordExpiryUTC: String?
-    public var oauthRefreshToken: String?
+    package var password: String?
+    package var passwordExpiryUTC: String?
+    package var oauthRefreshToken: String?
     /// Multi-valued attributes (`wwwauth[]`, `capability[]`, …), keyed without the `[]`.
-    public var arrays: [String: [String]]
+    package var arrays: [String: [String]]
 
-    public init(protocol: String? = nil, host: String? = nil, path: String? = nil,
+    package init(protocol: String? = nil, host: String? = nil, path: String? = nil,
                 username: String? = nil, password: String? = nil,
                 passwordExpiryUTC: String? = nil, oauthRefreshToken: String? = nil,
                 arrays: [String: [String]] = [:]) {
@@ -30,7 +30,7 @@ public struct CredentialRequest: Equatable, Sendable {
     ///
     /// Only the text before a line's first `=` is its key, so no value, however long, can set
     /// another attribute. A later line wins over an earlier one with the same key, as in git.
-    public init(parsing input: some Sequence<UInt8>) throws(CredentialError) {
+    package init(parsing input: some Sequence<UInt8>) throws(CredentialError) {
         self.init()
         var lineNumber = 0
         for rawLine in Array(input).split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {

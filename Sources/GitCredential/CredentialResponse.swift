@@ -1,9 +1,9 @@
 /// The answer to `get`, as git reads it from a helper's stdout.
-public enum CredentialResponse {
+package enum CredentialResponse {
     /// `username=` and `password=` are always written, even empty, since git treats an absent
     /// password as "not found". Throws rather than write a value holding a newline or NUL,
     /// which would let an item's content inject attributes (e.g. a different `host`).
-    public static func format(account: String, secret: some Collection<UInt8>,
+    package static func format(account: String, secret: some Collection<UInt8>,
                               extras: CredentialExtras = CredentialExtras()) throws(CredentialError) -> [UInt8] {
         var out: [UInt8] = []
         try line("username", Array(account.utf8), into: &out)

@@ -6,14 +6,14 @@ import Foundation
 import KeychainModel
 
 /// What `store` writes: the item's key, its secret and the extras kept in its `generic` attribute.
-public struct CredentialStoreRequest: Equatable, Sendable {
-    public var key: InternetPasswordKey
-    public var password: String
-    public var extras: CredentialExtras
+package struct CredentialStoreRequest: Equatable, Sendable {
+    package var key: InternetPasswordKey
+    package var password: String
+    package var extras: CredentialExtras
 
     /// Needs protocol, host, username and password, each present (username and password may be
     /// empty, as git sends them); otherwise throws and the helper stores nothing.
-    public init(request: CredentialRequest) throws(CredentialError) {
+    package init(request: CredentialRequest) throws(CredentialError) {
         let (proto, host) = try request.endpoint()
         guard let username = request.username else { throw .missingField("username") }
         guard let password = request.password else { throw .missingField("password") }
@@ -30,7 +30,7 @@ public struct CredentialStoreRequest: Equatable, Sendable {
     /// What a store changes besides the secret and its extras: a new item is labelled
     /// "<host> (git)"; an existing one keeps every attribute (a label the user set stays),
     /// except that extras an earlier version kept in the clear in `generic` are dropped.
-    public func attributeChanges(updating existing: ItemAttributes?) -> AttributeChanges {
+    package func attributeChanges(updating existing: ItemAttributes?) -> AttributeChanges {
         guard let existing else { return AttributeChanges { $0.label = "\(key.server) (git)" } }
         return AttributeChanges { $0.generic = CredentialExtras(decoding: existing.generic).isEmpty ? nil : Data() }
     }

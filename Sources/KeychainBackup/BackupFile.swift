@@ -19,20 +19,20 @@ import KeychainBatch
 /// data is the 71-byte header, the chunk's index (u64) and a final-chunk flag (u8), so a
 /// changed header, reordered or dropped chunks, and a file cut at any point (even between
 /// chunks) all fail authentication. The key check tells a wrong passphrase from a damaged file.
-public enum BackupFile {
-    public static let formatVersion: UInt16 = 1
+package enum BackupFile {
+    package static let formatVersion: UInt16 = 1
     static let magic = Array("KCFSBKUP".utf8)
     static let headerBytes = 71
     static let checkedBytes = 39
-    public static let defaultChunkBytes = 1 << 20
+    package static let defaultChunkBytes = 1 << 20
     static let chunkOverhead = AESGCM.overhead
 
     /// What `export` writes and `import` accepts: r 8, p 1 and the cost range of `init`, so a
     /// file cannot make import allocate more than 4 GiB for the key derivation.
-    public static func isAcceptable(_ p: ScryptParameters) -> Bool { p.r == 8 && p.p == 1 && (10...22).contains(p.logN) }
+    package static func isAcceptable(_ p: ScryptParameters) -> Bool { p.r == 8 && p.p == 1 && (10...22).contains(p.logN) }
 
     /// The sealed file's bytes; they hold no plaintext and may go to any file.
-    public static func seal(_ payload: BackupPayload, passphrase: SecureBytes, scrypt: ScryptParameters = .default,
+    package static func seal(_ payload: BackupPayload, passphrase: SecureBytes, scrypt: ScryptParameters = .default,
                             chunkBytes: Int = defaultChunkBytes) throws -> [UInt8] {
         guard isAcceptable(scrypt) else { throw KeychainError.invalidInput("scrypt cost must be from 10 to 22") }
         precondition(chunkBytes >= 16 && chunkBytes <= maxChunkBytes)
@@ -60,7 +60,7 @@ public enum BackupFile {
     ///
     /// Errors: not a backup, or a newer format: `invalidInput`; a wrong passphrase (or a damaged
     /// header): `wrongPassphrase`; anything cut off, altered or malformed: `integrityFailure`.
-    public static func open(_ file: [UInt8], named name: String, passphrase: SecureBytes) throws -> ItemBatch {
+    package static func open(_ file: [UInt8], named name: String, passphrase: SecureBytes) throws -> ItemBatch {
         guard file.count >= magic.count, Array(file[0..<magic.count]) == magic else {
             throw KeychainError.invalidInput("\(name) is not a keychainfs backup")
         }
@@ -137,7 +137,7 @@ public enum BackupFile {
 
 extension BackupFile {
     /// Reads a whole backup file. Its bytes are sealed, so an ordinary array holds them.
-    public static func read(from path: String) throws -> [UInt8] {
+    package static func read(from path: String) throws -> [UInt8] {
         guard let data = FileManager.default.contents(atPath: path) else {
             let reason = FileManager.default.fileExists(atPath: path) ? "cannot be read" : "does not exist"
             throw KeychainError.invalidInput("the backup file \(path) \(reason)")
@@ -148,7 +148,7 @@ extension BackupFile {
     /// Writes `bytes` to `path` (mode 0600) durably and atomically: through a temporary file in
     /// the same directory, renamed over `path`, so an existing file is replaced only by a
     /// complete backup.
-    public static func write(_ bytes: [UInt8], to path: String) throws {
+    package static func write(_ bytes: [UInt8], to path: String) throws {
         let directory = (KeychainLocations.absolute(path) as NSString).deletingLastPathComponent
         let temp = directory + "/.\((path as NSString).lastPathComponent).\(getpid()).tmp"
         func failure(_ what: String) -> KeychainError {

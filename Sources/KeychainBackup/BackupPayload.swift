@@ -19,19 +19,19 @@ import KeychainBatch
 ///     secret
 ///     extras, if bit 6 is set: git's expiry and refresh token, as sealed beside the secret
 // @unchecked Sendable because its one buffer is a SecureBytes that only its owner touches.
-public struct BackupPayload: @unchecked Sendable {
+package struct BackupPayload: @unchecked Sendable {
     let buffer = SecureBytes(count: 8)
-    public private(set) var count = 0
+    package private(set) var count = 0
 
-    public init() {}
+    package init() {}
 
-    public mutating func append(_ record: ItemRecord, secret: SecureBytes, extras: SecureBytes? = nil) {
+    package mutating func append(_ record: ItemRecord, secret: SecureBytes, extras: SecureBytes? = nil) {
         secret.withUnsafeBytes { s in
             if let extras { extras.withUnsafeBytes { append(record, secret: s, extras: $0) } } else { append(record, secret: s) }
         }
     }
 
-    public mutating func append(_ record: ItemRecord, secret: UnsafeRawBufferPointer, extras: UnsafeRawBufferPointer? = nil) {
+    package mutating func append(_ record: ItemRecord, secret: UnsafeRawBufferPointer, extras: UnsafeRawBufferPointer? = nil) {
         let out = ByteSink(buffer)
         let a = record.attributes
         switch record.key {

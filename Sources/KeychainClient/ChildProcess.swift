@@ -11,13 +11,13 @@ import KeychainCrypto
 /// Starts the programs keychainfs runs itself (`fusermount3`, its daemon, its login helper)
 /// with `posix_spawn`, not Foundation's `Process`, whose threads and descriptor sweep cost
 /// tens of milliseconds where a command waits for its child.
-public enum ChildProcess {
+package enum ChildProcess {
     /// Spawns `argv[0]` with `argv`. The child gets /dev/null for standard input, output and
     /// error, then each of `descriptors` (a descriptor of ours → the number the child sees
     /// it as), and with `newSession` a session of its own, apart from the terminal. The
     /// caller's descriptors should be close-on-exec, so that only these copies pass.
     /// Returns the child's pid.
-    public static func spawn(_ argv: [String], descriptors: [(Int32, Int32)] = [], newSession: Bool = false) throws(SpawnFailure) -> pid_t {
+    package static func spawn(_ argv: [String], descriptors: [(Int32, Int32)] = [], newSession: Bool = false) throws(SpawnFailure) -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -38,13 +38,13 @@ public enum ChildProcess {
     }
 
     /// Why `posix_spawn` refused, as `strerror` words it.
-    public struct SpawnFailure: Error {
-        public let reason: String
+    package struct SpawnFailure: Error {
+        package let reason: String
     }
 
     /// This program's own path, so that a child started from it shows in `ps` by its name
     /// rather than as "exe".
-    public static var ownExecutable: String {
+    package static var ownExecutable: String {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
         guard n > 0 else { return "/proc/self/exe" }
@@ -61,7 +61,7 @@ public enum ChildProcess {
 /// And the parent writes nothing until the child says, with one byte on the channel, that it
 /// is non-dumpable and not traced: only then is its memory and its descriptor table closed to
 /// the user's other processes.
-public enum SecretHandover {
+package enum SecretHandover {
     /// The byte a hardened child sends.
     static let hardened: UInt8 = 0x48
     /// How long a parent waits for it: a child hardens before it does anything else.
@@ -71,7 +71,7 @@ public enum SecretHandover {
     /// (plus `descriptors`), and waits until the child reports that it is hardened. Returns
     /// the child's pid and the parent's end of the channel (close-on-exec), to write the secret
     /// to and close. Throws if the child exits without reporting: then nothing was written.
-    public static func spawn(_ argv: [String], childFD: Int32, descriptors: [(Int32, Int32)] = [],
+    package static func spawn(_ argv: [String], childFD: Int32, descriptors: [(Int32, Int32)] = [],
                              newSession: Bool = false) throws(ChildProcess.SpawnFailure) -> (pid: pid_t, channel: Int32) {
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
@@ -104,7 +104,7 @@ public enum SecretHandover {
 
     /// Writes all of `bytes` to the channel; false if the child is gone. No SIGPIPE.
     @discardableResult
-    public static func send(_ bytes: UnsafeRawBufferPointer, on channel: Int32) -> Bool {
+    package static func send(_ bytes: UnsafeRawBufferPointer, on channel: Int32) -> Bool {
         var offset = 0
         while offset < bytes.count {
             let n = Glibc.send(channel, bytes.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
@@ -117,7 +117,7 @@ public enum SecretHandover {
     /// The child's side, its first act: makes this process non-dumpable and, if that held and
     /// no tracer attached while it was dumpable, tells the parent on `channel` that the secret
     /// may come. False when it must not be sent (the child should then exit).
-    public static func reportHardened(on channel: Int32) -> Bool {
+    package static func reportHardened(on channel: Int32) -> Bool {
         guard ProcessProtection.makeNotDumpable(), !isTraced else { return false }
         var byte = hardened
         return write(channel, &byte, 1) == 1

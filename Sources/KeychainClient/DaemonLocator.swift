@@ -9,7 +9,7 @@ import KeychainControlProtocol
 import KeychainModel
 
 /// How a command reaches a store.
-public enum StoreRoute {
+package enum StoreRoute {
     /// A daemon serves the store: every request goes to it.
     case daemon(RemoteKeychainService, MountRecord)
     /// No daemon holds the store: the command may open it itself, for as long as it keeps the
@@ -21,12 +21,12 @@ public enum StoreRoute {
 /// whether one holds it, and the record beside the store says where it listens. When a daemon
 /// holds the store but cannot be reached, this refuses (`storeBusy`, exit 75) rather than
 /// letting a command read or write the store behind it.
-public enum DaemonLocator {
+package enum DaemonLocator {
     /// How long to wait for a daemon that holds the store to publish its record (it does so
     /// once its mount serves, after the unlock).
-    public static let startupGrace: Double = 3
+    package static let startupGrace: Double = 3
 
-    public static func route(forStore path: String) throws -> StoreRoute {
+    package static func route(forStore path: String) throws -> StoreRoute {
         let store = MountRegistry.canonicalPath(path)
         let fd = open(store, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
@@ -62,7 +62,7 @@ public enum DaemonLocator {
 
     /// The daemon serving the store, or nil when none holds it. Throws when one holds it but
     /// cannot be reached, or speaks another version.
-    public static func daemon(forStore path: String) throws -> (RemoteKeychainService, MountRecord)? {
+    package static func daemon(forStore path: String) throws -> (RemoteKeychainService, MountRecord)? {
         switch try route(forStore: path) {
         case .daemon(let service, let record): (service, record)
         case .direct: nil

@@ -13,8 +13,8 @@ import Synchronization
 
 /// The keychain service of a running daemon, over its control socket. Each call is one
 /// connection carrying one request and its reply.
-public final class RemoteKeychainService: KeychainService {
-    public let socketPath: String
+package final class RemoteKeychainService: KeychainService {
+    package let socketPath: String
     /// The connection that found the daemon (`DaemonLocator`), kept for the first call: a
     /// command that makes one call connects once. Nil once taken.
     private let found: Mutex<(fd: Int32, usableUntil: Deadline)?>
@@ -26,7 +26,7 @@ public final class RemoteKeychainService: KeychainService {
     /// daemon that has not answered by then is treated as gone.
     static let replyTimeout: Double = 120
 
-    public init(socketPath: String) {
+    package init(socketPath: String) {
         self.socketPath = socketPath
         found = Mutex(nil)
     }
@@ -129,7 +129,7 @@ public final class RemoteKeychainService: KeychainService {
         KeychainError.io("the daemon sent a reply of the wrong kind (\(r.kind))")
     }
 
-    public func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
+    package func save(key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
                      updateExisting: Bool) throws -> ItemRecord {
         let r = try call(.save(key: key, secret: secret, extras: extras, changes: changes, updateExisting: updateExisting))
         guard case .saved(let record) = r else { throw Self.unexpected(r) }
@@ -146,11 +146,11 @@ public final class RemoteKeychainService: KeychainService {
         return items
     }
 
-    public func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem] {
+    package func find(query: ItemQuery, withSecrets: Bool, limit: Int?) throws -> [FoundItem] {
         try items(.find(query: query, withSecrets: withSecrets, limit: limit))
     }
 
-    public func delete(query: ItemQuery, all: Bool) throws -> [ItemRecord] {
+    package func delete(query: ItemQuery, all: Bool) throws -> [ItemRecord] {
         var records: [ItemRecord] = []
         let r = try call(.delete(query: query, all: all), onDeleted: { records.append($0) })
         guard case .end(let count) = r else { throw Self.unexpected(r) }
@@ -160,24 +160,24 @@ public final class RemoteKeychainService: KeychainService {
         return records
     }
 
-    public func dump(withSecrets: Bool) throws -> [FoundItem] {
+    package func dump(withSecrets: Bool) throws -> [FoundItem] {
         try items(.dump(withSecrets: withSecrets))
     }
 
-    public func verify() throws -> VerifyReport {
+    package func verify() throws -> VerifyReport {
         let r = try call(.verify)
         guard case .verified(let report) = r else { throw Self.unexpected(r) }
         return report
     }
 
-    public func status() throws -> KeychainStatus {
+    package func status() throws -> KeychainStatus {
         let r = try call(.status)
         guard case .status(let status) = r else { throw Self.unexpected(r) }
         return status
     }
 
     /// A batch too large for one frame is sent in halves, each its own transaction.
-    public func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport {
+    package func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport {
         let r: ControlReply
         do {
             r = try call(.importItems(batch: batch, overwrite: overwrite))
@@ -191,7 +191,7 @@ public final class RemoteKeychainService: KeychainService {
         return report
     }
 
-    public func exportItems(afterID: Int64, limit: Int) throws -> ExportPage {
+    package func exportItems(afterID: Int64, limit: Int) throws -> ExportPage {
         var batch = ItemBatch()
         let r = try call(.exportItems(afterID: afterID, limit: limit), onBatch: { part in
             for entry in part.entries {
@@ -205,10 +205,10 @@ public final class RemoteKeychainService: KeychainService {
         return ExportPage(batch: batch, damaged: damaged, next: next)
     }
 
-    public func lock() throws { try expectDone(.lock) }
-    public func unlock(passphrase: SecureBytes?) throws { try expectDone(.unlock(passphrase: passphrase)) }
-    public func unmount() throws { try expectDone(.unmount) }
-    public func setLockAfter(_ seconds: Int?) throws { try expectDone(.setLockAfter(seconds: seconds)) }
+    package func lock() throws { try expectDone(.lock) }
+    package func unlock(passphrase: SecureBytes?) throws { try expectDone(.unlock(passphrase: passphrase)) }
+    package func unmount() throws { try expectDone(.unmount) }
+    package func setLockAfter(_ seconds: Int?) throws { try expectDone(.setLockAfter(seconds: seconds)) }
 
     private func expectDone(_ request: ControlRequest) throws {
         let r = try call(request)

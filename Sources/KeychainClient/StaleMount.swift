@@ -9,21 +9,21 @@ import KeychainControlProtocol
 import KeychainModel
 
 /// One mount in the kernel's table.
-public struct MountEntry: Equatable, Sendable {
-    public var mountpoint: String
-    public var fstype: String
+package struct MountEntry: Equatable, Sendable {
+    package var mountpoint: String
+    package var fstype: String
     /// For keychainfs mounts, the real path of the store (the FUSE `fsname`).
-    public var source: String
+    package var source: String
     /// Who mounted it, for FUSE mounts (their `user_id` option).
-    public var ownerUID: uid_t? = nil
+    package var ownerUID: uid_t? = nil
 }
 
 /// The kernel's table of mounts, from /proc/self/mountinfo. It is the truth about what is
 /// mounted: unlike stat(), it does not answer from the attribute cache of a dead mount.
-public enum MountTable {
-    public static let keychainfsType = "fuse.keychainfs"
+package enum MountTable {
+    package static let keychainfsType = "fuse.keychainfs"
 
-    public static func entries() -> [MountEntry] {
+    package static func entries() -> [MountEntry] {
         guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
         return text.split(separator: "\n").compactMap { line in
             // "36 35 98:0 /root /mnt opts [optional fields...] - fstype source superopts"
@@ -55,24 +55,24 @@ public enum MountTable {
         return String(decoding: out, as: UTF8.self)
     }
 
-    public static func isMountpoint(_ path: String) -> Bool { entries().contains { $0.mountpoint == path } }
+    package static func isMountpoint(_ path: String) -> Bool { entries().contains { $0.mountpoint == path } }
 
     /// The keychainfs mounts that are this user's: the only entries of the table that anything
     /// here believes or acts on. Any user can mount a FUSE file system that names our store as
     /// its source (`-o fsname=STORE,subtype=keychainfs`); the kernel's `user_id` option, which
     /// no one can set for another, says who mounted it.
-    public static func ourKeychainfsMounts() -> [MountEntry] {
+    package static func ourKeychainfsMounts() -> [MountEntry] {
         let uid = getuid()
         return entries().filter { $0.fstype == keychainfsType && $0.ownerUID == uid }
     }
 
     /// Our keychainfs mount at `mountpoint` (a real path), if any.
-    public static func keychainfsMount(at mountpoint: String) -> MountEntry? {
+    package static func keychainfsMount(at mountpoint: String) -> MountEntry? {
         ourKeychainfsMounts().last { $0.mountpoint == mountpoint }
     }
 
     /// Our keychainfs mounts of a store (its real path).
-    public static func keychainfsMounts(ofStore store: String) -> [MountEntry] {
+    package static func keychainfsMounts(ofStore store: String) -> [MountEntry] {
         ourKeychainfsMounts().filter { $0.source == store }
     }
 }
@@ -81,8 +81,8 @@ public enum MountTable {
 /// not connected") until it is detached. Whether a mount is stale is decided from the mount
 /// table, the store's flock and the record's owner, never from stat(), which may answer from
 /// the kernel's cache for a while after the daemon died.
-public enum StaleMount {
-    public enum Owner: Equatable {
+package enum StaleMount {
+    package enum Owner: Equatable {
         /// The daemon holding the store serves this mountpoint and answers.
         case live(MountRecord)
         /// No daemon serves this mountpoint: the mount is stale.
@@ -93,7 +93,7 @@ public enum StaleMount {
 
     /// Whose the keychainfs mount `entry` is. A daemon that is still dying (just killed) or
     /// still starting is waited for, up to `waiting` seconds.
-    public static func owner(of entry: MountEntry, waiting: Double = DaemonLocator.startupGrace) -> Owner {
+    package static func owner(of entry: MountEntry, waiting: Double = DaemonLocator.startupGrace) -> Owner {
         let store = entry.source
         var st = stat()
         guard stat(store, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
@@ -117,13 +117,13 @@ public enum StaleMount {
     }
 
     /// Detaches a mount lazily, so that a process still sitting in the directory does not block it.
-    public static func detach(_ mountpoint: String) throws {
+    package static func detach(_ mountpoint: String) throws {
         try Fusermount.unmount(mountpoint, lazy: true)
     }
 
     /// Detaches every stale mount of the store; returns their mountpoints.
     @discardableResult
-    public static func detachAll(ofStore store: String) throws -> [String] {
+    package static func detachAll(ofStore store: String) throws -> [String] {
         var detached: [String] = []
         for entry in MountTable.keychainfsMounts(ofStore: MountRegistry.canonicalPath(store)) {
             if case .gone = owner(of: entry, waiting: 0) {
@@ -136,10 +136,10 @@ public enum StaleMount {
 }
 
 /// `fusermount3 -u`, which unmounts a FUSE mount for the user who made it (root or not).
-public enum Fusermount {
+package enum Fusermount {
     static let path = "/bin/fusermount3"
 
-    public static func unmount(_ mountpoint: String, lazy: Bool = false) throws {
+    package static func unmount(_ mountpoint: String, lazy: Bool = false) throws {
         var err: [Int32] = [0, 0]
         guard pipe(&err) == 0 else {
             throw KeychainError.io("cannot run fusermount3: pipe: \(String(cString: strerror(errno)))")

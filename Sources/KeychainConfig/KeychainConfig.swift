@@ -16,38 +16,38 @@ import TOMLKit
 /// pinentry = "/usr/bin/pinentry-gnome3"   # asks for the passphrase when a client unlocks
 /// prompt-timeout = 30
 /// ```
-public struct KeychainConfig: Equatable, Sendable {
+package struct KeychainConfig: Equatable, Sendable {
     /// An absolute path, `~` already expanded.
-    public var mountpoint: String?
+    package var mountpoint: String?
     /// Seconds; 0 means never.
-    public var lockAfter: Int?
-    public var defaultAccessible: AccessibilityClass?
-    public var allowRoot: Bool?
-    public var secretService: Bool?
+    package var lockAfter: Int?
+    package var defaultAccessible: AccessibilityClass?
+    package var allowRoot: Bool?
+    package var secretService: Bool?
     /// `[access] pinentry`: the prompt program (an absolute path).
-    public var pinentry: String?
+    package var pinentry: String?
     /// `[access] prompt-timeout`: seconds a prompt waits for its answer.
-    public var promptTimeout: Int?
+    package var promptTimeout: Int?
 
-    public init(mountpoint: String? = nil, lockAfter: Int? = nil, defaultAccessible: AccessibilityClass? = nil,
+    package init(mountpoint: String? = nil, lockAfter: Int? = nil, defaultAccessible: AccessibilityClass? = nil,
                 allowRoot: Bool? = nil) {
         self.mountpoint = mountpoint; self.lockAfter = lockAfter
         self.defaultAccessible = defaultAccessible; self.allowRoot = allowRoot
     }
 
-    public static let keys = ["mountpoint", "lock-after", "default-accessible", "allow-root", "secret-service", "access"]
+    package static let keys = ["mountpoint", "lock-after", "default-accessible", "allow-root", "secret-service", "access"]
 
     /// `$XDG_CONFIG_HOME/keychainfs/config.toml`, by default `~/.config/keychainfs/config.toml`.
-    public static var defaultPath: String {
+    package static var defaultPath: String {
         KeychainLocations.configHome + "/keychainfs/config.toml"
     }
 
     /// The mountpoint when none is given: the configured one, else `~/Keychain`.
-    public var effectiveMountpoint: String { mountpoint ?? KeychainLocations.home + "/Keychain" }
+    package var effectiveMountpoint: String { mountpoint ?? KeychainLocations.home + "/Keychain" }
 
     /// Reads the file at `path`; a missing file is an empty configuration. Any other problem is
     /// `invalidInput` (exit 65) naming the file and the line.
-    public static func load(path: String = defaultPath) throws -> KeychainConfig {
+    package static func load(path: String = defaultPath) throws -> KeychainConfig {
         let data: Data
         do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
             if !FileManager.default.fileExists(atPath: path) { return KeychainConfig() }
@@ -62,7 +62,7 @@ public struct KeychainConfig: Equatable, Sendable {
     }
 
     /// Parses the text of a configuration file; `path` only names it in errors.
-    public static func parse(_ text: String, path: String, home: String) throws -> KeychainConfig {
+    package static func parse(_ text: String, path: String, home: String) throws -> KeychainConfig {
         try TOMLPrecheck.check(text, path: path)
         let table: TOMLTable
         do { table = try TOMLTable(string: text) } catch let e as TOMLParseError {

@@ -9,10 +9,10 @@ import KeychainStore
 
 /// Reads a passphrase when one turns out to be needed (from the terminal, a file descriptor
 /// or a file); it is not called for a store without one, or one a daemon serves.
-public typealias PassphraseSource = () throws -> SecureBytes
+package typealias PassphraseSource = () throws -> SecureBytes
 
 /// Chooses the route for the commands of one store.
-public enum KeychainEndpoint {
+package enum KeychainEndpoint {
     /// The daemon serving the store when there is one, so the mount and the command see each
     /// other's changes at once; it needs no passphrase (a locked class answers `unavailable`).
     /// Otherwise the store opened and unlocked in this process, under a shared lock that keeps
@@ -22,7 +22,7 @@ public enum KeychainEndpoint {
     /// Both routes run the same service over the keychain's owner (`ServedKeychainService`):
     /// here, an owner of this command's own that holds the lease, whose default class for a
     /// new item is `defaultClass()` (asked only on this route), as a mount's would be.
-    public static func connect(storePath: String, defaultClass: () -> AccessibilityClass,
+    package static func connect(storePath: String, defaultClass: () -> AccessibilityClass,
                                passphraseSource: PassphraseSource) throws -> KeychainService {
         switch try DaemonLocator.route(forStore: storePath) {
         case .daemon(let service, _):

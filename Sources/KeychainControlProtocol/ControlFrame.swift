@@ -9,7 +9,7 @@ import KeychainCrypto
 import KeychainModel
 
 /// The versions a daemon and a client compare.
-public enum ControlProtocol {
+package enum ControlProtocol {
     /// The wire format's version; a frame of any other version is answered with a
     /// version-mismatch frame. Raise it whenever a message or field changes meaning.
     /// (Version 1 was the JSON format, which had no version field. Version 3 added delete's
@@ -18,9 +18,9 @@ public enum ControlProtocol {
     /// and the sealed git extras of an item. Version 5 added import and export, for backups.
     /// Version 6 added the daemon's `identified` frame that opens every connection, and the
     /// access-denied error.)
-    public static let version: UInt16 = 6
+    package static let version: UInt16 = 6
     /// keychainfs's own version, which a mismatch reports to the user.
-    public static let softwareVersion = "0.1.0"
+    package static let softwareVersion = "0.1.0"
 }
 
 /// One message on the control socket:

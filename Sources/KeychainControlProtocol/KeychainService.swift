@@ -16,7 +16,7 @@ import KeychainModel
 ///
 /// Every failure is a `KeychainError`, also across the socket, so exit codes do not depend on
 /// the route a command took.
-public protocol KeychainService: Sendable {
+package protocol KeychainService: Sendable {
     /// Adds the item, or with `updateExisting` updates the one with the same key
     /// (`duplicateItem` without it).
     func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord
@@ -60,30 +60,30 @@ public protocol KeychainService: Sendable {
 }
 
 extension KeychainService {
-    public func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
+    package func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
         try save(key: key, secret: secret, extras: nil, changes: changes, updateExisting: updateExisting)
     }
 
-    public func find(query: ItemQuery, withSecrets: Bool) throws -> [FoundItem] {
+    package func find(query: ItemQuery, withSecrets: Bool) throws -> [FoundItem] {
         try find(query: query, withSecrets: withSecrets, limit: nil)
     }
 }
 
 /// One item as a command sees it.
-public struct FoundItem: Sendable {
-    public var itemID: Int64
-    public var record: ItemRecord
+package struct FoundItem: Sendable {
+    package var itemID: Int64
+    package var record: ItemRecord
     /// Nil when secrets were not asked for.
-    public var secret: FoundSecret?
+    package var secret: FoundSecret?
     /// The sealed extras, when secrets were asked for and the item has some.
-    public var extras: SecureBytes?
+    package var extras: SecureBytes?
 
-    public init(itemID: Int64, record: ItemRecord, secret: FoundSecret? = nil, extras: SecureBytes? = nil) {
+    package init(itemID: Int64, record: ItemRecord, secret: FoundSecret? = nil, extras: SecureBytes? = nil) {
         self.itemID = itemID; self.record = record; self.secret = secret; self.extras = extras
     }
 
     /// The secret's bytes; throws what kept them from being read.
-    public func secretBytes() throws -> SecureBytes {
+    package func secretBytes() throws -> SecureBytes {
         switch secret {
         case .value(let bytes): return bytes
         case .unavailable(let c): throw KeychainError.unavailable(c)
@@ -94,7 +94,7 @@ public struct FoundItem: Sendable {
 }
 
 /// A secret as a dump reports it: it is per item whether it could be read.
-public enum FoundSecret: Sendable {
+package enum FoundSecret: Sendable {
     case value(SecureBytes)
     /// The item's class key is not held in this lock state (or not on this device).
     case unavailable(AccessibilityClass)
@@ -102,37 +102,37 @@ public enum FoundSecret: Sendable {
     case damaged(String)
 }
 
-public struct VerifyReport: Codable, Sendable, Equatable {
+package struct VerifyReport: Codable, Sendable, Equatable {
     /// Items opened, secrets included, plus those that failed.
-    public var checked: Int
-    public var problems: [IntegrityProblem]
+    package var checked: Int
+    package var problems: [IntegrityProblem]
 
-    public init(checked: Int, problems: [IntegrityProblem]) { self.checked = checked; self.problems = problems }
+    package init(checked: Int, problems: [IntegrityProblem]) { self.checked = checked; self.problems = problems }
 }
 
-public struct KeychainStatus: Codable, Sendable, Equatable {
-    public var state: LockState
-    public var storePath: String
+package struct KeychainStatus: Codable, Sendable, Equatable {
+    package var state: LockState
+    package var storePath: String
     /// Nil when no daemon serves the store.
-    public var mountpoint: String?
+    package var mountpoint: String?
     /// Seconds without file access after which the mount locks itself; nil for never.
-    public var lockAfter: Int?
-    public var itemCounts: [AccessibilityClass: Int]
-    public var hasPassphrase: Bool
+    package var lockAfter: Int?
+    package var itemCounts: [AccessibilityClass: Int]
+    package var hasPassphrase: Bool
     /// The serving daemon's process id; nil without a daemon (or from an older daemon).
-    public var daemonPID: Int32?
+    package var daemonPID: Int32?
     /// The serving daemon's `keychainfs --version`.
-    public var daemonVersion: String?
+    package var daemonVersion: String?
     /// Whether every key and secret buffer of the daemon is mlock'ed (false: RLIMIT_MEMLOCK
     /// was too small for some, which may then reach swap).
-    public var memoryLocked: Bool?
+    package var memoryLocked: Bool?
     /// Whether root may use the mount (`--allow-root`).
-    public var allowRoot: Bool?
+    package var allowRoot: Bool?
     /// The daemon's locked memory and cache of secrets; nil without a daemon (or from a daemon
     /// of a version that did not report it).
-    public var memory: MemoryStatus?
+    package var memory: MemoryStatus?
 
-    public init(state: LockState, storePath: String, mountpoint: String? = nil, lockAfter: Int? = nil,
+    package init(state: LockState, storePath: String, mountpoint: String? = nil, lockAfter: Int? = nil,
                 itemCounts: [AccessibilityClass: Int], hasPassphrase: Bool, daemonPID: Int32? = nil,
                 daemonVersion: String? = nil, memoryLocked: Bool? = nil, allowRoot: Bool? = nil,
                 memory: MemoryStatus? = nil) {
@@ -144,22 +144,22 @@ public struct KeychainStatus: Codable, Sendable, Equatable {
 }
 
 /// Where a daemon keeps keys and secrets: memory locked in RAM, within RLIMIT_MEMLOCK.
-public struct MemoryStatus: Codable, Sendable, Equatable {
+package struct MemoryStatus: Codable, Sendable, Equatable {
     /// Bytes of pages locked in RAM for keys and secrets.
-    public var lockedBytes: Int
+    package var lockedBytes: Int
     /// Bytes of pages holding keys or secrets that the kernel refused to lock: they may be
     /// swapped out. Zero unless locked memory is exhausted.
-    public var unlockedBytes: Int
+    package var unlockedBytes: Int
     /// RLIMIT_MEMLOCK as it binds the daemon; nil when unlimited (or it may lock without limit).
-    public var limit: Int?
+    package var limit: Int?
     /// Times the kernel refused to lock pages since the daemon started.
-    public var refusals: Int
+    package var refusals: Int
     /// Decrypted secrets kept to serve reads, the locked memory they take, and its budget.
-    public var cachedSecrets: Int
-    public var cachedBytes: Int
-    public var cacheBudget: Int
+    package var cachedSecrets: Int
+    package var cachedBytes: Int
+    package var cacheBudget: Int
 
-    public init(lockedBytes: Int, unlockedBytes: Int, limit: Int?, refusals: Int, cachedSecrets: Int,
+    package init(lockedBytes: Int, unlockedBytes: Int, limit: Int?, refusals: Int, cachedSecrets: Int,
                 cachedBytes: Int, cacheBudget: Int) {
         self.lockedBytes = lockedBytes; self.unlockedBytes = unlockedBytes; self.limit = limit
         self.refusals = refusals; self.cachedSecrets = cachedSecrets; self.cachedBytes = cachedBytes
@@ -167,6 +167,6 @@ public struct MemoryStatus: Codable, Sendable, Equatable {
     }
 
     /// Some keys or secrets sit in memory that may be swapped.
-    public var isExhausted: Bool { unlockedBytes > 0 }
+    package var isExhausted: Bool { unlockedBytes > 0 }
 }
 

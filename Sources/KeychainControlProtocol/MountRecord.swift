@@ -9,17 +9,17 @@ import Foundation
 /// What a running daemon publishes about itself, as `<store>.daemon` beside the store (0600),
 /// removed when it exits. Paths are real paths. JSON with these keys; readers ignore keys they
 /// do not know, so that any version can read any other's record and name its version.
-public struct MountRecord: Encodable, Sendable, Equatable {
-    public var pid: Int32
-    public var storePath: String
-    public var mountpoint: String
-    public var socketPath: String
+package struct MountRecord: Encodable, Sendable, Equatable {
+    package var pid: Int32
+    package var storePath: String
+    package var mountpoint: String
+    package var socketPath: String
     /// keychainfs's version, for messages.
-    public var version: String
+    package var version: String
     /// `ControlProtocol.version` of the daemon; a client of another one refuses to talk to it.
-    public var protocolVersion: UInt16
+    package var protocolVersion: UInt16
 
-    public init(pid: Int32, storePath: String, mountpoint: String, socketPath: String,
+    package init(pid: Int32, storePath: String, mountpoint: String, socketPath: String,
                 version: String = ControlProtocol.softwareVersion, protocolVersion: UInt16 = ControlProtocol.version) {
         self.pid = pid; self.storePath = storePath; self.mountpoint = mountpoint; self.socketPath = socketPath
         self.version = version; self.protocolVersion = protocolVersion

@@ -13,9 +13,9 @@ import KeychainModel
 /// directory. The control socket is `<store>.sock` beside it when that directory is trusted
 /// (this user's, writable by no one else) and the path fits in `sun_path`; otherwise it is in
 /// the daemon's runtime directory, and the record names it.
-public enum MountRegistry {
+package enum MountRegistry {
     /// The store's real path, or its absolute path when it cannot be resolved (it may not exist).
-    public static func canonicalPath(_ path: String) -> String {
+    package static func canonicalPath(_ path: String) -> String {
         let absolute = KeychainLocations.absolute(path)
         if let resolved = realpath(absolute, nil) {
             defer { free(resolved) }
@@ -33,14 +33,14 @@ public enum MountRegistry {
     }
 
     /// The first 16 hex digits of the SHA-256 of the store's real path.
-    public static func storeID(forStore path: String) -> String {
+    package static func storeID(forStore path: String) -> String {
         SHA256Digest.hash(Array(canonicalPath(path).utf8)).prefix(8).map { PathText.hex($0, width: 2) }.joined()
     }
 
-    public static func recordPath(forStore path: String) -> String { canonicalPath(path) + ".daemon" }
+    package static func recordPath(forStore path: String) -> String { canonicalPath(path) + ".daemon" }
 
     /// Where a daemon for this store listens.
-    public static func socketPath(forStore path: String) -> String {
+    package static func socketPath(forStore path: String) -> String {
         let store = canonicalPath(path)
         let beside = store + ".sock"
         if beside.utf8.count < UnixSocket.maxPathBytes,
@@ -51,7 +51,7 @@ public enum MountRegistry {
     }
 
     /// Publishes a daemon's record (0600), replacing an older one for the same store.
-    public static func register(_ record: MountRecord) throws {
+    package static func register(_ record: MountRecord) throws {
         let path = recordPath(forStore: record.storePath)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -79,14 +79,14 @@ public enum MountRegistry {
     }
 
     /// Removes the record of `record`'s store, if it is still this one.
-    public static func unregister(_ record: MountRecord) {
+    package static func unregister(_ record: MountRecord) {
         let path = recordPath(forStore: record.storePath)
         if self.record(forStore: record.storePath) == record { unlink(path) }
     }
 
     /// The record beside the store, if it is a trusted file (see `TrustedPath`) about this store.
     /// It may name a daemon that is gone; `StoreLock` says whether one holds the store.
-    public static func record(forStore path: String) -> MountRecord? {
+    package static func record(forStore path: String) -> MountRecord? {
         let store = canonicalPath(path)
         guard let bytes = TrustedPath.readOwnFile(store + ".daemon"),
               let record = MountRecord(json: bytes),

@@ -10,13 +10,13 @@ import KeychainModel
 /// The store file's flock says who may touch it: a daemon holds it exclusively for its life;
 /// a command that opens the store itself holds it shared while it works, so that no daemon
 /// starts under it. A shared lock that cannot be had means a daemon serves the store.
-public enum StoreLock {
+package enum StoreLock {
     /// How long a starting daemon waits for commands that opened the store themselves.
-    public static let daemonWait: Double = 5
+    package static let daemonWait: Double = 5
 
     /// The exclusive lock for a daemon's life. Waits up to `daemonWait` for commands working on
     /// the store; a running daemon is refused at once, by its mountpoint.
-    public static func acquireExclusive(_ path: String) throws -> Int32 {
+    package static func acquireExclusive(_ path: String) throws -> Int32 {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw KeychainError.noSuchStore(path) }
         let deadline = Deadline.after(seconds: daemonWait)
@@ -107,7 +107,7 @@ public enum StoreLock {
 }
 
 /// A shared flock on the store, released when the lease is dropped.
-public final class StoreLease: Sendable {
+package final class StoreLease: Sendable {
     let fd: Int32
     init(fd: Int32) { self.fd = fd }
     deinit { close(fd) }

@@ -21,8 +21,8 @@ import Synchronization
 ///
 /// Bind the server before writing the `MountRecord`, so that a record always names a socket
 /// that already listens.
-public final class ControlServer: Sendable {
-    public let socketPath: String
+package final class ControlServer: Sendable {
+    package let socketPath: String
     /// The service that answers a connection's request, for the caller identified at accept.
     private let service: @Sendable (AccessCaller) -> any KeychainService
     /// Identifies a fresh connection's peer (per-program access), before it may harden.
@@ -40,15 +40,15 @@ public final class ControlServer: Sendable {
 
     private static let log = Logger(label: "keychainfs.control")
 
-    public static let maxPendingConnections = 64
-    public static let workerThreads = 4
-    public static let maxQueuedRequests = 32
-    public static let requestDeadline: Double = 5
-    public static let replyDeadline: Double = 30
+    package static let maxPendingConnections = 64
+    package static let workerThreads = 4
+    package static let maxQueuedRequests = 32
+    package static let requestDeadline: Double = 5
+    package static let replyDeadline: Double = 30
 
     /// Binds `socketPath`; a socket in the runtime directory gets that directory made (0700,
     /// this user's). `storeBusy` if a daemon already listens there.
-    public convenience init(socketPath: String, service: any KeychainService) throws {
+    package convenience init(socketPath: String, service: any KeychainService) throws {
         try self.init(socketPath: socketPath, serving: { _ in service }, identify: { _ in .unidentified("no access control") })
     }
 
@@ -89,7 +89,7 @@ public final class ControlServer: Sendable {
     }
 
     /// Starts the reading thread and the threads that answer.
-    public func start() {
+    package func start() {
         guard !started.exchange(true, ordering: .sequentiallyConsistent) else { return }
         spawn("keychainfs-control") { [self] in readLoop() }
         for i in 0..<Self.workerThreads {
@@ -109,7 +109,7 @@ public final class ControlServer: Sendable {
 
     /// Stops accepting, removes the socket, and waits up to two seconds for replies in progress
     /// (other than the caller's own, when called from a request handler).
-    public func stop() {
+    package func stop() {
         guard running.exchange(false, ordering: .sequentiallyConsistent) else { return }
         unlink(socketPath)
         _ = write(wakeFDs.write, "x", 1)

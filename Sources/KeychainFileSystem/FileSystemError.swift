@@ -4,29 +4,29 @@ import KeychainStore
 import Logging
 
 /// A filesystem operation's failure: the errno the kernel passes on to the program.
-public struct FileSystemError: Error, Equatable, CustomStringConvertible {
-    public let errno: Int32
-    public init(_ errno: Int32) { self.errno = errno }
-    public var description: String { String(cString: strerror(errno)) }
+package struct FileSystemError: Error, Equatable, CustomStringConvertible {
+    package let errno: Int32
+    package init(_ errno: Int32) { self.errno = errno }
+    package var description: String { String(cString: strerror(errno)) }
 
-    public static let notFound = FileSystemError(ENOENT)
-    public static let exists = FileSystemError(EEXIST)
-    public static let notPermitted = FileSystemError(EPERM)
-    public static let invalid = FileSystemError(EINVAL)
-    public static let notEmpty = FileSystemError(ENOTEMPTY)
-    public static let isDirectory = FileSystemError(EISDIR)
-    public static let notDirectory = FileSystemError(ENOTDIR)
-    public static let noData = FileSystemError(ENODATA)
-    public static let badHandle = FileSystemError(EBADF)
-    public static let keyUnavailable = FileSystemError(ENOKEY)
-    public static let crossDevice = FileSystemError(EXDEV)
-    public static let tooLarge = FileSystemError(EFBIG)
-    public static let nameTooLong = FileSystemError(ENAMETOOLONG)
+    package static let notFound = FileSystemError(ENOENT)
+    package static let exists = FileSystemError(EEXIST)
+    package static let notPermitted = FileSystemError(EPERM)
+    package static let invalid = FileSystemError(EINVAL)
+    package static let notEmpty = FileSystemError(ENOTEMPTY)
+    package static let isDirectory = FileSystemError(EISDIR)
+    package static let notDirectory = FileSystemError(ENOTDIR)
+    package static let noData = FileSystemError(ENODATA)
+    package static let badHandle = FileSystemError(EBADF)
+    package static let keyUnavailable = FileSystemError(ENOKEY)
+    package static let crossDevice = FileSystemError(EXDEV)
+    package static let tooLarge = FileSystemError(EFBIG)
+    package static let nameTooLong = FileSystemError(ENAMETOOLONG)
 
     private static let log = Logger(label: "keychainfs.fs")
 
     /// The one table from keychain errors to errno.
-    public init(_ error: KeychainError) {
+    package init(_ error: KeychainError) {
         switch error {
         case .itemNotFound, .noSuchStore: self.init(ENOENT)
         case .duplicateItem, .storeExists: self.init(EEXIST)
@@ -46,10 +46,10 @@ public struct FileSystemError: Error, Equatable, CustomStringConvertible {
         if errno == EIO || errno == EBADMSG { Self.log.error("\(self.description): \(error.description)") }
     }
 
-    public init(_ error: ModelError) { self.init(KeychainError(error)) }
+    package init(_ error: ModelError) { self.init(KeychainError(error)) }
 
     /// Any error thrown below the filesystem layer, as an errno.
-    public static func from(_ error: Error) -> FileSystemError {
+    package static func from(_ error: Error) -> FileSystemError {
         switch error {
         case let e as FileSystemError: e
         case let e as KeychainError: FileSystemError(e)

@@ -10,7 +10,7 @@ extension KeychainTree {
     private static let log = Logger(label: "keychainfs.fs")
 
     /// Opens an item. A class whose key is not held answers ENOKEY here, at open().
-    public func open(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
+    package func open(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
         try open(try TreeLocation.parse(path), flags: flags)
     }
 
@@ -68,7 +68,7 @@ extension KeychainTree {
     /// (flush after a write, fsync, or the creator's release) inserts it with its secret, in
     /// one commit. Its class is the strictest of the mount's default and its directory's items
     /// (`AccessibilityClass.forNewItem`).
-    public func create(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
+    package func create(_ path: String, flags: Int32) throws(FileSystemError) -> UInt64 {
         try create(try TreeLocation.parse(path), flags: flags)
     }
 
@@ -127,7 +127,7 @@ extension KeychainTree {
         }
     }
 
-    public func read(_ handle: UInt64, offset: Int, count: Int, into buffer: UnsafeMutableRawPointer) throws(FileSystemError) -> Int {
+    package func read(_ handle: UInt64, offset: Int, count: Int, into buffer: UnsafeMutableRawPointer) throws(FileSystemError) -> Int {
         try withFile(handle) { f throws(FileSystemError) in try f.read(offset: offset, count: count, into: buffer) }
     }
 
@@ -154,17 +154,17 @@ extension KeychainTree {
         served.state.withLock { s in s.files[handle].map { $0.mode.readable && !$0.isRevoked } ?? false }
     }
 
-    public func write(_ handle: UInt64, offset: Int, data: UnsafeRawBufferPointer) throws(FileSystemError) -> Int {
+    package func write(_ handle: UInt64, offset: Int, data: UnsafeRawBufferPointer) throws(FileSystemError) -> Int {
         try withFile(handle) { f throws(FileSystemError) in try f.write(data, offset: offset) }
     }
 
     /// ftruncate(2): changes the open copy, committed with it.
-    public func truncate(handle: UInt64, size: Int) throws(FileSystemError) {
+    package func truncate(handle: UInt64, size: Int) throws(FileSystemError) {
         try withFile(handle) { f throws(FileSystemError) in try f.truncate(to: size) }
     }
 
     /// truncate(2) on a path commits at once.
-    public func truncate(_ path: String, size: Int) throws(FileSystemError) {
+    package func truncate(_ path: String, size: Int) throws(FileSystemError) {
         try truncate(try TreeLocation.parse(path), size: size)
     }
 
@@ -177,16 +177,16 @@ extension KeychainTree {
     }
 
     /// Commits the open copy as one atomic, durable update (at close(2) and fsync(2)).
-    public func flush(_ handle: UInt64) throws(FileSystemError) {
+    package func flush(_ handle: UInt64) throws(FileSystemError) {
         try commit(try withFile(handle) { $0 }, final: false)
     }
 
     /// fsync(2): everything, a pending O_TRUNC included, is committed.
-    public func sync(_ handle: UInt64) throws(FileSystemError) {
+    package func sync(_ handle: UInt64) throws(FileSystemError) {
         try commit(try withFile(handle) { $0 }, final: true)
     }
 
-    public func release(_ handle: UInt64) throws(FileSystemError) {
+    package func release(_ handle: UInt64) throws(FileSystemError) {
         let f = try served.state.withLock { s throws(FileSystemError) -> OpenFile? in
             guard let f = s.files[handle] else { throw .badHandle }
             // A reader's close, the common case, commits nothing: done in this one hold.
@@ -293,22 +293,22 @@ extension KeychainTree {
 
     /// chmod that keeps access at 0600 (files) / 0700 (directories) or narrower is accepted
     /// and changes nothing; anything wider is refused, so `cp -p` and `install -m 600` work.
-    public func setMode(_ path: String, mode: UInt32) throws(FileSystemError) {
+    package func setMode(_ path: String, mode: UInt32) throws(FileSystemError) {
         try Self.checkMode(mode, of: try stat(path))
     }
 
     /// chown to the mounting user (or -1, "unchanged") is accepted; any other owner is refused.
-    public func setOwner(_ path: String, uid: UInt32, gid: UInt32) throws(FileSystemError) {
+    package func setOwner(_ path: String, uid: UInt32, gid: UInt32) throws(FileSystemError) {
         _ = try stat(path)
         try Self.checkOwner(uid: uid, gid: gid)
     }
 
-    public static func checkMode(_ mode: UInt32, of st: FileStat) throws(FileSystemError) {
+    package static func checkMode(_ mode: UInt32, of st: FileStat) throws(FileSystemError) {
         let allowed: UInt32 = st.isDirectory ? 0o700 : 0o600
         guard mode & 0o7777 & ~allowed == 0 else { throw .notPermitted }
     }
 
-    public static func checkOwner(uid: UInt32, gid: UInt32) throws(FileSystemError) {
+    package static func checkOwner(uid: UInt32, gid: UInt32) throws(FileSystemError) {
         let keep = UInt32.max
         guard uid == keep || uid == getuid(), gid == keep || gid == getgid() else { throw .notPermitted }
     }

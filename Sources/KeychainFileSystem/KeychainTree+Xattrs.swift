@@ -19,7 +19,7 @@ extension KeychainTree {
         return String(name.dropFirst(Self.prefix.count))
     }
 
-    public func listAttributes(_ path: String) throws(FileSystemError) -> [String] {
+    package func listAttributes(_ path: String) throws(FileSystemError) -> [String] {
         try listAttributes(try TreeLocation.parse(path))
     }
 
@@ -35,7 +35,7 @@ extension KeychainTree {
         }
     }
 
-    public func attribute(_ path: String, name: String) throws(FileSystemError) -> [UInt8] {
+    package func attribute(_ path: String, name: String) throws(FileSystemError) -> [UInt8] {
         try attribute(try TreeLocation.parse(path), name: name)
     }
 
@@ -80,7 +80,7 @@ extension KeychainTree {
 
     /// Sets an attribute by re-sealing the item. Changing `accessible` moves it to the new
     /// class; changing protocol, authtype or domain renames it (EEXIST if that name is taken).
-    public func setAttribute(_ path: String, name: String, value: [UInt8]) throws(FileSystemError) {
+    package func setAttribute(_ path: String, name: String, value: [UInt8]) throws(FileSystemError) {
         try setAttribute(try TreeLocation.parse(path), name: name, value: value)
     }
 
@@ -171,7 +171,7 @@ extension KeychainTree {
         return n
     }
 
-    public func removeAttribute(_ path: String, name: String) throws(FileSystemError) {
+    package func removeAttribute(_ path: String, name: String) throws(FileSystemError) {
         try removeAttribute(try TreeLocation.parse(path), name: name)
     }
 

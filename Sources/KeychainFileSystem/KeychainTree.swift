@@ -6,13 +6,13 @@ import KeychainStore
 import Synchronization
 
 /// What `stat` reports for a path or an open file. `modified` is its mtime and ctime.
-public struct FileStat: Equatable, Sendable {
-    public var isDirectory: Bool
-    public var size: Int
-    public var mode: UInt32
-    public var modified: Date
+package struct FileStat: Equatable, Sendable {
+    package var isDirectory: Bool
+    package var size: Int
+    package var mode: UInt32
+    package var modified: Date
     /// 1 for an item, 0 for an open file whose item is gone; 2 plus its subdirectories for a directory.
-    public var links: Int
+    package var links: Int
 
     static func file(size: Int, modified: Date, links: Int = 1) -> FileStat {
         FileStat(isDirectory: false, size: size, mode: 0o100600, modified: modified, links: links)
@@ -23,11 +23,11 @@ public struct FileStat: Equatable, Sendable {
     }
 }
 
-public struct DirectoryEntry: Equatable, Sendable {
-    public var name: String
-    public var isDirectory: Bool
+package struct DirectoryEntry: Equatable, Sendable {
+    package var name: String
+    package var isDirectory: Bool
 
-    public init(name: String, isDirectory: Bool) {
+    package init(name: String, isDirectory: Bool) {
         self.name = name
         self.isDirectory = isDirectory
     }
@@ -40,31 +40,31 @@ public struct DirectoryEntry: Equatable, Sendable {
 /// Thread-safe. It holds no state of its own and cannot reach the store: its state is
 /// `ServedKeychain`'s, and every change it makes is one of that owner's operations
 /// (`ServedKeychain.ItemCommit`), the same the control socket's requests use.
-public final class KeychainTree: Sendable {
+package final class KeychainTree: Sendable {
     package let served: ServedKeychain
-    public var defaultClass: AccessibilityClass { served.defaultClass }
+    package var defaultClass: AccessibilityClass { served.defaultClass }
     /// The store file the mount serves (the FUSE binding names it as the mount's source).
-    public var storePath: String { served.storePath }
+    package var storePath: String { served.storePath }
 
     package init(served: ServedKeychain) {
         self.served = served
     }
 
-    public convenience init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) throws {
+    package convenience init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil) throws {
         self.init(served: try ServedKeychain(keychain: keychain, defaultClass: defaultClass, lockAfter: lockAfter))
     }
 
     // MARK: lock state, all the owner's
 
-    public func noteAccess() { served.noteAccess() }
-    public var idleSeconds: Int64 { served.idleSeconds }
-    public var lockAfter: Int? { served.lockAfter }
-    public func setLockAfter(_ seconds: Int?) { served.setLockAfter(seconds) }
-    public func lockIfIdle() { served.lockIfIdle() }
-    public func lock() { served.lock(origin: .tree) }
+    package func noteAccess() { served.noteAccess() }
+    package var idleSeconds: Int64 { served.idleSeconds }
+    package var lockAfter: Int? { served.lockAfter }
+    package func setLockAfter(_ seconds: Int?) { served.setLockAfter(seconds) }
+    package func lockIfIdle() { served.lockIfIdle() }
+    package func lock() { served.lock(origin: .tree) }
     package func setAfterLock(_ hook: (@Sendable () -> Void)?) { served.setAfterLock(hook) }
-    public func unlock(passphrase: SecureBytes?) throws { try served.unlock(passphrase: passphrase, origin: .tree) }
-    public func forgetEverything() { served.forgetEverything() }
+    package func unlock(passphrase: SecureBytes?) throws { try served.unlock(passphrase: passphrase, origin: .tree) }
+    package func forgetEverything() { served.forgetEverything() }
 
     // MARK: resolving paths
 
@@ -134,7 +134,7 @@ public final class KeychainTree: Sendable {
 
     // MARK: metadata
 
-    public func stat(_ path: String) throws(FileSystemError) -> FileStat {
+    package func stat(_ path: String) throws(FileSystemError) -> FileStat {
         try stat(try TreeLocation.parse(path))
     }
 
@@ -150,7 +150,7 @@ public final class KeychainTree: Sendable {
     /// fstat(2) of an open file. While its item exists, what `stat` of its path says, but with
     /// this handle's own pending size and time; once the item is deleted or replaced, the
     /// handle's copy, with no links, as an unlinked regular file that is still open.
-    public func stat(handle: UInt64) throws(FileSystemError) -> FileStat {
+    package func stat(handle: UInt64) throws(FileSystemError) -> FileStat {
         try served.state.withLock { s throws(FileSystemError) in
             guard let f = s.files[handle] else { throw .badHandle }
             let linked = s.index.item(f.itemID)
@@ -164,7 +164,7 @@ public final class KeychainTree: Sendable {
     /// fstat(2) of an inode whose name is gone, when the kernel names no handle: of the
     /// handles open on it, the one with the latest pending change (as `stat` of a path shows
     /// one), else any.
-    public func stat(anyOf handles: [UInt64]) throws(FileSystemError) -> FileStat {
+    package func stat(anyOf handles: [UInt64]) throws(FileSystemError) -> FileStat {
         let chosen = served.state.withLock { s -> UInt64? in
             let open = handles.compactMap { h in s.files[h].map { (handle: h, file: $0) } }
             let pending = open.filter { $0.file.isPending }.max { $0.file.modified < $1.file.modified }
@@ -202,7 +202,7 @@ public final class KeychainTree: Sendable {
 
     /// lseek(2) with SEEK_DATA or SEEK_HOLE: a secret has no holes, so its data runs from any
     /// offset inside it to its end, where the one hole starts. Past the end: ENXIO.
-    public func seek(handle: UInt64, offset: Int, whence: Int32) throws(FileSystemError) -> Int {
+    package func seek(handle: UInt64, offset: Int, whence: Int32) throws(FileSystemError) -> Int {
         let size = try stat(handle: handle).size
         guard whence == Self.seekData || whence == Self.seekHole else { throw .invalid }
         guard offset >= 0, offset < size else { throw FileSystemError(ENXIO) }
@@ -210,10 +210,10 @@ public final class KeychainTree: Sendable {
     }
 
     // From <unistd.h> with _GNU_SOURCE, which Glibc does not export to Swift.
-    public static let seekData: Int32 = 3
-    public static let seekHole: Int32 = 4
+    package static let seekData: Int32 = 3
+    package static let seekHole: Int32 = 4
 
-    public func list(_ path: String) throws(FileSystemError) -> [DirectoryEntry] {
+    package func list(_ path: String) throws(FileSystemError) -> [DirectoryEntry] {
         try list(try TreeLocation.parse(path))
     }
 
@@ -256,7 +256,7 @@ public final class KeychainTree: Sendable {
 
     // MARK: directories
 
-    public func makeDirectory(_ path: String) throws(FileSystemError) {
+    package func makeDirectory(_ path: String) throws(FileSystemError) {
         try makeDirectory(try TreeLocation.parse(path))
     }
 
@@ -268,7 +268,7 @@ public final class KeychainTree: Sendable {
         }
     }
 
-    public func removeDirectory(_ path: String) throws(FileSystemError) {
+    package func removeDirectory(_ path: String) throws(FileSystemError) {
         try removeDirectory(try TreeLocation.parse(path))
     }
 
@@ -373,7 +373,7 @@ public final class KeychainTree: Sendable {
         }
     }
 
-    public func remove(_ path: String) throws(FileSystemError) {
+    package func remove(_ path: String) throws(FileSystemError) {
         try remove(try TreeLocation.parse(path))
     }
 
@@ -400,7 +400,7 @@ public final class KeychainTree: Sendable {
     /// Moves or renames an item. Onto an existing item it replaces that item's secret in one
     /// transaction, keeping the target's attributes.
     /// Directories: see `renameDirectory`.
-    public func rename(_ from: String, to: String, noReplace: Bool, exchange: Bool) throws(FileSystemError) {
+    package func rename(_ from: String, to: String, noReplace: Bool, exchange: Bool) throws(FileSystemError) {
         try rename(try TreeLocation.parse(from), to: try TreeLocation.parse(to), noReplace: noReplace, exchange: exchange)
     }
 

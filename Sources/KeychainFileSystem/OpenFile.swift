@@ -4,13 +4,13 @@ import KeychainCrypto
 import KeychainModel
 
 /// How an open file was opened, from open(2) flags.
-public struct OpenMode: Equatable, Sendable {
-    public var readable: Bool
-    public var writable: Bool
-    public var append: Bool
-    public var truncate: Bool
+package struct OpenMode: Equatable, Sendable {
+    package var readable: Bool
+    package var writable: Bool
+    package var append: Bool
+    package var truncate: Bool
 
-    public init(flags: Int32) {
+    package init(flags: Int32) {
         let access = flags & O_ACCMODE
         readable = access == O_RDONLY || access == O_RDWR
         writable = access == O_WRONLY || access == O_RDWR

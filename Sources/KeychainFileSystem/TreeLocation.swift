@@ -2,7 +2,7 @@ import KeychainModel
 
 /// What a path in the mount names, decoded from its escaped components. Whether an
 /// internet entry is a directory or a file depends on the index, so that is left open here.
-public enum TreeLocation: Equatable, Sendable {
+package enum TreeLocation: Equatable, Sendable {
     case root
     case internetRoot
     case service(String)
@@ -13,12 +13,12 @@ public enum TreeLocation: Equatable, Sendable {
     case internetEntry(server: String, port: UInt16, parent: [String], name: String)
 
     /// The reserved root name, and how a generic service of that name is spelled.
-    public static let internetName = "internet"
-    public static let escapedInternetService = "%69nternet"
+    package static let internetName = "internet"
+    package static let escapedInternetService = "%69nternet"
 
     /// Parses an absolute mount path. Throws ENOENT-free errors only for names that cannot
     /// exist: invalid escapes (EINVAL), bad ports (EINVAL), over-long names (ENAMETOOLONG).
-    public static func parse(_ path: String) throws(FileSystemError) -> TreeLocation {
+    package static func parse(_ path: String) throws(FileSystemError) -> TreeLocation {
         let parts = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         guard let first = parts.first else { return .root }
         if first == internetName { return try parseInternet(Array(parts.dropFirst())) }
@@ -83,7 +83,7 @@ public enum TreeLocation: Equatable, Sendable {
     }
 
     /// The file name a service is listed under in the root.
-    public static func serviceFileName(_ service: String) -> String {
+    package static func serviceFileName(_ service: String) -> String {
         service == internetName ? escapedInternetService : TreeName.escape(service)
     }
 }

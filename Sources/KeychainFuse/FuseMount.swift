@@ -7,14 +7,14 @@ import Synchronization
 /// A mounted `KeychainTree`: mounts it with libfuse and serves it until unmounted.
 // @unchecked Sendable because `session` and `operations` are set by `mount` before `serve` starts
 // libfuse's threads and read only after; the rest is constant or behind a Mutex.
-public final class FuseMount: @unchecked Sendable {
-    public let tree: KeychainTree
-    public let mountpoint: String
+package final class FuseMount: @unchecked Sendable {
+    package let tree: KeychainTree
+    package let mountpoint: String
     /// What the mount table shows as the mount's source: the store's real path, by which
     /// `keychainfs` finds the store (and its daemon) of a mountpoint.
-    public let source: String
+    package let source: String
     /// Root may use the mount too (`allow_root`); every other user still gets EACCES.
-    public let allowRoot: Bool
+    package let allowRoot: Bool
     private let fileSystem: FuseFileSystem
     private var session: OpaquePointer?
     private var operations = FuseOperations.make()
@@ -24,7 +24,7 @@ public final class FuseMount: @unchecked Sendable {
     // @unchecked Sendable because libfuse's notification calls are thread-safe on a live session.
     private struct LiveSession: @unchecked Sendable { let session: OpaquePointer }
 
-    public init(tree: KeychainTree, mountpoint: String, source: String = "keychainfs", allowRoot: Bool = false) {
+    package init(tree: KeychainTree, mountpoint: String, source: String = "keychainfs", allowRoot: Bool = false) {
         self.tree = tree
         self.mountpoint = mountpoint
         self.source = source
@@ -33,7 +33,7 @@ public final class FuseMount: @unchecked Sendable {
     }
 
     /// Mounts; after this returns the kernel routes the mountpoint to us, and `serve()` answers.
-    public func mount() throws {
+    package func mount() throws {
         // default_permissions: the kernel enforces our 0600/0700 modes, so other users get EACCES.
         // libfuse splits options at commas; a backslash escapes the next character.
         let fsname = source.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ",", with: "\\,")
@@ -66,7 +66,7 @@ public final class FuseMount: @unchecked Sendable {
     /// Drops the kernel's cached pages of files the lock revoked (or of every file read, with
     /// `all`, before an unmount). Only while the loop serves: the kernel may wait for a read
     /// of those pages to be answered.
-    public func dropCachedPages(all: Bool) {
+    package func dropCachedPages(all: Bool) {
         live.withLock { s in
             guard let s else { return }
             fileSystem.dropPages(all: all) { _ = kcfs_invalidate_inode(s.session, $0) }
@@ -74,7 +74,7 @@ public final class FuseMount: @unchecked Sendable {
     }
 
     /// Serves requests on libfuse's worker threads until the filesystem is unmounted.
-    public func serve() -> Int32 {
+    package func serve() -> Int32 {
         guard let session else { return -1 }
         let status = kcfs_session_loop(session)
         live.withLock { $0 = nil }
@@ -82,7 +82,7 @@ public final class FuseMount: @unchecked Sendable {
     }
 
     /// Unmounts (if still mounted) and frees libfuse's state.
-    public func close() {
+    package func close() {
         guard let se = session else { return }
         tree.setAfterLock(nil)
         live.withLock { $0 = nil }

@@ -101,7 +101,7 @@ final class ServiceInterface: BusInterface {
                 try r.close()
                 try r.append(objectPath: session)
             case SecretTransfer.dhName:
-                guard contents == "ay" else { throw BusError.invalidArgs("\(algorithm) takes the client's public key as ay") }
+                guard contents == "ay" else { throw BusError.invalidArgs("\(algorithm) takes the client's package key as ay") }
                 let clientPublic = try m.readBytes(limit: 1024)
                 try m.exit()
                 let (serverPublic, transfer) = try SecretTransfer.negotiate(clientPublic: clientPublic)

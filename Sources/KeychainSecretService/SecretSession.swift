@@ -29,11 +29,11 @@ package enum SecretTransfer {
         return out
     }
 
-    /// Agrees on a key with a client's public value: our public value for the reply, and the
-    /// transfer. A public value outside 2 … p-2 is refused (it would force a known secret).
+    /// Agrees on a key with a client's package value: our package value for the reply, and the
+    /// transfer. A package value outside 2 … p-2 is refused (it would force a known secret).
     package static func negotiate(clientPublic: [UInt8]) throws -> (serverPublic: [UInt8], transfer: SecretTransfer) {
         guard !clientPublic.isEmpty, clientPublic.count <= prime.count else {
-            throw BusError.invalidArgs("the client's public key is \(clientPublic.count) bytes; at most \(prime.count)")
+            throw BusError.invalidArgs("the client's package key is \(clientPublic.count) bytes; at most \(prime.count)")
         }
         guard let ctx = BN_CTX_new() else { throw BusError.failed("OpenSSL: BN_CTX_new") }
         defer { BN_CTX_free(ctx) }
@@ -45,7 +45,7 @@ package enum SecretTransfer {
         BN_copy(limit, p)
         BN_sub_word(limit, 1)
         guard BN_cmp(y, BN_value_one()) > 0, BN_cmp(y, limit) < 0 else {
-            throw BusError.invalidArgs("the client's public key is out of range")
+            throw BusError.invalidArgs("the client's package key is out of range")
         }
         // A 1024-bit exponent, like libsecret's and gnome-keyring's.
         guard BN_priv_rand_range(x, limit) == 1, BN_mod_exp(ours, g, x, p, ctx) == 1,
