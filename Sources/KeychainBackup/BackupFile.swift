@@ -176,3 +176,121 @@ extension BackupFile {
         if dfd >= 0 { fsync(dfd); close(dfd) }
     }
 }
+
+extension BackupFile {
+    /// Writes a backup as its items arrive, in the layout `seal` makes, so that an export's
+    /// memory does not grow with the store (at a million items, the whole payload and its sealed
+    /// copy took hundreds of MiB). Chunks are sealed and written as they fill; the first,
+    /// which holds the payload's item count, is kept until `finish`, then written in its place.
+    /// Like `write`, it goes through a temporary file renamed over `path` (mode 0600), so an
+    /// existing file is replaced only by a complete backup; a writer dropped before `finish`
+    /// removes its temporary file.
+    package final class Writer {
+        private let path: String, temp: String, directory: String
+        private let fd: Int32
+        private let header: [UInt8]
+        private let keys: Keys
+        private let chunkBytes: Int
+        /// The first chunk's plaintext (count first), then the current one's; both locked.
+        private let first = SecureBytes(count: 8), current = SecureBytes()
+        private var sealedChunks = 0   // written so far, after the first
+        package private(set) var count = 0
+        private var finished = false
+
+        package init(path: String, passphrase: SecureBytes, scrypt: ScryptParameters = .default,
+                    chunkBytes: Int = defaultChunkBytes) throws {
+            guard isAcceptable(scrypt) else { throw KeychainError.invalidInput("scrypt cost must be from 10 to 22") }
+            precondition(chunkBytes >= 16 && chunkBytes <= maxChunkBytes)
+            var header = magic
+            header += be(UInt64(formatVersion), 2) + [scrypt.logN] + be(UInt64(scrypt.r), 4) + be(UInt64(scrypt.p), 4)
+            header += SecureRandom.array(16) + be(UInt64(chunkBytes), 4)
+            keys = try Keys(passphrase: passphrase, header: header)
+            header += HMACSHA256.authenticate(header, key: keys.check)
+            self.header = header
+            self.chunkBytes = chunkBytes
+            self.path = path
+            directory = (KeychainLocations.absolute(path) as NSString).deletingLastPathComponent
+            temp = directory + "/.\((path as NSString).lastPathComponent).\(getpid()).tmp"
+            fd = Glibc.open(temp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw Self.failure("write", path) }
+        }
+
+        deinit {
+            if !finished { close(fd); unlink(temp) }
+        }
+
+        /// Adds the items of `payload` (its count and bytes), in order.
+        package func append(_ payload: BackupPayload) throws {
+            try payload.buffer.withUnsafeBytes { raw in try add(UnsafeRawBufferPointer(rebasing: raw[8...])) }
+            count += payload.count
+        }
+
+        /// Seals the last chunks, writes the first with the item count, syncs and renames.
+        package func finish() throws {
+            first.withUnsafeMutableBytes { b in
+                for i in 0..<8 { b[i] = UInt8(truncatingIfNeeded: UInt64(count) >> UInt64(56 - 8 * i)) }
+            }
+            // The first chunk is the last when nothing followed it.
+            let onlyChunk = sealedChunks == 0 && current.count == 0
+            if !onlyChunk {
+                try current.withUnsafeBytes { try seal($0, index: sealedChunks + 1, last: true) }
+                current.resize(to: 0)
+            }
+            try first.withUnsafeBytes { try seal($0, index: 0, last: onlyChunk) }
+            guard fsync(fd) == 0 else { throw Self.failure("write", path) }
+            close(fd)
+            finished = true
+            guard rename(temp, path) == 0 else { unlink(temp); throw Self.failure("replace", path) }
+            let dfd = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            if dfd >= 0 { fsync(dfd); close(dfd) }
+        }
+
+        private func add(_ bytes: UnsafeRawBufferPointer) throws {
+            var rest = bytes
+            if first.count < chunkBytes {
+                let n = min(chunkBytes - first.count, rest.count)
+                Self.append(UnsafeRawBufferPointer(rebasing: rest[..<n]), to: first)
+                rest = UnsafeRawBufferPointer(rebasing: rest[n...])
+            }
+            while !rest.isEmpty {
+                // A full chunk is sealed only once a byte follows it: until then it may be the last.
+                if current.count == chunkBytes {
+                    try current.withUnsafeBytes { try seal($0, index: sealedChunks + 1, last: false) }
+                    sealedChunks += 1
+                    current.resize(to: 0)
+                }
+                let n = min(chunkBytes - current.count, rest.count)
+                Self.append(UnsafeRawBufferPointer(rebasing: rest[..<n]), to: current)
+                rest = UnsafeRawBufferPointer(rebasing: rest[n...])
+            }
+        }
+
+        private func seal(_ plaintext: UnsafeRawBufferPointer, index: Int, last: Bool) throws {
+            let sealed = try AESGCM.seal(plaintext, key: keys.seal, aad: chunkAAD(header, index: index, last: last))
+            // Index 0 (the header before it) goes at the start; the others follow in order.
+            let offset = index == 0 ? 0 : headerBytes + index * (chunkBytes + chunkOverhead)
+            let bytes = index == 0 ? header + sealed : sealed
+            var done = 0
+            while done < bytes.count {
+                let n = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(offset + done)) }
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw Self.failure("write", path)
+                }
+                done += n
+            }
+        }
+
+        private static func append(_ bytes: UnsafeRawBufferPointer, to buffer: SecureBytes) {
+            guard !bytes.isEmpty else { return }
+            let start = buffer.count
+            buffer.resize(to: start + bytes.count)
+            buffer.withUnsafeMutableBytes { ($0.baseAddress! + start).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+        }
+
+        private static func failure(_ what: String, _ path: String) -> KeychainError {
+            let code = errno
+            return code == ENOSPC ? .diskFull : .io("cannot \(what) \(path): \(String(cString: strerror(code)))")
+        }
+    }
+}

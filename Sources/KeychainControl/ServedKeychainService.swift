@@ -106,8 +106,10 @@ package final class ServedKeychainService: KeychainService {
         return page
     }
 
-    package func verify() throws -> VerifyReport {
-        let (checked, problems) = try owner.verify()
+    package func verify() throws -> VerifyReport { try verify(progress: { _ in }) }
+
+    package func verify(progress: (Int) -> Void) throws -> VerifyReport {
+        let (checked, problems) = try owner.verify(progress: progress)
         return VerifyReport(checked: checked, problems: problems)
     }
 

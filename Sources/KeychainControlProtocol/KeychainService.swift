@@ -39,6 +39,9 @@ package protocol KeychainService: Sendable {
     func dump(withSecrets: Bool) throws -> [FoundItem]
 
     func verify() throws -> VerifyReport
+    /// `verify`, telling `progress` the number of rows read so far as it goes; through a daemon
+    /// (one request) it is told nothing.
+    func verify(progress: (Int) -> Void) throws -> VerifyReport
     func status() throws -> KeychainStatus
 
     /// Backups: saves a batch in one transaction (`Keychain.save(batch:updateExisting:)`); an
@@ -60,6 +63,8 @@ package protocol KeychainService: Sendable {
 }
 
 extension KeychainService {
+    package func verify(progress: (Int) -> Void) throws -> VerifyReport { try verify() }
+
     package func save(key: ItemKey, secret: SecureBytes, changes: AttributeChanges, updateExisting: Bool) throws -> ItemRecord {
         try save(key: key, secret: secret, extras: nil, changes: changes, updateExisting: updateExisting)
     }

@@ -642,7 +642,9 @@ package final class ServedKeychain: Sendable {
     }
 
     /// Checks every row against its seal and the ledger.
-    package func verify() throws -> (checked: Int, problems: [IntegrityProblem]) { try keychain.verify() }
+    package func verify(progress: (Int) -> Void = { _ in }) throws -> (checked: Int, problems: [IntegrityProblem]) {
+        try keychain.verify(progress: progress)
+    }
 
     package func countsByClass() throws -> [AccessibilityClass: Int] { try keychain.countsByClass() }
 

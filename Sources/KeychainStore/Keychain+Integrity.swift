@@ -101,18 +101,29 @@ extension Keychain {
     }
 
     /// Opens every item it can, secrets and extras included, and checks the store as a whole
-    /// (`storeProblems`, reported with item id 0).
-    public func verify() throws -> (checked: Int, problems: [IntegrityProblem]) {
-        let (items, problems) = try allItems()
-        var all = problems, checked = problems.count
-        for item in items where keybag.withLock({ $0.classKey(item.accessible, generation: item.sealed.generation) != nil }) {
-            checked += 1
-            do {
-                _ = try secret(of: item)
-                _ = try extras(of: item)
-            } catch let e as KeychainError {
-                all.append(IntegrityProblem(itemID: item.id, reason: e.description))
+    /// (`storeProblems`, reported with item id 0). It reads the rows `pageRows` at a time, so
+    /// that its memory does not grow with the store; `progress` is told the number of rows
+    /// read after each page.
+    public func verify(pageRows: Int = 5_000, progress: (Int) -> Void = { _ in }) throws
+        -> (checked: Int, problems: [IntegrityProblem]) {
+        var all: [IntegrityProblem] = [], checked = 0, rowsRead = 0
+        var after: Int64? = .min
+        while let from = after {
+            let page = try itemPage(afterID: from, limit: pageRows)
+            all += page.problems
+            checked += page.problems.count
+            for item in page.items where keybag.withLock({ $0.classKey(item.accessible, generation: item.sealed.generation) != nil }) {
+                checked += 1
+                do {
+                    _ = try secret(of: item)
+                    _ = try extras(of: item)
+                } catch let e as KeychainError {
+                    all.append(IntegrityProblem(itemID: item.id, reason: e.description))
+                }
             }
+            rowsRead += page.rows
+            progress(rowsRead)
+            after = page.next
         }
         all += try storeProblems().map { IntegrityProblem(itemID: 0, reason: $0) }
         return (checked, all.sorted { $0.itemID < $1.itemID })

@@ -71,6 +71,35 @@ extension Keychain {
         return (ItemOrder.sorted(items), problems)
     }
 
+    /// `allItems` a page at a time: the rows after `afterID` in id order, at most `limit`, with
+    /// the number of rows read and the id to continue after (nil at the end). Items are in id
+    /// order, not `ItemOrder`.
+    func itemPage(afterID: Int64, limit: Int) throws
+        -> (items: [KeychainItem], problems: [IntegrityProblem], rows: Int, next: Int64?) {
+        let rows = try read { db in
+            try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE id > ? ORDER BY id LIMIT ?",
+                                    arguments: [afterID, max(limit, 1)])
+        }
+        var items: [KeychainItem] = [], problems: [IntegrityProblem] = [], last = afterID
+        for row in rows {
+            let sealed: SealedItem
+            switch row {
+            case .success(let s): sealed = s
+            case .failure(let damaged):
+                problems.append(IntegrityProblem(itemID: damaged.id, reason: damaged.error.description))
+                last = max(last, damaged.id)
+                continue
+            }
+            last = max(last, sealed.id)
+            guard metadataKey(sealed) != nil || AccessibilityClass(code: sealed.classCode) == nil else { continue }
+            do { items.append(try decode(sealed)) } catch let e as KeychainError {
+                problems.append(IntegrityProblem(itemID: sealed.id, reason: e.description))
+            }
+        }
+        // id is the table's integer primary key, so every row has one and the pages advance.
+        return (items, problems, rows.count, rows.count >= max(limit, 1) && last > afterID ? last : nil)
+    }
+
     /// Item counts per class, from the plaintext class column; no key needed.
     public func countsByClass() throws -> [AccessibilityClass: Int] {
         try read { db in

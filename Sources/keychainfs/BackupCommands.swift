@@ -36,24 +36,26 @@ struct ExportCommand: ParsableCommand {
         let service = try storeOptions.connect(passphrase)
         let key = try backupPassphrase.readNew()
         let progress = ProgressLine(verb: "exporting")
-        var payload = BackupPayload()
+        // Each page is sealed into the file as it comes, so memory stays that of one page.
+        let writer = try BackupFile.Writer(path: file, passphrase: key, scrypt: scrypt)
         var damaged = 0
         var afterID: Int64? = 0
         while let after = afterID {
             let page = try service.exportItems(afterID: after, limit: Self.pageItems)
+            var payload = BackupPayload()
             for entry in page.batch.entries {
                 page.batch.withSecretAndExtras(entry) { payload.append(entry.record, secret: $0, extras: $1) }
             }
+            try writer.append(payload)
             damaged += page.damaged.count
-            progress.show(payload.count, of: nil)
+            progress.show(writer.count, of: nil)
             afterID = page.next
         }
         let leftOut = try service.status().itemCounts.filter { $0.key.isThisDeviceOnly }.values.reduce(0, +)
-        progress.show(payload.count, of: nil, force: true)
-        let bytes = try BackupFile.seal(payload, passphrase: key, scrypt: scrypt)
-        try BackupFile.write(bytes, to: file)
+        progress.show(writer.count, of: nil, force: true)
+        try writer.finish()
         progress.finish()
-        Output.line("exported \(Count.items(payload.count)) to \(file)")
+        Output.line("exported \(Count.items(writer.count)) to \(file)")
         Output.line("left out \(Count.items(leftOut, "this-device-only")): they never leave this device")
         if damaged > 0 {
             throw KeychainError.integrityFailure("\(Count.items(damaged, "damaged")) could not be exported; see 'keychainfs verify'")

@@ -229,7 +229,11 @@ struct VerifyCommand: ParsableCommand {
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() throws {
-        let report = try storeOptions.connect(passphrase).verify()
+        let service = try storeOptions.connect(passphrase)
+        let total = try service.status().itemCounts.values.reduce(0, +)
+        let progress = ProgressLine(verb: "verifying")
+        let report = try service.verify { progress.show($0, of: total) }
+        progress.finish()
         for problem in report.problems { Output.line(Printable.text(problem.description)) }
         Output.line("checked \(report.checked) item\(report.checked == 1 ? "" : "s"), \(report.problems.count) failed")
         if !report.problems.isEmpty {

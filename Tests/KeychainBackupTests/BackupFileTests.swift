@@ -105,6 +105,55 @@ final class BackupFileTests: XCTestCase {
         XCTAssertEqual(batch.entries[123].record.key, try generic("svc", "acct123"))
     }
 
+    /// The streaming writer export uses: any split of the items into appends, and any chunk
+    /// size (the count's chunk first, chunks exactly full, a last chunk of one byte), gives a
+    /// file `open` reads whole, of the size `seal` gives, and a truncated one still fails.
+    func testWriterMatchesSealForEverySplitAndChunkSize() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("kcfs-writer-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var records: [(ItemRecord, SecureBytes)] = []
+        for i in 0..<40 {
+            records.append((ItemRecord(key: try generic("svc", "acct\(i)"), attributes: ItemAttributes(accessible: .whenUnlocked)),
+                            secure(String(repeating: "s", count: i))))
+        }
+        var whole = BackupPayload()
+        for (r, s) in records { whole.append(r, secret: s) }
+        let payloadBytes = whole.buffer.count
+        for chunkBytes in [16, 17, 100, payloadBytes - 1, payloadBytes, payloadBytes + 1, 1 << 20] {
+            for itemsPerAppend in [0, 1, 7, 40] {
+                let path = "\(dir)/b.kcb"
+                let writer = try BackupFile.Writer(path: path, passphrase: passphrase, scrypt: cheap, chunkBytes: chunkBytes)
+                if itemsPerAppend > 0 {
+                    for start in stride(from: 0, to: records.count, by: itemsPerAppend) {
+                        var part = BackupPayload()
+                        for (r, s) in records[start..<min(start + itemsPerAppend, records.count)] { part.append(r, secret: s) }
+                        try writer.append(part)
+                    }
+                }
+                try writer.finish()
+                let file = try BackupFile.read(from: path)
+                let want = itemsPerAppend > 0 ? records.count : 0
+                let sealed = try BackupFile.seal(itemsPerAppend > 0 ? whole : BackupPayload(), passphrase: passphrase,
+                                                 scrypt: cheap, chunkBytes: chunkBytes)
+                XCTAssertEqual(file.count, sealed.count, "chunks of \(chunkBytes), appends of \(itemsPerAppend)")
+                let batch = try BackupFile.open(file, named: "f", passphrase: passphrase)
+                XCTAssertEqual(batch.count, want, "chunks of \(chunkBytes), appends of \(itemsPerAppend)")
+                if want > 0 {
+                    XCTAssertEqual(batch.entries[39].record.key, try generic("svc", "acct39"))
+                    batch.withSecret(batch.entries[39]) { XCTAssertEqual(Array($0), Array(repeating: UInt8(ascii: "s"), count: 39)) }
+                }
+                assertError(isIntegrity, "integrityFailure",
+                            try BackupFile.open(Array(file.dropLast()), named: "f", passphrase: passphrase))
+                let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+                XCTAssertEqual(mode, 0o600)
+            }
+        }
+        // Dropped before finish: nothing is left, not even the temporary file.
+        _ = try BackupFile.Writer(path: "\(dir)/dropped.kcb", passphrase: passphrase, scrypt: cheap)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), ["b.kcb"])
+    }
+
     func testAnEmptyBackupRoundTrips() throws {
         let file = try BackupFile.seal(BackupPayload(), passphrase: passphrase, scrypt: cheap)
         XCTAssertEqual(try BackupFile.open(file, named: "f", passphrase: passphrase).count, 0)

@@ -61,6 +61,7 @@ final class TamperTests: XCTestCase {
         XCTAssertEqual(problems.map(\.itemID), [id], file: file, line: line)
         XCTAssertEqual(Set(listed.map(\.id)), Set(items.values.map(\.id)).subtracting([victimID]), file: file, line: line)
         XCTAssertEqual(try k.verify().problems.map(\.itemID), (alsoTheStore ? [0] : []) + [id], file: file, line: line)
+        try assertPagedVerifyAgrees(file: file, line: line)
         try assertOthersRead(except: [Self.victim], file: file, line: line)
     }
 
@@ -72,7 +73,21 @@ final class TamperTests: XCTestCase {
         let (checked, problems) = try k.verify()
         XCTAssertEqual(checked, items.count, file: file, line: line)
         XCTAssertEqual(problems.map(\.itemID), [victimID], file: file, line: line)
+        try assertPagedVerifyAgrees(file: file, line: line)
         try assertOthersRead(except: [Self.victim], file: file, line: line)
+    }
+
+    /// `verify` reads the rows a page at a time: with pages of one and of two rows (the damaged
+    /// row first, last and inside a page) it finds what one page finds, and reads every row.
+    func assertPagedVerifyAgrees(file: StaticString = #filePath, line: UInt = #line) throws {
+        let whole = try k.verify()
+        for pageRows in [1, 2] {
+            var reported: [Int] = []
+            let paged = try k.verify(pageRows: pageRows) { reported.append($0) }
+            XCTAssertEqual(paged.checked, whole.checked, "pages of \(pageRows)", file: file, line: line)
+            XCTAssertEqual(paged.problems.map(\.itemID), whole.problems.map(\.itemID), "pages of \(pageRows)", file: file, line: line)
+            XCTAssertEqual(reported.last, Int(try store.sql("SELECT count(*) FROM items")), "pages of \(pageRows)", file: file, line: line)
+        }
     }
 
     func testUntouchedStoreVerifiesClean() throws {

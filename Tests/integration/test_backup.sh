@@ -147,6 +147,10 @@ expect_eq "web" "$(kc find-internet-password --store "$T/e.db" $P -s example.com
 init_store --store "$T/f.db"
 script -qec "$KEYCHAINFS_BIN import '$T/a.kcb' --store '$T/f.db' $P $BI" /dev/null >"$T/tty.out" 2>&1
 expect_contains "$T/tty.out" "importing 7 of 7 items" "a terminal shows progress"
+script -qec "$KEYCHAINFS_BIN verify --store '$T/f.db' $P" /dev/null >"$T/tty.out" 2>&1
+expect_contains "$T/tty.out" "verifying 7 of 7 items" "verify shows progress at a terminal"
+script -qec "$KEYCHAINFS_BIN export '$T/f2.kcb' --store '$T/f.db' $P $BI" /dev/null >"$T/tty.out" 2>&1
+expect_contains "$T/tty.out" "exporting 7 items" "export shows progress at a terminal"
 
 echo "== a full backup: the store file and device.key"
 mkdir -p "$T/machine2/state/keychainfs"

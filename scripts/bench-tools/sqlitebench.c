@@ -1,11 +1,17 @@
 /*
- * sqlitebench DB update N | sqlitebench DB create PREFIX N: the sqlite3
- * reference for durable writes, as a careful application would make them:
- * WAL, synchronous=FULL (an fsync of the WAL at every commit, as keychainfs
- * does), one transaction per operation, a prepared statement, a 32-byte blob
- * under a text key.  update upserts one key N times; create inserts N new
- * keys.  Prints "<ns per operation> ns/op <bytes written per operation> B/op",
- * the bytes from /proc/self/io.
+ * sqlitebench DB MODE update N | sqlitebench DB MODE create PREFIX N: the
+ * sqlite3 floor for durable writes, as a careful application would make them:
+ * synchronous=FULL, one transaction per operation, a prepared statement, a
+ * 32-byte blob under a text key.  update upserts one key N times; create
+ * inserts N new keys.  MODE is the guarantee:
+ *   wal       WAL, nothing more (replaced values stay in the WAL)
+ *   wal-wipe  WAL + secure_delete + wal_checkpoint(TRUNCATE) after each write:
+ *             no replaced value is left in the files (keychainfs's guarantee)
+ *   rollback-wipe  rollback journal (journal_mode=TRUNCATE) + secure_delete:
+ *             the same guarantee; the journal holding the old page is cut to
+ *             zero bytes at each commit
+ * Prints "<ns per operation> ns/op <bytes written per operation> B/op", the
+ * bytes from /proc/self/io.
  */
 #include <sqlite3.h>
 #include <stdio.h>
@@ -54,16 +60,24 @@ static double now_ns(void)
 
 int main(int argc, char *argv[])
 {
-	int create = argc == 5 && strcmp(argv[2], "create") == 0;
-	if (!create && !(argc == 4 && strcmp(argv[2], "update") == 0)) {
-		fprintf(stderr, "usage: sqlitebench DB update N | sqlitebench DB create PREFIX N\n");
+	int create = argc == 6 && strcmp(argv[3], "create") == 0;
+	const char *mode = argc > 2 ? argv[2] : "";
+	int wal = strcmp(mode, "wal") == 0, wal_wipe = strcmp(mode, "wal-wipe") == 0;
+	int rollback_wipe = strcmp(mode, "rollback-wipe") == 0;
+	if ((!create && !(argc == 5 && strcmp(argv[3], "update") == 0)) || !(wal || wal_wipe || rollback_wipe)) {
+		fprintf(stderr, "usage: sqlitebench DB wal|wal-wipe|rollback-wipe update N\n"
+			"       sqlitebench DB wal|wal-wipe|rollback-wipe create PREFIX N\n");
 		return 2;
 	}
 	long n = atol(argv[argc - 1]);
 	sqlite3 *db;
 	sqlite3_stmt *st;
 	check(sqlite3_open(argv[1], &db), db, "open");
-	check(sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+	check(sqlite3_exec(db, rollback_wipe ? "PRAGMA journal_mode=TRUNCATE" : "PRAGMA journal_mode=WAL",
+			   NULL, NULL, NULL), db, "journal_mode");
+	check(sqlite3_exec(db, wal ? "PRAGMA secure_delete=OFF" : "PRAGMA secure_delete=ON",
+			   NULL, NULL, NULL), db, "secure_delete");
+	check(sqlite3_exec(db, "PRAGMA synchronous=FULL;"
 			   "CREATE TABLE IF NOT EXISTS items (name TEXT PRIMARY KEY, secret BLOB NOT NULL)",
 			   NULL, NULL, NULL), db, "schema");
 	check(sqlite3_prepare_v2(db, "INSERT INTO items (name, secret) VALUES (?, ?) "
@@ -75,13 +89,18 @@ int main(int argc, char *argv[])
 	for (long i = 0; i < n; i++) {
 		vary(i);
 		if (create)
-			snprintf(name, sizeof name, "%s%ld", argv[3], i);
+			snprintf(name, sizeof name, "%s%ld", argv[4], i);
 		else
 			strcpy(name, "update");
 		sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
 		sqlite3_bind_blob(st, 2, secret, sizeof secret - 1, SQLITE_STATIC);
 		check(sqlite3_step(st), db, "step");
 		sqlite3_reset(st);
+		/* The replaced page is in the WAL until a checkpoint copies the WAL
+		 * into the database (synced) and cuts it to zero bytes. */
+		if (wal_wipe)
+			check(sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL),
+			      db, "checkpoint");
 	}
 	double per = (now_ns() - start) / n;
 	printf("%.0f ns/op %.0f B/op\n", per, (double)(written() - before) / n);
