@@ -1,6 +1,6 @@
 #!/bin/sh
 # gnome-keyring is the reference for the Secret Service: secretstorage's own test suite (3.3.3,
-# Tests/integration/secretstorage_suite, BSD licence) and python keyring's own backend tests
+# its tests/ from the sdist on PyPI, fetched at run time, never committed) and python keyring's own backend tests
 # (keyring.testing.backend) run against `gnome-keyring-daemon --components=secrets` and against
 # a keychainfs mount with --secret-service, each on a private bus, in the same run. Every test
 # that passes on gnome-keyring must pass on keychainfs.
@@ -8,6 +8,10 @@ if [ -z "${KCFS_PRIVATE_BUS:-}" ]; then
     . "$(dirname "$0")/lib.sh"
     conf="$TEST_ROOT/bus.conf"
     awk '/^<!DOCTYPE/,/^<\/busconfig>/' "$TESTS_DIR/test_secret_service.sh" >"$conf"
+    # secretstorage's own suite, as released: the sdist's tests/ directory (not in Debian's package).
+    (cd "$TEST_ROOT" && /usr/bin/python3 -m pip download -q --no-deps --no-binary :all: secretstorage==3.3.3 \
+        && tar xzf SecretStorage-3.3.3.tar.gz && mv SecretStorage-3.3.3/tests secretstorage_suite) >"$TEST_ROOT/pip.txt" 2>&1 \
+        || { fail "secretstorage 3.3.3's test suite is fetched from PyPI"; sed 's/^/     /' "$TEST_ROOT/pip.txt" | tail -5; finish; }
     export TEST_ROOT PASSFILE KEYCHAINFS_BIN
     on_exit_unmount "$TEST_ROOT/mnt"
     KCFS_PRIVATE_BUS=gnome-keyring dbus-run-session --config-file="$conf" -- sh "$0" >"$TEST_ROOT/gnome.txt" 2>&1
@@ -47,7 +51,7 @@ else
     "$KEYCHAINFS_BIN" mount "$MNT" --secret-service --passphrase-file "$PASSFILE" || echo "mount failed"
 fi
 cd "$HERE"
-/usr/bin/python3 -m unittest discover -s secretstorage_suite -t . -v 2>&1
+(cd "$TEST_ROOT" && /usr/bin/python3 -m unittest discover -s secretstorage_suite -t . -p 'test_*.py' -v 2>&1)
 /usr/bin/python3 -m pytest -rA -p no:cacheprovider keyring_backend_test.py 2>&1
 if [ "$KCFS_PRIVATE_BUS" = gnome-keyring ]; then
     kill "$SERVER"
