@@ -79,12 +79,12 @@ public enum InternetPort {
 
 /// Internet password paths are kept as segments joined by `/`, without a leading or trailing
 /// `/` and without empty segments: `/a//b/` and `a/b` are the same path.
-public enum InternetPath {
-    public static func normalize(_ path: String) -> String {
+package enum InternetPath {
+    package static func normalize(_ path: String) -> String {
         segments(path).joined(separator: "/")
     }
 
-    public static func segments(_ path: String) -> [String] {
+    package static func segments(_ path: String) -> [String] {
         path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
     }
 }
