@@ -31,6 +31,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     case accessDenied(String)
     case io(String)
 
+    /// The message a user sees, after the wording of macOS `security`.
     public var description: String {
         switch self {
         case .itemNotFound: "The specified item could not be found in the keychain."

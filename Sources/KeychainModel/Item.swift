@@ -8,10 +8,14 @@ import Foundation
 
 /// Primary key of a generic password: (access group, service, account).
 public struct GenericPasswordKey: Hashable, Codable, Sendable {
+    /// Separates programs' items that share a service and account; empty for the default group.
     public var accessGroup: String
+    /// What the password is for (`kSecAttrService`), never empty.
     public var service: String
+    /// Whose password it is (`kSecAttrAccount`); may be empty.
     public var account: String
 
+    /// Checks that service and account fit a tree name once escaped; the service must not be empty.
     public init(service: String, account: String, accessGroup: String = "") throws(ModelError) {
         guard !service.isEmpty else { throw .invalid("the service must not be empty") }
         try TreeName.validate(service, as: "service")
@@ -25,13 +29,21 @@ public struct GenericPasswordKey: Hashable, Codable, Sendable {
 /// Primary key of an internet password:
 /// (access group, server, port, path, protocol, authentication type, security domain, account).
 public struct InternetPasswordKey: Hashable, Codable, Sendable {
+    /// Separates programs' items that share the rest of the key; empty for the default group.
     public var accessGroup: String
+    /// Host name or address (`kSecAttrServer`).
     public var server: String
+    /// The port; 0 at init becomes the protocol's well-known port.
     public var port: UInt16
+    /// URL path, normalised (`InternetPath`); empty for none.
     public var path: String
+    /// `kSecAttrProtocol`.
     public var `protocol`: InternetProtocol
+    /// `kSecAttrAuthenticationType`.
     public var authenticationType: AuthenticationType
+    /// Realm or domain (`kSecAttrSecurityDomain`); empty for none.
     public var securityDomain: String
+    /// Whose password it is (`kSecAttrAccount`); may be empty.
     public var account: String
 
     /// Port 0 becomes the protocol's well-known port; the path is normalised (`InternetPath`).
@@ -89,10 +101,12 @@ package enum InternetPath {
     }
 }
 
+/// The primary key of an item of either kind: no two items in a store share one.
 public enum ItemKey: Hashable, Codable, Sendable {
     case generic(GenericPasswordKey)
     case internet(InternetPasswordKey)
 
+    /// Generic or internet.
     public var kind: ItemKind {
         switch self {
         case .generic: .generic
@@ -100,6 +114,7 @@ public enum ItemKey: Hashable, Codable, Sendable {
         }
     }
 
+    /// The account, which both kinds have.
     public var account: String {
         switch self {
         case .generic(let g): g.account
@@ -107,6 +122,7 @@ public enum ItemKey: Hashable, Codable, Sendable {
         }
     }
 
+    /// The access group, which both kinds have.
     public var accessGroup: String {
         switch self {
         case .generic(let g): g.accessGroup
@@ -150,6 +166,7 @@ public enum ItemKey: Hashable, Codable, Sendable {
     }
 }
 
+/// The two kinds of password, after Apple's `kSecClassGenericPassword` and `kSecClassInternetPassword`; the raw value is stored.
 public enum ItemKind: Int, Codable, Sendable {
     case generic = 1
     case internet = 2
@@ -161,8 +178,11 @@ public enum ItemKind: Int, Codable, Sendable {
 public struct ItemAttributes: Hashable, Codable, Sendable {
     /// The attributes the user sets.
     public var values: AttributeValues
+    /// When the secret may be decrypted; chosen at creation, changeable later.
     public var accessible: AccessibilityClass
+    /// When the item was added.
     public var created: Date
+    /// When the secret or an attribute last changed.
     public var modified: Date
 
     /// `modified` nil is `created`.
@@ -189,6 +209,7 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
         init?(intValue: Int) { nil }
     }
 
+    /// Reads each attribute by name; one absent from the record is unset.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: Key.self)
         values = AttributeValues()
@@ -207,6 +228,7 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
         modified = try c.decode(Date.self, forKey: Key("modified"))
     }
 
+    /// Writes each attribute by name, leaving out those not set.
     public func encode(to encoder: Encoder) throws {
         var c = encoder.container(keyedBy: Key.self)
         for a in ItemAttribute.all {
@@ -226,9 +248,12 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
 
 /// An item's key and attributes: everything but the secret.
 public struct ItemRecord: Hashable, Codable, Sendable {
+    /// Which item this is.
     public var key: ItemKey
+    /// Its class, dates and the attributes the user sets.
     public var attributes: ItemAttributes
 
+    /// A record as given; nothing is checked beyond what the key's own init checked.
     public init(key: ItemKey, attributes: ItemAttributes) {
         self.key = key
         self.attributes = attributes
