@@ -86,7 +86,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     }
 
     /// The exit-code table as printed by `--help` and the README.
-    public static let exitCodeTable: [(code: Int32, meaning: String)] = [
+    package static let exitCodeTable: [(code: Int32, meaning: String)] = [
         (0, "success"),
         (1, "other failure"),
         (16, "mountpoint busy: a process still uses the mount (find it with fuser -m)"),

@@ -12,7 +12,7 @@ public enum AccessibilityClass: String, CaseIterable, Codable, Sendable, Compara
     public static let `default` = AccessibilityClass.whenUnlocked
 
     /// Stable number stored in the database; never renumber.
-    public var code: Int {
+    package var code: Int {
         switch self {
         case .whenUnlocked: 1
         case .afterFirstUnlock: 2
@@ -25,7 +25,7 @@ public enum AccessibilityClass: String, CaseIterable, Codable, Sendable, Compara
     }
 
     /// The class stored as `code`; nil for a number no class has.
-    public init?(code: Int) {
+    package init?(code: Int) {
         guard let c = Self.allCases.first(where: { $0.code == code }) else { return nil }
         self = c
     }
@@ -79,7 +79,7 @@ public enum AccessibilityClass: String, CaseIterable, Codable, Sendable, Compara
     /// when-passcode-set if any of them is. A save through a temporary file (`sed -i`, editors)
     /// creates that file beside the item, so its secret is never sealed under a weaker class,
     /// not even before the rename.
-    public static func forNewItem(mountDefault: AccessibilityClass, siblings: some Sequence<AccessibilityClass>) -> AccessibilityClass {
+    package static func forNewItem(mountDefault: AccessibilityClass, siblings: some Sequence<AccessibilityClass>) -> AccessibilityClass {
         let all = [mountDefault] + Array(siblings)
         let deviceOnly = all.contains { $0.isThisDeviceOnly }
         let tier: Tier = all.contains { $0.tier == .whenUnlocked } ? .whenUnlocked

@@ -87,7 +87,7 @@ public struct InternetProtocol: FourCharVocabulary {
     public var wellKnownPort: UInt16? { Self.table.first(where: { $0.code == code.text })?.port }
 
     /// The protocol an item made through the tree takes on `port`; `https` where the port has none.
-    public static func forPort(_ port: UInt16) -> InternetProtocol {
+    package static func forPort(_ port: UInt16) -> InternetProtocol {
         table.first(where: { $0.port == port && $0.portDefault }).map { known($0.code) } ?? .https
     }
 

@@ -72,15 +72,15 @@ public struct InternetPasswordKey: Hashable, Codable, Sendable {
 
     /// The item an internet file made through the tree stands for: the port's protocol,
     /// the default authentication type and no security domain.
-    public var isCanonicalVariant: Bool {
+    package var isCanonicalVariant: Bool {
         `protocol` == InternetProtocol.forPort(port) && authenticationType == .default && securityDomain.isEmpty
     }
 }
 
 /// Port text as given on the CLI, in git's `host:port`, or as a tree directory.
-public enum InternetPort {
+package enum InternetPort {
     /// Decimal 1–65535 (0 too when `allowUnspecified`); anything else is refused.
-    public static func parse(_ text: String, allowUnspecified: Bool = false) throws(ModelError) -> UInt16 {
+    package static func parse(_ text: String, allowUnspecified: Bool = false) throws(ModelError) -> UInt16 {
         guard !text.isEmpty, text.utf8.count <= 5, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }),
               let n = Int(text), n <= 65535, n > 0 || allowUnspecified else {
             throw .invalid("port '\(text)' is not a number from 1 to 65535")
@@ -131,7 +131,7 @@ public enum ItemKey: Hashable, Codable, Sendable {
     }
 
     /// Unambiguous bytes for the blind index: a kind tag, then each field length-prefixed.
-    public var canonicalBytes: [UInt8] {
+    package var canonicalBytes: [UInt8] {
         var out: [UInt8] = []
         func field(_ s: String) {
             let b = Array(s.utf8)
@@ -153,7 +153,7 @@ public enum ItemKey: Hashable, Codable, Sendable {
     }
 
     /// Bytes for the group index: the service, or the server, which most queries name.
-    public var groupBytes: [UInt8] {
+    package var groupBytes: [UInt8] {
         switch self {
         case .generic(let g): ItemKey.groupBytes(kind: .generic, name: g.service)
         case .internet(let i): ItemKey.groupBytes(kind: .internet, name: i.server)
@@ -161,7 +161,7 @@ public enum ItemKey: Hashable, Codable, Sendable {
     }
 
     /// Leaves out the access group so that a query naming only the service finds every group.
-    public static func groupBytes(kind: ItemKind, name: String) -> [UInt8] {
+    package static func groupBytes(kind: ItemKind, name: String) -> [UInt8] {
         [kind == .generic ? 3 : 4] + Array(name.utf8)
     }
 }
