@@ -13,21 +13,26 @@ import KeychainModel
 ///
 /// Copies share the buffer. `append` only ever adds to its end, so the ranges of a copy stay
 /// valid, and `slices` hands out views of the same buffer.
-// @unchecked Sendable because its shared buffer is only appended to past every copy's ranges.
+/// @unchecked Sendable because its shared buffer is only appended to past every copy's ranges.
 public struct ItemBatch: @unchecked Sendable {
+    /// One item of the batch: its record, and where its secret and extras sit in `secrets`.
     public struct Entry: Sendable {
+        /// The item's key and attributes.
         public var record: ItemRecord
         /// Where the secret sits in `secrets`.
         public var secret: Range<Int>
         /// Where git's extras (expiry, refresh token) sit in `secrets`; nil when the item has none.
         public var extras: Range<Int>?
 
+        /// An entry over ranges of a buffer; `ItemBatch.init(secrets:entries:)` checks them.
         public init(record: ItemRecord, secret: Range<Int>, extras: Range<Int>? = nil) {
             self.record = record; self.secret = secret; self.extras = extras
         }
     }
 
+    /// The locked buffer every entry's secret and extras sit in; shared by copies and slices.
     public let secrets: SecureBytes
+    /// The items, in the order they were appended.
     public private(set) var entries: [Entry]
 
     /// An empty batch with its own buffer.
@@ -46,7 +51,9 @@ public struct ItemBatch: @unchecked Sendable {
         self.entries = entries
     }
 
+    /// Number of items.
     public var count: Int { entries.count }
+    /// True when there are no items.
     public var isEmpty: Bool { entries.isEmpty }
     /// Bytes of secret and extras held by the entries (not the buffer, which slices share).
     public var secretBytes: Int { entries.reduce(0) { $0 + $1.secret.count + ($1.extras?.count ?? 0) } }
@@ -58,6 +65,7 @@ public struct ItemBatch: @unchecked Sendable {
         entries.append(Entry(record: record, secret: secretRange, extras: extrasRange))
     }
 
+    /// Copies `secret` and `extras` onto the end of the buffer.
     public mutating func append(_ record: ItemRecord, secret: SecureBytes, extras: SecureBytes? = nil) {
         secret.withUnsafeBytes { s in
             if let extras {
@@ -122,12 +130,14 @@ public struct ItemBatch: @unchecked Sendable {
 
 /// One page of an export (`Keychain.exportPage(afterID:limit:)`, `KeychainService.exportItems`).
 public struct ExportPage: Sendable {
+    /// The page's items with their secrets.
     public var batch: ItemBatch
     /// Items that fail their integrity check and are left out.
     public var damaged: [IntegrityProblem]
     /// The `afterID` of the next page; nil after the last.
     public var next: Int64?
 
+    /// A page as the store or the control protocol hands it over.
     public init(batch: ItemBatch, damaged: [IntegrityProblem], next: Int64?) {
         self.batch = batch; self.damaged = damaged; self.next = next
     }
@@ -135,16 +145,19 @@ public struct ExportPage: Sendable {
 
 /// What one import of a batch did.
 public struct ImportReport: Sendable, Equatable {
+    /// New items stored.
     public var added: Int
     /// Existing items overwritten (`updateExisting`), keeping their ids.
     public var replaced: Int
     /// Keys that existed already and were left as they were.
     public var skipped: [ItemKey]
 
+    /// A report with the given counts; the defaults are an import that did nothing.
     public init(added: Int = 0, replaced: Int = 0, skipped: [ItemKey] = []) {
         self.added = added; self.replaced = replaced; self.skipped = skipped
     }
 
+    /// Adds the counts of a later batch, for an import done in several.
     public mutating func add(_ other: ImportReport) {
         added += other.added; replaced += other.replaced; skipped += other.skipped
     }

@@ -1,8 +1,8 @@
 import Glibc
 import COpenSSL
 
-public enum SecureRandom {
-    public static func bytes(_ count: Int) -> SecureBytes {
+package enum SecureRandom {
+    package static func bytes(_ count: Int) -> SecureBytes {
         let out = SecureBytes(count: count)
         fill(out)
         return out
@@ -10,12 +10,12 @@ public enum SecureRandom {
 
     /// Overwrites every byte of `buffer`, so a loop that needs one key after another can reuse one
     /// locked mapping instead of making one per key.
-    public static func fill(_ buffer: SecureBytes) {
+    package static func fill(_ buffer: SecureBytes) {
         buffer.withUnsafeMutableBytes { fill($0) }
     }
 
     /// For values that are not secret (nonces, salts): no locked mapping is made for them.
-    public static func array(_ count: Int) -> [UInt8] {
+    package static func array(_ count: Int) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: count)
         out.withUnsafeMutableBytes { fill($0) }
         return out
@@ -29,26 +29,26 @@ public enum SecureRandom {
 }
 
 /// AES-256-GCM with a random 96-bit nonce. Sealed form: nonce ‖ ciphertext ‖ 128-bit tag.
-public enum AESGCM {
-    public static let keyBytes = 32
+package enum AESGCM {
+    package static let keyBytes = 32
     static let nonceBytes = 12
     static let tagBytes = 16
-    public static let overhead = nonceBytes + tagBytes
+    package static let overhead = nonceBytes + tagBytes
 
     /// Fetched once and never freed: `EVP_aes_256_gcm()` makes every init look the
     /// implementation up by name again, a cost of the order of the encryption of a short secret.
     nonisolated(unsafe) private static let cipher: OpaquePointer? = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
 
-    public static func seal(_ plaintext: UnsafeRawBufferPointer, key: SecureBytes, aad: [UInt8]) throws -> [UInt8] {
+    package static func seal(_ plaintext: UnsafeRawBufferPointer, key: SecureBytes, aad: [UInt8]) throws -> [UInt8] {
         try seal(plaintext, key: key, aad: aad, nonce: SecureRandom.array(nonceBytes))
     }
 
-    public static func seal(_ plaintext: SecureBytes, key: SecureBytes, aad: [UInt8]) throws -> [UInt8] {
+    package static func seal(_ plaintext: SecureBytes, key: SecureBytes, aad: [UInt8]) throws -> [UInt8] {
         try plaintext.withUnsafeBytes { try seal($0, key: key, aad: aad) }
     }
 
     /// Deterministic nonce, for known-answer tests only.
-    public static func seal(_ plaintext: UnsafeRawBufferPointer, key: SecureBytes, aad: [UInt8], nonce: [UInt8]) throws -> [UInt8] {
+    package static func seal(_ plaintext: UnsafeRawBufferPointer, key: SecureBytes, aad: [UInt8], nonce: [UInt8]) throws -> [UInt8] {
         precondition(key.count == keyBytes && nonce.count == nonceBytes)
         guard let ctx = EVP_CIPHER_CTX_new() else { throw CryptoError.openSSL("EVP_CIPHER_CTX_new") }
         defer { EVP_CIPHER_CTX_free(ctx) }
@@ -76,7 +76,7 @@ public enum AESGCM {
         return out
     }
 
-    public static func open(_ sealed: [UInt8], key: SecureBytes, aad: [UInt8]) throws(CryptoError) -> SecureBytes {
+    package static func open(_ sealed: [UInt8], key: SecureBytes, aad: [UInt8]) throws(CryptoError) -> SecureBytes {
         guard key.count == keyBytes else { throw .malformed }
         guard sealed.count >= overhead else { throw .authenticationFailed }
         let out = SecureBytes(count: sealed.count - overhead)
@@ -91,7 +91,7 @@ public enum AESGCM {
     /// Opens plaintext that is not secret (an item's names and attributes, which become
     /// `String`s anyway) into a temporary buffer, on the stack when small, instead of locked
     /// memory: a mount opens one per item. The buffer is wiped when `body` returns.
-    public static func openUnlocked<R>(_ sealed: [UInt8], key: SecureBytes, aad: [UInt8],
+    package static func openUnlocked<R>(_ sealed: [UInt8], key: SecureBytes, aad: [UInt8],
                                        _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
         guard key.count == keyBytes else { throw CryptoError.malformed }
         guard sealed.count >= overhead else { throw CryptoError.authenticationFailed }
@@ -130,10 +130,14 @@ public enum AESGCM {
 
 /// scrypt parameters, stored with the store so that each store keeps the cost chosen at init.
 public struct ScryptParameters: Codable, Equatable, Sendable {
+    /// log2 of scrypt's N, the cost in memory and time.
     public var logN: UInt8
+    /// scrypt's block size factor.
     public var r: UInt32
+    /// scrypt's parallelism factor.
     public var p: UInt32
 
+    /// r and p default to the only values a store accepts (`isAcceptable`).
     public init(logN: UInt8, r: UInt32 = 8, p: UInt32 = 1) {
         self.logN = logN
         self.r = r
@@ -148,8 +152,8 @@ public struct ScryptParameters: Codable, Equatable, Sendable {
     public var isAcceptable: Bool { logN >= 10 && logN <= 22 && r == 8 && p == 1 }
 }
 
-public enum Scrypt {
-    public static func deriveKey(passphrase: SecureBytes, salt: [UInt8], parameters: ScryptParameters,
+package enum Scrypt {
+    package static func deriveKey(passphrase: SecureBytes, salt: [UInt8], parameters: ScryptParameters,
                                  length: Int = 32) throws -> SecureBytes {
         let out = SecureBytes(count: length)
         let n = UInt64(1) << UInt64(parameters.logN)
@@ -170,8 +174,8 @@ public enum Scrypt {
     }
 }
 
-public enum HMACSHA256 {
-    public static func authenticate(_ data: [UInt8], key: SecureBytes) -> [UInt8] {
+package enum HMACSHA256 {
+    package static func authenticate(_ data: [UInt8], key: SecureBytes) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 32)
         var len: UInt32 = 32
         key.withUnsafeBytes { k in
@@ -183,10 +187,10 @@ public enum HMACSHA256 {
     /// One key for many messages. The one-shot `authenticate` looks the algorithms up by name
     /// on every call, which costs more than the MAC of a short message; this sets the key once
     /// and only resets the state between messages. Not thread-safe: one per thread.
-    public final class Keyed {
+    package final class Keyed {
         private let ctx: OpaquePointer
 
-        public init(key: SecureBytes) throws {
+        package init(key: SecureBytes) throws {
             guard let mac = EVP_MAC_fetch(nil, "HMAC", nil) else { throw CryptoError.openSSL("EVP_MAC_fetch") }
             defer { EVP_MAC_free(mac) }
             guard let ctx = EVP_MAC_CTX_new(mac) else { throw CryptoError.openSSL("EVP_MAC_CTX_new") }
@@ -208,7 +212,7 @@ public enum HMACSHA256 {
 
         deinit { EVP_MAC_CTX_free(ctx) }
 
-        public func authenticate(_ data: [UInt8]) -> [UInt8] {
+        package func authenticate(_ data: [UInt8]) -> [UInt8] {
             var out = [UInt8](repeating: 0, count: 32)
             var len = 0
             // A nil key restarts the MAC under the key already set.
@@ -220,9 +224,9 @@ public enum HMACSHA256 {
     }
 }
 
-public enum HKDF {
+package enum HKDF {
     /// HKDF-SHA256 (RFC 5869) of `secret` with an empty salt.
-    public static func deriveKey(from secret: SecureBytes, info: String, length: Int = 32) throws -> SecureBytes {
+    package static func deriveKey(from secret: SecureBytes, info: String, length: Int = 32) throws -> SecureBytes {
         guard let ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nil) else { throw CryptoError.openSSL("HKDF ctx") }
         defer { EVP_PKEY_CTX_free(ctx) }
         let out = SecureBytes(count: length)
@@ -242,8 +246,8 @@ public enum HKDF {
     }
 }
 
-public enum SHA256Digest {
-    public static func hash(_ data: [UInt8]) -> [UInt8] {
+package enum SHA256Digest {
+    package static func hash(_ data: [UInt8]) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 32)
         var len: UInt32 = 32
         _ = EVP_Digest(data, data.count, &out, &len, EVP_sha256(), nil)

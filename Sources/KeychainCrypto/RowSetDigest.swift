@@ -4,18 +4,18 @@ import COpenSSL
 /// 256-bit pseudo-random value per pair (AES-256 under a secret key, so nobody without the
 /// key can compute the value of a pair, nor the digest of a set). Adding and removing a pair
 /// are the same operation.
-public struct RowSetDigest: Equatable, Sendable {
-    public static let byteCount = 32
-    public private(set) var bytes: [UInt8]
+package struct RowSetDigest: Equatable, Sendable {
+    package static let byteCount = 32
+    package private(set) var bytes: [UInt8]
 
-    public init() { bytes = [UInt8](repeating: 0, count: Self.byteCount) }
-    public init?(bytes: [UInt8]) {
+    package init() { bytes = [UInt8](repeating: 0, count: Self.byteCount) }
+    package init?(bytes: [UInt8]) {
         guard bytes.count == Self.byteCount else { return nil }
         self.bytes = bytes
     }
 
     /// Toggles each pair in or out of the set.
-    public mutating func toggle(_ pairs: [(id: Int64, version: Int64)], key: SecureBytes) throws {
+    package mutating func toggle(_ pairs: [(id: Int64, version: Int64)], key: SecureBytes) throws {
         guard !pairs.isEmpty else { return }
         // Two blocks per pair; the top bit of the version word tells them apart (versions stay far below 2^63).
         var input = [UInt64](repeating: 0, count: pairs.count * 4)

@@ -8,24 +8,28 @@ import Synchronization
 /// ones have pages of their own.
 ///
 /// Not thread-safe on its own; owners guard shared instances with their own lock.
-// @unchecked Sendable because owners that share an instance guard it with their own lock.
+/// @unchecked Sendable because owners that share an instance guard it with their own lock.
 public final class SecureBytes: @unchecked Sendable {
     private var block: LockedBlock?
+    /// How many bytes are held; the pages behind them may be more.
     public private(set) var count: Int = 0
 
     /// True while no buffer of this process has failed to be locked.
     public static var allLocked: Bool { LockedMemory.shared.usage.refusals == 0 }
 
+    /// `count` zero bytes in locked memory.
     public init(count: Int = 0) {
         if count > 0 { block = LockedMemory.shared.allocate(count) }
         self.count = count
     }
 
+    /// Copies `bytes` into locked memory; the caller still owns (and should wipe) the original.
     public convenience init<C: Collection>(copying bytes: C) where C.Element == UInt8 {
         self.init(count: bytes.count)
         withUnsafeMutableBytes { dst in dst.copyBytes(from: bytes) }
     }
 
+    /// Copies `raw` into locked memory without an intermediate array.
     public convenience init(copying raw: UnsafeRawBufferPointer) {
         self.init(count: raw.count)
         if raw.count > 0 { block!.base.copyMemory(from: raw.baseAddress!, byteCount: raw.count) }
@@ -63,14 +67,17 @@ public final class SecureBytes: @unchecked Sendable {
         count = 0
     }
 
+    /// The bytes, valid only inside `body`: never let the pointer or an unlocked copy escape.
     public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         try body(UnsafeRawBufferPointer(start: block?.base, count: count))
     }
 
+    /// The bytes to write in place, valid only inside `body`.
     public func withUnsafeMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
         try body(UnsafeMutableRawBufferPointer(start: block?.base, count: count))
     }
 
+    /// A second locked buffer with the same bytes, wiped independently of this one.
     public func copy() -> SecureBytes { withUnsafeBytes { SecureBytes(copying: $0) } }
 
     /// Constant-time comparison.

@@ -31,6 +31,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     case accessDenied(String)
     case io(String)
 
+    /// The message a user sees, after the wording of macOS `security`.
     public var description: String {
         switch self {
         case .itemNotFound: "The specified item could not be found in the keychain."
@@ -85,7 +86,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     }
 
     /// The exit-code table as printed by `--help` and the README.
-    public static let exitCodeTable: [(code: Int32, meaning: String)] = [
+    package static let exitCodeTable: [(code: Int32, meaning: String)] = [
         (0, "success"),
         (1, "other failure"),
         (16, "mountpoint busy: a process still uses the mount (find it with fuser -m)"),

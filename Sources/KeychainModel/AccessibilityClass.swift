@@ -8,10 +8,11 @@ public enum AccessibilityClass: String, CaseIterable, Codable, Sendable, Compara
     case alwaysThisDeviceOnly = "always-this-device-only"
     case whenPasscodeSetThisDeviceOnly = "when-passcode-set-this-device-only"
 
+    /// The class of a new item that names none, as on Apple platforms.
     public static let `default` = AccessibilityClass.whenUnlocked
 
     /// Stable number stored in the database; never renumber.
-    public var code: Int {
+    package var code: Int {
         switch self {
         case .whenUnlocked: 1
         case .afterFirstUnlock: 2
@@ -23,11 +24,13 @@ public enum AccessibilityClass: String, CaseIterable, Codable, Sendable, Compara
         }
     }
 
-    public init?(code: Int) {
+    /// The class stored as `code`; nil for a number no class has.
+    package init?(code: Int) {
         guard let c = Self.allCases.first(where: { $0.code == code }) else { return nil }
         self = c
     }
 
+    /// Parses a class's name (`when-unlocked`), as the CLI and the tree take it.
     public init(parsing text: String) throws(ModelError) {
         guard let c = AccessibilityClass(rawValue: text) else {
             throw .invalid("unknown accessibility class '\(text)'; expected one of: "
@@ -36,6 +39,7 @@ public enum AccessibilityClass: String, CaseIterable, Codable, Sendable, Compara
         self = c
     }
 
+    /// True for the classes bound to this machine's device key; backups leave them out.
     public var isThisDeviceOnly: Bool {
         switch self {
         case .whenUnlockedThisDeviceOnly, .afterFirstUnlockThisDeviceOnly,
@@ -47,6 +51,7 @@ public enum AccessibilityClass: String, CaseIterable, Codable, Sendable, Compara
     /// The lock states in which the class key is held.
     public enum Tier: Sendable { case always, afterFirstUnlock, whenUnlocked }
 
+    /// Which class key seals the item, and so in which lock states it can be read.
     public var tier: Tier {
         switch self {
         case .always, .alwaysThisDeviceOnly: .always
@@ -55,6 +60,7 @@ public enum AccessibilityClass: String, CaseIterable, Codable, Sendable, Compara
         }
     }
 
+    /// Whether an item of this class can be decrypted in `state`.
     public func isAvailable(in state: LockState) -> Bool {
         switch (tier, state) {
         case (.always, _): true
@@ -64,6 +70,7 @@ public enum AccessibilityClass: String, CaseIterable, Codable, Sendable, Compara
         }
     }
 
+    /// Orders by stored code, so listings are stable.
     public static func < (a: Self, b: Self) -> Bool { a.code < b.code }
 
     /// The class of an item created in a directory of the tree: the strictest of the mount's
@@ -72,7 +79,7 @@ public enum AccessibilityClass: String, CaseIterable, Codable, Sendable, Compara
     /// when-passcode-set if any of them is. A save through a temporary file (`sed -i`, editors)
     /// creates that file beside the item, so its secret is never sealed under a weaker class,
     /// not even before the rename.
-    public static func forNewItem(mountDefault: AccessibilityClass, siblings: some Sequence<AccessibilityClass>) -> AccessibilityClass {
+    package static func forNewItem(mountDefault: AccessibilityClass, siblings: some Sequence<AccessibilityClass>) -> AccessibilityClass {
         let all = [mountDefault] + Array(siblings)
         let deviceOnly = all.contains { $0.isThisDeviceOnly }
         let tier: Tier = all.contains { $0.tier == .whenUnlocked } ? .whenUnlocked

@@ -10,12 +10,12 @@ import Foundation
 /// each part escaped. No one part may pass `NAME_MAX` (`TreeName`), and the whole may not pass
 /// `PATH_MAX`: an item deeper than that could be stored but not opened by its path from the
 /// mountpoint, so every way in (the CLI, the tree, git, import) refuses it as too long.
-public enum InternetTreePath {
+package enum InternetTreePath {
     /// `PATH_MAX` counts the terminating NUL.
-    public static let maxBytes = Int(PATH_MAX) - 1
+    package static let maxBytes = Int(PATH_MAX) - 1
 
     /// The path below the mountpoint, as the tree lists the item.
-    public static func path(of key: InternetPasswordKey) -> String {
+    package static func path(of key: InternetPasswordKey) -> String {
         var out = "/internet/" + TreeName.escape(key.server) + "/" + String(key.port)
         for segment in InternetPath.segments(key.path) { out += "/" + TreeName.escape(segment) }
         return out + "/" + InternetVariantName.fileName(for: key)

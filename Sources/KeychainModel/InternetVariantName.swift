@@ -5,16 +5,16 @@
 /// `<account>%~<protocol>[,<authtype>[,<domain>]]`, e.g. `alice%~ssh` or
 /// `alice%~https,html-form,example.org`. `%~` never comes from escaping, so the two forms
 /// cannot collide, and the name depends only on the item itself, so it is stable.
-public enum InternetVariantName {
-    public static let marker = "%~"
+package enum InternetVariantName {
+    package static let marker = "%~"
 
-    public static func fileName(for key: InternetPasswordKey) -> String {
+    package static func fileName(for key: InternetPasswordKey) -> String {
         let account = TreeName.escape(key.account)
         return key.isCanonicalVariant ? account : account + marker + suffix(for: key)
     }
 
     /// The always-tagged form, which also names the canonical variant.
-    public static func taggedFileName(for key: InternetPasswordKey) -> String {
+    package static func taggedFileName(for key: InternetPasswordKey) -> String {
         TreeName.escape(key.account) + marker + suffix(for: key)
     }
 
@@ -27,15 +27,15 @@ public enum InternetVariantName {
         return s
     }
 
-    public struct Parsed: Equatable, Sendable {
-        public var account: String
-        public var `protocol`: InternetProtocol
-        public var authenticationType: AuthenticationType
-        public var securityDomain: String
+    package struct Parsed: Equatable, Sendable {
+        package var account: String
+        package var `protocol`: InternetProtocol
+        package var authenticationType: AuthenticationType
+        package var securityDomain: String
     }
 
     /// Splits a file name in a port or path directory; nil if it names nothing.
-    public static func parse(_ fileName: String, port: UInt16) -> Parsed? {
+    package static func parse(_ fileName: String, port: UInt16) -> Parsed? {
         guard let r = fileName.firstRange(of: marker) else {
             guard let account = TreeName.unescape(fileName) else { return nil }
             return Parsed(account: account, protocol: .forPort(port), authenticationType: .default, securityDomain: "")

@@ -8,10 +8,14 @@ import Foundation
 
 /// Primary key of a generic password: (access group, service, account).
 public struct GenericPasswordKey: Hashable, Codable, Sendable {
+    /// Separates programs' items that share a service and account; empty for the default group.
     public var accessGroup: String
+    /// What the password is for (`kSecAttrService`), never empty.
     public var service: String
+    /// Whose password it is (`kSecAttrAccount`); may be empty.
     public var account: String
 
+    /// Checks that service and account fit a tree name once escaped; the service must not be empty.
     public init(service: String, account: String, accessGroup: String = "") throws(ModelError) {
         guard !service.isEmpty else { throw .invalid("the service must not be empty") }
         try TreeName.validate(service, as: "service")
@@ -25,13 +29,21 @@ public struct GenericPasswordKey: Hashable, Codable, Sendable {
 /// Primary key of an internet password:
 /// (access group, server, port, path, protocol, authentication type, security domain, account).
 public struct InternetPasswordKey: Hashable, Codable, Sendable {
+    /// Separates programs' items that share the rest of the key; empty for the default group.
     public var accessGroup: String
+    /// Host name or address (`kSecAttrServer`).
     public var server: String
+    /// The port; 0 at init becomes the protocol's well-known port.
     public var port: UInt16
+    /// URL path, normalised (`InternetPath`); empty for none.
     public var path: String
+    /// `kSecAttrProtocol`.
     public var `protocol`: InternetProtocol
+    /// `kSecAttrAuthenticationType`.
     public var authenticationType: AuthenticationType
+    /// Realm or domain (`kSecAttrSecurityDomain`); empty for none.
     public var securityDomain: String
+    /// Whose password it is (`kSecAttrAccount`); may be empty.
     public var account: String
 
     /// Port 0 becomes the protocol's well-known port; the path is normalised (`InternetPath`).
@@ -60,15 +72,15 @@ public struct InternetPasswordKey: Hashable, Codable, Sendable {
 
     /// The item an internet file made through the tree stands for: the port's protocol,
     /// the default authentication type and no security domain.
-    public var isCanonicalVariant: Bool {
+    package var isCanonicalVariant: Bool {
         `protocol` == InternetProtocol.forPort(port) && authenticationType == .default && securityDomain.isEmpty
     }
 }
 
 /// Port text as given on the CLI, in git's `host:port`, or as a tree directory.
-public enum InternetPort {
+package enum InternetPort {
     /// Decimal 1–65535 (0 too when `allowUnspecified`); anything else is refused.
-    public static func parse(_ text: String, allowUnspecified: Bool = false) throws(ModelError) -> UInt16 {
+    package static func parse(_ text: String, allowUnspecified: Bool = false) throws(ModelError) -> UInt16 {
         guard !text.isEmpty, text.utf8.count <= 5, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }),
               let n = Int(text), n <= 65535, n > 0 || allowUnspecified else {
             throw .invalid("port '\(text)' is not a number from 1 to 65535")
@@ -79,20 +91,22 @@ public enum InternetPort {
 
 /// Internet password paths are kept as segments joined by `/`, without a leading or trailing
 /// `/` and without empty segments: `/a//b/` and `a/b` are the same path.
-public enum InternetPath {
-    public static func normalize(_ path: String) -> String {
+package enum InternetPath {
+    package static func normalize(_ path: String) -> String {
         segments(path).joined(separator: "/")
     }
 
-    public static func segments(_ path: String) -> [String] {
+    package static func segments(_ path: String) -> [String] {
         path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
     }
 }
 
+/// The primary key of an item of either kind: no two items in a store share one.
 public enum ItemKey: Hashable, Codable, Sendable {
     case generic(GenericPasswordKey)
     case internet(InternetPasswordKey)
 
+    /// Generic or internet.
     public var kind: ItemKind {
         switch self {
         case .generic: .generic
@@ -100,6 +114,7 @@ public enum ItemKey: Hashable, Codable, Sendable {
         }
     }
 
+    /// The account, which both kinds have.
     public var account: String {
         switch self {
         case .generic(let g): g.account
@@ -107,6 +122,7 @@ public enum ItemKey: Hashable, Codable, Sendable {
         }
     }
 
+    /// The access group, which both kinds have.
     public var accessGroup: String {
         switch self {
         case .generic(let g): g.accessGroup
@@ -115,7 +131,7 @@ public enum ItemKey: Hashable, Codable, Sendable {
     }
 
     /// Unambiguous bytes for the blind index: a kind tag, then each field length-prefixed.
-    public var canonicalBytes: [UInt8] {
+    package var canonicalBytes: [UInt8] {
         var out: [UInt8] = []
         func field(_ s: String) {
             let b = Array(s.utf8)
@@ -137,7 +153,7 @@ public enum ItemKey: Hashable, Codable, Sendable {
     }
 
     /// Bytes for the group index: the service, or the server, which most queries name.
-    public var groupBytes: [UInt8] {
+    package var groupBytes: [UInt8] {
         switch self {
         case .generic(let g): ItemKey.groupBytes(kind: .generic, name: g.service)
         case .internet(let i): ItemKey.groupBytes(kind: .internet, name: i.server)
@@ -145,11 +161,12 @@ public enum ItemKey: Hashable, Codable, Sendable {
     }
 
     /// Leaves out the access group so that a query naming only the service finds every group.
-    public static func groupBytes(kind: ItemKind, name: String) -> [UInt8] {
+    package static func groupBytes(kind: ItemKind, name: String) -> [UInt8] {
         [kind == .generic ? 3 : 4] + Array(name.utf8)
     }
 }
 
+/// The two kinds of password, after Apple's `kSecClassGenericPassword` and `kSecClassInternetPassword`; the raw value is stored.
 public enum ItemKind: Int, Codable, Sendable {
     case generic = 1
     case internet = 2
@@ -161,8 +178,11 @@ public enum ItemKind: Int, Codable, Sendable {
 public struct ItemAttributes: Hashable, Codable, Sendable {
     /// The attributes the user sets.
     public var values: AttributeValues
+    /// When the secret may be decrypted; chosen at creation, changeable later.
     public var accessible: AccessibilityClass
+    /// When the item was added.
     public var created: Date
+    /// When the secret or an attribute last changed.
     public var modified: Date
 
     /// `modified` nil is `created`.
@@ -189,6 +209,7 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
         init?(intValue: Int) { nil }
     }
 
+    /// Reads each attribute by name; one absent from the record is unset.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: Key.self)
         values = AttributeValues()
@@ -207,6 +228,7 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
         modified = try c.decode(Date.self, forKey: Key("modified"))
     }
 
+    /// Writes each attribute by name, leaving out those not set.
     public func encode(to encoder: Encoder) throws {
         var c = encoder.container(keyedBy: Key.self)
         for a in ItemAttribute.all {
@@ -226,9 +248,12 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
 
 /// An item's key and attributes: everything but the secret.
 public struct ItemRecord: Hashable, Codable, Sendable {
+    /// Which item this is.
     public var key: ItemKey
+    /// Its class, dates and the attributes the user sets.
     public var attributes: ItemAttributes
 
+    /// A record as given; nothing is checked beyond what the key's own init checked.
     public init(key: ItemKey, attributes: ItemAttributes) {
         self.key = key
         self.attributes = attributes

@@ -11,22 +11,31 @@ import Foundation
 /// with exactly that value.
 @dynamicMemberLookup
 public struct ItemQuery: Codable, Sendable, Equatable {
+    /// Which kind of item to match; a query never spans both.
     public var kind: ItemKind
+    /// nil matches every access group.
     public var accessGroup: String?
+    /// nil matches every account.
     public var account: String?
     /// Generic passwords.
     public var service: String?
     /// Internet passwords.
     public var server: String?
+    /// Internet passwords; nil matches any port.
     public var port: UInt16?
+    /// Internet passwords, normalised like the key's path; nil matches any path.
     public var path: String?
+    /// Internet passwords; nil matches any protocol.
     public var `protocol`: InternetProtocol?
+    /// Internet passwords; nil matches any authentication type.
     public var authenticationType: AuthenticationType?
+    /// Internet passwords; nil matches any security domain.
     public var securityDomain: String?
     /// Attribute filters (macOS `security`'s -l -j -D -G -c -C), read and set as `query.label`
     /// and so on; they are sealed, so they are checked on each candidate after it is decrypted.
     public var attributes: AttributeValues
 
+    /// Every filter left nil matches anything; `path` is normalised as a key's is.
     public init(kind: ItemKind, accessGroup: String? = nil, account: String? = nil, service: String? = nil,
                 server: String? = nil, port: UInt16? = nil, path: String? = nil, protocol proto: InternetProtocol? = nil,
                 authenticationType: AuthenticationType? = nil, securityDomain: String? = nil,
@@ -46,6 +55,7 @@ public struct ItemQuery: Codable, Sendable, Equatable {
     /// True when the query names nothing but the kind: it matches every item of that kind.
     public var isUnfiltered: Bool { self == ItemQuery(kind: kind) }
 
+    /// The query that matches `key`'s item and no other.
     public static func exactly(_ key: ItemKey) -> ItemQuery {
         switch key {
         case .generic(let g):
@@ -77,6 +87,7 @@ public struct ItemQuery: Codable, Sendable, Equatable {
     /// The service or server, which narrows a query through the group index.
     package var groupName: String? { kind == .generic ? service : server }
 
+    /// Whether `key` passes the key filters (port 0 as the well-known port); attribute filters need `matches(_: ItemRecord)`.
     public func matches(_ key: ItemKey) -> Bool {
         func eq<T: Equatable>(_ want: T?, _ have: T) -> Bool { want.map { $0 == have } ?? true }
         switch key {
@@ -103,6 +114,7 @@ public struct ItemQuery: Codable, Sendable, Equatable {
 public struct AttributeChanges: Codable, Sendable, Equatable {
     /// The attributes to set; those left nil stay as they are.
     public var values: AttributeValues
+    /// The class to set; nil keeps the item's own.
     public var accessible: AccessibilityClass?
 
     /// `accessible` nil keeps the item's class (or gives a new item the default one).
@@ -122,6 +134,7 @@ public struct AttributeChanges: Codable, Sendable, Equatable {
         set { values[keyPath: path] = newValue }
     }
 
+    /// `a` with these changes made: the values set here and, if given, the class.
     public func applied(to a: ItemAttributes) -> ItemAttributes {
         var a = a
         a.values.apply(values)
@@ -133,9 +146,13 @@ public struct AttributeChanges: Codable, Sendable, Equatable {
 /// One item that failed its integrity check; item id 0 is the store as a whole (its keybag,
 /// key-derivation data or ledger).
 public struct IntegrityProblem: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// The item's row id; 0 for the store as a whole.
     public var itemID: Int64
+    /// What failed, for the user.
     public var reason: String
+    /// One line for `keychainfs verify`'s report.
     public var description: String { itemID == 0 ? "store: \(reason)" : "item #\(itemID): \(reason)" }
 
+    /// A problem with item `itemID` (0 for the store).
     public init(itemID: Int64, reason: String) { self.itemID = itemID; self.reason = reason }
 }

@@ -10,7 +10,7 @@ import Foundation
 public enum KeychainLocations {
     /// One variable with getenv, rather than ProcessInfo's dictionary of all of them.
     static func env(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }
-    public static var home: String { env("HOME") ?? passwdHome ?? "/" }
+    package static var home: String { env("HOME") ?? passwdHome ?? "/" }
 
     /// The home directory of this user's passwd entry, for an environment without HOME.
     private static var passwdHome: String? {
@@ -31,21 +31,21 @@ public enum KeychainLocations {
     }
 
     /// `$XDG_CONFIG_HOME`, by default `~/.config`: the configuration file and systemd user units.
-    public static var configHome: String { xdg("XDG_CONFIG_HOME", ".config") }
+    package static var configHome: String { xdg("XDG_CONFIG_HOME", ".config") }
 
     /// The device key: outside every store, so that copying a store does not copy it.
     public static var deviceKey: String { stateDirectory + "/device.key" }
 
     /// The device key, the daemon's log: per machine, outside every store.
-    public static var stateDirectory: String { xdg("XDG_STATE_HOME", ".local/state") + "/keychainfs" }
+    package static var stateDirectory: String { xdg("XDG_STATE_HOME", ".local/state") + "/keychainfs" }
 
     /// Control sockets and mount records, in a 0700 directory.
-    public static var runtimeDirectory: String {
+    package static var runtimeDirectory: String {
         if let v = env("XDG_RUNTIME_DIR"), v.hasPrefix("/") { return v + "/keychainfs" }
         return "/tmp/keychainfs-\(getuid())"
     }
 
-    public static func absolute(_ path: String) -> String {
+    package static func absolute(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
         return FileManager.default.currentDirectoryPath + "/" + path
     }
@@ -71,7 +71,7 @@ public enum KeychainLocations {
     /// With `onlyIfNew` (a store's directory, which the user chose) an existing directory is
     /// used as it is, whoever owns it, and only the directories made here get `mode`: `init
     /// --store /tmp/k.db` must not make /tmp private.
-    public static func makeDirectory(_ path: String, mode: mode_t = 0o700, onlyIfNew: Bool = false) throws {
+    package static func makeDirectory(_ path: String, mode: mode_t = 0o700, onlyIfNew: Bool = false) throws {
         if onlyIfNew {
             var missing: [String] = []
             var dir = path.isEmpty ? "." : path

@@ -10,5 +10,5 @@ extension KeychainError {
     }
 
     /// The class's key is not held in this lock state (or not on this device).
-    public static func unavailable(_ c: AccessibilityClass) -> KeychainError { .unavailable(className: c.rawValue) }
+    package static func unavailable(_ c: AccessibilityClass) -> KeychainError { .unavailable(className: c.rawValue) }
 }

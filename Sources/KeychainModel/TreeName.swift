@@ -6,10 +6,10 @@
 /// The names `.` and `..` become `%2E` and `%2E%2E`; the empty name becomes a lone `%`.
 /// Because `%` is always escaped, a `%` that is not followed by two hex digits can never come
 /// from a name, which leaves room for the variant suffix (`%~`) used under `internet/`.
-public enum TreeName {
-    public static let maxBytes = 255
+package enum TreeName {
+    package static let maxBytes = 255
 
-    public static func escape(_ name: String) -> String {
+    package static func escape(_ name: String) -> String {
         if name.isEmpty { return "%" }
         if name == "." { return "%2E" }
         if name == ".." { return "%2E%2E" }
@@ -28,7 +28,7 @@ public enum TreeName {
     }
 
     /// The inverse of `escape`, or nil for a file name that no name escapes to.
-    public static func unescape(_ fileName: String) -> String? {
+    package static func unescape(_ fileName: String) -> String? {
         if fileName == "%" { return "" }
         let bytes = Array(fileName.utf8)
         guard !bytes.isEmpty else { return nil }
@@ -53,7 +53,7 @@ public enum TreeName {
     }
 
     /// Throws unless `name` fits in one file name once escaped.
-    public static func validate(_ name: String, as what: String) throws(ModelError) {
+    package static func validate(_ name: String, as what: String) throws(ModelError) {
         let n = escape(name).utf8.count
         if n > maxBytes {
             throw .nameTooLong("\(what) is \(n) bytes once escaped; the limit is \(maxBytes)")

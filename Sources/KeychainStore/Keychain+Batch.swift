@@ -7,12 +7,14 @@ import KeychainModel
 public struct BatchSaveResult: Sendable {
     /// Items added or replaced, as now stored.
     public var saved: [KeychainItem] = []
+    /// New items stored.
     public var added = 0
     /// Existing items overwritten (`updateExisting`), keeping their ids.
     public var replaced = 0
     /// Keys that already existed and were left alone (without `updateExisting`).
     public var skipped: [ItemKey] = []
 
+    /// The counts without the stored items, as an import reports them.
     public var report: ImportReport { ImportReport(added: added, replaced: replaced, skipped: skipped) }
 }
 

@@ -433,6 +433,7 @@ extension Keychain {
 /// The order of find results and listings: generic before internet; then service (server,
 /// port, path), account, protocol, authentication type, security domain, access group.
 public enum ItemOrder {
+    /// True when `a` sorts before `b` in this order.
     public static func precedes(_ a: KeychainItem, _ b: KeychainItem) -> Bool { sortKey(a.key).lexicographicallyPrecedes(sortKey(b.key)) }
 
     /// `items` in this order, each item's sort key made once rather than at every comparison.

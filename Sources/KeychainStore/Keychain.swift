@@ -8,10 +8,12 @@ import Synchronization
 ///
 /// Thread-safe: the keybag sits behind a mutex and GRDB serialises database access, so the
 /// FUSE worker threads and the control socket may share one instance.
-// @unchecked Sendable because the keybag is behind its Mutex and GRDB's queue serialises the
-// database; the other stored properties are constants.
+/// @unchecked Sendable because the keybag is behind its Mutex and GRDB's queue serialises the
+/// database; the other stored properties are constants.
 public final class Keychain: @unchecked Sendable {
+    /// The database file.
     public let path: String
+    /// True when the store was created with a passphrase, so unlocking needs one.
     public let hasPassphrase: Bool
     let storeID: [UInt8]
     let database: StoreDatabase
@@ -133,7 +135,9 @@ public final class Keychain: @unchecked Sendable {
 
     // MARK: lock state
 
+    /// Before first unlock, unlocked or locked: which class keys are held now.
     public var state: LockState { keybag.withLock { $0.state } }
+    /// False when the device key file is missing: this-device-only items cannot be opened.
     public var deviceKeyPresent: Bool { keybag.withLock { $0.deviceKeyPresent } }
     /// The newest generation of class keys: new items are sealed under it.
     public var keyGeneration: Int64 { keybag.withLock { $0.generation } }

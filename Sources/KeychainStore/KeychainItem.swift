@@ -5,12 +5,16 @@ import KeychainModel
 /// sealed blobs: `Keychain.complete(_:)` reads them again from the row.
 public struct KeychainItem: Sendable, Hashable {
     package let sealed: SealedItem
+    /// The decrypted key and attributes.
     public let record: ItemRecord
     /// Bytes of the sealed secret, which a summary still knows.
     package let sealedSecretCount: Int
     package let isSummary: Bool
+    /// The row id, stable for the item's life; export pages go by it.
     public var id: Int64 { sealed.id }
+    /// The item's primary key.
     public var key: ItemKey { record.key }
+    /// The item's class.
     public var accessible: AccessibilityClass { record.attributes.accessible }
 
     init(sealed: SealedItem, record: ItemRecord) {

@@ -8,33 +8,48 @@ import KeychainModel
 ///     try github.set(SecureBytes(copying: Array("s3cret".utf8)), for: "alice")
 ///     let secret = try github.get(for: "alice")
 public struct GenericPasswordQuery: Sendable {
+    /// The store the items are in.
     public let keychain: Keychain
+    /// The service every item of this query has.
     public let service: String
+    /// The access group; empty for the default group.
     public let accessGroup: String
 
+    /// The passwords of `service` in `keychain`; nothing is read until asked.
     public init(_ keychain: Keychain, service: String, accessGroup: String = "") {
         self.keychain = keychain; self.service = service; self.accessGroup = accessGroup
     }
 
+    /// The key of `account`'s item; throws when the account is too long for a tree name.
     public func key(_ account: String) throws -> ItemKey {
         do { return .generic(try GenericPasswordKey(service: service, account: account, accessGroup: accessGroup)) }
         catch { throw KeychainError(error) }
     }
 
+    /// Every item of this service and access group.
     public var query: ItemQuery { ItemQuery(kind: .generic, accessGroup: accessGroup, service: service) }
 }
 
 /// Internet passwords of one server, port, path, protocol, authentication type and domain.
 public struct InternetPasswordQuery: Sendable {
+    /// The store the items are in.
     public let keychain: Keychain
+    /// Host name or address.
     public let server: String
+    /// The port; 0 is the protocol's well-known port.
     public let port: UInt16
+    /// URL path; empty for none.
     public let path: String
+    /// The protocol of every item of this query.
     public let `protocol`: InternetProtocol
+    /// The authentication type of every item of this query.
     public let authenticationType: AuthenticationType
+    /// Realm or domain; empty for none.
     public let securityDomain: String
+    /// The access group; empty for the default group.
     public let accessGroup: String
 
+    /// The passwords of one server and so on in `keychain`; nothing is read until asked.
     public init(_ keychain: Keychain, server: String, port: UInt16 = 0, path: String = "",
                 protocol proto: InternetProtocol = .https, authenticationType: AuthenticationType = .default,
                 securityDomain: String = "", accessGroup: String = "") {
@@ -42,6 +57,7 @@ public struct InternetPasswordQuery: Sendable {
         self.authenticationType = authenticationType; self.securityDomain = securityDomain; self.accessGroup = accessGroup
     }
 
+    /// The key of `account`'s item; throws when a part is too long for a tree name.
     public func key(_ account: String) throws -> ItemKey {
         do {
             return .internet(try InternetPasswordKey(server: server, port: port, path: path, protocol: self.protocol,
@@ -51,6 +67,7 @@ public struct InternetPasswordQuery: Sendable {
         } catch { throw KeychainError(error) }
     }
 
+    /// Every item of this server, port, path, protocol, authentication type, domain and group.
     public var query: ItemQuery {
         ItemQuery(kind: .internet, accessGroup: accessGroup, server: server, port: port, path: path,
                   protocol: self.protocol, authenticationType: authenticationType, securityDomain: securityDomain)
@@ -73,6 +90,7 @@ extension PasswordQuery {
         try keychain.save(key(account), secret: secret, changes: attributes, updateExisting: true)
     }
 
+    /// `set` for a secret in a `String`, for callers that have it so already; prefer `SecureBytes`.
     public func set(_ secret: String, for account: String, attributes: AttributeChanges = AttributeChanges()) throws {
         try set(SecureBytes(copying: Array(secret.utf8)), for: account, attributes: attributes)
     }

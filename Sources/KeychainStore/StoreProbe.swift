@@ -6,12 +6,12 @@ import KeychainModel
 /// files: no migration, no checkpoint, no reserve file, no counter or file-state record.
 /// `Keychain(openingAt:)` does all of those, so these commands use this instead. The caller
 /// holds the store's shared lease, so no daemon writes meanwhile.
-public struct StoreProbe: Sendable {
-    public let path: String
-    public let hasPassphrase: Bool
+package struct StoreProbe: Sendable {
+    package let path: String
+    package let hasPassphrase: Bool
 
     /// Reads the store at `path`: `noSuchStore`, `notAKeychain` or `io` when it cannot be read.
-    public init(readingAt path: String) throws {
+    package init(readingAt path: String) throws {
         self.path = path
         guard access(path, F_OK) == 0 else { throw KeychainError.noSuchStore(path) }
         var db: OpaquePointer?
