@@ -578,10 +578,14 @@ class Coherence(RuleBasedStateMachine):
                 expect(k.revoked and e.errno == errno.ENOKEY, f"kept {k.key}: {e!r}")
             fst = os.fstat(k.fd)
             if current is not None:
-                want = (len(current.secret), 1)
+                wants = {(len(current.secret), 1)}
             else:
-                want = (0 if k.revoked else len(k.snapshot), 0)
-            expect((fst.st_size, fst.st_nlink) == want, f"kept {k.key}: fstat size, nlink {(fst.st_size, fst.st_nlink)}, want {want}")
+                # The kernel keeps one size per inode: with several descriptors open on an item
+                # that is gone, each holding its own copy, fstat shows one of those copies (README,
+                # The tree). The seed that found it: 457122346 at 50,000 steps.
+                wants = {(0 if o.revoked else len(o.snapshot), 0) for o in self.kept if o.ident == k.ident}
+            expect((fst.st_size, fst.st_nlink) in wants,
+                   f"kept {k.key}: fstat size, nlink {(fst.st_size, fst.st_nlink)}, want one of {sorted(wants)}")
         for key in self.touched:
             r = self.cli("find", key, "-w")
             item = self.items.get(key)
