@@ -4,27 +4,7 @@
 # secret-tool and python secretstorage), and is neither replaced, changed nor deleted by one.
 # The bus thread serves every client, so there is no prompt here: refused at once, logged.
 # Runs on a private session bus, as test_secret_service.sh does.
-if [ -z "${KCFS_PRIVATE_BUS:-}" ]; then
-    conf=$(mktemp "${TMPDIR:-/tmp}/kcfs-bus.XXXXXX") || exit 2
-    cat >"$conf" <<'XML'
-<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:tmpdir=/tmp</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-XML
-    KCFS_PRIVATE_BUS=1 dbus-run-session --config-file="$conf" -- sh "$0" "$@"
-    status=$?
-    rm -f "$conf"
-    exit $status
-fi
+. "$(dirname "$0")/private_bus.sh"
 
 . "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3

@@ -3,27 +3,7 @@
 # secret-tool, python secretstorage and keyring, busctl, raw calls through jeepney; every item
 # also read through the tree and the CLI. The bus has no service files, so nothing (such as
 # gnome-keyring) is activated in keychainfs's place.
-if [ -z "${KCFS_PRIVATE_BUS:-}" ]; then
-    conf=$(mktemp "${TMPDIR:-/tmp}/kcfs-bus.XXXXXX") || exit 2
-    cat >"$conf" <<'XML'
-<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:tmpdir=/tmp</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-XML
-    KCFS_PRIVATE_BUS=1 dbus-run-session --config-file="$conf" -- sh "$0" "$@"
-    status=$?
-    rm -f "$conf"
-    exit $status
-fi
+. "$(dirname "$0")/private_bus.sh"
 
 . "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3

@@ -6,8 +6,7 @@
 # that passes on gnome-keyring must pass on keychainfs.
 if [ -z "${KCFS_PRIVATE_BUS:-}" ]; then
     . "$(dirname "$0")/lib.sh"
-    conf="$TEST_ROOT/bus.conf"
-    awk '/^<!DOCTYPE/,/^<\/busconfig>/' "$TESTS_DIR/test_secret_service.sh" >"$conf"
+    conf="$TESTS_DIR/session_bus.conf"
     # secretstorage's own suite, as released: the sdist's tests/ directory (not in Debian's package).
     (cd "$TEST_ROOT" && /usr/bin/python3 -m pip download -q --no-deps --no-binary :all: secretstorage==3.3.3 \
         && tar xzf SecretStorage-3.3.3.tar.gz && mv SecretStorage-3.3.3/tests secretstorage_suite) >"$TEST_ROOT/pip.txt" 2>&1 \
