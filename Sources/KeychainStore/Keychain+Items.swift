@@ -52,7 +52,15 @@ extension Keychain {
     /// Every item whose name is readable now, and the ones that fail their integrity check.
     public func allItems() throws -> (items: [KeychainItem], problems: [IntegrityProblem]) {
         let rows = try read { db in try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items ORDER BY id") }
-        var items: [KeychainItem] = [], problems: [IntegrityProblem] = []
+        let (items, problems, _) = try decodeReadable(rows)
+        return (ItemOrder.sorted(items), problems)
+    }
+
+    /// The rows whose names can be read now, decoded, and the ones that fail their integrity
+    /// check; with the highest id read, damaged rows included.
+    private func decodeReadable(_ rows: [Result<SealedItem, SealedItem.DamagedRow>]) throws
+        -> (items: [KeychainItem], problems: [IntegrityProblem], lastID: Int64?) {
+        var items: [KeychainItem] = [], problems: [IntegrityProblem] = [], last: Int64?
         items.reserveCapacity(rows.count)
         for row in rows {
             let sealed: SealedItem
@@ -60,15 +68,17 @@ extension Keychain {
             case .success(let s): sealed = s
             case .failure(let damaged):
                 problems.append(IntegrityProblem(itemID: damaged.id, reason: damaged.error.description))
+                last = max(last ?? damaged.id, damaged.id)
                 continue
             }
+            last = max(last ?? sealed.id, sealed.id)
             // A class number we do not know is damage, not a lock state: `decode` reports it.
             guard metadataKey(sealed) != nil || AccessibilityClass(code: sealed.classCode) == nil else { continue }
             do { items.append(try decode(sealed)) } catch let e as KeychainError {
                 problems.append(IntegrityProblem(itemID: sealed.id, reason: e.description))
             }
         }
-        return (ItemOrder.sorted(items), problems)
+        return (items, problems, last)
     }
 
     /// `allItems` a page at a time: the rows after `afterID` in id order, at most `limit`, with
@@ -80,22 +90,8 @@ extension Keychain {
             try SealedItem.fetchAll(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE id > ? ORDER BY id LIMIT ?",
                                     arguments: [afterID, max(limit, 1)])
         }
-        var items: [KeychainItem] = [], problems: [IntegrityProblem] = [], last = afterID
-        for row in rows {
-            let sealed: SealedItem
-            switch row {
-            case .success(let s): sealed = s
-            case .failure(let damaged):
-                problems.append(IntegrityProblem(itemID: damaged.id, reason: damaged.error.description))
-                last = max(last, damaged.id)
-                continue
-            }
-            last = max(last, sealed.id)
-            guard metadataKey(sealed) != nil || AccessibilityClass(code: sealed.classCode) == nil else { continue }
-            do { items.append(try decode(sealed)) } catch let e as KeychainError {
-                problems.append(IntegrityProblem(itemID: sealed.id, reason: e.description))
-            }
-        }
+        let (items, problems, lastID) = try decodeReadable(rows)
+        let last = max(lastID ?? afterID, afterID)
         // id is the table's integer primary key, so every row has one and the pages advance.
         return (items, problems, rows.count, rows.count >= max(limit, 1) && last > afterID ? last : nil)
     }

@@ -177,3 +177,18 @@ make_test_users() {
         on_exit "userdel -f $u"
     done
 }
+
+# make_fuse_namespace: a private mount namespace (a sleeping process, $NS) whose /dev/fuse is a
+# 0666 node on a tmpfs at $USERS_ROOT/ns ($NSDIR), so normal users can mount there while the
+# host's /dev/fuse stays 0600. Ended at exit. EXTRA, if given, runs inside it (as sh -c) after
+# the tmpfs is mounted and before the bind (more nodes or files; name them under $USERS_ROOT/ns).
+make_fuse_namespace() {
+    unshare -m --propagation private sleep 100000 &
+    NS=$!
+    on_exit "kill $NS"
+    sleep 0.3
+    NSDIR="$USERS_ROOT/ns"
+    mkdir "$NSDIR"
+    nsenter -t "$NS" -m sh -c "mount -t tmpfs -o mode=755 none '$NSDIR' && mknod -m 666 '$NSDIR/fuse' c 10 229 \
+        ${1:+&& $1} && mount --bind '$NSDIR/fuse' /dev/fuse"
+}

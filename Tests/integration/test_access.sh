@@ -290,24 +290,13 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 for tool in unshare nsenter setpriv useradd userdel; do have "$tool" || finish; done
 U=kcfsaccess1
-USERS_ROOT=$(mktemp -d) || exit 2
-chmod 755 "$USERS_ROOT"
-on_exit "rm -rf '$USERS_ROOT'"
-id -u "$U" >/dev/null 2>&1 && userdel -f "$U" >/dev/null 2>&1
-useradd -m -d "$USERS_ROOT/$U" -s /bin/sh "$U" || { fail "useradd $U"; finish; }
-on_exit "userdel -f $U"
+make_test_users "$U"
 UH="$USERS_ROOT/$U"
 BIN="$USERS_ROOT/keychainfs"
 for b in keychainfs keychainfs-full; do cp "$(dirname "$KEYCHAINFS_BIN")/$b" "$USERS_ROOT/$b" && chmod 755 "$USERS_ROOT/$b"; done
 printf '%s\n' "$PASSPHRASE" >"$USERS_ROOT/pass"
 chown "$U:" "$USERS_ROOT/pass" && chmod 600 "$USERS_ROOT/pass"
-unshare -m --propagation private sleep 100000 &
-NS=$!
-on_exit "kill $NS"
-sleep 0.3
-mkdir "$USERS_ROOT/ns"
-nsenter -t "$NS" -m sh -c "mount -t tmpfs -o mode=755 none '$USERS_ROOT/ns' && mknod -m 666 '$USERS_ROOT/ns/fuse' c 10 229 \
-    && mount --bind '$USERS_ROOT/ns/fuse' /dev/fuse"
+make_fuse_namespace
 as_user() {
     nsenter -t "$NS" -m setpriv --reuid="$U" --regid="$U" --init-groups \
         env -i HOME="$UH" USER="$U" LOGNAME="$U" PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$UH/run" "$@"

@@ -47,14 +47,7 @@ V_PASS='my LOGIN password 42'
 printf '%s\n' "$V_PASS" >"$USERS_ROOT/vpass"
 chown "$VICTIM:" "$USERS_ROOT/vpass" && chmod 600 "$USERS_ROOT/vpass"
 
-unshare -m --propagation private sleep 100000 &
-NS=$!
-on_exit "kill $NS"
-sleep 0.3
-NSDIR="$USERS_ROOT/ns"
-mkdir "$NSDIR"
-nsenter -t "$NS" -m sh -c "mount -t tmpfs -o mode=755 none '$NSDIR' && mknod -m 666 '$NSDIR/fuse' c 10 229 \
-    && mount --bind '$NSDIR/fuse' /dev/fuse"
+make_fuse_namespace
 expect_eq "crw-rw-rw-" "$(nsenter -t "$NS" -m stat -c %A /dev/fuse)" "inside the namespace /dev/fuse is 0666"
 expect_eq "crw-------" "$(stat -c %A /dev/fuse)" "the host's /dev/fuse is unchanged"
 

@@ -266,18 +266,10 @@ U1PASS='kcfs living login 1'
 printf '%s\n' "$U1PASS" >"$USERS_ROOT/u1pass"
 chown "$U1:" "$USERS_ROOT/u1pass" && chmod 600 "$USERS_ROOT/u1pass"
 
-unshare -m --propagation private sleep 100000 &
-NS=$!
-on_exit "kill $NS"
-sleep 0.3
-NSDIR="$USERS_ROOT/ns"
-mkdir "$NSDIR"
-# A tmpfs seen only in the namespace holds the device nodes and the fuse.conf variants.
-nsenter -t "$NS" -m sh -c "mount -t tmpfs -o mode=755 none '$NSDIR' \
-    && mknod -m 666 '$NSDIR/fuse' c 10 229 && mknod -m 600 '$NSDIR/fuse-0600' c 10 229 \
-    && mknod -m 666 '$NSDIR/fuse-nodriver' c 10 250 \
-    && printf '#user_allow_other\n' >'$NSDIR/fuse.conf.off' && printf 'user_allow_other\n' >'$NSDIR/fuse.conf.on' \
-    && mount --bind '$NSDIR/fuse' /dev/fuse && mount --bind '$NSDIR/fuse.conf.off' /etc/fuse.conf"
+# The namespace's tmpfs also holds a 0600 node, a node with no driver and the fuse.conf variants.
+make_fuse_namespace "mknod -m 600 '$USERS_ROOT/ns/fuse-0600' c 10 229 && mknod -m 666 '$USERS_ROOT/ns/fuse-nodriver' c 10 250 \
+    && printf '#user_allow_other\\n' >'$USERS_ROOT/ns/fuse.conf.off' && printf 'user_allow_other\\n' >'$USERS_ROOT/ns/fuse.conf.on' \
+    && mount --bind '$USERS_ROOT/ns/fuse.conf.off' /etc/fuse.conf"
 expect_eq "crw-rw-rw-" "$(nsenter -t "$NS" -m stat -c %A /dev/fuse)" "inside the namespace /dev/fuse is 0666"
 expect_eq "crw-------" "$(stat -c %A /dev/fuse)" "the host's /dev/fuse is unchanged"
 
