@@ -57,7 +57,10 @@ package struct BusMessage {
     /// as the message claims.
     package func senderPID() -> pid_t? {
         var creds: OpaquePointer?
-        guard sd_bus_query_sender_creds(raw, UInt64(SD_BUS_CREDS_PID), &creds) >= 0, let creds else { return nil }
+        // SD_BUS_CREDS_PID (1 << 0 in sd-bus.h): an anonymous 64-bit enum that a release build's
+        // importer does not bring in, so its value is written here.
+        let credsPID: UInt64 = 1 << 0
+        guard sd_bus_query_sender_creds(raw, credsPID, &creds) >= 0, let creds else { return nil }
         defer { sd_bus_creds_unref(creds) }
         var pid: pid_t = 0
         return sd_bus_creds_get_pid(creds, &pid) >= 0 ? pid : nil
