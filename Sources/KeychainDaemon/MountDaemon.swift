@@ -109,6 +109,8 @@ package final class MountDaemon: Sendable {
         }
         Self.startIdleLock(owner)
         log.info("serving \(settings.storePath) at \(settings.mountpoint), \(owner.lockState.rawValue)")
+        // Under systemd (Type=notify) the unit turns active only now, once the mount serves.
+        SystemdNotify.send("READY=1\nSTATUS=serving \(settings.storePath) at \(settings.mountpoint)")
         ready(.success(()))
 
         let status = mount.serve()

@@ -59,10 +59,7 @@ struct MountCommand: ParsableCommand {
         }
         var failure: KeychainError?
         let code = MountDaemon(settings: settings, foreground: true).run(passphrase: secret) { result in
-            switch result {
-            case .failure(let e): failure = e
-            case .success: SystemdNotify.send("READY=1\nSTATUS=serving \(settings.storePath) at \(settings.mountpoint)")
-            }
+            if case .failure(let e) = result { failure = e }
         }
         if let failure { throw failure }
         if code != 0 { throw ExitCode(code) }
