@@ -41,6 +41,8 @@ import Synchronization
 package enum AccessOperation: String, Sendable, Hashable, CaseIterable {
     case read
     case write
+    /// Its attributes (label, comment, class, ...): the tree's xattrs, D-Bus Label and Attributes.
+    case attributes
     case delete
     case rename
     case export
@@ -49,6 +51,7 @@ package enum AccessOperation: String, Sendable, Hashable, CaseIterable {
         switch self {
         case .read: "read the secret of"
         case .write: "change the secret of"
+        case .attributes: "change the attributes of"
         case .delete: "delete"
         case .rename: "rename or replace"
         case .export: "export"

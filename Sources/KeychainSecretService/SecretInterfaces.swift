@@ -336,6 +336,9 @@ final class ItemInterface: BusInterface {
         let s = service
         let item = try s.item(at: path)
         guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
+        // Per-program access: changing a guarded item's label or attributes is decided like
+        // changing its secret.
+        try mapped { try s.owner.authorize(accessCaller(value), item, .attributes, prompting: false) }
         switch property {
         case "Label":
             let label = try value.readString()
