@@ -244,26 +244,7 @@ kc unmount "$MP" >/dev/null 2>&1
 rm -f "$KEYCHAINFS_STORE"* && init_store
 ANSWER="$W/answer"
 PROMPTS="$W/prompts"
-cat >"$W/pinentry" <<PIN
-#!/bin/sh
-# Speaks pinentry's Assuan: OK to every setting; CONFIRM answered from $ANSWER.
-echo "OK scripted pinentry"
-while IFS= read -r line; do
-    case "\$line" in
-        SETDESC*) printf '%s\\n' "\$line" >>"$PROMPTS"; echo OK ;;
-        CONFIRM*)
-            echo prompt >>"$PROMPTS"
-            case "\$(cat "$ANSWER")" in
-                ok) echo OK ;;
-                notok) echo "ERR 83886194 Not confirmed <Pinentry>" ;;
-                cancel) echo "ERR 83886179 Operation cancelled <Pinentry>" ;;
-                hang) sleep 30 ;;
-            esac ;;
-        BYE*) echo OK; exit 0 ;;
-        *) echo OK ;;
-    esac
-done
-PIN
+cp "$TESTS_DIR/access_pinentry.sh" "$W/pinentry"
 chmod 755 "$W/pinentry"
 mkdir -p "$XDG_CONFIG_HOME/keychainfs"
 printf '[access]\npinentry = "%s"\nprompt-timeout = 2\n' "$W/pinentry" >"$XDG_CONFIG_HOME/keychainfs/config.toml"
