@@ -381,13 +381,20 @@ package final class AccessControl: Sendable {
         if let entry = processes.withLock({ $0.lookup(tid) }), let check = entry.recheck(), check.tgid == tid {
             return Resolved(entry: entry, tracer: check.tracer)
         }
+        // A leader not seen before (a new process's first open): its status is read once, by
+        // the check after it is identified, not also here.
+        if let leader = PinnedProcess.leader(tid) {
+            let entry = try identify(leader)
+            guard let check = entry.recheck() else { throw .io("process \(tid) exited or exec'd while it was identified") }
+            return Resolved(entry: entry, tracer: check.tracer)
+        }
         let status = ProcStatus(try ProcFile.read("/proc/\(tid)/status"))
         guard let tgid = status.tgid else { throw .io("/proc/\(tid)/status has no Tgid") }
         let threadTracer = (status.tracerPID ?? 0) != 0 ? status.tracerPID : nil
         if let entry = processes.withLock({ $0.lookup(tgid) }), let check = entry.recheck(), check.tgid == tgid {
             return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
         }
-        let entry = try identify(PinnedProcess.forThread(tid))
+        let entry = try identify(PinnedProcess.forThread(tid, tgid: tgid))
         guard let check = entry.recheck() else { throw .io("process \(tgid) exited or exec'd while it was identified") }
         return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
     }
@@ -497,8 +504,14 @@ final class CachedProcess: @unchecked Sendable {
         let n = ProcFile.reread(statFD, into: &buffer)
         guard n > 0, let layout = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pin.pid)/stat is unreadable")) }
         guard layout.isSettled else { _ = fail(.io("")); return nil }
+        // Status once, through the descriptor kept for the checks (tgid, parent, tracer).
+        var statusBuffer = [UInt8](repeating: 0, count: 4096)
+        let statusBytes = ProcFile.reread(statusFD, into: &statusBuffer)
+        guard statusBytes > 0 else { throw fail(.io("/proc/\(pin.pid)/status is unreadable")) }
         let facts: CallerFacts
-        do { facts = try CallerFacts.read(pin, proc: proc) } catch { throw fail(error) }
+        do {
+            facts = try CallerFacts.read(pin, proc: proc, stat: layout, status: ProcStatus(statusBuffer, count: statusBytes))
+        } catch { throw fail(error) }
         // The facts were read after the layout and the executable's stat: if the process
         // exec'd in between they would belong to another image than the one those pin.
         var exeAfter = stat()

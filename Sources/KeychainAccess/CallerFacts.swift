@@ -38,11 +38,10 @@ package struct CallerFacts: Sendable {
 
     /// Reads the facts of a pinned process through its `/proc/PID` directory `proc`. Fails
     /// (and the caller is refused) when they cannot be read or the process is gone.
-    static func read(_ process: PinnedProcess, proc: Int32) throws(KeychainError) -> CallerFacts {
+    /// `stat` and `status` are the process's, read by the caller through `proc` just before.
+    static func read(_ process: PinnedProcess, proc: Int32, stat: ProcStat, status: ProcStatus) throws(KeychainError) -> CallerFacts {
         let pid = process.pid
-        let status = ProcStatus(try ProcFile.read(in: proc, "status"))
         guard status.tgid == pid else { throw .io("process \(pid) is not a thread group leader") }
-        guard let stat = ProcStat(try ProcFile.read(in: proc, "stat")) else { throw .io("/proc/\(pid)/stat is unreadable") }
         var link: String
         switch ProcFile.readLinkResult(at: proc, "exe") {
         case .success(let target): link = target
@@ -153,16 +152,23 @@ package struct CallerFacts: Sendable {
     /// checked for a process that shares our root: in a chroot or another mount namespace
     /// the path means something else here.
     private static func pathNamesAnotherFile(_ path: String, than identity: FileIdentity, proc: Int32) -> Bool {
-        var ours = stat(), theirs = stat()
-        guard stat("/", &ours) == 0, fstatat(proc, "root", &theirs, 0) == 0,
-              ours.st_dev == theirs.st_dev, ours.st_ino == theirs.st_ino,
-              (try? ProcFile.readLink("/proc/self/ns/mnt")) == (try? ProcFile.readLink(at: proc, "ns/mnt")) else { return false }
+        var theirs = stat()
+        guard let ours = ownRoot, fstatat(proc, "root", &theirs, 0) == 0,
+              ours.device == theirs.st_dev, ours.inode == theirs.st_ino,
+              let namespace = ownMountNamespace, (try? ProcFile.readLink(at: proc, "ns/mnt")) == namespace else { return false }
         var now = stat()
         guard stat(path, &now) == 0 else { return true }
         return UInt64(now.st_dev) != identity.device || UInt64(now.st_ino) != identity.inode
             || UInt64(now.st_size) != identity.size || Int64(now.st_mtim.tv_sec) != identity.modifiedSeconds
             || UInt32(now.st_mtim.tv_nsec) != identity.modifiedNanoseconds
     }
+
+    /// The daemon's own root and mount namespace, read once: it changes neither.
+    private static let ownRoot: (device: dev_t, inode: ino_t)? = {
+        var st = stat()
+        return stat("/", &st) == 0 ? (st.st_dev, st.st_ino) : nil
+    }()
+    private static let ownMountNamespace: String? = try? ProcFile.readLink("/proc/self/ns/mnt")
 
     private static func describeParent(_ ppid: pid_t) -> String {
         guard ppid > 0 else { return "none" }
