@@ -4,6 +4,11 @@ import KeychainModel
 
 /// Who a pinned process is, read once from `/proc` when it is first seen (and again after it
 /// execs): its executable and that file's identity, its command line, what it started with.
+/// In two parts: what every decision needs (`read`: the executable, its state, the loader
+/// variables), read for every new process; and what only a script or Flatpak rule, a prompt
+/// or the log needs (`withDetails`: command line, working directory, parent, Flatpak app),
+/// read when first needed. Every caller of a guarded item is a new process most of the time
+/// (`head`, `cat`), so this is the cost of a guarded read.
 package struct CallerFacts: Sendable {
     package var pid: pid_t
     package var parentPID: pid_t
@@ -39,7 +44,9 @@ package struct CallerFacts: Sendable {
     /// Reads the facts of a pinned process through its `/proc/PID` directory `proc`. Fails
     /// (and the caller is refused) when they cannot be read or the process is gone.
     /// `stat` and `status` are the process's, read by the caller through `proc` just before.
-    static func read(_ process: PinnedProcess, proc: Int32, stat: ProcStat, status: ProcStatus) throws(KeychainError) -> CallerFacts {
+    /// `exe` is the stat of its `/proc/PID/exe`, taken by the caller.
+    static func read(_ process: PinnedProcess, proc: Int32, stat: ProcStat, status: ProcStatus,
+                     exe: stat) throws(KeychainError) -> CallerFacts {
         let pid = process.pid
         guard status.tgid == pid else { throw .io("process \(pid) is not a thread group leader") }
         var link: String
@@ -54,20 +61,16 @@ package struct CallerFacts: Sendable {
         }
         let deleted = link.hasSuffix(" (deleted)")
         if deleted { link.removeLast(" (deleted)".count) }
-        let exe = openat(proc, "exe", O_RDONLY | O_CLOEXEC)
-        guard exe >= 0 else { throw .io("/proc/\(pid)/exe: \(String(cString: strerror(errno)))") }
-        defer { close(exe) }
-        let identity = try FileIdentity.of(descriptor: exe, shownAs: link)
-        // A command line longer than we read is cut, its last word perhaps mid-path: it is
-        // shown with a mark and no script is recognised in it.
-        let cmdlineLimit = 1 << 16
-        let cmdline = try ProcFile.read(in: proc, "cmdline", limit: cmdlineLimit + 1)
-        let truncated = cmdline.count > cmdlineLimit
-        var argv = cmdline.prefix(cmdlineLimit).split(separator: 0, omittingEmptySubsequences: false)
-            .map { String(decoding: $0, as: UTF8.self) }
-        if truncated { argv[argv.count - 1] = "…" } else if argv.last == "" { argv.removeLast() }
-        let commandLine = argv
-        let cwd = (try? ProcFile.readLink(at: proc, "cwd")) ?? "?"
+        // A binary already hashed is known by its stat (`DigestCache`): no need to open it.
+        let identity: FileIdentity
+        if let known = FileIdentity.cached(exe) {
+            identity = known
+        } else {
+            let exeFD = openat(proc, "exe", O_RDONLY | O_CLOEXEC)
+            guard exeFD >= 0 else { throw .io("/proc/\(pid)/exe: \(String(cString: strerror(errno)))") }
+            defer { close(exeFD) }
+            identity = try FileIdentity.of(descriptor: exeFD, shownAs: link)
+        }
         // The whole environment or nothing: a loader variable past a limit would go unseen.
         let environLimit = 16 << 20
         let environBytes = try ProcFile.read(in: proc, "environ", limit: environLimit + 1)
@@ -87,15 +90,35 @@ package struct CallerFacts: Sendable {
         }
         let facts = CallerFacts(
             pid: pid, parentPID: status.parentPID ?? 0,
-            parent: Self.describeParent(status.parentPID ?? 0), startTime: stat.startTime,
+            parent: "?", startTime: stat.startTime,
             executablePath: link, executable: identity, executableDeleted: deleted,
             executableReplaced: !deleted && Self.pathNamesAnotherFile(link, than: identity, proc: proc),
-            commandLine: commandLine, workingDirectory: cwd,
+            commandLine: [], workingDirectory: "?",
             terminal: Self.terminalName(stat.terminal), loaderVariables: loader, terminalType: term,
-            scriptPath: truncated ? nil : Self.scriptArgument(commandLine, cwd: cwd, interpreter: link),
-            flatpakAppID: Self.flatpakAppID(proc: proc))
+            scriptPath: nil, flatpakAppID: nil)
         // Everything above counts only if it was read of the process the pidfd pins.
         guard process.isAlive else { throw .io("process \(pid) exited while it was identified") }
+        return facts
+    }
+
+    /// These facts with the rest read through `/proc/PID` (`proc`): command line, working
+    /// directory, parent, script and Flatpak app. The caller checks afterwards that the
+    /// process still runs the same image.
+    func withDetails(proc: Int32) -> CallerFacts {
+        var facts = self
+        // A command line longer than we read is cut, its last word perhaps mid-path: it is
+        // shown with a mark and no script is recognised in it.
+        let cmdlineLimit = 1 << 16
+        let cmdline = (try? ProcFile.read(in: proc, "cmdline", limit: cmdlineLimit + 1)) ?? []
+        let truncated = cmdline.count > cmdlineLimit
+        var argv = cmdline.prefix(cmdlineLimit).split(separator: 0, omittingEmptySubsequences: false)
+            .map { String(decoding: $0, as: UTF8.self) }
+        if truncated { argv[argv.count - 1] = "…" } else if argv.last == "" { argv.removeLast() }
+        facts.commandLine = argv
+        facts.workingDirectory = (try? ProcFile.readLink(at: proc, "cwd")) ?? "?"
+        facts.parent = Self.describeParent(parentPID)
+        facts.scriptPath = truncated ? nil : Self.scriptArgument(argv, cwd: facts.workingDirectory, interpreter: executablePath)
+        facts.flatpakAppID = Self.flatpakAppID(proc: proc)
         return facts
     }
 
