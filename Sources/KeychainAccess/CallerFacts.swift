@@ -75,19 +75,7 @@ package struct CallerFacts: Sendable {
         let environLimit = 16 << 20
         let environBytes = try ProcFile.read(in: proc, "environ", limit: environLimit + 1)
         guard environBytes.count <= environLimit else { throw .io("process \(pid) has an environment too large to check") }
-        let environ = environBytes.split(separator: 0)
-        var loader: [String] = []
-        var term: String?
-        for entry in environ {
-            // Only LD_* and TERM are looked at: the rest is not decoded (an environment has
-            // dozens of entries, and every new process is identified).
-            guard let first = entry.first, first == UInt8(ascii: "L") || first == UInt8(ascii: "T") else { continue }
-            let text = String(decoding: entry, as: UTF8.self)
-            guard let eq = text.firstIndex(of: "=") else { continue }
-            let name = String(text[..<eq])
-            if Self.loaderVariableNames.contains(name), text.index(after: eq) != text.endIndex { loader.append(text) }
-            if name == "TERM" { term = String(text[text.index(after: eq)...]) }
-        }
+        let (loader, term) = Self.scanEnvironment(environBytes)
         let facts = CallerFacts(
             pid: pid, parentPID: status.parentPID ?? 0,
             parent: "?", startTime: stat.startTime,
@@ -175,16 +163,51 @@ package struct CallerFacts: Sendable {
     /// checked for a process that shares our root: in a chroot or another mount namespace
     /// the path means something else here.
     private static func pathNamesAnotherFile(_ path: String, than identity: FileIdentity, proc: Int32) -> Bool {
+        // Here the path names the running file (the common case): not replaced, wherever the
+        // process lives. Only when it does not is it asked whether the path means the same here.
+        var now = stat()
+        if stat(path, &now) == 0, UInt64(now.st_dev) == identity.device, UInt64(now.st_ino) == identity.inode,
+           UInt64(now.st_size) == identity.size, Int64(now.st_mtim.tv_sec) == identity.modifiedSeconds,
+           UInt32(now.st_mtim.tv_nsec) == identity.modifiedNanoseconds { return false }
         var theirs = stat()
         guard let ours = ownRoot, fstatat(proc, "root", &theirs, 0) == 0,
               ours.device == theirs.st_dev, ours.inode == theirs.st_ino,
               let namespace = ownMountNamespace, (try? ProcFile.readLink(at: proc, "ns/mnt")) == namespace else { return false }
-        var now = stat()
-        guard stat(path, &now) == 0 else { return true }
-        return UInt64(now.st_dev) != identity.device || UInt64(now.st_ino) != identity.inode
-            || UInt64(now.st_size) != identity.size || Int64(now.st_mtim.tv_sec) != identity.modifiedSeconds
-            || UInt32(now.st_mtim.tv_nsec) != identity.modifiedNanoseconds
+        return true
     }
+
+    /// The loader variables set (non-empty) and `TERM`, from `/proc/PID/environ`'s bytes. Only
+    /// entries that start with one of those names are decoded: an environment has dozens of
+    /// entries, and every new process is identified.
+    static func scanEnvironment(_ bytes: [UInt8]) -> (loader: [String], term: String?) {
+        var loader: [String] = []
+        var term: String?
+        bytes.withUnsafeBufferPointer { b in
+            var start = 0
+            while start < b.count {
+                var end = start
+                while end < b.count && b[end] != 0 { end += 1 }
+                let entry = UnsafeBufferPointer(rebasing: b[start..<end])
+                if let first = entry.first, first == UInt8(ascii: "L") || first == UInt8(ascii: "T") {
+                    for name in environmentNames {
+                        let n = name.count
+                        guard entry.count >= n, memcmp(entry.baseAddress!, name, n) == 0 else { continue }
+                        let value = UnsafeBufferPointer(rebasing: entry[n...])
+                        if name == termName {
+                            term = String(decoding: value, as: UTF8.self)
+                        } else if !value.isEmpty {
+                            loader.append(String(decoding: entry, as: UTF8.self))
+                        }
+                    }
+                }
+                start = end + 1
+            }
+        }
+        return (loader, term)
+    }
+
+    private static let termName = Array("TERM=".utf8)
+    private static let environmentNames = loaderVariableNames.map { Array(($0 + "=").utf8) } + [termName]
 
     /// The daemon's own root and mount namespace, read once: it changes neither.
     private static let ownRoot: (device: dev_t, inode: ino_t)? = {
