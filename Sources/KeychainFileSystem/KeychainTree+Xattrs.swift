@@ -175,7 +175,8 @@ extension KeychainTree {
         }
         let short = try attributeName(name)
         if let directory = try directory(at: location) {
-            guard short == Self.accessName else { throw .notPermitted }
+            // Other names on a directory: ENODATA, as before directories had one.
+            guard short == Self.accessName else { throw .noData }
             try setDirectoryAccess(directory, value: value, caller: caller)
             return
         }
