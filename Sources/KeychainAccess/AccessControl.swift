@@ -398,9 +398,12 @@ package final class AccessControl: Sendable {
         return try resolveNew(PinnedProcess.forThread(tid, tgid: tgid), threadTracer: threadTracer)
     }
 
-    /// A process not in the table: identified, and its tracer as identifying it read it.
+    /// A process not in the table: identified (outside the table's lock: it may hash a
+    /// binary), and its tracer as identifying it read it.
     private func resolveNew(_ pin: PinnedProcess, threadTracer: pid_t?) throws(KeychainError) -> Resolved {
         let fresh = try CachedProcess.identify(pin)
+        // Two requests of one process may have identified it at once: they share one entry,
+        // so that an Allow once given to either counts for both.
         let entry = processes.withLock { $0.insert(fresh) }
         // Another request identified it at once: that entry's state is checked afresh.
         if entry !== fresh {
