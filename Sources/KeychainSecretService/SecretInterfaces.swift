@@ -231,19 +231,20 @@ final class CollectionInterface: BusInterface {
             let first = try mapped { try SecretItemMapping.key(for: attributes) }
             let keys = [first] + (2...1000).lazy.compactMap { try? SecretItemMapping.disambiguated(first, $0) }
             // Replacing an item is writing it: decided before the change, for the item the
-            // attributes name (per-program access, no prompt on this thread).
-            if replace, let existing = try mapped({ try s.owner.items(matching: .exactly(first)).first }) {
-                try mapped { try s.owner.authorize(accessCaller(m), existing, .write, prompting: false) }
+            // attributes name (per-program access, asked as for SetSecret: `whenDecided`).
+            let replaced = replace ? try mapped({ try s.owner.items(matching: .exactly(first)).first }) : nil
+            try s.whenDecided(m, reply: r, replaced.map { [$0] } ?? [], .write) { r, refusal in
+                if let replaced, let refused = refusal(replaced) { throw refused }
+                let (item, _) = try mapped {
+                    try s.owner.saveFirstFree(keys, secret: plain, label: label ?? "", replaces: { existing, extras in
+                        // Only the same attributes are the same item; `replace` says whether it is overwritten.
+                        replace && SecretItemMapping.attributes(of: existing.key, stored: SecretItemMapping.decode(extras: extras).attributes)
+                            == SecretItemMapping.attributes(of: existing.key, stored: attributes)
+                    }, extras: { old in SecretItemMapping.extras(attributes: attributes, contentType: contentType, keeping: old) })
+                }
+                try r.append(objectPath: s.path(of: item))
+                try r.append(objectPath: "/")
             }
-            let (item, _) = try mapped {
-                try s.owner.saveFirstFree(keys, secret: plain, label: label ?? "", replaces: { existing, extras in
-                    // Only the same attributes are the same item; `replace` says whether it is overwritten.
-                    replace && SecretItemMapping.attributes(of: existing.key, stored: SecretItemMapping.decode(extras: extras).attributes)
-                        == SecretItemMapping.attributes(of: existing.key, stored: attributes)
-                }, extras: { old in SecretItemMapping.extras(attributes: attributes, contentType: contentType, keeping: old) })
-            }
-            try r.append(objectPath: s.path(of: item))
-            try r.append(objectPath: "/")
         default:
             throw BusError("org.freedesktop.DBus.Error.UnknownMethod", member)
         }

@@ -141,9 +141,15 @@ echo cancel >"$W/answer"
 before=$(prompts)
 expect_eq "hunter2" "$(secret-tool lookup service svc username acct 2>&1)" "secret-tool reads again with no prompt"
 expect_eq "$before" "$(prompts)" "no prompt for a listed program"
-echo ok >"$W/answer"
+echo cancel >"$W/answer"
 printf 'set-over-dbus' | secret-tool store --label=x service dbsvc username u >/dev/null 2>&1
-expect_eq "made-over-dbus" "$(head -c 100 "$MNT/dbsvc/u")" "CreateItem replacing a guarded item is refused at once (no prompt for it)"
+expect_eq "made-over-dbus" "$(head -c 100 "$MNT/dbsvc/u")" "Deny: CreateItem does not replace a guarded item"
+echo ok >"$W/answer"
+before=$(prompts)
+printf 'set-over-dbus' | secret-tool store --label=x service dbsvc username u >/dev/null 2>&1
+expect_eq "set-over-dbus" "$(head -c 100 "$MNT/dbsvc/u")" "Allow once: CreateItem replaces it"
+expect_eq "$((before + 1))" "$(prompts)" "after one prompt"
+expect_eq "/usr/bin/head" "$(getfattr --only-values -n user.keychain.access "$MNT/dbsvc/u")" "the replaced item keeps its list"
 expect_exit 0 "the access log" kc access log
 for what in allowed-once always-allowed denied timed-out; do
     expect_contains "$OUT" "$what" "the log shows: $what"
