@@ -3,6 +3,7 @@ import KeychainAccess
 import KeychainFileSystem
 import KeychainStore
 import SDBus
+import Synchronization
 
 /// Per-program access for D-Bus callers, with the same prompt as the tree's and the control
 /// socket's. The bus has one thread for every client, so a call that names a guarded item,
@@ -36,7 +37,11 @@ extension SecretService {
             return refused
         }
         let guarded = items.contains { !($0.record.attributes.values.access?.isAnyProgram ?? true) }
-        guard guarded, owner.access.settings.prompt != nil else {
+        // Each waiting decision holds a thread: past a bound (clients calling faster than the
+        // user answers), the rest are decided at once, with no prompt.
+        guard guarded, owner.access.settings.prompt != nil,
+              Self.waitingDecisions.add(1, ordering: .relaxed).newValue <= Self.maxWaitingDecisions else {
+            if guarded, owner.access.settings.prompt != nil { Self.waitingDecisions.subtract(1, ordering: .relaxed) }
             let refused = decide(items, prompting: false)
             try answer(r) { refused[$0.id] }
             return
@@ -47,12 +52,19 @@ extension SecretService {
         let onBusThread = BusThreadOnly(answer)
         let thread = Thread {
             let refused = decide(items, prompting: true)
+            Self.waitingDecisions.subtract(1, ordering: .relaxed)
             bus.answer(pending) { reply in try onBusThread.body(reply) { refused[$0.id] } }
         }
         thread.name = "secret-service-access"
         thread.start()
         throw BusReplyDeferred()
     }
+}
+
+extension SecretService {
+    /// Calls waiting for an access decision on threads of their own (`whenDecided`).
+    static let waitingDecisions = Atomic<Int>(0)
+    static let maxWaitingDecisions = 32
 }
 
 /// A closure of the bus's thread carried through another thread, which never calls it.
