@@ -41,6 +41,8 @@ import Synchronization
 package enum AccessOperation: String, Sendable, Hashable, CaseIterable {
     case read
     case write
+    /// Its attributes (label, comment, class, ...): the tree's xattrs, D-Bus Label and Attributes.
+    case attributes
     case delete
     case rename
     case export
@@ -49,6 +51,7 @@ package enum AccessOperation: String, Sendable, Hashable, CaseIterable {
         switch self {
         case .read: "read the secret of"
         case .write: "change the secret of"
+        case .attributes: "change the attributes of"
         case .delete: "delete"
         case .rename: "rename or replace"
         case .export: "export"
@@ -164,6 +167,8 @@ package final class AccessControl: Sendable {
         do { pin = try PinnedProcess.forSocketPeer(socket) } catch { return .unidentified("the peer: \(error.description)") }
         do throws(KeychainError) {
             let resolved = try resolve(process: pin)
+            // The details too, now: once the client hardens they cannot be read.
+            _ = resolved.entry.facts
             return .peer(IdentifiedPeer(entry: resolved.entry))
         } catch {
             if let entry = processes.withLock({ $0.lookup(pin.pid) }), entry.pin.isAlive { return .peer(IdentifiedPeer(entry: entry)) }
@@ -189,19 +194,22 @@ package final class AccessControl: Sendable {
         } catch {
             return refuse(nil, item, operation, reason: "cannot identify the caller: \(error)", allow: nil)
         }
-        let facts = caller.entry.facts
+        // What every decision needs; the rest (`facts`) only for a refusal, a prompt or a
+        // script or Flatpak rule.
+        let core = caller.entry.core
+        var facts: CallerFacts { caller.entry.facts }
         if let tracer = caller.tracer {
             return refuse(facts, item, operation, reason: "it is being traced by \(Self.describe(tracer))", allow: nil)
         }
-        if !facts.loaderVariables.isEmpty {
-            let names = facts.loaderVariables.map { String($0.prefix(while: { $0 != "=" })) }
+        if !core.loaderVariables.isEmpty {
+            let names = core.loaderVariables.map { String($0.prefix(while: { $0 != "=" })) }
             return refuse(facts, item, operation, reason: "it started with \(names.joined(separator: ", ")) set", allow: nil)
         }
-        if facts.executableDeleted {
-            return refuse(facts, item, operation, reason: "its executable \(facts.executablePath) was deleted since it started", allow: nil)
+        if core.executableDeleted {
+            return refuse(facts, item, operation, reason: "its executable \(core.executablePath) was deleted since it started", allow: nil)
         }
-        if facts.executableReplaced {
-            return refuse(facts, item, operation, reason: "its executable \(facts.executablePath) was replaced since it started", allow: nil)
+        if core.executableReplaced {
+            return refuse(facts, item, operation, reason: "its executable \(core.executablePath) was replaced since it started", allow: nil)
         }
         if matches(caller.entry, list) || hasGrant(caller.entry, item, operation) { return .allowed }
         let reason = notListedReason(facts, list)
@@ -214,15 +222,15 @@ package final class AccessControl: Sendable {
     }
 
     private func matches(_ entry: CachedProcess, _ list: AccessList) -> Bool {
-        let facts = entry.facts
+        let core = entry.core
         for rule in list.rules {
             switch rule.program {
             case .executable:
-                if rule.executable == facts.executable { return true }
+                if rule.executable == core.executable { return true }
             case .script:
-                if rule.executable == facts.executable, let script = entry.scriptIdentity(), script == rule.script { return true }
+                if rule.executable == core.executable, let script = entry.scriptIdentity(), script == rule.script { return true }
             case .flatpak(let id):
-                if facts.flatpakAppID == id { return true }
+                if entry.facts.flatpakAppID == id { return true }
             }
         }
         return false
@@ -378,15 +386,31 @@ package final class AccessControl: Sendable {
         if let entry = processes.withLock({ $0.lookup(tid) }), let check = entry.recheck(), check.tgid == tid {
             return Resolved(entry: entry, tracer: check.tracer)
         }
+        // A leader not seen before (a new process's first open): its status is read once, by
+        // the check after it is identified, not also here.
+        if let leader = PinnedProcess.leader(tid) { return try resolveNew(leader, threadTracer: nil) }
         let status = ProcStatus(try ProcFile.read("/proc/\(tid)/status"))
         guard let tgid = status.tgid else { throw .io("/proc/\(tid)/status has no Tgid") }
         let threadTracer = (status.tracerPID ?? 0) != 0 ? status.tracerPID : nil
         if let entry = processes.withLock({ $0.lookup(tgid) }), let check = entry.recheck(), check.tgid == tgid {
             return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
         }
-        let entry = try identify(PinnedProcess.forThread(tid))
-        guard let check = entry.recheck() else { throw .io("process \(tgid) exited or exec'd while it was identified") }
-        return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
+        return try resolveNew(PinnedProcess.forThread(tid, tgid: tgid), threadTracer: threadTracer)
+    }
+
+    /// A process not in the table: identified (outside the table's lock: it may hash a
+    /// binary), and its tracer as identifying it read it.
+    private func resolveNew(_ pin: PinnedProcess, threadTracer: pid_t?) throws(KeychainError) -> Resolved {
+        let fresh = try CachedProcess.identify(pin)
+        // Two requests of one process may have identified it at once: they share one entry,
+        // so that an Allow once given to either counts for both.
+        let entry = processes.withLock { $0.insert(fresh) }
+        // Another request identified it at once: that entry's state is checked afresh.
+        if entry !== fresh {
+            guard let check = entry.recheck() else { throw .io("process \(pin.pid) exited or exec'd while it was identified") }
+            return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
+        }
+        return Resolved(entry: entry, tracer: threadTracer ?? fresh.identifiedTracer)
     }
 
     private func resolve(process: PinnedProcess) throws(KeychainError) -> Resolved {
@@ -396,17 +420,7 @@ package final class AccessControl: Sendable {
            let check = entry.recheck(), check.tgid == process.pid {
             return Resolved(entry: entry, tracer: check.tracer)
         }
-        let entry = try identify(process)
-        guard let check = entry.recheck() else { throw .io("process \(process.pid) exited while it was identified") }
-        return Resolved(entry: entry, tracer: check.tracer)
-    }
-
-    /// Reads a process's facts (outside the table's lock: it may hash a binary) and caches them.
-    private func identify(_ pin: PinnedProcess) throws(KeychainError) -> CachedProcess {
-        let entry = try CachedProcess.identify(pin)
-        // Two requests of one process may have identified it at once: they share one entry,
-        // so that an Allow once given to either counts for both.
-        return processes.withLock { $0.insert(entry) }
+        return try resolveNew(process, threadTracer: nil)
     }
 }
 
@@ -426,7 +440,7 @@ package enum AccessCaller: Sendable {
 package struct IdentifiedPeer: Sendable {
     let entry: CachedProcess
     package var pid: pid_t { entry.pin.pid }
-    package var executablePath: String { entry.facts.executablePath }
+    package var executablePath: String { entry.core.executablePath }
 }
 
 /// An Allow once: this item, this operation, for the life of the process that holds it.
@@ -443,7 +457,12 @@ struct Grant: Hashable {
 // `script` are changed only under AccessControl's `processes` lock (or its own).
 final class CachedProcess: @unchecked Sendable {
     let pin: PinnedProcess
-    let facts: CallerFacts
+    /// What every decision needs, read when the process is identified.
+    let core: CallerFacts
+    /// `core` with the details (`CallerFacts.withDetails`), read when first asked for.
+    private let details = Mutex<CallerFacts?>(nil)
+    /// The tracer as the identification read it (the status is read once for both).
+    let identifiedTracer: pid_t?
     /// `/proc/PID/exe`, stat'ed on every check (by path: the pidfd vouches for the pid).
     private let exePath: String
     private let statFD: Int32
@@ -494,8 +513,16 @@ final class CachedProcess: @unchecked Sendable {
         let n = ProcFile.reread(statFD, into: &buffer)
         guard n > 0, let layout = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pin.pid)/stat is unreadable")) }
         guard layout.isSettled else { _ = fail(.io("")); return nil }
+        // Status once, through the descriptor kept for the checks (tgid, parent, tracer).
+        var statusBuffer = [UInt8](repeating: 0, count: 4096)
+        let statusBytes = ProcFile.reread(statusFD, into: &statusBuffer)
+        guard statusBytes > 0 else { throw fail(.io("/proc/\(pin.pid)/status is unreadable")) }
+        let status = ProcStatus(statusBuffer, count: statusBytes)
+        guard let tracer = status.tracerPID else { throw fail(.io("/proc/\(pin.pid)/status has no TracerPid")) }
         let facts: CallerFacts
-        do { facts = try CallerFacts.read(pin, proc: proc) } catch { throw fail(error) }
+        do {
+            facts = try CallerFacts.read(pin, proc: proc, stat: layout, status: status, exe: exe)
+        } catch { throw fail(error) }
         // The facts were read after the layout and the executable's stat: if the process
         // exec'd in between they would belong to another image than the one those pin.
         var exeAfter = stat()
@@ -510,7 +537,22 @@ final class CachedProcess: @unchecked Sendable {
         self.statusFD = statusFD
         self.layout = layout
         self.exeKey = FileStatKey(exe)
-        self.facts = facts
+        self.core = facts
+        self.identifiedTracer = tracer == 0 ? nil : tracer
+    }
+
+    /// All the facts: `core` and the details, read once. Read while the process still runs
+    /// the image identified; if it does not, the details stay unknown ("?"), and a rule that
+    /// needs them (Flatpak) does not match.
+    var facts: CallerFacts {
+        if let known = details.withLock({ $0 }) { return known }
+        let proc = open("/proc/\(pin.pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard proc >= 0 else { return core }
+        defer { close(proc) }
+        let full = core.withDetails(proc: proc)
+        guard pin.isAlive, recheckLayout(statFD, layout) else { return core }
+        details.withLock { $0 = full }
+        return full
     }
 
     deinit {
@@ -524,7 +566,7 @@ final class CachedProcess: @unchecked Sendable {
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()
         guard stat(exePath, &exe) == 0, FileStatKey(exe) == exeKey,
-              exe.st_nlink > 0 || facts.executableDeleted else { return nil }
+              exe.st_nlink > 0 || core.executableDeleted else { return nil }
         // TracerPid is near the top; the rest of the file need not be copied out.
         var buffer = [UInt8](repeating: 0, count: 512)
         let n = ProcFile.reread(statusFD, into: &buffer)
@@ -577,7 +619,7 @@ struct ProcessTable {
     /// process (identified by a concurrent request).
     mutating func insert(_ entry: CachedProcess) -> CachedProcess {
         clock += 1
-        if let existing = entries[entry.pin.pid], existing.facts.startTime == entry.facts.startTime,
+        if let existing = entries[entry.pin.pid], existing.core.startTime == entry.core.startTime,
            existing.layout == entry.layout, existing.exeKey == entry.exeKey, existing.pin.isAlive {
             existing.lastUse = clock
             return existing

@@ -4,6 +4,11 @@ import KeychainModel
 
 /// Who a pinned process is, read once from `/proc` when it is first seen (and again after it
 /// execs): its executable and that file's identity, its command line, what it started with.
+/// In two parts: what every decision needs (`read`: the executable, its state, the loader
+/// variables), read for every new process; and what only a script or Flatpak rule, a prompt
+/// or the log needs (`withDetails`: command line, working directory, parent, Flatpak app),
+/// read when first needed. Every caller of a guarded item is a new process most of the time
+/// (`head`, `cat`), so this is the cost of a guarded read.
 package struct CallerFacts: Sendable {
     package var pid: pid_t
     package var parentPID: pid_t
@@ -38,11 +43,12 @@ package struct CallerFacts: Sendable {
 
     /// Reads the facts of a pinned process through its `/proc/PID` directory `proc`. Fails
     /// (and the caller is refused) when they cannot be read or the process is gone.
-    static func read(_ process: PinnedProcess, proc: Int32) throws(KeychainError) -> CallerFacts {
+    /// `stat` and `status` are the process's, read by the caller through `proc` just before.
+    /// `exe` is the stat of its `/proc/PID/exe`, taken by the caller.
+    static func read(_ process: PinnedProcess, proc: Int32, stat: ProcStat, status: ProcStatus,
+                     exe: stat) throws(KeychainError) -> CallerFacts {
         let pid = process.pid
-        let status = ProcStatus(try ProcFile.read(in: proc, "status"))
         guard status.tgid == pid else { throw .io("process \(pid) is not a thread group leader") }
-        guard let stat = ProcStat(try ProcFile.read(in: proc, "stat")) else { throw .io("/proc/\(pid)/stat is unreadable") }
         var link: String
         switch ProcFile.readLinkResult(at: proc, "exe") {
         case .success(let target): link = target
@@ -55,48 +61,52 @@ package struct CallerFacts: Sendable {
         }
         let deleted = link.hasSuffix(" (deleted)")
         if deleted { link.removeLast(" (deleted)".count) }
-        let exe = openat(proc, "exe", O_RDONLY | O_CLOEXEC)
-        guard exe >= 0 else { throw .io("/proc/\(pid)/exe: \(String(cString: strerror(errno)))") }
-        defer { close(exe) }
-        let identity = try FileIdentity.of(descriptor: exe, shownAs: link)
-        // A command line longer than we read is cut, its last word perhaps mid-path: it is
-        // shown with a mark and no script is recognised in it.
-        let cmdlineLimit = 1 << 16
-        let cmdline = try ProcFile.read(in: proc, "cmdline", limit: cmdlineLimit + 1)
-        let truncated = cmdline.count > cmdlineLimit
-        var argv = cmdline.prefix(cmdlineLimit).split(separator: 0, omittingEmptySubsequences: false)
-            .map { String(decoding: $0, as: UTF8.self) }
-        if truncated { argv[argv.count - 1] = "…" } else if argv.last == "" { argv.removeLast() }
-        let commandLine = argv
-        let cwd = (try? ProcFile.readLink(at: proc, "cwd")) ?? "?"
+        // A binary already hashed is known by its stat (`DigestCache`): no need to open it.
+        let identity: FileIdentity
+        if let known = FileIdentity.cached(exe) {
+            identity = known
+        } else {
+            let exeFD = openat(proc, "exe", O_RDONLY | O_CLOEXEC)
+            guard exeFD >= 0 else { throw .io("/proc/\(pid)/exe: \(String(cString: strerror(errno)))") }
+            defer { close(exeFD) }
+            identity = try FileIdentity.of(descriptor: exeFD, shownAs: link)
+        }
         // The whole environment or nothing: a loader variable past a limit would go unseen.
         let environLimit = 16 << 20
         let environBytes = try ProcFile.read(in: proc, "environ", limit: environLimit + 1)
         guard environBytes.count <= environLimit else { throw .io("process \(pid) has an environment too large to check") }
-        let environ = environBytes.split(separator: 0)
-        var loader: [String] = []
-        var term: String?
-        for entry in environ {
-            // Only LD_* and TERM are looked at: the rest is not decoded (an environment has
-            // dozens of entries, and every new process is identified).
-            guard let first = entry.first, first == UInt8(ascii: "L") || first == UInt8(ascii: "T") else { continue }
-            let text = String(decoding: entry, as: UTF8.self)
-            guard let eq = text.firstIndex(of: "=") else { continue }
-            let name = String(text[..<eq])
-            if Self.loaderVariableNames.contains(name), text.index(after: eq) != text.endIndex { loader.append(text) }
-            if name == "TERM" { term = String(text[text.index(after: eq)...]) }
-        }
+        let (loader, term) = Self.scanEnvironment(environBytes)
         let facts = CallerFacts(
             pid: pid, parentPID: status.parentPID ?? 0,
-            parent: Self.describeParent(status.parentPID ?? 0), startTime: stat.startTime,
+            parent: "?", startTime: stat.startTime,
             executablePath: link, executable: identity, executableDeleted: deleted,
             executableReplaced: !deleted && Self.pathNamesAnotherFile(link, than: identity, proc: proc),
-            commandLine: commandLine, workingDirectory: cwd,
+            commandLine: [], workingDirectory: "?",
             terminal: Self.terminalName(stat.terminal), loaderVariables: loader, terminalType: term,
-            scriptPath: truncated ? nil : Self.scriptArgument(commandLine, cwd: cwd, interpreter: link),
-            flatpakAppID: Self.flatpakAppID(proc: proc))
+            scriptPath: nil, flatpakAppID: nil)
         // Everything above counts only if it was read of the process the pidfd pins.
         guard process.isAlive else { throw .io("process \(pid) exited while it was identified") }
+        return facts
+    }
+
+    /// These facts with the rest read through `/proc/PID` (`proc`): command line, working
+    /// directory, parent, script and Flatpak app. The caller checks afterwards that the
+    /// process still runs the same image.
+    func withDetails(proc: Int32) -> CallerFacts {
+        var facts = self
+        // A command line longer than we read is cut, its last word perhaps mid-path: it is
+        // shown with a mark and no script is recognised in it.
+        let cmdlineLimit = 1 << 16
+        let cmdline = (try? ProcFile.read(in: proc, "cmdline", limit: cmdlineLimit + 1)) ?? []
+        let truncated = cmdline.count > cmdlineLimit
+        var argv = cmdline.prefix(cmdlineLimit).split(separator: 0, omittingEmptySubsequences: false)
+            .map { String(decoding: $0, as: UTF8.self) }
+        if truncated { argv[argv.count - 1] = "…" } else if argv.last == "" { argv.removeLast() }
+        facts.commandLine = argv
+        facts.workingDirectory = (try? ProcFile.readLink(at: proc, "cwd")) ?? "?"
+        facts.parent = Self.describeParent(parentPID)
+        facts.scriptPath = truncated ? nil : Self.scriptArgument(argv, cwd: facts.workingDirectory, interpreter: executablePath)
+        facts.flatpakAppID = Self.flatpakAppID(proc: proc)
         return facts
     }
 
@@ -153,16 +163,58 @@ package struct CallerFacts: Sendable {
     /// checked for a process that shares our root: in a chroot or another mount namespace
     /// the path means something else here.
     private static func pathNamesAnotherFile(_ path: String, than identity: FileIdentity, proc: Int32) -> Bool {
-        var ours = stat(), theirs = stat()
-        guard stat("/", &ours) == 0, fstatat(proc, "root", &theirs, 0) == 0,
-              ours.st_dev == theirs.st_dev, ours.st_ino == theirs.st_ino,
-              (try? ProcFile.readLink("/proc/self/ns/mnt")) == (try? ProcFile.readLink(at: proc, "ns/mnt")) else { return false }
+        // Here the path names the running file (the common case): not replaced, wherever the
+        // process lives. Only when it does not is it asked whether the path means the same here.
         var now = stat()
-        guard stat(path, &now) == 0 else { return true }
-        return UInt64(now.st_dev) != identity.device || UInt64(now.st_ino) != identity.inode
-            || UInt64(now.st_size) != identity.size || Int64(now.st_mtim.tv_sec) != identity.modifiedSeconds
-            || UInt32(now.st_mtim.tv_nsec) != identity.modifiedNanoseconds
+        if stat(path, &now) == 0, UInt64(now.st_dev) == identity.device, UInt64(now.st_ino) == identity.inode,
+           UInt64(now.st_size) == identity.size, Int64(now.st_mtim.tv_sec) == identity.modifiedSeconds,
+           UInt32(now.st_mtim.tv_nsec) == identity.modifiedNanoseconds { return false }
+        var theirs = stat()
+        guard let ours = ownRoot, fstatat(proc, "root", &theirs, 0) == 0,
+              ours.device == theirs.st_dev, ours.inode == theirs.st_ino,
+              let namespace = ownMountNamespace, (try? ProcFile.readLink(at: proc, "ns/mnt")) == namespace else { return false }
+        return true
     }
+
+    /// The loader variables set (non-empty) and `TERM`, from `/proc/PID/environ`'s bytes. Only
+    /// entries that start with one of those names are decoded: an environment has dozens of
+    /// entries, and every new process is identified.
+    static func scanEnvironment(_ bytes: [UInt8]) -> (loader: [String], term: String?) {
+        var loader: [String] = []
+        var term: String?
+        bytes.withUnsafeBufferPointer { b in
+            var start = 0
+            while start < b.count {
+                var end = start
+                while end < b.count && b[end] != 0 { end += 1 }
+                let entry = UnsafeBufferPointer(rebasing: b[start..<end])
+                if let first = entry.first, first == UInt8(ascii: "L") || first == UInt8(ascii: "T") {
+                    for name in environmentNames {
+                        let n = name.count
+                        guard entry.count >= n, memcmp(entry.baseAddress!, name, n) == 0 else { continue }
+                        let value = UnsafeBufferPointer(rebasing: entry[n...])
+                        if name == termName {
+                            term = String(decoding: value, as: UTF8.self)
+                        } else if !value.isEmpty {
+                            loader.append(String(decoding: entry, as: UTF8.self))
+                        }
+                    }
+                }
+                start = end + 1
+            }
+        }
+        return (loader, term)
+    }
+
+    private static let termName = Array("TERM=".utf8)
+    private static let environmentNames = loaderVariableNames.map { Array(($0 + "=").utf8) } + [termName]
+
+    /// The daemon's own root and mount namespace, read once: it changes neither.
+    private static let ownRoot: (device: dev_t, inode: ino_t)? = {
+        var st = stat()
+        return stat("/", &st) == 0 ? (st.st_dev, st.st_ino) : nil
+    }()
+    private static let ownMountNamespace: String? = try? ProcFile.readLink("/proc/self/ns/mnt")
 
     private static func describeParent(_ ppid: pid_t) -> String {
         guard ppid > 0 else { return "none" }

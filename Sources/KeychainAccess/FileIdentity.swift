@@ -39,6 +39,13 @@ extension FileIdentity {
         return key.identity(sha256: digest)
     }
 
+    /// The identity of a file already hashed, by its stat now; nil when it was not (or changed).
+    static func cached(_ st: stat) -> FileIdentity? {
+        guard st.st_mode & S_IFMT == S_IFREG else { return nil }
+        let key = FileStatKey(st)
+        return DigestCache.shared.digest(for: key).map { key.identity(sha256: $0) }
+    }
+
     private static func sha256(of fd: Int32, shownAs shown: String) throws(KeychainError) -> [UInt8] {
         guard let context = EVP_MD_CTX_new() else { throw .io("OpenSSL: no digest context") }
         defer { EVP_MD_CTX_free(context) }

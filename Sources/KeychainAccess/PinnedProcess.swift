@@ -34,8 +34,22 @@ package final class PinnedProcess: @unchecked Sendable {
     /// answer goes to no one; the facts cached are those of the process the pidfd pins.
     package static func forThread(_ tid: pid_t) throws(KeychainError) -> PinnedProcess {
         guard tid > 0 else { throw .invalidInput("no such thread \(tid)") }
+        // A thread group leader (most callers: cat, head) is pinned by its own id in one
+        // system call: pidfd_open refuses any other thread (EINVAL), whose Tgid is read then.
+        if let leader = leader(tid) { return leader }
         let status = try ProcFile.read("/proc/\(tid)/status")
         guard let tgid = ProcStatus(status).tgid else { throw .io("/proc/\(tid)/status has no Tgid") }
+        return try forThread(tid, tgid: tgid)
+    }
+
+    /// The process `tid` leads, pinned; nil when `tid` is not a thread group leader.
+    package static func leader(_ tid: pid_t) -> PinnedProcess? {
+        let pidfd = kcfs_pidfd_open(tid)
+        return pidfd >= 0 ? PinnedProcess(pid: tid, threadID: tid, pidfd: pidfd) : nil
+    }
+
+    /// A thread whose process (`tgid`) the caller has read already.
+    static func forThread(_ tid: pid_t, tgid: pid_t) throws(KeychainError) -> PinnedProcess {
         let pidfd = kcfs_pidfd_open(tgid)
         guard pidfd >= 0 else { throw .io("cannot pin process \(tgid): \(String(cString: strerror(errno)))") }
         return PinnedProcess(pid: tgid, threadID: tid, pidfd: pidfd)
@@ -87,16 +101,13 @@ package final class PinnedProcess: @unchecked Sendable {
 enum ProcFile {
     /// The whole file, up to `limit` bytes.
     static func read(_ path: String, limit: Int = 1 << 20) throws(KeychainError) -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { throw .io("\(path): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        return try readAll(fd, path: path, limit: limit)
+        try read(in: AT_FDCWD, path, limit: limit)
     }
 
-    /// The file at `name` under an open `/proc/PID` directory.
+    /// The file at `name` under an open `/proc/PID` directory (or an absolute path).
     static func read(in directory: Int32, _ name: String, limit: Int = 1 << 20) throws(KeychainError) -> [UInt8] {
         let fd = openat(directory, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { throw .io("/proc/PID/\(name): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw .io("\(directory == AT_FDCWD ? name : "/proc/PID/" + name): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         return try readAll(fd, path: name, limit: limit)
     }

@@ -31,8 +31,58 @@ extension KeychainTree {
             var names = Self.itemNames + (item.key.kind == .internet ? Self.internetNames : [])
             names.removeAll { (try? value(of: $0, item)) == nil }
             return names.map { Self.prefix + $0 }
+        case .service(let name), .server(let name):
+            let directory = Self.directoryName(node, name)
+            return ((try? served.directoryAccess(directory)) ?? nil) == nil ? [] : [Self.prefix + Self.accessName]
         default: return []
         }
+    }
+
+    /// A service or server directory, whose `user.keychain.access` is the default list of new
+    /// items below it.
+    private static func directoryName(_ node: Node, _ name: String) -> ServedKeychain.DirectoryName {
+        if case .server = node { return .init(kind: .internet, name: name) }
+        return .init(kind: .generic, name: name)
+    }
+
+    /// The directory at `location`, if it is a service or server directory.
+    private func directory(at location: TreeLocation) throws(FileSystemError) -> ServedKeychain.DirectoryName? {
+        switch location {
+        case .service, .server:
+            let (_, node) = try resolve(location)
+            switch node {
+            case .service(let name), .server(let name): return Self.directoryName(node, name)
+            default: return nil
+            }
+        default: return nil
+        }
+    }
+
+    /// Sets or removes a directory's default list. Changing a default that is set is guarded
+    /// by that list, as an item's list is by itself: otherwise any program could name itself
+    /// the default and so be handed the next secret saved there.
+    private func setDirectoryAccess(_ directory: ServedKeychain.DirectoryName, value: [UInt8]?,
+                                    caller: AccessCaller) throws(FileSystemError) {
+        let current: AccessList?
+        do { current = try served.directoryAccess(directory) } catch { throw .from(error) }
+        if value == nil && current == nil { throw .noData }
+        if let current, !current.isAnyProgram {
+            let target: AccessItem
+            do {
+                target = AccessItem(id: "directory:" + directory.treePath, path: directory.treePath + "/",
+                                    key: .generic(try GenericPasswordKey(service: directory.name, account: "")))
+            } catch { throw .from(error) }
+            switch served.access.decide(caller, item: target, operation: .write, list: current) {
+            case .allowed, .allowedAlways: break
+            case .refused(let why): throw .from(KeychainError.accessDenied(why))
+            }
+        }
+        var list: AccessList?
+        if let value {
+            // Pinned outside every lock: it reads and hashes the programs' files.
+            list = try accessList(from: value, replacing: current)
+        }
+        do { try served.setDirectoryAccess(list, for: directory) } catch { throw .from(error) }
     }
 
     package func attribute(_ path: String, name: String) throws(FileSystemError) -> [UInt8] {
@@ -54,6 +104,12 @@ extension KeychainTree {
         case .item(let item):
             guard let v = try value(of: short, item) else { throw .noData }
             return v
+        case .service(let name), .server(let name):
+            guard short == Self.accessName else { throw .noData }
+            let list: AccessList?
+            do { list = try served.directoryAccess(Self.directoryName(node, name)) } catch { throw .from(error) }
+            guard let list else { throw .noData }
+            return Array(list.text.utf8)
         default: throw .noData
         }
     }
@@ -87,11 +143,14 @@ extension KeychainTree {
     static let untoldCaller = AccessCaller.unidentified("a caller the tree was not told")
     static let accessName = "access"
 
-    /// What setting or removing an attribute does to a guarded item, if it is guarded: the
-    /// list itself is guarded by the list, and the internet names rename the item.
+    /// What setting or removing an attribute does to a guarded item: every change is guarded
+    /// by the item's list (a label or class is the item's too, and a program not on the list
+    /// must not re-seal it under a weaker class or relabel it to mislead); the list itself is
+    /// a write, and the internet names rename the item. Nil for names no item has.
     private static func guardedOperation(_ short: String) -> AccessOperation? {
         if short == accessName { return .write }
-        return internetNames.contains(short) ? .rename : nil
+        if internetNames.contains(short) { return .rename }
+        return itemNames.contains(short) && !readOnly.contains(short) ? .attributes : nil
     }
 
     /// The new access list from the xattr's text (one program a line; empty is any program),
@@ -115,6 +174,12 @@ extension KeychainTree {
             return
         }
         let short = try attributeName(name)
+        if let directory = try directory(at: location) {
+            // Other names on a directory: ENODATA, as before directories had one.
+            guard short == Self.accessName else { throw .noData }
+            try setDirectoryAccess(directory, value: value, caller: caller)
+            return
+        }
         let decided = try Self.guardedOperation(short).flatMap { op throws(FileSystemError) in try authorizeItem(at: location, caller, op) }
         var newList: AccessList?
         if short == Self.accessName {
@@ -178,6 +243,11 @@ extension KeychainTree {
     package func removeAttribute(_ location: TreeLocation, name: String,
                                  caller: AccessCaller = untoldCaller) throws(FileSystemError) {
         let short = try attributeName(name)
+        if let directory = try directory(at: location) {
+            guard short == Self.accessName else { throw .noData }
+            try setDirectoryAccess(directory, value: nil, caller: caller)
+            return
+        }
         let decided = try Self.guardedOperation(short).flatMap { op throws(FileSystemError) in
             try authorizeItem(at: location, caller, op)
         }

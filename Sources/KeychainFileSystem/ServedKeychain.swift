@@ -50,6 +50,10 @@ package final class ServedKeychain: Sendable {
     private let committing = Mutex<Void>(())
     let state: Mutex<State>
     private let observers = Mutex<[any ItemChangeObserver]>([])
+    /// The default access lists of directories read so far (nil: none set), so that a create
+    /// costs no store read for it. A leaf: written only under `committing` (this owner is the
+    /// store's only writer while it serves it), read anywhere.
+    private let directoryAccessDefaults = Mutex<[DirectoryName: AccessList?]>([:])
     /// Run after every lock and after the keys are forgotten: the FUSE binding drops the
     /// kernel's cached pages of the files the lock revoked.
     private let afterLock = Mutex<(@Sendable () -> Void)?>(nil)
@@ -245,6 +249,8 @@ package final class ServedKeychain: Sendable {
             check()
             var record = record
             record.attributes.accessible = try owner.newItemClass(for: record.key, base: record.attributes.accessible)
+            // A list set on the pending file is kept; with none, its directory's default.
+            if record.attributes.values.access == nil { record.attributes.values.access = try owner.newItemAccess(for: record.key) }
             let stored = try keychain.add(record, secret: secret)
             owner.state.withLock { $0.stored(pending: item.id, as: stored) }
             note(.added(stored.key))
@@ -299,6 +305,11 @@ package final class ServedKeychain: Sendable {
         func save(_ key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
                   updateExisting: Bool) throws -> KeychainItem {
             check()
+            var changes = changes
+            // A new item given no list (`-T`/`-A`) takes its directory's default.
+            if changes.values.access == nil, let list = try owner.newItemAccess(for: key), !(try keychain.containsItem(for: key)) {
+                changes.values.access = list
+            }
             let item = try keychain.save(key, secret: secret, changes: changes, extras: extras,
                                          defaultClass: owner.defaultClass, updateExisting: updateExisting)
             owner.state.withLock { $0.saved(item) }
@@ -520,6 +531,49 @@ package final class ServedKeychain: Sendable {
             record.attributes.values.access = try list.adding(rule)
             _ = try c.setAttributes(current, to: record)
         }
+    }
+
+    // MARK: the default access list of a directory
+
+    /// A service directory (generic) or a server directory (internet).
+    package struct DirectoryName: Hashable, Sendable {
+        package var kind: ItemKind
+        package var name: String
+        package init(kind: ItemKind, name: String) { self.kind = kind; self.name = name }
+        /// The directory whose default a new item of `key` takes.
+        package init(of key: ItemKey) {
+            switch key {
+            case .generic(let g): self.init(kind: .generic, name: g.service)
+            case .internet(let i): self.init(kind: .internet, name: i.server)
+            }
+        }
+        /// Its path in the tree, for the prompt and the log.
+        package var treePath: String {
+            kind == .generic ? "/" + TreeName.escape(name) : "/internet/" + TreeName.escape(name)
+        }
+    }
+
+    /// The default access list of a service or server directory, nil when none is set.
+    package func directoryAccess(_ directory: DirectoryName) throws -> AccessList? {
+        if let known = directoryAccessDefaults.withLock({ $0[directory] }) { return known }
+        let list = try keychain.directoryAccess(kind: directory.kind, name: directory.name)
+        directoryAccessDefaults.withLock { $0[directory] = .some(list) }
+        return list
+    }
+
+    /// Sets (nil or empty: removes) a directory's default list, in one commit. It changes no
+    /// item: only items created below it from now on take it.
+    package func setDirectoryAccess(_ list: AccessList?, for directory: DirectoryName) throws {
+        let stored = list.flatMap { $0.isAnyProgram ? nil : $0 }
+        try change(origin: .tree) { _ throws -> Void in
+            defer { directoryAccessDefaults.withLock { $0[directory] = nil } }
+            try keychain.setDirectoryAccess(stored, kind: directory.kind, name: directory.name)
+        }
+    }
+
+    /// The list a new item of `key` takes when it is given none: its directory's default.
+    func newItemAccess(for key: ItemKey) throws -> AccessList? {
+        try directoryAccess(DirectoryName(of: key))
     }
 
     /// The item's path in the tree, for the prompt and the log.

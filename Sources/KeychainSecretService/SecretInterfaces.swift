@@ -142,21 +142,21 @@ final class ServiceInterface: BusInterface {
             let paths = try m.readObjectPaths(limit: s.limits.objectsPerCall)
             let session = try m.readObjectPath()
             let transfer = try s.session(session, client: m.sender).transfer
-            try r.open("a", "{o(oayays)}")
-            let caller = accessCaller(m)
-            for path in paths {
-                let item = try s.item(at: path)
-                // Locked items are left out, as the specification says; so are items whose
-                // access list does not name the caller (per-program access, refused at once:
-                // this thread serves every client and must not wait for a prompt).
-                guard !s.isLocked(item), (try? s.owner.authorize(caller, item, .read, prompting: false)) != nil,
-                      let secret = try? s.owner.secret(of: item) else { continue }
-                try r.open("e", "o(oayays)")
-                try r.append(objectPath: path)
-                try r.appendSecret(session: session, transfer: transfer, secret: secret, contentType: s.contentType(of: item))
+            let items = try paths.map { (path: $0, item: try s.item(at: $0)) }
+            // Locked items are left out, as the specification says; so are items whose
+            // access list does not name the caller and that the user did not allow when asked
+            // (per-program access: `whenDecided`).
+            try s.whenDecided(m, reply: r, items.map(\.item).filter { !s.isLocked($0) }, .read) { r, refusal in
+                try r.open("a", "{o(oayays)}")
+                for (path, item) in items {
+                    guard !s.isLocked(item), refusal(item) == nil, let secret = try? s.owner.secret(of: item) else { continue }
+                    try r.open("e", "o(oayays)")
+                    try r.append(objectPath: path)
+                    try r.appendSecret(session: session, transfer: transfer, secret: secret, contentType: s.contentType(of: item))
+                    try r.close()
+                }
                 try r.close()
             }
-            try r.close()
         case "ReadAlias":
             let alias = try m.readString()
             try r.append(objectPath: s.aliases[alias] != nil ? SecretService.collectionPath : "/")
@@ -231,19 +231,20 @@ final class CollectionInterface: BusInterface {
             let first = try mapped { try SecretItemMapping.key(for: attributes) }
             let keys = [first] + (2...1000).lazy.compactMap { try? SecretItemMapping.disambiguated(first, $0) }
             // Replacing an item is writing it: decided before the change, for the item the
-            // attributes name (per-program access, no prompt on this thread).
-            if replace, let existing = try mapped({ try s.owner.items(matching: .exactly(first)).first }) {
-                try mapped { try s.owner.authorize(accessCaller(m), existing, .write, prompting: false) }
+            // attributes name (per-program access, asked as for SetSecret: `whenDecided`).
+            let replaced = replace ? try mapped({ try s.owner.items(matching: .exactly(first)).first }) : nil
+            try s.whenDecided(m, reply: r, replaced.map { [$0] } ?? [], .write) { r, refusal in
+                if let replaced, let refused = refusal(replaced) { throw refused }
+                let (item, _) = try mapped {
+                    try s.owner.saveFirstFree(keys, secret: plain, label: label ?? "", replaces: { existing, extras in
+                        // Only the same attributes are the same item; `replace` says whether it is overwritten.
+                        replace && SecretItemMapping.attributes(of: existing.key, stored: SecretItemMapping.decode(extras: extras).attributes)
+                            == SecretItemMapping.attributes(of: existing.key, stored: attributes)
+                    }, extras: { old in SecretItemMapping.extras(attributes: attributes, contentType: contentType, keeping: old) })
+                }
+                try r.append(objectPath: s.path(of: item))
+                try r.append(objectPath: "/")
             }
-            let (item, _) = try mapped {
-                try s.owner.saveFirstFree(keys, secret: plain, label: label ?? "", replaces: { existing, extras in
-                    // Only the same attributes are the same item; `replace` says whether it is overwritten.
-                    replace && SecretItemMapping.attributes(of: existing.key, stored: SecretItemMapping.decode(extras: extras).attributes)
-                        == SecretItemMapping.attributes(of: existing.key, stored: attributes)
-                }, extras: { old in SecretItemMapping.extras(attributes: attributes, contentType: contentType, keeping: old) })
-            }
-            try r.append(objectPath: s.path(of: item))
-            try r.append(objectPath: "/")
         default:
             throw BusError("org.freedesktop.DBus.Error.UnknownMethod", member)
         }
@@ -289,29 +290,35 @@ final class ItemInterface: BusInterface {
         let s = service
         let item = try s.item(at: path)
         switch member {
+        // Per-program access: decided (and, when a prompt is configured, asked) before each
+        // of these, the answer sent when the user has answered (`whenAllowed`).
         case "Delete":
-            try mapped { try s.owner.authorize(accessCaller(m), item, .delete, prompting: false) }
-            try mapped { try s.owner.delete(item) }
-            try r.append(objectPath: "/")
+            try s.whenAllowed(m, reply: r, item, .delete) { r in
+                try mapped { try s.owner.delete(item) }
+                try r.append(objectPath: "/")
+            }
         case "GetSecret":
             let session = try m.readObjectPath()
             let transfer = try s.session(session, client: m.sender).transfer
             guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
-            try mapped { try s.owner.authorize(accessCaller(m), item, .read, prompting: false) }
-            let secret = try mapped { try s.owner.secret(of: item) }
-            try r.appendSecret(session: session, transfer: transfer, secret: secret, contentType: s.contentType(of: item))
+            try s.whenAllowed(m, reply: r, item, .read) { r in
+                guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
+                let secret = try mapped { try s.owner.secret(of: item) }
+                try r.appendSecret(session: session, transfer: transfer, secret: secret, contentType: s.contentType(of: item))
+            }
         case "SetSecret":
             let given = try m.readSecretStruct()
             let transfer = try s.session(given.session, client: m.sender).transfer
             let plain = try transfer.decode(parameters: given.parameters, value: given.value)
             guard plain.count <= maxSecretBytes else { throw BusError.limitsExceeded("a secret over \(maxSecretBytes) bytes") }
             guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
-            try mapped { try s.owner.authorize(accessCaller(m), item, .write, prompting: false) }
-            let attributes = s.attributes(of: item)
-            let contentType = given.contentType.isEmpty ? SecretItemMapping.defaultContentType : given.contentType
-            _ = try mapped {
-                try s.owner.replaceSecret(of: item, secret: plain) { old in
-                    SecretItemMapping.extras(attributes: attributes, contentType: contentType, keeping: old)
+            try s.whenAllowed(m, reply: r, item, .write) { _ in
+                let attributes = s.attributes(of: item)
+                let contentType = given.contentType.isEmpty ? SecretItemMapping.defaultContentType : given.contentType
+                _ = try mapped {
+                    try s.owner.replaceSecret(of: item, secret: plain) { old in
+                        SecretItemMapping.extras(attributes: attributes, contentType: contentType, keeping: old)
+                    }
                 }
             }
         default:
@@ -336,6 +343,9 @@ final class ItemInterface: BusInterface {
         let s = service
         let item = try s.item(at: path)
         guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
+        // Per-program access: changing a guarded item's label or attributes is decided like
+        // changing its secret.
+        try mapped { try s.owner.authorize(accessCaller(value), item, .attributes, prompting: false) }
         switch property {
         case "Label":
             let label = try value.readString()

@@ -61,6 +61,8 @@ struct StoreDatabase {
         }
         // The blind index of each Secret Service attribute pair (SecretAttributeIndex.swift).
         m.registerMigration("secret-attributes") { db in try db.execute(sql: Keychain.attributeIndexSchema) }
+        // The default access lists of directories (Keychain+DirectoryAccess.swift).
+        m.registerMigration("directory-access") { db in try db.execute(sql: Keychain.directoryAccessSchema) }
         return m
     }
 

@@ -220,6 +220,14 @@ package final class BusConnection: @unchecked Sendable {
         }
     }
 
+    // MARK: answering later
+
+    /// Answers a call kept by `DeferredReply`, from any thread: `body` appends the results (or
+    /// throws the error to answer with) on the bus's thread.
+    package func answer(_ call: DeferredReply, _ body: @escaping @Sendable (BusMessage) throws -> Void) {
+        post { _ in call.send(body) }
+    }
+
     // MARK: running
 
     /// Runs `work` on the bus's thread, soon.
@@ -318,6 +326,9 @@ private let methodTrampoline: sd_bus_message_handler_t = { m, userdata, ret in
     defer { sd_bus_message_unref(reply) }
     do {
         try box(userdata).call(message.member ?? "", path: message.path ?? "", message: message, reply: BusMessage(reply))
+    } catch is BusReplyDeferred {
+        // The handler kept the call (`DeferredReply`) and answers it later.
+        return 1
     } catch {
         return setError(error, ret)
     }
@@ -366,4 +377,46 @@ private let enumerateTrampoline: sd_bus_node_enumerator_t = { _, prefix, userdat
     list.deallocate()
     nodes.pointee = out
     return 0
+}
+
+/// Thrown by a method handler that answers later, through `BusConnection.answer`, so that the
+/// bus's one thread goes on serving every other client meanwhile (a caller waiting for the
+/// user's answer to a prompt).
+package struct BusReplyDeferred: Error {
+    package init() {}
+}
+
+/// A method call kept to be answered later (once, on the bus's thread).
+// @unchecked Sendable: the message is only touched on the bus's thread (in init and `send`).
+package final class DeferredReply: @unchecked Sendable {
+    /// Released in `send`, on the bus's thread (sd-bus's reference counts are not atomic).
+    private var call: OpaquePointer?
+
+    /// On the bus's thread, in the handler of `message`.
+    package init(_ message: BusMessage) {
+        call = sd_bus_message_ref(message.raw)
+    }
+
+    deinit { if let call { sd_bus_message_unref(call) } }
+
+    fileprivate func send(_ body: (BusMessage) throws -> Void) {
+        guard let call else { return }
+        defer {
+            sd_bus_message_unref(call)
+            self.call = nil
+        }
+        var reply: OpaquePointer?
+        guard sd_bus_message_new_method_return(call, &reply) >= 0, let reply else { return }
+        defer { sd_bus_message_unref(reply) }
+        do {
+            try body(BusMessage(reply))
+            _ = sd_bus_send(nil, reply, nil)
+        } catch {
+            let e = error as? BusError ?? BusError.failed("\(error)")
+            var err = sd_bus_error()
+            sd_bus_error_set(&err, e.name, e.message)
+            defer { sd_bus_error_free(&err) }
+            _ = sd_bus_reply_method_error(call, &err)
+        }
+    }
 }

@@ -66,6 +66,80 @@ refused_to "setfattr of the list by a program not on it" setfattr -n $ACCESS -v 
 refused_to "removing the list" setfattr -x $ACCESS "$ITEM"
 expect_eq "hunter2" "$(head -c 100 "$ITEM")" "the item is unchanged"
 
+echo "== every change to a guarded item is guarded; names, ls, stat and reading attributes stay open"
+for a in label comment description generic creator type; do
+    refused_to "setfattr of $a by a program not on the list" setfattr -n user.keychain.$a -v changed "$ITEM"
+done
+refused_to "setfattr of the class (re-sealing it weaker)" setfattr -n user.keychain.accessible -v always "$ITEM"
+printf 'label-me' | kc add-generic-password -s svc -a labelled -l "the label" -T /usr/bin/head >/dev/null
+refused_to "removing the label (setfattr -x)" setfattr -x user.keychain.label "$MP/svc/labelled"
+expect_eq "the label" "$(getfattr --only-values -n user.keychain.label "$MP/svc/labelled")" "the label is unchanged and getfattr reads it"
+expect_eq "when-unlocked" "$(getfattr --only-values -n user.keychain.accessible "$ITEM")" "the class is unchanged"
+expect_exit 0 "ls -l of the directory" ls -l "$MP/svc"
+expect_exit 0 "stat of the item" stat "$ITEM"
+expect_exit 0 "getfattr -d of the item" getfattr -d "$ITEM"
+expect_exit 77 "add -U changing only the comment: exit 77" sh -c "printf hunter2 | '$KEYCHAINFS_BIN' add-generic-password -s svc -a acct -U -j 'a new comment'"
+expect_eq "" "$(getfattr --only-values -n user.keychain.comment "$ITEM" 2>/dev/null)" "the comment is not set"
+SETFATTR=$(realpath "$(command -v setfattr)")
+printf 'attr-secret' | kc add-generic-password -s svc -a byattr -T /usr/bin/head -T "$SETFATTR" >/dev/null
+expect_exit 0 "a program on the list (setfattr) changes the label" setfattr -n user.keychain.label -v "set by setfattr" "$MP/svc/byattr"
+expect_eq "set by setfattr" "$(getfattr --only-values -n user.keychain.label "$MP/svc/byattr")" "the new label reads back"
+expect_exit 0 "and the class" setfattr -n user.keychain.accessible -v after-first-unlock "$MP/svc/byattr"
+expect_eq "attr-secret" "$(head -c 100 "$MP/svc/byattr")" "the re-sealed item still reads"
+expect_exit 0 "an item with no list: any program sets its label" setfattr -n user.keychain.label -v open "$MP/svc/open"
+
+echo "== a directory's list is the default of new items below it"
+mkdir "$MP/dsvc"
+expect_exit 0 "setfattr of user.keychain.access on an empty service directory" setfattr -n $ACCESS -v /usr/bin/head "$MP/dsvc"
+expect_eq "/usr/bin/head" "$(list_of "$MP/dsvc")" "getfattr shows the directory's default"
+expect_contains "$(getfattr -d -m - "$MP/dsvc" 2>&1)" "$ACCESS" "getfattr -d lists it on the directory"
+expect_eq "" "$(getfattr -d -m - "$MP/svc" 2>&1)" "a directory with no default has no attribute"
+expect_exit 1 "getfattr of a directory with no default: ENODATA" getfattr -n $ACCESS "$MP/svc"
+expect_contains "$ERR" "No such attribute" "with ENODATA"
+sh -c "printf via-mount > '$MP/dsvc/mount'"
+expect_eq "/usr/bin/head" "$(list_of "$MP/dsvc/mount")" "an item written with sh > takes the default"
+expect_eq "via-mount" "$(head -c 100 "$MP/dsvc/mount")" "head reads it"
+refused_to "cat of the new item" cat "$MP/dsvc/mount"
+touch "$MP/dsvc/touched"
+# An empty new file is stored at its release, just after close(2) returns: it takes the
+# default then.
+i=0
+while [ -z "$(list_of "$MP/dsvc/touched")" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+expect_eq "/usr/bin/head" "$(list_of "$MP/dsvc/touched")" "an empty file made with touch takes it"
+printf 'via-cli' | kc add-generic-password -s dsvc -a cli >/dev/null
+expect_eq "/usr/bin/head" "$(list_of "$MP/dsvc/cli")" "an item added by the CLI takes it"
+expect_exit 77 "find -w of it by the CLI: exit 77" kc find-generic-password -s dsvc -a cli -w
+printf 'given' | kc add-generic-password -s dsvc -a given -T /usr/bin/cat >/dev/null
+expect_eq "/usr/bin/cat" "$(list_of "$MP/dsvc/given")" "-T given replaces the default"
+printf 'anyone' | kc add-generic-password -s dsvc -a anyone -A >/dev/null
+expect_eq "anyone" "$(cat "$MP/dsvc/anyone")" "-A: any program, the default not taken"
+expect_eq "open-secret" "$(cat "$MP/svc/open")" "items that existed before are unchanged"
+refused_to "changing a directory's default by a program not on it" setfattr -n $ACCESS -v /usr/bin/cat "$MP/dsvc"
+refused_to "removing it by a program not on it" setfattr -x $ACCESS "$MP/dsvc"
+expect_eq "/usr/bin/head" "$(list_of "$MP/dsvc")" "the default is unchanged"
+expect_exit 1 "another setfattr name on a directory is refused" setfattr -n user.keychain.label -v x "$MP/dsvc"
+mkdir -p "$MP/internet/git.example.org"
+expect_exit 0 "a server directory's default" setfattr -n $ACCESS -v /usr/bin/head "$MP/internet/git.example.org"
+printf 'protocol=https\nhost=git.example.org\nusername=bob\npassword=pw-of-bob\n\n' | "$HELPER" store
+expect_eq "/usr/bin/head" "$(list_of "$MP/internet/git.example.org/443/bob")" "an item stored by git's helper takes the server's default"
+printf 'protocol=https\nhost=git.example.org\nusername=bob\n\n' | "$HELPER" get >"$OUT" 2>&1
+expect_not_contains "$OUT" "pw-of-bob" "and git's helper, not on it, is not given it"
+mkdir -p "$MP/internet/git.example.org/8443"
+sh -c "printf deep > '$MP/internet/git.example.org/8443/carol'"
+expect_eq "/usr/bin/head" "$(list_of "$MP/internet/git.example.org/8443/carol")" "a file below a port directory takes its server's default"
+mkdir "$MP/emptydir" && setfattr -n $ACCESS -v "/usr/bin/head" "$MP/emptydir"
+SETDIR=$(realpath "$(command -v setfattr)")
+mkdir "$MP/opendir"
+expect_exit 0 "a default listing setfattr itself" setfattr -n $ACCESS -v "$SETDIR" "$MP/opendir"
+expect_exit 0 "setfattr, on it, changes it" setfattr -n $ACCESS -v "$SETDIR
+/usr/bin/head" "$MP/opendir"
+expect_exit 0 "and removes it" setfattr -x $ACCESS "$MP/opendir"
+expect_exit 1 "removed: ENODATA" getfattr -n $ACCESS "$MP/opendir"
+for f in "$KEYCHAINFS_STORE" "$KEYCHAINFS_STORE-wal"; do
+    [ -f "$f" ] || continue
+    if grep -a -q -e dsvc -e emptydir "$f"; then fail "no directory name in plaintext in $(basename "$f")"; else pass "no directory name in plaintext in $(basename "$f")"; fi
+done
+
 echo "== the CLI and the git helper are programs like any other"
 expect_exit 77 "find-generic-password -w: exit 77" kc find-generic-password -s svc -a acct -w
 expect_not_contains "$OUT" "hunter2" "no secret on stdout"
@@ -113,6 +187,10 @@ expect_exit 0 "passwd" kc passwd --passphrase-file "$PASSFILE" --new-passphrase-
 cp "$NEWPASS" "$PASSFILE"
 mount_kc "$MP" || fail "remount" "$(cat "$ERR")"
 expect_eq "/usr/bin/head" "$(list_of "$ITEM")" "the list after remount and passwd"
+mkdir -p "$MP/emptydir"
+expect_eq "/usr/bin/head" "$(list_of "$MP/emptydir")" "an empty directory's default outlives remount and passwd"
+printf 'later' | kc add-generic-password -s emptydir -a later >/dev/null
+expect_eq "/usr/bin/head" "$(list_of "$MP/emptydir/later")" "and a new item there takes it"
 expect_eq "hunter2" "$(head -c 100 "$ITEM")" "head still reads"
 refused_to "cat after remount" cat "$ITEM"
 
@@ -151,6 +229,14 @@ mount_kc "$MP" || fail "mount after tampering" "$(cat "$ERR")"
 got=$(head -c 100 "$ITEM" 2>&1; cat "$ITEM" 2>&1)
 expect_not_contains "$got" "hunter2" "the tampered item gives its secret to no one"
 expect_exit 93 "verify names the tampered item (93)" kc verify
+kc unmount "$MP" >/dev/null 2>&1
+# Two directories' defaults swapped: each is bound to its own name, so neither opens, and no
+# item is made there with another list than the one set.
+sqlite3 "$S" "CREATE TEMP TABLE d AS SELECT * FROM directory_access; UPDATE directory_access SET sealed = (SELECT sealed FROM d WHERE d.group_blind <> directory_access.group_blind LIMIT 1)"
+mount_kc "$MP" || fail "mount after tampering with the defaults" "$(cat "$ERR")"
+expect_exit 1 "getfattr of a tampered default fails" getfattr -n $ACCESS "$MP/dsvc"
+printf 'x' | kc add-generic-password -s dsvc -a tampered >/dev/null 2>&1
+expect_exit 44 "no item was made under a tampered default" kc find-generic-password -s dsvc -a tampered
 
 echo "== prompts, through a scripted pinentry"
 kc unmount "$MP" >/dev/null 2>&1
@@ -158,26 +244,7 @@ kc unmount "$MP" >/dev/null 2>&1
 rm -f "$KEYCHAINFS_STORE"* && init_store
 ANSWER="$W/answer"
 PROMPTS="$W/prompts"
-cat >"$W/pinentry" <<PIN
-#!/bin/sh
-# Speaks pinentry's Assuan: OK to every setting; CONFIRM answered from $ANSWER.
-echo "OK scripted pinentry"
-while IFS= read -r line; do
-    case "\$line" in
-        SETDESC*) printf '%s\\n' "\$line" >>"$PROMPTS"; echo OK ;;
-        CONFIRM*)
-            echo prompt >>"$PROMPTS"
-            case "\$(cat "$ANSWER")" in
-                ok) echo OK ;;
-                notok) echo "ERR 83886194 Not confirmed <Pinentry>" ;;
-                cancel) echo "ERR 83886179 Operation cancelled <Pinentry>" ;;
-                hang) sleep 30 ;;
-            esac ;;
-        BYE*) echo OK; exit 0 ;;
-        *) echo OK ;;
-    esac
-done
-PIN
+cp "$TESTS_DIR/access_pinentry.sh" "$W/pinentry"
 chmod 755 "$W/pinentry"
 mkdir -p "$XDG_CONFIG_HOME/keychainfs"
 printf '[access]\npinentry = "%s"\nprompt-timeout = 2\n' "$W/pinentry" >"$XDG_CONFIG_HOME/keychainfs/config.toml"
@@ -255,7 +322,12 @@ $PY -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$OUT" && 
 
 echo "== a real pinentry-tty, on the caller's terminal, driven through tmux"
 kc unmount "$MP" >/dev/null 2>&1
-if have tmux && [ -x /usr/bin/pinentry-tty ]; then
+# scripts/install-deps installs both: missing, this part fails rather than passing unseen.
+have_real_pinentry=yes
+for need in /usr/bin/tmux /usr/bin/pinentry-tty; do
+    [ -x "$need" ] || { fail "$need is installed (scripts/install-deps)"; have_real_pinentry=no; }
+done
+if [ "$have_real_pinentry" = yes ]; then
     printf '[access]\npinentry = "/usr/bin/pinentry-tty"\nprompt-timeout = 20\n' >"$XDG_CONFIG_HOME/keychainfs/config.toml"
     mount_kc "$MP" || fail "mount with pinentry-tty" "$(cat "$ERR")"
     TMUX_SOCKET="kcfs-access-$$"
