@@ -340,7 +340,7 @@ package final class SyncSession: Sendable {
     }
 
     /// `<account>.conflict-<device>`: beside the item, in the same directory of the tree.
-    static func conflictKey(_ key: ItemKey, device: DeviceID) throws -> ItemKey {
+    package static func conflictKey(_ key: ItemKey, device: DeviceID) throws -> ItemKey {
         let suffix = ".conflict-\(device.short)"
         switch key {
         case .generic(let g):
@@ -418,5 +418,27 @@ extension SyncSession {
         unlink(SyncLocalState.path(forStore: storePath))
         unlink(SyncLocalState.path(forStore: storePath) + ".lock")
         return state
+    }
+}
+
+extension SyncSession {
+    /// How many synchronizable items changed (or went) here since the last exchange, and the
+    /// names of the items the folder knows (by id), for `sync status`. Writes nothing.
+    package func pendingChanges() throws -> (Int, [SyncItemID: ItemKey]) {
+        guard let state = try SyncLocalState.load(forStore: storePath) else { return (0, [:]) }
+        let keys = try SyncKeys(syncKey: try syncKey(state))
+        var pending = 0
+        var names: [SyncItemID: ItemKey] = [:]
+        var present: Set<String> = []
+        for item in try owner.allItems() {
+            let id = keys.itemID(item.key)
+            names[id] = item.key
+            guard item.record.attributes.values.synchronizable == true, !item.accessible.isThisDeviceOnly else { continue }
+            present.insert(id.hex)
+            guard let payload = try? Self.payload(of: item, owner: owner) else { continue }
+            if state.synced[id.hex]?.digest != keys.digest(of: payload) { pending += 1 }
+        }
+        pending += state.synced.filter { $0.value.digest != nil && !present.contains($0.key) }.count
+        return (pending, names)
     }
 }
