@@ -98,6 +98,8 @@ package final class SyncSession: Sendable {
     }
 
     static let keyService = "keychainfs-sync"
+    /// A digest no value has: the item is published again at the next exchange.
+    static let republish = "republish"
 
     /// The sync key, from its item in the store (`keychainfs-sync/<folder id>`, this device only).
     package func syncKey(_ state: SyncLocalState) throws -> SecureBytes {
@@ -175,10 +177,12 @@ package final class SyncSession: Sendable {
         if let (mine, _) = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys), mine.seq < state.seq {
             refuse("this device's own directory was rolled back (state \(mine.seq), written \(state.seq)); it is written again")
         }
+        // Each is published again as a version after the damaged one (its vector is kept).
+        var republishTombstones: [SyncItemID] = []
         state.own = state.own.filter { e in
-            let ok = (try? folder.readItem(e, keys: keys)) != nil
-            if !ok { state.synced[e.item.hex] = nil }
-            return ok
+            guard (try? folder.readItem(e, keys: keys)) == nil else { return true }
+            if e.isTombstone { republishTombstones.append(e.item) } else { state.synced[e.item.hex]?.digest = Self.republish }
+            return false
         }
 
         // 3. This store's synchronizable items, and what changed since the last exchange.
@@ -217,6 +221,11 @@ package final class SyncSession: Sendable {
             let e = nextEntry(id, tombstone: false)
             try publish(e, payload: payload)
             state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: digest)
+        }
+        for id in republishTombstones where local[id] == nil {
+            let e = nextEntry(id, tombstone: true)
+            try publish(e, payload: SecureBytes())
+            state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: nil)
         }
         for (hex, synced) in state.synced where synced.digest != nil {
             guard let id = try? SyncItemID(hex: hex), local[id] == nil else { continue }
