@@ -201,6 +201,24 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
         if grep -rqa -- "$needle" "$F2"; then fail "no '$needle' in the folder"; else pass "no '$needle' in the folder"; fi
     done
 
+    echo "== concurrent edits, with daemons"
+    # A is offline (unmounted) while both change one item; its daemon merges when it mounts again.
+    kc unmount "$MPA" >/dev/null
+    kc add-generic-password --store "$A2" $P -U -s web -a erin -w 'erin-offline-a'
+    printf 'erin-online-b' >"$MPB/web/erin"
+    sleep 0.3
+    expect_exit 0 "mount A again" mount_kc "$MPA" --store "$A2"
+    wait_for "A's mount shows a conflict copy" sh -c "ls '$MPA/web' | grep -q '^erin\.conflict-'"
+    wait_for "so does B's" sh -c "ls '$MPB/web' | grep -q '^erin\.conflict-'"
+    winner=$(cat "$MPA/web/erin")
+    expect_eq "$winner" "$(cat "$MPB/web/erin")" "one winner in place on both mounts"
+    loser=$(cat "$MPA/web/"erin.conflict-*)
+    expect_eq "erin-offline-a erin-online-b" "$(printf '%s\n%s\n' "$winner" "$loser" | sort | tr '\n' ' ' | sed 's/ $//')" "both values are kept"
+    expect_contains "$(kc sync status --store "$A2" $P)" "conflict: " "sync status lists the conflict while mounted"
+    rm "$MPA/web/"erin.conflict-* "$MPB/web/"erin.conflict-*
+    printf 'erin-resolved' >"$MPA/web/erin"
+    wait_for "an edit after the conflict settles it on both" reads "$MPB/web/erin" "erin-resolved"
+
     echo "== a tampered file, with daemons"
     dev_b=$(kcb sync status --store "$B2" --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
     printf 'gina-1' >"$MPB/web/gina"
