@@ -224,14 +224,18 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     printf 'gina-1' >"$MPB/web/gina"
     setfattr -n user.keychain.synchronizable -v yes "$MPB/web/gina"
     wait_for "B's new item reaches A" reads "$MPA/web/gina" "gina-1"
-    # A's daemon is stopped while B publishes and the folder is tampered with, then goes on.
-    pid_a=$(daemon_pid "$MPA")
+    # A's daemon is stopped while B publishes; then B's is stopped (so it cannot publish again)
+    # while the folder is tampered with and A goes on.
+    pid_a=$(daemon_pid "$MPA") pid_b=$(daemon_pid "$MPB")
     kill -STOP "$pid_a"
     printf 'gina-2' >"$MPB/web/gina"
     sleep 0.5
+    kill -STOP "$pid_b"
     for f in "$F2/devices/$dev_b/items/"*; do printf 'XXXX' | dd of="$f" bs=1 seek=40 conv=notrunc 2>/dev/null; done
     kill -CONT "$pid_a"
     sleep 1.5
+    expect_eq "gina-1" "$(cat "$MPA/web/gina")" "A applies nothing of the tampered file"
+    kill -CONT "$pid_b"
     expect_contains "$(cat "$XDG_STATE_HOME/keychainfs/daemon.log")" "refused" "A's daemon logs the refusal"
     expect_contains "$(cat "$XDG_STATE_HOME/keychainfs/daemon.log")" "does not match its manifest" "the refusal names the file's fault"
     # B finds its own files damaged at its next exchange and publishes its values again.
