@@ -41,6 +41,10 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
         /// on this value, not on what has arrived in the folder since).
         package var vector: VersionVector
         package var digest: String?
+        /// The store row (id and version) the digest was last found equal for: while the row
+        /// is the same, the item has not changed and is not decrypted again (an exchange at
+        /// every commit would otherwise decrypt every synchronizable item).
+        package var row: [Int64]?
     }
 
     package init(folder: String, folderID: String, device: DeviceID) {
@@ -212,15 +216,20 @@ package final class SyncSession: Sendable {
         var expected: [ItemKey: Int64?] = [:]
         for (id, item) in local {
             expected[item.key] = .some(item.sealed.version)
+            let row = [item.id, item.sealed.version]
+            if let s = state.synced[id.hex], s.digest != nil, s.digest != Self.republish, s.row == row { continue }
             let payload: SecureBytes
             do { payload = try Self.payload(of: item, owner: owner) } catch KeychainError.unavailable {
                 continue  // its class is locked: published once it can be read
             }
             let digest = keys.digest(of: payload)
-            guard state.synced[id.hex]?.digest != digest else { continue }
+            guard state.synced[id.hex]?.digest != digest else {
+                state.synced[id.hex]?.row = row
+                continue
+            }
             let e = nextEntry(id, tombstone: false)
             try publish(e, payload: payload)
-            state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: digest)
+            state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: digest, row: row)
         }
         for id in republishTombstones where local[id] == nil {
             let e = nextEntry(id, tombstone: true)
