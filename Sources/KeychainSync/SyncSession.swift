@@ -62,6 +62,17 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
         }
     }
 
+    /// Sets how long a tombstone is kept (at least once every device has merged it), between
+    /// exchanges (under their lock): `sync init|join --tombstone-days`.
+    package static func setTombstoneExpiry(days: Int, forStore storePath: String) throws {
+        guard (1...36_500).contains(days) else { throw KeychainError.invalidInput("--tombstone-days must be from 1 to 36500") }
+        let lock = try ExchangeLock(path: path(forStore: storePath) + ".lock")
+        defer { lock.release() }
+        guard var state = try load(forStore: storePath) else { throw KeychainError.notMounted("this keychain does not sync") }
+        state.tombstoneExpiry = Int64(days) * 86_400
+        try state.save(forStore: storePath)
+    }
+
     package func save(forStore storePath: String) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
