@@ -98,6 +98,11 @@ package struct SyncReport: Sendable, Equatable {
 /// (`ServedKeychain.applySync`, origin `.sync`), so the mount and every observer see it at once.
 /// `keychainfs sync now` runs it without a daemon; the daemon runs it at commit and when the
 /// folder changes. Exchanges of one store run one at a time (a lock file beside its state).
+///
+/// Lock order: the exchange lock (a flock on `<store>.sync.json.lock`, across processes) is
+/// taken first and held for the whole exchange; the owner's own locks (`ServedKeychain`) are
+/// taken under it, one call at a time, and never held while the folder is read or written.
+/// Nothing the owner holds ever waits for the exchange lock.
 package final class SyncSession: Sendable {
     package let owner: ServedKeychain
     package let storePath: String
