@@ -51,8 +51,14 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
         self.folder = folder; self.folderID = folderID; self.device = device
     }
 
-    /// Where the state of the store at `storePath` is kept.
-    package static func path(forStore storePath: String) -> String { KeychainLocations.absolute(storePath) + ".sync.json" }
+    /// Where the state of the store at `storePath` is kept: beside the store's real path, so
+    /// that the daemon and a command that names the store through a symlink find one state.
+    package static func path(forStore storePath: String) -> String {
+        let absolute = KeychainLocations.absolute(storePath)
+        guard let resolved = realpath(absolute, nil) else { return absolute + ".sync.json" }
+        defer { free(resolved) }
+        return String(cString: resolved) + ".sync.json"
+    }
 
     package static func load(forStore storePath: String) throws -> SyncLocalState? {
         let path = path(forStore: storePath)
