@@ -68,10 +68,17 @@ let package = Package(
             "KeychainControlProtocol", "KeychainModel", "KeychainCrypto", "KeychainAccess", .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "KeychainControl", dependencies: [
-            "KeychainStore", "KeychainFileSystem", "KeychainClient", "KeychainControlProtocol", "KeychainAccess",
+            "KeychainStore", "KeychainFileSystem", "KeychainClient", "KeychainControlProtocol", "KeychainAccess", "KeychainSync",
         ]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
         .target(name: "KeychainBackup", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
+        // Sync across devices (issue 20): the folder's sealed files and signed manifests, the
+        // per-item merge, and the exchange that applies it through the owner (ServedKeychain).
+        // Above the filesystem semantics (the owner), below the daemon and the executables.
+        .target(name: "KeychainSync", dependencies: [
+            "KeychainModel", "KeychainCrypto", "KeychainBatch", "KeychainStore", "KeychainBackup", "KeychainFileSystem",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Per-program access (issue 17): who is asking (a pidfd-pinned process, its executable's
         // identity), access lists, pinentry prompts and the access log. Called by the gate.
         .target(name: "CProcessPin"),
@@ -83,7 +90,7 @@ let package = Package(
         // The daemon's composition: the owner, the FUSE mount, the control service and socket,
         // systemd's notification; the executable parses arguments and calls it.
         .target(name: "KeychainDaemon", dependencies: [
-            "KeychainSecretService",
+            "KeychainSecretService", "KeychainSync",
             "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainAccess",
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -91,7 +98,7 @@ let package = Package(
             "KeychainDaemon",
             "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainConfig",
             "KeychainAccess",
-            "KeychainBackup",
+            "KeychainBackup", "KeychainSync",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/keychainfs"),
@@ -120,6 +127,7 @@ let package = Package(
         .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),
         .testTarget(name: "KeychainAccessTests", dependencies: ["KeychainAccess", "KeychainModel"]),
         .testTarget(name: "KeychainSecretServiceTests", dependencies: ["KeychainSecretService", "COpenSSL", "KeychainCrypto"]),
+        .testTarget(name: "KeychainSyncTests", dependencies: ["KeychainSync", "KeychainStore", "KeychainFileSystem", "KeychainBatch"]),
         .testTarget(name: "KeychainBackupTests", dependencies: ["KeychainBackup", "KeychainStore"]),
         // Every row of ItemAttribute.all through every channel, the CLI's among them.
         .testTarget(name: "AttributeTableTests", dependencies: [

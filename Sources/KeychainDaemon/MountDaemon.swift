@@ -8,6 +8,7 @@ import KeychainFuse
 import KeychainModel
 import KeychainSecretService
 import KeychainStore
+import KeychainSync
 import Logging
 import Synchronization
 
@@ -18,6 +19,8 @@ package struct MountSettings: Sendable, Codable {
     package var startLocked: Bool
     package var lockAfter: Int?
     package var defaultClass: AccessibilityClass
+    /// config.toml's `default-synchronizable`.
+    package var defaultSynchronizable = false
     package var allowRoot = false
     /// Take a store whose rows or commit counter are older than this machine last saw (`--accept-rollback`).
     package var acceptRollback = false
@@ -108,12 +111,17 @@ package final class MountDaemon: Sendable {
             return e.exitCode
         }
         Self.startIdleLock(owner)
+        // Sync (issue 20): exchanges after each commit and when another device's state arrives.
+        let sync = try? SyncWatcher(session: SyncSession(owner: owner, storePath: settings.storePath))
+        if sync == nil { log.error("sync: cannot watch the sync folder (inotify); this mount does not sync") }
+        sync?.start()
         log.info("serving \(settings.storePath) at \(settings.mountpoint), \(owner.lockState.rawValue)")
         // Under systemd (Type=notify) the unit turns active only now, once the mount serves.
         SystemdNotify.send("READY=1\nSTATUS=serving \(settings.storePath) at \(settings.mountpoint)")
         ready(.success(()))
 
         let status = mount.serve()
+        sync?.stop()
         secretService?.stop()
         server.stop()
         MountRegistry.unregister(record)
@@ -157,7 +165,7 @@ package final class MountDaemon: Sendable {
                                    log: AccessLog(path: AccessLog.defaultPath),
                                    logLine: { line in Logger(label: "keychainfs.access").notice("\(line)") })
         return try ServedKeychain(keychain: keychain, defaultClass: settings.defaultClass, lockAfter: settings.lockAfter,
-                                  clock: clock, access: access)
+                                  clock: clock, access: access, defaultSynchronizable: settings.defaultSynchronizable)
     }
 
     /// The control socket's service: the one service, over the mount's own owner.

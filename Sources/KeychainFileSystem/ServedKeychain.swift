@@ -64,6 +64,9 @@ package final class ServedKeychain: Sendable {
     /// The class a new item takes before the rule of its neighbours (`newItemClass`): the
     /// mount's `--default-accessible`, else the configuration's, else `when-unlocked`.
     package let defaultClass: AccessibilityClass
+    /// Whether a new item that does not say is synchronizable (config.toml's
+    /// `default-synchronizable`; never for a this-device-only class).
+    package let defaultSynchronizable: Bool
     /// Kept for the owner's life: the store's shared lease, when this owner is a command's
     /// own (no daemon), so that no daemon opens the store meanwhile.
     private let lease: (any Sendable)?
@@ -157,8 +160,9 @@ package final class ServedKeychain: Sendable {
     package init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil,
                  cacheBudget: Int? = nil, indexLimit: Int = ServedKeychain.defaultIndexLimit,
                  lease: (any Sendable)? = nil, clock: any MonotonicClock = SystemMonotonicClock(),
-                 access: AccessControl = AccessControl(settings: .none, log: nil)) throws {
+                 access: AccessControl = AccessControl(settings: .none, log: nil), defaultSynchronizable: Bool = false) throws {
         self.keychain = keychain
+        self.defaultSynchronizable = defaultSynchronizable
         self.access = access
         self.defaultClass = defaultClass
         self.lease = lease
@@ -251,6 +255,7 @@ package final class ServedKeychain: Sendable {
             record.attributes.accessible = try owner.newItemClass(for: record.key, base: record.attributes.accessible)
             // A list set on the pending file is kept; with none, its directory's default.
             if record.attributes.values.access == nil { record.attributes.values.access = try owner.newItemAccess(for: record.key) }
+            record.attributes.applyDefaultSynchronizable(owner.defaultSynchronizable)
             let stored = try keychain.add(record, secret: secret)
             owner.state.withLock { $0.stored(pending: item.id, as: stored) }
             note(.added(stored.key))
@@ -311,7 +316,8 @@ package final class ServedKeychain: Sendable {
                 changes.values.access = list
             }
             let item = try keychain.save(key, secret: secret, changes: changes, extras: extras,
-                                         defaultClass: owner.defaultClass, updateExisting: updateExisting)
+                                         defaultClass: owner.defaultClass, defaultSynchronizable: owner.defaultSynchronizable,
+                                         updateExisting: updateExisting)
             owner.state.withLock { $0.saved(item) }
             // A new row starts at version 1; an update raises it.
             note(item.sealed.version == 1 ? .added(item.key) : .updated(item.key))
@@ -653,6 +659,38 @@ package final class ServedKeychain: Sendable {
     /// The item's extras (the internet item's fields that the model does not name).
     package func extras(of item: KeychainItem) throws -> SecureBytes? {
         try keychain.extras(of: keychain.complete(item))
+    }
+
+    // MARK: what sync merges
+
+    /// Applies a sync merge in one change (origin `.sync`): each entry of `puts` replaces the
+    /// item of its key whole (or is added), each of `deletes` goes. An item whose stored row
+    /// version is no longer the one in `expected` (nil: absent) changed since the merge read it:
+    /// it is left as it is (the next exchange publishes it and merges again), so a change made
+    /// meanwhile through the mount is never overwritten unseen. Returns the keys left alone.
+    package func applySync(puts: ItemBatch, deletes: [ItemKey], expected: [ItemKey: Int64?]) throws -> [ItemKey] {
+        try change(origin: .sync) { c throws -> [ItemKey] in
+            var skipped: [ItemKey] = []
+            func unchanged(_ key: ItemKey) throws -> Bool {
+                guard let want = expected[key] else { return true }
+                let now = try keychain.item(for: key)?.sealed.version
+                if now != want { skipped.append(key); return false }
+                return true
+            }
+            var batch = ItemBatch()
+            for entry in puts.entries where try unchanged(entry.record.key) {
+                try puts.withSecretAndExtras(entry) { secret, extras in
+                    batch.append(entry.record, secret: secret, extras: extras)
+                }
+            }
+            if !batch.isEmpty { _ = try c.save(batch: batch, updateExisting: true) }
+            var doomed: [KeychainItem] = []
+            for key in deletes where try unchanged(key) {
+                if let item = try keychain.item(for: key) { doomed.append(item) }
+            }
+            if !doomed.isEmpty { try c.delete(doomed) }
+            return skipped
+        }
     }
 
     // MARK: what the control socket asks

@@ -1,0 +1,293 @@
+#!/bin/sh
+# Sync across devices (issue 20), engine-free: two stores on one machine, each with its own XDG
+# directories, device key (and later daemon and mount), syncing through a shared folder on the
+# same disk. First the synchronizable attribute, then `sync` through the CLI.
+. "$(dirname "$0")/lib.sh"
+
+T=$TEST_ROOT
+P="--passphrase-file $PASSFILE"
+SYNCPASS="$T/sync-pass"
+printf 'the sync passphrase\n' >"$SYNCPASS"
+S="--sync-passphrase-file $SYNCPASS"
+FOLDER="$T/folder"
+
+# Device B: its own HOME and XDG directories, so its own store, device key, config and runtime dir.
+mkdir -p "$T/b/home" "$T/b/data" "$T/b/state" "$T/b/config" "$T/b/run"
+chmod 700 "$T/b/run"
+kcb() {
+    HOME="$T/b/home" XDG_DATA_HOME="$T/b/data" XDG_STATE_HOME="$T/b/state" XDG_CONFIG_HOME="$T/b/config" \
+        XDG_RUNTIME_DIR="$T/b/run" KEYCHAINFS_STORE="$T/b/data/keychainfs/keychain.db" "$KEYCHAINFS_BIN" "$@"
+}
+
+init_store
+kcb init --scrypt-log-n 10 $P >/dev/null
+
+echo "== the synchronizable attribute"
+expect_exit 0 "add --synchronizable" kc add-generic-password $P -s mail -a alice -w 'alice-secret-1' --synchronizable
+expect_contains "$(kc find-generic-password $P -s mail -a alice)" "synchronizable: yes" "find prints synchronizable: yes"
+expect_exit 78 "--synchronizable on a this-device-only item: 78" \
+    kc add-generic-password $P -s mail -a local -w x --synchronizable --accessible when-unlocked-this-device-only
+expect_contains "$ERR" "cannot be synchronizable" "the refusal says why"
+expect_exit 44 "nothing was added" kc find-generic-password $P -s mail -a local
+kc add-generic-password $P -s mail -a local -w 'local-only-secret' --accessible when-unlocked-this-device-only
+expect_exit 78 "-U --synchronizable on a this-device-only item: 78" \
+    kc add-generic-password $P -U -s mail -a local -w y --synchronizable
+expect_eq "local-only-secret" "$(kc find-generic-password $P -s mail -a local -w)" "and it did not change"
+expect_exit 78 "making a synchronizable item this-device-only: 78" \
+    kc add-generic-password $P -U -s mail -a alice -w z --accessible always-this-device-only
+expect_eq "alice-secret-1" "$(kc find-generic-password $P -s mail -a alice -w)" "and it did not change"
+expect_exit 0 "--no-synchronizable" kc add-generic-password $P -s mail -a plain -w 'plain-secret' --no-synchronizable
+expect_contains "$(kc find-generic-password $P -s mail -a plain)" "synchronizable: no" "find prints synchronizable: no"
+expect_contains "$(kc dump-keychain $P --json)" '"synchronizable" : true' "dump --json carries it"
+# config.toml's default applies to new items whose class may travel.
+mkdir -p "$XDG_CONFIG_HOME/keychainfs"
+printf 'default-synchronizable = true\n' >"$XDG_CONFIG_HOME/keychainfs/config.toml"
+kc add-generic-password $P -s mail -a bob -w 'bob-secret'
+expect_contains "$(kc find-generic-password $P -s mail -a bob)" "synchronizable: yes" "the configured default applies"
+expect_exit 0 "the default never makes a this-device-only add fail" \
+    kc add-generic-password $P -s mail -a local2 -w 'local-two' --accessible always-this-device-only
+expect_not_contains "$(kc find-generic-password $P -s mail -a local2)" "synchronizable: yes" "and does not apply there"
+printf 'default-synchronizable = "sometimes"\n' >"$XDG_CONFIG_HOME/keychainfs/config.toml"
+expect_exit 65 "a bad default-synchronizable: 65" kc mount "$T/nowhere" $P
+rm "$XDG_CONFIG_HOME/keychainfs/config.toml"
+# export and import carry it.
+kc export "$T/a.kcb" $P --backup-passphrase-file "$SYNCPASS" --scrypt-log-n 10 >/dev/null
+init_store --store "$T/imported.db"
+kc import "$T/a.kcb" --store "$T/imported.db" $P --backup-passphrase-file "$SYNCPASS" >/dev/null
+expect_contains "$(kc find-generic-password --store "$T/imported.db" $P -s mail -a alice)" "synchronizable: yes" "import carries it"
+expect_contains "$(kc find-generic-password --store "$T/imported.db" $P -s mail -a plain)" "synchronizable: no" "import carries no too"
+
+echo "== sync init, join, now"
+expect_exit 0 "sync init" kc sync init "$FOLDER" $P $S --scrypt-log-n 10
+expect_exit 48 "sync init on a folder that has a key envelope: 48" kcb sync init "$FOLDER" $P $S --scrypt-log-n 10
+printf 'wrong\n' >"$T/wrong-pass"
+expect_exit 51 "sync join with a wrong passphrase: 51" kcb sync join "$FOLDER" $P --sync-passphrase-file "$T/wrong-pass"
+expect_exit 69 "and B does not sync" kcb sync status $P
+expect_exit 65 "sync join --tombstone-days 0: 65" kcb sync join "$FOLDER" $P $S --tombstone-days 0
+expect_exit 0 "sync join" kcb sync join "$FOLDER" $P $S --tombstone-days 30
+expect_eq "2592000" "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tombstoneExpiry"])' "$T/b/data/keychainfs/keychain.db.sync.json")" "--tombstone-days is kept for this device"
+expect_eq "600" "$(stat -c %a "$T/b/data/keychainfs/keychain.db.sync.json")" "the local sync state is 0600"
+expect_eq "alice-secret-1" "$(kcb find-generic-password $P -s mail -a alice -w)" "A's synchronizable item is on B"
+expect_eq "bob-secret" "$(kcb find-generic-password $P -s mail -a bob -w)" "every one of them"
+expect_exit 44 "a this-device-only item is not" kcb find-generic-password $P -s mail -a local
+expect_exit 44 "nor an item not synchronizable" kcb find-generic-password $P -s mail -a plain
+
+echo "== nothing in clear in the folder"
+for needle in alice-secret bob-secret local-only-secret plain-secret mail alice bob local plain 'sync passphrase' keychainfs-sync; do
+    if grep -rqa -- "$needle" "$FOLDER"; then fail "no '$needle' in the folder's files"; else pass "no '$needle' in the folder's files"; fi
+    if find "$FOLDER" | grep -q -- "$needle"; then fail "no '$needle' in the folder's names"; else pass "no '$needle' in the folder's names"; fi
+done
+
+echo "== edits, deletes and conflicts"
+kcb add-generic-password $P -U -s mail -a alice -w 'alice-secret-2'
+expect_exit 0 "sync now on B" kcb sync now $P
+expect_contains "$OUT" "published 1" "B published its change"
+expect_exit 0 "sync now on A" kc sync now $P
+expect_eq "alice-secret-2" "$(kc find-generic-password $P -s mail -a alice -w)" "B's edit is on A"
+kc delete-generic-password $P -s mail -a bob >/dev/null
+kc sync now $P >/dev/null; kcb sync now $P >/dev/null
+expect_exit 44 "A's delete went to B" kcb find-generic-password $P -s mail -a bob
+kc add-generic-password $P -U -s mail -a alice -w 'from-a'
+kcb add-generic-password $P -U -s mail -a alice -w 'from-b'
+kc sync now $P >/dev/null; kcb sync now $P >/dev/null; kc sync now $P >/dev/null
+winner=$(kc find-generic-password $P -s mail -a alice -w)
+expect_eq "$winner" "$(kcb find-generic-password $P -s mail -a alice -w)" "one winner on both devices"
+both="$(kc dump-keychain -d $P) $(kcb dump-keychain -d $P)"
+expect_contains "$both" '"from-a"' "A's concurrent value is kept"
+expect_contains "$both" '"from-b"' "B's concurrent value is kept"
+expect_contains "$(kc dump-keychain $P)" 'account: alice.conflict-' "as a conflict copy beside the item"
+expect_exit 0 "sync status" kc sync status $P
+expect_contains "$OUT" "conflict: /mail/alice.conflict-" "sync status names the conflict copy"
+expect_contains "$OUT" "pending changes: 0" "sync status: nothing pending"
+expect_exit 0 "sync status --json" kc sync status --json $P
+/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["devices"])==2 and len(d["conflicts"])==1, d' "$OUT" \
+    && pass "sync status --json: two devices, one conflict" || fail "sync status --json: two devices, one conflict" "$(cat "$OUT")"
+kc add-generic-password $P -U -s mail -a alice -w 'after-the-conflict'
+expect_contains "$(kc sync status $P)" "pending changes: 1" "a local change is pending until the next exchange"
+
+echo "== tampering and rollback"
+kc sync now $P >/dev/null
+kcb sync now $P >/dev/null
+kc add-generic-password $P -U -s mail -a alice -w 'tamper-me'
+kc sync now $P >/dev/null
+dev_a=$(kc sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+f=$(ls -t "$FOLDER/devices/$dev_a/items" | head -1)
+cp "$FOLDER/devices/$dev_a/items/$f" "$T/saved-item"
+printf 'X' | dd of="$FOLDER/devices/$dev_a/items/$f" bs=1 seek=30 conv=notrunc 2>/dev/null
+expect_exit 93 "a tampered file: sync now exits 93" kcb sync now $P
+expect_contains "$ERR" "does not match its manifest" "and names the refusal"
+expect_contains "$(kcb sync status $P)" "refused: " "sync status shows it"
+cp "$T/saved-item" "$FOLDER/devices/$dev_a/items/$f"
+cp -a "$FOLDER/devices/$dev_a" "$T/old-tree"
+kc add-generic-password $P -U -s mail -a alice -w 'newest'
+kc sync now $P >/dev/null
+expect_exit 0 "the repaired file merges" kcb sync now $P
+expect_eq "newest" "$(kcb find-generic-password $P -s mail -a alice -w)" "B has A's newest value"
+rm -rf "$FOLDER/devices/$dev_a"; cp -a "$T/old-tree" "$FOLDER/devices/$dev_a"
+expect_exit 93 "a rolled-back device directory: 93" kcb sync now $P
+expect_contains "$ERR" "rolled back" "is detected"
+expect_eq "newest" "$(kcb find-generic-password $P -s mail -a alice -w)" "and nothing of the old tree applies"
+kc sync now $P >/dev/null 2>&1
+expect_exit 0 "A writes its directory again; B merges" kcb sync now $P
+
+echo "== passwd on one device"
+printf 'a new store passphrase\n' >"$T/new-pass"
+expect_exit 0 "passwd on B" kcb passwd $P --new-passphrase-file "$T/new-pass"
+kc add-generic-password $P -s mail -a carol -w 'carol-secret' --synchronizable
+kc sync now $P >/dev/null
+expect_exit 0 "sync now on B after passwd" kcb sync now --passphrase-file "$T/new-pass"
+expect_eq "carol-secret" "$(kcb find-generic-password --passphrase-file "$T/new-pass" -s mail -a carol -w)" "sync still works"
+
+echo "== leave"
+expect_exit 0 "sync leave on B" kcb sync leave --passphrase-file "$T/new-pass"
+expect_eq "1" "$(ls "$FOLDER/devices" | wc -l | tr -d ' ')" "only A's directory is left"
+expect_exit 69 "B does not sync any more" kcb sync status --passphrase-file "$T/new-pass"
+expect_eq "carol-secret" "$(kcb find-generic-password --passphrase-file "$T/new-pass" -s mail -a carol -w)" "B's items stay"
+
+# wait_for NAME CMD...: CMD succeeds within 10 s.
+wait_for() {
+    name=$1
+    shift
+    i=0
+    while ! "$@" >/dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -ge 100 ]; then fail "$name" "still not after 10 s: $*"; return 1; fi
+        sleep 0.1
+    done
+    pass "$name"
+}
+reads() { [ "$(cat "$1" 2>/dev/null)" = "$2" ]; }
+gone() { [ ! -e "$1" ]; }
+
+if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
+    . "$(dirname "$0")/mount_lib.sh"
+    echo "== two daemons and two mounts"
+    A2="$T/a2.db" B2="$T/b/b2.db" F2="$T/folder2" MPA="$T/mnta" MPB="$T/mntb"
+    mkdir -p "$MPA" "$MPB"
+    init_store --store "$A2"
+    kcb init --scrypt-log-n 10 --store "$B2" $P >/dev/null
+    kc add-generic-password --store "$A2" $P -s web -a erin -w 'erin-1' --synchronizable
+    kc sync init "$F2" --store "$A2" $P $S --scrypt-log-n 10 >/dev/null
+    mount_b() {
+        on_exit_unmount "$MPB"
+        kcb mount "$MPB" --store "$B2" $P >"$OUT" 2>"$ERR"
+        rc=$?
+        pid_b=$(daemon_pid "$MPB")
+        [ -n "$pid_b" ] && on_exit_kill "$pid_b"
+        return $rc
+    }
+    expect_exit 0 "mount A" mount_kc "$MPA" --store "$A2"
+    expect_exit 0 "mount B (its own XDG dirs and device key)" mount_b
+    expect_exit 0 "sync join while mounted, through B's daemon, without the store's passphrase" kcb sync join "$F2" --store "$B2" $S
+    expect_eq "erin-1" "$(cat "$MPB/web/erin")" "B's mount shows what it merged at join, at once"
+    expect_exit 0 "sync now while mounted, through the daemon" kc sync now --store "$A2"
+    expect_contains "$OUT" "published 0, applied 0" "nothing was left to do: the daemon had exchanged"
+    printf 'erin-2' >"$MPA/web/erin"
+    wait_for "a change through A's mount appears on B's mount" reads "$MPB/web/erin" "erin-2"
+    kc add-generic-password --store "$A2" -U -s web -a erin -w 'erin-3'
+    wait_for "a change through A's CLI (its daemon) appears on B's mount" reads "$MPB/web/erin" "erin-3"
+    printf 'frank-1' >"$MPB/web/frank"
+    setfattr -n user.keychain.synchronizable -v yes "$MPB/web/frank"
+    wait_for "an item made synchronizable on B's mount appears on A's" reads "$MPA/web/frank" "frank-1"
+    rm "$MPA/web/frank"
+    wait_for "a delete on A's mount goes from B's" gone "$MPB/web/frank"
+    printf 'device-only-secret' >"$MPA/web/local"
+    setfattr -n user.keychain.accessible -v when-unlocked-this-device-only "$MPA/web/local"
+    if setfattr -n user.keychain.synchronizable -v yes "$MPA/web/local" 2>"$ERR"; then
+        fail "setfattr synchronizable=yes on a this-device-only item fails"
+    else
+        expect_contains "$ERR" "Operation not permitted" "setfattr synchronizable=yes on a this-device-only item: EPERM"
+    fi
+    expect_eq "no" "$(getfattr --only-values -n user.keychain.synchronizable "$MPA/web/local" 2>/dev/null || echo no)" "and it stays unsynchronizable"
+    sleep 0.5
+    [ ! -e "$MPB/web/local" ] && pass "the this-device-only item is not on B" || fail "the this-device-only item is not on B"
+    for needle in erin frank device-only-secret web 'erin-3'; do
+        if grep -rqa -- "$needle" "$F2"; then fail "no '$needle' in the folder"; else pass "no '$needle' in the folder"; fi
+    done
+
+    echo "== concurrent edits, with daemons"
+    # A is offline (unmounted) while both change one item; its daemon merges when it mounts again.
+    kc unmount "$MPA" >/dev/null
+    kc add-generic-password --store "$A2" $P -U -s web -a erin -w 'erin-offline-a'
+    printf 'erin-online-b' >"$MPB/web/erin"
+    sleep 0.3
+    expect_exit 0 "mount A again" mount_kc "$MPA" --store "$A2"
+    wait_for "A's mount shows a conflict copy" sh -c "ls '$MPA/web' | grep -q '^erin\.conflict-'"
+    wait_for "so does B's" sh -c "ls '$MPB/web' | grep -q '^erin\.conflict-'"
+    winner=$(cat "$MPA/web/erin")
+    expect_eq "$winner" "$(cat "$MPB/web/erin")" "one winner in place on both mounts"
+    loser=$(cat "$MPA/web/"erin.conflict-*)
+    expect_eq "erin-offline-a erin-online-b" "$(printf '%s\n%s\n' "$winner" "$loser" | sort | tr '\n' ' ' | sed 's/ $//')" "both values are kept"
+    expect_contains "$(kc sync status --store "$A2" $P)" "conflict: " "sync status lists the conflict while mounted"
+    rm "$MPA/web/"erin.conflict-* "$MPB/web/"erin.conflict-*
+    printf 'erin-resolved' >"$MPA/web/erin"
+    wait_for "an edit after the conflict settles it on both" reads "$MPB/web/erin" "erin-resolved"
+
+    echo "== a tampered file, with daemons"
+    dev_b=$(kcb sync status --store "$B2" --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+    printf 'gina-1' >"$MPB/web/gina"
+    setfattr -n user.keychain.synchronizable -v yes "$MPB/web/gina"
+    wait_for "B's new item reaches A" reads "$MPA/web/gina" "gina-1"
+    # A's daemon is stopped while B publishes; then B's is stopped (so it cannot publish again)
+    # while the folder is tampered with and A goes on.
+    pid_a=$(daemon_pid "$MPA") pid_b=$(daemon_pid "$MPB")
+    kill -STOP "$pid_a"
+    printf 'gina-2' >"$MPB/web/gina"
+    sleep 0.5
+    kill -STOP "$pid_b"
+    for f in "$F2/devices/$dev_b/items/"*; do printf 'XXXX' | dd of="$f" bs=1 seek=40 conv=notrunc 2>/dev/null; done
+    kill -CONT "$pid_a"
+    sleep 1.5
+    expect_eq "gina-1" "$(cat "$MPA/web/gina")" "A applies nothing of the tampered file"
+    kill -CONT "$pid_b"
+    expect_contains "$(cat "$XDG_STATE_HOME/keychainfs/daemon.log")" "refused" "A's daemon logs the refusal"
+    expect_contains "$(cat "$XDG_STATE_HOME/keychainfs/daemon.log")" "does not match its manifest" "the refusal names the file's fault"
+    # B finds its own files damaged at its next exchange and publishes its values again.
+    wait_for "B publishes its real value again, and A merges it" reads "$MPA/web/gina" "gina-2"
+    printf 'gina-3' >"$MPB/web/gina"
+    wait_for "B's next change merges" reads "$MPA/web/gina" "gina-3"
+
+    echo "== passwd on one device"
+    printf 'newer store passphrase\n' >"$T/newer-pass"
+    kc unmount "$MPA" >/dev/null
+    expect_exit 0 "passwd on A" kc passwd --store "$A2" $P --new-passphrase-file "$T/newer-pass"
+    kc mount "$MPA" --store "$A2" --passphrase-file "$T/newer-pass" >/dev/null 2>&1
+    pid_a=$(daemon_pid "$MPA")
+    [ -n "$pid_a" ] && on_exit_kill "$pid_a"
+    printf 'erin-4' >"$MPA/web/erin"
+    wait_for "sync still works after passwd" reads "$MPB/web/erin" "erin-4"
+
+    echo "== kill -9 of a daemon during a merge"
+    i=0
+    # Not beside web/local: a new file in a directory that holds a this-device-only item is made
+    # this-device-only (the tree's rule), and so cannot be synchronizable.
+    mkdir "$MPA/bulk"
+    while [ $i -lt 60 ]; do printf 'bulk-%s' "$i" >"$MPA/bulk/item$i"; setfattr -n user.keychain.synchronizable -v yes "$MPA/bulk/item$i"; i=$((i + 1)); done &
+    writer=$!
+    sleep 0.4
+    kill -9 "$pid_b"
+    wait "$writer"
+    wait_gone "$pid_b"
+    fusermount3 -u -z "$MPB" 2>/dev/null
+    expect_exit 0 "B mounts again after kill -9" mount_b
+    wait_for "every change reaches B after the restart" reads "$MPB/bulk/item59" "bulk-59"
+    missing=0
+    i=0
+    while [ $i -lt 60 ]; do [ "$(cat "$MPB/bulk/item$i" 2>/dev/null)" = "bulk-$i" ] || missing=$((missing + 1)); i=$((i + 1)); done
+    expect_eq 0 "$missing" "nothing was lost"
+    expect_eq "erin-4" "$(cat "$MPB/web/erin")" "B's older items kept their values"
+    expect_eq "gina-3" "$(cat "$MPB/web/gina")" "and so did B's own"
+
+    echo "== leave and init through a daemon"
+    expect_exit 0 "sync leave while mounted" kcb sync leave --store "$B2"
+    expect_exit 69 "B does not sync any more" kcb sync status --store "$B2"
+    expect_exit 0 "sync init of a new folder while mounted" kcb sync init "$T/folder3" --store "$B2" $S --scrypt-log-n 10
+    expect_exit 0 "and its sync key is in B's mount" sh -c "ls '$MPB/keychainfs-sync/' | grep -q ."
+    expect_eq "1" "$(ls "$T/folder3/devices" | wc -l | tr -d ' ')" "B's directory is in the new folder"
+    kc unmount "$MPA" >/dev/null 2>&1
+    kcb unmount "$MPB" >/dev/null 2>&1
+else
+    skip "two daemons and two mounts" "no /dev/fuse here"
+fi
+
+finish
