@@ -71,6 +71,9 @@ let package = Package(
             "KeychainStore", "KeychainFileSystem", "KeychainClient", "KeychainControlProtocol", "KeychainAccess",
         ]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
+        // The git transport of a sync folder (issue 20): commit, fetch, merge, push, with the
+        // keychain's merge called in between. It runs git; it knows nothing of the folder's files.
+        .target(name: "KeychainSyncGit", dependencies: ["KeychainErrors"]),
         .target(name: "KeychainBackup", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
         // Per-program access (issue 17): who is asking (a pidfd-pinned process, its executable's
         // identity), access lists, pinentry prompts and the access log. Called by the gate.
@@ -91,7 +94,7 @@ let package = Package(
             "KeychainDaemon",
             "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainConfig",
             "KeychainAccess",
-            "KeychainBackup",
+            "KeychainBackup", "KeychainSyncGit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/keychainfs"),
@@ -113,6 +116,7 @@ let package = Package(
         .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem", "KeychainBatch", "KeychainAccess"]),
         .testTarget(name: "KeychainFuseTests", dependencies: ["KeychainFuse", "KeychainStore"]),
         .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
+        .testTarget(name: "KeychainSyncGitTests", dependencies: ["KeychainSyncGit", "KeychainErrors"]),
         .testTarget(name: "KeychainControlTests", dependencies: [
             "KeychainControlProtocol", "KeychainClient", "KeychainControlServer", "KeychainBatch", "KeychainAccess",
         ]),

@@ -30,6 +30,9 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     /// (traced, started with a loader variable, a replaced executable); the text says why.
     case accessDenied(String)
     case io(String)
+    /// The sync engine (git) failed: the remote could not be reached, a merge conflicted, or
+    /// pushes kept being refused; nothing was pushed, and the message says what git said.
+    case syncEngine(String)
 
     /// The message a user sees, after the wording of macOS `security`.
     public var description: String {
@@ -54,6 +57,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .diskFull: "The disk is full; nothing was changed."
         case .accessDenied(let m): "Access denied: \(m) (see 'keychainfs access log')."
         case .io(let m): m
+        case .syncEngine(let m): m
         }
     }
 
@@ -82,6 +86,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .diskFull: 73
         case .accessDenied: 77
         case .io: 74
+        case .syncEngine: 85
         }
     }
 
@@ -109,6 +114,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         (75, "store busy: held by a daemon that cannot be reached, or served elsewhere"),
         (76, "the running daemon is another version; unmount and mount again"),
         (77, "access denied: the program is not on the item's access list"),
+        (85, "the sync engine (git) failed; nothing was pushed"),
         (93, "integrity failure: a tampered or corrupt item"),
     ]
 
