@@ -75,6 +75,13 @@ let package = Package(
         // keychain's merge called in between. It runs git; it knows nothing of the folder's files.
         .target(name: "KeychainSyncGit", dependencies: ["KeychainErrors"]),
         .target(name: "KeychainBackup", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
+        // Sync across devices (issue 20): the folder's sealed files and signed manifests, the
+        // per-item merge, and the exchange that applies it through the owner (ServedKeychain).
+        // Above the filesystem semantics (the owner), below the daemon and the executables.
+        .target(name: "KeychainSync", dependencies: [
+            "KeychainModel", "KeychainCrypto", "KeychainBatch", "KeychainStore", "KeychainBackup", "KeychainFileSystem",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Per-program access (issue 17): who is asking (a pidfd-pinned process, its executable's
         // identity), access lists, pinentry prompts and the access log. Called by the gate.
         .target(name: "CProcessPin"),
@@ -124,6 +131,7 @@ let package = Package(
         .testTarget(name: "KeychainConfigTests", dependencies: ["KeychainConfig"]),
         .testTarget(name: "KeychainAccessTests", dependencies: ["KeychainAccess", "KeychainModel"]),
         .testTarget(name: "KeychainSecretServiceTests", dependencies: ["KeychainSecretService", "COpenSSL", "KeychainCrypto"]),
+        .testTarget(name: "KeychainSyncTests", dependencies: ["KeychainSync", "KeychainStore", "KeychainFileSystem", "KeychainBatch"]),
         .testTarget(name: "KeychainBackupTests", dependencies: ["KeychainBackup", "KeychainStore"]),
         // Every row of ItemAttribute.all through every channel, the CLI's among them.
         .testTarget(name: "AttributeTableTests", dependencies: [

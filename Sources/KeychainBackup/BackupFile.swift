@@ -8,7 +8,7 @@ import KeychainBatch
 /// Layout, integers big-endian:
 ///
 ///     0   8   magic "KCFSBKUP"
-///     8   2   format version (1)
+///     8   2   format version (2; version 1, read still, has a one-byte presence mask per item)
 ///     10  1   scrypt log2(N)     11  4  scrypt r     15  4  scrypt p
 ///     19  16  salt
 ///     35  4   chunk size: plaintext bytes in every chunk but the last
@@ -20,7 +20,9 @@ import KeychainBatch
 /// changed header, reordered or dropped chunks, and a file cut at any point (even between
 /// chunks) all fail authentication. The key check tells a wrong passphrase from a damaged file.
 package enum BackupFile {
-    package static let formatVersion: UInt16 = 1
+    package static let formatVersion: UInt16 = 2
+    /// The versions `open` reads.
+    static let readableVersions: ClosedRange<UInt16> = 1...2
     static let magic = Array("KCFSBKUP".utf8)
     static let headerBytes = 71
     static let checkedBytes = 39
@@ -68,8 +70,8 @@ package enum BackupFile {
             throw KeychainError.integrityFailure("\(name) is truncated: it ends inside its header")
         }
         let version = UInt16(int(file, 8, 2))
-        guard version == formatVersion else {
-            throw KeychainError.invalidInput("\(name) is a backup of format version \(version); this keychainfs reads version \(formatVersion)")
+        guard readableVersions.contains(version) else {
+            throw KeychainError.invalidInput("\(name) is a backup of format version \(version); this keychainfs reads versions \(readableVersions.lowerBound) to \(readableVersions.upperBound)")
         }
         let scrypt = ScryptParameters(logN: file[10], r: UInt32(int(file, 11, 4)), p: UInt32(int(file, 15, 4)))
         let chunkBytes = Int(int(file, 35, 4))
@@ -105,7 +107,7 @@ package enum BackupFile {
             }
             written += part.count
         }
-        return try BackupPayload.decode(plaintext)
+        return try BackupPayload.decode(plaintext, formatVersion: version)
     }
 
     static let maxChunkBytes = 64 << 20

@@ -11,9 +11,10 @@ import KeychainBatch
 ///     generic:  service · account
 ///     internet: server · port u16 · path · protocol 4 bytes · authentication type 4 bytes ·
 ///               security domain · account
-///     present u8 (each attribute's `ItemAttribute.presenceBit`: 0 label to 5 type; bit 6
-///     extras), then the attributes that are present, in the table's order: text and bytes
-///     as strings, four-character codes as their 4 bytes
+///     present u16 (u8 in format version 1; each attribute's `ItemAttribute.presenceBit`: 0 label
+///     to 5 type, 7 access, 8 synchronizable; bit 6 extras), then the attributes that are
+///     present, in the table's order: text and bytes as strings, four-character codes as their
+///     4 bytes, a flag as one byte 0 or 1
 ///     created, modified: the `Double` seconds since 2001 as their 64-bit pattern, so they
 ///     round-trip exactly
 ///     secret
@@ -47,13 +48,14 @@ package struct BackupPayload: @unchecked Sendable {
         let present = ItemAttribute.all.compactMap { attribute in
             a.values[attribute].map { (attribute.presenceBit, $0) }
         }
-        out.u8(present.reduce(extras != nil ? Self.extrasBit : 0) { $0 | 1 << $1.0 })
+        out.u16(present.reduce(extras != nil ? Self.extrasBit : 0) { $0 | 1 << UInt16($1.0) })
         for (_, value) in present {
             switch value {
             case .text(let v): out.string(v)
             case .bytes(let v): v.withUnsafeBytes { out.bytes($0) }
             case .programs(let list): list.encoded.withUnsafeBytes { out.bytes($0) }
             case .code(let v): out.code(v)
+            case .flag(let b): out.u8(b ? 1 : 0)
             }
         }
         out.u64(a.created.timeIntervalSinceReferenceDate.bitPattern)
@@ -68,7 +70,8 @@ package struct BackupPayload: @unchecked Sendable {
 
     /// The items of a decrypted payload, their secrets left where they are in `plaintext`.
     /// Every name goes through the model's checks, as if typed at the command line.
-    static func decode(_ plaintext: SecureBytes) throws -> ItemBatch {
+    /// `formatVersion` is the file's: version 1 has a one-byte presence mask.
+    static func decode(_ plaintext: SecureBytes, formatVersion: UInt16 = BackupFile.formatVersion) throws -> ItemBatch {
         var entries: [ItemBatch.Entry] = []
         try plaintext.withUnsafeBytes { raw in
             var input = ByteSource(raw)
@@ -76,13 +79,13 @@ package struct BackupPayload: @unchecked Sendable {
             // Each item takes at least 35 bytes, so a count beyond that is malformed, not a reason to reserve memory.
             guard count <= UInt64(raw.count / 35) else { throw BackupPayload.malformed("its item count is impossible") }
             entries.reserveCapacity(Int(count))
-            for _ in 0..<count { entries.append(try decodeItem(&input)) }
+            for _ in 0..<count { entries.append(try decodeItem(&input, wideMask: formatVersion >= 2)) }
             guard input.isAtEnd else { throw BackupPayload.malformed("bytes follow the last item") }
         }
         return try ItemBatch(secrets: plaintext, entries: entries)
     }
 
-    private static func decodeItem(_ input: inout ByteSource) throws -> ItemBatch.Entry {
+    private static func decodeItem(_ input: inout ByteSource, wideMask: Bool) throws -> ItemBatch.Entry {
         let kind = try input.u8()
         guard let accessible = AccessibilityClass(code: Int(try input.u8())) else { throw malformed("an unknown class") }
         let group = try input.string()
@@ -109,10 +112,10 @@ package struct BackupPayload: @unchecked Sendable {
             if case .nameTooLong = e { throw KeychainError.nameTooLong(why) }
             throw KeychainError.invalidInput(why)
         }
-        let present = try input.u8()
+        let present = wideMask ? try input.u16() : UInt16(try input.u8())
         guard present & ~(knownBits | extrasBit) == 0 else { throw malformed("unknown attributes") }
         var a = ItemAttributes(accessible: accessible)
-        for attribute in ItemAttribute.all where present & 1 << attribute.presenceBit != 0 {
+        for attribute in ItemAttribute.all where present & 1 << UInt16(attribute.presenceBit) != 0 {
             let value: AttributeValue = switch attribute.kind {
             case .text: .text(try input.string())
             case .bytes: .bytes(Data(try input.bytes()))
@@ -122,6 +125,12 @@ package struct BackupPayload: @unchecked Sendable {
                     do { return try AccessList(decoding: Array(try input.bytes())) } catch let e as KeychainError {
                         throw malformed("an access list that does not decode (\(e.description))")
                     }
+                }())
+            case .flag:
+                .flag(try { () throws -> Bool in
+                    let b = try input.u8()
+                    guard b <= 1 else { throw malformed("a flag that is neither 0 nor 1") }
+                    return b == 1
                 }())
             }
             a.values[attribute] = value
@@ -135,8 +144,8 @@ package struct BackupPayload: @unchecked Sendable {
     }
 
     /// The item's extras follow its secret. Bit 6 is never an attribute's (`ItemAttribute.all`).
-    static let extrasBit: UInt8 = 1 << 6
-    static let knownBits = ItemAttribute.all.reduce(UInt8(0)) { $0 | 1 << $1.presenceBit }
+    static let extrasBit: UInt16 = 1 << 6
+    static let knownBits = ItemAttribute.all.reduce(UInt16(0)) { $0 | 1 << UInt16($1.presenceBit) }
 
     static func malformed(_ what: String) -> KeychainError {
         .integrityFailure("the backup's contents are malformed: \(what)")

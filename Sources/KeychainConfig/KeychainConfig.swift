@@ -9,6 +9,7 @@ import TOMLKit
 /// mountpoint = "~/Keychain"
 /// lock-after = 900            # seconds without file access; 0 for never
 /// default-accessible = "after-first-unlock"
+/// default-synchronizable = true   # new items travel to the other devices (never this-device-only ones)
 /// allow-root = true
 /// secret-service = true       # serve org.freedesktop.secrets on the session bus
 ///
@@ -22,6 +23,7 @@ package struct KeychainConfig: Equatable, Sendable {
     /// Seconds; 0 means never.
     package var lockAfter: Int?
     package var defaultAccessible: AccessibilityClass?
+    package var defaultSynchronizable: Bool?
     package var allowRoot: Bool?
     package var secretService: Bool?
     /// `[access] pinentry`: the prompt program (an absolute path).
@@ -35,7 +37,7 @@ package struct KeychainConfig: Equatable, Sendable {
         self.defaultAccessible = defaultAccessible; self.allowRoot = allowRoot
     }
 
-    package static let keys = ["mountpoint", "lock-after", "default-accessible", "allow-root", "secret-service", "access"]
+    package static let keys = ["mountpoint", "lock-after", "default-accessible", "default-synchronizable", "allow-root", "secret-service", "access"]
 
     /// `$XDG_CONFIG_HOME/keychainfs/config.toml`, by default `~/.config/keychainfs/config.toml`.
     package static var defaultPath: String {
@@ -91,6 +93,9 @@ package struct KeychainConfig: Equatable, Sendable {
                 do { config.defaultAccessible = try AccessibilityClass(parsing: s) } catch {
                     throw fail(key, "default-accessible: \(KeychainError(error).description)")
                 }
+            case "default-synchronizable":
+                guard let b = value.bool else { throw fail(key, "default-synchronizable must be true or false, not \(value.debugDescription)") }
+                config.defaultSynchronizable = b
             case "allow-root":
                 guard let b = value.bool else { throw fail(key, "allow-root must be true or false, not \(value.debugDescription)") }
                 config.allowRoot = b

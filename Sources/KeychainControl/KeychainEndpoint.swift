@@ -23,6 +23,7 @@ package enum KeychainEndpoint {
     /// here, an owner of this command's own that holds the lease, whose default class for a
     /// new item is `defaultClass()` (asked only on this route), as a mount's would be.
     package static func connect(storePath: String, defaultClass: () -> AccessibilityClass,
+                               defaultSynchronizable: () -> Bool = { false },
                                passphraseSource: PassphraseSource) throws -> KeychainService {
         switch try DaemonLocator.route(forStore: storePath) {
         case .daemon(let service, _):
@@ -33,7 +34,7 @@ package enum KeychainEndpoint {
             // No daemon to ask for a prompt: a program not on an item's list is refused, and logged.
             let access = AccessControl(settings: .none, log: AccessLog(path: AccessLog.defaultPath))
             return ServedKeychainService(owner: try ServedKeychain(keychain: keychain, defaultClass: defaultClass(), lease: lease,
-                                                                   access: access))
+                                                                   access: access, defaultSynchronizable: defaultSynchronizable()))
         }
     }
 }

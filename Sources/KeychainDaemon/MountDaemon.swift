@@ -18,6 +18,8 @@ package struct MountSettings: Sendable, Codable {
     package var startLocked: Bool
     package var lockAfter: Int?
     package var defaultClass: AccessibilityClass
+    /// config.toml's `default-synchronizable`.
+    package var defaultSynchronizable = false
     package var allowRoot = false
     /// Take a store whose rows or commit counter are older than this machine last saw (`--accept-rollback`).
     package var acceptRollback = false
@@ -155,7 +157,7 @@ package final class MountDaemon: Sendable {
                                    log: AccessLog(path: AccessLog.defaultPath),
                                    logLine: { line in Logger(label: "keychainfs.access").notice("\(line)") })
         return try ServedKeychain(keychain: keychain, defaultClass: settings.defaultClass, lockAfter: settings.lockAfter,
-                                  clock: clock, access: access)
+                                  clock: clock, access: access, defaultSynchronizable: settings.defaultSynchronizable)
     }
 
     /// The control socket's service: the one service, over the mount's own owner.

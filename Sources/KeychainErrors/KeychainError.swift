@@ -29,6 +29,9 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     /// A program not on the item's access list (issue 17), or one refused even when listed
     /// (traced, started with a loader variable, a replaced executable); the text says why.
     case accessDenied(String)
+    /// A this-device-only item cannot be synchronizable (issue 20): the message says which change
+    /// was refused; nothing changed.
+    case notSynchronizable(String)
     case io(String)
     /// The sync engine (git) failed: the remote could not be reached, a merge conflicted, or
     /// pushes kept being refused; nothing was pushed, and the message says what git said.
@@ -56,6 +59,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .mountpointBusy(let m): m
         case .diskFull: "The disk is full; nothing was changed."
         case .accessDenied(let m): "Access denied: \(m) (see 'keychainfs access log')."
+        case .notSynchronizable(let m): m
         case .io(let m): m
         case .syncEngine(let m): m
         }
@@ -85,6 +89,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .mountpointBusy: 16
         case .diskFull: 73
         case .accessDenied: 77
+        case .notSynchronizable: 78
         case .io: 74
         case .syncEngine: 85
         }
@@ -114,6 +119,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         (75, "store busy: held by a daemon that cannot be reached, or served elsewhere"),
         (76, "the running daemon is another version; unmount and mount again"),
         (77, "access denied: the program is not on the item's access list"),
+        (78, "a this-device-only item cannot be synchronizable; nothing was changed"),
         (85, "the sync engine (git) failed; nothing was pushed"),
         (93, "integrity failure: a tampered or corrupt item"),
     ]

@@ -31,6 +31,7 @@ package struct FileSystemError: Error, Equatable, CustomStringConvertible {
         case .itemNotFound, .noSuchStore: self.init(ENOENT)
         case .duplicateItem, .storeExists: self.init(EEXIST)
         case .wrongPassphrase, .accessDenied: self.init(EACCES)
+        case .notSynchronizable: self.init(EPERM)
         case .tooManyAttempts: self.init(EAGAIN)
         case .unavailable: self.init(ENOKEY)
         case .integrityFailure: self.init(EBADMSG)

@@ -60,6 +60,9 @@ package final class ServedKeychain: Sendable {
     /// The class a new item takes before the rule of its neighbours (`newItemClass`): the
     /// mount's `--default-accessible`, else the configuration's, else `when-unlocked`.
     package let defaultClass: AccessibilityClass
+    /// Whether a new item that does not say is synchronizable (config.toml's
+    /// `default-synchronizable`; never for a this-device-only class).
+    package let defaultSynchronizable: Bool
     /// Kept for the owner's life: the store's shared lease, when this owner is a command's
     /// own (no daemon), so that no daemon opens the store meanwhile.
     private let lease: (any Sendable)?
@@ -153,8 +156,9 @@ package final class ServedKeychain: Sendable {
     package init(keychain: Keychain, defaultClass: AccessibilityClass = .default, lockAfter: Int? = nil,
                  cacheBudget: Int? = nil, indexLimit: Int = ServedKeychain.defaultIndexLimit,
                  lease: (any Sendable)? = nil, clock: any MonotonicClock = SystemMonotonicClock(),
-                 access: AccessControl = AccessControl(settings: .none, log: nil)) throws {
+                 access: AccessControl = AccessControl(settings: .none, log: nil), defaultSynchronizable: Bool = false) throws {
         self.keychain = keychain
+        self.defaultSynchronizable = defaultSynchronizable
         self.access = access
         self.defaultClass = defaultClass
         self.lease = lease
@@ -245,6 +249,7 @@ package final class ServedKeychain: Sendable {
             check()
             var record = record
             record.attributes.accessible = try owner.newItemClass(for: record.key, base: record.attributes.accessible)
+            record.attributes.applyDefaultSynchronizable(owner.defaultSynchronizable)
             let stored = try keychain.add(record, secret: secret)
             owner.state.withLock { $0.stored(pending: item.id, as: stored) }
             note(.added(stored.key))
@@ -300,7 +305,8 @@ package final class ServedKeychain: Sendable {
                   updateExisting: Bool) throws -> KeychainItem {
             check()
             let item = try keychain.save(key, secret: secret, changes: changes, extras: extras,
-                                         defaultClass: owner.defaultClass, updateExisting: updateExisting)
+                                         defaultClass: owner.defaultClass, defaultSynchronizable: owner.defaultSynchronizable,
+                                         updateExisting: updateExisting)
             owner.state.withLock { $0.saved(item) }
             // A new row starts at version 1; an update raises it.
             note(item.sealed.version == 1 ? .added(item.key) : .updated(item.key))

@@ -200,6 +200,20 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
         set { values[keyPath: path] = newValue }
     }
 
+    /// An item of a this-device-only class never leaves the device, so it is never
+    /// synchronizable; `notSynchronizable` (exit 78) otherwise.
+    package func checkSynchronizable() throws(KeychainError) {
+        if values.synchronizable == true && accessible.isThisDeviceOnly {
+            throw .notSynchronizable("a '\(accessible.rawValue)' item cannot be synchronizable: this-device-only items never leave the device; nothing was changed")
+        }
+    }
+
+    /// The default for a new item that does not say (config.toml's `default-synchronizable`):
+    /// applied only where allowed, so the default never makes a this-device-only add fail.
+    package mutating func applyDefaultSynchronizable(_ synchronizable: Bool) {
+        if values.synchronizable == nil && synchronizable && !accessible.isThisDeviceOnly { values.synchronizable = true }
+    }
+
     // Flat JSON, one key per attribute, as the rows of stores before format 1 were written.
     private struct Key: CodingKey {
         var stringValue: String
@@ -220,6 +234,7 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
             case .bytes: try c.decodeIfPresent(Data.self, forKey: key).map(AttributeValue.bytes)
             case .code: try c.decodeIfPresent(FourCharCode.self, forKey: key).map(AttributeValue.code)
             case .programs: try c.decodeIfPresent(AccessList.self, forKey: key).map(AttributeValue.programs)
+            case .flag: try c.decodeIfPresent(Bool.self, forKey: key).map(AttributeValue.flag)
             }
             values[a] = v
         }
@@ -237,6 +252,7 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
             case .bytes(let d)?: try c.encode(d, forKey: Key(a.name))
             case .code(let code)?: try c.encode(code, forKey: Key(a.name))
             case .programs(let list)?: try c.encode(list, forKey: Key(a.name))
+            case .flag(let b)?: try c.encode(b, forKey: Key(a.name))
             case nil: break
             }
         }

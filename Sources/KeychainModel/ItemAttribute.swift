@@ -31,6 +31,9 @@ public struct AttributeValues: Hashable, Codable, Sendable {
     /// The programs that may use the item (`-T`, `user.keychain.access`; issue 17). Not set, or
     /// empty, is any program of the user. Sealed with the other attributes.
     package var access: AccessList?
+    /// `kSecAttrSynchronizable`: the item travels to the user's other devices through the sync
+    /// folder (issue 20). Not set is no. Never yes on a this-device-only item (`ItemAttributes.checkSynchronizable`).
+    public var synchronizable: Bool?
 
     /// No attribute set.
     public init() {}
@@ -59,10 +62,10 @@ extension ItemAttribute {
     /// The table. The order is the order of the fields in the store's and the backup's
     /// formats; `presenceBit` and `wireTag` are frozen in stores, backups and the control
     /// protocol: never change them, and never give a retired one to a new attribute. Wire
-    /// tags 36 to 38 are the class and dates. The presence mask is one byte, and bit 6 is the
-    /// backup's extras flag: bit 7, the last free one, is the access list's, so a new attribute
-    /// needs a wider mask (a new store format and backup version). `AttributeTableTests` checks
-    /// all this.
+    /// tags 36 to 38 are the class and dates. Bit 6 is the backup's extras flag, never an
+    /// attribute's. Bits 0 to 7 fit the one-byte mask of the store's format 1; a row with a
+    /// higher bit set is written in format 2 (a two-byte mask), and backups from version 2 carry
+    /// a two-byte mask. `AttributeTableTests` checks all this.
     package static let all: [ItemAttribute] = [
         ItemAttribute("label", .text, presenceBit: 0, wireTag: 30, short: "l",
                       { $0.label.map { .text($0) } }, { $0.label = $1?.asText },
@@ -89,6 +92,11 @@ extension ItemAttribute {
                       { $0.access.map { .programs($0) } }, { $0.access = $1?.asPrograms },
                       set: "A program that may use the item's secret without a prompt (repeatable; a path, an interpreter and its script, or flatpak:APP-ID).",
                       match: ""),
+        // Set on the command line by --synchronizable / --no-synchronizable, and never matched.
+        ItemAttribute("synchronizable", .flag, presenceBit: 8, wireTag: 40, short: nil,
+                      { $0.synchronizable.map { .flag($0) } }, { $0.synchronizable = $1?.asFlag },
+                      set: "Whether the item travels to the user's other devices through the sync folder (yes or no).",
+                      match: ""),
     ]
 }
 
@@ -104,11 +112,15 @@ package enum AttributeValue: Hashable, Sendable {
     /// An access list (`access`): its sealed form (`AccessList.encoded`) in the store, backups
     /// and the control protocol, its text form (one program a line) in the tree.
     case programs(AccessList)
+    /// A yes/no (`synchronizable`): `yes` or `no` in the tree and the control protocol, one byte
+    /// (0 or 1) in the store and backups.
+    case flag(Bool)
 
     package var asText: String? { if case .text(let v) = self { v } else { nil } }
     package var asData: Data? { if case .bytes(let v) = self { v } else { nil } }
     package var asCode: FourCharCode? { if case .code(let v) = self { v } else { nil } }
     package var asPrograms: AccessList? { if case .programs(let v) = self { v } else { nil } }
+    package var asFlag: Bool? { if case .flag(let v) = self { v } else { nil } }
 
     /// The bytes an xattr value and a control-protocol field carry: text as UTF-8, a code as
     /// its four ASCII bytes, bytes as they are.
@@ -118,6 +130,7 @@ package enum AttributeValue: Hashable, Sendable {
         case .bytes(let d): Array(d)
         case .code(let c): Array(c.text.utf8)
         case .programs(let list): list.encoded
+        case .flag(let b): Array((b ? "yes" : "no").utf8)
         }
     }
 }
@@ -126,7 +139,7 @@ package enum AttributeValue: Hashable, Sendable {
 /// its value, and where the model keeps it. A class, so that walking the table on every
 /// item encoded or decoded passes one reference, not a dozen fields.
 package final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
-    package enum Kind: Sendable { case text, bytes, code, programs }
+    package enum Kind: Sendable { case text, bytes, code, programs, flag }
 
     /// The model's name: also the key in the JSON rows of old stores, so it never changes.
     package let name: String
@@ -172,6 +185,12 @@ package final class ItemAttribute: Sendable, Hashable, CustomStringConvertible {
         case .bytes: .bytes(Data(text.utf8))
         case .code: .code(try FourCharCode(text))
         case .programs: throw .invalid("the access list is set with -T PROGRAM and -A, or the user.keychain.access attribute")
+        case .flag:
+            switch text {
+            case "yes": .flag(true)
+            case "no": .flag(false)
+            default: throw .invalid("the \(name) attribute is yes or no, not '\(text)'")
+            }
         }
     }
 

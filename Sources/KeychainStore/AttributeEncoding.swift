@@ -6,19 +6,27 @@ import KeychainModel
 /// Format 1 is binary: the format byte, the kind, then each field in a fixed order, strings and
 /// data as a LEB128 length and their bytes, dates as the bits of their `timeIntervalSinceReferenceDate`,
 /// and the optional attributes (`ItemAttribute.all`, in its order) behind a mask of their
-/// presence bits. Earlier versions wrote JSON, which starts
+/// presence bits. Format 2 is format 1 with a two-byte mask (big-endian), for attributes whose
+/// bit is above 7 (`synchronizable`); a row without such an attribute is still written in
+/// format 1, so older versions read it. Earlier versions wrote JSON, which starts
 /// with `{`; such rows are still read, and are written again in format 1 when they next change.
 /// Decoding JSON was a quarter to a third of a 100,000-item mount.
 enum AttributeEncoding {
     static let binaryFormat: UInt8 = 1
+    static let wideMaskFormat: UInt8 = 2
     static let jsonStart = UInt8(ascii: "{")
     /// The presence bits of the attributes this version knows; a row with another is refused.
-    static let knownBits = ItemAttribute.all.reduce(UInt8(0)) { $0 | 1 << $1.presenceBit }
+    static let knownBits = ItemAttribute.all.reduce(UInt16(0)) { $0 | 1 << UInt16($1.presenceBit) }
 
     static func encode(_ record: ItemRecord) -> [UInt8] {
+        let a = record.attributes
+        let present = ItemAttribute.all.compactMap { attribute in
+            a.values[attribute].map { (attribute.presenceBit, $0) }
+        }
+        let mask = present.reduce(UInt16(0)) { $0 | 1 << UInt16($1.0) }
         var w = Writer()
         w.out.reserveCapacity(96)
-        w.byte(binaryFormat)
+        w.byte(mask > 0xff ? wideMaskFormat : binaryFormat)
         switch record.key {
         case .generic(let g):
             w.byte(UInt8(ItemKind.generic.rawValue))
@@ -29,19 +37,17 @@ enum AttributeEncoding {
             w.string(i.path); w.code(i.protocol.code); w.code(i.authenticationType.code)
             w.string(i.securityDomain); w.string(i.account)
         }
-        let a = record.attributes
         w.byte(UInt8(a.accessible.code))
         w.date(a.created); w.date(a.modified)
-        let present = ItemAttribute.all.compactMap { attribute in
-            a.values[attribute].map { (attribute.presenceBit, $0) }
-        }
-        w.byte(present.reduce(0) { $0 | 1 << $1.0 })
+        if mask > 0xff { w.byte(UInt8(mask >> 8)) }
+        w.byte(UInt8(mask & 0xff))
         for (_, value) in present {
             switch value {
             case .text(let v): w.string(v)
             case .bytes(let v): w.bytes(v)
             case .programs(let list): w.bytes(Data(list.encoded))
             case .code(let v): w.code(v)
+            case .flag(let b): w.byte(b ? 1 : 0)
             }
         }
         return w.out
@@ -52,8 +58,8 @@ enum AttributeEncoding {
     static func decode(_ plain: UnsafeRawBufferPointer) -> ItemRecord? {
         guard let first = plain.first else { return nil }
         switch first {
-        case binaryFormat:
-            var r = Reader(bytes: plain, at: 1)
+        case binaryFormat, wideMaskFormat:
+            var r = Reader(bytes: plain, at: 1, wideMask: first == wideMaskFormat)
             return r.record()
         case jsonStart:
             return try? JSONDecoder().decode(ItemRecord.self, from: Data(plain))
@@ -101,10 +107,18 @@ enum AttributeEncoding {
     private struct Reader {
         let bytes: UnsafeRawBufferPointer
         var at: Int
+        let wideMask: Bool
 
-        init(bytes: UnsafeRawBufferPointer, at: Int) {
+        init(bytes: UnsafeRawBufferPointer, at: Int, wideMask: Bool) {
             self.bytes = bytes
             self.at = at
+            self.wideMask = wideMask
+        }
+
+        mutating func mask() -> UInt16? {
+            guard wideMask else { return byte().map(UInt16.init) }
+            guard let hi = byte(), let lo = byte() else { return nil }
+            return UInt16(hi) << 8 | UInt16(lo)
         }
 
         mutating func byte() -> UInt8? {
@@ -174,16 +188,17 @@ enum AttributeEncoding {
                 return nil
             }
             guard let classCode = byte(), let accessible = AccessibilityClass(code: Int(classCode)),
-                  let created = date(), let modified = date(), let mask = byte(),
+                  let created = date(), let modified = date(), let mask = mask(),
                   mask & ~AttributeEncoding.knownBits == 0 else { return nil }
             var a = ItemAttributes(accessible: accessible, created: created, modified: modified)
-            for attribute in ItemAttribute.all where mask & 1 << attribute.presenceBit != 0 {
+            for attribute in ItemAttribute.all where mask & 1 << UInt16(attribute.presenceBit) != 0 {
                 let value: AttributeValue? = switch attribute.kind {
                 case .text: string().map(AttributeValue.text)
                 case .bytes: data().map(AttributeValue.bytes)
                 case .code: code().map(AttributeValue.code)
                 // Sealed with the rest: a list that does not decode is a damaged record.
                 case .programs: data().flatMap { try? AccessList(decoding: Array($0)) }.map(AttributeValue.programs)
+                case .flag: byte().flatMap { $0 <= 1 ? AttributeValue.flag($0 == 1) : nil }
                 }
                 guard let value else { return nil }
                 a.values[attribute] = value

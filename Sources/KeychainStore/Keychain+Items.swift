@@ -178,6 +178,8 @@ extension Keychain {
         if c == .whenPasscodeSetThisDeviceOnly && !hasPassphrase {
             throw KeychainError.invalidInput("'\(c.rawValue)' items need a store with a passphrase")
         }
+        // Every write seals here, so this one check covers add, update, class changes, batches and merges.
+        try record.attributes.checkSynchronizable()
         let (classKey, metadataKey, generation) = keybag.withLock { ($0.classKey(c), $0.metadataKey(c), $0.generation) }
         guard let classKey, let metadataKey else { throw KeychainError.unavailable(c) }
         var sealed = SealedItem(id: id, kind: record.key.kind.rawValue, classCode: c.code, version: version,
@@ -235,10 +237,12 @@ extension Keychain {
 
     /// Adds the item, or with `updateExisting` updates the one with the same key: the secret
     /// and the given attributes change, the rest (and the creation date) stay. `extras` as in `update`.
+    /// A new item that does not say whether it is synchronizable takes `defaultSynchronizable`
+    /// (config.toml's `default-synchronizable`) if its class may leave the device.
     @discardableResult
     public func save(_ key: ItemKey, secret: SecureBytes, changes: AttributeChanges = AttributeChanges(),
                      extras: SecureBytes? = nil, defaultClass: AccessibilityClass = .default,
-                     updateExisting: Bool) throws -> KeychainItem {
+                     defaultSynchronizable: Bool = false, updateExisting: Bool) throws -> KeychainItem {
         if let existing = try item(for: key) {
             guard updateExisting else { throw KeychainError.duplicateItem }
             var record = existing.record
@@ -246,6 +250,7 @@ extension Keychain {
             return try update(existing, to: record, secret: secret, extras: extras)
         }
         var attributes = changes.applied(to: ItemAttributes(accessible: defaultClass))
+        attributes.applyDefaultSynchronizable(defaultSynchronizable)
         attributes.modified = attributes.created
         return try add(ItemRecord(key: key, attributes: attributes), secret: secret, extras: extras)
     }

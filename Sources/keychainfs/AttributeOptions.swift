@@ -21,11 +21,16 @@ struct AttributeOptions: ParsableArguments {
     @Flag(name: .customShort("A"), help: "Any program of the user may use the item (an empty access list, the default); with -U, clears the list.")
     var anyProgram = false
 
+    @Flag(inversion: .prefixedNo, help: ArgumentHelp(
+        "Whether the item travels to your other devices through the sync folder (default: config.toml's default-synchronizable, else no). Never for a this-device-only class (exit 78)."))
+    var synchronizable: Bool?
+
     /// Bad values are `invalidInput` (exit 65), not usage errors, as for every name.
     func changes() throws -> AttributeChanges {
         var values = try flags.values()
         if anyProgram && !trusted.isEmpty { throw KeychainError.invalidInput("-A (any program) and -T (these programs) exclude each other") }
         if anyProgram { values.access = .anyProgram }
+        if let synchronizable { values.synchronizable = synchronizable }
         if !trusted.isEmpty {
             values.access = try AccessList.anyProgram.setting(try trusted.map { try AccessProgram(parsing: $0) })
         }

@@ -70,6 +70,7 @@ struct DumpedItem: Encodable {
             case .bytes(let data)?: try c.encode(data, forKey: key)
             case .code(let code)?: try c.encode(code.text, forKey: key)
             case .programs(let list)?: try c.encode(list.rules.map(\.program.description), forKey: key)
+            case .flag(let b)?: try c.encode(b, forKey: key)
             case nil: break
             }
         }

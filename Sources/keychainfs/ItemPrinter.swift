@@ -66,6 +66,7 @@ enum ItemPrinter {
                 case .code(let code): Printable.text(code.text)
                 // One program a line in the tree; here on one line, each program as the xattr writes it.
                 case .programs(let list): Printable.text(list.rules.map(\.program.description).joined(separator: " ; "))
+                case .flag(let b): Printable.text(b ? "yes" : "no")
                 }
             })
         }

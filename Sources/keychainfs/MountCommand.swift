@@ -107,6 +107,7 @@ struct MountCommand: ParsableCommand {
         var settings = MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: idle,
                                      defaultClass: defaultClass, allowRoot: allowRoot)
         settings.secretService = secretService ?? config.secretService ?? false
+        settings.defaultSynchronizable = config.defaultSynchronizable ?? false
         settings.pinentry = config.pinentry
         settings.promptTimeout = config.promptTimeout ?? 30
         // Checked here, as the daemon will use it: a bad pinentry stops the mount with its reason.

@@ -18,7 +18,8 @@ struct StoreOptions: ParsableArguments {
     func connect(_ passphrase: PassphraseOptions) throws -> KeychainService {
         let path = self.path
         return try passphrase.withRetries(prompt: "Passphrase for \(path): ") { read in
-            try KeychainEndpoint.connect(storePath: path, defaultClass: Self.configuredDefaultClass, passphraseSource: read)
+            try KeychainEndpoint.connect(storePath: path, defaultClass: Self.configuredDefaultClass,
+                                         defaultSynchronizable: Self.configuredDefaultSynchronizable, passphraseSource: read)
         }
     }
 
@@ -27,5 +28,11 @@ struct StoreOptions: ParsableArguments {
     /// the built-in default: with it, no mount could start to disagree.
     static func configuredDefaultClass() -> AccessibilityClass {
         (try? KeychainConfig.load())?.defaultAccessible ?? .default
+    }
+
+    /// Whether a new item is synchronizable when not told, without a daemon: the
+    /// configuration's `default-synchronizable`, as `mount` takes it, else no.
+    static func configuredDefaultSynchronizable() -> Bool {
+        (try? KeychainConfig.load())?.defaultSynchronizable ?? false
     }
 }

@@ -24,6 +24,8 @@ final class AttributeTableTests: XCTestCase {
         case .bytes: .bytes(Data([0, 0xff]) + Data(a.name.utf8))
         case .code: .code(try FourCharCode("c\(a.presenceBit)\(a.wireTag % 10) "))
         case .programs: .programs(Self.sampleList)
+        // Yes: not set reads as no, so yes is the value a channel could drop unseen.
+        case .flag: .flag(true)
         }
     }
 
@@ -78,7 +80,7 @@ final class AttributeTableTests: XCTestCase {
         XCTAssertEqual(all.map(\.presenceBit), all.map(\.presenceBit).sorted())
         XCTAssertEqual(Set(all.map(\.presenceBit)).count, all.count, "two attributes share a presence bit")
         for a in all {
-            XCTAssertLessThan(a.presenceBit, 8, "\(a): the presence mask is one byte")
+            XCTAssertLessThan(a.presenceBit, 16, "\(a): the widest presence mask (store format 2, backup version 2) is two bytes")
             XCTAssertNotEqual(a.presenceBit, 6, "\(a): bit 6 is the backup's extras flag")
             XCTAssertNil(WireTag(rawValue: a.wireTag), "\(a): wire tag \(a.wireTag) is \(WireTag(rawValue: a.wireTag).map { "\($0)" } ?? "")")
         }
@@ -223,6 +225,7 @@ final class AttributeTableTests: XCTestCase {
                 case .bytes(let d)?: XCTAssertEqual(json[a.jsonKey] as? String, d.base64EncodedString(), name)
                 case .code(let c)?: XCTAssertEqual(json[a.jsonKey] as? String, c.text, name)
                 case .programs(let list)?: XCTAssertEqual(json[a.jsonKey] as? [String], list.rules.map(\.program.description), name)
+                case .flag(let b)?: XCTAssertEqual(json[a.jsonKey] as? Bool, b, name)
                 case nil: XCTAssertNil(json[a.jsonKey], "\(name): \(a) in the JSON while unset")
                 }
             }
@@ -252,10 +255,14 @@ final class AttributeTableTests: XCTestCase {
         fullPayload.append(record(values), secret: SecureBytes(copying: Array("pw".utf8)))
         let empty = emptyPayload.buffer.unprotectedArray
         let presentAt = 8 + 1 + 1 + 4 + (4 + 3) + (4 + 4)  // count, kind, class, group, "svc", "acct"
-        XCTAssertEqual(empty[presentAt], 0)
+        XCTAssertEqual(Array(empty[presentAt..<presentAt + 2]), [0, 0], "version 2: a two-byte mask")
         let backupFields = texts.flatMap { be32($0.count) + $0 } + be32(generic.count) + generic + codes.joined()
         XCTAssertEqual(fullPayload.buffer.unprotectedArray,
-                       Array(empty[..<presentAt]) + [0x3f] + backupFields + Array(empty[(presentAt + 1)...]))
+                       Array(empty[..<presentAt]) + [0, 0x3f] + backupFields + Array(empty[(presentAt + 2)...]))
+        // Version 1 had a one-byte mask: its items still decode.
+        let v1 = Array(fullPayload.buffer.unprotectedArray[..<presentAt]) + Array(fullPayload.buffer.unprotectedArray[(presentAt + 1)...])
+        let old = try BackupPayload.decode(SecureBytes(copying: v1), formatVersion: 1)
+        XCTAssertEqual(old.entries.first?.record.attributes.values, values)
 
         // The control protocol: tags 30 to 35, each `tag u16 | length u32 | value`.
         let w = WireWriter()
@@ -263,5 +270,83 @@ final class AttributeTableTests: XCTestCase {
         let wireValues = texts + [generic] + codes
         let wireFields = zip(30..., wireValues).flatMap { tag, v in [UInt8(0), UInt8(tag)] + be32(v.count) + v }
         XCTAssertEqual(Array(w.buffer.unprotectedArray[..<w.count]), wireFields)
+    }
+}
+
+/// The synchronizable row (issue 20): a this-device-only item can never be synchronizable,
+/// whichever way it is asked, and the refusal changes nothing.
+final class SynchronizableAttributeTests: XCTestCase {
+    func testFormat2IsWrittenOnlyForTheWideBitAndReadBack() throws {
+        let key = ItemKey.generic(try GenericPasswordKey(service: "svc", account: "acct"))
+        var r = ItemRecord(key: key, attributes: ItemAttributes(accessible: .afterFirstUnlock))
+        XCTAssertEqual(AttributeEncoding.encode(r).first, 1, "no wide bit: format 1, which older versions read")
+        for b in [true, false] {
+            r.attributes.values.synchronizable = b
+            let bytes = AttributeEncoding.encode(r)
+            XCTAssertEqual(bytes.first, 2)
+            XCTAssertEqual(bytes.withUnsafeBytes { AttributeEncoding.decode($0) }, r)
+        }
+        // A flag byte other than 0 or 1, or a mask bit no attribute has, is damage.
+        var bad = AttributeEncoding.encode(r)
+        bad[bad.count - 1] = 2
+        XCTAssertNil(bad.withUnsafeBytes { AttributeEncoding.decode($0) })
+    }
+
+    func testTheXattrAndCLITakeYesOrNoOnly() throws {
+        let a = try XCTUnwrap(ItemAttribute.named("synchronizable"))
+        XCTAssertEqual(try a.value(from: Array("yes".utf8)), .flag(true))
+        XCTAssertEqual(try a.value(from: Array("no".utf8)), .flag(false))
+        for bad in ["Yes", "true", "1", "", "yes\n"] { XCTAssertThrowsError(try a.value(from: Array(bad.utf8)), bad) }
+        XCTAssertEqual(try AttributeOptions.parse(["--synchronizable"]).changes().values.synchronizable, true)
+        XCTAssertEqual(try AttributeOptions.parse(["--no-synchronizable"]).changes().values.synchronizable, false)
+        XCTAssertNil(try AttributeOptions.parse([]).changes().values.synchronizable)
+    }
+
+    func testAThisDeviceOnlyItemIsNeverSynchronizable() throws {
+        let dir = NSTemporaryDirectory() + "kcfs-sync-attr-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let keychain = try Keychain.create(at: dir + "/k.db", passphrase: SecureBytes(copying: Array("pw".utf8)),
+                                           scrypt: ScryptParameters(logN: 10), deviceKeyPath: dir + "/device.key")
+        let key = ItemKey.generic(try GenericPasswordKey(service: "svc", account: "acct"))
+        func refused(_ body: () throws -> Void) {
+            XCTAssertThrowsError(try body()) { e in
+                XCTAssertEqual((e as? KeychainError)?.exitCode, 78, "\(e)")
+                if case .notSynchronizable? = e as? KeychainError {} else { XCTFail("\(e)") }
+            }
+        }
+        var changes = AttributeChanges(AttributeValues { $0.synchronizable = true }, accessible: .whenUnlockedThisDeviceOnly)
+        refused { _ = try keychain.save(key, secret: SecureBytes(copying: [1]), changes: changes, updateExisting: false) }
+        XCTAssertNil(try keychain.item(for: key), "nothing was added")
+        // The default never makes a this-device-only add fail, and does apply to the others.
+        changes = AttributeChanges(AttributeValues(), accessible: .whenUnlockedThisDeviceOnly)
+        let local = try keychain.save(key, secret: SecureBytes(copying: [1]), changes: changes, defaultSynchronizable: true, updateExisting: false)
+        XCTAssertNil(local.record.attributes.values.synchronizable)
+        let otherKey = ItemKey.generic(try GenericPasswordKey(service: "svc", account: "other"))
+        let other = try keychain.save(otherKey, secret: SecureBytes(copying: [2]), defaultSynchronizable: true, updateExisting: false)
+        XCTAssertEqual(other.record.attributes.values.synchronizable, true)
+        // Setting it on the this-device-only item, or the class on the synchronizable one: refused, unchanged.
+        var r = local.record
+        r.attributes.values.synchronizable = true
+        refused { _ = try keychain.update(local, to: r) }
+        var o = other.record
+        o.attributes.accessible = .alwaysThisDeviceOnly
+        refused { _ = try keychain.update(other, to: o) }
+        XCTAssertEqual(try keychain.item(for: otherKey)?.record.attributes.accessible, .whenUnlocked)
+        XCTAssertEqual(try keychain.item(for: otherKey)?.sealed.version, other.sealed.version)
+        XCTAssertNil(try keychain.item(for: key)?.record.attributes.values.synchronizable)
+        // Through the mounted tree's xattrs: EPERM, nothing changed.
+        let tree = try KeychainTree(keychain: keychain)
+        XCTAssertThrowsError(try tree.setAttribute("/svc/acct", name: "user.keychain.synchronizable", value: Array("yes".utf8))) {
+            XCTAssertEqual(($0 as? FileSystemError)?.errno, EPERM)
+        }
+        XCTAssertThrowsError(try tree.setAttribute("/svc/other", name: "user.keychain.accessible",
+                                                   value: Array("always-this-device-only".utf8))) {
+            XCTAssertEqual(($0 as? FileSystemError)?.errno, EPERM)
+        }
+        XCTAssertEqual(try tree.attribute("/svc/other", name: "user.keychain.accessible"), Array("when-unlocked".utf8))
+        // Setting no, then the class, is allowed.
+        try tree.setAttribute("/svc/other", name: "user.keychain.synchronizable", value: Array("no".utf8))
+        try tree.setAttribute("/svc/other", name: "user.keychain.accessible", value: Array("always-this-device-only".utf8))
     }
 }

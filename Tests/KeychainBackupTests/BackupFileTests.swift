@@ -162,7 +162,7 @@ final class BackupFileTests: XCTestCase {
     func testHeaderLayout() throws {
         let file = try BackupFile.seal(try sample().0, passphrase: passphrase, scrypt: ScryptParameters(logN: 11))
         XCTAssertEqual(Array(file[0..<8]), Array("KCFSBKUP".utf8))
-        XCTAssertEqual(Array(file[8..<10]), [0, 1], "format version 1")
+        XCTAssertEqual(Array(file[8..<10]), [0, 2], "format version 2")
         XCTAssertEqual(file[10], 11, "log2(N)")
         XCTAssertEqual(Array(file[11..<19]), [0, 0, 0, 8, 0, 0, 0, 1], "r and p")
         XCTAssertEqual(Array(file[35..<39]), [0, 0x10, 0, 0], "1 MiB chunks")
@@ -239,10 +239,10 @@ final class BackupFileTests: XCTestCase {
     func testForeignFilesAndNewerVersionsAreRefusedWithAClearMessage() throws {
         var file = try sealedSample()
         assertError(isInvalid, "not a backup", try BackupFile.open(Array("SQLite format 3\0 and more".utf8), named: "f", passphrase: passphrase))
-        file[9] = 2
+        file[9] = 3
         XCTAssertThrowsError(try BackupFile.open(file, named: "b.kcb", passphrase: passphrase)) { error in
             XCTAssertEqual((error as? KeychainError)?.description,
-                           "b.kcb is a backup of format version 2; this keychainfs reads version 1")
+                           "b.kcb is a backup of format version 3; this keychainfs reads versions 1 to 2")
         }
     }
 
@@ -257,7 +257,8 @@ final class BackupFileTests: XCTestCase {
     }
 
     func testMalformedPayloadsAreRefused() throws {
-        func decode(_ bytes: [UInt8]) throws -> ItemBatch { try BackupPayload.decode(SecureBytes(copying: bytes)) }
+        // Written by hand in format version 1 (a one-byte presence mask); version 2 below.
+        func decode(_ bytes: [UInt8]) throws -> ItemBatch { try BackupPayload.decode(SecureBytes(copying: bytes), formatVersion: 1) }
         let count1: [UInt8] = [0, 0, 0, 0, 0, 0, 0, 1]
         func str(_ s: String) -> [UInt8] { let b = Array(s.utf8); return [0, 0, 0, UInt8(b.count)] + b }
         let tail: [UInt8] = [0] + Array(repeating: 0, count: 16) + [0, 0, 0, 1, 0x41]
@@ -272,5 +273,12 @@ final class BackupFileTests: XCTestCase {
         assertError(isIntegrity, "not UTF-8", try decode(count1 + [1, 1] + str("") + [0, 0, 0, 1, 0xff] + str("acct") + tail))
         assertError(isIntegrity, "unknown attributes",
                     try decode(count1 + [1, 1] + str("") + str("svc") + str("acct") + [0x80] + Array(tail.dropFirst())))
+        func decode2(_ bytes: [UInt8]) throws -> ItemBatch { try BackupPayload.decode(SecureBytes(copying: bytes)) }
+        let good2 = count1 + [1, 1] + str("") + str("svc") + str("acct") + [0] + tail
+        XCTAssertEqual(try decode2(good2).entries.first?.record.key, try generic("svc", "acct"))
+        assertError(isIntegrity, "unknown attributes (version 2)",
+                    try decode2(count1 + [1, 1] + str("") + str("svc") + str("acct") + [0x80, 0] + Array(tail.dropFirst())))
+        assertError(isIntegrity, "a flag neither 0 nor 1",
+                    try decode2(count1 + [1, 1] + str("") + str("svc") + str("acct") + [0x01, 0, 2] + Array(tail.dropFirst())))
     }
 }
