@@ -101,7 +101,7 @@ let package = Package(
             "KeychainDaemon",
             "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainConfig",
             "KeychainAccess",
-            "KeychainBackup", "KeychainSyncGit",
+            "KeychainBackup", "KeychainSync", "KeychainSyncGit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/keychainfs"),

@@ -21,7 +21,7 @@ import KeychainBatch
 ///     extras, if bit 6 is set: git's expiry and refresh token, as sealed beside the secret
 // @unchecked Sendable because its one buffer is a SecureBytes that only its owner touches.
 package struct BackupPayload: @unchecked Sendable {
-    let buffer = SecureBytes(count: 8)
+    package let buffer = SecureBytes(count: 8)
     package private(set) var count = 0
 
     package init() {}
@@ -71,7 +71,7 @@ package struct BackupPayload: @unchecked Sendable {
     /// The items of a decrypted payload, their secrets left where they are in `plaintext`.
     /// Every name goes through the model's checks, as if typed at the command line.
     /// `formatVersion` is the file's: version 1 has a one-byte presence mask.
-    static func decode(_ plaintext: SecureBytes, formatVersion: UInt16 = BackupFile.formatVersion) throws -> ItemBatch {
+    package static func decode(_ plaintext: SecureBytes, formatVersion: UInt16 = BackupFile.formatVersion) throws -> ItemBatch {
         var entries: [ItemBatch.Entry] = []
         try plaintext.withUnsafeBytes { raw in
             var input = ByteSource(raw)

@@ -37,4 +37,22 @@ package enum KeychainEndpoint {
                                                                    access: access, defaultSynchronizable: defaultSynchronizable()))
         }
     }
+
+    /// The store's owner in this process, for a command that needs the owner itself (sync's
+    /// merge), when no daemon serves the store; nil when one does (the daemon then does that
+    /// work). Opened and unlocked as `connect` does.
+    package static func ownOwner(storePath: String, defaultClass: () -> AccessibilityClass,
+                                 defaultSynchronizable: () -> Bool = { false },
+                                 passphraseSource: PassphraseSource) throws -> ServedKeychain? {
+        switch try DaemonLocator.route(forStore: storePath) {
+        case .daemon:
+            return nil
+        case .direct(let lease):
+            let keychain = try Keychain(openingAt: storePath)
+            try keychain.unlock(passphrase: keychain.hasPassphrase ? try passphraseSource() : nil)
+            let access = AccessControl(settings: .none, log: AccessLog(path: AccessLog.defaultPath))
+            return try ServedKeychain(keychain: keychain, defaultClass: defaultClass(), lease: lease,
+                                      access: access, defaultSynchronizable: defaultSynchronizable())
+        }
+    }
 }

@@ -175,6 +175,16 @@ package enum Scrypt {
 }
 
 package enum HMACSHA256 {
+    /// The MAC of bytes that stay where they are (a secret in locked memory).
+    package static func authenticate(raw data: UnsafeRawBufferPointer, key: SecureBytes) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        var len: UInt32 = 32
+        key.withUnsafeBytes { k in
+            _ = HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), data.baseAddress, data.count, &out, &len)
+        }
+        return out
+    }
+
     package static func authenticate(_ data: [UInt8], key: SecureBytes) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 32)
         var len: UInt32 = 32

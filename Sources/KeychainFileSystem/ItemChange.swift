@@ -22,6 +22,9 @@ package enum ItemChange: Sendable, Equatable {
 package enum ChangeOrigin: Sendable, Equatable {
     case tree
     case control
+    /// A merge of what other devices wrote to the sync folder (issue 20): the sync writer does
+    /// not write it back as this device's own change.
+    case sync
 }
 
 /// Receives the owner's committed changes. Called after the change is committed and with none

@@ -607,6 +607,38 @@ package final class ServedKeychain: Sendable {
         try keychain.extras(of: keychain.complete(item))
     }
 
+    // MARK: what sync merges
+
+    /// Applies a sync merge in one change (origin `.sync`): each entry of `puts` replaces the
+    /// item of its key whole (or is added), each of `deletes` goes. An item whose stored row
+    /// version is no longer the one in `expected` (nil: absent) changed since the merge read it:
+    /// it is left as it is (the next exchange publishes it and merges again), so a change made
+    /// meanwhile through the mount is never overwritten unseen. Returns the keys left alone.
+    package func applySync(puts: ItemBatch, deletes: [ItemKey], expected: [ItemKey: Int64?]) throws -> [ItemKey] {
+        try change(origin: .sync) { c throws -> [ItemKey] in
+            var skipped: [ItemKey] = []
+            func unchanged(_ key: ItemKey) throws -> Bool {
+                guard let want = expected[key] else { return true }
+                let now = try keychain.item(for: key)?.sealed.version
+                if now != want { skipped.append(key); return false }
+                return true
+            }
+            var batch = ItemBatch()
+            for entry in puts.entries where try unchanged(entry.record.key) {
+                try puts.withSecretAndExtras(entry) { secret, extras in
+                    batch.append(entry.record, secret: secret, extras: extras)
+                }
+            }
+            if !batch.isEmpty { _ = try c.save(batch: batch, updateExisting: true) }
+            var doomed: [KeychainItem] = []
+            for key in deletes where try unchanged(key) {
+                if let item = try keychain.item(for: key) { doomed.append(item) }
+            }
+            if !doomed.isEmpty { try c.delete(doomed) }
+            return skipped
+        }
+    }
+
     // MARK: what the control socket asks
 
     /// Adds the item, or with `updateExisting` updates the one with the same key; a new item

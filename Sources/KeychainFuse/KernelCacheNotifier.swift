@@ -50,7 +50,7 @@ struct KernelCacheNotifier: ItemChangeObserver {
     func keychainDidChange(_ changes: [ItemChange], origin: ChangeOrigin) {
         // An unlock is told whoever asked for it: it only ever comes from the control socket
         // (no request of the mount unlocks), and it may show names the kernel looked up in vain.
-        let told = origin == .control ? changes : changes.filter { $0 == .lockStateChanged(.unlocked) }
+        let told = origin != .tree ? changes : changes.filter { $0 == .lockStateChanged(.unlocked) }
         guard !told.isEmpty else { return }
         let notices = fileSystem.inodes.withLock { t in told.flatMap { Self.notices(for: $0, &t) } }
         guard !notices.isEmpty else { return }

@@ -17,7 +17,7 @@ struct KeychainFS: ParsableCommand {
             DumpKeychain.self, VerifyCommand.self, ExportCommand.self, ImportCommand.self,
             MountCommand.self, UnmountCommand.self, LockCommand.self, UnlockCommand.self, StatusCommand.self,
             SetKeychainSettingsCommand.self, ServiceCommand.self,
-            DaemonCommand.self, UnlockAtLoginCommand.self, AccessCommand.self,
+            DaemonCommand.self, UnlockAtLoginCommand.self, AccessCommand.self, SyncCommand.self,
         ]
     )
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import KeychainControl
 import KeychainConfig
+import KeychainFileSystem
 import KeychainStore
 
 /// `--store PATH`, shared by every command that acts on a store.
@@ -20,6 +21,15 @@ struct StoreOptions: ParsableArguments {
         return try passphrase.withRetries(prompt: "Passphrase for \(path): ") { read in
             try KeychainEndpoint.connect(storePath: path, defaultClass: Self.configuredDefaultClass,
                                          defaultSynchronizable: Self.configuredDefaultSynchronizable, passphraseSource: read)
+        }
+    }
+
+    /// The store's owner in this process when no daemon serves it, else nil (`KeychainEndpoint.ownOwner`).
+    func ownOwner(_ passphrase: PassphraseOptions) throws -> ServedKeychain? {
+        let path = self.path
+        return try passphrase.withRetries(prompt: "Passphrase for \(path): ") { read in
+            try KeychainEndpoint.ownOwner(storePath: path, defaultClass: Self.configuredDefaultClass,
+                                          defaultSynchronizable: Self.configuredDefaultSynchronizable, passphraseSource: read)
         }
     }
 

@@ -1,0 +1,238 @@
+import Foundation
+import KeychainBackup
+import KeychainBatch
+import KeychainCrypto
+import KeychainModel
+
+/// The keys of a sync folder, each derived (HKDF-SHA256) from the one sync key that the
+/// folder's envelope holds under the passphrase.
+package struct SyncKeys: @unchecked Sendable {
+    private let master: SecureBytes
+    /// Seals item files (AES-256-GCM).
+    let seal: SecureBytes
+    /// Names items: a file name is the MAC of the item's identity, never its service or account.
+    let names: SecureBytes
+    /// Tells whether an item changed since it was last synced, without keeping its value.
+    let digest: SecureBytes
+
+    package init(syncKey: SecureBytes) throws {
+        guard syncKey.count == 32 else { throw KeychainError.integrityFailure("the sync key is not 32 bytes") }
+        master = syncKey.copy()
+        seal = try HKDF.deriveKey(from: syncKey, info: "keychainfs sync v1 seal")
+        names = try HKDF.deriveKey(from: syncKey, info: "keychainfs sync v1 names")
+        digest = try HKDF.deriveKey(from: syncKey, info: "keychainfs sync v1 digest")
+    }
+
+    package func itemID(_ key: ItemKey) -> SyncItemID {
+        try! SyncItemID(hex: SyncHex.encode(HMACSHA256.authenticate(key.canonicalBytes, key: names)))
+    }
+
+    /// The key a device's manifest is authenticated under: derived per device from the shared
+    /// key (a MAC, not a signature: any holder of the passphrase could make one).
+    func manifestKey(_ device: DeviceID) throws -> SecureBytes {
+        try HKDF.deriveKey(from: master, info: "keychainfs sync v1 manifest \(device.hex)")
+    }
+
+    func digest(of payload: SecureBytes) -> String {
+        payload.withUnsafeBytes { SyncHex.encode(HMACSHA256.authenticate(raw: $0, key: digest)) }
+    }
+}
+
+/// A sync folder on disk:
+///
+///     DIR/sync.key                         the key envelope (a backup file of one item: the sync key)
+///     DIR/devices/<device>/state           the device's manifest: HMAC-SHA256 (32 bytes) ‖ JSON
+///     DIR/devices/<device>/items/<item>    one sealed file per item version or tombstone
+///
+/// A device writes only under its own directory, so an engine never sees two devices write
+/// one file. Files are written to a dot-named temporary file and renamed; the manifest last.
+package struct SyncFolder: Sendable {
+    package let path: String
+
+    package init(path: String) { self.path = KeychainLocations.absolute(path) }
+
+    package var envelopePath: String { path + "/sync.key" }
+    package var devicesPath: String { path + "/devices" }
+    package func devicePath(_ d: DeviceID) -> String { devicesPath + "/" + d.hex }
+    package func manifestPath(_ d: DeviceID) -> String { devicePath(d) + "/state" }
+    package func itemPath(_ d: DeviceID, _ item: SyncItemID) -> String { devicePath(d) + "/items/" + item.hex }
+
+    /// The devices with a directory in the folder (names that are not device ids are ignored).
+    package func devices() -> [DeviceID] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: devicesPath)) ?? []).compactMap { try? DeviceID(hex: $0) }.sorted()
+    }
+
+    // MARK: the key envelope
+
+    static let envelopeService = "keychainfs-sync"
+
+    /// Makes the folder with a new sync key sealed under `passphrase`, as backups are (scrypt,
+    /// the backup file's format and checks); returns the key and the folder's id. Refuses a
+    /// folder that has an envelope already (`storeExists`, exit 48).
+    package func create(passphrase: SecureBytes, scrypt: ScryptParameters = .default) throws -> (key: SecureBytes, folderID: String) {
+        if FileManager.default.fileExists(atPath: envelopePath) {
+            throw KeychainError.storeExists("\(path) (a sync folder: join it with 'keychainfs sync join')")
+        }
+        try KeychainLocations.makeDirectories(devicesPath, lastMode: 0o700)
+        let folderID = SyncHex.encode(SyncRandom.bytes(16))
+        let key = SecureRandom.bytes(32)
+        var payload = BackupPayload()
+        payload.append(ItemRecord(key: .generic(try GenericPasswordKey(service: Self.envelopeService, account: folderID)),
+                                  attributes: ItemAttributes()), secret: key)
+        try BackupFile.write(try BackupFile.seal(payload, passphrase: passphrase, scrypt: scrypt), to: envelopePath)
+        return (key, folderID)
+    }
+
+    /// The sync key and folder id from the envelope; a wrong passphrase is `wrongPassphrase` (exit 51).
+    package func openEnvelope(passphrase: SecureBytes) throws -> (key: SecureBytes, folderID: String) {
+        guard FileManager.default.fileExists(atPath: envelopePath) else {
+            throw KeychainError.invalidInput("\(path) is not a sync folder (no sync.key; make one with 'keychainfs sync init')")
+        }
+        let batch = try BackupFile.open(try BackupFile.read(from: envelopePath), named: envelopePath, passphrase: passphrase)
+        guard batch.count == 1, let entry = batch.entries.first, case .generic(let g) = entry.record.key,
+              g.service == Self.envelopeService, entry.secret.count == 32 else {
+            throw KeychainError.integrityFailure("\(envelopePath) does not hold a sync key")
+        }
+        let key = batch.secrets.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[entry.secret])) }
+        return (key, g.account)
+    }
+
+    // MARK: item files
+
+    static let magic = Array("KCFSSYNC".utf8)
+    static let fileVersion: UInt16 = 1
+
+    /// What a file's seal binds besides its bytes: the writer, the item, the version and
+    /// whether it is a tombstone. A file moved to another device's directory or item name, or
+    /// an older file put back under a newer manifest entry, fails to open.
+    static func aad(_ e: SyncEntry) -> [UInt8] {
+        var out = magic + [UInt8(fileVersion >> 8), UInt8(fileVersion & 0xff)]
+        out += Array(e.version.device.hex.utf8) + Array(e.item.hex.utf8)
+        for v in [e.version.lamport, e.vector[e.version.device]] {
+            out += (0..<8).map { UInt8(truncatingIfNeeded: v >> UInt64(56 - 8 * $0)) }
+        }
+        out.append(e.isTombstone ? 1 : 0)
+        return out
+    }
+
+    /// Seals `payload` (one item, `BackupPayload`'s layout; empty for a tombstone) for `entry`
+    /// and writes it under the writer's directory; returns the file's SHA-256 for the manifest.
+    package func writeItem(_ entry: SyncEntry, payload: SecureBytes, keys: SyncKeys) throws -> String {
+        let sealed = Self.magic + [UInt8(Self.fileVersion >> 8), UInt8(Self.fileVersion & 0xff)]
+            + (try AESGCM.seal(payload, key: keys.seal, aad: Self.aad(entry)))
+        try KeychainLocations.makeDirectories(devicePath(entry.version.device) + "/items", lastMode: 0o700)
+        try SyncFiles.write(sealed, to: itemPath(entry.version.device, entry.item))
+        return SyncHex.encode(SHA256Digest.hash(sealed))
+    }
+
+    /// The payload of the entry's file, once its bytes match the manifest's digest and its
+    /// seal opens with the entry's associated data; `integrityFailure` otherwise.
+    package func readItem(_ entry: SyncEntry, keys: SyncKeys) throws -> SecureBytes {
+        let path = itemPath(entry.version.device, entry.item)
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw KeychainError.integrityFailure("device \(entry.version.device.short): item file \(entry.item.hex.prefix(12))… is missing")
+        }
+        let bytes = [UInt8](data)
+        guard SyncHex.encode(SHA256Digest.hash(bytes)) == entry.fileDigest else {
+            throw KeychainError.integrityFailure("device \(entry.version.device.short): item file \(entry.item.hex.prefix(12))… does not match its manifest (tampered, truncated or replayed)")
+        }
+        let header = Self.magic.count + 2
+        guard bytes.count > header, Array(bytes[0..<Self.magic.count]) == Self.magic else {
+            throw KeychainError.integrityFailure("device \(entry.version.device.short): item file \(entry.item.hex.prefix(12))… is not a sync file")
+        }
+        do { return try AESGCM.open(Array(bytes[header...]), key: keys.seal, aad: Self.aad(entry)) } catch {
+            throw KeychainError.integrityFailure("device \(entry.version.device.short): item file \(entry.item.hex.prefix(12))… fails authentication")
+        }
+    }
+
+    package func removeItem(_ d: DeviceID, _ item: SyncItemID) { unlink(itemPath(d, item)) }
+
+    // MARK: manifests
+
+    /// Writes the device's manifest, authenticated under its device key, after its item files.
+    package func writeManifest(_ m: SyncManifest, keys: SyncKeys) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let body = [UInt8](try encoder.encode(m))
+        let mac = HMACSHA256.authenticate(body, key: try keys.manifestKey(m.device))
+        try KeychainLocations.makeDirectories(devicePath(m.device), lastMode: 0o700)
+        try SyncFiles.write(mac + body, to: manifestPath(m.device))
+    }
+
+    /// The device's manifest, if it has one; `integrityFailure` if it fails authentication or
+    /// names another device or folder. Also returns the SHA-256 of its bytes.
+    package func readManifest(_ d: DeviceID, folderID: String, keys: SyncKeys) throws -> (SyncManifest, digest: String)? {
+        guard let data = FileManager.default.contents(atPath: manifestPath(d)) else { return nil }
+        let bytes = [UInt8](data)
+        guard bytes.count > 32 else { throw KeychainError.integrityFailure("device \(d.short): its state file is truncated") }
+        let body = Array(bytes[32...])
+        let expected = SecureBytes(copying: HMACSHA256.authenticate(body, key: try keys.manifestKey(d)))
+        guard expected.isEqual(to: SecureBytes(copying: bytes[0..<32])) else {
+            throw KeychainError.integrityFailure("device \(d.short): its state file fails authentication (tampered, or not of this folder)")
+        }
+        let m: SyncManifest
+        do { m = try JSONDecoder().decode(SyncManifest.self, from: Data(body)) } catch {
+            throw KeychainError.integrityFailure("device \(d.short): its state file is malformed")
+        }
+        guard m.device == d, m.folder == folderID, m.format == SyncManifest.currentFormat else {
+            throw KeychainError.integrityFailure("device \(d.short): its state file belongs to another device or folder")
+        }
+        guard m.entries.allSatisfy({ $0.version.device == d }) else {
+            throw KeychainError.integrityFailure("device \(d.short): its state file lists versions of another device")
+        }
+        return (m, SyncHex.encode(SHA256Digest.hash(bytes)))
+    }
+}
+
+/// What a device publishes about itself: its versions, and how far it has merged the others.
+package struct SyncManifest: Codable, Sendable, Equatable {
+    static let currentFormat = 1
+    package var format = SyncManifest.currentFormat
+    package var device: DeviceID
+    package var folder: String
+    /// Grows by one at every write of the manifest: an older one served again is a rollback.
+    package var seq: UInt64
+    /// Seconds since 1970 of this write (for `sync status`).
+    package var written: Int64
+    /// The sequence number of each other device's manifest this device has merged.
+    package var seen: [String: UInt64]
+    package var entries: [SyncEntry]
+
+    package init(device: DeviceID, folder: String, seq: UInt64, written: Int64, seen: [String: UInt64], entries: [SyncEntry]) {
+        self.device = device; self.folder = folder; self.seq = seq; self.written = written; self.seen = seen; self.entries = entries
+    }
+}
+
+/// Writes files of the folder and of the local state: private, through a dot-named temporary
+/// file renamed into place, synced, so that a reader (an engine, another device) sees the old
+/// file or the new one.
+package enum SyncFiles {
+    package static func write(_ bytes: [UInt8], to path: String) throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        let temp = directory + "/.\((path as NSString).lastPathComponent).tmp-\(getpid())"
+        func failure(_ what: String) -> KeychainError {
+            let code = errno
+            return code == ENOSPC ? .diskFull : .io("cannot \(what) \(path): \(String(cString: strerror(code)))")
+        }
+        unlink(temp)
+        let fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failure("write") }
+        var ok = false
+        defer { if !ok { unlink(temp) } }
+        var off = 0
+        while off < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                let e = failure("write"); close(fd); throw e
+            }
+            off += n
+        }
+        guard fsync(fd) == 0 else { let e = failure("write"); close(fd); throw e }
+        close(fd)
+        guard rename(temp, path) == 0 else { throw failure("replace") }
+        ok = true
+        let dfd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dfd >= 0 { fsync(dfd); close(dfd) }
+    }
+}

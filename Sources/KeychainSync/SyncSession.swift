@@ -1,0 +1,444 @@
+import Foundation
+import KeychainBackup
+import KeychainBatch
+import KeychainCrypto
+import KeychainFileSystem
+import KeychainModel
+import KeychainStore
+import Logging
+
+/// What this device remembers of its sync folder, beside its store (`<store>.sync.json`,
+/// mode 0600). No secret and no name: items go by their keyed ids, values by keyed digests.
+package struct SyncLocalState: Codable, Sendable, Equatable {
+    package var folder: String
+    package var folderID: String
+    package var device: DeviceID
+    /// The sequence number of this device's last manifest, and its Lamport clock.
+    package var seq: UInt64 = 0
+    package var lamport: UInt64 = 0
+    /// Each other device's last merged manifest: its sequence number and SHA-256.
+    package var seen: [String: UInt64] = [:]
+    package var seenDigest: [String: String] = [:]
+    /// This device's published versions.
+    package var own: [SyncEntry] = []
+    /// Per item id, the version the store holds as of the last exchange, and the keyed digest
+    /// of its value (nil for a tombstone): a different digest now is a local change.
+    package var synced: [String: SyncedItem] = [:]
+    /// The conflict versions already made into conflict copies (`item/lamport/device`), so a
+    /// copy the user deleted is not made again.
+    package var materialized: [String] = []
+    /// The conflicts of the last exchange, as (item id, losing version).
+    package var conflicts: [SyncEntry] = []
+    /// What the last exchange refused, and when it ran (seconds since 1970).
+    package var refusals: [String] = []
+    package var lastExchange: Int64?
+    /// Seconds after which a tombstone every device has merged is removed (90 days).
+    package var tombstoneExpiry: Int64 = 90 * 86_400
+
+    package struct SyncedItem: Codable, Sendable, Equatable {
+        package var version: SyncVersion
+        /// The version's vector: a local change follows it, and only it (the change was made
+        /// on this value, not on what has arrived in the folder since).
+        package var vector: VersionVector
+        package var digest: String?
+    }
+
+    package init(folder: String, folderID: String, device: DeviceID) {
+        self.folder = folder; self.folderID = folderID; self.device = device
+    }
+
+    /// Where the state of the store at `storePath` is kept.
+    package static func path(forStore storePath: String) -> String { KeychainLocations.absolute(storePath) + ".sync.json" }
+
+    package static func load(forStore storePath: String) throws -> SyncLocalState? {
+        let path = path(forStore: storePath)
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        do { return try JSONDecoder().decode(SyncLocalState.self, from: data) } catch {
+            throw KeychainError.integrityFailure("\(path) is damaged: \(error)")
+        }
+    }
+
+    package func save(forStore storePath: String) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        try SyncFiles.write([UInt8](try encoder.encode(self)), to: Self.path(forStore: storePath))
+    }
+}
+
+/// What one exchange did.
+package struct SyncReport: Sendable, Equatable {
+    /// Local changes published, and other devices' versions applied here.
+    package var published = 0
+    package var applied = 0
+    package var deleted = 0
+    package var conflictCopies = 0
+    /// Files or device directories refused (tampered, truncated, replayed, rolled back, too far ahead).
+    package var refusals: [String] = []
+    /// Items changed here while the merge ran: left for the next exchange.
+    package var deferred = 0
+}
+
+/// One device's exchange with its sync folder: publish this store's changes of synchronizable
+/// items, merge every other device's versions, and apply the result through the owner
+/// (`ServedKeychain.applySync`, origin `.sync`), so the mount and every observer see it at once.
+/// `keychainfs sync now` runs it without a daemon; the daemon runs it at commit and when the
+/// folder changes. Exchanges of one store run one at a time (a lock file beside its state).
+package final class SyncSession: Sendable {
+    package let owner: ServedKeychain
+    package let storePath: String
+    private let log = Logger(label: "keychainfs.sync")
+    /// A version more than this far ahead of every other device's clock is refused, so that
+    /// one device cannot win every merge from then on. A device that made more changes than
+    /// this offline must rejoin.
+    package static let aheadLimit: UInt64 = 1 << 20
+
+    package init(owner: ServedKeychain, storePath: String) {
+        self.owner = owner
+        self.storePath = storePath
+    }
+
+    static let keyService = "keychainfs-sync"
+
+    /// The sync key, from its item in the store (`keychainfs-sync/<folder id>`, this device only).
+    package func syncKey(_ state: SyncLocalState) throws -> SecureBytes {
+        var q = ItemQuery(kind: .generic, account: state.folderID, service: Self.keyService)
+        q.accessGroup = ""
+        guard let item = try owner.items(matching: q).first else {
+            throw KeychainError.notMounted("the sync key of this device is gone from the keychain; run 'keychainfs sync leave' and 'keychainfs sync join DIR'")
+        }
+        return try owner.secret(of: item, caching: false)
+    }
+
+    /// Keeps the sync key in the store: sealed like every item, bound to this device, never synced.
+    package func storeSyncKey(_ key: SecureBytes, folderID: String) throws {
+        let k = ItemKey.generic(try GenericPasswordKey(service: Self.keyService, account: folderID))
+        _ = try owner.save(k, secret: key, changes: AttributeChanges(AttributeValues {
+            $0.label = "keychainfs sync key"; $0.synchronizable = false
+        }, accessible: .afterFirstUnlockThisDeviceOnly), updateExisting: true)
+    }
+
+    /// The one exchange (see the type). Refusals are logged and reported, never applied; the
+    /// rest of the folder still merges.
+    @discardableResult
+    package func exchange(now: Int64 = Int64(Date().timeIntervalSince1970)) throws -> SyncReport {
+        guard var state = try SyncLocalState.load(forStore: storePath) else {
+            throw KeychainError.notMounted("this keychain does not sync (set it up with 'keychainfs sync init DIR' or 'sync join DIR')")
+        }
+        guard owner.lockState != .beforeFirstUnlock else {
+            throw KeychainError.unavailable(className: AccessibilityClass.afterFirstUnlock.rawValue)
+        }
+        let lock = try ExchangeLock(path: SyncLocalState.path(forStore: storePath) + ".lock")
+        defer { lock.release() }
+        let keys = try SyncKeys(syncKey: try syncKey(state))
+        let folder = SyncFolder(path: state.folder)
+        var report = SyncReport()
+        func refuse(_ why: String) {
+            log.error("sync: refused: \(why)")
+            report.refusals.append(why)
+        }
+
+        // 1. The other devices' manifests: authenticated, never older than what was merged.
+        var manifests: [DeviceID: SyncManifest] = [:]
+        for d in folder.devices() where d != state.device {
+            do {
+                guard let (m, digest) = try folder.readManifest(d, folderID: state.folderID, keys: keys) else { continue }
+                let last = state.seen[d.hex] ?? 0
+                if m.seq < last {
+                    refuse("device \(d.short): its directory was rolled back (state \(m.seq), already merged \(last)); its files are ignored")
+                    continue
+                }
+                if m.seq == last, let known = state.seenDigest[d.hex], known != digest {
+                    refuse("device \(d.short): its state \(m.seq) differs from the one merged before (replayed or forked); ignored")
+                    continue
+                }
+                manifests[d] = m
+                state.seenDigest[d.hex] = digest
+            } catch {
+                refuse(Self.text(error))
+            }
+        }
+        // Versions implausibly far ahead of every other device are refused.
+        var others = SyncState()
+        for (d, m) in manifests {
+            let elsewhere = manifests.filter { $0.key != d }.flatMap { $0.value.entries.map(\.version.lamport) }
+            let bound = max(state.lamport, elsewhere.max() ?? 0) + Self.aheadLimit
+            for e in m.entries {
+                if e.version.lamport > bound {
+                    refuse("device \(d.short): a version (\(e.version.lamport)) runs implausibly far ahead of the others (at most \(bound)); refused")
+                    continue
+                }
+                others.insert(e)
+            }
+        }
+
+        // 2. Own directory: a file of ours missing or altered (a rolled-back directory) is published again.
+        if let (mine, _) = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys), mine.seq < state.seq {
+            refuse("this device's own directory was rolled back (state \(mine.seq), written \(state.seq)); it is written again")
+        }
+        state.own = state.own.filter { e in
+            let ok = (try? folder.readItem(e, keys: keys)) != nil
+            if !ok { state.synced[e.item.hex] = nil }
+            return ok
+        }
+
+        // 3. This store's synchronizable items, and what changed since the last exchange.
+        let items = try owner.allItems()
+        var local: [SyncItemID: KeychainItem] = [:]
+        for item in items where item.record.attributes.values.synchronizable == true && !item.accessible.isThisDeviceOnly {
+            local[keys.itemID(item.key)] = item
+        }
+        var ownState = SyncState()
+        for e in state.own { ownState.insert(e) }
+        func nextEntry(_ id: SyncItemID, tombstone: Bool) -> SyncEntry {
+            let known = [state.synced[id.hex]?.vector, ownState.versions(of: id).first?.vector].compactMap { $0 }
+            let top = others.entries.values.flatMap(\.values).map(\.version.lamport).max() ?? 0
+            state.lamport = max(state.lamport, top) + 1
+            return SyncEntry(item: id, version: SyncVersion(lamport: state.lamport, device: state.device),
+                             vector: VersionVector.next(after: known, by: state.device), isTombstone: tombstone,
+                             deletedAt: tombstone ? now : nil, writtenSeq: state.seq + 1, fileDigest: "")
+        }
+        func publish(_ entry: SyncEntry, payload: SecureBytes) throws {
+            var e = entry
+            e.fileDigest = try folder.writeItem(e, payload: payload, keys: keys)
+            state.own.removeAll { $0.item == e.item }
+            state.own.append(e)
+            ownState.insert(e)
+            report.published += 1
+        }
+        var expected: [ItemKey: Int64?] = [:]
+        for (id, item) in local {
+            expected[item.key] = .some(item.sealed.version)
+            let payload: SecureBytes
+            do { payload = try Self.payload(of: item, owner: owner) } catch KeychainError.unavailable {
+                continue  // its class is locked: published once it can be read
+            }
+            let digest = keys.digest(of: payload)
+            guard state.synced[id.hex]?.digest != digest else { continue }
+            let e = nextEntry(id, tombstone: false)
+            try publish(e, payload: payload)
+            state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: digest)
+        }
+        for (hex, synced) in state.synced where synced.digest != nil {
+            guard let id = try? SyncItemID(hex: hex), local[id] == nil else { continue }
+            let e = nextEntry(id, tombstone: true)
+            try publish(e, payload: SecureBytes())
+            state.synced[hex] = .init(version: e.version, vector: e.vector, digest: nil)
+        }
+
+        // 4. The merge, applied through the owner in one change.
+        let full = others.merged(ownState)
+        var puts = ItemBatch()
+        var deletes: [ItemKey] = []
+        var appliedIDs: [(SyncItemID, SyncedItem: SyncLocalState.SyncedItem, key: ItemKey)] = []
+        state.conflicts = []
+        for id in full.items.sorted() {
+            guard let r = full.resolve(id) else { continue }
+            state.conflicts += r.conflicts
+            let w = r.winner
+            if w.version.device != state.device && state.synced[id.hex]?.version != w.version {
+                if w.isTombstone {
+                    if let item = local[id] {
+                        deletes.append(item.key)
+                        appliedIDs.append((id, .init(version: w.version, vector: w.vector, digest: nil), item.key))
+                    } else {
+                        state.synced[id.hex] = .init(version: w.version, vector: w.vector, digest: nil)
+                    }
+                } else {
+                    do {
+                        let (record, batch, entry) = try open(w, keys: keys, folder: folder)
+                        var r = record
+                        // The access list pins programs of this machine; it stays as it is here.
+                        r.attributes.values.access = local[id]?.record.attributes.values.access
+                        try batch.withSecretAndExtras(entry) { s, x in puts.append(r, secret: s, extras: x) }
+                        if local[id] == nil { expected[r.key] = .some(nil) }
+                        appliedIDs.append((id, .init(version: w.version, vector: w.vector, digest: keys.digest(of: batch.secrets)), r.key))
+                    } catch {
+                        refuse(Self.text(error))
+                    }
+                }
+            }
+            for c in r.conflicts {
+                let mark = "\(id.hex)/\(c.version.lamport)/\(c.version.device.hex)"
+                guard !state.materialized.contains(mark) else { continue }
+                do {
+                    let (record, batch, entry) = try open(c, keys: keys, folder: folder)
+                    var copy = record
+                    copy.key = try Self.conflictKey(record.key, device: c.version.device)
+                    copy.attributes.values.synchronizable = false
+                    copy.attributes.values.access = nil
+                    try batch.withSecretAndExtras(entry) { s, x in puts.append(copy, secret: s, extras: x) }
+                    state.materialized.append(mark)
+                    report.conflictCopies += 1
+                    log.notice("sync: a concurrent change kept as a conflict copy (item \(id.hex.prefix(12))…, device \(c.version.device.short))")
+                } catch {
+                    refuse(Self.text(error))
+                }
+            }
+        }
+        if !puts.isEmpty || !deletes.isEmpty {
+            let skipped = Set(try owner.applySync(puts: puts, deletes: deletes, expected: expected))
+            for (id, synced, key) in appliedIDs {
+                if skipped.contains(key) { report.deferred += 1; continue }
+                state.synced[id.hex] = synced
+                if synced.digest == nil { report.deleted += 1 } else { report.applied += 1 }
+            }
+        }
+
+        // 5. Own versions written over by a later one go; tombstones every device has merged expire.
+        let devicesNow = Set(manifests.keys)
+        state.own = state.own.filter { e in
+            let dominated = others.versions(of: e.item).contains { e.vector.isDominated(by: $0.vector) }
+            let expired = e.isTombstone && now - (e.deletedAt ?? now) >= state.tombstoneExpiry
+                && devicesNow.allSatisfy { (manifests[$0]?.seen[state.device.hex] ?? 0) >= e.writtenSeq }
+            if dominated || expired {
+                folder.removeItem(state.device, e.item)
+                if expired { state.synced[e.item.hex] = nil }
+                return false
+            }
+            return true
+        }
+
+        // 6. The manifest, after every file it names; then what this device remembers.
+        state.seq += 1
+        for (d, m) in manifests { state.seen[d.hex] = m.seq }
+        try folder.writeManifest(SyncManifest(device: state.device, folder: state.folderID, seq: state.seq, written: now,
+                                              seen: state.seen, entries: state.own.sorted { $0.item < $1.item }), keys: keys)
+        state.refusals = report.refusals
+        state.lastExchange = now
+        try state.save(forStore: storePath)
+        return report
+    }
+
+    /// The record and secret in a version's file, checked to be the item its name says and
+    /// allowed to travel.
+    private func open(_ e: SyncEntry, keys: SyncKeys, folder: SyncFolder) throws -> (ItemRecord, ItemBatch, ItemBatch.Entry) {
+        let plain = try folder.readItem(e, keys: keys)
+        let batch: ItemBatch
+        do { batch = try BackupPayload.decode(plain) } catch {
+            throw KeychainError.integrityFailure("device \(e.version.device.short): item file \(e.item.hex.prefix(12))… is malformed")
+        }
+        guard batch.count == 1, let entry = batch.entries.first, keys.itemID(entry.record.key) == e.item else {
+            throw KeychainError.integrityFailure("device \(e.version.device.short): item file \(e.item.hex.prefix(12))… holds another item than its name says")
+        }
+        let a = entry.record.attributes
+        guard a.values.synchronizable == true, !a.accessible.isThisDeviceOnly else {
+            throw KeychainError.integrityFailure("device \(e.version.device.short): item file \(e.item.hex.prefix(12))… holds an item that may not travel")
+        }
+        return (entry.record, batch, entry)
+    }
+
+    /// An item's value as a folder file holds it: `BackupPayload`'s layout, in locked memory,
+    /// without its access list (which pins programs of this machine).
+    static func payload(of item: KeychainItem, owner: ServedKeychain) throws -> SecureBytes {
+        var record = item.record
+        record.attributes.values.access = nil
+        let secret = try owner.secret(of: item, caching: false)
+        let extras = try owner.extras(of: item)
+        var payload = BackupPayload()
+        payload.append(record, secret: secret, extras: extras)
+        return payload.buffer
+    }
+
+    /// `<account>.conflict-<device>`: beside the item, in the same directory of the tree.
+    package static func conflictKey(_ key: ItemKey, device: DeviceID) throws -> ItemKey {
+        let suffix = ".conflict-\(device.short)"
+        switch key {
+        case .generic(let g):
+            return .generic(try GenericPasswordKey(service: g.service, account: g.account + suffix, accessGroup: g.accessGroup))
+        case .internet(let i):
+            return .internet(try InternetPasswordKey(server: i.server, port: i.port, path: i.path, protocol: i.protocol,
+                                                     authenticationType: i.authenticationType, securityDomain: i.securityDomain,
+                                                     account: i.account + suffix, accessGroup: i.accessGroup))
+        }
+    }
+
+    static func text(_ error: Error) -> String { (error as? KeychainError)?.description ?? "\(error)" }
+}
+
+/// One exchange of a store at a time, across processes (the daemon, `sync now`).
+final class ExchangeLock: Sendable {
+    private let fd: Int32
+
+    init(path: String) throws {
+        fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw KeychainError.io("cannot open \(path): \(String(cString: strerror(errno)))") }
+        while flock(fd, LOCK_EX) != 0 {
+            if errno == EINTR { continue }
+            close(fd)
+            throw KeychainError.io("cannot lock \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    func release() { close(fd) }
+}
+
+extension SyncSession {
+    /// `keychainfs sync init DIR`: a new folder with a new sync key sealed under `passphrase`,
+    /// this store its first device. Refused if the store syncs already.
+    package func initialize(folder path: String, passphrase: SecureBytes, scrypt: ScryptParameters = .default) throws -> SyncLocalState {
+        try refuseIfSyncing()
+        let folder = SyncFolder(path: path)
+        let (key, folderID) = try folder.create(passphrase: passphrase, scrypt: scrypt)
+        return try start(folder, key: key, folderID: folderID)
+    }
+
+    /// `keychainfs sync join DIR`: the sync key from the folder's envelope, with its passphrase.
+    package func join(folder path: String, passphrase: SecureBytes) throws -> SyncLocalState {
+        try refuseIfSyncing()
+        let folder = SyncFolder(path: path)
+        let (key, folderID) = try folder.openEnvelope(passphrase: passphrase)
+        return try start(folder, key: key, folderID: folderID)
+    }
+
+    private func refuseIfSyncing() throws {
+        if let s = try SyncLocalState.load(forStore: storePath) {
+            throw KeychainError.storeExists("this keychain syncs with \(s.folder) already (stop with 'keychainfs sync leave')")
+        }
+    }
+
+    private func start(_ folder: SyncFolder, key: SecureBytes, folderID: String) throws -> SyncLocalState {
+        try storeSyncKey(key, folderID: folderID)
+        let state = SyncLocalState(folder: folder.path, folderID: folderID, device: DeviceID.random())
+        try state.save(forStore: storePath)
+        try exchange()
+        return try SyncLocalState.load(forStore: storePath) ?? state
+    }
+
+    /// `keychainfs sync leave`: this device stops syncing. Its directory leaves the folder and
+    /// its sync key the keychain; its items stay as they are.
+    package func leave() throws -> SyncLocalState {
+        guard let state = try SyncLocalState.load(forStore: storePath) else {
+            throw KeychainError.notMounted("this keychain does not sync")
+        }
+        let folder = SyncFolder(path: state.folder)
+        try? FileManager.default.removeItem(atPath: folder.devicePath(state.device))
+        var q = ItemQuery(kind: .generic, account: state.folderID, service: Self.keyService)
+        q.accessGroup = ""
+        _ = try? owner.delete(matching: q, all: true)
+        unlink(SyncLocalState.path(forStore: storePath))
+        unlink(SyncLocalState.path(forStore: storePath) + ".lock")
+        return state
+    }
+}
+
+extension SyncSession {
+    /// How many synchronizable items changed (or went) here since the last exchange, and the
+    /// names of the items the folder knows (by id), for `sync status`. Writes nothing.
+    package func pendingChanges() throws -> (Int, [SyncItemID: ItemKey]) {
+        guard let state = try SyncLocalState.load(forStore: storePath) else { return (0, [:]) }
+        let keys = try SyncKeys(syncKey: try syncKey(state))
+        var pending = 0
+        var names: [SyncItemID: ItemKey] = [:]
+        var present: Set<String> = []
+        for item in try owner.allItems() {
+            let id = keys.itemID(item.key)
+            names[id] = item.key
+            guard item.record.attributes.values.synchronizable == true, !item.accessible.isThisDeviceOnly else { continue }
+            present.insert(id.hex)
+            guard let payload = try? Self.payload(of: item, owner: owner) else { continue }
+            if state.synced[id.hex]?.digest != keys.digest(of: payload) { pending += 1 }
+        }
+        pending += state.synced.filter { $0.value.digest != nil && !present.contains($0.key) }.count
+        return (pending, names)
+    }
+}

@@ -1,0 +1,228 @@
+import ArgumentParser
+import Foundation
+import KeychainCrypto
+import KeychainFileSystem
+import KeychainModel
+import KeychainStore
+import KeychainSync
+
+struct SyncCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sync",
+        abstract: "Sync synchronizable items with your other devices through a shared folder.",
+        discussion: """
+            A sync folder (kept in step between devices by Syncthing or git) holds a key envelope \
+            sealed under the sync passphrase and one directory per device. Only items marked \
+            synchronizable travel (--synchronizable, user.keychain.synchronizable, config.toml's \
+            default-synchronizable); this-device-only items never do. See the README's Sync section.
+            """,
+        subcommands: [SyncInitCommand.self, SyncJoinCommand.self, SyncStatusCommand.self, SyncNowCommand.self,
+                      SyncLeaveCommand.self])
+}
+
+/// `--sync-passphrase-fd N` / `--sync-passphrase-file PATH`, else the terminal: the folder's
+/// passphrase, which every device that joins it knows (not the store's).
+struct SyncPassphraseOptions: ParsableArguments {
+    @Option(name: .customLong("sync-passphrase-fd"), help: ArgumentHelp(
+        "Read the sync folder's passphrase from file descriptor N, up to the first newline or end of file.", valueName: "n"))
+    var syncPassphraseFD: Int32?
+
+    @Option(name: .customLong("sync-passphrase-file"), help: ArgumentHelp(
+        "Read the sync folder's passphrase from the first line of this file.", valueName: "path"))
+    var syncPassphraseFile: String?
+
+    func validate() throws {
+        if syncPassphraseFD != nil && syncPassphraseFile != nil {
+            throw ValidationError("give either --sync-passphrase-fd or --sync-passphrase-file, not both")
+        }
+    }
+
+    func read(new: Bool) throws -> SecureBytes {
+        let input = PassphraseInput.choose(fd: syncPassphraseFD, file: syncPassphraseFile)
+        let p: SecureBytes
+        if case .terminal = input {
+            let terminal = try Terminal.open(purpose: "ask for the sync passphrase",
+                                             alternatives: "--sync-passphrase-fd N or --sync-passphrase-file PATH")
+            p = try terminal.readHidden(prompt: new ? "New sync passphrase: " : "Sync passphrase: ")
+            if new, !p.isEqual(to: try terminal.readHidden(prompt: "Repeat the sync passphrase: ")) {
+                throw KeychainError.invalidInput("the two sync passphrases differ")
+            }
+        } else {
+            p = try input.read(prompt: "")
+        }
+        guard p.count > 0 else { throw KeychainError.invalidInput("the sync passphrase is empty") }
+        return p
+    }
+}
+
+/// The sync commands act on the store's owner: in this process when the store is not mounted.
+/// A mounted store's daemon syncs by itself (at every commit and when the folder changes).
+struct SyncOwnerOptions: ParsableArguments {
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+
+    func session() throws -> SyncSession {
+        guard let owner = try storeOptions.ownOwner(passphrase) else {
+            throw KeychainError.storeBusy("\(storeOptions.path) is mounted: its daemon syncs it by itself; unmount it to run this command")
+        }
+        return SyncSession(owner: owner, storePath: storeOptions.path)
+    }
+}
+
+struct SyncInitCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "init",
+        abstract: "Make a new sync folder, with this keychain as its first device.",
+        discussion: """
+            DIR gets the key envelope (sync.key: a new random sync key sealed under the sync \
+            passphrase, as backups are) and this device's directory; the sync key is kept in \
+            the keychain as a this-device-only item (keychainfs-sync/<folder id>). A folder that \
+            has an envelope already is refused (exit 48): join it instead.
+            """)
+
+    @Argument(help: ArgumentHelp("The sync folder (made if missing).", valueName: "dir")) var dir: String
+    @Option(help: ArgumentHelp("scrypt cost of the sync passphrase as log2(N), 10-22 (default \(ScryptParameters.default.logN)).", valueName: "n"))
+    var scryptLogN: UInt8?
+    @OptionGroup var owner: SyncOwnerOptions
+    @OptionGroup var syncPassphrase: SyncPassphraseOptions
+
+    func run() throws {
+        let scrypt = scryptLogN.map { ScryptParameters(logN: $0) } ?? .default
+        guard (10...22).contains(scrypt.logN) else { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
+        let session = try owner.session()
+        let state = try session.initialize(folder: dir, passphrase: try syncPassphrase.read(new: true), scrypt: scrypt)
+        Output.line("sync folder \(state.folder) made; this device is \(state.device.hex)")
+    }
+}
+
+struct SyncJoinCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "join",
+        abstract: "Join an existing sync folder from this device, with its sync passphrase.",
+        discussion: "A wrong sync passphrase changes nothing (exit 51). The first exchange runs at once.")
+
+    @Argument(help: ArgumentHelp("The sync folder.", valueName: "dir")) var dir: String
+    @OptionGroup var owner: SyncOwnerOptions
+    @OptionGroup var syncPassphrase: SyncPassphraseOptions
+
+    func run() throws {
+        let session = try owner.session()
+        let state = try session.join(folder: dir, passphrase: try syncPassphrase.read(new: false))
+        Output.line("joined \(state.folder); this device is \(state.device.hex)")
+    }
+}
+
+struct SyncNowCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "now",
+        abstract: "Exchange with the sync folder now, without a daemon.",
+        discussion: """
+            Publishes this keychain's changes of synchronizable items and merges the other \
+            devices' versions. A tampered, truncated or replayed file, a rolled-back device \
+            directory and a version implausibly far ahead are refused and named; the rest \
+            still merges, and the command then exits 93.
+            """)
+
+    @OptionGroup var owner: SyncOwnerOptions
+
+    func run() throws {
+        let report = try owner.session().exchange()
+        Output.line("published \(report.published), applied \(report.applied), deleted \(report.deleted), conflict copies \(report.conflictCopies)"
+            + (report.deferred > 0 ? ", deferred \(report.deferred)" : ""))
+        if !report.refusals.isEmpty {
+            for r in report.refusals { FileHandle.standardError.write(Data("keychainfs: refused: \(r)\n".utf8)) }
+            throw KeychainError.integrityFailure("\(report.refusals.count) refused in the sync folder (the rest was merged)")
+        }
+    }
+}
+
+struct SyncLeaveCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "leave",
+        abstract: "Stop syncing: this device's directory leaves the folder; its items stay here.")
+
+    @OptionGroup var owner: SyncOwnerOptions
+
+    func run() throws {
+        let state = try owner.session().leave()
+        Output.line("left \(state.folder)")
+    }
+}
+
+struct SyncStatusCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show the sync folder's devices, the last exchange, pending changes and conflicts.",
+        discussion: """
+            Pending changes and the conflict copies' names need the store's owner: they are \
+            shown when the store is not mounted (unlocking it), and left out (null) when it is, \
+            since its daemon exchanges at every commit. Exit 69 when this keychain does not sync.
+            """)
+
+    @Flag(help: "Write JSON.") var json = false
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+
+    struct Report: Encodable {
+        struct Device: Encodable {
+            var id: String
+            var this: Bool
+            var lastMergedState: UInt64?
+        }
+        struct Conflict: Encodable {
+            var item: String
+            var device: String
+            var version: UInt64
+            var copy: String?
+        }
+        var folder: String
+        var device: String
+        var devices: [Device]
+        var lastExchange: String?
+        var pendingChanges: Int?
+        var conflicts: [Conflict]
+        var refused: [String]
+    }
+
+    func run() throws {
+        guard let state = try SyncLocalState.load(forStore: storeOptions.path) else {
+            throw KeychainError.notMounted("this keychain does not sync (set it up with 'keychainfs sync init DIR' or 'sync join DIR')")
+        }
+        let folder = SyncFolder(path: state.folder)
+        let ids = Set(folder.devices() + [state.device]).sorted()
+        var pending: Int?
+        var names: [SyncItemID: ItemKey] = [:]
+        if let owner = try storeOptions.ownOwner(passphrase) {
+            let session = SyncSession(owner: owner, storePath: storeOptions.path)
+            (pending, names) = try session.pendingChanges()
+        }
+        let iso = ISO8601DateFormatter()
+        let report = Report(
+            folder: state.folder, device: state.device.hex,
+            devices: ids.map { Report.Device(id: $0.hex, this: $0 == state.device, lastMergedState: $0 == state.device ? state.seq : state.seen[$0.hex]) },
+            lastExchange: state.lastExchange.map { iso.string(from: Date(timeIntervalSince1970: TimeInterval($0))) },
+            pendingChanges: pending,
+            conflicts: state.conflicts.map { c in
+                let copy = names[c.item].flatMap { try? SyncSession.conflictKey($0, device: c.version.device) }.map(ServedKeychain.treePath)
+                return Report.Conflict(item: c.item.hex, device: c.version.device.hex, version: c.version.lamport, copy: copy)
+            },
+            refused: state.refusals)
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            Output.write(String(decoding: try encoder.encode(report), as: UTF8.self) + "\n")
+            return
+        }
+        var lines = ["folder: \(report.folder)", "this device: \(report.device)"]
+        for d in report.devices {
+            lines.append("device: \(d.id)\(d.this ? " (this one)" : "") state \(d.lastMergedState.map(String.init) ?? "not merged yet")")
+        }
+        lines.append("last exchange: \(report.lastExchange ?? "never")")
+        lines.append("pending changes: \(report.pendingChanges.map(String.init) ?? "unknown (mounted: the daemon exchanges at every commit)")")
+        for c in report.conflicts {
+            lines.append("conflict: \(c.copy ?? "item \(c.item.prefix(12))…") from device \(String(c.device.prefix(8))) (version \(c.version))")
+        }
+        for r in report.refused { lines.append("refused: \(r)") }
+        Output.write(lines.map { $0 + "\n" }.joined())
+    }
+}

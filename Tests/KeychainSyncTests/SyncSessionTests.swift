@@ -1,0 +1,225 @@
+import XCTest
+import KeychainCrypto
+import KeychainFileSystem
+import KeychainModel
+import KeychainStore
+@testable import KeychainSync
+
+/// Two (or three) stores on one machine, each with its own owner and device key, syncing
+/// through one folder: the exchange as `sync now` runs it.
+final class SyncSessionTests: XCTestCase {
+    var root = ""
+    let passphrase = SecureBytes(copying: Array("folder passphrase".utf8))
+
+    override func setUpWithError() throws {
+        root = NSTemporaryDirectory() + "kcfs-sync-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+    }
+
+    override func tearDownWithError() throws { try? FileManager.default.removeItem(atPath: root) }
+
+    func device(_ name: String) throws -> SyncSession {
+        let dir = root + "/" + name
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let keychain = try Keychain.create(at: dir + "/k.db", passphrase: SecureBytes(copying: Array("pw".utf8)),
+                                           scrypt: ScryptParameters(logN: 10), deviceKeyPath: dir + "/device.key")
+        return SyncSession(owner: try ServedKeychain(keychain: keychain), storePath: dir + "/k.db")
+    }
+
+    var folder: String { root + "/folder" }
+
+    func pair() throws -> (SyncSession, SyncSession) {
+        let a = try device("a"), b = try device("b")
+        _ = try a.initialize(folder: folder, passphrase: passphrase, scrypt: ScryptParameters(logN: 10))
+        _ = try b.join(folder: folder, passphrase: passphrase)
+        return (a, b)
+    }
+
+    func key(_ account: String, _ service: String = "mail") -> ItemKey {
+        .generic(try! GenericPasswordKey(service: service, account: account))
+    }
+
+    func put(_ s: SyncSession, _ account: String, _ secret: String, synchronizable: Bool? = true,
+             accessible: AccessibilityClass? = nil) throws {
+        _ = try s.owner.save(key(account), secret: SecureBytes(copying: Array(secret.utf8)),
+                             changes: AttributeChanges(AttributeValues { $0.synchronizable = synchronizable }, accessible: accessible),
+                             updateExisting: true)
+    }
+
+    func secret(_ s: SyncSession, _ account: String) throws -> String? {
+        guard let item = try s.owner.items(matching: ItemQuery(kind: .generic, account: account, service: "mail")).first else { return nil }
+        return String(decoding: try s.owner.secret(of: item).unprotectedArray, as: UTF8.self)
+    }
+
+    /// Every byte of every file under the folder.
+    func folderBytes() -> [UInt8] {
+        var out: [UInt8] = []
+        let e = FileManager.default.enumerator(atPath: folder)!
+        while let p = e.nextObject() as? String {
+            if let d = FileManager.default.contents(atPath: folder + "/" + p) { out += d }
+            out += Array(p.utf8)
+        }
+        return out
+    }
+
+    func testAChangeOnOneDeviceAppearsOnTheOtherAndDeletesPropagate() throws {
+        let (a, b) = try pair()
+        try put(a, "alice", "s3cret-one")
+        XCTAssertEqual(try a.exchange().published, 1)
+        XCTAssertEqual(try b.exchange().applied, 1)
+        XCTAssertEqual(try secret(b, "alice"), "s3cret-one")
+        // An edit on B comes back to A, with no conflict.
+        try put(b, "alice", "s3cret-two")
+        try b.exchange()
+        let r = try a.exchange()
+        XCTAssertEqual(r.applied, 1); XCTAssertEqual(r.conflictCopies, 0)
+        XCTAssertEqual(try secret(a, "alice"), "s3cret-two")
+        // Exchanges with nothing new change nothing.
+        XCTAssertEqual(try a.exchange(), SyncReport())
+        XCTAssertEqual(try b.exchange(), SyncReport())
+        // A delete on A goes from B.
+        _ = try a.owner.delete(matching: ItemQuery(kind: .generic, account: "alice", service: "mail"), all: false)
+        try a.exchange()
+        XCTAssertEqual(try b.exchange().deleted, 1)
+        XCTAssertNil(try secret(b, "alice"))
+    }
+
+    func testConcurrentEditsKeepBothValues() throws {
+        let (a, b) = try pair()
+        try put(a, "bob", "base")
+        try a.exchange(); try b.exchange()
+        try put(a, "bob", "from-a")
+        try put(b, "bob", "from-b")
+        try a.exchange(); try b.exchange(); try a.exchange()
+        let winnerA = try secret(a, "bob"), winnerB = try secret(b, "bob")
+        XCTAssertEqual(winnerA, winnerB, "one winner in place on both")
+        let loser = winnerA == "from-a" ? "from-b" : "from-a"
+        for s in [a, b] {
+            let copies = try s.owner.items(matching: ItemQuery(kind: .generic, service: "mail"))
+                .filter { $0.key.account.hasPrefix("bob.conflict-") }
+            XCTAssertEqual(copies.count, 1, "one conflict copy")
+            XCTAssertEqual(String(decoding: try s.owner.secret(of: copies[0]).unprotectedArray, as: UTF8.self), loser)
+            XCTAssertEqual(copies[0].record.attributes.values.synchronizable, false, "a conflict copy does not travel")
+        }
+        // A copy the user deleted is not made again.
+        _ = try a.owner.delete(matching: ItemQuery(kind: .generic, service: "mail"), all: true)
+        try a.exchange()
+        try b.exchange()
+        XCTAssertNil(try secret(b, "bob"), "the delete of the item went to B")
+        let left = try b.owner.items(matching: ItemQuery(kind: .generic, service: "mail")).map(\.key.account)
+        XCTAssertEqual(left.count, 1, "B's conflict copy is B's own: it stays until deleted there")
+        XCTAssertTrue(left.allSatisfy { $0.hasPrefix("bob.conflict-") }, "\(left)")
+        XCTAssertEqual(try SyncLocalState.load(forStore: b.storePath)?.conflicts, [], "the delete resolved the conflict")
+    }
+
+    func testThisDeviceOnlyAndUnsyncedItemsNeverReachTheFolderAndNoNameOrSecretIsInClear() throws {
+        let (a, b) = try pair()
+        try put(a, "local-only-acct", "local-only-secret", synchronizable: nil, accessible: .whenUnlockedThisDeviceOnly)
+        try put(a, "unsynced-acct", "unsynced-secret", synchronizable: false)
+        try put(a, "travelling-acct", "travelling-secret-value")
+        try a.exchange(); try b.exchange()
+        XCTAssertNil(try secret(b, "local-only-acct"))
+        XCTAssertNil(try secret(b, "unsynced-acct"))
+        XCTAssertEqual(try secret(b, "travelling-acct"), "travelling-secret-value")
+        let bytes = folderBytes()
+        for needle in ["local-only", "unsynced", "travelling", "mail", "secret-value", "keychainfs sync key"] {
+            XCTAssertNil(bytes.firstRange(of: Array(needle.utf8)), "\(needle) in clear in the folder")
+        }
+    }
+
+    func testATamperedTruncatedOrMovedFileIsRefusedAndTheRestStillMerges() throws {
+        let (a, b) = try pair()
+        try put(a, "one", "v1"); try put(a, "two", "v2")
+        try a.exchange()
+        let state = try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath))
+        let f = SyncFolder(path: folder)
+        let target = try XCTUnwrap(state.own.first)
+        let path = f.itemPath(state.device, target.item)
+        var bytes = [UInt8](try XCTUnwrap(FileManager.default.contents(atPath: path)))
+        bytes[bytes.count - 3] ^= 1
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        let r = try b.exchange()
+        XCTAssertEqual(r.applied, 1, "the other item still merges")
+        XCTAssertEqual(r.refusals.count, 1, "\(r.refusals)")
+        XCTAssertTrue(r.refusals[0].contains("does not match its manifest"), r.refusals[0])
+        // Truncated: refused too.
+        try Data(bytes.prefix(20)).write(to: URL(fileURLWithPath: path))
+        XCTAssertEqual(try b.exchange().refusals.count, 1)
+        // A tampered manifest: the whole device is refused.
+        let m = f.manifestPath(state.device)
+        var mb = [UInt8](try XCTUnwrap(FileManager.default.contents(atPath: m)))
+        mb[40] ^= 1
+        try Data(mb).write(to: URL(fileURLWithPath: m))
+        XCTAssertTrue(try b.exchange().refusals.contains { $0.contains("fails authentication") })
+        // A's next exchange rewrites its manifest and republishes the damaged file; B then takes both.
+        try a.exchange()
+        XCTAssertEqual(try b.exchange().refusals, [])
+        XCTAssertEqual(try secret(b, "one"), "v1"); XCTAssertEqual(try secret(b, "two"), "v2")
+    }
+
+    func testARolledBackDeviceDirectoryIsDetected() throws {
+        let (a, b) = try pair()
+        try put(a, "carol", "old")
+        try a.exchange(); try b.exchange()
+        let stateA = try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath))
+        let dir = SyncFolder(path: folder).devicePath(stateA.device)
+        let saved = root + "/saved"
+        try FileManager.default.copyItem(atPath: dir, toPath: saved)
+        try put(a, "carol", "new")
+        try a.exchange(); try b.exchange()
+        XCTAssertEqual(try secret(b, "carol"), "new")
+        // The engine serves the old tree again.
+        try FileManager.default.removeItem(atPath: dir)
+        try FileManager.default.copyItem(atPath: saved, toPath: dir)
+        let r = try b.exchange()
+        XCTAssertTrue(r.refusals.contains { $0.contains("rolled back") }, "\(r.refusals)")
+        XCTAssertEqual(try secret(b, "carol"), "new", "nothing applied from the old tree")
+        // A notices its own directory was rolled back, and writes it again.
+        XCTAssertTrue(try a.exchange().refusals.contains { $0.contains("own directory was rolled back") })
+        XCTAssertEqual(try b.exchange().refusals, [])
+    }
+
+    func testAVersionImplausiblyFarAheadIsRefused() throws {
+        let (a, b) = try pair()
+        var stateA = try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath))
+        stateA.lamport = SyncSession.aheadLimit * 4
+        try stateA.save(forStore: a.storePath)
+        try put(a, "dave", "ahead")
+        try a.exchange()
+        let r = try b.exchange()
+        XCTAssertTrue(r.refusals.contains { $0.contains("implausibly far ahead") }, "\(r.refusals)")
+        XCTAssertNil(try secret(b, "dave"))
+    }
+
+    func testAWrongFolderPassphraseIsRefusedAndChangesNothing() throws {
+        let a = try device("a"), b = try device("b")
+        _ = try a.initialize(folder: folder, passphrase: passphrase, scrypt: ScryptParameters(logN: 10))
+        XCTAssertThrowsError(try b.join(folder: folder, passphrase: SecureBytes(copying: Array("nope".utf8)))) {
+            XCTAssertEqual($0 as? KeychainError, .wrongPassphrase)
+        }
+        XCTAssertNil(try SyncLocalState.load(forStore: b.storePath))
+        XCTAssertThrowsError(try a.initialize(folder: root + "/other", passphrase: passphrase)) {
+            if case .storeExists? = $0 as? KeychainError {} else { XCTFail("\($0)") }
+        }
+    }
+
+    func testThreeDevicesConvergeAndTombstonesExpireOnceEveryDeviceHasSeenThem() throws {
+        let (a, b) = try pair()
+        let c = try device("c")
+        _ = try c.join(folder: folder, passphrase: passphrase)
+        try put(a, "erin", "1"); try put(b, "frank", "2"); try put(c, "gina", "3")
+        for _ in 0..<2 { for s in [c, a, b] { try s.exchange() } }
+        for s in [a, b, c] { for (acct, v) in [("erin", "1"), ("frank", "2"), ("gina", "3")] { XCTAssertEqual(try secret(s, acct), v) } }
+        _ = try b.owner.delete(matching: ItemQuery(kind: .generic, account: "frank", service: "mail"), all: false)
+        for _ in 0..<2 { for s in [b, a, c] { try s.exchange() } }
+        for s in [a, b, c] { XCTAssertNil(try secret(s, "frank")) }
+        let stateB = try XCTUnwrap(try SyncLocalState.load(forStore: b.storePath))
+        XCTAssertTrue(stateB.own.contains { $0.isTombstone }, "the tombstone is kept while young")
+        let later = Int64(Date().timeIntervalSince1970) + 91 * 86_400
+        try b.exchange(now: later)
+        let after = try XCTUnwrap(try SyncLocalState.load(forStore: b.storePath))
+        XCTAssertFalse(after.own.contains { $0.isTombstone }, "expired once every device has merged it")
+        for s in [a, c] { try s.exchange(now: later) }
+        for s in [a, b, c] { XCTAssertNil(try secret(s, "frank"), "an expired tombstone resurrects nothing") }
+    }
+}
