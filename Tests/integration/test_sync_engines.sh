@@ -1,8 +1,14 @@
 #!/bin/sh
 # Sync through real engines: two Syncthing instances on 127.0.0.1 and a local bare git
 # repository (Tests/integration/sync_engines.sh). First the engines alone, on plain files, so a
-# failure of the harness is told apart from one of keychainfs.
+# failure of the harness is told apart from one of keychainfs. Then two keychains, each with its
+# own XDG directories (so its own device key), store and mount, syncing through each engine: a
+# change on A reaches B's mount, deletes propagate, concurrent edits keep both values, and no
+# secret, service or account is in clear in the folder, Syncthing's databases or any git object
+# of the run. With git: `keychainfs sync git`, concurrent pushes, and a remote that serves an
+# old tree.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/mount_lib.sh"
 . "$(dirname "$0")/sync_engines.sh"
 
 have syncthing || finish
@@ -85,5 +91,230 @@ if git_remote "$GIT" a b; then
 else
     fail "a bare git repository with two clones"
 fi
+
+# --- Two keychains ----------------------------------------------------------------------------
+# Each device has its own HOME and XDG directories (device key, config, daemon record) and
+# store. The sync commands run on the store with no daemon ('sync now', 'sync git' in this
+# process); what arrived is then read on the device's own mount.
+SYNCPASS="$TEST_ROOT/sync-passphrase"
+printf 'sync passphrase of the test\n' >"$SYNCPASS"
+chmod 600 "$SYNCPASS"
+S="--sync-passphrase-file $SYNCPASS"
+# Names and secrets that must never be in clear anywhere the engines carry or keep.
+SVC=zebra-service-7
+ACCT=alice-account-7
+CLEAR="$SVC $ACCT first-s3cret-v1 second-s3cret-v2 a-side-s3cret b-side-s3cret git-s3cret-g1 git-s3cret-g2 local-only-s3cret"
+
+# kce NAME ARGS...: keychainfs as device NAME; kcd the same with the test passphrase.
+kce() {
+    dv="$TEST_ROOT/dev-$1"
+    shift
+    env HOME="$dv/home" XDG_DATA_HOME="$dv/data" XDG_STATE_HOME="$dv/state" XDG_RUNTIME_DIR="$dv/run" \
+        XDG_CONFIG_HOME="$dv/config" KEYCHAINFS_STORE="$dv/data/keychainfs/keychain.db" "$KEYCHAINFS_BIN" "$@"
+}
+kcd() { kce "$@" --passphrase-file "$PASSFILE"; }
+mnt() { printf '%s' "$TEST_ROOT/dev-$1/mnt"; }
+
+# make_device NAME: a store whose new items are synchronizable (config.toml).
+make_device() {
+    dv="$TEST_ROOT/dev-$1"
+    mkdir -p "$dv/home" "$dv/data" "$dv/state" "$dv/run" "$dv/config/keychainfs" "$dv/mnt"
+    chmod 700 "$dv/run"
+    printf 'default-synchronizable = true\n' >"$dv/config/keychainfs/config.toml"
+    kcd "$1" init --scrypt-log-n 10 >/dev/null
+}
+
+# own_device NAME: the sync device id of NAME's store (its directory under devices/).
+own_device() {
+    /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["device"])' \
+        "$TEST_ROOT/dev-$1/data/keychainfs/keychain.db.sync.json"
+}
+
+# put NAME VALUE: sets the test item on device NAME.
+put() { printf '%s' "$2" | kcd "$1" add-generic-password -U -s "$SVC" -a "$ACCT" >/dev/null; }
+value() { kcd "$1" find-generic-password -s "$SVC" -a "$ACCT" -w 2>/dev/null; }
+# secrets NAME: every secret of the test's service on NAME (the item and its conflict copies).
+secrets() { kcd "$1" dump-keychain -d 2>/dev/null | sed -n "/^service: $SVC\$/,/^\$/p"; }
+# now_shows NAME VALUE: after an exchange on NAME, the item holds VALUE (with "", it is gone);
+# now_holds NAME VALUE: some item of the service does.
+now_shows() { kcd "$1" sync now >/dev/null 2>&1; [ "$(value "$1")" = "$2" ]; }
+now_holds() { kcd "$1" sync now >/dev/null 2>&1; secrets "$1" | grep -q "\"$2\""; }
+
+# on_mount NAME VALUE: NAME's own mount serves the test item with VALUE (mounted for the check).
+on_mount() {
+    mp=$(mnt "$1")
+    on_exit_unmount "$mp"
+    kcd "$1" mount "$mp" >"$OUT" 2>"$ERR" || { show_output; return 1; }
+    dp=$(daemon_pid "$mp")
+    [ -n "$dp" ] && on_exit_kill "$dp"
+    got=$(cat "$mp/$SVC/$ACCT" 2>/dev/null)
+    kce "$1" unmount "$mp" >/dev/null 2>&1 || return 1
+    [ "$got" = "$2" ]
+}
+
+# no_clear WHAT FILE-OR-DIR...: no name or secret of the test is in clear there (grep -a -r).
+no_clear() {
+    what=$1
+    shift
+    found=""
+    for needle in $CLEAR; do
+        grep -a -r -q -F -e "$needle" "$@" 2>/dev/null && found="$found $needle"
+    done
+    expect_eq "" "$found" "no secret, service or account in clear in $what"
+}
+
+echo "== Syncthing: two keychains"
+ST_A="$TEST_ROOT/kc-a" ST_B="$TEST_ROOT/kc-b"
+make_device a && make_device b || { fail "two keychains"; finish; }
+put a first-s3cret-v1
+printf 'local-only-s3cret' | kcd a add-generic-password -s local -a only --accessible when-unlocked-this-device-only
+expect_exit 0 "A: sync init" kcd a sync init "$ST_A" $S --scrypt-log-n 10
+expect_exit 0 "A: sync now" kcd a sync now
+mkdir -p "$ST_B"
+# keychainfs writes each file as a dot-named temporary and renames it: Syncthing need not carry those.
+printf '(?d).*.tmp-*\n' >"$ST_A/.stignore"
+printf '(?d).*.tmp-*\n' >"$ST_B/.stignore"
+t0=$(now_ms)
+if st_share kc a "$ST_A" b "$ST_B" && wait_for 30 same_tree "$ST_A" "$ST_B"; then
+    pass "Syncthing carries A's sync folder to B ($(since_ms $t0))"
+else
+    fail "Syncthing carries A's sync folder to B" "$(same_tree "$ST_A" "$ST_B")"
+fi
+expect_exit 0 "B: sync join" kcd b sync join "$ST_B" $S
+expect_eq first-s3cret-v1 "$(value b)" "a change on A is on B"
+if on_mount b first-s3cret-v1; then pass "a change on A appears on B's mount"; else fail "a change on A appears on B's mount"; show_output; fi
+expect_exit 44 "a this-device-only item of A is not on B" kcd b find-generic-password -s local -a only
+
+put b second-s3cret-v2
+kcd b sync now >/dev/null
+t0=$(now_ms)
+if wait_for 30 now_shows a second-s3cret-v2; then pass "a change on B reaches A ($(since_ms $t0))"
+else fail "a change on B reaches A within 30 s" "$(value a)"; fi
+
+# Concurrent edits: each side changes the item while Syncthing is paused on both.
+st_rest a POST "system/pause?device=$(st_id b)" >/dev/null
+st_rest b POST "system/pause?device=$(st_id a)" >/dev/null
+put a a-side-s3cret
+put b b-side-s3cret
+kcd a sync now >/dev/null
+kcd b sync now >/dev/null
+st_rest a POST "system/resume?device=$(st_id b)" >/dev/null
+st_rest b POST "system/resume?device=$(st_id a)" >/dev/null
+t0=$(now_ms)
+if wait_for 60 now_holds a b-side-s3cret && wait_for 60 now_holds b a-side-s3cret &&
+    now_holds a a-side-s3cret && now_holds b b-side-s3cret; then
+    pass "concurrent edits on A and B: both values are kept on both ($(since_ms $t0))"
+else
+    fail "concurrent edits on A and B: both values are kept on both" "A: $(secrets a | tr '\n' ' ')" \
+        "B: $(secrets b | tr '\n' ' ')"
+fi
+expect_contains "$(secrets b)" "account: $ACCT.conflict-" "the losing value is a conflict copy beside the item"
+
+# Conflict copies are each device's own (not synchronizable): the item itself is what travels.
+kcd a delete-generic-password -s "$SVC" -a "$ACCT" >/dev/null 2>&1
+kcd a sync now >/dev/null
+t0=$(now_ms)
+if wait_for 30 now_shows b ""; then pass "a delete on A reaches B ($(since_ms $t0))"
+else fail "a delete on A reaches B within 30 s" "$(secrets b | tr '\n' ' ')"; fi
+wait_for 30 st_in_sync a b kc
+no_clear "the Syncthing folders" "$ST_A" "$ST_B"
+no_clear "Syncthing's own homes (index databases, logs)" "$(st_home a)" "$(st_home b)"
+
+echo "== git: two keychains"
+GR="$TEST_ROOT/gitkc"
+git_remote "$GR"
+REMOTE="$GR/remote.git"
+G_C="$TEST_ROOT/git-c" G_D="$TEST_ROOT/git-d"
+make_device c && make_device d || { fail "two more keychains"; finish; }
+put c git-s3cret-g1
+expect_exit 0 "C: sync init" kcd c sync init "$G_C" $S --scrypt-log-n 10
+expect_exit 0 "C: sync git REMOTE makes the folder a work tree and pushes it" kcd c sync git "$REMOTE"
+expect_eq "$(git -C "$G_C" rev-parse HEAD)" "$(git -C "$REMOTE" rev-parse main)" "the remote's main is C's commit"
+git clone -q "$REMOTE" "$G_D" 2>/dev/null
+expect_exit 0 "D: sync join a clone of the remote" kcd d sync join "$G_D" $S
+expect_exit 0 "D: sync git REMOTE" kcd d sync git "$REMOTE"
+if on_mount d git-s3cret-g1; then pass "git: a change on C appears on D's mount"; else fail "git: a change on C appears on D's mount"; show_output; fi
+
+put c git-s3cret-g2
+put d b-side-s3cret
+# Both exchange at once: whichever pushes second is refused, fetches, merges and pushes again.
+kcd c sync git "$REMOTE" >"$TEST_ROOT/c.out" 2>&1 &
+pc=$!
+kcd d sync git "$REMOTE" >"$TEST_ROOT/d.out" 2>&1 &
+pd=$!
+wait $pc
+rc_c=$?
+wait $pd
+rc_d=$?
+expect_eq "0 0" "$rc_c $rc_d" "git: two devices exchanging at once both succeed"
+for dv in c d c; do kcd $dv sync git "$REMOTE" >/dev/null 2>&1; done
+if secrets c | grep -q '"b-side-s3cret"' && secrets c | grep -q '"git-s3cret-g2"' &&
+    secrets d | grep -q '"b-side-s3cret"' && secrets d | grep -q '"git-s3cret-g2"'; then
+    pass "git: concurrent edits on C and D keep both values on both"
+else
+    fail "git: concurrent edits on C and D keep both values on both" "C: $(secrets c | tr '\n' ' ')" \
+        "D: $(secrets d | tr '\n' ' ')" "$(cat "$TEST_ROOT/c.out" "$TEST_ROOT/d.out")"
+fi
+
+kcd c delete-generic-password -s "$SVC" -a "$ACCT" >/dev/null 2>&1
+kcd c sync git "$REMOTE" >/dev/null 2>&1
+kcd d sync git "$REMOTE" >/dev/null 2>&1
+expect_exit 44 "git: a delete on C reaches D" kcd d find-generic-password -s "$SVC" -a "$ACCT"
+
+no_clear "the git sync folders, .git included" "$G_C" "$G_D"
+# Every object of the run, reachable or not, uncompressed; and the history as git log -p shows it.
+for repo in "$REMOTE" "$G_C" "$G_D"; do
+    git -C "$repo" cat-file --batch-all-objects --batch 2>/dev/null
+done >"$TEST_ROOT/objects"
+git -C "$REMOTE" log -p --text --all >"$TEST_ROOT/log-p" 2>/dev/null
+no_clear "any git object of the remote or the clones" "$TEST_ROOT/objects"
+no_clear "git log -p of the remote" "$TEST_ROOT/log-p"
+# git keeps every old sealed file: they are there, and sealed.
+old=$(git -C "$REMOTE" log --all --format= --name-only --diff-filter=DM -- 'devices/*/items/*' | sort -u | grep -c .)
+if [ "$old" -gt 0 ]; then pass "git history keeps replaced and deleted item files ($old of them)"
+else fail "git history keeps replaced and deleted item files"; fi
+blobs=$(git -C "$REMOTE" rev-list --all --objects -- devices | awk '$2 ~ /\/items\// {print $1}' | sort -u)
+sealed=0 unsealed=0
+for blob in $blobs; do
+    if [ "$(git -C "$REMOTE" cat-file blob "$blob" | head -c 8)" = KCFSSYNC ]; then sealed=$((sealed + 1)); else unsealed=$((unsealed + 1)); fi
+done
+if [ "$sealed" -gt "$old" ] && [ "$unsealed" -eq 0 ]; then
+    pass "every item file in git history ($sealed versions) is a sealed file"
+else
+    fail "every item file in git history is a sealed file" "$sealed sealed, $unsealed not"
+fi
+
+echo "== git: a remote that serves an old tree"
+put c git-s3cret-g1
+kcd c sync git "$REMOTE" >/dev/null 2>&1
+kcd d sync git "$REMOTE" >/dev/null 2>&1
+put c git-s3cret-g2
+kcd c sync git "$REMOTE" >/dev/null 2>&1
+kcd d sync git "$REMOTE" >/dev/null 2>&1
+expect_eq git-s3cret-g2 "$(value d)" "git: D has C's latest value"
+# The remote now serves C's directory as it was one exchange ago, in a new commit on top.
+git clone -q "$REMOTE" "$GR/evil" 2>/dev/null
+cdir=devices/$(own_device c)
+old_commit=$(git -C "$GR/evil" log --format=%H -2 -- "$cdir" | tail -1)
+if git -C "$GR/evil" checkout -q "$old_commit" -- "$cdir" && git -C "$GR/evil" add -A "$cdir" &&
+    git -C "$GR/evil" -c user.name=evil -c user.email=evil@keychainfs.test commit -qm "an old tree" &&
+    git -C "$GR/evil" push -q origin HEAD:main 2>/dev/null; then
+    pass "the remote serves an old tree of C's directory"
+else
+    fail "the remote serves an old tree of C's directory"
+fi
+expect_exit 93 "git: D refuses C's directory rolled back by the remote (exit 93)" kcd d sync git "$REMOTE"
+expect_contains "$ERR" "rolled back" "the refusal says the directory was rolled back"
+expect_eq git-s3cret-g2 "$(value d)" "git: D keeps the value it had, not the old tree's"
+expect_exit 93 "git: C finds its own directory rolled back and writes it again (exit 93)" kcd c sync git "$REMOTE"
+kcd d sync git "$REMOTE" >"$OUT" 2>"$ERR"
+expect_eq "0 git-s3cret-g2" "$? $(value d)" "git: after C wrote it again, D merges cleanly"
+
+echo "== sync git: bad input"
+expect_exit 85 "git: an unreachable remote: 85" kcd c sync git "$GR/nowhere.git"
+expect_contains "$ERR" "cannot reach" "the message says the remote cannot be reached"
+make_device e
+expect_exit 69 "git: a keychain that does not sync: 69" kcd e sync git "$REMOTE"
+expect_exit 64 "git: no REMOTE: 64" kcd c sync git
 
 finish
