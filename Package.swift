@@ -93,7 +93,7 @@ let package = Package(
         // The daemon's composition: the owner, the FUSE mount, the control service and socket,
         // systemd's notification; the executable parses arguments and calls it.
         .target(name: "KeychainDaemon", dependencies: [
-            "KeychainSecretService",
+            "KeychainSecretService", "KeychainSync",
             "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainAccess",
             .product(name: "Logging", package: "swift-log"),
         ]),

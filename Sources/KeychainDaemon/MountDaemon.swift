@@ -8,6 +8,7 @@ import KeychainFuse
 import KeychainModel
 import KeychainSecretService
 import KeychainStore
+import KeychainSync
 import Logging
 import Synchronization
 
@@ -110,10 +111,15 @@ package final class MountDaemon: Sendable {
             return e.exitCode
         }
         Self.startIdleLock(owner)
+        // Sync (issue 20): exchanges after each commit and when another device's state arrives.
+        let sync = try? SyncWatcher(session: SyncSession(owner: owner, storePath: settings.storePath))
+        if sync == nil { log.error("sync: cannot watch the sync folder (inotify); this mount does not sync") }
+        sync?.start()
         log.info("serving \(settings.storePath) at \(settings.mountpoint), \(owner.lockState.rawValue)")
         ready(.success(()))
 
         let status = mount.serve()
+        sync?.stop()
         secretService?.stop()
         server.stop()
         MountRegistry.unregister(record)

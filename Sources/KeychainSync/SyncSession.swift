@@ -41,6 +41,10 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
         /// on this value, not on what has arrived in the folder since).
         package var vector: VersionVector
         package var digest: String?
+        /// The store row (id and version) the digest was last found equal for: while the row
+        /// is the same, the item has not changed and is not decrypted again (an exchange at
+        /// every commit would otherwise decrypt every synchronizable item).
+        package var row: [Int64]?
     }
 
     package init(folder: String, folderID: String, device: DeviceID) {
@@ -98,6 +102,8 @@ package final class SyncSession: Sendable {
     }
 
     static let keyService = "keychainfs-sync"
+    /// A digest no value has: the item is published again at the next exchange.
+    static let republish = "republish"
 
     /// The sync key, from its item in the store (`keychainfs-sync/<folder id>`, this device only).
     package func syncKey(_ state: SyncLocalState) throws -> SecureBytes {
@@ -175,10 +181,12 @@ package final class SyncSession: Sendable {
         if let (mine, _) = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys), mine.seq < state.seq {
             refuse("this device's own directory was rolled back (state \(mine.seq), written \(state.seq)); it is written again")
         }
+        // Each is published again as a version after the damaged one (its vector is kept).
+        var republishTombstones: [SyncItemID] = []
         state.own = state.own.filter { e in
-            let ok = (try? folder.readItem(e, keys: keys)) != nil
-            if !ok { state.synced[e.item.hex] = nil }
-            return ok
+            guard (try? folder.readItem(e, keys: keys)) == nil else { return true }
+            if e.isTombstone { republishTombstones.append(e.item) } else { state.synced[e.item.hex]?.digest = Self.republish }
+            return false
         }
 
         // 3. This store's synchronizable items, and what changed since the last exchange.
@@ -208,15 +216,25 @@ package final class SyncSession: Sendable {
         var expected: [ItemKey: Int64?] = [:]
         for (id, item) in local {
             expected[item.key] = .some(item.sealed.version)
+            let row = [item.id, item.sealed.version]
+            if let s = state.synced[id.hex], s.digest != nil, s.digest != Self.republish, s.row == row { continue }
             let payload: SecureBytes
             do { payload = try Self.payload(of: item, owner: owner) } catch KeychainError.unavailable {
                 continue  // its class is locked: published once it can be read
             }
             let digest = keys.digest(of: payload)
-            guard state.synced[id.hex]?.digest != digest else { continue }
+            guard state.synced[id.hex]?.digest != digest else {
+                state.synced[id.hex]?.row = row
+                continue
+            }
             let e = nextEntry(id, tombstone: false)
             try publish(e, payload: payload)
-            state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: digest)
+            state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: digest, row: row)
+        }
+        for id in republishTombstones where local[id] == nil {
+            let e = nextEntry(id, tombstone: true)
+            try publish(e, payload: SecureBytes())
+            state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: nil)
         }
         for (hex, synced) in state.synced where synced.digest != nil {
             guard let id = try? SyncItemID(hex: hex), local[id] == nil else { continue }

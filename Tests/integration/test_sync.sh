@@ -104,8 +104,11 @@ expect_contains "$(kc sync status $P)" "pending changes: 1" "a local change is p
 
 echo "== tampering and rollback"
 kc sync now $P >/dev/null
+kcb sync now $P >/dev/null
+kc add-generic-password $P -U -s mail -a alice -w 'tamper-me'
+kc sync now $P >/dev/null
 dev_a=$(kc sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
-f=$(ls "$FOLDER/devices/$dev_a/items" | head -1)
+f=$(ls -t "$FOLDER/devices/$dev_a/items" | head -1)
 cp "$FOLDER/devices/$dev_a/items/$f" "$T/saved-item"
 printf 'X' | dd of="$FOLDER/devices/$dev_a/items/$f" bs=1 seek=30 conv=notrunc 2>/dev/null
 expect_exit 93 "a tampered file: sync now exits 93" kcb sync now $P
@@ -137,5 +140,143 @@ expect_exit 0 "sync leave on B" kcb sync leave --passphrase-file "$T/new-pass"
 expect_eq "1" "$(ls "$FOLDER/devices" | wc -l | tr -d ' ')" "only A's directory is left"
 expect_exit 69 "B does not sync any more" kcb sync status --passphrase-file "$T/new-pass"
 expect_eq "carol-secret" "$(kcb find-generic-password --passphrase-file "$T/new-pass" -s mail -a carol -w)" "B's items stay"
+
+# wait_for NAME CMD...: CMD succeeds within 10 s.
+wait_for() {
+    name=$1
+    shift
+    i=0
+    while ! "$@" >/dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -ge 100 ]; then fail "$name" "still not after 10 s: $*"; return 1; fi
+        sleep 0.1
+    done
+    pass "$name"
+}
+reads() { [ "$(cat "$1" 2>/dev/null)" = "$2" ]; }
+gone() { [ ! -e "$1" ]; }
+
+if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
+    . "$(dirname "$0")/mount_lib.sh"
+    echo "== two daemons and two mounts"
+    A2="$T/a2.db" B2="$T/b/b2.db" F2="$T/folder2" MPA="$T/mnta" MPB="$T/mntb"
+    mkdir -p "$MPA" "$MPB"
+    init_store --store "$A2"
+    kcb init --scrypt-log-n 10 --store "$B2" $P >/dev/null
+    kc add-generic-password --store "$A2" $P -s web -a erin -w 'erin-1' --synchronizable
+    kc sync init "$F2" --store "$A2" $P $S --scrypt-log-n 10 >/dev/null
+    kcb sync join "$F2" --store "$B2" $P $S >/dev/null
+    mount_b() {
+        on_exit_unmount "$MPB"
+        kcb mount "$MPB" --store "$B2" $P >"$OUT" 2>"$ERR"
+        rc=$?
+        pid_b=$(daemon_pid "$MPB")
+        [ -n "$pid_b" ] && on_exit_kill "$pid_b"
+        return $rc
+    }
+    expect_exit 0 "mount A" mount_kc "$MPA" --store "$A2"
+    expect_exit 0 "mount B (its own XDG dirs and device key)" mount_b
+    expect_eq "erin-1" "$(cat "$MPB/web/erin")" "B's mount shows what it merged at join"
+    expect_exit 75 "sync now while mounted: 75 (the daemon syncs)" kc sync now --store "$A2"
+    printf 'erin-2' >"$MPA/web/erin"
+    wait_for "a change through A's mount appears on B's mount" reads "$MPB/web/erin" "erin-2"
+    kc add-generic-password --store "$A2" -U -s web -a erin -w 'erin-3'
+    wait_for "a change through A's CLI (its daemon) appears on B's mount" reads "$MPB/web/erin" "erin-3"
+    printf 'frank-1' >"$MPB/web/frank"
+    setfattr -n user.keychain.synchronizable -v yes "$MPB/web/frank"
+    wait_for "an item made synchronizable on B's mount appears on A's" reads "$MPA/web/frank" "frank-1"
+    rm "$MPA/web/frank"
+    wait_for "a delete on A's mount goes from B's" gone "$MPB/web/frank"
+    printf 'device-only-secret' >"$MPA/web/local"
+    setfattr -n user.keychain.accessible -v when-unlocked-this-device-only "$MPA/web/local"
+    if setfattr -n user.keychain.synchronizable -v yes "$MPA/web/local" 2>"$ERR"; then
+        fail "setfattr synchronizable=yes on a this-device-only item fails"
+    else
+        expect_contains "$ERR" "Operation not permitted" "setfattr synchronizable=yes on a this-device-only item: EPERM"
+    fi
+    expect_eq "no" "$(getfattr --only-values -n user.keychain.synchronizable "$MPA/web/local" 2>/dev/null || echo no)" "and it stays unsynchronizable"
+    sleep 0.5
+    [ ! -e "$MPB/web/local" ] && pass "the this-device-only item is not on B" || fail "the this-device-only item is not on B"
+    for needle in erin frank device-only-secret web 'erin-3'; do
+        if grep -rqa -- "$needle" "$F2"; then fail "no '$needle' in the folder"; else pass "no '$needle' in the folder"; fi
+    done
+
+    echo "== concurrent edits, with daemons"
+    # A is offline (unmounted) while both change one item; its daemon merges when it mounts again.
+    kc unmount "$MPA" >/dev/null
+    kc add-generic-password --store "$A2" $P -U -s web -a erin -w 'erin-offline-a'
+    printf 'erin-online-b' >"$MPB/web/erin"
+    sleep 0.3
+    expect_exit 0 "mount A again" mount_kc "$MPA" --store "$A2"
+    wait_for "A's mount shows a conflict copy" sh -c "ls '$MPA/web' | grep -q '^erin\.conflict-'"
+    wait_for "so does B's" sh -c "ls '$MPB/web' | grep -q '^erin\.conflict-'"
+    winner=$(cat "$MPA/web/erin")
+    expect_eq "$winner" "$(cat "$MPB/web/erin")" "one winner in place on both mounts"
+    loser=$(cat "$MPA/web/"erin.conflict-*)
+    expect_eq "erin-offline-a erin-online-b" "$(printf '%s\n%s\n' "$winner" "$loser" | sort | tr '\n' ' ' | sed 's/ $//')" "both values are kept"
+    expect_contains "$(kc sync status --store "$A2" $P)" "conflict: " "sync status lists the conflict while mounted"
+    rm "$MPA/web/"erin.conflict-* "$MPB/web/"erin.conflict-*
+    printf 'erin-resolved' >"$MPA/web/erin"
+    wait_for "an edit after the conflict settles it on both" reads "$MPB/web/erin" "erin-resolved"
+
+    echo "== a tampered file, with daemons"
+    dev_b=$(kcb sync status --store "$B2" --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+    printf 'gina-1' >"$MPB/web/gina"
+    setfattr -n user.keychain.synchronizable -v yes "$MPB/web/gina"
+    wait_for "B's new item reaches A" reads "$MPA/web/gina" "gina-1"
+    # A's daemon is stopped while B publishes; then B's is stopped (so it cannot publish again)
+    # while the folder is tampered with and A goes on.
+    pid_a=$(daemon_pid "$MPA") pid_b=$(daemon_pid "$MPB")
+    kill -STOP "$pid_a"
+    printf 'gina-2' >"$MPB/web/gina"
+    sleep 0.5
+    kill -STOP "$pid_b"
+    for f in "$F2/devices/$dev_b/items/"*; do printf 'XXXX' | dd of="$f" bs=1 seek=40 conv=notrunc 2>/dev/null; done
+    kill -CONT "$pid_a"
+    sleep 1.5
+    expect_eq "gina-1" "$(cat "$MPA/web/gina")" "A applies nothing of the tampered file"
+    kill -CONT "$pid_b"
+    expect_contains "$(cat "$XDG_STATE_HOME/keychainfs/daemon.log")" "refused" "A's daemon logs the refusal"
+    expect_contains "$(cat "$XDG_STATE_HOME/keychainfs/daemon.log")" "does not match its manifest" "the refusal names the file's fault"
+    # B finds its own files damaged at its next exchange and publishes its values again.
+    wait_for "B publishes its real value again, and A merges it" reads "$MPA/web/gina" "gina-2"
+    printf 'gina-3' >"$MPB/web/gina"
+    wait_for "B's next change merges" reads "$MPA/web/gina" "gina-3"
+
+    echo "== passwd on one device"
+    printf 'newer store passphrase\n' >"$T/newer-pass"
+    kc unmount "$MPA" >/dev/null
+    expect_exit 0 "passwd on A" kc passwd --store "$A2" $P --new-passphrase-file "$T/newer-pass"
+    kc mount "$MPA" --store "$A2" --passphrase-file "$T/newer-pass" >/dev/null 2>&1
+    pid_a=$(daemon_pid "$MPA")
+    [ -n "$pid_a" ] && on_exit_kill "$pid_a"
+    printf 'erin-4' >"$MPA/web/erin"
+    wait_for "sync still works after passwd" reads "$MPB/web/erin" "erin-4"
+
+    echo "== kill -9 of a daemon during a merge"
+    i=0
+    # Not beside web/local: a new file in a directory that holds a this-device-only item is made
+    # this-device-only (the tree's rule), and so cannot be synchronizable.
+    mkdir "$MPA/bulk"
+    while [ $i -lt 60 ]; do printf 'bulk-%s' "$i" >"$MPA/bulk/item$i"; setfattr -n user.keychain.synchronizable -v yes "$MPA/bulk/item$i"; i=$((i + 1)); done &
+    writer=$!
+    sleep 0.4
+    kill -9 "$pid_b"
+    wait "$writer"
+    wait_gone "$pid_b"
+    fusermount3 -u -z "$MPB" 2>/dev/null
+    expect_exit 0 "B mounts again after kill -9" mount_b
+    wait_for "every change reaches B after the restart" reads "$MPB/bulk/item59" "bulk-59"
+    missing=0
+    i=0
+    while [ $i -lt 60 ]; do [ "$(cat "$MPB/bulk/item$i" 2>/dev/null)" = "bulk-$i" ] || missing=$((missing + 1)); i=$((i + 1)); done
+    expect_eq 0 "$missing" "nothing was lost"
+    expect_eq "erin-4" "$(cat "$MPB/web/erin")" "B's older items kept their values"
+    expect_eq "gina-3" "$(cat "$MPB/web/gina")" "and so did B's own"
+    kc unmount "$MPA" >/dev/null 2>&1
+    kcb unmount "$MPB" >/dev/null 2>&1
+else
+    skip "two daemons and two mounts" "no /dev/fuse here"
+fi
 
 finish
