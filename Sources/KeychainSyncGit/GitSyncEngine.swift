@@ -22,6 +22,10 @@ package struct GitSyncEngine {
     /// The git executable, found on PATH.
     package var git = "git"
 
+    /// The folder's .gitignore, written when it has none: keychainfs's temporaries
+    /// (`.<name>.tmp-<pid>`) and Syncthing's.
+    static let ignored = ".*.tmp-*\n.syncthing.*.tmp\n~syncthing~*.tmp\n.stfolder\n.stversions/\n"
+
     package init(folder: String, remote: String) {
         self.folder = folder
         self.remote = remote
@@ -78,6 +82,14 @@ package struct GitSyncEngine {
         let top = try? output(["rev-parse", "--show-toplevel"], [:], failure: "")
         if top.map(realPath) != realPath(folder) {
             _ = try run(["init", "--quiet", "--initial-branch=main"], [:], failure: "git init in \(folder) failed")
+        }
+        // A file is written as a dot-named temporary and renamed into place (by keychainfs, and
+        // by Syncthing if both run): a commit taken meanwhile must not carry the half-written one.
+        let ignore = folder + "/.gitignore"
+        if !FileManager.default.fileExists(atPath: ignore) {
+            guard FileManager.default.createFile(atPath: ignore, contents: Data(Self.ignored.utf8)) else {
+                throw KeychainError.syncEngine("git: cannot write \(ignore)")
+            }
         }
         // A machine with no git identity (a server) still syncs; the author says only that
         // keychainfs made the commit.

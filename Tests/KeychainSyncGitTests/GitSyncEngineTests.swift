@@ -93,7 +93,7 @@ final class GitSyncEngineTests: XCTestCase {
         let first = try engine(a).exchange {}
         XCTAssertTrue(first.committed)
         XCTAssertFalse(first.received, "the remote was empty")
-        XCTAssertEqual(try remoteFiles(), ["dev-a/1", "envelope"])
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "envelope"])
 
         let second = try engine(b).exchange { }
         XCTAssertTrue(second.received)
@@ -110,7 +110,7 @@ final class GitSyncEngineTests: XCTestCase {
         XCTAssertEqual(read(a, "dev-b/2"), "three")
         XCTAssertEqual(read(b, "dev-a/1"), "one, changed")
         XCTAssertNil(read(a, "dev-b/1"))
-        XCTAssertEqual(try remoteFiles(), ["dev-a/1", "dev-b/2", "envelope"])
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "dev-b/2", "envelope"])
         // Without any identity configured, the commits say keychainfs made them.
         XCTAssertEqual(try git(a, "log", "-1", "--format=%an <%ae>"), "keychainfs <keychainfs@localhost>")
     }
@@ -126,7 +126,7 @@ final class GitSyncEngineTests: XCTestCase {
             try write(b, "dev-b/state", "merged")
         }
         XCTAssertEqual(seen, "one", "the merge saw what the fetch brought")
-        XCTAssertEqual(try remoteFiles(), ["dev-a/1", "dev-b/state"])
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "dev-b/state"])
     }
 
     func testARefusedPushIsFetchedMergedAndRetried() throws {
@@ -147,7 +147,7 @@ final class GitSyncEngineTests: XCTestCase {
         XCTAssertEqual(result.refusedPushes, 1)
         XCTAssertEqual(merges, 2, "the merge ran again over what the second fetch brought")
         XCTAssertEqual(read(a, "dev-b/1"), "from b")
-        XCTAssertEqual(try remoteFiles(), ["dev-a/1", "dev-a/2", "dev-b/1"])
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "dev-a/2", "dev-b/1"])
         try engine(b).exchange {}
         XCTAssertEqual(read(b, "dev-a/2"), "two")
     }
@@ -214,6 +214,20 @@ final class GitSyncEngineTests: XCTestCase {
         XCTAssertEqual(try git(folder, "rev-parse", "--show-toplevel"),
                        URL(fileURLWithPath: folder).resolvingSymlinksInPath().path)
         XCTAssertEqual(try git(home, "status", "--porcelain", "--untracked-files=no"), "", "the outer repository is untouched")
-        XCTAssertEqual(try remoteFiles(), ["dev-a/1"])
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1"])
+    }
+
+    func testTemporariesBeingWrittenAreNotCommitted() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "devices/a/items/.x.tmp-123", "half")
+        try write(a, "devices/a/.syncthing.state.tmp", "half")
+        try write(a, "devices/a/items/x", "whole")
+        try engine(a).exchange {}
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "devices/a/items/x"])
+        // Two devices that each made their repository (no clone) both write the same .gitignore:
+        // git merges the two additions without a conflict.
+        try write(b, "devices/b/items/y", "whole")
+        try engine(b).exchange {}
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "devices/a/items/x", "devices/b/items/y"])
     }
 }
