@@ -152,6 +152,27 @@ on_mount() {
     [ "$got" = "$2" ]
 }
 
+# mount_device NAME: mounts NAME's store at $(mnt NAME); unmounted and its daemon ended at exit.
+mount_device() {
+    mp=$(mnt "$1")
+    on_exit_unmount "$mp"
+    kcd "$1" mount "$mp" >"$OUT" 2>"$ERR" || { show_output; return 1; }
+    dp=$(daemon_pid "$mp")
+    [ -n "$dp" ] && on_exit_kill "$dp"
+    return 0
+}
+# mount_shows NAME VALUE: NAME's mount serves the test item with VALUE; mount_lacks NAME PATH:
+# it has no PATH; mount_holds NAME VALUE: some file of the test's service holds VALUE.
+mount_shows() { [ "$(cat "$(mnt "$1")/$SVC/$ACCT" 2>/dev/null)" = "$2" ]; }
+mount_lacks() { [ ! -e "$(mnt "$1")/$2" ]; }
+mount_holds() {
+    for f in "$(mnt "$1")/$SVC"/*; do
+        [ "$(cat "$f" 2>/dev/null)" = "$2" ] && return 0
+    done
+    return 1
+}
+st_apart() { ! st_connected "$1" "$2"; }
+
 # no_clear WHAT FILE-OR-DIR...: no name or secret of the test is in clear there (grep -a -r).
 no_clear() {
     what=$1
@@ -163,17 +184,16 @@ no_clear() {
     expect_eq "" "$found" "no secret, service or account in clear in $what"
 }
 
-echo "== Syncthing: two keychains"
+echo "== Syncthing: two keychains, each with its daemon and mount"
 ST_A="$TEST_ROOT/kc-a" ST_B="$TEST_ROOT/kc-b"
 make_device a && make_device b || { fail "two keychains"; finish; }
 put a first-s3cret-v1
-printf 'local-only-s3cret' | kcd a add-generic-password -s local -a only --accessible when-unlocked-this-device-only
 expect_exit 0 "A: sync init" kcd a sync init "$ST_A" $S --scrypt-log-n 10
-expect_exit 0 "A: sync now" kcd a sync now
 mkdir -p "$ST_B"
 # keychainfs writes each file as a dot-named temporary and renames it: Syncthing need not carry those.
 printf '(?d).*.tmp-*\n' >"$ST_A/.stignore"
 printf '(?d).*.tmp-*\n' >"$ST_B/.stignore"
+mount_device a || fail "A mounted"
 t0=$(now_ms)
 if st_share kc a "$ST_A" b "$ST_B" && wait_for 30 same_tree "$ST_A" "$ST_B"; then
     pass "Syncthing carries A's sync folder to B ($(since_ms $t0))"
@@ -181,41 +201,46 @@ else
     fail "Syncthing carries A's sync folder to B" "$(same_tree "$ST_A" "$ST_B")"
 fi
 expect_exit 0 "B: sync join" kcd b sync join "$ST_B" $S
-expect_eq first-s3cret-v1 "$(value b)" "a change on A is on B"
-if on_mount b first-s3cret-v1; then pass "a change on A appears on B's mount"; else fail "a change on A appears on B's mount"; show_output; fi
-expect_exit 44 "a this-device-only item of A is not on B" kcd b find-generic-password -s local -a only
+mount_device b || fail "B mounted"
+expect_eq first-s3cret-v1 "$(cat "$(mnt b)/$SVC/$ACCT" 2>/dev/null)" "A's item is on B's mount"
 
-put b second-s3cret-v2
-kcd b sync now >/dev/null
+printf 'second-s3cret-v2' >"$(mnt a)/$SVC/$ACCT"
 t0=$(now_ms)
-if wait_for 30 now_shows a second-s3cret-v2; then pass "a change on B reaches A ($(since_ms $t0))"
-else fail "a change on B reaches A within 30 s" "$(value a)"; fi
+if wait_for 30 mount_shows b second-s3cret-v2; then pass "a change on A's mount appears on B's mount ($(since_ms $t0))"
+else fail "a change on A's mount appears on B's mount within 30 s" "$(ls -la "$(mnt b)/$SVC" 2>&1)"; fi
+printf 'first-s3cret-v1' >"$(mnt b)/$SVC/$ACCT"
+t0=$(now_ms)
+if wait_for 30 mount_shows a first-s3cret-v1; then pass "a change on B's mount appears on A's mount ($(since_ms $t0))"
+else fail "a change on B's mount appears on A's mount within 30 s"; fi
+printf 'local-only-s3cret' | kcd a add-generic-password -s local -a only --accessible when-unlocked-this-device-only
 
 # Concurrent edits: each side changes the item while Syncthing is paused on both.
 st_rest a POST "system/pause?device=$(st_id b)" >/dev/null
 st_rest b POST "system/pause?device=$(st_id a)" >/dev/null
-put a a-side-s3cret
-put b b-side-s3cret
-kcd a sync now >/dev/null
-kcd b sync now >/dev/null
+wait_for 10 st_apart a b
+printf 'a-side-s3cret' >"$(mnt a)/$SVC/$ACCT"
+printf 'b-side-s3cret' >"$(mnt b)/$SVC/$ACCT"
+sleep 1
 st_rest a POST "system/resume?device=$(st_id b)" >/dev/null
 st_rest b POST "system/resume?device=$(st_id a)" >/dev/null
 t0=$(now_ms)
-if wait_for 60 now_holds a b-side-s3cret && wait_for 60 now_holds b a-side-s3cret &&
-    now_holds a a-side-s3cret && now_holds b b-side-s3cret; then
-    pass "concurrent edits on A and B: both values are kept on both ($(since_ms $t0))"
+if wait_for 60 mount_holds a b-side-s3cret && wait_for 60 mount_holds b a-side-s3cret &&
+    mount_holds a a-side-s3cret && mount_holds b b-side-s3cret; then
+    pass "concurrent edits on A and B: both values are kept on both mounts ($(since_ms $t0))"
 else
-    fail "concurrent edits on A and B: both values are kept on both" "A: $(secrets a | tr '\n' ' ')" \
-        "B: $(secrets b | tr '\n' ' ')"
+    fail "concurrent edits on A and B: both values are kept on both mounts" \
+        "A: $(ls "$(mnt a)/$SVC" 2>&1 | tr '\n' ' ')" "B: $(ls "$(mnt b)/$SVC" 2>&1 | tr '\n' ' ')"
 fi
-expect_contains "$(secrets b)" "account: $ACCT.conflict-" "the losing value is a conflict copy beside the item"
+expect_contains "$(ls "$(mnt b)/$SVC")" "$ACCT.conflict-" "the losing value is a conflict copy beside the item on B"
+expect_contains "$(ls "$(mnt a)/$SVC")" "$ACCT.conflict-" "and on A"
 
 # Conflict copies are each device's own (not synchronizable): the item itself is what travels.
-kcd a delete-generic-password -s "$SVC" -a "$ACCT" >/dev/null 2>&1
-kcd a sync now >/dev/null
+rm "$(mnt a)/$SVC/$ACCT"
 t0=$(now_ms)
-if wait_for 30 now_shows b ""; then pass "a delete on A reaches B ($(since_ms $t0))"
-else fail "a delete on A reaches B within 30 s" "$(secrets b | tr '\n' ' ')"; fi
+if wait_for 30 mount_lacks b "$SVC/$ACCT"; then pass "a delete on A's mount reaches B's mount ($(since_ms $t0))"
+else fail "a delete on A's mount reaches B's mount within 30 s"; fi
+if [ ! -e "$(mnt b)/local/only" ]; then pass "a this-device-only item of A is not on B's mount"
+else fail "a this-device-only item of A is not on B's mount"; fi
 wait_for 30 st_in_sync a b kc
 no_clear "the Syncthing folders" "$ST_A" "$ST_B"
 no_clear "Syncthing's own homes (index databases, logs)" "$(st_home a)" "$(st_home b)"
