@@ -68,7 +68,7 @@ let package = Package(
             "KeychainControlProtocol", "KeychainModel", "KeychainCrypto", "KeychainAccess", .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "KeychainControl", dependencies: [
-            "KeychainStore", "KeychainFileSystem", "KeychainClient", "KeychainControlProtocol", "KeychainAccess",
+            "KeychainStore", "KeychainFileSystem", "KeychainClient", "KeychainControlProtocol", "KeychainAccess", "KeychainSync",
         ]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
         // The git transport of a sync folder (issue 20): commit, fetch, merge, push, with the

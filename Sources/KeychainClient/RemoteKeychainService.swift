@@ -176,6 +176,12 @@ package final class RemoteKeychainService: KeychainService {
         return status
     }
 
+    package func sync(_ action: SyncAction, folder: String?, passphrase: SecureBytes?, scryptLogN: UInt8?) throws -> SyncOutcome {
+        let r = try call(.sync(action: action, folder: folder, passphrase: passphrase, scryptLogN: scryptLogN))
+        guard case .synced(let outcome) = r else { throw Self.unexpected(r) }
+        return outcome
+    }
+
     /// A batch too large for one frame is sent in halves, each its own transaction.
     package func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport {
         let r: ControlReply

@@ -5,6 +5,7 @@ import KeychainAccess
 import KeychainFileSystem
 import KeychainModel
 import KeychainStore
+import KeychainSync
 
 /// The keychain service, written once, over the keychain's owner (`ServedKeychain`): what the
 /// daemon's control socket dispatches to, over the mount's owner, and the CLI's route when no
@@ -156,6 +157,36 @@ package final class ServedKeychainService: KeychainService {
         }
         if let seconds, seconds <= 0 { throw KeychainError.invalidInput("lock-after must be a positive number of seconds") }
         owner.setLockAfter(seconds)
+    }
+
+    /// Runs the sync action through this service's owner (`SyncSession`): the daemon's while
+    /// mounted, whose `SyncWatcher` takes the folder up at its next round.
+    package func sync(_ action: SyncAction, folder: String?, passphrase: SecureBytes?, scryptLogN: UInt8?) throws -> SyncOutcome {
+        let session = SyncSession(owner: owner, storePath: mount?.storePath ?? owner.storePath)
+        var outcome = SyncOutcome()
+        func note(_ state: SyncLocalState) { outcome.folder = state.folder; outcome.device = state.device.hex }
+        func needed<T>(_ value: T?, _ what: String) throws -> T {
+            guard let value else { throw KeychainError.invalidInput("sync: \(what) is missing") }
+            return value
+        }
+        switch action {
+        case .initialize:
+            let scrypt = ScryptParameters(logN: scryptLogN ?? ScryptParameters.default.logN)
+            guard (10...22).contains(scrypt.logN) else { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
+            note(try session.initialize(folder: try needed(folder, "the folder"), passphrase: try needed(passphrase, "the passphrase"),
+                                        scrypt: scrypt))
+        case .join:
+            note(try session.join(folder: try needed(folder, "the folder"), passphrase: try needed(passphrase, "the passphrase")))
+        case .leave:
+            note(try session.leave())
+        case .exchange:
+            let report = try session.exchange()
+            if let state = try SyncLocalState.load(forStore: session.storePath) { note(state) }
+            outcome.published = report.published; outcome.applied = report.applied; outcome.deleted = report.deleted
+            outcome.conflictCopies = report.conflictCopies; outcome.deferred = report.deferred
+            outcome.refusals = report.refusals
+        }
+        return outcome
     }
 }
 

@@ -17,8 +17,8 @@ package enum ControlProtocol {
     /// Version 4 added the daemon's pid, version, memory lock and allow-root in the status,
     /// and the sealed git extras of an item. Version 5 added import and export, for backups.
     /// Version 6 added the daemon's `identified` frame that opens every connection, and the
-    /// access-denied error. Version 7 added the synchronizable attribute (tag 40) and the
-    /// not-synchronizable error (issue 20).)
+    /// access-denied error. Version 7 added the synchronizable attribute (tag 40), the
+    /// not-synchronizable error and the `sync` request (issue 20).)
     package static let version: UInt16 = 7
     /// keychainfs's own version, which a mismatch reports to the user.
     package static let softwareVersion = "0.1.0"

@@ -25,12 +25,14 @@ package enum ControlRequest {
     /// Backups: the whole batch in one frame (the client splits a batch that does not fit).
     case importItems(batch: ItemBatch, overwrite: Bool)
     case exportItems(afterID: Int64, limit: Int)
+    case sync(action: SyncAction, folder: String?, passphrase: SecureBytes?, scryptLogN: UInt8?)
 
     /// The frame kinds of requests. Never renumber. (10 is left for another request.)
     package enum Kind: UInt16, CaseIterable {
         case save = 1, find = 2, delete = 3, dump = 4, verify = 5, status = 6, lock = 7, unlock = 8, unmount = 9
         case setLockAfter = 10
         case importItems = 11, exportItems = 12
+        case sync = 13
     }
 
     package var kind: Kind {
@@ -47,12 +49,18 @@ package enum ControlRequest {
         case .setLockAfter: .setLockAfter
         case .importItems: .importItems
         case .exportItems: .exportItems
+        case .sync: .sync
         }
     }
 
     package func frame() throws -> SecureBytes {
         try ControlFrame.encode(kind: kind.rawValue) { w in
             switch self {
+            case .sync(let action, let folder, let passphrase, let scryptLogN):
+                w.field(.syncAction, action.rawValue)
+                w.field(.syncFolder, ifPresent: folder)
+                if let passphrase { w.field(.passphrase, secret: passphrase) }
+                if let scryptLogN { w.field(.scryptLogN, scryptLogN) }
             case .save(let key, let secret, let extras, let changes, let updateExisting):
                 guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
                 w.nested(.key) { WireItem.write(key, to: $0) }
@@ -118,6 +126,12 @@ package enum ControlRequest {
         case .exportItems:
             self = .exportItems(afterID: Int64(bitPattern: try f.integer(required: .afterID, as: UInt64.self)),
                                 limit: Int(clamping: try f.integer(required: .limit, as: UInt64.self)))
+        case .sync:
+            guard let action = SyncAction(rawValue: try f.integer(required: .syncAction, as: UInt8.self)) else {
+                throw KeychainError.invalidInput("unknown sync action")
+            }
+            self = .sync(action: action, folder: try f.string(.syncFolder), passphrase: try f.secret(.passphrase),
+                         scryptLogN: try f.integer(.scryptLogN, as: UInt8.self))
         }
     }
 }
@@ -145,11 +159,13 @@ package enum ControlReply {
     /// peer (issue 17), so the client may now make itself non-dumpable, which hides its /proc
     /// entries from the daemon, and send its request.
     case identified
+    case synced(SyncOutcome)
 
     /// The frame kinds of replies. Never renumber.
     package enum Kind: UInt16 {
         case saved = 0x8001, item = 0x8002, end = 0x8003, deleted = 0x8004, verified = 0x8005, status = 0x8006
-        case done = 0x8007, imported = 0x8008, exported = 0x8009, exportEnd = 0x800A, identified = 0x800B, failed = 0x80FF
+        case done = 0x8007, imported = 0x8008, exported = 0x8009, exportEnd = 0x800A, identified = 0x800B, synced = 0x800C
+        case failed = 0x80FF
     }
 
     package var kind: Kind {
@@ -166,6 +182,7 @@ package enum ControlReply {
         case .exported: .exported
         case .exportEnd: .exportEnd
         case .identified: .identified
+        case .synced: .synced
         }
     }
 
@@ -190,6 +207,14 @@ package enum ControlReply {
                 if let next { w.field(.nextID, UInt64(bitPattern: next)) }
             case .status(let s): WireItem.write(s, to: w)
             case .done, .identified: break
+            case .synced(let o):
+                w.field(.syncFolder, o.folder)
+                w.field(.syncDevice, o.device)
+                for (tag, n) in [(WireTag.published, o.published), (.applied, o.applied), (.removed, o.deleted),
+                                 (.conflictCopies, o.conflictCopies), (.deferred, o.deferred)] {
+                    w.field(tag, UInt64(max(n, 0)))
+                }
+                for r in o.refusals { w.nested(.refusal) { $0.field(.message, r) } }
             case .failed(let error): WireError.write(error, to: w)
             }
         }
@@ -218,6 +243,15 @@ package enum ControlReply {
         case .status: self = .status(try WireItem.status(f))
         case .done: self = .done
         case .identified: self = .identified
+        case .synced:
+            var o = SyncOutcome()
+            o.folder = try f.string(.syncFolder) ?? ""
+            o.device = try f.string(.syncDevice) ?? ""
+            func n(_ tag: WireTag) throws -> Int { Int(clamping: try f.integer(tag, as: UInt64.self) ?? 0) }
+            o.published = try n(.published); o.applied = try n(.applied); o.deleted = try n(.removed)
+            o.conflictCopies = try n(.conflictCopies); o.deferred = try n(.deferred)
+            o.refusals = try f.nestedAll(.refusal).map { try $0.string(required: .message) }
+            self = .synced(o)
         case .failed: self = .failed(try WireError.read(f))
         }
     }

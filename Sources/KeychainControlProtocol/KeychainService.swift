@@ -60,6 +60,25 @@ package protocol KeychainService: Sendable {
     func unmount() throws
     /// Seconds without file access after which the mount locks itself; nil for never.
     func setLockAfter(_ seconds: Int?) throws
+
+    /// Sync (issue 20): set up, leave, or run an exchange with the sync folder, through the
+    /// store's owner (the daemon's while mounted). `folder` and `passphrase` are the sync
+    /// folder's and its passphrase, for `initialize` and `join`.
+    func sync(_ action: SyncAction, folder: String?, passphrase: SecureBytes?, scryptLogN: UInt8?) throws -> SyncOutcome
+}
+
+/// What `KeychainService.sync` does. Never renumber: the raw value is on the wire.
+package enum SyncAction: UInt8, Sendable {
+    case exchange = 1, initialize = 2, join = 3, leave = 4
+}
+
+/// What a sync action did: the exchange's counts and refusals, and the folder and device.
+package struct SyncOutcome: Sendable, Equatable {
+    package var folder = ""
+    package var device = ""
+    package var published = 0, applied = 0, deleted = 0, conflictCopies = 0, deferred = 0
+    package var refusals: [String] = []
+    package init() {}
 }
 
 extension KeychainService {

@@ -81,6 +81,18 @@ package enum WireTag: UInt16, CaseIterable {
     case cachedBytes = 106           // u64
     case cacheBudget = 107           // u64
 
+    // Sync (issue 20).
+    case syncAction = 110            // u8: `SyncAction`
+    case syncFolder = 111            // string
+    case scryptLogN = 112            // u8
+    case published = 113             // u64
+    case applied = 114               // u64
+    case removed = 115               // u64
+    case conflictCopies = 116        // u64
+    case deferred = 117              // u64
+    case refusal = 118               // nested, repeated: message
+    case syncDevice = 119            // string
+
     // Errors.
     case errorCase = 80             // u16: `WireError` case
     case message = 81               // string: the case's text (a path, a reason)

@@ -323,6 +323,9 @@ package final class ControlServer: Sendable {
                 try send(.done)
             case .importItems(let batch, let overwrite):
                 try send(.imported(try service.importItems(batch, overwrite: overwrite)))
+            case .sync(let action, let folder, let passphrase, let scryptLogN):
+                defer { passphrase?.wipe() }
+                try send(.synced(try service.sync(action, folder: folder, passphrase: passphrase, scryptLogN: scryptLogN)))
             case .exportItems(let afterID, let limit):
                 let page = try service.exportItems(afterID: afterID, limit: limit)
                 for part in page.batch.slices(maxItems: Self.exportFrameItems, maxSecretBytes: Self.exportFrameSecretBytes) {

@@ -71,7 +71,7 @@ package struct SyncFolder: Sendable {
     /// folder that has an envelope already (`storeExists`, exit 48).
     package func create(passphrase: SecureBytes, scrypt: ScryptParameters = .default) throws -> (key: SecureBytes, folderID: String) {
         if FileManager.default.fileExists(atPath: envelopePath) {
-            throw KeychainError.storeExists("\(path) (a sync folder: join it with 'keychainfs sync join')")
+            throw KeychainError.storeExists(envelopePath)
         }
         try KeychainLocations.makeDirectories(devicesPath, lastMode: 0o700)
         let folderID = SyncHex.encode(SyncRandom.bytes(16))

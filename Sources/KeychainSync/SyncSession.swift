@@ -127,14 +127,15 @@ package final class SyncSession: Sendable {
     /// rest of the folder still merges.
     @discardableResult
     package func exchange(now: Int64 = Int64(Date().timeIntervalSince1970)) throws -> SyncReport {
+        // The lock first: a `leave` or another exchange that ran meanwhile is seen in the state.
+        let lock = try ExchangeLock(path: SyncLocalState.path(forStore: storePath) + ".lock")
+        defer { lock.release() }
         guard var state = try SyncLocalState.load(forStore: storePath) else {
             throw KeychainError.notMounted("this keychain does not sync (set it up with 'keychainfs sync init DIR' or 'sync join DIR')")
         }
         guard owner.lockState != .beforeFirstUnlock else {
             throw KeychainError.unavailable(className: AccessibilityClass.afterFirstUnlock.rawValue)
         }
-        let lock = try ExchangeLock(path: SyncLocalState.path(forStore: storePath) + ".lock")
-        defer { lock.release() }
         let keys = try SyncKeys(syncKey: try syncKey(state))
         let folder = SyncFolder(path: state.folder)
         var report = SyncReport()
@@ -410,7 +411,7 @@ extension SyncSession {
 
     private func refuseIfSyncing() throws {
         if let s = try SyncLocalState.load(forStore: storePath) {
-            throw KeychainError.storeExists("this keychain syncs with \(s.folder) already (stop with 'keychainfs sync leave')")
+            throw KeychainError.invalidInput("this keychain syncs with \(s.folder) already; stop with 'keychainfs sync leave' first")
         }
     }
 
@@ -425,6 +426,9 @@ extension SyncSession {
     /// `keychainfs sync leave`: this device stops syncing. Its directory leaves the folder and
     /// its sync key the keychain; its items stay as they are.
     package func leave() throws -> SyncLocalState {
+        // Not during an exchange, which would write the state again.
+        let lock = try ExchangeLock(path: SyncLocalState.path(forStore: storePath) + ".lock")
+        defer { lock.release() }
         guard let state = try SyncLocalState.load(forStore: storePath) else {
             throw KeychainError.notMounted("this keychain does not sync")
         }
@@ -434,7 +438,6 @@ extension SyncSession {
         q.accessGroup = ""
         _ = try? owner.delete(matching: q, all: true)
         unlink(SyncLocalState.path(forStore: storePath))
-        unlink(SyncLocalState.path(forStore: storePath) + ".lock")
         return state
     }
 }

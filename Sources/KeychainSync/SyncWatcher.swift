@@ -98,6 +98,8 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
             }
         } catch KeychainError.unavailable {
             // Before the first unlock nothing can be merged; the unlock wakes this thread.
+        } catch KeychainError.notMounted {
+            // `sync leave` ran meanwhile.
         } catch {
             log.error("sync: the exchange failed: \((error as? KeychainError)?.description ?? "\(error)")")
         }

@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import KeychainControl
+import KeychainControlProtocol
 import KeychainCrypto
 import KeychainFileSystem
 import KeychainModel
@@ -55,18 +57,14 @@ struct SyncPassphraseOptions: ParsableArguments {
     }
 }
 
-/// The sync commands act on the store's owner: in this process when the store is not mounted.
-/// A mounted store's daemon syncs by itself (at every commit and when the folder changes).
+/// The sync commands act through the store's owner, as every command does: the daemon's while
+/// the store is mounted (which also syncs by itself, at every commit and when the folder
+/// changes), else one of this command's own.
 struct SyncOwnerOptions: ParsableArguments {
     @OptionGroup var storeOptions: StoreOptions
     @OptionGroup var passphrase: PassphraseOptions
 
-    func session() throws -> SyncSession {
-        guard let owner = try storeOptions.ownOwner(passphrase) else {
-            throw KeychainError.storeBusy("\(storeOptions.path) is mounted: its daemon syncs it by itself; unmount it to run this command")
-        }
-        return SyncSession(owner: owner, storePath: storeOptions.path)
-    }
+    func service() throws -> KeychainService { try storeOptions.connect(passphrase) }
 }
 
 struct SyncInitCommand: ParsableCommand {
@@ -89,9 +87,10 @@ struct SyncInitCommand: ParsableCommand {
     func run() throws {
         let scrypt = scryptLogN.map { ScryptParameters(logN: $0) } ?? .default
         guard (10...22).contains(scrypt.logN) else { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
-        let session = try owner.session()
-        let state = try session.initialize(folder: dir, passphrase: try syncPassphrase.read(new: true), scrypt: scrypt)
-        Output.line("sync folder \(state.folder) made; this device is \(state.device.hex)")
+        let service = try owner.service()
+        let o = try service.sync(.initialize, folder: KeychainLocations.absolute(dir), passphrase: try syncPassphrase.read(new: true),
+                                 scryptLogN: scrypt.logN)
+        Output.line("sync folder \(o.folder) made; this device is \(o.device)")
     }
 }
 
@@ -106,16 +105,17 @@ struct SyncJoinCommand: ParsableCommand {
     @OptionGroup var syncPassphrase: SyncPassphraseOptions
 
     func run() throws {
-        let session = try owner.session()
-        let state = try session.join(folder: dir, passphrase: try syncPassphrase.read(new: false))
-        Output.line("joined \(state.folder); this device is \(state.device.hex)")
+        let service = try owner.service()
+        let o = try service.sync(.join, folder: KeychainLocations.absolute(dir), passphrase: try syncPassphrase.read(new: false),
+                                 scryptLogN: nil)
+        Output.line("joined \(o.folder); this device is \(o.device)")
     }
 }
 
 struct SyncNowCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "now",
-        abstract: "Exchange with the sync folder now, without a daemon.",
+        abstract: "Exchange with the sync folder now (a mounted store's daemon also does it by itself).",
         discussion: """
             Publishes this keychain's changes of synchronizable items and merges the other \
             devices' versions. A tampered, truncated or replayed file, a rolled-back device \
@@ -126,7 +126,7 @@ struct SyncNowCommand: ParsableCommand {
     @OptionGroup var owner: SyncOwnerOptions
 
     func run() throws {
-        let report = try owner.session().exchange()
+        let report = try owner.service().sync(.exchange, folder: nil, passphrase: nil, scryptLogN: nil)
         Output.line("published \(report.published), applied \(report.applied), deleted \(report.deleted), conflict copies \(report.conflictCopies)"
             + (report.deferred > 0 ? ", deferred \(report.deferred)" : ""))
         if !report.refusals.isEmpty {
@@ -144,8 +144,8 @@ struct SyncLeaveCommand: ParsableCommand {
     @OptionGroup var owner: SyncOwnerOptions
 
     func run() throws {
-        let state = try owner.session().leave()
-        Output.line("left \(state.folder)")
+        let o = try owner.service().sync(.leave, folder: nil, passphrase: nil, scryptLogN: nil)
+        Output.line("left \(o.folder)")
     }
 }
 

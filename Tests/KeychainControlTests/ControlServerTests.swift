@@ -93,6 +93,17 @@ private final class MemoryKeychain: KeychainService {
     func unmount() throws { state.withLock { $0.calls.append("unmount") } }
 
     func setLockAfter(_ seconds: Int?) throws { state.withLock { $0.lockAfter = seconds; $0.calls.append("setLockAfter") } }
+    /// Echoes what arrived: the folder, the passphrase's bytes as a refusal, the action and cost as counts.
+    func sync(_ action: SyncAction, folder: String?, passphrase: SecureBytes?, scryptLogN: UInt8?) throws -> SyncOutcome {
+        state.withLock { $0.calls.append("sync") }
+        if action == .leave { throw KeychainError.notMounted("this keychain does not sync") }
+        var o = SyncOutcome()
+        o.folder = folder ?? "-"
+        o.device = "d"
+        o.published = Int(action.rawValue); o.applied = Int(scryptLogN ?? 0); o.deleted = 3; o.conflictCopies = 4; o.deferred = 5
+        o.refusals = passphrase.map { [String(decoding: $0.unprotectedArray, as: UTF8.self), "second"] } ?? []
+        return o
+    }
     func importItems(_ batch: ItemBatch, overwrite: Bool) throws -> ImportReport {
         state.withLock { s in
             s.calls.append("import")
@@ -258,6 +269,20 @@ final class ControlServerTests: XCTestCase {
         again.append(ItemRecord(key: try key("fresh"), attributes: ItemAttributes()), secret: SecureBytes(copying: Array("f".utf8)))
         XCTAssertEqual(try client.importItems(again, overwrite: false), ImportReport(added: 1, skipped: [try key("n0")]))
         XCTAssertEqual(try client.importItems(again, overwrite: true), ImportReport(replaced: 2))
+    }
+
+    func testSyncActionsGoThroughTheSocketWithTheirPassphraseAndOutcome() throws {
+        let o = try client.sync(.join, folder: "/f", passphrase: SecureBytes(copying: Array("pass".utf8)), scryptLogN: 11)
+        XCTAssertEqual(o.folder, "/f"); XCTAssertEqual(o.device, "d")
+        XCTAssertEqual([o.published, o.applied, o.deleted, o.conflictCopies, o.deferred], [3, 11, 3, 4, 5])
+        XCTAssertEqual(o.refusals, ["pass", "second"])
+        XCTAssertEqual(try client.sync(.exchange, folder: nil, passphrase: nil, scryptLogN: nil).folder, "-")
+        XCTAssertThrowsError(try client.sync(.leave, folder: nil, passphrase: nil, scryptLogN: nil)) {
+            XCTAssertEqual(($0 as? KeychainError)?.exitCode, 69)
+        }
+        let bad = try ControlFrame.encode(kind: ControlRequest.Kind.sync.rawValue) { $0.field(.syncAction, UInt8(9)) }
+        guard case .failed(let e)? = try exchange(bad.unprotectedArray) else { return XCTFail("an unknown action is refused") }
+        XCTAssertEqual(e.exitCode, 65)
     }
 
     func testAnImportTooLargeForOneFrameIsSentInParts() throws {

@@ -199,7 +199,10 @@ final class SyncSessionTests: XCTestCase {
         }
         XCTAssertNil(try SyncLocalState.load(forStore: b.storePath))
         XCTAssertThrowsError(try a.initialize(folder: root + "/other", passphrase: passphrase)) {
-            if case .storeExists? = $0 as? KeychainError {} else { XCTFail("\($0)") }
+            XCTAssertEqual(($0 as? KeychainError)?.exitCode, 65, "a keychain syncs with one folder")
+        }
+        XCTAssertThrowsError(try b.initialize(folder: folder, passphrase: passphrase)) {
+            XCTAssertEqual(($0 as? KeychainError)?.exitCode, 48, "a folder has one envelope")
         }
     }
 

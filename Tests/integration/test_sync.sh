@@ -165,7 +165,6 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     kcb init --scrypt-log-n 10 --store "$B2" $P >/dev/null
     kc add-generic-password --store "$A2" $P -s web -a erin -w 'erin-1' --synchronizable
     kc sync init "$F2" --store "$A2" $P $S --scrypt-log-n 10 >/dev/null
-    kcb sync join "$F2" --store "$B2" $P $S >/dev/null
     mount_b() {
         on_exit_unmount "$MPB"
         kcb mount "$MPB" --store "$B2" $P >"$OUT" 2>"$ERR"
@@ -176,8 +175,10 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     }
     expect_exit 0 "mount A" mount_kc "$MPA" --store "$A2"
     expect_exit 0 "mount B (its own XDG dirs and device key)" mount_b
-    expect_eq "erin-1" "$(cat "$MPB/web/erin")" "B's mount shows what it merged at join"
-    expect_exit 75 "sync now while mounted: 75 (the daemon syncs)" kc sync now --store "$A2"
+    expect_exit 0 "sync join while mounted, through B's daemon, without the store's passphrase" kcb sync join "$F2" --store "$B2" $S
+    expect_eq "erin-1" "$(cat "$MPB/web/erin")" "B's mount shows what it merged at join, at once"
+    expect_exit 0 "sync now while mounted, through the daemon" kc sync now --store "$A2"
+    expect_contains "$OUT" "published 0, applied 0" "nothing was left to do: the daemon had exchanged"
     printf 'erin-2' >"$MPA/web/erin"
     wait_for "a change through A's mount appears on B's mount" reads "$MPB/web/erin" "erin-2"
     kc add-generic-password --store "$A2" -U -s web -a erin -w 'erin-3'
@@ -273,6 +274,13 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     expect_eq 0 "$missing" "nothing was lost"
     expect_eq "erin-4" "$(cat "$MPB/web/erin")" "B's older items kept their values"
     expect_eq "gina-3" "$(cat "$MPB/web/gina")" "and so did B's own"
+
+    echo "== leave and init through a daemon"
+    expect_exit 0 "sync leave while mounted" kcb sync leave --store "$B2"
+    expect_exit 69 "B does not sync any more" kcb sync status --store "$B2"
+    expect_exit 0 "sync init of a new folder while mounted" kcb sync init "$T/folder3" --store "$B2" $S --scrypt-log-n 10
+    expect_exit 0 "and its sync key is in B's mount" sh -c "ls '$MPB/keychainfs-sync/' | grep -q ."
+    expect_eq "1" "$(ls "$T/folder3/devices" | wc -l | tr -d ' ')" "B's directory is in the new folder"
     kc unmount "$MPA" >/dev/null 2>&1
     kcb unmount "$MPB" >/dev/null 2>&1
 else
