@@ -140,11 +140,15 @@ package struct GitSyncEngine {
         let pushed = try run(["push", "--porcelain", "--quiet", remote, "HEAD:refs/heads/\(branch)"], identity,
                              failure: "", allowed: nil)
         if pushed.status == 0 { return true }
-        // --porcelain marks a refused ref with "!" (fetch first, non-fast-forward); anything
-        // else (no network, no permission) is a failure to report, not to retry.
-        if pushed.output.split(separator: "\n").contains(where: { $0.hasPrefix("!") && $0.contains("[rejected]") }) {
-            return false
+        // --porcelain marks a refused ref with "!". The remote has moved on when it says
+        // "[rejected]" (fetch first, non-fast-forward), or "[remote rejected] (failed to update
+        // ref)" when another device's push took the ref between our compare and our swap. Any
+        // other refusal (a hook, permissions) and no answer at all are failures to report.
+        let moved = pushed.output.split(separator: "\n").contains { line in
+            line.hasPrefix("!") && (line.contains("[rejected]")
+                || (line.contains("[remote rejected]") && line.contains("failed to update ref")))
         }
+        if moved { return false }
         throw KeychainError.syncEngine("git: pushing to \(remote) failed: \(pushed.error.isEmpty ? pushed.output : pushed.error)")
     }
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainControlProtocol
 import KeychainStore
 import KeychainSync
 import KeychainSyncGit
@@ -30,12 +31,14 @@ struct SyncGitCommand: ParsableCommand {
         guard let state = try SyncLocalState.load(forStore: owner.storeOptions.path) else {
             throw KeychainError.notMounted("this keychain does not sync (set it up with 'keychainfs sync init DIR' or 'sync join DIR')")
         }
-        // Opened before git runs, so that a wrong passphrase or a mounted store stops it first.
-        let session = try owner.session()
+        // The keychain's side goes through the store's owner: its daemon when mounted (which
+        // also merges on its own as git's files land), this process otherwise. Reached before
+        // git runs, so that a wrong passphrase stops it first.
+        let service = try owner.service()
         var refusals: [String] = []
         var published = 0, applied = 0, deleted = 0, copies = 0
         let done = try GitSyncEngine(folder: state.folder, remote: remote).exchange {
-            let report = try session.exchange()
+            let report = try service.sync(.exchange, folder: nil, passphrase: nil, scryptLogN: nil)
             refusals = report.refusals
             published += report.published; applied += report.applied; deleted += report.deleted
             copies += report.conflictCopies

@@ -152,6 +152,44 @@ final class GitSyncEngineTests: XCTestCase {
         XCTAssertEqual(read(b, "dev-a/2"), "two")
     }
 
+    func testAPushThatLosesTheRaceForTheRefIsRetried() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "dev-a/1", "one")
+        try engine(a).exchange {}
+        try engine(b).exchange {}
+        try write(b, "dev-b/1", "from b")
+        try git(b, "add", "-A")
+        try git(b, "-c", "user.name=b", "-c", "user.email=b@x", "commit", "-qm", "b")
+        // B's push lands while A's push is being received, after A's was checked against the
+        // remote's ref and before it is written: git answers "[remote rejected] (failed to
+        // update ref)", as when two devices push at the same instant.
+        let hook = remote + "/hooks/update"
+        try Data("""
+            #!/bin/sh
+            [ -e "\(root)/raced" ] && exit 0
+            touch "\(root)/raced"
+            env -u GIT_DIR -u GIT_QUARANTINE_PATH -u GIT_OBJECT_DIRECTORY -u GIT_ALTERNATE_OBJECT_DIRECTORIES \\
+                git -C "\(b)" push -q "\(remote)" HEAD:refs/heads/main >/dev/null 2>&1
+            exit 0
+
+            """.utf8).write(to: URL(fileURLWithPath: hook))
+        chmod(hook, 0o755)
+        try write(a, "dev-a/2", "two")
+        let result = try engine(a).exchange {}
+        XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/raced"), "the race was staged")
+        XCTAssertEqual(result.refusedPushes, 1)
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "dev-a/2", "dev-b/1"])
+    }
+
+    func testARemoteThatRefusesForAnotherReasonIsAFailure() throws {
+        let a = try device("a")
+        try write(a, "dev-a/1", "one")
+        let hook = remote + "/hooks/pre-receive"
+        try Data("#!/bin/sh\necho 'pushes are closed' >&2\nexit 1\n".utf8).write(to: URL(fileURLWithPath: hook))
+        chmod(hook, 0o755)
+        expectSyncEngineError("pushing to \(remote) failed") { try engine(a).exchange {} }
+    }
+
     func testARemoteThatKeepsMovingIsGivenUpAfterTheRounds() throws {
         let a = try device("a"), b = try device("b")
         try write(a, "dev-a/1", "one")

@@ -245,7 +245,7 @@ wait_for 30 st_in_sync a b kc
 no_clear "the Syncthing folders" "$ST_A" "$ST_B"
 no_clear "Syncthing's own homes (index databases, logs)" "$(st_home a)" "$(st_home b)"
 
-echo "== git: two keychains"
+echo "== git: two keychains, each with its daemon and mount"
 GR="$TEST_ROOT/gitkc"
 git_remote "$GR"
 REMOTE="$GR/remote.git"
@@ -253,15 +253,23 @@ G_C="$TEST_ROOT/git-c" G_D="$TEST_ROOT/git-d"
 make_device c && make_device d || { fail "two more keychains"; finish; }
 put c git-s3cret-g1
 expect_exit 0 "C: sync init" kcd c sync init "$G_C" $S --scrypt-log-n 10
+mount_device c || fail "C mounted"
 expect_exit 0 "C: sync git REMOTE makes the folder a work tree and pushes it" kcd c sync git "$REMOTE"
 expect_eq "$(git -C "$G_C" rev-parse HEAD)" "$(git -C "$REMOTE" rev-parse main)" "the remote's main is C's commit"
 git clone -q "$REMOTE" "$G_D" 2>/dev/null
 expect_exit 0 "D: sync join a clone of the remote" kcd d sync join "$G_D" $S
+mount_device d || fail "D mounted"
 expect_exit 0 "D: sync git REMOTE" kcd d sync git "$REMOTE"
-if on_mount d git-s3cret-g1; then pass "git: a change on C appears on D's mount"; else fail "git: a change on C appears on D's mount"; show_output; fi
+expect_eq git-s3cret-g1 "$(cat "$(mnt d)/$SVC/$ACCT" 2>/dev/null)" "git: C's item is on D's mount"
 
-put c git-s3cret-g2
-put d b-side-s3cret
+printf 'git-s3cret-g2' >"$(mnt c)/$SVC/$ACCT"
+kcd c sync git "$REMOTE" >/dev/null 2>&1
+kcd d sync git "$REMOTE" >"$OUT" 2>"$ERR"
+if mount_shows d git-s3cret-g2; then pass "git: a change on C's mount appears on D's mount after an exchange on each"
+else fail "git: a change on C's mount appears on D's mount after an exchange on each"; show_output; fi
+
+printf 'a-side-s3cret' >"$(mnt c)/$SVC/$ACCT"
+printf 'b-side-s3cret' >"$(mnt d)/$SVC/$ACCT"
 # Both exchange at once: whichever pushes second is refused, fetches, merges and pushes again.
 kcd c sync git "$REMOTE" >"$TEST_ROOT/c.out" 2>&1 &
 pc=$!
@@ -271,20 +279,21 @@ wait $pc
 rc_c=$?
 wait $pd
 rc_d=$?
-expect_eq "0 0" "$rc_c $rc_d" "git: two devices exchanging at once both succeed"
+if [ "$rc_c $rc_d" = "0 0" ]; then pass "git: two devices exchanging at once both succeed"
+else fail "git: two devices exchanging at once both succeed" "exit $rc_c and $rc_d" "$(cat "$TEST_ROOT/c.out" "$TEST_ROOT/d.out")"; fi
 for dv in c d c; do kcd $dv sync git "$REMOTE" >/dev/null 2>&1; done
-if secrets c | grep -q '"b-side-s3cret"' && secrets c | grep -q '"git-s3cret-g2"' &&
-    secrets d | grep -q '"b-side-s3cret"' && secrets d | grep -q '"git-s3cret-g2"'; then
-    pass "git: concurrent edits on C and D keep both values on both"
+if mount_holds c b-side-s3cret && mount_holds c a-side-s3cret && mount_holds d a-side-s3cret && mount_holds d b-side-s3cret; then
+    pass "git: concurrent edits on C and D keep both values on both mounts"
 else
-    fail "git: concurrent edits on C and D keep both values on both" "C: $(secrets c | tr '\n' ' ')" \
-        "D: $(secrets d | tr '\n' ' ')" "$(cat "$TEST_ROOT/c.out" "$TEST_ROOT/d.out")"
+    fail "git: concurrent edits on C and D keep both values on both mounts" \
+        "C: $(ls "$(mnt c)/$SVC" 2>&1 | tr '\n' ' ')" "D: $(ls "$(mnt d)/$SVC" 2>&1 | tr '\n' ' ')" \
+        "$(cat "$TEST_ROOT/c.out" "$TEST_ROOT/d.out")"
 fi
 
-kcd c delete-generic-password -s "$SVC" -a "$ACCT" >/dev/null 2>&1
+rm "$(mnt c)/$SVC/$ACCT"
 kcd c sync git "$REMOTE" >/dev/null 2>&1
 kcd d sync git "$REMOTE" >/dev/null 2>&1
-expect_exit 44 "git: a delete on C reaches D" kcd d find-generic-password -s "$SVC" -a "$ACCT"
+if mount_lacks d "$SVC/$ACCT"; then pass "git: a delete on C's mount reaches D's mount"; else fail "git: a delete on C's mount reaches D's mount"; fi
 
 no_clear "the git sync folders, .git included" "$G_C" "$G_D"
 # Every object of the run, reachable or not, uncompressed; and the history as git log -p shows it.
@@ -310,13 +319,13 @@ else
 fi
 
 echo "== git: a remote that serves an old tree"
-put c git-s3cret-g1
+printf 'git-s3cret-g1' >"$(mnt c)/$SVC/$ACCT"
 kcd c sync git "$REMOTE" >/dev/null 2>&1
 kcd d sync git "$REMOTE" >/dev/null 2>&1
-put c git-s3cret-g2
+printf 'git-s3cret-g2' >"$(mnt c)/$SVC/$ACCT"
 kcd c sync git "$REMOTE" >/dev/null 2>&1
 kcd d sync git "$REMOTE" >/dev/null 2>&1
-expect_eq git-s3cret-g2 "$(value d)" "git: D has C's latest value"
+expect_eq git-s3cret-g2 "$(cat "$(mnt d)/$SVC/$ACCT" 2>/dev/null)" "git: D has C's latest value"
 # The remote now serves C's directory as it was one exchange ago, in a new commit on top.
 git clone -q "$REMOTE" "$GR/evil" 2>/dev/null
 cdir=devices/$(own_device c)
@@ -330,12 +339,29 @@ else
 fi
 expect_exit 93 "git: D refuses C's directory rolled back by the remote (exit 93)" kcd d sync git "$REMOTE"
 expect_contains "$ERR" "rolled back" "the refusal says the directory was rolled back"
-expect_eq git-s3cret-g2 "$(value d)" "git: D keeps the value it had, not the old tree's"
-expect_exit 93 "git: C finds its own directory rolled back and writes it again (exit 93)" kcd c sync git "$REMOTE"
+expect_eq git-s3cret-g2 "$(cat "$(mnt d)/$SVC/$ACCT" 2>/dev/null)" "git: D's mount keeps the value it had, not the old tree's"
+# C's daemon may find its own directory rolled back as git's merge lands (inotify) and write it
+# again before the command's own exchange does (then exit 0 rather than 93): either way, what C
+# pushes is its directory as it is now, not the old tree.
+old_tree=$(git -C "$REMOTE" rev-parse "main:$cdir")
+kcd c sync git "$REMOTE" >"$OUT" 2>"$ERR"
+rc=$?
+if { [ $rc -eq 0 ] || { [ $rc -eq 93 ] && grep -q "rolled back" "$ERR"; }; } &&
+    [ "$(git -C "$REMOTE" rev-parse "main:$cdir")" != "$old_tree" ]; then
+    pass "git: C writes its rolled-back directory again and pushes it (exit $rc)"
+else
+    fail "git: C writes its rolled-back directory again and pushes it" "exit $rc"
+    show_output
+fi
 kcd d sync git "$REMOTE" >"$OUT" 2>"$ERR"
-expect_eq "0 git-s3cret-g2" "$? $(value d)" "git: after C wrote it again, D merges cleanly"
+expect_eq "0 git-s3cret-g2" "$? $(cat "$(mnt d)/$SVC/$ACCT" 2>/dev/null)" "git: after C wrote it again, D merges cleanly"
 
-echo "== sync git: bad input"
+echo "== sync git: without a daemon, and bad input"
+kce d unmount "$(mnt d)" >/dev/null 2>&1
+printf 'git-s3cret-g1' >"$(mnt c)/$SVC/$ACCT"
+kcd c sync git "$REMOTE" >/dev/null 2>&1
+expect_exit 0 "git: D's store, not mounted: sync git merges in the command itself" kcd d sync git "$REMOTE"
+expect_eq git-s3cret-g1 "$(value d)" "and D's store has C's value"
 expect_exit 85 "git: an unreachable remote: 85" kcd c sync git "$GR/nowhere.git"
 expect_contains "$ERR" "cannot reach" "the message says the remote cannot be reached"
 make_device e
