@@ -51,8 +51,14 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
         self.folder = folder; self.folderID = folderID; self.device = device
     }
 
-    /// Where the state of the store at `storePath` is kept.
-    package static func path(forStore storePath: String) -> String { KeychainLocations.absolute(storePath) + ".sync.json" }
+    /// Where the state of the store at `storePath` is kept: beside the store's real path, so
+    /// that the daemon and a command that names the store through a symlink find one state.
+    package static func path(forStore storePath: String) -> String {
+        let absolute = KeychainLocations.absolute(storePath)
+        guard let resolved = realpath(absolute, nil) else { return absolute + ".sync.json" }
+        defer { free(resolved) }
+        return String(cString: resolved) + ".sync.json"
+    }
 
     package static func load(forStore storePath: String) throws -> SyncLocalState? {
         let path = path(forStore: storePath)
@@ -60,6 +66,17 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
         do { return try JSONDecoder().decode(SyncLocalState.self, from: data) } catch {
             throw KeychainError.integrityFailure("\(path) is damaged: \(error)")
         }
+    }
+
+    /// Sets how long a tombstone is kept (at least once every device has merged it), between
+    /// exchanges (under their lock): `sync init|join --tombstone-days`.
+    package static func setTombstoneExpiry(days: Int, forStore storePath: String) throws {
+        guard (1...36_500).contains(days) else { throw KeychainError.invalidInput("--tombstone-days must be from 1 to 36500") }
+        let lock = try ExchangeLock(path: path(forStore: storePath) + ".lock")
+        defer { lock.release() }
+        guard var state = try load(forStore: storePath) else { throw KeychainError.notMounted("this keychain does not sync") }
+        state.tombstoneExpiry = Int64(days) * 86_400
+        try state.save(forStore: storePath)
     }
 
     package func save(forStore storePath: String) throws {
@@ -87,6 +104,11 @@ package struct SyncReport: Sendable, Equatable {
 /// (`ServedKeychain.applySync`, origin `.sync`), so the mount and every observer see it at once.
 /// `keychainfs sync now` runs it without a daemon; the daemon runs it at commit and when the
 /// folder changes. Exchanges of one store run one at a time (a lock file beside its state).
+///
+/// Lock order: the exchange lock (a flock on `<store>.sync.json.lock`, across processes) is
+/// taken first and held for the whole exchange; the owner's own locks (`ServedKeychain`) are
+/// taken under it, one call at a time, and never held while the folder is read or written.
+/// Nothing the owner holds ever waits for the exchange lock.
 package final class SyncSession: Sendable {
     package let owner: ServedKeychain
     package let storePath: String
