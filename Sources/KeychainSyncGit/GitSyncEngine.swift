@@ -10,8 +10,8 @@ import KeychainErrors
 /// aborted, nothing pushed) rather than pick a side. A push refused because another device
 /// pushed first is answered by fetching and merging again, up to `rounds` times. Whether what
 /// the remote serves is current is not git's question: a remote that serves an old tree
-/// fast-forwards cleanly, and the keychain's merge, which checks each device's signed state,
-/// is what refuses it.
+/// fast-forwards cleanly, and the keychain's merge, which checks each device's authenticated
+/// manifest and its sequence number, is what refuses it.
 package struct GitSyncEngine {
     /// The sync folder, which is (or becomes) the top of a git work tree.
     package let folder: String
