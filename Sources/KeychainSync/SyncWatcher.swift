@@ -19,6 +19,9 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
     private let wake: (read: Int32, write: Int32)
     private let inotify: Int32
     private static let stopByte: UInt8 = 0xff
+    /// What the other devices' manifests looked like at the last exchange (`folderFingerprint`):
+    /// the periodic round exchanges only when it changed. The thread's alone.
+    private var lastFingerprint: [String] = []
     /// Exchanges run so far (tests wait on it).
     package let exchanges = Atomic<Int>(0)
 
@@ -66,10 +69,11 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
             }
             var fds = [pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
                        pollfd(fd: inotify, events: Int16(POLLIN), revents: 0)]
-            // Every few seconds regardless: a folder made or joined after the daemon started, a
-            // watch that could not be set, an engine that replaced a directory whole.
+            // Every few seconds, a look at the folder: a folder made or joined after the daemon
+            // started, a watch that could not be set, an engine that replaced a directory whole.
             let n = poll(&fds, 2, 5_000)
-            if n == 0 { due = true; continue }
+            // The round itself costs a few stats; an exchange reads every item's name.
+            if n == 0 { due = folderFingerprint() != lastFingerprint; continue }
             if n < 0 { continue }
             if fds[0].revents != 0 {
                 var buf = [UInt8](repeating: 0, count: 256)
@@ -88,7 +92,20 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
         }
     }
 
+    /// The other devices' manifests (inode, size, modification time) and whether this store
+    /// syncs at all: what tells the periodic round that something arrived unseen.
+    private func folderFingerprint() -> [String] {
+        guard let state = try? SyncLocalState.load(forStore: session.storePath) else { return [] }
+        let folder = SyncFolder(path: state.folder)
+        return [state.folder, state.device.hex] + folder.devices().filter { $0 != state.device }.map { d in
+            var st = stat()
+            guard stat(folder.manifestPath(d), &st) == 0 else { return d.hex }
+            return "\(d.hex) \(st.st_ino) \(st.st_size) \(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec)"
+        }
+    }
+
     private func exchangeOnce() {
+        lastFingerprint = folderFingerprint()
         guard let state = try? SyncLocalState.load(forStore: session.storePath) else { return }
         watchFolder(state)
         do {
