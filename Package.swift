@@ -71,6 +71,9 @@ let package = Package(
             "KeychainStore", "KeychainFileSystem", "KeychainClient", "KeychainControlProtocol", "KeychainAccess", "KeychainSync",
         ]),
         .target(name: "GitCredential", dependencies: ["KeychainModel"]),
+        // The git transport of a sync folder (issue 20): commit, fetch, merge, push, with the
+        // keychain's merge called in between. It runs git; it knows nothing of the folder's files.
+        .target(name: "KeychainSyncGit", dependencies: ["KeychainErrors"]),
         .target(name: "KeychainBackup", dependencies: ["KeychainModel", "KeychainCrypto", "KeychainBatch"]),
         // Sync across devices (issue 20): the folder's sealed files and signed manifests, the
         // per-item merge, and the exchange that applies it through the owner (ServedKeychain).
@@ -98,7 +101,7 @@ let package = Package(
             "KeychainDaemon",
             "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainConfig",
             "KeychainAccess",
-            "KeychainBackup", "KeychainSync",
+            "KeychainBackup", "KeychainSync", "KeychainSyncGit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/keychainfs"),
@@ -120,6 +123,7 @@ let package = Package(
         .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem", "KeychainBatch", "KeychainAccess"]),
         .testTarget(name: "KeychainFuseTests", dependencies: ["KeychainFuse", "KeychainStore"]),
         .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
+        .testTarget(name: "KeychainSyncGitTests", dependencies: ["KeychainSyncGit", "KeychainErrors"]),
         .testTarget(name: "KeychainControlTests", dependencies: [
             "KeychainControlProtocol", "KeychainClient", "KeychainControlServer", "KeychainBatch", "KeychainAccess",
         ]),

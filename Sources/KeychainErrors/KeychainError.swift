@@ -33,6 +33,9 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     /// was refused; nothing changed.
     case notSynchronizable(String)
     case io(String)
+    /// The sync engine (git) failed: the remote could not be reached, a merge conflicted, or
+    /// pushes kept being refused; nothing was pushed, and the message says what git said.
+    case syncEngine(String)
 
     /// The message a user sees, after the wording of macOS `security`.
     public var description: String {
@@ -58,6 +61,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .accessDenied(let m): "Access denied: \(m) (see 'keychainfs access log')."
         case .notSynchronizable(let m): m
         case .io(let m): m
+        case .syncEngine(let m): m
         }
     }
 
@@ -87,6 +91,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .accessDenied: 77
         case .notSynchronizable: 78
         case .io: 74
+        case .syncEngine: 85
         }
     }
 
@@ -115,6 +120,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         (76, "the running daemon is another version; unmount and mount again"),
         (77, "access denied: the program is not on the item's access list"),
         (78, "a this-device-only item cannot be synchronizable; nothing was changed"),
+        (85, "the sync engine (git) failed; nothing was pushed"),
         (93, "integrity failure: a tampered or corrupt item"),
     ]
 

@@ -41,7 +41,7 @@ package struct FileSystemError: Error, Equatable, CustomStringConvertible {
         case .storeBusy, .mountpointBusy: self.init(EBUSY)
         case .notMounted: self.init(ENOTCONN)
         case .diskFull: self.init(ENOSPC)
-        case .notAKeychain, .mountFailed, .daemonVersionMismatch, .io: self.init(EIO)
+        case .notAKeychain, .mountFailed, .daemonVersionMismatch, .io, .syncEngine: self.init(EIO)
         }
         // The program sees only EIO or EBADMSG; the log keeps the cause (item ids, never names).
         if errno == EIO || errno == EBADMSG { Self.log.error("\(self.description): \(error.description)") }

@@ -19,7 +19,7 @@ struct SyncCommand: ParsableCommand {
             default-synchronizable); this-device-only items never do. See the README's Sync section.
             """,
         subcommands: [SyncInitCommand.self, SyncJoinCommand.self, SyncStatusCommand.self, SyncNowCommand.self,
-                      SyncLeaveCommand.self])
+                      SyncLeaveCommand.self, SyncGitCommand.self])
 }
 
 /// `--sync-passphrase-fd N` / `--sync-passphrase-file PATH`, else the terminal: the folder's

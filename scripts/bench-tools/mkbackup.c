@@ -1,10 +1,11 @@
 /*
- * mkbackup FILE COUNT PASSPHRASE-FILE [SERVICES]: writes a keychainfs backup (format 1, as
- * documented in Sources/KeychainBackup/BackupFile.swift and BackupPayload.swift) holding
- * COUNT generic passwords, so that scripts/bench fills big stores with `keychainfs import`
- * instead of one FUSE write per item.  Item i is service "bench" (or "svcK", K = i mod
- * SERVICES, when SERVICES > 1), account "item%07d", class when-unlocked, and the 32-byte
- * secret scripts/bench reads everywhere.  scrypt cost 2^10: the bench times import, not the KDF.
+ * mkbackup FILE COUNT PASSPHRASE-FILE [SERVICES [sync]]: writes a keychainfs backup (format 1,
+ * or 2 with "sync", as documented in Sources/KeychainBackup/BackupFile.swift and
+ * BackupPayload.swift) holding COUNT generic passwords, so that scripts/bench fills big stores
+ * with `keychainfs import` instead of one FUSE write per item.  Item i is service "bench" (or
+ * "svcK", K = i mod SERVICES, when SERVICES > 1), account "item%07d", class when-unlocked, and
+ * the 32-byte secret scripts/bench reads everywhere; with "sync" every item is synchronizable
+ * (the sync rows).  scrypt cost 2^10: the bench times import, not the KDF.
  */
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -74,11 +75,12 @@ static void hkdf(const unsigned char *master, const char *info, unsigned char *o
 
 int main(int argc, char *argv[])
 {
-	if (argc < 4 || argc > 5)
-		die("usage: mkbackup FILE COUNT PASSPHRASE-FILE [SERVICES]");
-	long count = atol(argv[2]), services = argc == 5 ? atol(argv[4]) : 1;
-	if (count < 0 || services < 1)
-		die("bad COUNT or SERVICES");
+	if (argc < 4 || argc > 6)
+		die("usage: mkbackup FILE COUNT PASSPHRASE-FILE [SERVICES [sync]]");
+	long count = atol(argv[2]), services = argc >= 5 ? atol(argv[4]) : 1;
+	int sync = argc == 6 && strcmp(argv[5], "sync") == 0;
+	if (count < 0 || services < 1 || (argc == 6 && !sync))
+		die("bad COUNT, SERVICES or sync");
 	char pass[1024] = "";
 	FILE *pf = fopen(argv[3], "r");
 	if (!pf || !fgets(pass, sizeof pass, pf))
@@ -105,7 +107,12 @@ int main(int argc, char *argv[])
 		put_str("");   /* access group */
 		put_str(service);
 		put_str(account);
-		put_int(0, 1); /* no optional attributes */
+		if (sync) {
+			put_int(1 << 8, 2); /* format 2's two-byte mask: synchronizable (bit 8) */
+			put_int(1, 1);      /* its flag: yes */
+		} else {
+			put_int(0, 1);      /* format 1's one-byte mask: no optional attributes */
+		}
 		put_int(date, 8);
 		put_int(date, 8);
 		put_int(sizeof secret - 1, 4);
@@ -114,7 +121,7 @@ int main(int argc, char *argv[])
 
 	unsigned char header[HEADER + 9], master[32], check[32], key[32];
 	memcpy(header, "KCFSBKUP", 8);
-	be(1, 2, header + 8);
+	be(sync ? 2 : 1, 2, header + 8);
 	header[10] = 10;
 	be(8, 4, header + 11);
 	be(1, 4, header + 15);

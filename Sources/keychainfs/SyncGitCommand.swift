@@ -1,0 +1,55 @@
+import ArgumentParser
+import Foundation
+import KeychainControlProtocol
+import KeychainStore
+import KeychainSync
+import KeychainSyncGit
+
+/// `keychainfs sync git REMOTE`: the sync folder exchanged through a git remote, with the
+/// keychain's own exchange (`sync now`) run after every fetch and merge.
+struct SyncGitCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "git",
+        abstract: "Exchange the sync folder through a git remote: commit, fetch, merge, push.",
+        discussion: """
+            The sync folder becomes a git work tree (a new repository on branch main unless it is \
+            one already, such as a clone of REMOTE). Each run commits this device's changes, \
+            fetches and merges REMOTE's branch, merges what arrived into the keychain as 'sync now' \
+            does, commits and pushes. Devices write only their own directories, so git merges \
+            never conflict; a push refused because another device pushed first is fetched, merged \
+            and retried. Git's failures (REMOTE unreachable, a conflict in a file no device \
+            writes, pushes refused 6 times) exit 85 with nothing pushed; refused files (a tampered \
+            file, a directory an old tree rolled back) exit 93 after the rest is merged and pushed. \
+            Git history keeps every old sealed file: see the README's caveat.
+            """)
+
+    @Argument(help: ArgumentHelp("Anything git fetch and git push take: a URL, a path or a remote's name.", valueName: "remote"))
+    var remote: String
+    @OptionGroup var owner: SyncOwnerOptions
+
+    func run() throws {
+        guard let state = try SyncLocalState.load(forStore: owner.storeOptions.path) else {
+            throw KeychainError.notMounted("this keychain does not sync (set it up with 'keychainfs sync init DIR' or 'sync join DIR')")
+        }
+        // The keychain's side goes through the store's owner: its daemon when mounted (which
+        // also merges on its own as git's files land), this process otherwise. Reached before
+        // git runs, so that a wrong passphrase stops it first.
+        let service = try owner.service()
+        var refusals: [String] = []
+        var published = 0, applied = 0, deleted = 0, copies = 0
+        let done = try GitSyncEngine(folder: state.folder, remote: remote).exchange {
+            let report = try service.sync(.exchange, folder: nil, passphrase: nil, scryptLogN: nil)
+            refusals = report.refusals
+            published += report.published; applied += report.applied; deleted += report.deleted
+            copies += report.conflictCopies
+        }
+        Output.line("published \(published), applied \(applied), deleted \(deleted), conflict copies \(copies); "
+            + (done.received ? "received from" : "nothing new from") + " \(remote)"
+            + (done.refusedPushes > 0 ? ", pushed after \(done.refusedPushes) refused push\(done.refusedPushes == 1 ? "" : "es")" : ", pushed"))
+        // What the last merge refused is what the folder now holds: reported as `sync now` does.
+        if !refusals.isEmpty {
+            for r in refusals { FileHandle.standardError.write(Data("keychainfs: refused: \(r)\n".utf8)) }
+            throw KeychainError.integrityFailure("\(refusals.count) refused in the sync folder (the rest was merged and pushed)")
+        }
+    }
+}

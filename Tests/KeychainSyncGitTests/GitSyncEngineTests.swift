@@ -1,0 +1,271 @@
+import Foundation
+import XCTest
+import KeychainErrors
+@testable import KeychainSyncGit
+
+/// The git transport against real git: a bare repository in a temporary directory and sync
+/// folders of "devices" that each write only their own directory, as the keychain does.
+final class GitSyncEngineTests: XCTestCase {
+    private var root = ""
+    private var remote = ""
+
+    override func setUpWithError() throws {
+        root = FileManager.default.temporaryDirectory.appendingPathComponent("kcfs-syncgit-\(UUID().uuidString)").path
+        remote = root + "/remote.git"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        // No git configuration of the machine's or the user's: the engine must work without an
+        // identity, and nothing here may depend on the developer's settings.
+        setenv("GIT_CONFIG_GLOBAL", root + "/no-gitconfig", 1)
+        setenv("GIT_CONFIG_NOSYSTEM", "1", 1)
+        try git(root, "init", "--quiet", "--bare", "--initial-branch=main", remote)
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: root)
+        unsetenv("GIT_CONFIG_GLOBAL")
+        unsetenv("GIT_CONFIG_NOSYSTEM")
+    }
+
+    // MARK: - Helpers
+
+    /// A device's sync folder (a plain directory until the engine makes it a work tree).
+    private func device(_ name: String) throws -> String {
+        let path = root + "/" + name
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    /// Writes `text` at `folder/relative`, making the directories.
+    private func write(_ folder: String, _ relative: String, _ text: String) throws {
+        let url = URL(fileURLWithPath: folder + "/" + relative)
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data(text.utf8).write(to: url)
+    }
+
+    private func read(_ folder: String, _ relative: String) -> String? {
+        (try? Data(contentsOf: URL(fileURLWithPath: folder + "/" + relative))).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    @discardableResult
+    private func git(_ directory: String, _ arguments: String...) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["git", "-C", directory] + arguments
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw NSError(domain: "git", code: Int(process.terminationStatus),
+                          userInfo: [NSLocalizedDescriptionKey: "git \(arguments) failed"])
+        }
+        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// The files of the remote's main branch.
+    private func remoteFiles() throws -> [String] {
+        try git(remote, "ls-tree", "-r", "--name-only", "main").split(separator: "\n").map(String.init)
+    }
+
+    private func engine(_ folder: String) -> GitSyncEngine { GitSyncEngine(folder: folder, remote: remote) }
+
+    private func expectSyncEngineError(_ needle: String, _ body: () throws -> Void,
+                                       file: StaticString = #filePath, line: UInt = #line) {
+        do {
+            try body()
+            XCTFail("expected a sync engine error with '\(needle)'", file: file, line: line)
+        } catch let KeychainError.syncEngine(message) {
+            XCTAssertTrue(message.contains(needle), "'\(message)' lacks '\(needle)'", file: file, line: line)
+            XCTAssertEqual(KeychainError.syncEngine(message).exitCode, 85, file: file, line: line)
+        } catch {
+            XCTFail("expected a sync engine error, got \(error)", file: file, line: line)
+        }
+    }
+
+    // MARK: - Tests
+
+    func testTwoDevicesConvergeThroughABareRepository() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "envelope", "key")
+        try write(a, "dev-a/1", "one")
+        let first = try engine(a).exchange {}
+        XCTAssertTrue(first.committed)
+        XCTAssertFalse(first.received, "the remote was empty")
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "envelope"])
+
+        let second = try engine(b).exchange { }
+        XCTAssertTrue(second.received)
+        XCTAssertEqual(read(b, "dev-a/1"), "one")
+        try write(b, "dev-b/1", "two")
+        try FileManager.default.removeItem(atPath: b + "/dev-b/1")
+        try write(b, "dev-b/2", "three")
+        try engine(b).exchange {}
+
+        try write(a, "dev-a/1", "one, changed")
+        let third = try engine(a).exchange {}
+        XCTAssertTrue(third.received)
+        try engine(b).exchange {}
+        XCTAssertEqual(read(a, "dev-b/2"), "three")
+        XCTAssertEqual(read(b, "dev-a/1"), "one, changed")
+        XCTAssertNil(read(a, "dev-b/1"))
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "dev-b/2", "envelope"])
+        // Without any identity configured, the commits say keychainfs made them.
+        XCTAssertEqual(try git(a, "log", "-1", "--format=%an <%ae>"), "keychainfs <keychainfs@localhost>")
+    }
+
+    func testTheMergeRunsAfterTheFetchAndWhatItWritesIsPushed() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "dev-a/1", "one")
+        try engine(a).exchange {}
+        var seen: String?
+        try engine(b).exchange {
+            seen = read(b, "dev-a/1")
+            // What the keychain's merge writes (this device's own files) goes out in the same exchange.
+            try write(b, "dev-b/state", "merged")
+        }
+        XCTAssertEqual(seen, "one", "the merge saw what the fetch brought")
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "dev-b/state"])
+    }
+
+    func testARefusedPushIsFetchedMergedAndRetried() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "dev-a/1", "one")
+        try engine(a).exchange {}
+        try engine(b).exchange {}
+        try write(a, "dev-a/2", "two")
+        var merges = 0
+        // B pushes while A is between its fetch and its push: A's push is refused.
+        let result = try engine(a).exchange {
+            merges += 1
+            if merges == 1 {
+                try write(b, "dev-b/1", "from b")
+                try engine(b).exchange {}
+            }
+        }
+        XCTAssertEqual(result.refusedPushes, 1)
+        XCTAssertEqual(merges, 2, "the merge ran again over what the second fetch brought")
+        XCTAssertEqual(read(a, "dev-b/1"), "from b")
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "dev-a/2", "dev-b/1"])
+        try engine(b).exchange {}
+        XCTAssertEqual(read(b, "dev-a/2"), "two")
+    }
+
+    func testAPushThatLosesTheRaceForTheRefIsRetried() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "dev-a/1", "one")
+        try engine(a).exchange {}
+        try engine(b).exchange {}
+        try write(b, "dev-b/1", "from b")
+        try git(b, "add", "-A")
+        try git(b, "-c", "user.name=b", "-c", "user.email=b@x", "commit", "-qm", "b")
+        // B's push lands while A's push is being received, after A's was checked against the
+        // remote's ref and before it is written: git answers "[remote rejected] (failed to
+        // update ref)", as when two devices push at the same instant.
+        let hook = remote + "/hooks/update"
+        try Data("""
+            #!/bin/sh
+            [ -e "\(root)/raced" ] && exit 0
+            touch "\(root)/raced"
+            env -u GIT_DIR -u GIT_QUARANTINE_PATH -u GIT_OBJECT_DIRECTORY -u GIT_ALTERNATE_OBJECT_DIRECTORIES \\
+                git -C "\(b)" push -q "\(remote)" HEAD:refs/heads/main >/dev/null 2>&1
+            exit 0
+
+            """.utf8).write(to: URL(fileURLWithPath: hook))
+        chmod(hook, 0o755)
+        try write(a, "dev-a/2", "two")
+        let result = try engine(a).exchange {}
+        XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/raced"), "the race was staged")
+        XCTAssertEqual(result.refusedPushes, 1)
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "dev-a/2", "dev-b/1"])
+    }
+
+    func testARemoteThatRefusesForAnotherReasonIsAFailure() throws {
+        let a = try device("a")
+        try write(a, "dev-a/1", "one")
+        let hook = remote + "/hooks/pre-receive"
+        try Data("#!/bin/sh\necho 'pushes are closed' >&2\nexit 1\n".utf8).write(to: URL(fileURLWithPath: hook))
+        chmod(hook, 0o755)
+        expectSyncEngineError("pushing to \(remote) failed") { try engine(a).exchange {} }
+    }
+
+    func testARemoteThatKeepsMovingIsGivenUpAfterTheRounds() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "dev-a/1", "one")
+        try engine(a).exchange {}
+        try engine(b).exchange {}
+        var engineA = engine(a)
+        engineA.rounds = 1
+        var n = 0
+        try write(a, "dev-a/2", "two")
+        expectSyncEngineError("refused the push 2 times") {
+            try engineA.exchange {
+                n += 1
+                try write(b, "dev-b/\(n)", "x")
+                try engine(b).exchange {}
+            }
+        }
+        XCTAssertFalse(try remoteFiles().contains("dev-a/2"), "nothing of A's was pushed")
+        try engine(a).exchange {}
+        XCTAssertTrue(try remoteFiles().contains("dev-a/2"), "the next exchange pushes it")
+    }
+
+    func testAConflictAbortsTheMergeAndPushesNothing() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "shared", "from a")
+        try engine(a).exchange {}
+        try write(b, "shared", "from b")
+        let remoteHead = try git(remote, "rev-parse", "main")
+        expectSyncEngineError("conflicts in files no device should share (shared)") { try engine(b).exchange {} }
+        XCTAssertEqual(try git(remote, "rev-parse", "main"), remoteHead, "nothing pushed")
+        XCTAssertEqual(read(b, "shared"), "from b", "B's file as it was, without conflict markers")
+        XCTAssertEqual(try git(b, "status", "--porcelain"), "", "no merge left in progress")
+    }
+
+    func testAFailedMergeOfTheKeychainPushesNothing() throws {
+        let a = try device("a")
+        try write(a, "dev-a/1", "one")
+        struct Refused: Error {}
+        XCTAssertThrowsError(try engine(a).exchange { throw Refused() }) { XCTAssertTrue($0 is Refused) }
+        XCTAssertThrowsError(try remoteFiles(), "the remote has no branch: nothing was pushed")
+    }
+
+    func testAnUnreachableRemoteIsAClearError() throws {
+        let a = try device("a")
+        try write(a, "dev-a/1", "one")
+        expectSyncEngineError("cannot reach \(root)/nowhere.git") {
+            try GitSyncEngine(folder: a, remote: root + "/nowhere.git").exchange {}
+        }
+    }
+
+    func testAMissingFolderIsAClearError() throws {
+        expectSyncEngineError("does not exist") { try engine(root + "/missing").exchange {} }
+    }
+
+    func testAFolderInsideAnotherRepositoryGetsItsOwn() throws {
+        let home = try device("home")
+        try git(home, "init", "--quiet")
+        let folder = home + "/sync"
+        try write(folder, "dev-a/1", "one")
+        try engine(folder).exchange {}
+        XCTAssertEqual(try git(folder, "rev-parse", "--show-toplevel"),
+                       URL(fileURLWithPath: folder).resolvingSymlinksInPath().path)
+        XCTAssertEqual(try git(home, "status", "--porcelain", "--untracked-files=no"), "", "the outer repository is untouched")
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1"])
+    }
+
+    func testTemporariesBeingWrittenAreNotCommitted() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "devices/a/items/.x.tmp-123", "half")
+        try write(a, "devices/a/.syncthing.state.tmp", "half")
+        try write(a, "devices/a/items/x", "whole")
+        try engine(a).exchange {}
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "devices/a/items/x"])
+        // Two devices that each made their repository (no clone) both write the same .gitignore:
+        // git merges the two additions without a conflict.
+        try write(b, "devices/b/items/y", "whole")
+        try engine(b).exchange {}
+        XCTAssertEqual(try remoteFiles(), [".gitignore", "devices/a/items/x", "devices/b/items/y"])
+    }
+}
