@@ -50,17 +50,13 @@ struct SecretItemMappingTests {
         let a = SecretItemMapping.attributes(of: i, stored: ["xdg:schema": "org.gnome.keyring.NetworkPassword", "user": "old",
                                                               "server": "h", "protocol": "https"])
         #expect(a == ["xdg:schema": "org.gnome.keyring.NetworkPassword", "user": "u", "server": "h", "protocol": "https"])
-        // A natural internet item answers to git's schema and to libsecret's network schema.
-        let natural = SecretItemMapping.attributes(of: i, stored: nil)
-        #expect(SecretItemMapping.matches(natural, ["xdg:schema": "org.gnome.keyring.NetworkPassword", "server": "h"], natural: true))
-        #expect(!SecretItemMapping.matches(natural, ["xdg:schema": "org.example.Other"], natural: true))
     }
 
     @Test func extrasRoundTripAndKeepGitsLines() {
         let git = SecureBytes(copying: Array("password_expiry_utc=123\noauth_refresh_token=tok\n".utf8))
         let map = ["we=ird": "new\nline%", "ключ": "значение", "": "empty name"]
         let extras = SecretItemMapping.extras(attributes: map, contentType: "text/plain; x=y", keeping: git)
-        let (decoded, type) = SecretItemMapping.decode(extras: extras)
+        let (decoded, type, _) = SecretItemMapping.decode(extras: extras)
         #expect(decoded == map)
         #expect(type == "text/plain; x=y")
         let text = String(decoding: extras.unprotectedArray, as: UTF8.self)
@@ -70,13 +66,6 @@ struct SecretItemMappingTests {
         #expect(SecretItemMapping.decode(extras: again).attributes == ["a": "b"])
         #expect(String(decoding: again.unprotectedArray, as: UTF8.self).hasPrefix("password_expiry_utc=123\n"))
         #expect(SecretItemMapping.decode(extras: git).attributes == nil)
-    }
-
-    @Test func searchesNamingAGroupReadOnlyIt() {
-        #expect(SecretItemMapping.candidates(for: ["service": "s"]) == ItemQuery(kind: .generic, service: "s"))
-        #expect(SecretItemMapping.candidates(for: ["xdg:schema": "org.git.Password", "server": "h"])
-            == ItemQuery(kind: .internet, server: "h"))
-        #expect(SecretItemMapping.candidates(for: ["foo": "bar"]) == nil)
     }
 }
 
