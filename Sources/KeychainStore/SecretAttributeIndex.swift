@@ -128,13 +128,24 @@ package enum SecretAttributes {
         switch key {
         case .generic(let g):
             if a["service"] != nil { a["service"] = g.service }
-            for name in ["username", "account", "user"] where a[name] != nil { a[name] = g.account }
+            for name in ["username", "account", "user"] where a[name] != nil { a[name] = account(g.account, given: a[name]!) }
         case .internet(let i):
             // The name fields follow the key; the schema stays as the client gave it.
-            for (name, value) in natural(key) where a[name] != nil && name != schemaAttribute { a[name] = value }
+            for (name, value) in natural(key) where a[name] != nil && name != schemaAttribute {
+                a[name] = ["user", "account", "username"].contains(name) ? account(value, given: a[name]!) : value
+            }
             a["server"] = i.server
         }
         return a
+    }
+
+    /// The account attribute of an item named `name`: the one given while the name is that
+    /// one made distinct (`given (2)`, the mapping's rule for a map that differs from the item
+    /// holding a name), so that the item keeps the attributes its client gave; else the name.
+    static func account(_ name: String, given: String) -> String {
+        guard name.hasPrefix(given + " ("), name.hasSuffix(")") else { return name }
+        let n = name.dropFirst(given.count + 2).dropLast()
+        return !n.isEmpty && n.allSatisfy(\.isASCII) && n.allSatisfy(\.isNumber) ? given : name
     }
 
     /// The pairs a row is indexed under: its attributes, and for an item made elsewhere

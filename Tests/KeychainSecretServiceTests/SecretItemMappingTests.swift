@@ -43,6 +43,11 @@ struct SecretItemMappingTests {
         let renamed = ItemKey.generic(try GenericPasswordKey(service: "new", account: "bea"))
         let a = SecretItemMapping.attributes(of: renamed, stored: ["service": "old", "username": "ann", "app": "x"])
         #expect(a == ["service": "new", "username": "bea", "app": "x"])
+        // A name made distinct (`ann (2)`) keeps the account its client gave.
+        let distinct = ItemKey.generic(try GenericPasswordKey(service: "old", account: "ann (2)"))
+        #expect(SecretItemMapping.attributes(of: distinct, stored: ["service": "old", "username": "ann"])["username"] == "ann")
+        let other = ItemKey.generic(try GenericPasswordKey(service: "old", account: "ann (x)"))
+        #expect(SecretItemMapping.attributes(of: other, stored: ["service": "old", "username": "ann"])["username"] == "ann (x)")
     }
 
     @Test func aStoredSchemaIsKept() throws {
