@@ -679,6 +679,8 @@ package final class ServedKeychain: Sendable {
         try keychain.item(id, isIn: collection, others: others)
     }
 
+    package func itemClasses(_ ids: [Int64]) throws -> [Int64: AccessibilityClass] { try keychain.itemClasses(ids) }
+
     /// The class of the row `id`, readable now or not; nil when there is none.
     package func itemClass(id: Int64) throws -> AccessibilityClass? { id > 0 ? try keychain.itemClass(id: id) : nil }
 

@@ -73,8 +73,9 @@ package final class SecretService: @unchecked Sendable {
         stored = new
     }
 
-    /// The paths the bus has named by key, so that an item removed through the tree is still
-    /// signalled by its path.
+    /// The paths of the items whose names the bus has read, by key, so that an item removed
+    /// through the tree is still signalled by its path (one only listed is signalled by
+    /// `CollectionChanged`: naming every listed item would decrypt every name).
     var knownPaths: [ItemKey: String] = [:]
 
     private init(owner: ServedKeychain, bus: BusConnection, limits: Limits, pinentry: PinentryPassphrase?) {
@@ -135,12 +136,22 @@ package final class SecretService: @unchecked Sendable {
 
     /// An item as the bus sees it: its row, collection and class, readable now or not, and the
     /// item itself when its name can be read.
-    struct Object {
+    /// The item is read (its name decrypted) only when asked for: a listing or a search of
+    /// thousands names them by path and class alone.
+    final class Object {
         let id: Int64
         let collection: String
         let accessible: AccessibilityClass
-        let item: KeychainItem?
+        private unowned let service: SecretService
+        init(id: Int64, collection: String, accessible: AccessibilityClass, service: SecretService) {
+            self.id = id; self.collection = collection; self.accessible = accessible; self.service = service
+        }
         var path: String { SecretService.collectionPath(collection) + "/" + String(id) }
+        lazy var item: KeychainItem? = {
+            let item = try? service.owner.item(id: id)
+            if let item { service.knownPaths[item.key] = path }
+            return item
+        }()
     }
 
     func path(of item: KeychainItem) -> String {
@@ -188,9 +199,7 @@ package final class SecretService: @unchecked Sendable {
     func object(id: Int64, in collection: String) -> Object? {
         guard let accessible = try? owner.itemClass(id: id),
               (try? owner.item(id, isIn: collection, others: registry.ids)) == true else { return nil }
-        let item = try? owner.item(id: id)
-        if let item { knownPaths[item.key] = Self.collectionPath(collection) + "/" + String(id) }
-        return Object(id: id, collection: collection, accessible: accessible, item: item)
+        return Object(id: id, collection: collection, accessible: accessible, service: self)
     }
 
     /// The object at `path`; NoSuchObject when there is none.
@@ -241,11 +250,10 @@ package final class SecretService: @unchecked Sendable {
         for c in collection.map({ [$0] }) ?? ids {
             let found = try mapped { try owner.itemIDs(matching: query, collection: c, others: ids) }
             guard out.count + found.count <= limits.objectsPerCall else { throw BusError.limitsExceeded("over \(limits.objectsPerCall) items match") }
+            let classes = try mapped { try owner.itemClasses(found) }
             for id in found {
-                guard let accessible = try? owner.itemClass(id: id) else { continue }
-                let item = try? owner.item(id: id)
-                if let item { knownPaths[item.key] = Self.collectionPath(c) + "/" + String(id) }
-                out.append(Object(id: id, collection: c, accessible: accessible, item: item))
+                guard let accessible = classes[id] else { continue }
+                out.append(Object(id: id, collection: c, accessible: accessible, service: self))
             }
         }
         return out

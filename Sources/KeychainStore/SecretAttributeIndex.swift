@@ -196,6 +196,13 @@ extension Keychain {
                 try Int64.fetchOne(seek, arguments: [Data(tag), id])
             }
             var out: [Int64] = []
+            if tags.count == 1 {
+                // One pair: its entries in order, one range of the index.
+                let found = try Int64.fetchAll(db.cachedStatement(sql: AttributeQuery.range), arguments: [Data(tags[0])])
+                return try excluded.isEmpty ? found : found.filter { id in
+                    try !excluded.contains { try Int64.fetchOne(probe, arguments: [Data($0), id]) != nil }
+                }
+            }
             var candidate = Int64.min
             var agreed = 0
             var i = 0
@@ -230,6 +237,22 @@ extension Keychain {
         }
         let tag = try blind(SecretAttributeLines.collectionBytes(collection))
         return try select { db in try Int64.fetchOne(db.cachedStatement(sql: AttributeQuery.probe), arguments: [Data(tag), id]) != nil }
+    }
+
+    /// The classes of these rows, readable now or not (rows that are gone are left out): a few
+    /// statements, not one per row.
+    package func itemClasses(_ ids: [Int64]) throws -> [Int64: AccessibilityClass] {
+        var out: [Int64: AccessibilityClass] = [:]
+        try select { db in
+            for start in stride(from: 0, to: ids.count, by: 500) {
+                let chunk = ids[start..<min(start + 500, ids.count)]
+                let rows = try Row.fetchCursor(db, sql: "SELECT id, class FROM items WHERE id IN (\(chunk.map(String.init).joined(separator: ",")))")
+                while let row = try rows.next() {
+                    if let c = AccessibilityClass(code: Int(row[1] as Int64)) { out[row[0]] = c }
+                }
+            }
+        }
+        return out
     }
 
     /// The class of the row `id`, readable now or not; nil when there is no such row.
@@ -309,11 +332,13 @@ extension Keychain {
         """
 }
 
-/// The statements of a search (`itemIDs(matching:collection:)`); LookupTests checks that each
+/// The statements of a search (`itemIDs(matching:collection:)`); AttributeIndexTests checks that each
 /// is a search of the index, never a pass over a table.
 package enum AttributeQuery {
     /// The first id at or after `?2` with the tag `?1`.
     package static let seek = "SELECT item_id FROM attribute_index WHERE tag = ? AND item_id >= ? ORDER BY item_id LIMIT 1"
+    /// Every id with the tag `?1`, in order.
+    package static let range = "SELECT item_id FROM attribute_index WHERE tag = ? ORDER BY item_id"
     /// Whether the row `?2` has the tag `?1`.
     package static let probe = "SELECT item_id FROM attribute_index WHERE tag = ? AND item_id = ?"
 }

@@ -126,9 +126,9 @@ final class AttributeIndexTests: XCTestCase {
     /// table, no sort, so a search costs the same in a store of any size.
     func testSearchStatementsSearchTheIndex() throws {
         _ = try store.create()
-        for sql in [AttributeQuery.seek, AttributeQuery.probe] {
+        for sql in [AttributeQuery.seek, AttributeQuery.probe, AttributeQuery.range] {
             let plan = try store.sql("EXPLAIN QUERY PLAN " + sql.replacingOccurrences(of: "?", with: "x'00'"))
-            XCTAssertTrue(plan.contains("SEARCH attribute_index USING PRIMARY KEY (tag=? AND item_id"), "\(sql): \(plan)")
+            XCTAssertTrue(plan.contains("SEARCH attribute_index USING PRIMARY KEY (tag=?"), "\(sql): \(plan)")
             XCTAssertFalse(plan.contains("SCAN") || plan.contains("TEMP B-TREE"), "\(sql): \(plan)")
         }
     }
