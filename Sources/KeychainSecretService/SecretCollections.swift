@@ -34,7 +34,7 @@ struct SecretCollections: Equatable {
         })
         if base.isEmpty { base = "collection" }
         var id = base, n = 1
-        while collection(id) != nil || id == "aliases" {
+        while collection(id) != nil {
             n += 1
             id = base + String(n)
         }

@@ -115,3 +115,19 @@ struct SecretTransferTests {
         }
     }
 }
+
+struct SecretCollectionsTests {
+    @Test func theRecordRoundTripsAndAlwaysHasLogin() {
+        var r = SecretCollections()
+        let id = r.newID(for: "Work Stuff!")
+        #expect(id == "work_stuff_")
+        r.collections.append(.init(id: id, label: "Work\tStuff\n=%", created: 1, modified: 2))
+        r.aliases["a\tb"] = id
+        #expect(SecretCollections(decoding: r.encoded()) == r)
+        #expect(r.newID(for: "work stuff!") == "work_stuff_2")
+        #expect(r.newID(for: "") == "collection")
+        // A damaged or foreign record still has login, and no alias to a missing collection.
+        let junk = SecretCollections(decoding: SecureBytes(copying: Array("x\na=dangling\tnowhere\nc=bad\n".utf8)))
+        #expect(junk.ids == ["login"] && junk.aliases.isEmpty)
+    }
+}
