@@ -268,8 +268,9 @@ final class CollectionInterface: BusInterface {
             if replace, let existing = try mapped({ try s.owner.items(matching: .exactly(first)).first }) {
                 try mapped { try s.owner.authorize(accessCaller(m), existing, .write, prompting: false) }
             }
-            let (item, _) = try mapped {
-                try s.owner.saveFirstFree(keys, secret: plain, label: label ?? "", replaces: { existing, extras in
+            let owner = s.owner
+            s.answerLater(m, {
+                try owner.saveFirstFree(keys, secret: plain, label: label ?? "", replaces: { existing, extras in
                     // Only the same attributes are the same item; `replace` says whether it is overwritten.
                     let old = SecretItemMapping.decode(extras: extras)
                     return replace && (old.collection ?? SecretCollections.login) == collection
@@ -277,10 +278,11 @@ final class CollectionInterface: BusInterface {
                         == SecretItemMapping.attributes(of: existing.key, stored: attributes)
                 }, extras: { old in
                     SecretItemMapping.extras(attributes: attributes, contentType: contentType, collection: collection, keeping: old)
-                })
-            }
-            try r.append(objectPath: SecretService.collectionPath(collection) + "/" + String(item.id))
-            try r.append(objectPath: "/")
+                }).0.id
+            }, reply: { r, id in
+                try r.append(objectPath: SecretService.collectionPath(collection) + "/" + String(id))
+                try r.append(objectPath: "/")
+            })
         default:
             throw BusError("org.freedesktop.DBus.Error.UnknownMethod", member)
         }
@@ -338,8 +340,8 @@ final class ItemInterface: BusInterface {
         switch member {
         case "Delete":
             try mapped { try s.owner.authorize(accessCaller(m), item, .delete, prompting: false) }
-            try mapped { try s.owner.delete(item) }
-            try r.append(objectPath: "/")
+            let owner = s.owner
+            s.answerLater(m, { try owner.delete(item) }, reply: { r, _ in try r.append(objectPath: "/") })
         case "GetSecret":
             let session = try m.readObjectPath()
             let transfer = try s.session(session, client: m.sender).transfer
@@ -356,11 +358,12 @@ final class ItemInterface: BusInterface {
             try mapped { try s.owner.authorize(accessCaller(m), item, .write, prompting: false) }
             let attributes = s.attributes(of: item)
             let contentType = given.contentType.isEmpty ? SecretItemMapping.defaultContentType : given.contentType
-            _ = try mapped {
-                try s.owner.replaceSecret(of: item, secret: plain) { old in
-                    SecretItemMapping.extras(attributes: attributes, contentType: contentType, collection: object.collection, keeping: old)
+            let owner = s.owner, collection = object.collection
+            s.answerLater(m, {
+                _ = try owner.replaceSecret(of: item, secret: plain) { old in
+                    SecretItemMapping.extras(attributes: attributes, contentType: contentType, collection: collection, keeping: old)
                 }
-            }
+            }, reply: { _, _ in })
         default:
             throw BusError("org.freedesktop.DBus.Error.UnknownMethod", member)
         }

@@ -259,6 +259,24 @@ package final class SecretService: @unchecked Sendable {
         return out
     }
 
+    // MARK: answering later
+
+    /// Durable writes (a commit and its `fdatasync`, a 16 MiB seal) run in turn on a queue of
+    /// their own, so the bus thread goes on serving every other client; the answer is sent from
+    /// the bus thread once the write is done (`PendingReply`). What the call needs of this
+    /// service's state (sessions, collections, the access decision) is read before, on the bus
+    /// thread.
+    private let writes = DispatchQueue(label: "keychainfs.secret-service.writes")
+
+    func answerLater<T>(_ m: BusMessage, _ work: @escaping () throws -> T, reply: @escaping (BusMessage, T) throws -> Void) {
+        let pending = m.deferReply()
+        let job = UncheckedBox((work, reply))
+        writes.async { [bus] in
+            let result = UncheckedBox(Result { try mapped(job.value.0) })
+            bus.post { _ in pending.send { r in try job.value.1(r, result.value.get()) } }
+        }
+    }
+
     // MARK: sessions
 
     func openSession(client: String, transfer: SecretTransfer) throws -> String {
@@ -404,6 +422,12 @@ package final class SecretService: @unchecked Sendable {
             try $0.append(objectPath: Self.collectionPath(id))
         }
     }
+}
+
+/// Carries a value between the bus thread and the writes' queue, which hand it over in turn.
+struct UncheckedBox<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
 }
 
 /// Hands the owner's changes to the bus's thread.

@@ -309,6 +309,10 @@ private func setError(_ error: any Error, _ ret: UnsafeMutablePointer<sd_bus_err
     return sd_bus_error_set(ret, e.name, e.message)
 }
 
+/// Set by `BusMessage.deferReply` during a call: its reply is sent later, not by the trampoline.
+/// Only the bus's thread touches it.
+nonisolated(unsafe) private var replyDeferred = false
+
 private let methodTrampoline: sd_bus_message_handler_t = { m, userdata, ret in
     guard let m else { return -EINVAL }
     let message = BusMessage(m)
@@ -316,13 +320,57 @@ private let methodTrampoline: sd_bus_message_handler_t = { m, userdata, ret in
     let r = sd_bus_message_new_method_return(m, &reply)
     guard r >= 0, let reply else { return r }
     defer { sd_bus_message_unref(reply) }
+    replyDeferred = false
     do {
         try box(userdata).call(message.member ?? "", path: message.path ?? "", message: message, reply: BusMessage(reply))
     } catch {
+        replyDeferred = false
         return setError(error, ret)
+    }
+    if replyDeferred {
+        replyDeferred = false
+        return 1
     }
     let s = sd_bus_send(nil, reply, nil)
     return s < 0 ? s : 1
+}
+
+/// A call answered later (`BusMessage.deferReply`): slow work runs on another thread, then its
+/// answer is sent from the bus's thread (`send`, through `BusConnection.post`), so the bus goes
+/// on serving other clients meanwhile.
+package final class PendingReply: @unchecked Sendable {
+    private let call: OpaquePointer
+    init(_ call: OpaquePointer) {
+        self.call = call
+        sd_bus_message_ref(call)
+    }
+    deinit { sd_bus_message_unref(call) }
+
+    /// On the bus's thread: the reply that `body` writes, or the error it throws.
+    package func send(_ body: (BusMessage) throws -> Void) {
+        var reply: OpaquePointer?
+        guard sd_bus_message_new_method_return(call, &reply) >= 0, let reply else { return }
+        defer { sd_bus_message_unref(reply) }
+        do {
+            try body(BusMessage(reply))
+            _ = sd_bus_send(nil, reply, nil)
+        } catch {
+            let e = error as? BusError ?? BusError.failed("\(error)")
+            var err = sd_bus_error()
+            sd_bus_error_set(&err, e.name, e.message)
+            defer { sd_bus_error_free(&err) }
+            _ = sd_bus_reply_method_error(call, &err)
+        }
+    }
+}
+
+extension BusMessage {
+    /// During `BusInterface.call`: the call is answered later, through the returned handle,
+    /// and what the call wrote to its reply is dropped.
+    package func deferReply() -> PendingReply {
+        replyDeferred = true
+        return PendingReply(raw)
+    }
 }
 
 private let getTrampoline: sd_bus_property_get_t = { _, path, _, property, reply, userdata, ret in

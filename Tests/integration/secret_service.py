@@ -268,6 +268,42 @@ def collections_after():
     conn.close()
 
 
+def busy():
+    """A slow write (a 16 MiB secret: its seal and durable commit) does not hold up another
+    client: the bus thread serves it while the write runs."""
+    writer = open_dbus_connection("SESSION")
+    _, session = call(writer, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+    coll = DBusAddress(COLLECTION, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Collection")
+    props = {"org.freedesktop.Secret.Item.Label": ("s", "big"),
+             "org.freedesktop.Secret.Item.Attributes": ("a{ss}", {"service": "busy", "username": "big"})}
+    big = os.urandom(16 * 1024 * 1024 - 64)
+    took = []
+
+    def write():
+        start = time.perf_counter()
+        call(writer, coll, "CreateItem", "a{sv}(oayays)b", (props, (session, b"", big, "application/octet-stream"), True))
+        took.append(time.perf_counter() - start)
+    t = threading.Thread(target=write)
+    other = open_dbus_connection("SESSION")
+    props_addr = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets",
+                             interface="org.freedesktop.DBus.Properties")
+    waits = []
+    t.start()
+    # Another client asks every 10 ms while the write goes on: blocked behind the write's seal
+    # and commit, one of its calls would wait about as long as they take.
+    while t.is_alive():
+        start = time.perf_counter()
+        call(other, props_addr, "Get", "ss", ("org.freedesktop.Secret.Service", "Collections"))
+        waits.append(time.perf_counter() - start)
+        time.sleep(0.01)
+    t.join()
+    check("another client is answered while a 16 MiB write commits", took and max(waits) < took[0] / 3,
+          f"longest wait {max(waits):.3f} s, the write {took[0] if took else None} s")
+    check("and the write is stored", tree_secret("busy", "big") == big)
+    other.close()
+    writer.close()
+
+
 def plain_session():
     conn = open_dbus_connection("SESSION")
     _, session = call(conn, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
@@ -532,5 +568,5 @@ def prompt():
 {"secretstorage": secretstorage_api, "aliases": aliases, "plain": plain_session, "signals": signals,
  "keyring": keyring_backend, "lock": lock_unlock, "concurrent": concurrent_search,
  "nopass": no_passphrase, "prompt": prompt, "collections": collections,
- "collections_after": collections_after}[STEP]()
+ "collections_after": collections_after, "busy": busy}[STEP]()
 sys.exit(1 if failed else 0)

@@ -101,6 +101,7 @@ run_py signals
 run_py keyring
 run_py concurrent
 run_py lock
+run_py busy
 run_py collections
 # Sealed: no collection label or alias, and no attribute value, in the store's files.
 for f in "$KEYCHAINFS_STORE" "$KEYCHAINFS_STORE-wal"; do
