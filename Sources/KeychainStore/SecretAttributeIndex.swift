@@ -86,10 +86,6 @@ package enum SecretAttributeLines {
         [5] + Array(name.utf8) + [0] + Array(value.utf8)
     }
 
-    /// The tag every row indexed by this rule carries: rows without it were written before it
-    /// (`completeAttributeIndex`).
-    static let indexedBytes: [UInt8] = [6]
-
     /// A collection's tag; the default collection has none (its items are those in no other).
     static func collectionBytes(_ id: String) -> [UInt8] { [7] + Array(id.utf8) }
 }
@@ -158,17 +154,20 @@ package enum SecretAttributes {
 }
 
 extension Keychain {
-    /// The blind indexes of a row with this key and extras: each attribute pair, the
-    /// collection's (none for the default), and the mark of a row indexed by this rule.
+    /// A tag of the pair index: the blind index's first 16 bytes. Half the size in two indexes,
+    /// and 128 bits leave no collision to fear among a store's pairs.
+    func tag(_ bytes: [UInt8]) throws -> [UInt8] { Array(try blind(bytes).prefix(16)) }
+
+    /// The blind indexes of a row with this key and extras: each attribute pair, and the
+    /// collection's (none for the default).
     func attributeTags(_ key: ItemKey, _ extras: UnsafeRawBufferPointer?) throws -> [[UInt8]] {
         let parsed = extras.map { SecretAttributeLines.parse($0) }
         var tags = try SecretAttributes.indexedPairs(key, stored: parsed?.attributes).map {
-            try blind(SecretAttributeLines.indexBytes(name: $0.0, value: $0.1))
+            try tag(SecretAttributeLines.indexBytes(name: $0.0, value: $0.1))
         }
         if let c = parsed?.collection, c != SecretAttributes.defaultCollection {
-            tags.append(try blind(SecretAttributeLines.collectionBytes(c)))
+            tags.append(try tag(SecretAttributeLines.collectionBytes(c)))
         }
-        tags.append(try blind(SecretAttributeLines.indexedBytes))
         return tags
     }
 
@@ -183,12 +182,11 @@ extension Keychain {
     /// index search, `AttributeQuery`), and the walk skips over what the rarest pair rules out,
     /// so it costs O(matching items × pairs) seeks, whatever the store's size.
     package func itemIDs(matching query: [String: String], collection: String?, others: [String] = []) throws -> [Int64] {
-        var tags = try query.map { try blind(SecretAttributeLines.indexBytes(name: $0.key, value: $0.value)) }
+        var tags = try query.map { try tag(SecretAttributeLines.indexBytes(name: $0.key, value: $0.value)) }
         let isDefault = collection == SecretAttributes.defaultCollection
-        if let collection, !isDefault { tags.append(try blind(SecretAttributeLines.collectionBytes(collection))) }
-        if tags.isEmpty { tags.append(try blind(SecretAttributeLines.indexedBytes)) }
+        if let collection, !isDefault { tags.append(try tag(SecretAttributeLines.collectionBytes(collection))) }
         let excluded = isDefault ? try others.filter { $0 != SecretAttributes.defaultCollection }
-            .map { try blind(SecretAttributeLines.collectionBytes($0)) } : []
+            .map { try tag(SecretAttributeLines.collectionBytes($0)) } : []
         return try select { db in
             let seek = try db.cachedStatement(sql: AttributeQuery.seek)
             let probe = try db.cachedStatement(sql: AttributeQuery.probe)
@@ -196,6 +194,13 @@ extension Keychain {
                 try Int64.fetchOne(seek, arguments: [Data(tag), id])
             }
             var out: [Int64] = []
+            if tags.isEmpty {
+                // Nothing asked: every row of the store (or of the default collection) matches.
+                let all = try Int64.fetchAll(db.cachedStatement(sql: "SELECT id FROM items ORDER BY id"))
+                return try excluded.isEmpty ? all : all.filter { id in
+                    try !excluded.contains { try Int64.fetchOne(probe, arguments: [Data($0), id]) != nil }
+                }
+            }
             if tags.count == 1 {
                 // One pair: its entries in order, one range of the index.
                 let found = try Int64.fetchAll(db.cachedStatement(sql: AttributeQuery.range), arguments: [Data(tags[0])])
@@ -229,14 +234,14 @@ extension Keychain {
     /// Whether the row `id` is in `collection` (by its tag; the default: in none of `others`).
     package func item(_ id: Int64, isIn collection: String, others: [String]) throws -> Bool {
         if collection == SecretAttributes.defaultCollection {
-            let tags = try others.filter { $0 != collection }.map { try blind(SecretAttributeLines.collectionBytes($0)) }
+            let tags = try others.filter { $0 != collection }.map { try tag(SecretAttributeLines.collectionBytes($0)) }
             return try select { db in
                 let probe = try db.cachedStatement(sql: AttributeQuery.probe)
                 return try !tags.contains { try Int64.fetchOne(probe, arguments: [Data($0), id]) != nil }
             }
         }
-        let tag = try blind(SecretAttributeLines.collectionBytes(collection))
-        return try select { db in try Int64.fetchOne(db.cachedStatement(sql: AttributeQuery.probe), arguments: [Data(tag), id]) != nil }
+        let member = try tag(SecretAttributeLines.collectionBytes(collection))
+        return try select { db in try Int64.fetchOne(db.cachedStatement(sql: AttributeQuery.probe), arguments: [Data(member), id]) != nil }
     }
 
     /// The classes of these rows, readable now or not (rows that are gone are left out): a few
@@ -284,27 +289,31 @@ extension Keychain {
         try db.cachedStatement(sql: "DELETE FROM attribute_index WHERE item_id = ?").execute(arguments: [id])
     }
 
-    /// Indexes the rows written before this rule (they lack its mark) whose names and extras
-    /// can be read now; returns how many are left (unreadable in this lock state). Once none
-    /// is left, a flag in the store makes this a single read.
+    /// Indexes the rows written before this rule (ids below `attribute_index_from`, which the
+    /// migration set) whose names and extras can be read now; returns how many are left
+    /// (unreadable in this lock state, kept in `attribute_index_pending`). Once none is left, a
+    /// flag in the store makes this a single read.
     @discardableResult
     package func completeAttributeIndex() throws -> Int {
-        let done = try select { db in
-            try Data.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE name = 'attribute_index'")) != nil
+        func meta(_ db: Database, _ name: String) throws -> String? {
+            try Data.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE name = ?"), arguments: [name])
+                .map { String(decoding: $0, as: UTF8.self) }
+        }
+        let (done, from, pending) = try select { db in
+            (try meta(db, "attribute_index") != nil, try meta(db, "attribute_index_from").flatMap { Int64($0) } ?? 1,
+             try meta(db, "attribute_index_pending"))
         }
         guard !done else { return 0 }
-        let mark = try blind(SecretAttributeLines.indexedBytes)
-        let ids = try read { db in
-            try Int64.fetchAll(db, sql: """
-                SELECT id FROM items WHERE NOT EXISTS (SELECT 1 FROM attribute_index WHERE tag = ? AND item_id = items.id)
-                """, arguments: [Data(mark)])
+        let ids = try pending.map { $0.split(separator: ",").compactMap { Int64($0) } } ?? read { db in
+            try Int64.fetchAll(db, sql: "SELECT id FROM items WHERE id < ? ORDER BY id", arguments: [from])
         }
-        var left = 0
+        var left: [Int64] = []
         for chunk in stride(from: 0, to: ids.count, by: 512).map({ ids[$0..<min($0 + 512, ids.count)] }) {
             var tagged: [(Int64, [[UInt8]])] = []
             for id in chunk {
+                guard try itemClass(id: id) != nil else { continue }
                 guard let item = try item(id: id), let extras = try? self.extras(of: item) ?? SecureBytes() else {
-                    left += 1
+                    left.append(id)
                     continue
                 }
                 tagged.append((id, try extras.withUnsafeBytes { try attributeTags(item.key, extras.count > 0 ? $0 : nil) }))
@@ -319,13 +328,25 @@ extension Keychain {
                 }
             }
         }
-        if left == 0 {
-            try write(.addsOnly) { db, _ in try StoreDatabase.setMeta(db, "attribute_index", Data("2".utf8)) }
+        try write(.addsOnly) { db, _ in
+            if left.isEmpty {
+                try db.execute(sql: "DELETE FROM meta WHERE name = 'attribute_index_pending'")
+                try StoreDatabase.setMeta(db, "attribute_index", Data("2".utf8))
+            } else {
+                try StoreDatabase.setMeta(db, "attribute_index_pending", Data(left.map(String.init).joined(separator: ",").utf8))
+            }
         }
-        return left
+        return left.count
     }
 
     /// The migration that makes the index (StoreDatabase.migrator).
+    /// The second migration: rows from this id on are indexed as they are written; those below
+    /// wait for `completeAttributeIndex`.
+    static let attributeIndexFrom = """
+        INSERT OR REPLACE INTO meta (name, value)
+            VALUES ('attribute_index_from', COALESCE((SELECT value FROM meta WHERE name = 'next_id'), CAST('1' AS BLOB)));
+        """
+
     static let attributeIndexSchema = """
         CREATE TABLE attribute_index (tag BLOB NOT NULL, item_id INTEGER NOT NULL, PRIMARY KEY (tag, item_id)) WITHOUT ROWID;
         CREATE INDEX attribute_index_item ON attribute_index (item_id);

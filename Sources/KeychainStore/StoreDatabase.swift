@@ -61,6 +61,8 @@ struct StoreDatabase {
         }
         // The blind index of each Secret Service attribute pair (SecretAttributeIndex.swift).
         m.registerMigration("secret-attributes") { db in try db.execute(sql: Keychain.attributeIndexSchema) }
+        // Every row's attributes, name fields included, from here on; earlier rows later.
+        m.registerMigration("secret-attributes-2") { db in try db.execute(sql: Keychain.attributeIndexFrom) }
         return m
     }
 

@@ -152,16 +152,23 @@ final class AttributeIndexTests: XCTestCase {
     func testOldRowsAreIndexedOnceReadable() throws {
         let k = try store.create()
         let a = try add(k, genericKey("mail", "alice"), "1")
-        try store.sql("DELETE FROM attribute_index; DELETE FROM meta WHERE name = 'attribute_index';")
+        let forget = "DELETE FROM attribute_index; DELETE FROM meta WHERE name = 'attribute_index';"
+            + "UPDATE meta SET value = CAST('\(a.id + 1)' AS BLOB) WHERE name = 'attribute_index_from';"
+        try store.sql(forget)
         XCTAssertEqual(try k.itemIDs(matching: ["service": "mail"], collection: nil), [])
         XCTAssertEqual(try k.completeAttributeIndex(), 0)
         XCTAssertEqual(try k.itemIDs(matching: ["service": "mail"], collection: nil), [a.id])
         XCTAssertEqual(try store.sql("SELECT COUNT(*) FROM meta WHERE name = 'attribute_index';")
             .trimmingCharacters(in: .whitespacesAndNewlines), "1")
-        try store.sql("DELETE FROM attribute_index; DELETE FROM meta WHERE name = 'attribute_index';")
+        try store.sql(forget)
         let boot = try store.open()
         XCTAssertEqual(try boot.completeAttributeIndex(), 1, "its name cannot be read before first unlock")
-        XCTAssertEqual(try store.openUnlocked().completeAttributeIndex(), 0)
+        let later = try store.openUnlocked()
+        XCTAssertEqual(try later.completeAttributeIndex(), 0)
+        XCTAssertEqual(try later.itemIDs(matching: ["service": "mail"], collection: nil), [a.id])
+        // A new store indexes every row as it is written: nothing is left for later.
+        XCTAssertEqual(try store.sql("SELECT CAST(value AS TEXT) FROM meta WHERE name = 'attribute_index_from';")
+            .trimmingCharacters(in: .whitespacesAndNewlines), "\(a.id + 1)")
     }
 
     /// The store's own records are sealed, and a changed byte fails.
