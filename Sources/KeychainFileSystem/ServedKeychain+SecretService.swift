@@ -73,4 +73,15 @@ extension ServedKeychain {
             try c.delete([current])
         }
     }
+
+    /// Deletes these items in one change, if they are all still there.
+    package func delete(_ items: [KeychainItem], origin: ChangeOrigin = .control) throws {
+        try change(origin: origin) { c throws in
+            let current = try items.map { item in
+                guard let current = try self.item(id: item.id) else { throw KeychainError.itemNotFound }
+                return current
+            }
+            try c.delete(current)
+        }
+    }
 }

@@ -478,6 +478,8 @@ package final class ServedKeychain: Sendable {
             }
             Self.log.notice("unlocked")
         }
+        // Rows from before the index of every row can be read now (a single read once done).
+        do { try completeAttributeIndex() } catch { Self.log.warning("indexing attributes: \(error)") }
         noteAccess()
         if keychain.state != before { deliver([.lockStateChanged(keychain.state)], origin: origin) }
     }
@@ -757,10 +759,35 @@ package final class ServedKeychain: Sendable {
     /// row id (ServedKeychain+SecretService.swift).
     package func item(id: Int64) throws -> KeychainItem? { id > 0 ? try keychain.item(id: id) : nil }
 
-    /// The ids of the items whose sealed Secret Service map holds exactly this pair: one probe
-    /// of the store's blind index of pairs.
-    package func itemIDs(withAttribute name: String, value: String) throws -> [Int64] {
-        try keychain.itemIDs(withAttribute: name, value: value)
+    // MARK: the blind index of Secret Service attributes, readable in every lock state
+
+    /// The ids of the items in `collection` (nil: any) whose attributes hold every pair of
+    /// `query`, readable now or not (`Keychain.itemIDs(matching:collection:others:)`).
+    package func itemIDs(matching query: [String: String], collection: String?, others: [String] = []) throws -> [Int64] {
+        try keychain.itemIDs(matching: query, collection: collection, others: others)
+    }
+
+    package func item(_ id: Int64, isIn collection: String, others: [String]) throws -> Bool {
+        try keychain.item(id, isIn: collection, others: others)
+    }
+
+    package func itemClasses(_ ids: [Int64]) throws -> [Int64: AccessibilityClass] { try keychain.itemClasses(ids) }
+
+    /// The class of the row `id`, readable now or not; nil when there is none.
+    package func itemClass(id: Int64) throws -> AccessibilityClass? { id > 0 ? try keychain.itemClass(id: id) : nil }
+
+    package func sealedRecord(named name: String) throws -> SecureBytes? { try keychain.sealedRecord(named: name) }
+
+    package func setSealedRecord(named name: String, to value: SecureBytes) throws {
+        try keychain.setSealedRecord(named: name, to: value)
+    }
+
+    /// Indexes the Secret Service attributes of the rows written before the store indexed
+    /// every row (`Keychain.completeAttributeIndex`); returns how many are left unreadable.
+    /// Under `committing`, so that no change to a row comes between its read and its tags.
+    @discardableResult
+    package func completeAttributeIndex() throws -> Int {
+        try committing.withLock { _ in try keychain.completeAttributeIndex() }
     }
 }
 

@@ -25,9 +25,24 @@ extension SecretService {
     /// list, or every item when no prompt is configured, are decided here at once.
     func whenDecided(_ m: BusMessage, reply r: BusMessage, _ items: [KeychainItem], _ operation: AccessOperation,
                      answer: @escaping (BusMessage, _ refusal: (KeychainItem) -> BusError?) throws -> Void) throws {
+        let pending = DeferredReply(m)
+        let bus = bus
+        // Called only on the bus's thread (in `bus.answer`), as everything of the service is.
+        let onBusThread = BusThreadOnly(answer)
+        let now = decide(m, items, operation) { refused in
+            bus.answer(pending) { reply in try onBusThread.body(reply) { refused[$0.id] } }
+        }
+        guard let now else { throw BusReplyDeferred() }
+        try answer(r) { now[$0.id] }
+    }
+
+    /// The refusals (by item id) of `items` for the sender of `m`, decided at once; or nil, when
+    /// a guarded item needs the user's answer: then `later` gets them from a thread of its own.
+    func decide(_ m: BusMessage, _ items: [KeychainItem], _ operation: AccessOperation,
+                later: @escaping @Sendable ([Int64: BusError]) -> Void) -> [Int64: BusError]? {
         let caller = accessCaller(m)
         let keychain = owner
-        @Sendable func decide(_ items: [KeychainItem], prompting: Bool) -> [Int64: BusError] {
+        @Sendable func decideEach(prompting: Bool) -> [Int64: BusError] {
             var refused: [Int64: BusError] = [:]
             for item in items {
                 do { try mapped { try keychain.authorize(caller, item, operation, prompting: prompting) } } catch {
@@ -42,22 +57,16 @@ extension SecretService {
         guard guarded, owner.access.settings.prompt != nil,
               Self.waitingDecisions.add(1, ordering: .relaxed).newValue <= Self.maxWaitingDecisions else {
             if guarded, owner.access.settings.prompt != nil { Self.waitingDecisions.subtract(1, ordering: .relaxed) }
-            let refused = decide(items, prompting: false)
-            try answer(r) { refused[$0.id] }
-            return
+            return decideEach(prompting: false)
         }
-        let pending = DeferredReply(m)
-        let bus = bus
-        // Called only on the bus's thread (in `bus.answer`), as everything of the service is.
-        let onBusThread = BusThreadOnly(answer)
         let thread = Thread {
-            let refused = decide(items, prompting: true)
+            let refused = decideEach(prompting: true)
             Self.waitingDecisions.subtract(1, ordering: .relaxed)
-            bus.answer(pending) { reply in try onBusThread.body(reply) { refused[$0.id] } }
+            later(refused)
         }
         thread.name = "secret-service-access"
         thread.start()
-        throw BusReplyDeferred()
+        return nil
     }
 }
 

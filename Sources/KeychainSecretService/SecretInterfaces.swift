@@ -116,19 +116,28 @@ final class ServiceInterface: BusInterface {
         case "CreateCollection":
             let (label, _) = try m.readProperties(limits: s.limits)
             let alias = try m.readString()
-            // One keychain, one collection: asking for it by alias or by its label gets it.
-            guard alias.isEmpty ? label == s.collectionLabel : s.aliases[alias] != nil || ["default", "login"].contains(alias) else {
-                throw BusError.notSupported("keychainfs serves one collection per keychain ('\(s.collectionLabel)', aliases default and login); "
-                    + "mount another keychain for another collection")
+            guard alias.utf8.count <= 255 else { throw BusError.invalidArgs("an alias is at most 255 bytes") }
+            // The specification: a collection that has the alias already is returned as it is.
+            if !alias.isEmpty, let existing = s.registry.aliases[alias] {
+                try r.append(objectPath: SecretService.collectionPath(existing))
+                try r.append(objectPath: "/")
+                return
             }
-            if !alias.isEmpty { s.aliases[alias] = SecretService.collectionName }
-            try r.append(objectPath: SecretService.collectionPath)
+            var registry = s.registry
+            guard registry.collections.count < 256 else { throw BusError.limitsExceeded("too many collections") }
+            let now = UInt64(max(0, Date().timeIntervalSince1970))
+            let id = registry.newID(for: label ?? "")
+            registry.collections.append(.init(id: id, label: label ?? "", created: now, modified: now))
+            if !alias.isEmpty { registry.aliases[alias] = id }
+            try s.save(registry)
+            s.emitService("CollectionCreated", id)
+            try r.append(objectPath: SecretService.collectionPath(id))
             try r.append(objectPath: "/")
         case "SearchItems":
             let query = try m.readDictionary(limit: s.limits.attributes, byteLimit: s.limits.attributeBytes)
             let found = try s.search(query)
-            try r.append(objectPaths: found.filter { !s.isLocked($0) }.map(s.path(of:)))
-            try r.append(objectPaths: found.filter(s.isLocked).map(s.path(of:)))
+            try r.append(objectPaths: found.filter { !s.isLocked($0) }.map(\.path))
+            try r.append(objectPaths: found.filter { s.isLocked($0) }.map(\.path))
         case "Unlock":
             let objects = try m.readObjectPaths(limit: s.limits.objectsPerCall)
             let (unlocked, prompt) = try s.unlock(objects, client: m.sender ?? "", caller: m.senderPID())
@@ -142,7 +151,7 @@ final class ServiceInterface: BusInterface {
             let paths = try m.readObjectPaths(limit: s.limits.objectsPerCall)
             let session = try m.readObjectPath()
             let transfer = try s.session(session, client: m.sender).transfer
-            let items = try paths.map { (path: $0, item: try s.item(at: $0)) }
+            let items = try paths.compactMap { p in try s.object(p).item.map { (path: p, item: $0) } }
             // Locked items are left out, as the specification says; so are items whose
             // access list does not name the caller and that the user did not allow when asked
             // (per-program access: `whenDecided`).
@@ -159,18 +168,20 @@ final class ServiceInterface: BusInterface {
             }
         case "ReadAlias":
             let alias = try m.readString()
-            try r.append(objectPath: s.aliases[alias] != nil ? SecretService.collectionPath : "/")
+            try r.append(objectPath: s.registry.aliases[alias].map(SecretService.collectionPath) ?? "/")
         case "SetAlias":
             let alias = try m.readString()
             let target = try m.readObjectPath()
             guard !alias.isEmpty, alias.utf8.count <= 255 else { throw BusError.invalidArgs("an alias must be 1 to 255 bytes") }
+            var registry = s.registry
             if target == "/" {
-                s.aliases[alias] = nil
+                registry.aliases[alias] = nil
             } else {
                 guard let collection = s.collection(at: target) else { throw SecretError.noSuchObject(target) }
-                guard s.aliases.count < 256 || s.aliases[alias] != nil else { throw BusError.limitsExceeded("too many aliases") }
-                s.aliases[alias] = collection
+                guard registry.aliases.count < 256 || registry.aliases[alias] != nil else { throw BusError.limitsExceeded("too many aliases") }
+                registry.aliases[alias] = collection
             }
+            if registry != s.registry { try s.save(registry) }
         default:
             throw BusError("org.freedesktop.DBus.Error.UnknownMethod", member)
         }
@@ -178,7 +189,7 @@ final class ServiceInterface: BusInterface {
 
     func get(_ property: String, path: String, into r: BusMessage) throws {
         guard property == "Collections" else { throw BusError("org.freedesktop.DBus.Error.UnknownProperty", property) }
-        try r.append(objectPaths: [SecretService.collectionPath])
+        try r.append(objectPaths: service.registry.ids.map(SecretService.collectionPath))
     }
 }
 
@@ -206,18 +217,39 @@ final class CollectionInterface: BusInterface {
 
     func children(of path: String) -> [String] {
         guard path == SecretService.collectionPrefix else { return [] }
-        let items = (try? service.owner.allItems()) ?? []
-        return [SecretService.collectionPath] + items.map(service.path(of:))
+        let ids = service.registry.ids
+        return ids.flatMap { c in
+            [SecretService.collectionPath(c)] + ((try? service.owner.itemIDs(matching: [:], collection: c, others: ids)) ?? [])
+                .map { SecretService.collectionPath(c) + "/" + String($0) }
+        }
     }
 
     func call(_ member: String, path: String, message m: BusMessage, reply r: BusMessage) throws {
         let s = service
         switch member {
         case "Delete":
-            throw BusError.notSupported("the collection is the keychain itself; delete its items, or the store with keychainfs")
+            guard let id = s.collection(at: path) else { throw SecretError.noSuchObject(path) }
+            guard id != SecretCollections.login else {
+                throw BusError.notSupported("the login collection holds the keychain's own items (the tree's and the CLI's); delete its items instead")
+            }
+            // Its items first, all or none, each as the gate allows (no prompt on this thread).
+            let objects = try s.search([:], in: id)
+            let items = try objects.map { o in
+                guard let item = o.item, !s.isLocked(o) else { throw SecretError.isLocked("an item of the collection") }
+                try mapped { try s.owner.authorize(accessCaller(m), item, .delete, prompting: false) }
+                return item
+            }
+            if !items.isEmpty { try mapped { try s.owner.delete(items) } }
+            var registry = s.registry
+            registry.collections.removeAll { $0.id == id }
+            registry.aliases = registry.aliases.filter { $0.value != id }
+            try s.save(registry)
+            s.emitService("CollectionDeleted", id)
+            try r.append(objectPath: "/")
         case "SearchItems":
+            guard let id = s.collection(at: path) else { throw SecretError.noSuchObject(path) }
             let query = try m.readDictionary(limit: s.limits.attributes, byteLimit: s.limits.attributeBytes)
-            try r.append(objectPaths: try s.search(query).map(s.path(of:)))
+            try r.append(objectPaths: try s.search(query, in: id).map(\.path))
         case "CreateItem":
             let (label, given) = try m.readProperties(limits: s.limits)
             let secret = try m.readSecretStruct()
@@ -226,6 +258,7 @@ final class CollectionInterface: BusInterface {
             let plain = try transfer.decode(parameters: secret.parameters, value: secret.value)
             guard plain.count <= maxSecretBytes else { throw BusError.limitsExceeded("a secret over \(maxSecretBytes) bytes") }
             guard !s.keychainLocked || s.owner.isAvailable(s.owner.defaultClass) else { throw SecretError.isLocked("the collection") }
+            guard let collection = s.collection(at: path) else { throw SecretError.noSuchObject(path) }
             let attributes = given ?? [:]
             let contentType = secret.contentType.isEmpty ? SecretItemMapping.defaultContentType : secret.contentType
             let first = try mapped { try SecretItemMapping.key(for: attributes) }
@@ -233,18 +266,22 @@ final class CollectionInterface: BusInterface {
             // Replacing an item is writing it: decided before the change, for the item the
             // attributes name (per-program access, asked as for SetSecret: `whenDecided`).
             let replaced = replace ? try mapped({ try s.owner.items(matching: .exactly(first)).first }) : nil
-            try s.whenDecided(m, reply: r, replaced.map { [$0] } ?? [], .write) { r, refusal in
+            let owner = s.owner
+            try s.answerLater(m, deciding: replaced.map { [$0] } ?? [], .write, { refusal in
                 if let replaced, let refused = refusal(replaced) { throw refused }
-                let (item, _) = try mapped {
-                    try s.owner.saveFirstFree(keys, secret: plain, label: label ?? "", replaces: { existing, extras in
-                        // Only the same attributes are the same item; `replace` says whether it is overwritten.
-                        replace && SecretItemMapping.attributes(of: existing.key, stored: SecretItemMapping.decode(extras: extras).attributes)
-                            == SecretItemMapping.attributes(of: existing.key, stored: attributes)
-                    }, extras: { old in SecretItemMapping.extras(attributes: attributes, contentType: contentType, keeping: old) })
-                }
-                try r.append(objectPath: s.path(of: item))
+                return try owner.saveFirstFree(keys, secret: plain, label: label ?? "", replaces: { existing, extras in
+                    // Only the same attributes are the same item; `replace` says whether it is overwritten.
+                    let old = SecretItemMapping.decode(extras: extras)
+                    return replace && (old.collection ?? SecretCollections.login) == collection
+                        && SecretItemMapping.attributes(of: existing.key, stored: old.attributes)
+                        == SecretItemMapping.attributes(of: existing.key, stored: attributes)
+                }, extras: { old in
+                    SecretItemMapping.extras(attributes: attributes, contentType: contentType, collection: collection, keeping: old)
+                }).0.id
+            }, reply: { r, id in
+                try r.append(objectPath: SecretService.collectionPath(collection) + "/" + String(id))
                 try r.append(objectPath: "/")
-            }
+            })
         default:
             throw BusError("org.freedesktop.DBus.Error.UnknownMethod", member)
         }
@@ -252,18 +289,27 @@ final class CollectionInterface: BusInterface {
 
     func get(_ property: String, path: String, into r: BusMessage) throws {
         let s = service
+        guard let c = s.collection(at: path).flatMap(s.registry.collection) else { throw SecretError.noSuchObject(path) }
         switch property {
-        case "Items": try r.append(objectPaths: try mapped { try s.owner.allItems() }.map(s.path(of:)))
-        case "Label": try r.append(s.collectionLabel)
+        case "Items": try r.append(objectPaths: try s.search([:], in: c.id).map(\.path))
+        case "Label": try r.append(c.label)
         case "Locked": try r.append(s.keychainLocked)
-        case "Created", "Modified": try r.append(UInt64(0))
+        case "Created": try r.append(c.created)
+        case "Modified": try r.append(c.modified)
         default: throw BusError("org.freedesktop.DBus.Error.UnknownProperty", property)
         }
     }
 
     func set(_ property: String, path: String, from value: BusMessage) throws {
         guard property == "Label" else { throw BusError("org.freedesktop.DBus.Error.PropertyReadOnly", property) }
-        service.collectionLabel = try value.readString()
+        let label = try value.readString()
+        guard let id = service.collection(at: path) else { throw SecretError.noSuchObject(path) }
+        var registry = service.registry
+        guard let i = registry.collections.firstIndex(where: { $0.id == id }) else { throw SecretError.noSuchObject(path) }
+        registry.collections[i].label = label
+        registry.collections[i].modified = UInt64(max(0, Date().timeIntervalSince1970))
+        try service.save(registry)
+        service.emitCollectionChanged(id)
     }
 }
 
@@ -284,19 +330,21 @@ final class ItemInterface: BusInterface {
         .property("Modified", "t"),
     ]
 
-    func exists(_ path: String) -> Bool { (try? service.item(at: path)) != nil }
+    func exists(_ path: String) -> Bool { service.object(at: path) != nil }
 
     func call(_ member: String, path: String, message m: BusMessage, reply r: BusMessage) throws {
         let s = service
+        let object = try s.object(path)
         let item = try s.item(at: path)
         switch member {
         // Per-program access: decided (and, when a prompt is configured, asked) before each
         // of these, the answer sent when the user has answered (`whenAllowed`).
         case "Delete":
-            try s.whenAllowed(m, reply: r, item, .delete) { r in
-                try mapped { try s.owner.delete(item) }
-                try r.append(objectPath: "/")
-            }
+            let owner = s.owner
+            try s.answerLater(m, deciding: [item], .delete, { refusal in
+                if let refused = refusal(item) { throw refused }
+                try owner.delete(item)
+            }, reply: { r, _ in try r.append(objectPath: "/") })
         case "GetSecret":
             let session = try m.readObjectPath()
             let transfer = try s.session(session, client: m.sender).transfer
@@ -312,15 +360,15 @@ final class ItemInterface: BusInterface {
             let plain = try transfer.decode(parameters: given.parameters, value: given.value)
             guard plain.count <= maxSecretBytes else { throw BusError.limitsExceeded("a secret over \(maxSecretBytes) bytes") }
             guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
-            try s.whenAllowed(m, reply: r, item, .write) { _ in
-                let attributes = s.attributes(of: item)
-                let contentType = given.contentType.isEmpty ? SecretItemMapping.defaultContentType : given.contentType
-                _ = try mapped {
-                    try s.owner.replaceSecret(of: item, secret: plain) { old in
-                        SecretItemMapping.extras(attributes: attributes, contentType: contentType, keeping: old)
-                    }
+            let attributes = s.attributes(of: item)
+            let contentType = given.contentType.isEmpty ? SecretItemMapping.defaultContentType : given.contentType
+            let owner = s.owner, collection = object.collection
+            try s.answerLater(m, deciding: [item], .write, { refusal in
+                if let refused = refusal(item) { throw refused }
+                _ = try owner.replaceSecret(of: item, secret: plain) { old in
+                    SecretItemMapping.extras(attributes: attributes, contentType: contentType, collection: collection, keeping: old)
                 }
-            }
+            }, reply: { _, _ in })
         default:
             throw BusError("org.freedesktop.DBus.Error.UnknownMethod", member)
         }
@@ -328,19 +376,21 @@ final class ItemInterface: BusInterface {
 
     func get(_ property: String, path: String, into r: BusMessage) throws {
         let s = service
-        let item = try s.item(at: path)
+        let o = try s.object(path)
+        let attributes = o.item?.record.attributes
         switch property {
-        case "Locked": try r.append(s.isLocked(item))
-        case "Attributes": try r.append(dictionary: s.attributes(of: item))
-        case "Label": try r.append(item.record.attributes.label ?? "")
-        case "Created": try r.append(UInt64(max(0, item.record.attributes.created.timeIntervalSince1970)))
-        case "Modified": try r.append(UInt64(max(0, item.record.attributes.modified.timeIntervalSince1970)))
+        case "Locked": try r.append(s.isLocked(o))
+        case "Attributes": try r.append(dictionary: s.attributes(of: o))
+        case "Label": try r.append(attributes?.label ?? "")
+        case "Created": try r.append(UInt64(max(0, attributes?.created.timeIntervalSince1970 ?? 0)))
+        case "Modified": try r.append(UInt64(max(0, attributes?.modified.timeIntervalSince1970 ?? 0)))
         default: throw BusError("org.freedesktop.DBus.Error.UnknownProperty", property)
         }
     }
 
     func set(_ property: String, path: String, from value: BusMessage) throws {
         let s = service
+        let object = try s.object(path)
         let item = try s.item(at: path)
         guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
         // Per-program access: changing a guarded item's label or attributes is decided like
@@ -358,7 +408,7 @@ final class ItemInterface: BusInterface {
             let renamed = SecretItemMapping.attributes(of: item.key, stored: attributes) == attributes ? nil : key
             _ = try mapped {
                 try s.owner.rename(item, to: renamed) { old in
-                    SecretItemMapping.extras(attributes: attributes, contentType: contentType, keeping: old)
+                    SecretItemMapping.extras(attributes: attributes, contentType: contentType, collection: object.collection, keeping: old)
                 }
             }
         default:

@@ -19,12 +19,12 @@ import KeychainStore
 /// or the CLI has its natural attributes: `service`, `account` and `username`; or `server`,
 /// `account`, `user`, `protocol`, `port`, `path` and `object`, with git's schema.
 package enum SecretItemMapping {
-    package static let schemaAttribute = "xdg:schema"
-    package static let gitSchema = "org.git.Password"
+    package static let schemaAttribute = SecretAttributes.schemaAttribute
+    package static let gitSchema = SecretAttributes.gitSchema
     /// libsecret's compatibility schema for network passwords, which git's libsecret helper used
     /// before 2.45 (Debian 12's git 2.39): the same attributes as git's own, save `domain` and
     /// `authtype`. An internet item made elsewhere answers to either.
-    package static let networkSchema = "org.gnome.keyring.NetworkPassword"
+    package static let networkSchema = SecretAttributes.networkSchema
     static let internetSchemas: Set<String> = [gitSchema, networkSchema]
     package static let genericSchema = "org.freedesktop.Secret.Generic"
     package static let defaultContentType = "text/plain"
@@ -71,77 +71,28 @@ package enum SecretItemMapping {
     }
 
     /// The item's attributes: the map it was given, its name fields following its key; or, for
-    /// an item made elsewhere, its natural attributes.
+    /// an item made elsewhere, its natural attributes (the store's rule, which it indexes).
     package static func attributes(of key: ItemKey, stored: [String: String]?) -> [String: String] {
-        guard var a = stored else { return natural(key) }
-        switch key {
-        case .generic(let g):
-            if a["service"] != nil { a["service"] = g.service }
-            for name in ["username", "account", "user"] where a[name] != nil { a[name] = g.account }
-        case .internet(let i):
-            // The name fields follow the key; the schema stays as the client gave it.
-            for (name, value) in natural(key) where a[name] != nil && name != schemaAttribute { a[name] = value }
-            a["server"] = i.server
-        }
-        return a
+        SecretAttributes.of(key, stored: stored)
     }
 
-    package static func natural(_ key: ItemKey) -> [String: String] {
-        switch key {
-        case .generic(let g):
-            return ["service": g.service, "account": g.account, "username": g.account]
-        case .internet(let i):
-            var a = ["server": i.server, "account": i.account, "user": i.account, "protocol": i.protocol.name,
-                     "port": String(i.port), schemaAttribute: gitSchema]
-            if !i.path.isEmpty {
-                a["path"] = i.path
-                a["object"] = i.path
-            }
-            return a
-        }
-    }
-
-    /// The attributes that follow an item's name (`attributes(of:stored:)`): the store's
-    /// index of pairs holds them as they were given, so a search does not look them up there.
-    package static let nameFields: Set<String> = ["service", "username", "account", "user", "server", "protocol", "port",
-                                                  "object", "path"]
-
-    /// The pairs of a search that the store's blind index of pairs answers: not the name
-    /// fields, nor git's schema, which every internet item has without a sealed map.
-    package static func indexed(_ q: [String: String]) -> [String: String] {
-        q.filter { !nameFields.contains($0.key) && !($0.key == schemaAttribute && internetSchemas.contains($0.value)) }
-    }
-
-    /// Whether an item with these attributes answers a search: every pair matches, and an
-    /// internet item made elsewhere (`natural`) answers to either network schema.
-    package static func matches(_ a: [String: String], _ q: [String: String], natural: Bool) -> Bool {
-        q.allSatisfy { name, value in
-            a[name] == value || natural && name == schemaAttribute && a[name] == gitSchema && value == networkSchema
-        }
-    }
-
-    /// Where a search need look: the one group its map names, or nil for every item.
-    package static func candidates(for q: [String: String]) -> ItemQuery? {
-        let internet = q[schemaAttribute].map(internetSchemas.contains) == true
-        if internet, let server = q["server"] { return ItemQuery(kind: .internet, server: server) }
-        if !internet, let service = q["service"] { return ItemQuery(kind: .generic, service: service) }
-        return nil
-    }
+    package static func natural(_ key: ItemKey) -> [String: String] { SecretAttributes.natural(key) }
 
     // MARK: the sealed part (the item's extras)
 
-    /// The map and content type kept in an item's extras (`SecretAttributeLines`); nil where
-    /// none was kept. Other lines (git's, which may hold a refresh token) are not copied out
-    /// of locked memory.
-    package static func decode(extras: SecureBytes?) -> (attributes: [String: String]?, contentType: String?) {
-        guard let extras else { return (nil, nil) }
+    /// The map, content type and collection kept in an item's extras (`SecretAttributeLines`);
+    /// nil where none was kept. Other lines (git's, which may hold a refresh token) are not
+    /// copied out of locked memory.
+    package static func decode(extras: SecureBytes?) -> (attributes: [String: String]?, contentType: String?, collection: String?) {
+        guard let extras else { return (nil, nil, nil) }
         return extras.withUnsafeBytes { SecretAttributeLines.parse($0) }
     }
 
-    /// Extras holding `attributes` and `contentType`, with the lines of `keeping` that are not
+    /// Extras holding `attributes`, `contentType` and `collection`, with the lines of `keeping` that are not
     /// ours (git's) kept as they were.
-    package static func extras(attributes: [String: String], contentType: String, keeping old: SecureBytes?) -> SecureBytes {
-        let ours = SecretAttributeLines.encode(attributes, contentType: contentType)
+    package static func extras(attributes: [String: String], contentType: String, collection: String? = nil,
+                               keeping old: SecureBytes?) -> SecureBytes {
+        let ours = SecretAttributeLines.encode(attributes, contentType: contentType, collection: collection)
         guard let old else { return SecureBytes(copying: ours) }
         return old.withUnsafeBytes { b in
             let kept = b.split(separator: 0x0A).filter { !SecretAttributeLines.isOurs($0) }

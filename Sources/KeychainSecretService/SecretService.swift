@@ -8,11 +8,13 @@ import Logging
 import SDBus
 
 /// The Secret Service (freedesktop.org, version 0.2) over the keychain's owner, on the session
-/// bus: one collection, `login`, which the `default` and `login` aliases name, holding every
-/// item of the keychain (SecretItemMapping says how an item and its attributes meet).
+/// bus: the collections of `SecretCollections` (`login`, which the `default` alias names unless
+/// set otherwise, holds every item not put in another), their items named by row id
+/// (SecretItemMapping says how an item and its attributes meet). Which items a search or a
+/// collection holds comes from the store's blind index, so locked items are listed too.
 ///
 /// Everything here runs on the bus's one thread (`BusConnection`): sessions, prompts and
-/// aliases need no lock. Changes made elsewhere (the tree, the CLI) reach it as `ItemChange`s
+/// collections need no lock. Changes made elsewhere (the tree, the CLI) reach it as `ItemChange`s
 /// posted to that thread, where they become signals.
 package final class SecretService: @unchecked Sendable {
     package static let busName = "org.freedesktop.secrets"
@@ -21,8 +23,7 @@ package final class SecretService: @unchecked Sendable {
     static let aliasPrefix = root + "/aliases"
     static let sessionPrefix = root + "/session"
     static let promptPrefix = root + "/prompt"
-    static let collectionName = "login"
-    static var collectionPath: String { collectionPrefix + "/" + collectionName }
+    static func collectionPath(_ id: String) -> String { collectionPrefix + "/" + id }
 
     /// Bounds on what one client may hold or send.
     package struct Limits: Sendable {
@@ -58,13 +59,24 @@ package final class SecretService: @unchecked Sendable {
     var prompts: [String: Prompt] = [:]
     private var nextPrompt = 1
 
-    /// Alias → collection name. Kept for the daemon's life.
-    var aliases = ["default": SecretService.collectionName, "login": SecretService.collectionName]
-    var collectionLabel = "Login"
+    /// The collections and aliases as stored; nil until the store could be read (its index
+    /// key opens with the device key, or the passphrase where that is missing).
+    private var stored: SecretCollections?
+    var registry: SecretCollections {
+        if stored == nil { stored = try? owner.sealedRecord(named: SecretCollections.recordName).map(SecretCollections.init(decoding:)) ?? SecretCollections() }
+        return stored ?? SecretCollections()
+    }
 
-    /// The ids the bus has named by key, so that an item removed through the tree is still
-    /// signalled by its path.
-    var knownIDs: [ItemKey: Int64] = [:]
+    /// Stores a changed registry; it counts only once stored.
+    func save(_ new: SecretCollections) throws {
+        try mapped { try owner.setSealedRecord(named: SecretCollections.recordName, to: new.encoded()) }
+        stored = new
+    }
+
+    /// The paths of the items whose names the bus has read, by key, so that an item removed
+    /// through the tree is still signalled by its path (one only listed is signalled by
+    /// `CollectionChanged`: naming every listed item would decrypt every name).
+    var knownPaths: [ItemKey: String] = [:]
 
     private init(owner: ServedKeychain, bus: BusConnection, limits: Limits, pinentry: PinentryPassphrase?) {
         self.owner = owner
@@ -108,6 +120,8 @@ package final class SecretService: @unchecked Sendable {
             } ?? "another program"
             throw NameTaken(owner: who)
         }
+        // Rows written before every row was indexed (a single read once none is left).
+        do { try owner.completeAttributeIndex() } catch { service.log.warning("indexing attributes: \(error)") }
         owner.addObserver(ChangeForwarder(service: service))
         let thread = Thread { bus.run() }
         thread.name = "secret-service"
@@ -120,17 +134,48 @@ package final class SecretService: @unchecked Sendable {
 
     // MARK: paths
 
+    /// An item as the bus sees it: its row, collection and class, readable now or not, and the
+    /// item itself when its name can be read.
+    /// The item is read (its name decrypted) only when asked for: a listing or a search of
+    /// thousands names them by path and class alone.
+    final class Object {
+        let id: Int64
+        let collection: String
+        let accessible: AccessibilityClass
+        private unowned let service: SecretService
+        init(id: Int64, collection: String, accessible: AccessibilityClass, service: SecretService) {
+            self.id = id; self.collection = collection; self.accessible = accessible; self.service = service
+        }
+        var path: String { SecretService.collectionPath(collection) + "/" + String(id) }
+        lazy var item: KeychainItem? = {
+            let item = try? service.owner.item(id: id)
+            if let item { service.knownPaths[item.key] = path }
+            return item
+        }()
+    }
+
     func path(of item: KeychainItem) -> String {
-        knownIDs[item.key] = item.id
-        return Self.collectionPath + "/" + String(item.id)
+        let path = Self.collectionPath(collectionOf(item.id)) + "/" + String(item.id)
+        knownPaths[item.key] = path
+        return path
+    }
+
+    /// The collection that holds row `id`: the one whose tag it has, else `login`.
+    func collectionOf(_ id: Int64) -> String {
+        let ids = registry.ids
+        return ids.first { c in c != SecretCollections.login && (try? owner.item(id, isIn: c, others: ids)) == true }
+            ?? SecretCollections.login
     }
 
     /// The collection a path names (directly or through an alias), or nil.
     func collection(at path: String) -> String? {
-        if path == Self.collectionPath { return Self.collectionName }
+        if path.hasPrefix(Self.collectionPrefix + "/") {
+            let id = String(path.dropFirst(Self.collectionPrefix.count + 1))
+            return registry.collection(id)?.id
+        }
         if path.hasPrefix(Self.aliasPrefix + "/") {
             let alias = String(path.dropFirst(Self.aliasPrefix.count + 1))
-            return aliases[alias]
+            return registry.aliases[alias]
         }
         return nil
     }
@@ -140,30 +185,48 @@ package final class SecretService: @unchecked Sendable {
         if path == Self.root || Self.root.hasPrefix(path == "/" ? "/" : path + "/") { return true }
         if [Self.collectionPrefix, Self.aliasPrefix, Self.sessionPrefix, Self.promptPrefix].contains(path) { return true }
         if collection(at: path) != nil || sessions[path] != nil || prompts[path] != nil { return true }
-        return itemID(at: path).map { id in (try? owner.item(id: id)) != nil } ?? false
+        return object(at: path) != nil
     }
 
-    /// The item id a path names, by its form alone.
-    func itemID(at path: String) -> Int64? {
-        let prefix = Self.collectionPath + "/"
-        guard path.hasPrefix(prefix), let id = Int64(path.dropFirst(prefix.count)), id > 0 else { return nil }
-        return id
+    /// The row a path names: `COLLECTION/ID`, the row in that collection, readable now or not.
+    func object(at path: String) -> Object? {
+        guard path.hasPrefix(Self.collectionPrefix + "/") else { return nil }
+        let parts = path.dropFirst(Self.collectionPrefix.count + 1).split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, let id = Int64(parts[1]), id > 0, let c = registry.collection(String(parts[0])) else { return nil }
+        return object(id: id, in: c.id)
     }
 
-    /// The item at `path`; NoSuchObject when there is none (or its name cannot be read now).
+    func object(id: Int64, in collection: String) -> Object? {
+        guard let accessible = try? owner.itemClass(id: id),
+              (try? owner.item(id, isIn: collection, others: registry.ids)) == true else { return nil }
+        return Object(id: id, collection: collection, accessible: accessible, service: self)
+    }
+
+    /// The object at `path`; NoSuchObject when there is none.
+    func object(_ path: String) throws -> Object {
+        guard let o = object(at: path) else { throw SecretError.noSuchObject(path) }
+        return o
+    }
+
+    /// The item at `path`, readable: IsLocked when its name cannot be read now.
     func item(at path: String) throws -> KeychainItem {
-        guard let id = itemID(at: path), let item = try mapped({ try owner.item(id: id) }) else {
-            throw SecretError.noSuchObject(path)
-        }
-        knownIDs[item.key] = item.id
+        guard let item = try object(path).item else { throw SecretError.isLocked("the item") }
         return item
     }
 
     // MARK: what an item shows
 
+    /// Its attributes; empty while they cannot be read (the map of an item made over D-Bus is
+    /// sealed under its class, the natural attributes of any other follow its name).
+    func attributes(of o: Object) -> [String: String] {
+        guard let item = o.item else { return [:] }
+        if item.sealed.extras == nil { return SecretItemMapping.attributes(of: item.key, stored: nil) }
+        guard !isLocked(o) else { return [:] }
+        return attributes(of: item)
+    }
+
     func attributes(of item: KeychainItem) -> [String: String] {
-        let stored = isLocked(item) ? nil : SecretItemMapping.decode(extras: try? owner.extras(of: item)).attributes
-        return SecretItemMapping.attributes(of: item.key, stored: stored)
+        SecretItemMapping.attributes(of: item.key, stored: SecretItemMapping.decode(extras: try? owner.extras(of: item)).attributes)
     }
 
     func contentType(of item: KeychainItem) -> String {
@@ -172,32 +235,55 @@ package final class SecretService: @unchecked Sendable {
     }
 
     func isLocked(_ item: KeychainItem) -> Bool { !owner.isAvailable(item.accessible) }
+    func isLocked(_ o: Object) -> Bool { !owner.isAvailable(o.accessible) }
 
     var keychainLocked: Bool { owner.lockState != .unlocked }
 
     // MARK: search
 
-    /// Every item whose attributes include all of `query`'s. It reads the one group the query
-    /// names; else the items the store's blind index of pairs finds for every pair it can
-    /// answer; else (a query of name fields only, or none) every readable item.
-    func search(_ query: [String: String]) throws -> [KeychainItem] {
-        let candidates = try mapped { () throws -> [KeychainItem] in
-            if let q = SecretItemMapping.candidates(for: query) { return try owner.items(matching: q) }
-            let indexed = SecretItemMapping.indexed(query)
-            guard !indexed.isEmpty else { return try owner.allItems() }
-            var ids: Set<Int64>?
-            for (name, value) in indexed.sorted(by: { $0.key < $1.key }) {
-                let found = Set(try owner.itemIDs(withAttribute: name, value: value))
-                ids = ids.map { $0.intersection(found) } ?? found
-                if ids!.isEmpty { break }
+    /// Every item of `collection` (nil: of every collection) whose attributes include all of
+    /// `query`'s, locked or not: the store's blind index answers, in O(matching items), without
+    /// reading a name.
+    func search(_ query: [String: String], in collection: String? = nil) throws -> [Object] {
+        let ids = registry.ids
+        var out: [Object] = []
+        for c in collection.map({ [$0] }) ?? ids {
+            let found = try mapped { try owner.itemIDs(matching: query, collection: c, others: ids) }
+            guard out.count + found.count <= limits.objectsPerCall else { throw BusError.limitsExceeded("over \(limits.objectsPerCall) items match") }
+            let classes = try mapped { try owner.itemClasses(found) }
+            for id in found {
+                guard let accessible = classes[id] else { continue }
+                out.append(Object(id: id, collection: c, accessible: accessible, service: self))
             }
-            return try (ids ?? []).sorted().compactMap { try owner.item(id: $0) }
         }
-        return candidates.filter { item in
-            let stored = isLocked(item) ? nil : SecretItemMapping.decode(extras: try? owner.extras(of: item)).attributes
-            let a = SecretItemMapping.attributes(of: item.key, stored: stored)
-            return SecretItemMapping.matches(a, query, natural: stored == nil)
+        return out
+    }
+
+    // MARK: answering later
+
+    /// Durable writes (a commit and its `fdatasync`, a 16 MiB seal) run in turn on a queue of
+    /// their own, so the bus thread goes on serving every other client; the answer is sent from
+    /// the bus thread once the write is done (`DeferredReply`). What the call needs of this
+    /// service's state (sessions, collections) is read before, on the bus thread.
+    private let writes = DispatchQueue(label: "keychainfs.secret-service.writes")
+
+    /// Decides per-program access to `items` for the sender of `m` (asking the user on a thread
+    /// of its own when a prompt is configured: `decide`), then runs `work` on the writes' queue,
+    /// given each item's refusal (nil: allowed), and answers with `reply` on the bus thread.
+    func answerLater<T>(_ m: BusMessage, deciding items: [KeychainItem], _ operation: AccessOperation,
+                        _ work: @escaping (_ refusal: (KeychainItem) -> BusError?) throws -> T,
+                        reply: @escaping (BusMessage, T) throws -> Void) throws {
+        let pending = DeferredReply(m)
+        let job = UncheckedBox((work, reply))
+        let writes = self.writes, bus = self.bus
+        @Sendable func write(_ refused: [Int64: BusError]) {
+            writes.async {
+                let result = UncheckedBox(Result { try mapped { try job.value.0 { refused[$0.id] } } })
+                bus.answer(pending) { r in try job.value.1(r, result.value.get()) }
+            }
         }
+        if let refused = decide(m, items, operation, later: write) { write(refused) }
+        throw BusReplyDeferred()
     }
 
     // MARK: sessions
@@ -310,36 +396,47 @@ package final class SecretService: @unchecked Sendable {
                 let isNew = { if case .added = change { return true } else { return false } }()
                 emitItem(isNew ? "ItemCreated" : "ItemChanged", path(of: item))
             case .moved(let from, let to):
-                knownIDs[from] = nil
+                knownPaths[from] = nil
                 guard let item = try? owner.items(matching: .exactly(to)).first else { continue }
                 emitItem("ItemChanged", path(of: item))
             case .removed(let key):
-                guard let id = knownIDs.removeValue(forKey: key) else {
+                guard let path = knownPaths.removeValue(forKey: key) else {
                     // Never named on the bus: no client holds its path.
-                    emitCollectionChanged()
+                    emitCollectionChanged(SecretCollections.login)
                     continue
                 }
-                emitItem("ItemDeleted", Self.collectionPath + "/" + String(id))
+                emitItem("ItemDeleted", path)
             case .lockStateChanged:
-                bus.emitPropertiesChanged(path: Self.collectionPath, interface: CollectionInterface.interface, ["Locked"])
-                emitCollectionChanged()
+                for c in registry.ids {
+                    bus.emitPropertiesChanged(path: Self.collectionPath(c), interface: CollectionInterface.interface, ["Locked"])
+                    emitCollectionChanged(c)
+                }
             }
         }
     }
 
+    /// `ItemCreated`, `ItemChanged` or `ItemDeleted` on the item's collection.
     private func emitItem(_ member: String, _ path: String) {
-        bus.emit(path: Self.collectionPath, interface: CollectionInterface.interface, member: member) { try $0.append(objectPath: path) }
-        if member != "ItemDeleted" {
-            bus.emitPropertiesChanged(path: Self.collectionPath, interface: CollectionInterface.interface, ["Items"])
-        }
-        emitCollectionChanged()
+        let collection = String(path.dropFirst(Self.collectionPrefix.count + 1).prefix { $0 != "/" })
+        let at = Self.collectionPath(collection)
+        bus.emit(path: at, interface: CollectionInterface.interface, member: member) { try $0.append(objectPath: path) }
+        bus.emitPropertiesChanged(path: at, interface: CollectionInterface.interface, ["Items"])
+        emitCollectionChanged(collection)
     }
 
-    private func emitCollectionChanged() {
-        bus.emit(path: Self.root, interface: ServiceInterface.interface, member: "CollectionChanged") {
-            try $0.append(objectPath: Self.collectionPath)
+    func emitCollectionChanged(_ id: String) { emitService("CollectionChanged", id) }
+
+    func emitService(_ member: String, _ id: String) {
+        bus.emit(path: Self.root, interface: ServiceInterface.interface, member: member) {
+            try $0.append(objectPath: Self.collectionPath(id))
         }
     }
+}
+
+/// Carries a value between the bus thread and the writes' queue, which hand it over in turn.
+struct UncheckedBox<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
 }
 
 /// Hands the owner's changes to the bus's thread.

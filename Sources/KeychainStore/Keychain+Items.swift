@@ -194,7 +194,7 @@ extension Keychain {
         }
         sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"))
         if let extras, extras.count > 0 { sealed.extras = try AESGCM.seal(extras, key: itemKey, aad: sealed.aad("extras")) }
-        sealed.attributeTags = try attributeTags(extras)
+        sealed.attributeTags = try attributeTags(record.key, extras)
         return sealed
     }
 

@@ -63,6 +63,8 @@ struct StoreDatabase {
         m.registerMigration("secret-attributes") { db in try db.execute(sql: Keychain.attributeIndexSchema) }
         // The default access lists of directories (Keychain+DirectoryAccess.swift).
         m.registerMigration("directory-access") { db in try db.execute(sql: Keychain.directoryAccessSchema) }
+        // Every row's attributes, name fields included, from here on; earlier rows later.
+        m.registerMigration("secret-attributes-2") { db in try db.execute(sql: Keychain.attributeIndexFrom) }
         return m
     }
 

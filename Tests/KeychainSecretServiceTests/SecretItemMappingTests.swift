@@ -43,6 +43,11 @@ struct SecretItemMappingTests {
         let renamed = ItemKey.generic(try GenericPasswordKey(service: "new", account: "bea"))
         let a = SecretItemMapping.attributes(of: renamed, stored: ["service": "old", "username": "ann", "app": "x"])
         #expect(a == ["service": "new", "username": "bea", "app": "x"])
+        // A name made distinct (`ann (2)`) keeps the account its client gave.
+        let distinct = ItemKey.generic(try GenericPasswordKey(service: "old", account: "ann (2)"))
+        #expect(SecretItemMapping.attributes(of: distinct, stored: ["service": "old", "username": "ann"])["username"] == "ann")
+        let other = ItemKey.generic(try GenericPasswordKey(service: "old", account: "ann (x)"))
+        #expect(SecretItemMapping.attributes(of: other, stored: ["service": "old", "username": "ann"])["username"] == "ann (x)")
     }
 
     @Test func aStoredSchemaIsKept() throws {
@@ -50,17 +55,13 @@ struct SecretItemMappingTests {
         let a = SecretItemMapping.attributes(of: i, stored: ["xdg:schema": "org.gnome.keyring.NetworkPassword", "user": "old",
                                                               "server": "h", "protocol": "https"])
         #expect(a == ["xdg:schema": "org.gnome.keyring.NetworkPassword", "user": "u", "server": "h", "protocol": "https"])
-        // A natural internet item answers to git's schema and to libsecret's network schema.
-        let natural = SecretItemMapping.attributes(of: i, stored: nil)
-        #expect(SecretItemMapping.matches(natural, ["xdg:schema": "org.gnome.keyring.NetworkPassword", "server": "h"], natural: true))
-        #expect(!SecretItemMapping.matches(natural, ["xdg:schema": "org.example.Other"], natural: true))
     }
 
     @Test func extrasRoundTripAndKeepGitsLines() {
         let git = SecureBytes(copying: Array("password_expiry_utc=123\noauth_refresh_token=tok\n".utf8))
         let map = ["we=ird": "new\nline%", "ключ": "значение", "": "empty name"]
         let extras = SecretItemMapping.extras(attributes: map, contentType: "text/plain; x=y", keeping: git)
-        let (decoded, type) = SecretItemMapping.decode(extras: extras)
+        let (decoded, type, _) = SecretItemMapping.decode(extras: extras)
         #expect(decoded == map)
         #expect(type == "text/plain; x=y")
         let text = String(decoding: extras.unprotectedArray, as: UTF8.self)
@@ -70,13 +71,6 @@ struct SecretItemMappingTests {
         #expect(SecretItemMapping.decode(extras: again).attributes == ["a": "b"])
         #expect(String(decoding: again.unprotectedArray, as: UTF8.self).hasPrefix("password_expiry_utc=123\n"))
         #expect(SecretItemMapping.decode(extras: git).attributes == nil)
-    }
-
-    @Test func searchesNamingAGroupReadOnlyIt() {
-        #expect(SecretItemMapping.candidates(for: ["service": "s"]) == ItemQuery(kind: .generic, service: "s"))
-        #expect(SecretItemMapping.candidates(for: ["xdg:schema": "org.git.Password", "server": "h"])
-            == ItemQuery(kind: .internet, server: "h"))
-        #expect(SecretItemMapping.candidates(for: ["foo": "bar"]) == nil)
     }
 }
 
@@ -119,5 +113,21 @@ struct SecretTransferTests {
         for bad in [[0], [1], pMinus1, p, [UInt8](repeating: 0xFF, count: 129), []] as [[UInt8]] {
             #expect(throws: (any Error).self) { try SecretTransfer.negotiate(clientPublic: bad) }
         }
+    }
+}
+
+struct SecretCollectionsTests {
+    @Test func theRecordRoundTripsAndAlwaysHasLogin() {
+        var r = SecretCollections()
+        let id = r.newID(for: "Work Stuff!")
+        #expect(id == "work_stuff_")
+        r.collections.append(.init(id: id, label: "Work\tStuff\n=%", created: 1, modified: 2))
+        r.aliases["a\tb"] = id
+        #expect(SecretCollections(decoding: r.encoded()) == r)
+        #expect(r.newID(for: "work stuff!") == "work_stuff_2")
+        #expect(r.newID(for: "") == "collection")
+        // A damaged or foreign record still has login, and no alias to a missing collection.
+        let junk = SecretCollections(decoding: SecureBytes(copying: Array("x\na=dangling\tnowhere\nc=bad\n".utf8)))
+        #expect(junk.ids == ["login"] && junk.aliases.isEmpty)
     }
 }

@@ -66,4 +66,121 @@ final class AttributeIndexTests: XCTestCase {
         XCTAssertEqual(parsed.attributes, map)
         XCTAssertEqual(parsed.contentType, "a/b")
     }
+
+    /// Every row is indexed under its attributes, name fields included, whoever made it: a
+    /// search by name fields alone is an index search, and follows a rename.
+    func testNameFieldsAndNaturalAttributesAreIndexed() throws {
+        let k = try store.create()
+        let tree = try add(k, genericKey("mail", "alice"), "1")
+        let web = try add(k, internetKey("example.org", port: 8443, account: "alice"), "2")
+        let dbus = try k.add(ItemRecord(key: try genericKey("app", "ann"), attributes: ItemAttributes()), secret: secure("s"),
+                             extras: extras(["service": "app", "username": "ann", "kind": "token"]))
+        XCTAssertEqual(try k.itemIDs(matching: ["username": "alice"], collection: nil), [tree.id])
+        XCTAssertEqual(try k.itemIDs(matching: ["user": "alice"], collection: nil), [web.id])
+        XCTAssertEqual(try k.itemIDs(matching: ["account": "alice"], collection: nil), [tree.id, web.id])
+        XCTAssertEqual(try k.itemIDs(matching: ["server": "example.org", "port": "8443", "xdg:schema": "org.git.Password"],
+                                     collection: nil), [web.id])
+        XCTAssertEqual(try k.itemIDs(matching: ["xdg:schema": "org.gnome.keyring.NetworkPassword"], collection: nil), [web.id])
+        XCTAssertEqual(try k.itemIDs(matching: ["service": "app", "username": "ann"], collection: nil), [dbus.id])
+        // The D-Bus item has exactly its map: no natural `account` it was not given.
+        XCTAssertEqual(try k.itemIDs(matching: ["account": "ann"], collection: nil), [])
+        XCTAssertEqual(try k.itemIDs(matching: [:], collection: nil), [tree.id, web.id, dbus.id])
+
+        // A rename moves the name fields' pairs.
+        let moved = try k.update(dbus, to: ItemRecord(key: try genericKey("app", "bea"), attributes: dbus.record.attributes))
+        XCTAssertEqual(try k.itemIDs(matching: ["username": "ann"], collection: nil), [])
+        XCTAssertEqual(try k.itemIDs(matching: ["username": "bea", "kind": "token"], collection: nil), [moved.id])
+    }
+
+    /// Locked, and before first unlock, a search still finds every match (from the index alone).
+    func testSearchAnswersInEveryLockState() throws {
+        let k = try store.create()
+        let a = try add(k, genericKey("mail", "alice"), "1")
+        let b = try add(k, genericKey("mail", "bob"), "2", class: .always)
+        k.lock()
+        XCTAssertEqual(try k.itemIDs(matching: ["service": "mail"], collection: nil), [a.id, b.id])
+        let boot = try store.open()
+        XCTAssertEqual(boot.state, .beforeFirstUnlock)
+        XCTAssertEqual(try boot.itemIDs(matching: ["service": "mail"], collection: nil), [a.id, b.id])
+        XCTAssertEqual(try boot.itemClass(id: a.id), .whenUnlocked)
+        XCTAssertNil(try boot.item(id: a.id), "its name stays sealed")
+    }
+
+    /// Collections: an item is in the one its extras name (none: the default), found by tag.
+    func testCollections() throws {
+        let k = try store.create()
+        let login = try add(k, genericKey("mail", "alice"), "1")
+        let work = try k.add(ItemRecord(key: try genericKey("mail", "work"), attributes: ItemAttributes()), secret: secure("s"),
+                             extras: SecureBytes(copying: SecretAttributeLines.encode(["service": "mail", "username": "work"],
+                                                                                     contentType: "text/plain", collection: "work")))
+        let all = ["login", "work"]
+        XCTAssertEqual(try k.itemIDs(matching: ["service": "mail"], collection: "work", others: all), [work.id])
+        XCTAssertEqual(try k.itemIDs(matching: ["service": "mail"], collection: "login", others: all), [login.id])
+        XCTAssertEqual(try k.itemIDs(matching: [:], collection: "work", others: all), [work.id])
+        XCTAssertTrue(try k.item(work.id, isIn: "work", others: all))
+        XCTAssertFalse(try k.item(work.id, isIn: "login", others: all))
+        XCTAssertTrue(try k.item(login.id, isIn: "login", others: all))
+    }
+
+    /// Every statement of a search is a search of the index's primary key: no pass over a
+    /// table, no sort, so a search costs the same in a store of any size.
+    func testSearchStatementsSearchTheIndex() throws {
+        _ = try store.create()
+        for sql in [AttributeQuery.seek, AttributeQuery.probe, AttributeQuery.range] {
+            let plan = try store.sql("EXPLAIN QUERY PLAN " + sql.replacingOccurrences(of: "?", with: "x'00'"))
+            XCTAssertTrue(plan.contains("SEARCH attribute_index USING PRIMARY KEY (tag=?"), "\(sql): \(plan)")
+            XCTAssertFalse(plan.contains("SCAN") || plan.contains("TEMP B-TREE"), "\(sql): \(plan)")
+        }
+    }
+
+    /// Among many items a search finds exactly its matches (its cost is that of the seeks
+    /// `testSearchStatementsSearchTheIndex` checks).
+    func testSearchesAmongManyItems() throws {
+        let k = try store.create()
+        var batch = ItemBatch()
+        for i in 0..<3000 {
+            batch.append(ItemRecord(key: try genericKey("svc\(i % 300)", "user\(i)"), attributes: ItemAttributes()), secret: secure("s"))
+        }
+        _ = try k.save(batch: batch, updateExisting: false)
+        XCTAssertEqual(try k.itemIDs(matching: ["username": "user1234"], collection: nil).count, 1)
+        XCTAssertEqual(try k.itemIDs(matching: ["service": "svc7", "username": "user1207"], collection: nil).count, 1)
+        XCTAssertEqual(try k.itemIDs(matching: ["service": "svc7"], collection: nil).count, 10)
+    }
+
+    /// Rows written before every row was indexed (old tags, no mark) are indexed at the next
+    /// unlock; a row not readable then waits for a later one.
+    func testOldRowsAreIndexedOnceReadable() throws {
+        let k = try store.create()
+        let a = try add(k, genericKey("mail", "alice"), "1")
+        let forget = "DELETE FROM attribute_index; DELETE FROM meta WHERE name = 'attribute_index';"
+            + "UPDATE meta SET value = CAST('\(a.id + 1)' AS BLOB) WHERE name = 'attribute_index_from';"
+        try store.sql(forget)
+        XCTAssertEqual(try k.itemIDs(matching: ["service": "mail"], collection: nil), [])
+        XCTAssertEqual(try k.completeAttributeIndex(), 0)
+        XCTAssertEqual(try k.itemIDs(matching: ["service": "mail"], collection: nil), [a.id])
+        XCTAssertEqual(try store.sql("SELECT COUNT(*) FROM meta WHERE name = 'attribute_index';")
+            .trimmingCharacters(in: .whitespacesAndNewlines), "1")
+        try store.sql(forget)
+        let boot = try store.open()
+        XCTAssertEqual(try boot.completeAttributeIndex(), 1, "its name cannot be read before first unlock")
+        let later = try store.openUnlocked()
+        XCTAssertEqual(try later.completeAttributeIndex(), 0)
+        XCTAssertEqual(try later.itemIDs(matching: ["service": "mail"], collection: nil), [a.id])
+        // A new store indexes every row as it is written: nothing is left for later.
+        XCTAssertEqual(try store.sql("SELECT CAST(value AS TEXT) FROM meta WHERE name = 'attribute_index_from';")
+            .trimmingCharacters(in: .whitespacesAndNewlines), "\(a.id + 1)")
+    }
+
+    /// The store's own records are sealed, and a changed byte fails.
+    func testSealedRecords() throws {
+        let k = try store.create()
+        XCTAssertNil(try k.sealedRecord(named: "x"))
+        try k.setSealedRecord(named: "x", to: secure("collection-label-4711"))
+        XCTAssertEqual(try k.sealedRecord(named: "x").map(text), "collection-label-4711")
+        XCTAssertEqual(try store.open().sealedRecord(named: "x").map(text), "collection-label-4711", "readable before first unlock")
+        let bytes = try XCTUnwrap(FileManager.default.contents(atPath: store.path))
+        XCTAssertNil(bytes.range(of: Data("collection-label-4711".utf8)))
+        try store.sql("UPDATE meta SET value = CAST(value || x'00' AS BLOB) WHERE name = 'sealed.x';")
+        assertKeychainError({ if case .integrityFailure = $0 { true } else { false } }, "tampered", try k.sealedRecord(named: "x"))
+    }
 }

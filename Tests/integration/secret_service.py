@@ -158,13 +158,150 @@ def aliases():
            ("work", "/org/freedesktop/secrets/collection/nope")), "org.freedesktop.Secret.Error.NoSuchObject")
     out = call(conn, SERVICE, "CreateCollection", "a{sv}s", ({}, "default"))
     check("CreateCollection with alias default gives the collection", out == (COLLECTION, "/"), out)
-    raises("CreateCollection of a second collection", lambda: call(conn, SERVICE, "CreateCollection", "a{sv}s",
-           ({"org.freedesktop.Secret.Collection.Label": ("s", "Other")}, "")), "org.freedesktop.DBus.Error.NotSupported")
+    raises("the login collection cannot be deleted", lambda: call(conn, DBusAddress(
+        COLLECTION, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Collection"), "Delete"),
+        "org.freedesktop.DBus.Error.NotSupported")
     alias_addr = DBusAddress("/org/freedesktop/secrets/aliases/default", bus_name="org.freedesktop.secrets",
                              interface="org.freedesktop.DBus.Properties")
     out = call(conn, alias_addr, "Get", "ss", ("org.freedesktop.Secret.Collection", "Label"))
     check("the alias path is the collection", out == (("s", "Login"),), out)
     conn.close()
+
+
+STATE = os.path.join(os.path.dirname(MNT), "collections.state")
+
+
+def tree_secret(*parts):
+    with open(os.path.join(MNT, *parts), "rb") as f:
+        return f.read()
+
+
+def collections():
+    """A second collection: its own label, alias and items; the same attributes in two
+    collections are two items, two files."""
+    conn = secretstorage.dbus_init()
+    work = secretstorage.create_collection(conn, "Work Stuff", alias="worktest")
+    check("CreateCollection makes a collection named after its label",
+          work.collection_path == "/org/freedesktop/secrets/collection/work_stuff", work.collection_path)
+    check("with its label", work.get_label() == "Work Stuff", work.get_label())
+    check("and its alias", secretstorage.get_collection_by_alias(conn, "worktest").collection_path == work.collection_path)
+    check("it is listed", work.collection_path in [c.collection_path for c in secretstorage.get_all_collections(conn)])
+    again = secretstorage.create_collection(conn, "Another label", alias="worktest")
+    check("CreateCollection with a taken alias gives that collection", again.collection_path == work.collection_path)
+    attrs = {"service": "colsvc", "username": "wu", "app": "collections-test-value"}
+    w = work.create_item("In work", attrs, b"work secret")
+    login = secretstorage.get_default_collection(conn)
+    l = login.create_item("In login", attrs, b"login secret", replace=True)
+    check("an item's path is under its collection", w.item_path.startswith(work.collection_path + "/"), w.item_path)
+    check("the same attributes in another collection are another item", w.item_path != l.item_path)
+    check("Collection.SearchItems looks in that collection only",
+          [i.item_path for i in work.search_items({"service": "colsvc"})] == [w.item_path])
+    check("and in login only", [i.item_path for i in login.search_items({"service": "colsvc"})] == [l.item_path])
+    check("Service.SearchItems looks in every collection",
+          sorted(i.item_path for i in secretstorage.search_items(conn, {"app": "collections-test-value"}))
+          == sorted([w.item_path, l.item_path]))
+    check("Collection.Items", [i.item_path for i in work.get_all_items()] == [w.item_path])
+    files = {n: tree_secret("colsvc", n) for n in os.listdir(os.path.join(MNT, "colsvc"))}
+    check("both are files in the tree (the later one disambiguated)",
+          sorted(files.values()) == [b"login secret", b"work secret"] and "wu" in files and "wu (2)" in files, files)
+    work.set_label("Renamed")
+    check("Label set", work.get_label() == "Renamed")
+    raw = open_dbus_connection("SESSION")
+    call(raw, SERVICE, "SetAlias", "so", ("default", work.collection_path))
+    check("SetAlias default", call(raw, SERVICE, "ReadAlias", "s", ("default",)) == (work.collection_path,))
+    check("the default alias path is that collection",
+          secretstorage.get_default_collection(conn).get_label() == "Renamed")
+    r = subprocess.run(["secret-tool", "lookup", "service", "colsvc", "username", "wu"], capture_output=True)
+    check("the same attributes in two collections: secret-tool finds one", r.stdout in (b"work secret", b"login secret"), r)
+    raw.close()
+    with open(STATE, "w") as f:
+        f.write(f"{work.collection_path}\n{w.item_path}\n{l.item_path}\n")
+    conn.close()
+
+
+def collections_after():
+    """After a remount (the keychain locked, before its first unlock): collections, labels and
+    aliases persist; items are listed, locked, at the same paths; Delete removes a collection."""
+    work_path, w_path, l_path = open(STATE).read().split()
+    conn = secretstorage.dbus_init()
+    work = secretstorage.Collection(conn, work_path)
+    check("the collection is still there", work_path in [c.collection_path for c in secretstorage.get_all_collections(conn)])
+    check("with its label", work.get_label() == "Renamed", work.get_label())
+    check("its alias persists", secretstorage.get_collection_by_alias(conn, "worktest").collection_path == work_path)
+    raw = open_dbus_connection("SESSION")
+    check("and the default alias", call(raw, SERVICE, "ReadAlias", "s", ("default",)) == (work_path,))
+    check("the collection is locked", work.is_locked())
+    items = [i.item_path for i in work.get_all_items()]
+    # (and what was stored through the default alias meanwhile)
+    check("Collection.Items lists its locked item, at the same path", w_path in items, items)
+    out = call(raw, SERVICE, "SearchItems", "a{ss}", ({"app": "collections-test-value"},))
+    check("SearchItems returns them in the locked list", out[0] == [] and sorted(out[1]) == sorted([w_path, l_path]), out)
+    out = call(raw, SERVICE, "SearchItems", "a{ss}", ({"username": "wu"},))
+    check("a search by a name field alone finds them too", sorted(out[1]) == sorted([w_path, l_path]), out)
+    check("the item says it is locked", secretstorage.Item(conn, w_path).is_locked())
+    kc("unlock", "--passphrase-file", os.environ["PASSFILE"])
+    out = call(raw, SERVICE, "SearchItems", "a{ss}", ({"app": "collections-test-value"},))
+    check("unlocked, the same paths in the unlocked list", sorted(out[0]) == sorted([w_path, l_path]) and out[1] == [], out)
+    check("and readable", secretstorage.Item(conn, w_path).get_secret() == b"work secret")
+    call(raw, SERVICE, "SetAlias", "so", ("default", COLLECTION))
+    rule = MatchRule(type="signal", interface="org.freedesktop.Secret.Service", member="CollectionDeleted")
+    call(raw, DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus"),
+         "AddMatch", "s", (rule.serialise(),))
+    work.delete()
+    deleted = None
+    deadline = time.time() + 5
+    while time.time() < deadline and deleted is None:
+        try:
+            msg = raw.receive(timeout=1)
+        except TimeoutError:
+            continue
+        if msg.header.fields.get(jeepney.HeaderFields.member) == "CollectionDeleted":
+            deleted = msg.body[0]
+    check("Collection.Delete signals CollectionDeleted", deleted == work_path, deleted)
+    check("the collection is gone", work_path not in [c.collection_path for c in secretstorage.get_all_collections(conn)])
+    check("its alias with it", call(raw, SERVICE, "ReadAlias", "s", ("worktest",)) == ("/",))
+    # The work item was made first: it had the name wu, the login item wu (2).
+    check("its items are gone from the tree", os.listdir(os.path.join(MNT, "colsvc")) == ["wu (2)"], os.listdir(os.path.join(MNT, "colsvc")))
+    check("and from the CLI", kc("find-generic-password", "-s", "colsvc", "-a", "wu").returncode == 44)
+    check("the login item stays", secretstorage.Item(conn, l_path).get_secret() == b"login secret")
+    raw.close()
+    conn.close()
+
+
+def busy():
+    """A slow write (a 16 MiB secret: its seal and durable commit) does not hold up another
+    client: the bus thread serves it while the write runs."""
+    writer = open_dbus_connection("SESSION")
+    _, session = call(writer, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+    coll = DBusAddress(COLLECTION, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Collection")
+    props = {"org.freedesktop.Secret.Item.Label": ("s", "big"),
+             "org.freedesktop.Secret.Item.Attributes": ("a{ss}", {"service": "busy", "username": "big"})}
+    big = os.urandom(16 * 1024 * 1024 - 64)
+    took = []
+
+    def write():
+        start = time.perf_counter()
+        call(writer, coll, "CreateItem", "a{sv}(oayays)b", (props, (session, b"", big, "application/octet-stream"), True))
+        took.append(time.perf_counter() - start)
+    t = threading.Thread(target=write)
+    other = open_dbus_connection("SESSION")
+    props_addr = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets",
+                             interface="org.freedesktop.DBus.Properties")
+    waits = []
+    t.start()
+    # Another client asks every 10 ms while the write goes on: blocked behind the write's seal
+    # and commit, one of its calls would wait about as long as they take.
+    while t.is_alive():
+        start = time.perf_counter()
+        call(other, props_addr, "Get", "ss", ("org.freedesktop.Secret.Service", "Collections"))
+        waits.append(time.perf_counter() - start)
+        time.sleep(0.01)
+    t.join()
+    check("another client is answered while a 16 MiB write commits", took and max(waits) < took[0] / 3,
+          f"longest wait {max(waits):.3f} s, the write {took[0] if took else None} s")
+    check("and the write is stored", tree_secret("busy", "big") == big)
+    other.close()
+    writer.close()
 
 
 def plain_session():
@@ -280,6 +417,15 @@ def lock_unlock():
     item = coll.create_item("L", {"service": "locksvc", "username": "lu"}, b"lock me")
     coll.lock()
     check("Lock locks the keychain", coll.is_locked())
+    found = secretstorage.search_items(conn, {"service": "locksvc", "username": "lu"})
+    check("a locked item is found by a search", [i.item_path for i in found] == [item.item_path])
+    check("and is locked", item.is_locked())
+    check("Collection.Items lists it", item.item_path in [i.item_path for i in coll.get_all_items()])
+    out = call(open_dbus_connection("SESSION"), SERVICE, "SearchItems", "a{ss}", ({"service": "locksvc"},))
+    check("SearchItems returns it in the locked list", out == ([], [item.item_path]), out)
+    r = subprocess.run(["secret-tool", "search", "--all", "service", "locksvc"], capture_output=True)
+    listed = f"[{item.item_path[item.item_path.rindex('/'):]}]\nlabel = L\n".encode()
+    check("secret-tool search lists it while locked", listed in r.stdout, r.stdout + r.stderr)
     r = kc("status")
     check("the CLI sees it locked", b"locked" in r.stdout, r.stdout)
     try:
@@ -421,5 +567,6 @@ def prompt():
 
 {"secretstorage": secretstorage_api, "aliases": aliases, "plain": plain_session, "signals": signals,
  "keyring": keyring_backend, "lock": lock_unlock, "concurrent": concurrent_search,
- "nopass": no_passphrase, "prompt": prompt}[STEP]()
+ "nopass": no_passphrase, "prompt": prompt, "collections": collections,
+ "collections_after": collections_after, "busy": busy}[STEP]()
 sys.exit(1 if failed else 0)

@@ -101,6 +101,17 @@ run_py signals
 run_py keyring
 run_py concurrent
 run_py lock
+run_py busy
+run_py collections
+# Sealed: no collection label or alias, and no attribute value, in the store's files.
+for f in "$KEYCHAINFS_STORE" "$KEYCHAINFS_STORE-wal"; do
+    [ -f "$f" ] || continue
+    for needle in "Work Stuff" Renamed worktest collections-test-value work_stuff; do
+        if strings "$f" | grep -q "$needle"; then fail "'$needle' in clear in $f"; else pass "'$needle' not in clear in ${f##*/}"; fi
+    done
+done
+sqlite3 "$KEYCHAINFS_STORE" "SELECT name FROM meta" >"$OUT" 2>&1
+expect_contains "$OUT" "sealed.secret-service.collections" "the collections are a sealed record in the store"
 
 # The name is never taken from its owner: a second mount with --secret-service says who has it.
 STORE2="$TEST_ROOT/second.db"
@@ -114,9 +125,15 @@ expect_contains "$ERR" "systemctl --user mask" "and says how to switch"
 expect_eq "v2" "$(printf 'v2' | secret-tool store --label=x service after username a && secret-tool lookup service after username a)" \
     "the first mount still serves"
 
-# Unlock through a configured pinentry (a scripted one).
 kc unmount "$MNT2" >/dev/null 2>&1
 kc unmount "$MNT" >/dev/null 2>&1
+
+# Collections and aliases outlive the daemon; before first unlock items are listed, locked.
+expect_exit 0 "mount --locked --secret-service" kc mount "$MNT" --locked --secret-service
+run_py collections_after
+kc unmount "$MNT" >/dev/null 2>&1
+
+# Unlock through a configured pinentry (a scripted one).
 export PINENTRY_DIR="$TEST_ROOT/pinentry"
 mkdir -p "$PINENTRY_DIR" "$XDG_CONFIG_HOME/keychainfs"
 cp "$TESTS_DIR/fake_pinentry.sh" "$PINENTRY_DIR/pinentry"
