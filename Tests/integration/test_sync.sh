@@ -59,6 +59,8 @@ expect_contains "$(kc find-generic-password --store "$T/imported.db" $P -s mail 
 
 echo "== sync init, join, now"
 expect_exit 0 "sync init" kc sync init "$FOLDER" $P $S --scrypt-log-n 10
+expect_eq "700" "$(stat -c %a "$FOLDER")" "the folder sync init makes is private (0700)"
+expect_eq "600" "$(stat -c %a "$FOLDER/sync.key")" "its key envelope is 0600"
 expect_exit 48 "sync init on a folder that has a key envelope: 48" kcb sync init "$FOLDER" $P $S --scrypt-log-n 10
 printf 'wrong\n' >"$T/wrong-pass"
 expect_exit 51 "sync join with a wrong passphrase: 51" kcb sync join "$FOLDER" $P --sync-passphrase-file "$T/wrong-pass"
@@ -129,6 +131,57 @@ expect_contains "$ERR" "rolled back" "is detected"
 expect_eq "newest" "$(kcb find-generic-password $P -s mail -a alice -w)" "and nothing of the old tree applies"
 kc sync now $P >/dev/null 2>&1
 expect_exit 0 "A writes its directory again; B merges" kcb sync now $P
+
+echo "== what an engine or remote plants in the folder is refused, never followed"
+# git carries symbolic links and a shared folder can hold anything: an exchange must not read
+# /dev/zero forever, block on a FIFO, or follow a link out of the folder (nor write through one).
+kcb_t() {
+    HOME="$T/b/home" XDG_DATA_HOME="$T/b/data" XDG_STATE_HOME="$T/b/state" XDG_CONFIG_HOME="$T/b/config" \
+        XDG_RUNTIME_DIR="$T/b/run" KEYCHAINFS_STORE="$T/b/data/keychainfs/keychain.db" timeout 30 "$KEYCHAINFS_BIN" "$@"
+}
+kc add-generic-password $P -U -s mail -a alice -w 'before-the-plant'
+kc sync now $P >/dev/null
+kcb sync now $P >/dev/null
+da="$FOLDER/devices/$dev_a"
+mv "$da/state" "$T/state-a"
+ln -s /dev/zero "$da/state"
+expect_exit 93 "a state file that is a symlink to /dev/zero: refused (93), not read forever" kcb_t sync now $P
+expect_contains "$ERR" "symbolic link" "the refusal says so"
+rm "$da/state"; mkfifo "$da/state"
+expect_exit 93 "a state file that is a FIFO: refused (93), no exchange blocks on it" kcb_t sync now $P
+expect_contains "$ERR" "not a regular file" "the refusal says so"
+rm "$da/state"; mv "$T/state-a" "$da/state"
+kc add-generic-password $P -U -s mail -a alice -w 'read-through-a-link'
+kc sync now $P >/dev/null
+f=$(ls -t "$da/items" | head -1)
+mv "$da/items/$f" "$T/item-a"; cp "$T/item-a" "$T/outside-item"; ln -s "$T/outside-item" "$da/items/$f"
+expect_exit 93 "an item file that is a symlink out of the folder: refused (93)" kcb_t sync now $P
+expect_contains "$ERR" "symbolic link" "the refusal says so"
+expect_eq "before-the-plant" "$(kcb find-generic-password $P -s mail -a alice -w)" "and nothing was read through it"
+rm "$da/items/$f"; mv "$T/item-a" "$da/items/$f"
+mv "$da" "$T/dir-a"; ln -s "$T/dir-a" "$da"
+expect_exit 93 "a device directory that is a symlink out of the folder: refused (93)" kcb_t sync now $P
+expect_contains "$ERR" "symbolic link" "the refusal says so"
+rm "$da"; mv "$T/dir-a" "$da"
+expect_exit 0 "with the folder repaired, B merges again" kcb_t sync now $P
+expect_eq "read-through-a-link" "$(kcb find-generic-password $P -s mail -a alice -w)" "and has A's value"
+dev_b=$(kcb sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+db="$FOLDER/devices/$dev_b"
+mkdir "$T/elsewhere"
+mv "$db/items" "$T/b-items"; ln -s "$T/elsewhere" "$db/items"
+kcb add-generic-password $P -U -s mail -a alice -w 'b-through-the-link'
+kcb_t sync now $P >/dev/null 2>&1
+expect_eq "0" "$(ls -A "$T/elsewhere" | wc -l | tr -d ' ')" "B writes nothing through a symlink planted as its own items directory"
+rm "$db/items"; mv "$T/b-items" "$db/items"; rmdir "$T/elsewhere"
+expect_exit 0 "with its directory repaired, B publishes" kcb_t sync now $P
+kc sync now $P >/dev/null 2>&1
+expect_eq "b-through-the-link" "$(kc find-generic-password $P -s mail -a alice -w)" "and A merges it"
+# A writer killed mid-write leaves a temporary file holding a sealed value; the next exchange
+# removes it, so a deleted item's value does not outlive it there.
+cp "$db/items/$(ls "$db/items" | head -1)" "$db/items/.0123.tmp-999999"
+cp "$db/state" "$db/.state.tmp-999999"
+kcb_t sync now $P >/dev/null 2>&1
+expect_eq "" "$(ls -A "$db" "$db/items" | grep '\.tmp-')" "the next exchange removes temporaries a killed writer left"
 
 echo "== passwd on one device"
 printf 'a new store passphrase\n' >"$T/new-pass"
