@@ -239,6 +239,14 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     wait_for "a change through A's mount appears on B's mount" reads "$MPB/web/erin" "erin-2"
     kc add-generic-password --store "$A2" -U -s web -a erin -w 'erin-3'
     wait_for "a change through A's CLI (its daemon) appears on B's mount" reads "$MPB/web/erin" "erin-3"
+    # A merged value of another length: no size the kernel cached from before may cut it short.
+    stat -c %s "$MPB/web/erin" >/dev/null
+    kc add-generic-password --store "$A2" -U -s web -a erin -w 'erin-three-is-longer'
+    wait_for "a longer value merged on B reads whole through B's mount" reads "$MPB/web/erin" "erin-three-is-longer"
+    expect_eq "20" "$(stat -c %s "$MPB/web/erin")" "and stat shows its new size at once"
+    kc add-generic-password --store "$A2" -U -s web -a erin -w 'erin-3'
+    wait_for "a shorter one too" reads "$MPB/web/erin" "erin-3"
+    expect_eq "6" "$(stat -c %s "$MPB/web/erin")" "with its size"
     printf 'frank-1' >"$MPB/web/frank"
     setfattr -n user.keychain.synchronizable -v yes "$MPB/web/frank"
     wait_for "an item made synchronizable on B's mount appears on A's" reads "$MPA/web/frank" "frank-1"
