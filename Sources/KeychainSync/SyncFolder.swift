@@ -123,6 +123,7 @@ package struct SyncFolder: Sendable {
     package func writeItem(_ entry: SyncEntry, payload: SecureBytes, keys: SyncKeys) throws -> String {
         let sealed = Self.magic + [UInt8(Self.fileVersion >> 8), UInt8(Self.fileVersion & 0xff)]
             + (try AESGCM.seal(payload, key: keys.seal, aad: Self.aad(entry)))
+        try KeychainLocations.makeDirectories(devicePath(entry.version.device), lastMode: 0o700)
         try KeychainLocations.makeDirectories(devicePath(entry.version.device) + "/items", lastMode: 0o700)
         try SyncFiles.requireInside(devicePath(entry.version.device) + "/items", folder: self)
         try SyncFiles.write(sealed, to: itemPath(entry.version.device, entry.item))

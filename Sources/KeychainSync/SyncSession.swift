@@ -341,7 +341,9 @@ package final class SyncSession: Sendable {
         }
 
         // 5. Own versions written over by a later one go; tombstones every device has merged expire.
-        let devicesNow = Set(manifests.keys)
+        // Every device with a directory, refused ones too: one refused now has not been seen
+        // to merge the tombstone (only a device that left, its directory gone, is not waited for).
+        let devicesNow = Set(folder.devices()).union(manifests.keys).subtracting([state.device])
         state.own = state.own.filter { e in
             let dominated = others.versions(of: e.item).contains { e.vector.isDominated(by: $0.vector) }
             let expired = e.isTombstone && now - (e.deletedAt ?? now) >= state.tombstoneExpiry

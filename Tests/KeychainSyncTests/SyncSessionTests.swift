@@ -248,6 +248,30 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertEqual(try secret(c, "frank"), "b-1", "and b's clock did not run to the top")
     }
 
+    /// A device whose directory was refused at an exchange (tampered, rolled back) had not
+    /// merged the tombstone: it expired all the same, and the delete never reached that device.
+    func testATombstoneDoesNotExpireWhileADeviceWhoseDirectoryIsRefusedHasNotMergedIt() throws {
+        let (a, b) = try pair()
+        let c = try device("c")
+        _ = try c.join(folder: folder, passphrase: passphrase)
+        try put(b, "frank", "2")
+        for _ in 0..<2 { for s in [b, a, c] { try s.exchange() } }
+        XCTAssertEqual(try secret(c, "frank"), "2")
+        _ = try b.owner.delete(matching: ItemQuery(kind: .generic, account: "frank", service: "mail"), all: false)
+        try b.exchange(); try a.exchange()
+        let stateC = try XCTUnwrap(try SyncLocalState.load(forStore: c.storePath))
+        let manifestC = SyncFolder(path: folder).manifestPath(stateC.device)
+        let saved = try Data(contentsOf: URL(fileURLWithPath: manifestC))
+        var bad = saved; bad[bad.count - 2] ^= 1
+        try bad.write(to: URL(fileURLWithPath: manifestC))
+        let later = Int64(Date().timeIntervalSince1970) + 91 * 86_400
+        let r = try b.exchange(now: later)
+        XCTAssertFalse(r.refusals.isEmpty, "C's directory is refused")
+        try saved.write(to: URL(fileURLWithPath: manifestC))
+        for s in [c, a, b, c] { try s.exchange(now: later) }
+        XCTAssertNil(try secret(c, "frank"), "the delete reached C")
+    }
+
     func testAWrongFolderPassphraseIsRefusedAndChangesNothing() throws {
         let a = try device("a"), b = try device("b")
         _ = try a.initialize(folder: folder, passphrase: passphrase, scrypt: ScryptParameters(logN: 10))

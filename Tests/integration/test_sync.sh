@@ -69,6 +69,8 @@ expect_exit 65 "sync join --tombstone-days 0: 65" kcb sync join "$FOLDER" $P $S 
 expect_exit 0 "sync join" kcb sync join "$FOLDER" $P $S --tombstone-days 30
 expect_eq "2592000" "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tombstoneExpiry"])' "$T/b/data/keychainfs/keychain.db.sync.json")" "--tombstone-days is kept for this device"
 expect_eq "600" "$(stat -c %a "$T/b/data/keychainfs/keychain.db.sync.json")" "the local sync state is 0600"
+dev_b=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["device"])' "$T/b/data/keychainfs/keychain.db.sync.json")
+expect_eq "700 600" "$(stat -c %a "$FOLDER/devices/$dev_b") $(stat -c %a "$FOLDER/devices/$dev_b/state")" "a device's own directory is 0700, its files 0600"
 expect_eq "alice-secret-1" "$(kcb find-generic-password $P -s mail -a alice -w)" "A's synchronizable item is on B"
 expect_eq "bob-secret" "$(kcb find-generic-password $P -s mail -a bob -w)" "every one of them"
 expect_exit 44 "a this-device-only item is not" kcb find-generic-password $P -s mail -a local
