@@ -88,10 +88,11 @@ package struct SyncFolder: Sendable {
 
     /// The sync key and folder id from the envelope; a wrong passphrase is `wrongPassphrase` (exit 51).
     package func openEnvelope(passphrase: SecureBytes) throws -> (key: SecureBytes, folderID: String) {
-        guard FileManager.default.fileExists(atPath: envelopePath) else {
+        // Read as every file of the folder is: a remote could serve a link to /dev/zero here.
+        guard let sealed = try SyncFiles.read(envelopePath, inside: self, limit: 1 << 20) else {
             throw KeychainError.invalidInput("\(path) is not a sync folder (no sync.key; make one with 'keychainfs sync init')")
         }
-        let batch = try BackupFile.open(try BackupFile.read(from: envelopePath), named: envelopePath, passphrase: passphrase)
+        let batch = try BackupFile.open(sealed, named: envelopePath, passphrase: passphrase)
         guard batch.count == 1, let entry = batch.entries.first, case .generic(let g) = entry.record.key,
               g.service == Self.envelopeService, entry.secret.count == 32 else {
             throw KeychainError.integrityFailure("\(envelopePath) does not hold a sync key")

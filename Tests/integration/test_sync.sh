@@ -65,6 +65,11 @@ expect_exit 48 "sync init on a folder that has a key envelope: 48" kcb sync init
 printf 'wrong\n' >"$T/wrong-pass"
 expect_exit 51 "sync join with a wrong passphrase: 51" kcb sync join "$FOLDER" $P --sync-passphrase-file "$T/wrong-pass"
 expect_exit 69 "and B does not sync" kcb sync status $P
+mkdir -p "$T/planted/devices"; ln -s /dev/zero "$T/planted/sync.key"
+expect_exit 93 "sync join of a folder whose sync.key is a symlink to /dev/zero: refused (93), not read forever" \
+    env HOME="$T/b/home" XDG_DATA_HOME="$T/b/data" XDG_STATE_HOME="$T/b/state" XDG_CONFIG_HOME="$T/b/config" \
+    XDG_RUNTIME_DIR="$T/b/run" KEYCHAINFS_STORE="$T/b/data/keychainfs/keychain.db" timeout 30 "$KEYCHAINFS_BIN" sync join "$T/planted" $P $S
+expect_exit 69 "and B does not sync" kcb sync status $P
 expect_exit 65 "sync join --tombstone-days 0: 65" kcb sync join "$FOLDER" $P $S --tombstone-days 0
 expect_exit 0 "sync join" kcb sync join "$FOLDER" $P $S --tombstone-days 30
 expect_eq "2592000" "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tombstoneExpiry"])' "$T/b/data/keychainfs/keychain.db.sync.json")" "--tombstone-days is kept for this device"
