@@ -73,6 +73,9 @@ package struct SyncFolder: Sendable {
         if FileManager.default.fileExists(atPath: envelopePath) {
             throw KeychainError.storeExists(envelopePath)
         }
+        // Private when made here (an existing directory is the user's choice): in a directory
+        // others may write, they could rename `devices/` away and plant their own.
+        try KeychainLocations.makeDirectories(path, lastMode: 0o700)
         try KeychainLocations.makeDirectories(devicesPath, lastMode: 0o700)
         let folderID = SyncHex.encode(SyncRandom.bytes(16))
         let key = SecureRandom.bytes(32)
@@ -85,10 +88,11 @@ package struct SyncFolder: Sendable {
 
     /// The sync key and folder id from the envelope; a wrong passphrase is `wrongPassphrase` (exit 51).
     package func openEnvelope(passphrase: SecureBytes) throws -> (key: SecureBytes, folderID: String) {
-        guard FileManager.default.fileExists(atPath: envelopePath) else {
+        // Read as every file of the folder is: a remote could serve a link to /dev/zero here.
+        guard let sealed = try SyncFiles.read(envelopePath, inside: self, limit: 1 << 20) else {
             throw KeychainError.invalidInput("\(path) is not a sync folder (no sync.key; make one with 'keychainfs sync init')")
         }
-        let batch = try BackupFile.open(try BackupFile.read(from: envelopePath), named: envelopePath, passphrase: passphrase)
+        let batch = try BackupFile.open(sealed, named: envelopePath, passphrase: passphrase)
         guard batch.count == 1, let entry = batch.entries.first, case .generic(let g) = entry.record.key,
               g.service == Self.envelopeService, entry.secret.count == 32 else {
             throw KeychainError.integrityFailure("\(envelopePath) does not hold a sync key")
@@ -120,7 +124,9 @@ package struct SyncFolder: Sendable {
     package func writeItem(_ entry: SyncEntry, payload: SecureBytes, keys: SyncKeys) throws -> String {
         let sealed = Self.magic + [UInt8(Self.fileVersion >> 8), UInt8(Self.fileVersion & 0xff)]
             + (try AESGCM.seal(payload, key: keys.seal, aad: Self.aad(entry)))
+        try KeychainLocations.makeDirectories(devicePath(entry.version.device), lastMode: 0o700)
         try KeychainLocations.makeDirectories(devicePath(entry.version.device) + "/items", lastMode: 0o700)
+        try SyncFiles.requireInside(devicePath(entry.version.device) + "/items", folder: self)
         try SyncFiles.write(sealed, to: itemPath(entry.version.device, entry.item))
         return SyncHex.encode(SHA256Digest.hash(sealed))
     }
@@ -129,10 +135,9 @@ package struct SyncFolder: Sendable {
     /// seal opens with the entry's associated data; `integrityFailure` otherwise.
     package func readItem(_ entry: SyncEntry, keys: SyncKeys) throws -> SecureBytes {
         let path = itemPath(entry.version.device, entry.item)
-        guard let data = FileManager.default.contents(atPath: path) else {
+        guard let bytes = try SyncFiles.read(path, inside: self, limit: SyncFiles.itemLimit) else {
             throw KeychainError.integrityFailure("device \(entry.version.device.short): item file \(entry.item.hex.prefix(12))… is missing")
         }
-        let bytes = [UInt8](data)
         guard SyncHex.encode(SHA256Digest.hash(bytes)) == entry.fileDigest else {
             throw KeychainError.integrityFailure("device \(entry.version.device.short): item file \(entry.item.hex.prefix(12))… does not match its manifest (tampered, truncated or replayed)")
         }
@@ -147,6 +152,20 @@ package struct SyncFolder: Sendable {
 
     package func removeItem(_ d: DeviceID, _ item: SyncItemID) { unlink(itemPath(d, item)) }
 
+    /// Removes the temporary files that a writer killed mid-write left in a device's own
+    /// directory: each holds a sealed value that would outlive its item's delete, and travel
+    /// with an engine that does not ignore them. Only under the exchange lock, when nothing
+    /// else writes that directory.
+    package func removeTemporaries(_ d: DeviceID) {
+        for dir in [devicePath(d), devicePath(d) + "/items"] {
+            guard (try? SyncFiles.requireInside(dir, folder: self)) != nil else { continue }
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+            where name.hasPrefix(".") && name.contains(".tmp-") {
+                unlink(dir + "/" + name)
+            }
+        }
+    }
+
     // MARK: manifests
 
     /// Writes the device's manifest, authenticated under its device key, after its item files.
@@ -156,14 +175,14 @@ package struct SyncFolder: Sendable {
         let body = [UInt8](try encoder.encode(m))
         let mac = HMACSHA256.authenticate(body, key: try keys.manifestKey(m.device))
         try KeychainLocations.makeDirectories(devicePath(m.device), lastMode: 0o700)
+        try SyncFiles.requireInside(devicePath(m.device), folder: self)
         try SyncFiles.write(mac + body, to: manifestPath(m.device))
     }
 
     /// The device's manifest, if it has one; `integrityFailure` if it fails authentication or
     /// names another device or folder. Also returns the SHA-256 of its bytes.
     package func readManifest(_ d: DeviceID, folderID: String, keys: SyncKeys) throws -> (SyncManifest, digest: String)? {
-        guard let data = FileManager.default.contents(atPath: manifestPath(d)) else { return nil }
-        let bytes = [UInt8](data)
+        guard let bytes = try SyncFiles.read(manifestPath(d), inside: self, limit: SyncFiles.manifestLimit) else { return nil }
         guard bytes.count > 32 else { throw KeychainError.integrityFailure("device \(d.short): its state file is truncated") }
         let body = Array(bytes[32...])
         let expected = SecureBytes(copying: HMACSHA256.authenticate(body, key: try keys.manifestKey(d)))
@@ -207,6 +226,57 @@ package struct SyncManifest: Codable, Sendable, Equatable {
 /// file renamed into place, synced, so that a reader (an engine, another device) sees the old
 /// file or the new one.
 package enum SyncFiles {
+    /// Larger files are refused unread: an engine or remote can deliver anything, and an
+    /// exchange must not exhaust the daemon's memory.
+    static let itemLimit = 64 << 20
+    static let manifestLimit = 256 << 20
+
+    /// The bytes of a regular file of `folder`, or nil if there is none. Whatever an engine
+    /// or remote planted is refused (`integrityFailure`), never followed: a symbolic link
+    /// (git carries them) on the way or at the end, which could lead out of the folder to a
+    /// device, a FIFO (an exchange would block forever) or /dev/zero (read forever), any
+    /// other non-regular file, or a file over `limit`.
+    package static func read(_ path: String, inside folder: SyncFolder, limit: Int) throws -> [UInt8]? {
+        let directory = (path as NSString).deletingLastPathComponent
+        try requireInside(directory, folder: folder)
+        func refused(_ why: String) -> KeychainError { .integrityFailure("\(path) \(why); refused") }
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+        if fd < 0 {
+            switch errno {
+            case ENOENT, ENOTDIR: return nil
+            case ELOOP: throw refused("is a symbolic link")
+            default: throw refused("cannot be read (\(String(cString: strerror(errno))))")
+            }
+        }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { throw refused("is not a regular file") }
+        guard st.st_size <= limit else { throw refused("is larger than \(limit) bytes") }
+        var bytes = [UInt8](repeating: 0, count: Int(st.st_size))
+        var off = 0
+        while off < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + off, $0.count - off) }
+            if n < 0 { if errno == EINTR { continue }; throw refused("cannot be read (\(String(cString: strerror(errno))))") }
+            if n == 0 { break }
+            off += n
+        }
+        return Array(bytes[0..<off])
+    }
+
+    /// Refuses a directory of the folder reached through a symbolic link: reads would follow
+    /// it out of the folder, and writes (of this device's own directory) would land there.
+    static func requireInside(_ directory: String, folder: SyncFolder) throws {
+        guard directory.hasPrefix(folder.path + "/") else { return }
+        guard let root = realpath(folder.path, nil) else { return }
+        defer { free(root) }
+        guard let real = realpath(directory, nil) else { return }  // not there: nothing to read
+        defer { free(real) }
+        let expected = String(cString: root) + "/" + directory.dropFirst(folder.path.count + 1)
+        guard String(cString: real) == expected else {
+            throw KeychainError.integrityFailure("\(directory) is reached through a symbolic link; refused")
+        }
+    }
+
     package static func write(_ bytes: [UInt8], to path: String) throws {
         let directory = (path as NSString).deletingLastPathComponent
         let temp = directory + "/.\((path as NSString).lastPathComponent).tmp-\(getpid())"

@@ -117,6 +117,8 @@ package final class SyncSession: Sendable {
     /// one device cannot win every merge from then on. A device that made more changes than
     /// this offline must rejoin.
     package static let aheadLimit: UInt64 = 1 << 20
+    /// No honest clock gets near this (one tick per change); versions above it plus the limit are refused.
+    static let clockCeiling: UInt64 = 1 << 62
 
     package init(owner: ServedKeychain, storePath: String) {
         self.owner = owner
@@ -160,6 +162,7 @@ package final class SyncSession: Sendable {
         }
         let keys = try SyncKeys(syncKey: try syncKey(state))
         let folder = SyncFolder(path: state.folder)
+        folder.removeTemporaries(state.device)
         var report = SyncReport()
         func refuse(_ why: String) {
             log.error("sync: refused: \(why)")
@@ -190,7 +193,9 @@ package final class SyncSession: Sendable {
         var others = SyncState()
         for (d, m) in manifests {
             let elsewhere = manifests.filter { $0.key != d }.flatMap { $0.value.entries.map(\.version.lamport) }
-            let bound = max(state.lamport, elsewhere.max() ?? 0) + Self.aheadLimit
+            // Capped, so that a clock near the top of its range (refused itself) cannot make
+            // this sum overflow, and no clock accepted here can run to the top either.
+            let bound = min(max(state.lamport, elsewhere.max() ?? 0), Self.clockCeiling) + Self.aheadLimit
             for e in m.entries {
                 if e.version.lamport > bound {
                     refuse("device \(d.short): a version (\(e.version.lamport)) runs implausibly far ahead of the others (at most \(bound)); refused")
@@ -248,6 +253,16 @@ package final class SyncSession: Sendable {
             let digest = keys.digest(of: payload)
             guard state.synced[id.hex]?.digest != digest else {
                 state.synced[id.hex]?.row = row
+                continue
+            }
+            // Another device's version merged here by an exchange killed before it saved this
+            // state: the value is that version's, not a change of this device's (published, it
+            // would be concurrent with its own source and make a conflict copy of one value).
+            if let arrived = others.versions(of: id).first(where: { w in
+                !w.isTombstone && w.version != state.synced[id.hex]?.version
+                    && (try? folder.readItem(w, keys: keys)).map { keys.digest(of: $0) == digest } == true
+            }) {
+                state.synced[id.hex] = .init(version: arrived.version, vector: arrived.vector, digest: digest, row: row)
                 continue
             }
             let e = nextEntry(id, tombstone: false)
@@ -326,7 +341,9 @@ package final class SyncSession: Sendable {
         }
 
         // 5. Own versions written over by a later one go; tombstones every device has merged expire.
-        let devicesNow = Set(manifests.keys)
+        // Every device with a directory, refused ones too: one refused now has not been seen
+        // to merge the tombstone (only a device that left, its directory gone, is not waited for).
+        let devicesNow = Set(folder.devices()).union(manifests.keys).subtracting([state.device])
         state.own = state.own.filter { e in
             let dominated = others.versions(of: e.item).contains { e.vector.isDominated(by: $0.vector) }
             let expired = e.isTombstone && now - (e.deletedAt ?? now) >= state.tombstoneExpiry

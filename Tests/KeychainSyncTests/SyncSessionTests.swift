@@ -112,6 +112,40 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertEqual(try SyncLocalState.load(forStore: b.storePath)?.conflicts, [], "the delete resolved the conflict")
     }
 
+    /// A daemon killed (kill -9) after its merge reached the store but before its manifest and
+    /// state were written: at restart the merged value looked like a local change, was published
+    /// as a version concurrent with the one it came from, and both devices got a conflict copy
+    /// of a value that never conflicted.
+    func testAKillAfterTheMergeAppliedAndBeforeTheStateWasSavedMakesNoConflict() throws {
+        let (a, b) = try pair()
+        try put(a, "bob", "base")
+        try a.exchange(); try b.exchange(); try a.exchange()
+        try put(a, "bob", "from-a")
+        try a.exchange()
+        let statePath = SyncLocalState.path(forStore: b.storePath)
+        let stateB = try XCTUnwrap(try SyncLocalState.load(forStore: b.storePath))
+        let manifestPath = SyncFolder(path: folder).manifestPath(stateB.device)
+        let savedState = try Data(contentsOf: URL(fileURLWithPath: statePath))
+        let savedManifest = try Data(contentsOf: URL(fileURLWithPath: manifestPath))
+        try b.exchange()
+        XCTAssertEqual(try secret(b, "bob"), "from-a")
+        // What a kill between the store's change and the manifest leaves: the old manifest and state.
+        try savedManifest.write(to: URL(fileURLWithPath: manifestPath))
+        try savedState.write(to: URL(fileURLWithPath: statePath))
+        let r = try b.exchange()
+        XCTAssertEqual(r.conflictCopies, 0, "nothing conflicted")
+        XCTAssertEqual(r.published, 0, "the merged value is not a change of B's")
+        try a.exchange()
+        for s in [a, b] {
+            XCTAssertEqual(try secret(s, "bob"), "from-a")
+            let copies = try s.owner.items(matching: ItemQuery(kind: .generic, service: "mail")).filter { $0.key.account.hasPrefix("bob.conflict-") }
+            XCTAssertEqual(copies.count, 0, "no conflict copy")
+        }
+        try put(b, "bob", "from-b")
+        try b.exchange(); try a.exchange()
+        XCTAssertEqual(try secret(a, "bob"), "from-b", "and B's next change follows A's version")
+    }
+
     func testThisDeviceOnlyAndUnsyncedItemsNeverReachTheFolderAndNoNameOrSecretIsInClear() throws {
         let (a, b) = try pair()
         try put(a, "local-only-acct", "local-only-secret", synchronizable: nil, accessible: .whenUnlockedThisDeviceOnly)
@@ -189,6 +223,53 @@ final class SyncSessionTests: XCTestCase {
         let r = try b.exchange()
         XCTAssertTrue(r.refusals.contains { $0.contains("implausibly far ahead") }, "\(r.refusals)")
         XCTAssertNil(try secret(b, "dave"))
+    }
+
+    /// A clock near the top of UInt64 on one device made every other device's bound (its
+    /// clock plus the limit) overflow: the daemon of each crashed at every exchange.
+    func testAClockAtTheTopOfItsRangeIsRefusedWithoutCrashingTheOthers() throws {
+        let (a, b) = try pair()
+        let c = try device("c")
+        _ = try c.join(folder: folder, passphrase: passphrase)
+        var stateA = try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath))
+        stateA.lamport = UInt64.max - 8
+        try stateA.save(forStore: a.storePath)
+        try put(a, "dave", "top")
+        try a.exchange()
+        try put(c, "erin", "c-1")
+        try c.exchange()
+        let r = try b.exchange()
+        XCTAssertTrue(r.refusals.contains { $0.contains("implausibly far ahead") }, "\(r.refusals)")
+        XCTAssertNil(try secret(b, "dave"))
+        XCTAssertEqual(try secret(b, "erin"), "c-1", "the rest still merges")
+        try put(b, "frank", "b-1")
+        try b.exchange()
+        try c.exchange()
+        XCTAssertEqual(try secret(c, "frank"), "b-1", "and b's clock did not run to the top")
+    }
+
+    /// A device whose directory was refused at an exchange (tampered, rolled back) had not
+    /// merged the tombstone: it expired all the same, and the delete never reached that device.
+    func testATombstoneDoesNotExpireWhileADeviceWhoseDirectoryIsRefusedHasNotMergedIt() throws {
+        let (a, b) = try pair()
+        let c = try device("c")
+        _ = try c.join(folder: folder, passphrase: passphrase)
+        try put(b, "frank", "2")
+        for _ in 0..<2 { for s in [b, a, c] { try s.exchange() } }
+        XCTAssertEqual(try secret(c, "frank"), "2")
+        _ = try b.owner.delete(matching: ItemQuery(kind: .generic, account: "frank", service: "mail"), all: false)
+        try b.exchange(); try a.exchange()
+        let stateC = try XCTUnwrap(try SyncLocalState.load(forStore: c.storePath))
+        let manifestC = SyncFolder(path: folder).manifestPath(stateC.device)
+        let saved = try Data(contentsOf: URL(fileURLWithPath: manifestC))
+        var bad = saved; bad[bad.count - 2] ^= 1
+        try bad.write(to: URL(fileURLWithPath: manifestC))
+        let later = Int64(Date().timeIntervalSince1970) + 91 * 86_400
+        let r = try b.exchange(now: later)
+        XCTAssertFalse(r.refusals.isEmpty, "C's directory is refused")
+        try saved.write(to: URL(fileURLWithPath: manifestC))
+        for s in [c, a, b, c] { try s.exchange(now: later) }
+        XCTAssertNil(try secret(c, "frank"), "the delete reached C")
     }
 
     func testAWrongFolderPassphraseIsRefusedAndChangesNothing() throws {

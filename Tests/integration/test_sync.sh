@@ -59,14 +59,23 @@ expect_contains "$(kc find-generic-password --store "$T/imported.db" $P -s mail 
 
 echo "== sync init, join, now"
 expect_exit 0 "sync init" kc sync init "$FOLDER" $P $S --scrypt-log-n 10
+expect_eq "700" "$(stat -c %a "$FOLDER")" "the folder sync init makes is private (0700)"
+expect_eq "600" "$(stat -c %a "$FOLDER/sync.key")" "its key envelope is 0600"
 expect_exit 48 "sync init on a folder that has a key envelope: 48" kcb sync init "$FOLDER" $P $S --scrypt-log-n 10
 printf 'wrong\n' >"$T/wrong-pass"
 expect_exit 51 "sync join with a wrong passphrase: 51" kcb sync join "$FOLDER" $P --sync-passphrase-file "$T/wrong-pass"
+expect_exit 69 "and B does not sync" kcb sync status $P
+mkdir -p "$T/planted/devices"; ln -s /dev/zero "$T/planted/sync.key"
+expect_exit 93 "sync join of a folder whose sync.key is a symlink to /dev/zero: refused (93), not read forever" \
+    env HOME="$T/b/home" XDG_DATA_HOME="$T/b/data" XDG_STATE_HOME="$T/b/state" XDG_CONFIG_HOME="$T/b/config" \
+    XDG_RUNTIME_DIR="$T/b/run" KEYCHAINFS_STORE="$T/b/data/keychainfs/keychain.db" timeout 30 "$KEYCHAINFS_BIN" sync join "$T/planted" $P $S
 expect_exit 69 "and B does not sync" kcb sync status $P
 expect_exit 65 "sync join --tombstone-days 0: 65" kcb sync join "$FOLDER" $P $S --tombstone-days 0
 expect_exit 0 "sync join" kcb sync join "$FOLDER" $P $S --tombstone-days 30
 expect_eq "2592000" "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tombstoneExpiry"])' "$T/b/data/keychainfs/keychain.db.sync.json")" "--tombstone-days is kept for this device"
 expect_eq "600" "$(stat -c %a "$T/b/data/keychainfs/keychain.db.sync.json")" "the local sync state is 0600"
+dev_b=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["device"])' "$T/b/data/keychainfs/keychain.db.sync.json")
+expect_eq "700 600" "$(stat -c %a "$FOLDER/devices/$dev_b") $(stat -c %a "$FOLDER/devices/$dev_b/state")" "a device's own directory is 0700, its files 0600"
 expect_eq "alice-secret-1" "$(kcb find-generic-password $P -s mail -a alice -w)" "A's synchronizable item is on B"
 expect_eq "bob-secret" "$(kcb find-generic-password $P -s mail -a bob -w)" "every one of them"
 expect_exit 44 "a this-device-only item is not" kcb find-generic-password $P -s mail -a local
@@ -130,6 +139,57 @@ expect_eq "newest" "$(kcb find-generic-password $P -s mail -a alice -w)" "and no
 kc sync now $P >/dev/null 2>&1
 expect_exit 0 "A writes its directory again; B merges" kcb sync now $P
 
+echo "== what an engine or remote plants in the folder is refused, never followed"
+# git carries symbolic links and a shared folder can hold anything: an exchange must not read
+# /dev/zero forever, block on a FIFO, or follow a link out of the folder (nor write through one).
+kcb_t() {
+    HOME="$T/b/home" XDG_DATA_HOME="$T/b/data" XDG_STATE_HOME="$T/b/state" XDG_CONFIG_HOME="$T/b/config" \
+        XDG_RUNTIME_DIR="$T/b/run" KEYCHAINFS_STORE="$T/b/data/keychainfs/keychain.db" timeout 30 "$KEYCHAINFS_BIN" "$@"
+}
+kc add-generic-password $P -U -s mail -a alice -w 'before-the-plant'
+kc sync now $P >/dev/null
+kcb sync now $P >/dev/null
+da="$FOLDER/devices/$dev_a"
+mv "$da/state" "$T/state-a"
+ln -s /dev/zero "$da/state"
+expect_exit 93 "a state file that is a symlink to /dev/zero: refused (93), not read forever" kcb_t sync now $P
+expect_contains "$ERR" "symbolic link" "the refusal says so"
+rm "$da/state"; mkfifo "$da/state"
+expect_exit 93 "a state file that is a FIFO: refused (93), no exchange blocks on it" kcb_t sync now $P
+expect_contains "$ERR" "not a regular file" "the refusal says so"
+rm "$da/state"; mv "$T/state-a" "$da/state"
+kc add-generic-password $P -U -s mail -a alice -w 'read-through-a-link'
+kc sync now $P >/dev/null
+f=$(ls -t "$da/items" | head -1)
+mv "$da/items/$f" "$T/item-a"; cp "$T/item-a" "$T/outside-item"; ln -s "$T/outside-item" "$da/items/$f"
+expect_exit 93 "an item file that is a symlink out of the folder: refused (93)" kcb_t sync now $P
+expect_contains "$ERR" "symbolic link" "the refusal says so"
+expect_eq "before-the-plant" "$(kcb find-generic-password $P -s mail -a alice -w)" "and nothing was read through it"
+rm "$da/items/$f"; mv "$T/item-a" "$da/items/$f"
+mv "$da" "$T/dir-a"; ln -s "$T/dir-a" "$da"
+expect_exit 93 "a device directory that is a symlink out of the folder: refused (93)" kcb_t sync now $P
+expect_contains "$ERR" "symbolic link" "the refusal says so"
+rm "$da"; mv "$T/dir-a" "$da"
+expect_exit 0 "with the folder repaired, B merges again" kcb_t sync now $P
+expect_eq "read-through-a-link" "$(kcb find-generic-password $P -s mail -a alice -w)" "and has A's value"
+dev_b=$(kcb sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+db="$FOLDER/devices/$dev_b"
+mkdir "$T/elsewhere"
+mv "$db/items" "$T/b-items"; ln -s "$T/elsewhere" "$db/items"
+kcb add-generic-password $P -U -s mail -a alice -w 'b-through-the-link'
+kcb_t sync now $P >/dev/null 2>&1
+expect_eq "0" "$(ls -A "$T/elsewhere" | wc -l | tr -d ' ')" "B writes nothing through a symlink planted as its own items directory"
+rm "$db/items"; mv "$T/b-items" "$db/items"; rmdir "$T/elsewhere"
+expect_exit 0 "with its directory repaired, B publishes" kcb_t sync now $P
+kc sync now $P >/dev/null 2>&1
+expect_eq "b-through-the-link" "$(kc find-generic-password $P -s mail -a alice -w)" "and A merges it"
+# A writer killed mid-write leaves a temporary file holding a sealed value; the next exchange
+# removes it, so a deleted item's value does not outlive it there.
+cp "$db/items/$(ls "$db/items" | head -1)" "$db/items/.0123.tmp-999999"
+cp "$db/state" "$db/.state.tmp-999999"
+kcb_t sync now $P >/dev/null 2>&1
+expect_eq "" "$(ls -A "$db" "$db/items" | grep '\.tmp-')" "the next exchange removes temporaries a killed writer left"
+
 echo "== passwd on one device"
 printf 'a new store passphrase\n' >"$T/new-pass"
 expect_exit 0 "passwd on B" kcb passwd $P --new-passphrase-file "$T/new-pass"
@@ -186,6 +246,14 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     wait_for "a change through A's mount appears on B's mount" reads "$MPB/web/erin" "erin-2"
     kc add-generic-password --store "$A2" -U -s web -a erin -w 'erin-3'
     wait_for "a change through A's CLI (its daemon) appears on B's mount" reads "$MPB/web/erin" "erin-3"
+    # A merged value of another length: no size the kernel cached from before may cut it short.
+    stat -c %s "$MPB/web/erin" >/dev/null
+    kc add-generic-password --store "$A2" -U -s web -a erin -w 'erin-three-is-longer'
+    wait_for "a longer value merged on B reads whole through B's mount" reads "$MPB/web/erin" "erin-three-is-longer"
+    expect_eq "20" "$(stat -c %s "$MPB/web/erin")" "and stat shows its new size at once"
+    kc add-generic-password --store "$A2" -U -s web -a erin -w 'erin-3'
+    wait_for "a shorter one too" reads "$MPB/web/erin" "erin-3"
+    expect_eq "6" "$(stat -c %s "$MPB/web/erin")" "with its size"
     printf 'frank-1' >"$MPB/web/frank"
     setfattr -n user.keychain.synchronizable -v yes "$MPB/web/frank"
     wait_for "an item made synchronizable on B's mount appears on A's" reads "$MPA/web/frank" "frank-1"
