@@ -385,6 +385,42 @@ package final class ServedKeychain: Sendable {
         }
     }
 
+    /// One page of a generic service's shown items, read from the store after the id
+    /// `after` (`Keychain.groupPage`), with the id to resume after (nil at the end). A
+    /// listing pages through the store rather than the index, so that a directory of any
+    /// size lists in bounded memory: the items read are put in the index only as lookups
+    /// would (bounded, least recently used out, the group not marked complete), so that the
+    /// attributes of a readdirplus reply come from memory.
+    package func servicePage(_ service: String, after: Int64, limit: Int) throws(FileSystemError) -> (items: [KeychainItem], next: Int64?) {
+        let generation = state.withLock { $0.generation }
+        let page: (items: [KeychainItem], next: Int64?)
+        do {
+            page = try keychain.groupPage(kind: .generic, name: service, after: after, limit: limit)
+        } catch KeychainError.unavailable {
+            return ([], nil)
+        } catch {
+            throw FileSystemError.from(error)
+        }
+        let shown = page.items.filter { ItemIndex.isShown($0.key) }
+        install(generation) { s in
+            for item in shown where s.index.item(item.id) == nil {
+                s.evict()
+                s.index.install(item)
+            }
+        }
+        return (shown, page.next)
+    }
+
+    /// The pending items (created, not yet committed) of a generic service, by id counting
+    /// down (the order they were made in).
+    package func pendingItems(service: String) -> [KeychainItem] {
+        state.withLock { s in
+            s.index.pending.compactMap { s.index.item($0) }.filter {
+                if case .generic(let g) = $0.key { g.service == service && ItemIndex.isShown($0.key) } else { false }
+            }.sorted { $0.id > $1.id }
+        }
+    }
+
     private func install(_ generation: UInt64, _ body: (inout State) -> Void) {
         afterFillRead.withLock { $0 }?()
         state.withLock { s in if s.generation == generation { body(&s) } }

@@ -32,6 +32,45 @@ extension Keychain {
         return rows.compactMap { row in readable(row).map(\.summary) }
     }
 
+    /// One page of a group's rows, in id order after the id `after`: the readable items among
+    /// the first `limit` rows, and the id of the last row read, to pass as `after` for the
+    /// next page (nil once no row is left). Ids never change (an update, a rename or a new
+    /// class keeps its row's id) and are never reused, so a listing that pages on with it
+    /// neither skips nor repeats a row that existed throughout, whatever is added or removed
+    /// meanwhile. One range of the group index per class (`items_group_class`, whose entries
+    /// end with the id), merged by id, in one read transaction so that an item changing
+    /// class between two ranges is seen once. An unreadable or damaged row is skipped.
+    package func groupPage(kind: ItemKind, name: String, after: Int64, limit: Int) throws -> (items: [KeychainItem], next: Int64?) {
+        precondition(limit > 0)
+        let g = Data(try blind(ItemKey.groupBytes(kind: kind, name: name)))
+        let rows = try read { db -> [Result<SealedItem, SealedItem.DamagedRow>] in
+            var classes: [Int] = []
+            var last = Int.min
+            while let next = try Int.fetchOne(db.cachedStatement(sql: GroupQuery.nextClass), arguments: [g, last]) {
+                classes.append(next)
+                last = next
+            }
+            var rows: [Result<SealedItem, SealedItem.DamagedRow>] = []
+            for c in classes {
+                rows += try SealedItem.fetchAll(db, sql: GroupQuery.pageOfClass, arguments: [g, c, after, limit])
+            }
+            return rows
+        }
+        func id(_ r: Result<SealedItem, SealedItem.DamagedRow>) -> Int64 {
+            switch r { case .success(let s): s.id; case .failure(let d): d.id }
+        }
+        let page = rows.sorted { id($0) < id($1) }.prefix(limit)
+        var items: [KeychainItem] = []
+        items.reserveCapacity(page.count)
+        for case .success(let sealed) in page {
+            guard let c = AccessibilityClass(code: sealed.classCode),
+                  keybag.withLock({ $0.metadataKey(c, generation: sealed.generation) }) != nil,
+                  let item = try? decode(sealed), item.key.kind == kind else { continue }
+            items.append(item.summary)
+        }
+        return (items, page.count < limit ? nil : page.last.map(id))
+    }
+
     /// The classes of the group's rows, from the plaintext class column: readable or not. A
     /// skip scan of the group index, a probe per class, so that it costs the same in a
     /// service of a million items as in one of ten. The group blind already tells the kinds
@@ -139,6 +178,9 @@ package enum GroupQuery {
     package static let firstRow = "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ? LIMIT 1"
     /// The next group after a blind.
     package static let nextGroup = "SELECT group_blind FROM items WHERE group_blind > ? ORDER BY group_blind LIMIT 1"
+    /// Up to a number of a group's rows of one class after an id, in id order: a range of
+    /// the group index, whose entries end with the row id.
+    package static let pageOfClass = "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ? AND class = ? AND id > ? ORDER BY id LIMIT ?"
     /// The next class of a group after a class code.
     package static let nextClass = "SELECT class FROM items WHERE group_blind = ? AND class > ? ORDER BY class LIMIT 1"
 }
