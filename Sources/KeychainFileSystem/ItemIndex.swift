@@ -125,7 +125,6 @@ struct ItemIndex {
         clock += 1
         used[item.id] = clock
         absent.remove(item.key)
-        if item.isPending { pending.insert(item.id) }
         // Same key, same name: the directory's entries do not change, nor its times.
         if let old = items[item.id], old.key == item.key {
             items[item.id] = item
@@ -133,6 +132,8 @@ struct ItemIndex {
             return
         }
         remove(id: item.id, now: now)
+        // After the removal of any earlier version, which drops the id from `pending`.
+        if item.isPending { pending.insert(item.id) }
         used[item.id] = clock
         items[item.id] = item
         ids[item.key] = item.id
