@@ -99,6 +99,17 @@ package final class ServedKeychain: Sendable {
             index.insert(item)
         }
 
+        /// A batch's items, with one eviction for the batch rather than one per item (an
+        /// import of a million items spent a third of its main thread evicting).
+        fileprivate mutating func saved(batch items: [KeychainItem]) {
+            generation += 1
+            for item in items {
+                plaintext.remove(item.id)
+                index.insert(item)
+            }
+            evict()
+        }
+
         /// Makes room in the index; items with open files stay.
         mutating func evict() {
             guard index.items.count > indexLimit else { return }
@@ -311,7 +322,7 @@ package final class ServedKeychain: Sendable {
         func save(batch: ItemBatch, updateExisting: Bool) throws -> BatchSaveResult {
             check()
             let result = try keychain.save(batch: batch, updateExisting: updateExisting)
-            owner.state.withLock { s in for item in result.saved { s.saved(item) } }
+            owner.state.withLock { s in s.saved(batch: result.saved) }
             for item in result.saved { note(item.sealed.version == 1 ? .added(item.key) : .updated(item.key)) }
             return result
         }
