@@ -245,8 +245,10 @@ enum FuseOperations {
                 let page = try fs.entries(fh, of: ino, after: scanned, limit: max(size / 128, 8))
                 if page.isEmpty { break }
                 for listed in page {
-                    // Past an entry left out, the next page starts after it all the same.
-                    defer { scanned = max(scanned, listed.offset) }
+                    // Past an entry left out, the next page starts after it all the same. (Not the
+                    // largest offset: a paged listing's pending entries come first, with the
+                    // largest offsets.)
+                    defer { scanned = listed.offset }
                     let name = listed.entry.name
                     var e = fuse_entry_param()
                     var child: UInt64?

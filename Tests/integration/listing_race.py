@@ -38,7 +38,11 @@ def main():
     # A file created and kept open with nothing written: a pending item, until its close.
     pending_name = "pending-one"
     pending = open(os.path.join(d, pending_name), "wb")
-    before = set(os.listdir(d))
+    first = os.listdir(d)
+    if len(first) != len(set(first)):
+        print("a listing with a pending file repeats names")
+        return 1
+    before = set(first)
     ever = set(before)
     gone = set()          # deleted or renamed away: may be listed or not
     listed = []
@@ -46,7 +50,9 @@ def main():
     calls = 0
     try:
         while True:
-            names = getdents(fd)
+            # Mostly a few entries per call; every fourth call a buffer as glibc's readdir
+            # takes, which holds a whole FUSE reply (pending entries first, then stored ones).
+            names = getdents(fd, 32768 if calls % 4 == 3 else 480)
             if not names:
                 break
             calls += 1
