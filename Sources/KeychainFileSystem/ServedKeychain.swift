@@ -406,7 +406,13 @@ package final class ServedKeychain: Sendable {
         let generation = state.withLock { $0.generation }
         let page: (items: [KeychainItem], next: Int64?)
         do {
-            page = try keychain.groupPage(kind: .generic, name: service, after: after, limit: limit)
+            page = try keychain.groupPage(kind: .generic, name: service, after: after, limit: limit) { ids in
+                state.withLock { s in
+                    var found: [Int64: KeychainItem] = [:]
+                    for id in ids { if let item = s.index.item(id) { found[id] = item } }
+                    return found
+                }
+            }
         } catch KeychainError.unavailable {
             return ([], nil)
         } catch {

@@ -40,7 +40,11 @@ extension Keychain {
     /// meanwhile. One range of the group index per class (`items_group_class`, whose entries
     /// end with the id), merged by id, in one read transaction so that an item changing
     /// class between two ranges is seen once. An unreadable or damaged row is skipped.
-    package func groupPage(kind: ItemKind, name: String, after: Int64, limit: Int) throws -> (items: [KeychainItem], next: Int64?) {
+    /// `known` gets the page's row ids and gives the items already decoded of those (a
+    /// mount's index): one at the row's version and class is taken as it is, not decrypted
+    /// again, so that listing a directory again costs no decryption.
+    package func groupPage(kind: ItemKind, name: String, after: Int64, limit: Int,
+                           known: ([Int64]) -> [Int64: KeychainItem] = { _ in [:] }) throws -> (items: [KeychainItem], next: Int64?) {
         precondition(limit > 0)
         let g = Data(try blind(ItemKey.groupBytes(kind: kind, name: name)))
         let rows = try read { db -> [Result<SealedItem, SealedItem.DamagedRow>] in
@@ -60,9 +64,16 @@ extension Keychain {
             switch r { case .success(let s): s.id; case .failure(let d): d.id }
         }
         let page = rows.sorted { id($0) < id($1) }.prefix(limit)
+        let decoded = known(page.map(id))
         var items: [KeychainItem] = []
         items.reserveCapacity(page.count)
         for case .success(let sealed) in page {
+            if let item = decoded[sealed.id], !item.isPending, item.sealed.version == sealed.version,
+               item.sealed.classCode == sealed.classCode, item.sealed.generation == sealed.generation,
+               keybag.withLock({ $0.metadataKey(AccessibilityClass(code: sealed.classCode) ?? .default, generation: sealed.generation) }) != nil {
+                if item.key.kind == kind { items.append(item) }
+                continue
+            }
             guard let c = AccessibilityClass(code: sealed.classCode),
                   keybag.withLock({ $0.metadataKey(c, generation: sealed.generation) }) != nil,
                   let item = try? decode(sealed), item.key.kind == kind else { continue }
