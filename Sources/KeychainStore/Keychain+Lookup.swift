@@ -38,8 +38,8 @@ extension Keychain {
     /// class keeps its row's id) and are never reused, so a listing that pages on with it
     /// neither skips nor repeats a row that existed throughout, whatever is added or removed
     /// meanwhile. One range of the group index per class (`items_group_class`, whose entries
-    /// end with the id), merged by id, in one read transaction so that an item changing
-    /// class between two ranges is seen once. An unreadable or damaged row is skipped.
+    /// end with the id), merged by id, in one statement so that an item changing class
+    /// between two ranges is seen once. An unreadable or damaged row is skipped.
     /// `known` gets the page's row ids and gives the items already decoded of those (a
     /// mount's index): one at the row's version and class is taken as it is, not decrypted
     /// again, so that listing a directory again costs no decryption.
@@ -47,18 +47,11 @@ extension Keychain {
                            known: ([Int64]) -> [Int64: KeychainItem] = { _ in [:] }) throws -> (items: [KeychainItem], next: Int64?) {
         precondition(limit > 0)
         let g = Data(try blind(ItemKey.groupBytes(kind: kind, name: name)))
-        let rows = try read { db -> [Result<SealedItem, SealedItem.DamagedRow>] in
-            var classes: [Int] = []
-            var last = Int.min
-            while let next = try Int.fetchOne(db.cachedStatement(sql: GroupQuery.nextClass), arguments: [g, last]) {
-                classes.append(next)
-                last = next
-            }
-            var rows: [Result<SealedItem, SealedItem.DamagedRow>] = []
-            for c in classes {
-                rows += try SealedItem.fetchAll(db, sql: GroupQuery.pageOfClass, arguments: [g, c, after, limit])
-            }
-            return rows
+        // One statement, so one snapshot, with no probe of the group's classes first: a page
+        // is one request of a listing, and a read transaction and the probes were a third of
+        // a listing's time.
+        let rows = try select { db in
+            try SealedItem.fetchAll(db, sql: GroupQuery.page, arguments: [g, after, limit])
         }
         func id(_ r: Result<SealedItem, SealedItem.DamagedRow>) -> Int64 {
             switch r { case .success(let s): s.id; case .failure(let d): d.id }
@@ -189,9 +182,12 @@ package enum GroupQuery {
     package static let firstRow = "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ? LIMIT 1"
     /// The next group after a blind.
     package static let nextGroup = "SELECT group_blind FROM items WHERE group_blind > ? ORDER BY group_blind LIMIT 1"
-    /// Up to a number of a group's rows of one class after an id, in id order: a range of
-    /// the group index, whose entries end with the row id.
-    package static let pageOfClass = "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ? AND class = ? AND id > ? ORDER BY id LIMIT ?"
+    /// Up to a number (?3) of a group's (?1) rows of each class after an id (?2), in id order:
+    /// a range of the group index (whose entries end with the row id) per class; a row of a
+    /// class no version knows is no one's to list.
+    package static let page = AccessibilityClass.allCases.map {
+        "SELECT * FROM (SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?1 AND class = \($0.code) AND id > ?2 ORDER BY id LIMIT ?3)"
+    }.joined(separator: " UNION ALL ")
     /// The next class of a group after a class code.
     package static let nextClass = "SELECT class FROM items WHERE group_blind = ? AND class > ? ORDER BY class LIMIT 1"
 }

@@ -73,10 +73,11 @@ final class LookupTests: XCTestCase {
     /// so that it costs the same in a service of any size (the class rule runs at every create).
     func testGroupQueriesSearchTheGroupIndex() throws {
         _ = try store.create()
-        for sql in [GroupQuery.rows, GroupQuery.firstRow, GroupQuery.nextGroup, GroupQuery.nextClass, GroupQuery.pageOfClass] {
-            let plan = try store.sql("EXPLAIN QUERY PLAN " + sql.replacingOccurrences(of: "?", with: "x'00'"))
+        for sql in [GroupQuery.rows, GroupQuery.firstRow, GroupQuery.nextGroup, GroupQuery.nextClass, GroupQuery.page] {
+            let plan = try store.sql("EXPLAIN QUERY PLAN " + sql.replacing(/\?[0-9]*/, with: "x'00'"))
             XCTAssertTrue(plan.contains("SEARCH items USING") && plan.contains("INDEX items_group_class"), "\(sql): \(plan)")
-            XCTAssertFalse(plan.contains("SCAN") || plan.contains("TEMP B-TREE"), "\(sql): \(plan)")
+            // A page's subqueries are co-routines, each one a search ("SCAN (subquery-N)" reads its output).
+            XCTAssertFalse(plan.contains("SCAN items") || plan.contains("TEMP B-TREE"), "\(sql): \(plan)")
         }
     }
 
