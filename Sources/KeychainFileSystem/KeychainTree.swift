@@ -276,11 +276,15 @@ package final class KeychainTree: Sendable {
         if offset < 1 { out.append(ListedEntry(entry: DirectoryEntry(name: ".", isDirectory: true), offset: 1)) }
         if offset < 2 { out.append(ListedEntry(entry: DirectoryEntry(name: "..", isDirectory: true), offset: 2)) }
         var after: Int64 = 0
+        // Also those listed as pending by this call: one committed since is in the store now.
+        var listedPending = listedPending
         if offset < ListingOffset.storedBase || offset >= ListingOffset.pendingBase {
             let listed = offset >= ListingOffset.pendingBase ? offset - ListingOffset.pendingBase : 0
             for item in served.pendingItems(service: service) where -item.id > listed {
                 guard case .generic(let g) = item.key else { continue }
-                out.append(ListedEntry(entry: DirectoryEntry(name: TreeName.escape(g.account), isDirectory: false),
+                let name = TreeName.escape(g.account)
+                listedPending.insert(name)
+                out.append(ListedEntry(entry: DirectoryEntry(name: name, isDirectory: false),
                                        offset: ListingOffset.pendingBase - item.id, isPending: true))
             }
         } else {
