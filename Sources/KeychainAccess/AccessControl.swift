@@ -226,9 +226,10 @@ package final class AccessControl: Sendable {
         for rule in list.rules {
             switch rule.program {
             case .executable:
-                if rule.executable == core.executable { return true }
+                if let exe = try? core.executableIdentity(), rule.executable == exe { return true }
             case .script:
-                if rule.executable == core.executable, let script = entry.scriptIdentity(), script == rule.script { return true }
+                if let exe = try? core.executableIdentity(), rule.executable == exe,
+                   let script = entry.scriptIdentity(), script == rule.script { return true }
             case .flatpak(let id):
                 if entry.facts.flatpakAppID == id { return true }
             }
@@ -244,7 +245,7 @@ package final class AccessControl: Sendable {
         let changed = list.rules.contains { rule in
             switch rule.program {
             case .executable(let p), .script(let p, _):
-                return rule.executable != facts.executable && (p == facts.executablePath || Self.sameFile(p, facts.executable))
+                return rule.executable != (try? facts.executableIdentity()) && (p == facts.executablePath || Self.sameFile(p, facts.image.key))
             case .flatpak: return false
             }
         }
@@ -253,7 +254,7 @@ package final class AccessControl: Sendable {
 
     /// Whether a rule's path names, now, the file the caller runs (`/usr/bin/python3` is a
     /// link to the running `/usr/bin/python3.11`).
-    private static func sameFile(_ path: String, _ identity: FileIdentity) -> Bool {
+    private static func sameFile(_ path: String, _ identity: FileStatKey) -> Bool {
         var st = stat()
         return stat(path, &st) == 0 && UInt64(st.st_dev) == identity.device && UInt64(st.st_ino) == identity.inode
     }
@@ -265,12 +266,14 @@ package final class AccessControl: Sendable {
     private func proposedRule(_ entry: CachedProcess) -> AccessRule? {
         let facts = entry.facts
         if let id = facts.flatpakAppID { return AccessRule(program: .flatpak(id), executable: nil, script: nil) }
+        // No rule for an executable changed since the process was identified.
+        guard let executable = try? facts.executableIdentity() else { return nil }
         if Self.isInterpreter(facts.executablePath) {
             guard let scriptPath = facts.scriptPath, let script = entry.scriptIdentity() else { return nil }
             return AccessRule(program: .script(interpreter: facts.executablePath, script: scriptPath),
-                              executable: facts.executable, script: script)
+                              executable: executable, script: script)
         }
-        return AccessRule(program: .executable(facts.executablePath), executable: facts.executable, script: nil)
+        return AccessRule(program: .executable(facts.executablePath), executable: executable, script: nil)
     }
 
     /// Programs whose first argument is the code they run, so that allowing the program

@@ -96,6 +96,49 @@ struct FileStatKey: Hashable {
     }
 }
 
+/// A process's executable file, held open from when the process was identified so that it
+/// can be hashed later (the process may have made itself non-dumpable by then, which hides
+/// `/proc/PID/exe`). The digest is taken once, and only if the file still has the stat key
+/// it had then: a file changed since fails, and a caller that needs its identity is refused.
+final class ExecutableImage: Sendable {
+    let key: FileStatKey
+    private let fd: Int32
+    private let shown: String
+    private let identified = Mutex<FileIdentity?>(nil)
+
+    /// Takes ownership of `fd`.
+    init(descriptor fd: Int32, shownAs shown: String) throws(KeychainError) {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            let why = String(cString: strerror(errno))
+            close(fd)
+            throw .io("cannot stat \(shown): \(why)")
+        }
+        guard st.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw .invalidInput("\(shown) is not a regular file")
+        }
+        self.fd = fd
+        self.key = FileStatKey(st)
+        self.shown = shown
+    }
+
+    deinit { close(fd) }
+
+    func identity() throws(KeychainError) -> FileIdentity {
+        if let known = identified.withLock({ $0 }) { return known }
+        let identity = try FileIdentity.of(descriptor: fd, shownAs: shown)
+        // The kernel moves ctime forward at every change: the same key after the hash means
+        // the bytes hashed are those the process was identified with.
+        var after = stat()
+        guard fstat(fd, &after) == 0, FileStatKey(after) == key else {
+            throw .io("\(shown) changed since the process was identified")
+        }
+        identified.withLock { $0 = identity }
+        return identity
+    }
+}
+
 /// Digests of executables already hashed, so that the hundredth `head` costs a stat, not a
 /// read of the binary. Keyed by the full stat key: any write changes ctime and misses.
 final class DigestCache: Sendable {

@@ -125,14 +125,17 @@ struct ItemIndex {
         clock += 1
         used[item.id] = clock
         absent.remove(item.key)
-        if item.isPending { pending.insert(item.id) }
-        // Same key, same name: the directory's entries do not change, nor its times.
-        if let old = items[item.id], old.key == item.key {
-            items[item.id] = item
-            ids[item.key] = item.id
-            return
+        if let old = items[item.id] {
+            // Same key, same name: the directory's entries do not change, nor its times.
+            if old.key == item.key {
+                items[item.id] = item
+                ids[item.key] = item.id
+                return
+            }
+            remove(id: item.id, now: now)
         }
-        remove(id: item.id, now: now)
+        // After the removal of any earlier version, which drops the id from `pending`.
+        if item.isPending { pending.insert(item.id) }
         used[item.id] = clock
         items[item.id] = item
         ids[item.key] = item.id

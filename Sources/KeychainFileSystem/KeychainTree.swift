@@ -240,6 +240,74 @@ package final class KeychainTree: Sendable {
         }
     }
 
+    /// A generic service's directory listed in pages (`listPage`), each entry with the offset
+    /// that resumes after it: "." 1 and ".." 2, then the pending items (`pendingBase` plus
+    /// the negated id), then the stored ones in id order (`storedBase` plus the id), read
+    /// from the store a page at a time. No listing holds the directory's names: the offset
+    /// is the cursor, and ids never change nor come back (`Keychain.groupPage`), so an entry
+    /// that exists throughout a listing is listed once whatever is created or deleted
+    /// meanwhile. A pending item committed after it was listed is stored under a new id: the
+    /// caller passes the names it listed as pending, which are then not listed again.
+    package enum ListingOffset {
+        package static let storedBase: Int64 = 1 << 61
+        package static let pendingBase: Int64 = 1 << 62
+    }
+
+    /// An entry of a listing read in pages, with the offset that resumes after it.
+    package struct ListedEntry: Equatable, Sendable {
+        package var entry: DirectoryEntry
+        package var offset: Int64
+        /// Listed as a pending item: the caller passes it to later pages in `listedPending`.
+        package var isPending = false
+
+        package init(entry: DirectoryEntry, offset: Int64, isPending: Bool = false) {
+            self.entry = entry; self.offset = offset; self.isPending = isPending
+        }
+    }
+
+    /// Up to about `limit` entries of `location` after `offset` (`ListingOffset`), empty at
+    /// the end; nil when `location` is not listed in pages (only a generic service's
+    /// directory is, the one kind that grows to 100,000 entries), so `list` lists it whole.
+    package func listPage(_ location: TreeLocation, after offset: Int64, listedPending: Set<String>,
+                          limit: Int) throws(FileSystemError) -> [ListedEntry]? {
+        guard case .service(let service) = location else { return nil }
+        try served.covering(location) { s throws(FileSystemError) in _ = try node(location, s.index) }
+        var out: [ListedEntry] = []
+        if offset < 1 { out.append(ListedEntry(entry: DirectoryEntry(name: ".", isDirectory: true), offset: 1)) }
+        if offset < 2 { out.append(ListedEntry(entry: DirectoryEntry(name: "..", isDirectory: true), offset: 2)) }
+        var after: Int64 = 0
+        // Also those listed as pending by this call: one committed since is in the store now.
+        var listedPending = listedPending
+        if offset < ListingOffset.storedBase || offset >= ListingOffset.pendingBase {
+            let listed = offset >= ListingOffset.pendingBase ? offset - ListingOffset.pendingBase : 0
+            for item in served.pendingItems(service: service) where -item.id > listed {
+                guard case .generic(let g) = item.key else { continue }
+                let name = TreeName.escape(g.account)
+                listedPending.insert(name)
+                out.append(ListedEntry(entry: DirectoryEntry(name: name, isDirectory: false),
+                                       offset: ListingOffset.pendingBase - item.id, isPending: true))
+            }
+        } else {
+            after = offset - ListingOffset.storedBase
+        }
+        // Rows that are unreadable now, or of another access group, list nothing: read on
+        // until something is listed or the store has no more.
+        while out.count < limit {
+            let page = try served.servicePage(service, after: after, limit: max(limit - out.count, 8))
+            for item in page.items {
+                guard case .generic(let g) = item.key else { continue }
+                let name = TreeName.escape(g.account)
+                if listedPending.contains(name) { continue }
+                out.append(ListedEntry(entry: DirectoryEntry(name: name, isDirectory: false),
+                                       offset: ListingOffset.storedBase + item.id))
+            }
+            guard let next = page.next else { break }
+            after = next
+            if !out.isEmpty { break }
+        }
+        return out
+    }
+
     /// A path directory's entries: sub-directories by name, items by their variant name,
     /// except that an item whose plain name a directory holds is listed by its tagged name.
     static func entries(of dir: PathDirectory, _ index: ItemIndex) -> [DirectoryEntry] {

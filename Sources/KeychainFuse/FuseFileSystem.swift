@@ -37,9 +37,17 @@ final class FuseFileSystem: Sendable {
     }
 
     struct DirectoryListings {
-        /// Each open directory's entries, and whether a read has begun on them.
-        var open: [UInt64: (entries: [DirectoryEntry], read: Bool)] = [:]
+        var open: [UInt64: OpenListing] = [:]
         var next: UInt64 = 1
+    }
+
+    /// An open directory: listed whole when opened (and again when a read starts over from
+    /// the beginning, rewinddir), with whether a read has begun on it; or a generic service
+    /// read in pages from the store as the reads come (`KeychainTree.listPage`), with only
+    /// the names it listed as pending items kept.
+    enum OpenListing {
+        case whole(entries: [DirectoryEntry], read: Bool)
+        case paged(TreeLocation, listedPending: Set<String>)
     }
 
     /// What `ino` names, from the inode table's parsed locations: no path string is built or
@@ -80,32 +88,65 @@ final class FuseFileSystem: Sendable {
         return try tree.stat(anyOf: open)
     }
 
-    /// A directory's entries with "." and "..", listed when it is opened and again when a
-    /// read starts over from the beginning (rewinddir).
+    /// Opens a listing of `ino`: a generic service's is read in pages as the reads come, any
+    /// other directory's whole now.
     func openListing(_ ino: UInt64) throws(FileSystemError) -> UInt64 {
-        let entries = try listing(ino)
+        let location = try location(ino)
+        let listing: OpenListing
+        if case .service = location {
+            _ = try tree.stat(location)
+            listing = .paged(location, listedPending: [])
+        } else {
+            listing = .whole(entries: try wholeListing(location), read: false)
+        }
         return listings.withLock { l in
             let id = l.next
             l.next += 1
-            l.open[id] = (entries, false)
+            l.open[id] = listing
             return id
         }
     }
 
-    private func listing(_ ino: UInt64) throws(FileSystemError) -> [DirectoryEntry] {
+    private func wholeListing(_ location: TreeLocation) throws(FileSystemError) -> [DirectoryEntry] {
         [DirectoryEntry(name: ".", isDirectory: true), DirectoryEntry(name: "..", isDirectory: true)]
-            + (try tree.list(try location(ino)))
+            + (try tree.list(location))
     }
 
-    func entries(_ id: UInt64, of ino: UInt64, offset: Int) throws(FileSystemError) -> [DirectoryEntry] {
-        guard let (entries, read) = listings.withLock({ $0.open[id] }) else { throw .badHandle }
-        if offset > 0 || !read {
-            listings.withLock { $0.open[id]?.read = true }
-            return entries
+    /// Up to about `limit` entries of the open directory `id` after `offset`, each with the
+    /// offset that resumes after it; empty at the end. A whole listing's offsets are
+    /// positions in it; a paged one's are the tree's cursors (`KeychainTree.ListingOffset`).
+    func entries(_ id: UInt64, of ino: UInt64, after offset: Int64, limit: Int) throws(FileSystemError) -> [KeychainTree.ListedEntry] {
+        guard let listing = listings.withLock({ $0.open[id] }) else { throw .badHandle }
+        switch listing {
+        case .whole(var entries, let read):
+            if offset > 0 || !read {
+                if !read { listings.withLock { $0.open[id] = .whole(entries: entries, read: true) } }
+            } else {
+                entries = try wholeListing(try location(ino))
+                listings.withLock { $0.open[id] = .whole(entries: entries, read: true) }
+            }
+            let start = Int(clamping: max(offset, 0))
+            guard start < entries.count else { return [] }
+            return entries[start..<min(entries.count, start + limit)].enumerated().map { i, e in
+                KeychainTree.ListedEntry(entry: e, offset: Int64(start + i + 1))
+            }
+        case .paged(let location, var listedPending):
+            if offset == 0, !listedPending.isEmpty {
+                listedPending = []
+                listings.withLock { $0.open[id] = .paged(location, listedPending: []) }
+            }
+            return try tree.listPage(location, after: offset, listedPending: listedPending, limit: limit) ?? []
         }
-        let fresh = try listing(ino)
-        listings.withLock { $0.open[id] = (fresh, true) }
-        return fresh
+    }
+
+    /// A pending item's name was given to the kernel from the paged listing `id`: if it is
+    /// committed before the listing ends, its stored row is not listed again.
+    func listedPending(_ id: UInt64, _ name: String) {
+        listings.withLock { l in
+            guard case .paged(let location, var names) = l.open[id] else { return }
+            names.insert(name)
+            l.open[id] = .paged(location, listedPending: names)
+        }
     }
 
     func closeListing(_ id: UInt64) { _ = listings.withLock { $0.open.removeValue(forKey: id) } }

@@ -194,28 +194,35 @@ enum FuseOperations {
     static func readdir(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int, _ offset: off_t,
                         _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
-            let entries = try fs.entries(fi!.pointee.fh, of: ino, offset: Int(offset))
-            let inodes = fs.inodes.withLock { t in
-                entries.map { e -> UInt64 in
-                    switch e.name {
-                    case ".": ino
-                    case "..": t.nodes[ino].map { $0.parent == 0 ? InodeTable.root : $0.parent } ?? InodeTable.root
-                    default: t.child(ino, e.name) ?? unknownInode
-                    }
-                }
-            }
+            let fh = fi!.pointee.fh
             let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: max(size, 1))
             defer { buffer.deallocate() }
             var used = 0
-            var i = Int(offset)
-            while i < entries.count {
-                var st = stat()
-                st.st_ino = UInt(inodes[i])
-                st.st_mode = entries[i].isDirectory ? S_IFDIR : S_IFREG
-                let n = fuse_add_direntry(req, buffer + used, size - used, entries[i].name, &st, off_t(i + 1))
-                if n > size - used { break }
-                used += n
-                i += 1
+            var scanned = Int64(offset)
+            // A page at a time (a paged listing reads the store as it goes), about a
+            // buffer's worth: an entry here takes 24 bytes and its name.
+            fill: while true {
+                let page = try fs.entries(fh, of: ino, after: scanned, limit: max(size / 32, 8))
+                if page.isEmpty { break }
+                let inodes = fs.inodes.withLock { t in
+                    page.map { e -> UInt64 in
+                        switch e.entry.name {
+                        case ".": ino
+                        case "..": t.nodes[ino].map { $0.parent == 0 ? InodeTable.root : $0.parent } ?? InodeTable.root
+                        default: t.child(ino, e.entry.name) ?? unknownInode
+                        }
+                    }
+                }
+                for (i, e) in page.enumerated() {
+                    var st = stat()
+                    st.st_ino = UInt(inodes[i])
+                    st.st_mode = e.entry.isDirectory ? S_IFDIR : S_IFREG
+                    let n = fuse_add_direntry(req, buffer + used, size - used, e.entry.name, &st, off_t(e.offset))
+                    if n > size - used { break fill }
+                    used += n
+                    scanned = e.offset
+                    if e.isPending { fs.listedPending(fh, e.entry.name) }
+                }
             }
             fuse_reply_buf(req, buffer, used)
         }
@@ -226,36 +233,46 @@ enum FuseOperations {
     static func readdirplus(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int, _ offset: off_t,
                             _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
-            let entries = try fs.entries(fi!.pointee.fh, of: ino, offset: Int(offset))
+            let fh = fi!.pointee.fh
             let directory = try fs.location(ino)
             let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: max(size, 1))
             defer { buffer.deallocate() }
             var used = 0
             var counted: [UInt64] = []
-            var i = Int(offset)
-            while i < entries.count {
-                defer { i += 1 }
-                var e = fuse_entry_param()
-                var child: UInt64?
-                if entries[i].name == "." || entries[i].name == ".." {
-                    // The kernel takes neither as a lookup; inode 0 says so.
-                    e.attr.st_ino = UInt(ino)
-                    e.attr.st_mode = S_IFDIR
-                } else {
-                    // A name gone since the listing was taken is left out, as readdir would
-                    // leave it to the lookup that follows.
-                    guard let st = try? fs.tree.stat(try directory.child(entries[i].name)) else { continue }
-                    let n = fs.inodes.withLock { $0.lookedUp(ino, entries[i].name) }
-                    e = entry(n, st)
-                    child = n
+            var scanned = Int64(offset)
+            // An entry here takes about 150 bytes with its attributes.
+            fill: while true {
+                let page = try fs.entries(fh, of: ino, after: scanned, limit: max(size / 128, 8))
+                if page.isEmpty { break }
+                for listed in page {
+                    // Past an entry left out, the next page starts after it all the same. (Not the
+                    // largest offset: a paged listing's pending entries come first, with the
+                    // largest offsets.)
+                    defer { scanned = listed.offset }
+                    let name = listed.entry.name
+                    var e = fuse_entry_param()
+                    var child: UInt64?
+                    if name == "." || name == ".." {
+                        // The kernel takes neither as a lookup; inode 0 says so.
+                        e.attr.st_ino = UInt(ino)
+                        e.attr.st_mode = S_IFDIR
+                    } else {
+                        // A name gone since the listing was taken is left out, as readdir would
+                        // leave it to the lookup that follows.
+                        guard let st = try? fs.tree.stat(try directory.child(name)) else { continue }
+                        let n = fs.inodes.withLock { $0.lookedUp(ino, name) }
+                        e = entry(n, st)
+                        child = n
+                    }
+                    let n = fuse_add_direntry_plus(req, buffer + used, size - used, name, &e, off_t(listed.offset))
+                    if n > size - used {
+                        if let child { fs.inodes.withLock { $0.forget(child, 1) } }
+                        break fill
+                    }
+                    used += n
+                    if let child { counted.append(child) }
+                    if listed.isPending { fs.listedPending(fh, name) }
                 }
-                let n = fuse_add_direntry_plus(req, buffer + used, size - used, entries[i].name, &e, off_t(i + 1))
-                if n > size - used {
-                    if let child { fs.inodes.withLock { $0.forget(child, 1) } }
-                    break
-                }
-                used += n
-                if let child { counted.append(child) }
             }
             if fuse_reply_buf(req, buffer, used) != 0 {
                 fs.inodes.withLock { t in for c in counted { t.forget(c, 1) } }

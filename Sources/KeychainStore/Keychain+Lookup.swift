@@ -32,6 +32,49 @@ extension Keychain {
         return rows.compactMap { row in readable(row).map(\.summary) }
     }
 
+    /// One page of a group's rows, in id order after the id `after`: the readable items among
+    /// the first `limit` rows, and the id of the last row read, to pass as `after` for the
+    /// next page (nil once no row is left). Ids never change (an update, a rename or a new
+    /// class keeps its row's id) and are never reused, so a listing that pages on with it
+    /// neither skips nor repeats a row that existed throughout, whatever is added or removed
+    /// meanwhile. One range of the group index per class (`items_group_class`, whose entries
+    /// end with the id), merged by id, in one statement so that an item changing class
+    /// between two ranges is seen once. An unreadable or damaged row is skipped.
+    /// `known` gets the page's row ids and gives the items already decoded of those (a
+    /// mount's index): one at the row's version and class is taken as it is, not decrypted
+    /// again, so that listing a directory again costs no decryption.
+    package func groupPage(kind: ItemKind, name: String, after: Int64, limit: Int,
+                           known: ([Int64]) -> [Int64: KeychainItem] = { _ in [:] }) throws -> (items: [KeychainItem], next: Int64?) {
+        precondition(limit > 0)
+        let g = Data(try blind(ItemKey.groupBytes(kind: kind, name: name)))
+        // One statement, so one snapshot, with no probe of the group's classes first: a page
+        // is one request of a listing, and a read transaction and the probes were a third of
+        // a listing's time.
+        let rows = try select { db in
+            try SealedItem.fetchAll(db, sql: GroupQuery.page, arguments: [g, after, limit])
+        }
+        func id(_ r: Result<SealedItem, SealedItem.DamagedRow>) -> Int64 {
+            switch r { case .success(let s): s.id; case .failure(let d): d.id }
+        }
+        let page = rows.sorted { id($0) < id($1) }.prefix(limit)
+        let decoded = known(page.map(id))
+        var items: [KeychainItem] = []
+        items.reserveCapacity(page.count)
+        for case .success(let sealed) in page {
+            if let item = decoded[sealed.id], !item.isPending, item.sealed.version == sealed.version,
+               item.sealed.classCode == sealed.classCode, item.sealed.generation == sealed.generation,
+               keybag.withLock({ $0.metadataKey(AccessibilityClass(code: sealed.classCode) ?? .default, generation: sealed.generation) }) != nil {
+                if item.key.kind == kind { items.append(item) }
+                continue
+            }
+            guard let c = AccessibilityClass(code: sealed.classCode),
+                  keybag.withLock({ $0.metadataKey(c, generation: sealed.generation) }) != nil,
+                  let item = try? decode(sealed), item.key.kind == kind else { continue }
+            items.append(item.summary)
+        }
+        return (items, page.count < limit ? nil : page.last.map(id))
+    }
+
     /// The classes of the group's rows, from the plaintext class column: readable or not. A
     /// skip scan of the group index, a probe per class, so that it costs the same in a
     /// service of a million items as in one of ten. The group blind already tells the kinds
@@ -139,6 +182,12 @@ package enum GroupQuery {
     package static let firstRow = "SELECT \(SealedItem.columns) FROM items WHERE group_blind = ? LIMIT 1"
     /// The next group after a blind.
     package static let nextGroup = "SELECT group_blind FROM items WHERE group_blind > ? ORDER BY group_blind LIMIT 1"
+    /// Up to a number (?3) of a group's (?1) rows of each class after an id (?2), in id order:
+    /// a range of the group index (whose entries end with the row id) per class; a row of a
+    /// class no version knows is no one's to list.
+    package static let page = AccessibilityClass.allCases.map {
+        "SELECT * FROM (SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?1 AND class = \($0.code) AND id > ?2 ORDER BY id LIMIT ?3)"
+    }.joined(separator: " UNION ALL ")
     /// The next class of a group after a class code.
     package static let nextClass = "SELECT class FROM items WHERE group_blind = ? AND class > ? ORDER BY class LIMIT 1"
 }

@@ -31,6 +31,8 @@ struct StoreFileState: Equatable {
 
 extension StoreCounter {
     var filesPath: String { path + ".files" }
+    /// Longer than any state's text: devices, inodes, sizes and times in decimal.
+    static let filesRecordWidth = 400
 
     /// The files' state recorded after the last commit or check of the rows; nil if none.
     func readFiles() -> StoreFileState? {
@@ -44,6 +46,10 @@ extension StoreCounter {
             unlink(filesPath)
             return
         }
-        Self.overwrite(filesPath, with: Array((state.text + "\n").utf8))
+        // Padded to one length (read back without the spaces, `line`), so that a shorter
+        // state leaves nothing behind and the file needs no truncation.
+        let text = state.text.count < Self.filesRecordWidth
+            ? state.text + String(repeating: " ", count: Self.filesRecordWidth - state.text.count) : state.text
+        Self.overwrite(filesPath, with: Array((text + "\n").utf8))
     }
 }

@@ -201,6 +201,10 @@ struct StoreCounter {
         guard fd >= 0 else { return }
         defer { close(fd) }
         _ = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
-        _ = ftruncate(fd, off_t(bytes.count))
+        // Only when the file was longer: an ftruncate is a journalled change of the inode
+        // even to the same size, and every commit rewrites these records (two ftruncates of
+        // the eight system calls that touch metadata in a durable update).
+        var st = stat()
+        if fstat(fd, &st) != 0 || st.st_size > off_t(bytes.count) { _ = ftruncate(fd, off_t(bytes.count)) }
     }
 }

@@ -14,7 +14,7 @@ final class CallerTests: AccessTestCase {
         let facts = try access.identify(threadID: head.pid)
         XCTAssertEqual(facts.pid, head.pid)
         XCTAssertEqual(facts.executablePath, "/usr/bin/head")
-        XCTAssertEqual(facts.executable, try FileIdentity.of(path: "/usr/bin/head"))
+        XCTAssertEqual(try facts.executableIdentity(), try FileIdentity.of(path: "/usr/bin/head"))
         XCTAssertEqual(facts.commandLine, ["/usr/bin/head"])
         XCTAssertTrue(facts.parent.hasPrefix("\(getpid()) ("), facts.parent)
         XCTAssertFalse(facts.executableDeleted)
@@ -70,9 +70,22 @@ final class CallerTests: AccessTestCase {
         let process = try TestProcess([copy], waitForExecutable: copy)
         let facts = try access.identify(threadID: process.pid)
         let real = try FileIdentity.of(path: "/usr/bin/head")
-        XCTAssertEqual(facts.executable.sha256, real.sha256, "the same bytes...")
-        XCTAssertNotEqual(facts.executable, real, "...in another file")
+        XCTAssertEqual(try facts.executableIdentity().sha256, real.sha256, "the same bytes...")
+        XCTAssertNotEqual(try facts.executableIdentity(), real, "...in another file")
         XCTAssertTrue(isRefused(access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/usr/bin/head"))))
+    }
+
+    /// The executable is hashed only when a rule needs it, not when the process is
+    /// identified; bytes changed in between are not taken for the ones it was identified with.
+    func testAnExecutableChangedAfterIdentificationIsRefused() throws {
+        let dir = directory()
+        let copy = try dir.copy("/usr/bin/head", as: "head")
+        let process = try TestProcess([copy], waitForExecutable: copy)
+        let facts = try access.identify(threadID: process.pid)
+        // A running executable cannot be opened for writing (ETXTBSY); a chmod moves its ctime,
+        // as any change would.
+        XCTAssertEqual(chmod(copy, 0o700), 0)
+        XCTAssertThrowsError(try facts.executableIdentity())
     }
 
     func testHeadUnderStraceIsRefusedEvenThoughListed() throws {

@@ -43,6 +43,22 @@ final class KeychainTreeTests: XCTestCase {
                        "when-unlocked", "an empty directory takes the mount's default")
     }
 
+    /// A pending sibling (created, not yet written) counts for the class rule and is listed.
+    func testAPendingSiblingCountsForTheClassRuleAndIsListed() throws {
+        try tree.makeDirectory("/vault")
+        let first = try tree.create("/vault/first", flags: O_WRONLY)
+        XCTAssertEqual(try tree.listPage(.service("vault"), after: 0, listedPending: [], limit: 10)?.map(\.entry.name),
+                       [".", "..", "first"], "pending, it is listed")
+        XCTAssertEqual(try tree.listPage(.service("vault"), after: 0, listedPending: ["first"], limit: 10)?.count, 3,
+                       "as pending, whatever was listed before")
+        try tree.setAttribute("/vault/first", name: "user.keychain.accessible", value: Array("always-this-device-only".utf8))
+        let second = try tree.create("/vault/second", flags: O_WRONLY)
+        XCTAssertTrue(String(decoding: try tree.attribute("/vault/second", name: "user.keychain.accessible"), as: UTF8.self)
+            .hasSuffix("-this-device-only"), "a new item is never weaker than a pending sibling")
+        try tree.release(second)
+        try tree.release(first)
+    }
+
     func testCreateWriteReadAndStat() throws {
         try tree.makeDirectory("/github")
         try tree.put("/github/alice", "s3cret")

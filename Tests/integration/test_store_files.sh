@@ -206,9 +206,20 @@ expect_eq "1 1" "$(syncs "printf 'second' > '$MP/svc/a'")" "an update: one sync 
 # The WAL the update emptied starts afresh: SQLite syncs its new header before the frames.
 expect_eq "2 1" "$(syncs "rm '$MP/svc/b'")" "a delete after it: the same, and the new WAL's header"
 expect_eq 0 "$(wal_size "$TEST_ROOT/sync.db")" "and the WAL is empty after it"
+# The records beside the device key (counter, files' state) are rewritten in place at every
+# commit: an ftruncate would be one more journalled change of an inode per write.
+strace -f -y -e trace=ftruncate -o "$TEST_ROOT/trunc.trace" -p "$pid" 2>/dev/null &
+tracer=$!
+sleep 0.5
+sh -c "printf 'third' > '$MP/svc/a'; printf 'fourth' > '$MP/svc/a'"
+sleep 0.3
+kill "$tracer"; wait "$tracer" 2>/dev/null
+expect_eq "0" "$(grep -c "$XDG_STATE_HOME" "$TEST_ROOT/trunc.trace")" "an update truncates no record beside the device key"
+expect_eq "fourth" "$(cat "$MP/svc/a")" "and reads back"
 kc unmount "$MP" >/dev/null
-expect_eq "second" "$(kc find-generic-password --store "$TEST_ROOT/sync.db" --passphrase-file "$PASSFILE" -s svc -a a -w 2>/dev/null)" \
+expect_eq "fourth" "$(kc find-generic-password --store "$TEST_ROOT/sync.db" --passphrase-file "$PASSFILE" -s svc -a a -w 2>/dev/null)" \
     "what was written is in the store after unmount"
+expect_exit 0 "and the store opens with its records so written" kc verify --store "$TEST_ROOT/sync.db" --passphrase-file "$PASSFILE"
 
 echo "== init changes only directories it made"
 SHARED="$TEST_ROOT/shared"
