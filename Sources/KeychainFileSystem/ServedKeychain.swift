@@ -753,6 +753,10 @@ package final class ServedKeychain: Sendable {
         try keychain.allItems().items
     }
 
+    /// Every row's id and version, nothing decrypted: sync publishes only the rows whose
+    /// version it has not seen (`SyncSession.exchange`).
+    package func rowVersions() throws -> [(id: Int64, version: Int64)] { try keychain.rowVersions() }
+
     /// The item in this row, when its name is readable now: the Secret Service names items by
     /// row id (ServedKeychain+SecretService.swift).
     package func item(id: Int64) throws -> KeychainItem? { id > 0 ? try keychain.item(id: id) : nil }
