@@ -6,7 +6,6 @@ import KeychainFileSystem
 import KeychainModel
 import KeychainStore
 import Logging
-import Synchronization
 
 /// What this device remembers of its sync folder, beside its store (`<store>.sync.json`,
 /// mode 0600). No secret and no name: items go by their keyed ids, values by keyed digests.
@@ -114,11 +113,6 @@ package final class SyncSession: Sendable {
     package let owner: ServedKeychain
     package let storePath: String
     private let log = Logger(label: "keychainfs.sync")
-    /// The rows found not synchronizable, by id, at the version they were read at: a row
-    /// keeps its id for life and any change of it raises its version, so while the version is
-    /// the same its name is not decrypted again. Memory of this session only (the daemon's
-    /// lives as long as its mount); rows that sync are remembered in the local state.
-    private let notSynchronizable = Mutex<[Int64: Int64]>([:])
     /// A version more than this far ahead of every other device's clock is refused, so that
     /// one device cannot win every merge from then on. A device that made more changes than
     /// this offline must rejoin.
@@ -242,7 +236,7 @@ package final class SyncSession: Sendable {
         var local: [SyncItemID: LocalRow] = [:]
         var changed: [KeychainItem] = []
         let rows = try owner.rowVersions().sorted { $0.id < $1.id }
-        let remembered = notSynchronizable.withLock { $0 }
+        let remembered = owner.notSynchronizableRows.withLock { $0 }
         var newlyNotSynchronizable: [Int64: Int64] = [:]
         for (rowID, version) in rows {
             if let seen = seenRow[rowID], seen.version == version, let d = state.synced[seen.hex]?.digest, d != Self.republish,
@@ -267,7 +261,7 @@ package final class SyncSession: Sendable {
             changed.append(item)
         }
         let present = Set(rows.map(\.id))
-        notSynchronizable.withLock { memory in
+        owner.notSynchronizableRows.withLock { memory in
             memory.merge(newlyNotSynchronizable) { _, new in new }
             if memory.count > present.count { memory = memory.filter { present.contains($0.key) } }
         }
