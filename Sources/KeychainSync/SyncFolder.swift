@@ -3,6 +3,7 @@ import KeychainBackup
 import KeychainBatch
 import KeychainCrypto
 import KeychainModel
+import Synchronization
 
 /// The keys of a sync folder, each derived (HKDF-SHA256) from the one sync key that the
 /// folder's envelope holds under the passphrase.
@@ -185,6 +186,11 @@ package struct SyncFolder: Sendable {
     package func readManifest(_ d: DeviceID, folderID: String, keys: SyncKeys) throws -> (SyncManifest, digest: String)? {
         guard let data = FileManager.default.contents(atPath: manifestPath(d)) else { return nil }
         let bytes = [UInt8](data)
+        let digest = SHA256Digest.hash(bytes)
+        let cacheKey = manifestPath(d) + "\n" + folderID
+        if let known = Self.authenticated.withLock({ $0[cacheKey] }), known.digest == digest {
+            return (known.manifest, SyncHex.encode(digest))
+        }
         guard bytes.count > 32 else { throw KeychainError.integrityFailure("device \(d.short): its state file is truncated") }
         let body = Array(bytes[32...])
         let expected = SecureBytes(copying: HMACSHA256.authenticate(body, key: try keys.manifestKey(d)))
@@ -201,8 +207,14 @@ package struct SyncFolder: Sendable {
         guard m.entries.allSatisfy({ $0.version.device == d }) else {
             throw KeychainError.integrityFailure("device \(d.short): its state file lists versions of another device")
         }
-        return (m, SyncHex.encode(SHA256Digest.hash(bytes)))
+        Self.authenticated.withLock { $0[cacheKey] = (digest, m) }
+        return (m, SyncHex.encode(digest))
     }
+
+    /// The last manifest that passed every check above, per file and folder id, by the SHA-256
+    /// of its bytes: the same bytes pass again, so an exchange does not authenticate and decode
+    /// again a manifest of thousands of entries that has not changed. A leaf lock.
+    private static let authenticated = Mutex<[String: (digest: [UInt8], manifest: SyncManifest)]>([:])
 }
 
 /// What a device publishes about itself: its versions, and how far it has merged the others.

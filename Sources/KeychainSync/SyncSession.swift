@@ -6,6 +6,7 @@ import KeychainFileSystem
 import KeychainModel
 import KeychainStore
 import Logging
+import Synchronization
 
 /// What this device remembers of its sync folder, beside its store (`<store>.sync.json`,
 /// mode 0600). No secret and no name: items go by their keyed ids, values by keyed digests.
@@ -63,10 +64,22 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
     package static func load(forStore storePath: String) throws -> SyncLocalState? {
         let path = path(forStore: storePath)
         guard let data = FileManager.default.contents(atPath: path) else { return nil }
-        do { return try JSONDecoder().decode(SyncLocalState.self, from: data) } catch {
+        let digest = SHA256Digest.hash([UInt8](data))
+        if let known = decoded.withLock({ $0[path] }), known.digest == digest { return known.state }
+        do {
+            let state = try JSONDecoder().decode(SyncLocalState.self, from: data)
+            decoded.withLock { $0[path] = (digest, state) }
+            return state
+        } catch {
             throw KeychainError.integrityFailure("\(path) is damaged: \(error)")
         }
     }
+
+    /// The state last read or written at each path, by the SHA-256 of its bytes: a store with
+    /// thousands of synced items has a state of megabytes, which the daemon reads several
+    /// times per exchange; the same bytes are not decoded again (a hash is cheap, JSON is not).
+    /// A leaf lock. No secret is in it (keyed ids and digests only).
+    private static let decoded = Mutex<[String: (digest: [UInt8], state: SyncLocalState)]>([:])
 
     /// Sets how long a tombstone is kept (at least once every device has merged it), between
     /// exchanges (under their lock): `sync init|join --tombstone-days`.
@@ -82,7 +95,10 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
     package func save(forStore storePath: String) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        try SyncFiles.write([UInt8](try encoder.encode(self)), to: Self.path(forStore: storePath))
+        let bytes = [UInt8](try encoder.encode(self))
+        let path = Self.path(forStore: storePath)
+        try SyncFiles.write(bytes, to: path)
+        Self.decoded.withLock { $0[path] = (SHA256Digest.hash(bytes), self) }
     }
 }
 
