@@ -179,6 +179,8 @@ package struct SyncFolder: Sendable {
         let mac = HMACSHA256.authenticate(body, key: try keys.manifestKey(m.device))
         try KeychainLocations.makeDirectories(devicePath(m.device), lastMode: 0o700)
         try SyncFiles.write(mac + body, to: manifestPath(m.device))
+        // What this device wrote is what its next exchange reads back (to find a rollback).
+        Self.authenticated.withLock { $0[manifestPath(m.device) + "\n" + m.folder] = (SHA256Digest.hash(mac + body), m) }
     }
 
     /// The device's manifest, if it has one; `integrityFailure` if it fails authentication or
