@@ -33,7 +33,7 @@ import Synchronization
 ///   a commit only when fills keep losing that race, and then fills under `committing`.
 /// - `state` guards the index, the plaintext cache and the open files; it is held only for
 ///   in-memory work, never across SQL, fsync or the decryption of a secret.
-/// - `observers`, `afterLock` and the test hooks are leaves: each is held only to copy out
+/// - `observers`, `afterLock`, `notSynchronizableRows` and the test hooks are leaves: each is held only to copy out
 ///   or replace its value, and what it holds is called after it is released. Observers are
 ///   called with none of these locks held, so an observer may call back in here.
 /// - Below all of these, `LockedMemory`'s own mutex is a leaf: every `SecureBytes` made or
@@ -807,6 +807,18 @@ package final class ServedKeychain: Sendable {
     package func allItems() throws -> [KeychainItem] {
         try keychain.allItems().items
     }
+
+    /// Rows found not synchronizable, by id, at the version they were read at (a leaf lock):
+    /// sync's exchanges (`SyncSession`, one at a time) skip them while their version stays,
+    /// so that a store of many items that do not sync is not decrypted at every exchange. Any
+    /// change of a row raises its version and ids are never reused, so an entry never lies;
+    /// it lives as long as this owner, whichever session (the daemon's watcher, a `sync now`
+    /// through the control socket) ran the exchange.
+    package let notSynchronizableRows = Mutex<[Int64: Int64]>([:])
+
+    /// Every row's id and version, nothing decrypted: sync publishes only the rows whose
+    /// version it has not seen (`SyncSession.exchange`).
+    package func rowVersions() throws -> [(id: Int64, version: Int64)] { try keychain.rowVersions() }
 
     /// The item in this row, when its name is readable now: the Secret Service names items by
     /// row id (ServedKeychain+SecretService.swift).

@@ -13,3 +13,17 @@ extension Keychain {
         return try? decode(sealed)
     }
 }
+
+extension Keychain {
+    /// Every row's id and version, from the plaintext columns: nothing is decrypted, so a
+    /// caller that remembers what it read at which version (sync's publisher) finds what
+    /// changed since without opening a name.
+    package func rowVersions() throws -> [(id: Int64, version: Int64)] {
+        try select { db in
+            var out: [(id: Int64, version: Int64)] = []
+            let rows = try Row.fetchCursor(db, sql: "SELECT id, version FROM items")
+            while let row = try rows.next() { out.append((row[0], row[1])) }
+            return out
+        }
+    }
+}

@@ -3,6 +3,7 @@ import KeychainBackup
 import KeychainBatch
 import KeychainCrypto
 import KeychainModel
+import Synchronization
 
 /// The keys of a sync folder, each derived (HKDF-SHA256) from the one sync key that the
 /// folder's envelope holds under the passphrase.
@@ -122,13 +123,36 @@ package struct SyncFolder: Sendable {
     /// Seals `payload` (one item, `BackupPayload`'s layout; empty for a tombstone) for `entry`
     /// and writes it under the writer's directory; returns the file's SHA-256 for the manifest.
     package func writeItem(_ entry: SyncEntry, payload: SecureBytes, keys: SyncKeys) throws -> String {
-        let sealed = Self.magic + [UInt8(Self.fileVersion >> 8), UInt8(Self.fileVersion & 0xff)]
-            + (try AESGCM.seal(payload, key: keys.seal, aad: Self.aad(entry)))
+        let (sealed, digest) = try Self.seal(entry, payload: payload, keys: keys)
         try KeychainLocations.makeDirectories(devicePath(entry.version.device), lastMode: 0o700)
         try KeychainLocations.makeDirectories(devicePath(entry.version.device) + "/items", lastMode: 0o700)
         try SyncFiles.requireInside(devicePath(entry.version.device) + "/items", folder: self)
         try SyncFiles.write(sealed, to: itemPath(entry.version.device, entry.item))
-        return SyncHex.encode(SHA256Digest.hash(sealed))
+        return digest
+    }
+
+    /// The bytes of the entry's file and their SHA-256 (the manifest's digest); nothing written.
+    static func seal(_ entry: SyncEntry, payload: SecureBytes, keys: SyncKeys) throws -> (bytes: [UInt8], digest: String) {
+        let sealed = Self.magic + [UInt8(Self.fileVersion >> 8), UInt8(Self.fileVersion & 0xff)]
+            + (try AESGCM.seal(payload, key: keys.seal, aad: Self.aad(entry)))
+        return (sealed, SyncHex.encode(SHA256Digest.hash(sealed)))
+    }
+
+    /// Writes sealed item files of `device` as one batch (`SyncFiles.writeBatch`): a first
+    /// sync of thousands of items costs one flush, not one per file.
+    package func writeItems(_ files: [(item: SyncItemID, bytes: [UInt8])], device: DeviceID) throws {
+        guard !files.isEmpty else { return }
+        try KeychainLocations.makeDirectories(devicePath(device) + "/items", lastMode: 0o700)
+        try SyncFiles.requireInside(devicePath(device) + "/items", folder: self)
+        try SyncFiles.writeBatch(files.map { (itemPath(device, $0.item), $0.bytes) })
+    }
+
+    /// Whether the entry's file is there with the bytes the manifest names (its SHA-256): this
+    /// device's own files, checked at every exchange, need no decryption.
+    package func itemMatches(_ entry: SyncEntry) -> Bool {
+        guard let bytes = try? SyncFiles.read(itemPath(entry.version.device, entry.item), inside: self, limit: SyncFiles.itemLimit)
+        else { return false }
+        return SyncHex.encode(SHA256Digest.hash(bytes)) == entry.fileDigest
     }
 
     /// The payload of the entry's file, once its bytes match the manifest's digest and its
@@ -177,12 +201,19 @@ package struct SyncFolder: Sendable {
         try KeychainLocations.makeDirectories(devicePath(m.device), lastMode: 0o700)
         try SyncFiles.requireInside(devicePath(m.device), folder: self)
         try SyncFiles.write(mac + body, to: manifestPath(m.device))
+        // What this device wrote is what its next exchange reads back (to find a rollback).
+        Self.authenticated.withLock { $0[manifestPath(m.device) + "\n" + m.folder] = (SHA256Digest.hash(mac + body), m) }
     }
 
     /// The device's manifest, if it has one; `integrityFailure` if it fails authentication or
     /// names another device or folder. Also returns the SHA-256 of its bytes.
     package func readManifest(_ d: DeviceID, folderID: String, keys: SyncKeys) throws -> (SyncManifest, digest: String)? {
         guard let bytes = try SyncFiles.read(manifestPath(d), inside: self, limit: SyncFiles.manifestLimit) else { return nil }
+        let digest = SHA256Digest.hash(bytes)
+        let cacheKey = manifestPath(d) + "\n" + folderID
+        if let known = Self.authenticated.withLock({ $0[cacheKey] }), known.digest == digest {
+            return (known.manifest, SyncHex.encode(digest))
+        }
         guard bytes.count > 32 else { throw KeychainError.integrityFailure("device \(d.short): its state file is truncated") }
         let body = Array(bytes[32...])
         let expected = SecureBytes(copying: HMACSHA256.authenticate(body, key: try keys.manifestKey(d)))
@@ -199,8 +230,14 @@ package struct SyncFolder: Sendable {
         guard m.entries.allSatisfy({ $0.version.device == d }) else {
             throw KeychainError.integrityFailure("device \(d.short): its state file lists versions of another device")
         }
-        return (m, SyncHex.encode(SHA256Digest.hash(bytes)))
+        Self.authenticated.withLock { $0[cacheKey] = (digest, m) }
+        return (m, SyncHex.encode(digest))
     }
+
+    /// The last manifest that passed every check above, per file and folder id, by the SHA-256
+    /// of its bytes: the same bytes pass again, so an exchange does not authenticate and decode
+    /// again a manifest of thousands of entries that has not changed. A leaf lock.
+    private static let authenticated = Mutex<[String: (digest: [UInt8], manifest: SyncManifest)]>([:])
 }
 
 /// What a device publishes about itself: its versions, and how far it has merged the others.
@@ -221,6 +258,9 @@ package struct SyncManifest: Codable, Sendable, Equatable {
         self.device = device; self.folder = folder; self.seq = seq; self.written = written; self.seen = seen; self.entries = entries
     }
 }
+
+/// syncfs(2): Glibc declares it only under _GNU_SOURCE, which Swift's Glibc module does not set.
+@_silgen_name("syncfs") private func flushFileSystem(_ fd: Int32) -> Int32
 
 /// Writes files of the folder and of the local state: private, through a dot-named temporary
 /// file renamed into place, synced, so that a reader (an engine, another device) sees the old
@@ -278,30 +318,71 @@ package enum SyncFiles {
     }
 
     package static func write(_ bytes: [UInt8], to path: String) throws {
-        let directory = (path as NSString).deletingLastPathComponent
-        let temp = directory + "/.\((path as NSString).lastPathComponent).tmp-\(getpid())"
-        func failure(_ what: String) -> KeychainError {
-            let code = errno
-            return code == ENOSPC ? .diskFull : .io("cannot \(what) \(path): \(String(cString: strerror(code)))")
-        }
-        unlink(temp)
-        let fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw failure("write") }
+        let temp = temporaryPath(path)
         var ok = false
         defer { if !ok { unlink(temp) } }
+        try writeTemporary(bytes, temp, for: path, sync: true)
+        guard rename(temp, path) == 0 else { throw failure("replace", path) }
+        ok = true
+        syncDirectory((path as NSString).deletingLastPathComponent)
+    }
+
+    /// `write` for many files at once, with the same promise (a reader sees each old file or
+    /// its new one, whole, also after a crash): every temporary file is written, then one
+    /// `syncfs` makes them all durable, then each is renamed into place and each directory
+    /// synced once. One fsync per file made a first sync of 10,000 items wait on 20,000 flushes.
+    package static func writeBatch(_ files: [(path: String, bytes: [UInt8])]) throws {
+        var temps: [String] = []
+        var renamed = 0
+        defer { for t in temps.dropFirst(renamed) { unlink(t) } }
+        for (path, bytes) in files {
+            let temp = temporaryPath(path)
+            try writeTemporary(bytes, temp, for: path, sync: false)
+            temps.append(temp)
+        }
+        if let first = files.first {
+            let dfd = open((first.path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard dfd >= 0 else { throw failure("write", first.path) }
+            let flushed = flushFileSystem(dfd) == 0
+            close(dfd)
+            guard flushed else { throw failure("write", first.path) }
+        }
+        var directories: Set<String> = []
+        for (i, (path, _)) in files.enumerated() {
+            guard rename(temps[i], path) == 0 else { throw failure("replace", path) }
+            renamed = i + 1
+            directories.insert((path as NSString).deletingLastPathComponent)
+        }
+        for d in directories { syncDirectory(d) }
+    }
+
+    private static func temporaryPath(_ path: String) -> String {
+        (path as NSString).deletingLastPathComponent + "/.\((path as NSString).lastPathComponent).tmp-\(getpid())"
+    }
+
+    private static func failure(_ what: String, _ path: String) -> KeychainError {
+        let code = errno
+        return code == ENOSPC ? .diskFull : .io("cannot \(what) \(path): \(String(cString: strerror(code)))")
+    }
+
+    private static func writeTemporary(_ bytes: [UInt8], _ temp: String, for path: String, sync: Bool) throws {
+        unlink(temp)
+        let fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failure("write", path) }
         var off = 0
         while off < bytes.count {
             let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
             if n < 0 {
                 if errno == EINTR { continue }
-                let e = failure("write"); close(fd); throw e
+                let e = failure("write", path); close(fd); unlink(temp); throw e
             }
             off += n
         }
-        guard fsync(fd) == 0 else { let e = failure("write"); close(fd); throw e }
+        if sync && fsync(fd) != 0 { let e = failure("write", path); close(fd); unlink(temp); throw e }
         close(fd)
-        guard rename(temp, path) == 0 else { throw failure("replace") }
-        ok = true
+    }
+
+    private static func syncDirectory(_ directory: String) {
         let dfd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if dfd >= 0 { fsync(dfd); close(dfd) }
     }

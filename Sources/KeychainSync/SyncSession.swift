@@ -6,6 +6,7 @@ import KeychainFileSystem
 import KeychainModel
 import KeychainStore
 import Logging
+import Synchronization
 
 /// What this device remembers of its sync folder, beside its store (`<store>.sync.json`,
 /// mode 0600). No secret and no name: items go by their keyed ids, values by keyed digests.
@@ -63,10 +64,22 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
     package static func load(forStore storePath: String) throws -> SyncLocalState? {
         let path = path(forStore: storePath)
         guard let data = FileManager.default.contents(atPath: path) else { return nil }
-        do { return try JSONDecoder().decode(SyncLocalState.self, from: data) } catch {
+        let digest = SHA256Digest.hash([UInt8](data))
+        if let known = decoded.withLock({ $0[path] }), known.digest == digest { return known.state }
+        do {
+            let state = try JSONDecoder().decode(SyncLocalState.self, from: data)
+            decoded.withLock { $0[path] = (digest, state) }
+            return state
+        } catch {
             throw KeychainError.integrityFailure("\(path) is damaged: \(error)")
         }
     }
+
+    /// The state last read or written at each path, by the SHA-256 of its bytes: a store with
+    /// thousands of synced items has a state of megabytes, which the daemon reads several
+    /// times per exchange; the same bytes are not decoded again (a hash is cheap, JSON is not).
+    /// A leaf lock. No secret is in it (keyed ids and digests only).
+    private static let decoded = Mutex<[String: (digest: [UInt8], state: SyncLocalState)]>([:])
 
     /// Sets how long a tombstone is kept (at least once every device has merged it), between
     /// exchanges (under their lock): `sync init|join --tombstone-days`.
@@ -82,7 +95,10 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
     package func save(forStore storePath: String) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        try SyncFiles.write([UInt8](try encoder.encode(self)), to: Self.path(forStore: storePath))
+        let bytes = [UInt8](try encoder.encode(self))
+        let path = Self.path(forStore: storePath)
+        try SyncFiles.write(bytes, to: path)
+        Self.decoded.withLock { $0[path] = (SHA256Digest.hash(bytes), self) }
     }
 }
 
@@ -126,6 +142,17 @@ package final class SyncSession: Sendable {
     }
 
     static let keyService = "keychainfs-sync"
+    /// Item files written per flush in an exchange that publishes many (a first sync).
+    static let writeBatch = 1024
+
+    /// A synchronizable item held here, by its row: `item` once decrypted (a row whose version
+    /// was seen before is not); `unreadable` when its name cannot be read now.
+    struct LocalRow {
+        var row: Int64
+        var version: Int64
+        var item: KeychainItem?
+        var unreadable = false
+    }
     /// A digest no value has: the item is published again at the next exchange.
     static let republish = "republish"
 
@@ -209,43 +236,89 @@ package final class SyncSession: Sendable {
         if let (mine, _) = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys), mine.seq < state.seq {
             refuse("this device's own directory was rolled back (state \(mine.seq), written \(state.seq)); it is written again")
         }
-        // Each is published again as a version after the damaged one (its vector is kept).
+        // Each is published again as a version after the damaged one (its vector is kept). The
+        // bytes are checked against what was written (their SHA-256), not decrypted.
         var republishTombstones: [SyncItemID] = []
         state.own = state.own.filter { e in
-            guard (try? folder.readItem(e, keys: keys)) == nil else { return true }
+            guard !folder.itemMatches(e) else { return true }
             if e.isTombstone { republishTombstones.append(e.item) } else { state.synced[e.item.hex]?.digest = Self.republish }
             return false
         }
 
-        // 3. This store's synchronizable items, and what changed since the last exchange.
-        let items = try owner.allItems()
-        var local: [SyncItemID: KeychainItem] = [:]
-        for item in items where item.record.attributes.values.synchronizable == true && !item.accessible.isThisDeviceOnly {
-            local[keys.itemID(item.key)] = item
+        // 3. What changed here since the last exchange: the rows whose version differs from
+        // the one last seen. Nothing is decrypted for a row seen before at its version, so an
+        // exchange costs what changed, not the store.
+        var seenRow: [Int64: (hex: String, version: Int64)] = [:]
+        for (hex, s) in state.synced {
+            guard let r = s.row, r.count == 2, s.digest != nil else { continue }
+            if let other = seenRow[r[0]], other.version > r[1] { continue }
+            seenRow[r[0]] = (hex, r[1])
         }
+        var local: [SyncItemID: LocalRow] = [:]
+        var changed: [KeychainItem] = []
+        let rows = try owner.rowVersions().sorted { $0.id < $1.id }
+        let remembered = owner.notSynchronizableRows.withLock { $0 }
+        var newlyNotSynchronizable: [Int64: Int64] = [:]
+        for (rowID, version) in rows {
+            if let seen = seenRow[rowID], seen.version == version, let d = state.synced[seen.hex]?.digest, d != Self.republish,
+               let id = try? SyncItemID(hex: seen.hex) {
+                local[id] = LocalRow(row: rowID, version: version, item: nil)
+                continue
+            }
+            if remembered[rowID] == version { continue }
+            guard let item = try owner.item(id: rowID) else {
+                // Its name cannot be read now (its class is locked) or its row is damaged: an
+                // item that synced stays as it was known, and is looked at again next time.
+                if let seen = seenRow[rowID], let id = try? SyncItemID(hex: seen.hex) {
+                    local[id] = LocalRow(row: rowID, version: seen.version, item: nil, unreadable: true)
+                }
+                continue
+            }
+            guard item.record.attributes.values.synchronizable == true && !item.accessible.isThisDeviceOnly else {
+                newlyNotSynchronizable[rowID] = version
+                continue
+            }
+            local[keys.itemID(item.key)] = LocalRow(row: rowID, version: version, item: item)
+            changed.append(item)
+        }
+        let present = Set(rows.map(\.id))
+        owner.notSynchronizableRows.withLock { memory in
+            memory.merge(newlyNotSynchronizable) { _, new in new }
+            if memory.count > present.count { memory = memory.filter { present.contains($0.key) } }
+        }
+
+        var own: [SyncItemID: SyncEntry] = [:]
+        for e in state.own { own[e.item] = e }
         var ownState = SyncState()
         for e in state.own { ownState.insert(e) }
+        // Every version published now comes after every version in the folder.
+        let top = others.entries.values.flatMap(\.values).map(\.version.lamport).max() ?? 0
         func nextEntry(_ id: SyncItemID, tombstone: Bool) -> SyncEntry {
-            let known = [state.synced[id.hex]?.vector, ownState.versions(of: id).first?.vector].compactMap { $0 }
-            let top = others.entries.values.flatMap(\.values).map(\.version.lamport).max() ?? 0
+            let known = [state.synced[id.hex]?.vector, own[id]?.vector].compactMap { $0 }
             state.lamport = max(state.lamport, top) + 1
             return SyncEntry(item: id, version: SyncVersion(lamport: state.lamport, device: state.device),
                              vector: VersionVector.next(after: known, by: state.device), isTombstone: tombstone,
                              deletedAt: tombstone ? now : nil, writtenSeq: state.seq + 1, fileDigest: "")
         }
+        // Files are sealed as they are published and written in batches (one flush each).
+        var unwritten: [(item: SyncItemID, bytes: [UInt8])] = []
+        func flush() throws {
+            try folder.writeItems(unwritten, device: state.device)
+            unwritten.removeAll(keepingCapacity: true)
+        }
         func publish(_ entry: SyncEntry, payload: SecureBytes) throws {
             var e = entry
-            e.fileDigest = try folder.writeItem(e, payload: payload, keys: keys)
-            state.own.removeAll { $0.item == e.item }
-            state.own.append(e)
+            let (bytes, digest) = try SyncFolder.seal(e, payload: payload, keys: keys)
+            e.fileDigest = digest
+            unwritten.append((e.item, bytes))
+            if unwritten.count >= Self.writeBatch { try flush() }
+            own[e.item] = e
             ownState.insert(e)
             report.published += 1
         }
-        var expected: [ItemKey: Int64?] = [:]
-        for (id, item) in local {
-            expected[item.key] = .some(item.sealed.version)
+        for item in changed {
+            let id = keys.itemID(item.key)
             let row = [item.id, item.sealed.version]
-            if let s = state.synced[id.hex], s.digest != nil, s.digest != Self.republish, s.row == row { continue }
             let payload: SecureBytes
             do { payload = try Self.payload(of: item, owner: owner) } catch KeychainError.unavailable {
                 continue  // its class is locked: published once it can be read
@@ -274,27 +347,44 @@ package final class SyncSession: Sendable {
             try publish(e, payload: SecureBytes())
             state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: nil)
         }
+        // An item that synced and is held here no more (deleted, renamed, or made not to sync).
         for (hex, synced) in state.synced where synced.digest != nil {
             guard let id = try? SyncItemID(hex: hex), local[id] == nil else { continue }
             let e = nextEntry(id, tombstone: true)
             try publish(e, payload: SecureBytes())
             state.synced[hex] = .init(version: e.version, vector: e.vector, digest: nil)
         }
+        try flush()
+        state.own = own.values.sorted { $0.item < $1.item }
 
+        /// The local item of a synchronizable id, read when the merge needs it (a row seen
+        /// before was not decrypted); nil when it cannot be read now.
+        func localItem(_ id: SyncItemID) -> KeychainItem? {
+            guard let l = local[id] else { return nil }
+            if let item = l.item { return item }
+            guard !l.unreadable, let item = try? owner.item(id: l.row), item.sealed.version == l.version else { return nil }
+            local[id]?.item = item
+            return item
+        }
         // 4. The merge, applied through the owner in one change.
         let full = others.merged(ownState)
         var puts = ItemBatch()
         var deletes: [ItemKey] = []
         var appliedIDs: [(SyncItemID, SyncedItem: SyncLocalState.SyncedItem, key: ItemKey)] = []
+        // The row version each changed item had when read: one changed since is left alone.
+        var expected: [ItemKey: Int64?] = [:]
         state.conflicts = []
         for id in full.items.sorted() {
             guard let r = full.resolve(id) else { continue }
             state.conflicts += r.conflicts
             let w = r.winner
             if w.version.device != state.device && state.synced[id.hex]?.version != w.version {
-                if w.isTombstone {
-                    if let item = local[id] {
+                if local[id] != nil && localItem(id) == nil {
+                    report.deferred += 1  // held here, but not readable now: merged once it is
+                } else if w.isTombstone {
+                    if let item = localItem(id) {
                         deletes.append(item.key)
+                        expected[item.key] = .some(item.sealed.version)
                         appliedIDs.append((id, .init(version: w.version, vector: w.vector, digest: nil), item.key))
                     } else {
                         state.synced[id.hex] = .init(version: w.version, vector: w.vector, digest: nil)
@@ -304,9 +394,10 @@ package final class SyncSession: Sendable {
                         let (record, batch, entry) = try open(w, keys: keys, folder: folder)
                         var r = record
                         // The access list pins programs of this machine; it stays as it is here.
-                        r.attributes.values.access = local[id]?.record.attributes.values.access
+                        let here = localItem(id)
+                        r.attributes.values.access = here?.record.attributes.values.access
                         try batch.withSecretAndExtras(entry) { s, x in puts.append(r, secret: s, extras: x) }
-                        if local[id] == nil { expected[r.key] = .some(nil) }
+                        expected[r.key] = .some(here?.sealed.version)
                         appliedIDs.append((id, .init(version: w.version, vector: w.vector, digest: keys.digest(of: batch.secrets)), r.key))
                     } catch {
                         refuse(Self.text(error))

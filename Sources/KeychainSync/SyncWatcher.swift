@@ -72,7 +72,8 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
             // Every few seconds, a look at the folder: a folder made or joined after the daemon
             // started, a watch that could not be set, an engine that replaced a directory whole.
             let n = poll(&fds, 2, 5_000)
-            // The round itself costs a few stats; an exchange reads every item's name.
+            // The round itself costs a few stats; an exchange reads every row's version and
+            // every manifest (it decrypts only what changed).
             if n == 0 { due = folderFingerprint() != lastFingerprint; continue }
             if n < 0 { continue }
             if fds[0].revents != 0 {

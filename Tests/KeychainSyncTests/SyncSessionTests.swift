@@ -3,6 +3,7 @@ import KeychainCrypto
 import KeychainFileSystem
 import KeychainModel
 import KeychainStore
+import Synchronization
 @testable import KeychainSync
 
 /// Two (or three) stores on one machine, each with its own owner and device key, syncing
@@ -82,6 +83,53 @@ final class SyncSessionTests: XCTestCase {
         try a.exchange()
         XCTAssertEqual(try b.exchange().deleted, 1)
         XCTAssertNil(try secret(b, "alice"))
+    }
+
+    /// An exchange reads what changed, not the store: after one item of many changes, its
+    /// secret is the one decrypted besides the sync key's; rows that do not sync are remembered
+    /// and not read again.
+    func testAnExchangeDecryptsOnlyWhatChanged() throws {
+        let (a, b) = try pair()
+        for i in 0..<20 { try put(a, "user\(i)", "value-\(i)") }
+        for i in 0..<20 { try put(a, "local\(i)", "here-\(i)", synchronizable: false) }
+        XCTAssertEqual(try a.exchange().published, 20)
+        XCTAssertEqual(try b.exchange().applied, 20)
+        XCTAssertGreaterThanOrEqual(a.owner.notSynchronizableRows.withLock { $0.count }, 20)
+        let decrypted = Atomic<Int>(0)
+        a.owner.setAfterDecrypt { decrypted.add(1, ordering: .relaxed) }
+        XCTAssertEqual(try a.exchange(), SyncReport())
+        XCTAssertEqual(decrypted.load(ordering: .relaxed), 1, "the sync key alone")
+        try put(a, "user7", "changed")
+        decrypted.store(0, ordering: .relaxed)
+        XCTAssertEqual(try a.exchange().published, 1)
+        XCTAssertEqual(decrypted.load(ordering: .relaxed), 2, "the sync key and the changed item")
+        a.owner.setAfterDecrypt(nil)
+        XCTAssertEqual(try b.exchange().applied, 1)
+        XCTAssertEqual(try secret(b, "user7"), "changed")
+        // A new session (a `sync now` of its own) on the same owner reads nothing again either.
+        XCTAssertEqual(try SyncSession(owner: a.owner, storePath: a.storePath).exchange(), SyncReport())
+    }
+
+    /// A locked keychain does not exchange (no name can be read), so an item it holds is never
+    /// taken for deleted; once unlocked, changes flow both ways.
+    func testAnItemLockedAtAnExchangeIsNotDeletedElsewhere() throws {
+        let (a, b) = try pair()
+        try put(a, "alice", "before", accessible: .whenUnlocked)
+        try a.exchange()
+        XCTAssertEqual(try b.exchange().applied, 1)
+        try put(b, "bob", "from-b", accessible: .whenUnlocked)
+        try b.exchange()
+        a.owner.lock()
+        XCTAssertThrowsError(try a.exchange())
+        XCTAssertEqual(try b.exchange().deleted, 0)
+        XCTAssertEqual(try secret(b, "alice"), "before")
+        try a.owner.unlock(passphrase: SecureBytes(copying: Array("pw".utf8)))
+        try put(a, "alice", "after")
+        let r = try a.exchange()
+        XCTAssertEqual(r.published, 1); XCTAssertEqual(r.applied, 1)
+        XCTAssertEqual(try secret(a, "bob"), "from-b")
+        XCTAssertEqual(try b.exchange().applied, 1)
+        XCTAssertEqual(try secret(b, "alice"), "after")
     }
 
     func testConcurrentEditsKeepBothValues() throws {
