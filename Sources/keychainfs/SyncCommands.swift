@@ -67,6 +67,21 @@ struct SyncOwnerOptions: ParsableArguments {
     func service() throws -> KeychainService { try storeOptions.connect(passphrase) }
 }
 
+/// `--tombstone-days` of `init` and `join`: kept per device, in its local sync state.
+struct TombstoneOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("Days a delete's tombstone is kept once every device has merged it (default 90).", valueName: "days"))
+    var tombstoneDays: Int?
+
+    /// Bad input (exit 65), as other commands' values; not ArgumentParser's `validate`.
+    func check() throws {
+        if let d = tombstoneDays, !(1...36_500).contains(d) { throw KeychainError.invalidInput("--tombstone-days must be from 1 to 36500") }
+    }
+
+    func apply(forStore store: String) throws {
+        if let d = tombstoneDays { try SyncLocalState.setTombstoneExpiry(days: d, forStore: store) }
+    }
+}
+
 struct SyncInitCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "init",
@@ -81,19 +96,18 @@ struct SyncInitCommand: ParsableCommand {
     @Argument(help: ArgumentHelp("The sync folder (made if missing).", valueName: "dir")) var dir: String
     @Option(help: ArgumentHelp("scrypt cost of the sync passphrase as log2(N), 10-22 (default \(ScryptParameters.default.logN)).", valueName: "n"))
     var scryptLogN: UInt8?
-    @Option(help: ArgumentHelp("Days a delete's tombstone is kept once every device has merged it (default 90).", valueName: "days"))
-    var tombstoneDays: Int?
+    @OptionGroup var tombstones: TombstoneOptions
     @OptionGroup var owner: SyncOwnerOptions
     @OptionGroup var syncPassphrase: SyncPassphraseOptions
 
     func run() throws {
-        if let d = tombstoneDays, !(1...36_500).contains(d) { throw KeychainError.invalidInput("--tombstone-days must be from 1 to 36500") }
+        try tombstones.check()
         let scrypt = scryptLogN.map { ScryptParameters(logN: $0) } ?? .default
         guard (10...22).contains(scrypt.logN) else { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
         let service = try owner.service()
         let o = try service.sync(.initialize, folder: KeychainLocations.absolute(dir), passphrase: try syncPassphrase.read(new: true),
                                  scryptLogN: scrypt.logN)
-        if let d = tombstoneDays { try SyncLocalState.setTombstoneExpiry(days: d, forStore: owner.storeOptions.path) }
+        try tombstones.apply(forStore: owner.storeOptions.path)
         Output.line("sync folder \(o.folder) made; this device is \(o.device)")
     }
 }
@@ -105,17 +119,16 @@ struct SyncJoinCommand: ParsableCommand {
         discussion: "A wrong sync passphrase changes nothing (exit 51). The first exchange runs at once.")
 
     @Argument(help: ArgumentHelp("The sync folder.", valueName: "dir")) var dir: String
-    @Option(help: ArgumentHelp("Days a delete's tombstone is kept once every device has merged it (default 90).", valueName: "days"))
-    var tombstoneDays: Int?
+    @OptionGroup var tombstones: TombstoneOptions
     @OptionGroup var owner: SyncOwnerOptions
     @OptionGroup var syncPassphrase: SyncPassphraseOptions
 
     func run() throws {
-        if let d = tombstoneDays, !(1...36_500).contains(d) { throw KeychainError.invalidInput("--tombstone-days must be from 1 to 36500") }
+        try tombstones.check()
         let service = try owner.service()
         let o = try service.sync(.join, folder: KeychainLocations.absolute(dir), passphrase: try syncPassphrase.read(new: false),
                                  scryptLogN: nil)
-        if let d = tombstoneDays { try SyncLocalState.setTombstoneExpiry(days: d, forStore: owner.storeOptions.path) }
+        try tombstones.apply(forStore: owner.storeOptions.path)
         Output.line("joined \(o.folder); this device is \(o.device)")
     }
 }

@@ -2,7 +2,8 @@
 # Per-program access over the Secret Service (issue 17): an item whose access list names only
 # /usr/bin/head gives its secret to no D-Bus client not on it (GetSecret, GetSecrets through
 # secret-tool and python secretstorage), and is neither replaced, changed nor deleted by one.
-# The bus thread serves every client, so there is no prompt here: refused at once, logged.
+# With no prompt configured they are refused at once and logged; with one, the user is asked
+# (Allow once, Always allow, Deny) while the bus goes on serving other clients.
 # Runs on a private session bus, as test_secret_service.sh does.
 . "$(dirname "$0")/private_bus.sh"
 
@@ -17,14 +18,11 @@ printf 'hunter2' | kc add-generic-password -s svc -a acct -T /usr/bin/head >/dev
 printf 'open-secret' | kc add-generic-password -s svc -a open >/dev/null
 expect_eq "hunter2" "$(head -c 100 "$MNT/svc/acct")" "head reads the guarded item"
 
-expect_eq "open-secret" "$(secret-tool lookup service svc username open 2>&1)" "secret-tool reads an item with no list"
-got=$(secret-tool lookup service svc username acct 2>&1)
-expect_not_contains "$got" "hunter2" "secret-tool lookup of the guarded item gets no secret"
-secret-tool search --all --unlock service svc >"$OUT" 2>&1
-expect_not_contains "$OUT" "hunter2" "secret-tool search --unlock (GetSecrets) leaves the guarded secret out"
-expect_contains "$OUT" "open-secret" "and gives the open one"
-$PY - >"$OUT" 2>&1 <<'PY'
-import secretstorage
+# The guarded item through secretstorage: GetSecret, SetSecret (with "set"), then Delete; each
+# line of $OUT says what happened.
+try_guarded_item() {
+    $PY - "$@" >"$OUT" 2>&1 <<'PY'
+import sys, secretstorage
 bus = secretstorage.dbus_init()
 c = secretstorage.get_default_collection(bus)
 for item in c.search_items({"service": "svc", "username": "acct"}):
@@ -32,17 +30,26 @@ for item in c.search_items({"service": "svc", "username": "acct"}):
         print("secret:", item.get_secret())
     except Exception as e:
         print("refused:", type(e).__name__, e)
-    try:
-        item.set_secret(b"overwritten")
-        print("set")
-    except Exception as e:
-        print("set refused:", e)
+    if "set" in sys.argv[1:]:
+        try:
+            item.set_secret(b"overwritten")
+            print("set")
+        except Exception as e:
+            print("set refused:", e)
     try:
         item.delete()
         print("deleted")
     except Exception as e:
         print("delete refused:", e)
 PY
+}
+expect_eq "open-secret" "$(secret-tool lookup service svc username open 2>&1)" "secret-tool reads an item with no list"
+got=$(secret-tool lookup service svc username acct 2>&1)
+expect_not_contains "$got" "hunter2" "secret-tool lookup of the guarded item gets no secret"
+secret-tool search --all --unlock service svc >"$OUT" 2>&1
+expect_not_contains "$OUT" "hunter2" "secret-tool search --unlock (GetSecrets) leaves the guarded secret out"
+expect_contains "$OUT" "open-secret" "and gives the open one"
+try_guarded_item set
 expect_contains "$OUT" "AccessDenied" "secretstorage GetSecret: org.freedesktop.DBus.Error.AccessDenied"
 expect_not_contains "$OUT" "hunter2" "secretstorage gets no secret"
 expect_contains "$OUT" "set refused" "SetSecret is refused"
@@ -101,21 +108,7 @@ expect_eq "/usr/bin/head" "$(getfattr --only-values -n user.keychain.access "$MN
 echo cancel >"$W/answer"
 got=$(secret-tool lookup service svc username acct 2>&1)
 expect_not_contains "$got" "hunter2" "Deny: no secret"
-$PY - >"$OUT" 2>&1 <<'PY'
-import secretstorage
-bus = secretstorage.dbus_init()
-c = secretstorage.get_default_collection(bus)
-for item in c.search_items({"service": "svc", "username": "acct"}):
-    try:
-        print("secret:", item.get_secret())
-    except Exception as e:
-        print("refused:", e)
-    try:
-        item.delete()
-        print("deleted")
-    except Exception as e:
-        print("delete refused:", e)
-PY
+try_guarded_item
 expect_contains "$OUT" "AccessDenied" "Deny: secretstorage's GetSecret gets AccessDenied"
 expect_contains "$OUT" "delete refused" "Deny: Delete is refused"
 expect_eq "hunter2" "$(head -c 100 "$MNT/svc/acct")" "the item is still there"
