@@ -361,9 +361,13 @@ extension Keychain {
     /// The migration that makes the index (StoreDatabase.migrator).
     /// The second migration: rows from this id on are indexed as they are written; those below
     /// wait for `completeAttributeIndex`.
+    /// A store with no row yet (a new one) has nothing to complete: marked done here, so that
+    /// its first unlock commits nothing (a commit would make a copy taken before it a rollback).
     static let attributeIndexFrom = """
         INSERT OR REPLACE INTO meta (name, value)
             VALUES ('attribute_index_from', COALESCE((SELECT value FROM meta WHERE name = 'next_id'), CAST('1' AS BLOB)));
+        INSERT OR REPLACE INTO meta (name, value)
+            SELECT 'attribute_index', CAST('2' AS BLOB) WHERE NOT EXISTS (SELECT 1 FROM items);
         """
 
     static let attributeIndexSchema = """
