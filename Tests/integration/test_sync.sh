@@ -120,13 +120,13 @@ kcb sync now $P >/dev/null
 kc add-generic-password $P -U -s mail -a alice -w 'tamper-me'
 kc sync now $P >/dev/null
 dev_a=$(kc sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
-f=$(ls -t "$FOLDER/devices/$dev_a/items" | head -1)
-cp "$FOLDER/devices/$dev_a/items/$f" "$T/saved-item"
-printf 'X' | dd of="$FOLDER/devices/$dev_a/items/$f" bs=1 seek=30 conv=notrunc 2>/dev/null
+# Every file of A is altered: B has merged all but the newest version, which it must refuse.
+cp -a "$FOLDER/devices/$dev_a/items" "$T/saved-items"
+for f in "$FOLDER/devices/$dev_a/items/"*; do printf 'X' | dd of="$f" bs=1 seek=30 conv=notrunc 2>/dev/null; done
 expect_exit 93 "a tampered file: sync now exits 93" kcb sync now $P
 expect_contains "$ERR" "does not match its manifest" "and names the refusal"
 expect_contains "$(kcb sync status $P)" "refused: " "sync status shows it"
-cp "$T/saved-item" "$FOLDER/devices/$dev_a/items/$f"
+rm -r "$FOLDER/devices/$dev_a/items"; cp -a "$T/saved-items" "$FOLDER/devices/$dev_a/items"
 cp -a "$FOLDER/devices/$dev_a" "$T/old-tree"
 kc add-generic-password $P -U -s mail -a alice -w 'newest'
 kc sync now $P >/dev/null
@@ -160,7 +160,8 @@ expect_contains "$ERR" "not a regular file" "the refusal says so"
 rm "$da/state"; mv "$T/state-a" "$da/state"
 kc add-generic-password $P -U -s mail -a alice -w 'read-through-a-link'
 kc sync now $P >/dev/null
-f=$(ls -t "$da/items" | head -1)
+# The newest version: the file named with the greatest Lamport counter (<item>.<counter>).
+f=$(ls "$da/items" | sort -t. -k2,2n | tail -1)
 mv "$da/items/$f" "$T/item-a"; cp "$T/item-a" "$T/outside-item"; ln -s "$T/outside-item" "$da/items/$f"
 expect_exit 93 "an item file that is a symlink out of the folder: refused (93)" kcb_t sync now $P
 expect_contains "$ERR" "symbolic link" "the refusal says so"
