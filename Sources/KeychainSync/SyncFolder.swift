@@ -43,10 +43,13 @@ package struct SyncKeys: @unchecked Sendable {
 ///
 ///     DIR/sync.key                         the key envelope (a backup file of one item: the sync key)
 ///     DIR/devices/<device>/state           the device's manifest: HMAC-SHA256 (32 bytes) ‖ JSON
-///     DIR/devices/<device>/items/<item>    one sealed file per item version or tombstone
+///     DIR/devices/<device>/items/<item>.<lamport>  one sealed file per item version or tombstone
 ///
 /// A device writes only under its own directory, so an engine never sees two devices write
 /// one file. Files are written to a dot-named temporary file and renamed; the manifest last.
+/// A file is named by its version and never written again: the file a manifest names keeps
+/// its bytes until a later manifest stops naming it and the writer removes it, so a reader
+/// holding the older manifest finds it unchanged or gone (in flight), never different.
 package struct SyncFolder: Sendable {
     package let path: String
 
@@ -56,7 +59,11 @@ package struct SyncFolder: Sendable {
     package var devicesPath: String { path + "/devices" }
     package func devicePath(_ d: DeviceID) -> String { devicesPath + "/" + d.hex }
     package func manifestPath(_ d: DeviceID) -> String { devicePath(d) + "/state" }
-    package func itemPath(_ d: DeviceID, _ item: SyncItemID) -> String { devicePath(d) + "/items/" + item.hex }
+    package func itemsPath(_ d: DeviceID) -> String { devicePath(d) + "/items" }
+    /// The file of one version: the writer's Lamport time is unique per version it publishes.
+    package func itemPath(_ e: SyncEntry) -> String {
+        itemsPath(e.version.device) + "/" + e.item.hex + "." + String(e.version.lamport)
+    }
 
     /// The devices with a directory in the folder (names that are not device ids are ignored).
     package func devices() -> [DeviceID] {
@@ -125,9 +132,9 @@ package struct SyncFolder: Sendable {
     package func writeItem(_ entry: SyncEntry, payload: SecureBytes, keys: SyncKeys) throws -> String {
         let (sealed, digest) = try Self.seal(entry, payload: payload, keys: keys)
         try KeychainLocations.makeDirectories(devicePath(entry.version.device), lastMode: 0o700)
-        try KeychainLocations.makeDirectories(devicePath(entry.version.device) + "/items", lastMode: 0o700)
-        try SyncFiles.requireInside(devicePath(entry.version.device) + "/items", folder: self)
-        try SyncFiles.write(sealed, to: itemPath(entry.version.device, entry.item))
+        try KeychainLocations.makeDirectories(itemsPath(entry.version.device), lastMode: 0o700)
+        try SyncFiles.requireInside(itemsPath(entry.version.device), folder: self)
+        try SyncFiles.write(sealed, to: itemPath(entry))
         return digest
     }
 
@@ -140,28 +147,30 @@ package struct SyncFolder: Sendable {
 
     /// Writes sealed item files of `device` as one batch (`SyncFiles.writeBatch`): a first
     /// sync of thousands of items costs one flush, not one per file.
-    package func writeItems(_ files: [(item: SyncItemID, bytes: [UInt8])], device: DeviceID) throws {
+    package func writeItems(_ files: [(entry: SyncEntry, bytes: [UInt8])], device: DeviceID) throws {
         guard !files.isEmpty else { return }
-        try KeychainLocations.makeDirectories(devicePath(device) + "/items", lastMode: 0o700)
-        try SyncFiles.requireInside(devicePath(device) + "/items", folder: self)
-        try SyncFiles.writeBatch(files.map { (itemPath(device, $0.item), $0.bytes) })
+        try KeychainLocations.makeDirectories(itemsPath(device), lastMode: 0o700)
+        try SyncFiles.requireInside(itemsPath(device), folder: self)
+        try SyncFiles.writeBatch(files.map { (itemPath($0.entry), $0.bytes) })
     }
 
     /// Whether the entry's file is there with the bytes the manifest names (its SHA-256): this
     /// device's own files, checked at every exchange, need no decryption.
     package func itemMatches(_ entry: SyncEntry) -> Bool {
-        guard let bytes = try? SyncFiles.read(itemPath(entry.version.device, entry.item), inside: self, limit: SyncFiles.itemLimit)
+        guard let bytes = try? SyncFiles.read(itemPath(entry), inside: self, limit: SyncFiles.itemLimit)
         else { return false }
         return SyncHex.encode(SHA256Digest.hash(bytes)) == entry.fileDigest
     }
 
     /// The payload of the entry's file, once its bytes match the manifest's digest and its
-    /// seal opens with the entry's associated data; `integrityFailure` otherwise.
-    package func readItem(_ entry: SyncEntry, keys: SyncKeys) throws -> SecureBytes {
-        let path = itemPath(entry.version.device, entry.item)
-        guard let bytes = try SyncFiles.read(path, inside: self, limit: SyncFiles.itemLimit) else {
-            throw KeychainError.integrityFailure("device \(entry.version.device.short): item file \(entry.item.hex.prefix(12))… is missing")
-        }
+    /// seal opens with the entry's associated data; `integrityFailure` otherwise. Nil when the
+    /// file is gone: its writer has published a later manifest and removed the files the one
+    /// read here named (or an engine delivered the removal first), so it is read again at the
+    /// next exchange, from the newer manifest. A file that is there is never rewritten, so one
+    /// that differs from its digest was altered, whatever the timing.
+    package func readItem(_ entry: SyncEntry, keys: SyncKeys) throws -> SecureBytes? {
+        let path = itemPath(entry)
+        guard let bytes = try SyncFiles.read(path, inside: self, limit: SyncFiles.itemLimit) else { return nil }
         guard SyncHex.encode(SHA256Digest.hash(bytes)) == entry.fileDigest else {
             throw KeychainError.integrityFailure("device \(entry.version.device.short): item file \(entry.item.hex.prefix(12))… does not match its manifest (tampered, truncated or replayed)")
         }
@@ -174,14 +183,35 @@ package struct SyncFolder: Sendable {
         }
     }
 
-    package func removeItem(_ d: DeviceID, _ item: SyncItemID) { unlink(itemPath(d, item)) }
+    /// Removes the device's item files that `manifest` (just written) does not name: older
+    /// versions, versions written over or expired, leftovers of a writer killed before its
+    /// manifest. Only after the manifest that stops naming them, so a reader of the previous
+    /// one finds each file it names unchanged or gone. What is deleted is gone from the folder.
+    /// Only names of the item files' form are touched (an engine's own files start with `.` or `~`).
+    package func removeUnnamedItems(_ manifest: SyncManifest) {
+        let dir = itemsPath(manifest.device)
+        guard (try? SyncFiles.requireInside(dir, folder: self)) != nil else { return }
+        let named = Set(manifest.entries.map { itemPath($0) })
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] where Self.isItemFileName(name) {
+            let path = dir + "/" + name
+            if !named.contains(path) { unlink(path) }
+        }
+    }
+
+    /// `<64 lowercase hex>.<decimal>` (format 2) or `<64 lowercase hex>` (format 1).
+    static func isItemFileName(_ name: String) -> Bool {
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count <= 2, let id = parts.first, id.count == 64,
+              id.allSatisfy({ $0.isHexDigit && !$0.isUppercase }) else { return false }
+        return parts.count == 1 || (!parts[1].isEmpty && parts[1].allSatisfy { $0.isASCII && $0.isNumber })
+    }
 
     /// Removes the temporary files that a writer killed mid-write left in a device's own
     /// directory: each holds a sealed value that would outlive its item's delete, and travel
     /// with an engine that does not ignore them. Only under the exchange lock, when nothing
     /// else writes that directory.
     package func removeTemporaries(_ d: DeviceID) {
-        for dir in [devicePath(d), devicePath(d) + "/items"] {
+        for dir in [devicePath(d), itemsPath(d)] {
             guard (try? SyncFiles.requireInside(dir, folder: self)) != nil else { continue }
             for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
             where name.hasPrefix(".") && name.contains(".tmp-") {
@@ -224,7 +254,10 @@ package struct SyncFolder: Sendable {
         do { m = try JSONDecoder().decode(SyncManifest.self, from: Data(body)) } catch {
             throw KeychainError.integrityFailure("device \(d.short): its state file is malformed")
         }
-        guard m.device == d, m.folder == folderID, m.format == SyncManifest.currentFormat else {
+        guard m.format == SyncManifest.currentFormat else {
+            throw KeychainError.integrityFailure("device \(d.short): its state file is of folder format \(m.format), this keychainfs reads \(SyncManifest.currentFormat)")
+        }
+        guard m.device == d, m.folder == folderID else {
             throw KeychainError.integrityFailure("device \(d.short): its state file belongs to another device or folder")
         }
         guard m.entries.allSatisfy({ $0.version.device == d }) else {
@@ -242,7 +275,9 @@ package struct SyncFolder: Sendable {
 
 /// What a device publishes about itself: its versions, and how far it has merged the others.
 package struct SyncManifest: Codable, Sendable, Equatable {
-    static let currentFormat = 1
+    /// 2: item files named by version (`<item>.<lamport>`), never rewritten. No folder of
+    /// format 1 was released, so format 1 is refused, not read.
+    static let currentFormat = 2
     package var format = SyncManifest.currentFormat
     package var device: DeviceID
     package var folder: String

@@ -233,8 +233,14 @@ package final class SyncSession: Sendable {
         }
 
         // 2. Own directory: a file of ours missing or altered (a rolled-back directory) is published again.
-        if let (mine, _) = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys), mine.seq < state.seq {
-            refuse("this device's own directory was rolled back (state \(mine.seq), written \(state.seq)); it is written again")
+        if let (mine, _) = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys) {
+            if mine.seq < state.seq {
+                refuse("this device's own directory was rolled back (state \(mine.seq), written \(state.seq)); it is written again")
+            }
+            // An exchange killed after its manifest, before this state: its seq and Lamport
+            // times are not used again, so no file name (item, Lamport) gets other bytes.
+            state.seq = max(state.seq, mine.seq)
+            state.lamport = max(state.lamport, min(mine.entries.map(\.version.lamport).max() ?? 0, Self.clockCeiling))
         }
         // Each is published again as a version after the damaged one (its vector is kept). The
         // bytes are checked against what was written (their SHA-256), not decrypted.
@@ -301,7 +307,7 @@ package final class SyncSession: Sendable {
                              deletedAt: tombstone ? now : nil, writtenSeq: state.seq + 1, fileDigest: "")
         }
         // Files are sealed as they are published and written in batches (one flush each).
-        var unwritten: [(item: SyncItemID, bytes: [UInt8])] = []
+        var unwritten: [(entry: SyncEntry, bytes: [UInt8])] = []
         func flush() throws {
             try folder.writeItems(unwritten, device: state.device)
             unwritten.removeAll(keepingCapacity: true)
@@ -310,7 +316,7 @@ package final class SyncSession: Sendable {
             var e = entry
             let (bytes, digest) = try SyncFolder.seal(e, payload: payload, keys: keys)
             e.fileDigest = digest
-            unwritten.append((e.item, bytes))
+            unwritten.append((e, bytes))
             if unwritten.count >= Self.writeBatch { try flush() }
             own[e.item] = e
             ownState.insert(e)
@@ -373,6 +379,9 @@ package final class SyncSession: Sendable {
         var appliedIDs: [(SyncItemID, SyncedItem: SyncLocalState.SyncedItem, key: ItemKey)] = []
         // The row version each changed item had when read: one changed since is left alone.
         var expected: [ItemKey: Int64?] = [:]
+        // Devices whose manifest names a file already gone: they are writing a newer one (in
+        // flight). What needs such a file waits for the next exchange; nothing is refused.
+        var inFlight: Set<DeviceID> = []
         state.conflicts = []
         for id in full.items.sorted() {
             guard let r = full.resolve(id) else { continue }
@@ -391,7 +400,11 @@ package final class SyncSession: Sendable {
                     }
                 } else {
                     do {
-                        let (record, batch, entry) = try open(w, keys: keys, folder: folder)
+                        guard let (record, batch, entry) = try open(w, keys: keys, folder: folder) else {
+                            inFlight.insert(w.version.device)
+                            report.deferred += 1
+                            continue
+                        }
                         var r = record
                         // The access list pins programs of this machine; it stays as it is here.
                         let here = localItem(id)
@@ -408,7 +421,10 @@ package final class SyncSession: Sendable {
                 let mark = "\(id.hex)/\(c.version.lamport)/\(c.version.device.hex)"
                 guard !state.materialized.contains(mark) else { continue }
                 do {
-                    let (record, batch, entry) = try open(c, keys: keys, folder: folder)
+                    guard let (record, batch, entry) = try open(c, keys: keys, folder: folder) else {
+                        inFlight.insert(c.version.device)
+                        continue
+                    }
                     var copy = record
                     copy.key = try Self.conflictKey(record.key, device: c.version.device)
                     copy.attributes.values.synchronizable = false
@@ -440,7 +456,6 @@ package final class SyncSession: Sendable {
             let expired = e.isTombstone && now - (e.deletedAt ?? now) >= state.tombstoneExpiry
                 && devicesNow.allSatisfy { (manifests[$0]?.seen[state.device.hex] ?? 0) >= e.writtenSeq }
             if dominated || expired {
-                folder.removeItem(state.device, e.item)
                 if expired { state.synced[e.item.hex] = nil }
                 return false
             }
@@ -449,9 +464,14 @@ package final class SyncSession: Sendable {
 
         // 6. The manifest, after every file it names; then what this device remembers.
         state.seq += 1
-        for (d, m) in manifests { state.seen[d.hex] = m.seq }
-        try folder.writeManifest(SyncManifest(device: state.device, folder: state.folderID, seq: state.seq, written: now,
-                                              seen: state.seen, entries: state.own.sorted { $0.item < $1.item }), keys: keys)
+        // A device in flight is not marked as merged at this seq: its tombstones are not
+        // taken as seen here before the files of its manifest were.
+        for (d, m) in manifests where !inFlight.contains(d) { state.seen[d.hex] = m.seq }
+        let manifest = SyncManifest(device: state.device, folder: state.folderID, seq: state.seq, written: now,
+                                    seen: state.seen, entries: state.own.sorted { $0.item < $1.item })
+        try folder.writeManifest(manifest, keys: keys)
+        // Then the files it no longer names (older versions, expired tombstones) go.
+        folder.removeUnnamedItems(manifest)
         state.refusals = report.refusals
         state.lastExchange = now
         try state.save(forStore: storePath)
@@ -460,8 +480,9 @@ package final class SyncSession: Sendable {
 
     /// The record and secret in a version's file, checked to be the item its name says and
     /// allowed to travel.
-    private func open(_ e: SyncEntry, keys: SyncKeys, folder: SyncFolder) throws -> (ItemRecord, ItemBatch, ItemBatch.Entry) {
-        let plain = try folder.readItem(e, keys: keys)
+    /// Nil when the entry's file is gone (its writer is in flight; see `SyncFolder.readItem`).
+    private func open(_ e: SyncEntry, keys: SyncKeys, folder: SyncFolder) throws -> (ItemRecord, ItemBatch, ItemBatch.Entry)? {
+        guard let plain = try folder.readItem(e, keys: keys) else { return nil }
         let batch: ItemBatch
         do { batch = try BackupPayload.decode(plain) } catch {
             throw KeychainError.integrityFailure("device \(e.version.device.short): item file \(e.item.hex.prefix(12))… is malformed")

@@ -216,7 +216,7 @@ final class SyncSessionTests: XCTestCase {
         let state = try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath))
         let f = SyncFolder(path: folder)
         let target = try XCTUnwrap(state.own.first)
-        let path = f.itemPath(state.device, target.item)
+        let path = f.itemPath(target)
         var bytes = [UInt8](try XCTUnwrap(FileManager.default.contents(atPath: path)))
         bytes[bytes.count - 3] ^= 1
         try Data(bytes).write(to: URL(fileURLWithPath: path))
@@ -237,6 +237,51 @@ final class SyncSessionTests: XCTestCase {
         try a.exchange()
         XCTAssertEqual(try b.exchange().refusals, [])
         XCTAssertEqual(try secret(b, "one"), "v1"); XCTAssertEqual(try secret(b, "two"), "v2")
+    }
+
+    /// A reader holding a manifest whose writer has moved on (the next manifest written, the
+    /// files of the old one removed) waits for the newer one: nothing is refused. A file that
+    /// is there and differs is still refused. Old versions' files do not stay in the folder.
+    func testAManifestWhoseFilesAreGoneIsInFlightNotTamperedAndOldVersionsAreRemoved() throws {
+        let (a, b) = try pair()
+        let f = SyncFolder(path: folder)
+        try put(a, "one", "v1"); try put(a, "two", "w1")
+        try a.exchange()
+        let dev = try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath)).device
+        let first = try XCTUnwrap(FileManager.default.contents(atPath: f.manifestPath(dev)))
+        try put(a, "one", "v2"); try put(a, "two", "w2")
+        try a.exchange()
+        let second = try XCTUnwrap(FileManager.default.contents(atPath: f.manifestPath(dev)))
+        let own = try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath)).own
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: f.itemsPath(dev)).sorted(),
+                       own.map { URL(fileURLWithPath: f.itemPath($0)).lastPathComponent }.sorted(),
+                       "only the files the manifest names are left")
+        let seenBefore = try XCTUnwrap(try SyncLocalState.load(forStore: b.storePath)).seen[dev.hex]
+        // B reads the first manifest (an engine delivered the removals before the new manifest).
+        try first.write(to: URL(fileURLWithPath: f.manifestPath(dev)))
+        let r = try b.exchange()
+        XCTAssertEqual(r.refusals, []); XCTAssertEqual(r.applied, 0); XCTAssertEqual(r.deferred, 2)
+        XCTAssertNil(try secret(b, "one"))
+        XCTAssertEqual(try XCTUnwrap(try SyncLocalState.load(forStore: b.storePath)).seen[dev.hex], seenBefore,
+                       "a device in flight is not taken as merged")
+        try second.write(to: URL(fileURLWithPath: f.manifestPath(dev)))
+        let r2 = try b.exchange()
+        XCTAssertEqual(r2.refusals, []); XCTAssertEqual(r2.applied, 2)
+        XCTAssertEqual(try secret(b, "one"), "v2"); XCTAssertEqual(try secret(b, "two"), "w2")
+        // A file the manifest names, there but with other bytes (an older version put in its
+        // place), is refused as before.
+        try put(a, "one", "v3")
+        try a.exchange()
+        let entry = try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath)).own.max { $0.version.lamport < $1.version.lamport }!
+        let other = try XCTUnwrap(own.first { $0.item != entry.item })
+        try FileManager.default.removeItem(atPath: f.itemPath(entry))
+        try FileManager.default.copyItem(atPath: f.itemPath(other), toPath: f.itemPath(entry))
+        XCTAssertTrue(try b.exchange().refusals.contains { $0.contains("does not match its manifest") })
+        // A deleted item leaves its tombstone's file only.
+        _ = try a.owner.delete(matching: ItemQuery(kind: .generic, account: "two", service: "mail"), all: false)
+        try a.exchange()
+        let left = try FileManager.default.contentsOfDirectory(atPath: f.itemsPath(dev))
+        XCTAssertEqual(left.count, try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath)).own.count)
     }
 
     func testARolledBackDeviceDirectoryIsDetected() throws {

@@ -120,13 +120,13 @@ kcb sync now $P >/dev/null
 kc add-generic-password $P -U -s mail -a alice -w 'tamper-me'
 kc sync now $P >/dev/null
 dev_a=$(kc sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
-f=$(ls -t "$FOLDER/devices/$dev_a/items" | head -1)
-cp "$FOLDER/devices/$dev_a/items/$f" "$T/saved-item"
-printf 'X' | dd of="$FOLDER/devices/$dev_a/items/$f" bs=1 seek=30 conv=notrunc 2>/dev/null
+# Every file of A is altered: B has merged all but the newest version, which it must refuse.
+cp -a "$FOLDER/devices/$dev_a/items" "$T/saved-items"
+for f in "$FOLDER/devices/$dev_a/items/"*; do printf 'X' | dd of="$f" bs=1 seek=30 conv=notrunc 2>/dev/null; done
 expect_exit 93 "a tampered file: sync now exits 93" kcb sync now $P
 expect_contains "$ERR" "does not match its manifest" "and names the refusal"
 expect_contains "$(kcb sync status $P)" "refused: " "sync status shows it"
-cp "$T/saved-item" "$FOLDER/devices/$dev_a/items/$f"
+rm -r "$FOLDER/devices/$dev_a/items"; cp -a "$T/saved-items" "$FOLDER/devices/$dev_a/items"
 cp -a "$FOLDER/devices/$dev_a" "$T/old-tree"
 kc add-generic-password $P -U -s mail -a alice -w 'newest'
 kc sync now $P >/dev/null
@@ -160,7 +160,8 @@ expect_contains "$ERR" "not a regular file" "the refusal says so"
 rm "$da/state"; mv "$T/state-a" "$da/state"
 kc add-generic-password $P -U -s mail -a alice -w 'read-through-a-link'
 kc sync now $P >/dev/null
-f=$(ls -t "$da/items" | head -1)
+# The newest version: the file named with the greatest Lamport counter (<item>.<counter>).
+f=$(ls "$da/items" | sort -t. -k2,2n | tail -1)
 mv "$da/items/$f" "$T/item-a"; cp "$T/item-a" "$T/outside-item"; ln -s "$T/outside-item" "$da/items/$f"
 expect_exit 93 "an item file that is a symlink out of the folder: refused (93)" kcb_t sync now $P
 expect_contains "$ERR" "symbolic link" "the refusal says so"
@@ -345,6 +346,48 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     expect_eq 0 "$missing" "nothing was lost"
     expect_eq "erin-4" "$(cat "$MPB/web/erin")" "B's older items kept their values"
     expect_eq "gina-3" "$(cat "$MPB/web/gina")" "and so did B's own"
+
+    echo "== many quick writes on both sides: no false refusal"
+    # Each write makes its daemon publish an item's new version and then its manifest, while the
+    # other daemon reads that manifest: a file a manifest names must never change under it.
+    log_a="$XDG_STATE_HOME/keychainfs/daemon.log" log_b="$T/b/state/keychainfs/daemon.log"
+    lines_a=$(wc -l <"$log_a" 2>/dev/null || echo 0) lines_b=$(wc -l <"$log_b" 2>/dev/null || echo 0)
+    mkdir "$MPA/race"
+    i=0
+    while [ $i -lt 8 ]; do
+        printf 'a-0' >"$MPA/race/a$i"; setfattr -n user.keychain.synchronizable -v yes "$MPA/race/a$i"
+        i=$((i + 1))
+    done
+    wait_for "the race directory reaches B" reads "$MPB/race/a7" "a-0"
+    i=0
+    while [ $i -lt 8 ]; do
+        printf 'b-0' >"$MPB/race/b$i"; setfattr -n user.keychain.synchronizable -v yes "$MPB/race/b$i"
+        i=$((i + 1))
+    done
+    wait_for "B's race items reach A" reads "$MPA/race/b7" "b-0"
+    (i=1; while [ $i -le 80 ]; do printf 'a-%s' "$i" >"$MPA/race/a$((i % 8))"; i=$((i + 1)); done) &
+    writer_a=$!
+    (i=1; while [ $i -le 80 ]; do printf 'b-%s' "$i" >"$MPB/race/b$((i % 8))"; i=$((i + 1)); done) &
+    writer_b=$!
+    wait "$writer_a"; wait "$writer_b"
+    wait_for "A's last write reaches B" reads "$MPB/race/a0" "a-80"
+    wait_for "B's last write reaches A" reads "$MPA/race/b0" "b-80"
+    same=0
+    for n in a0 a1 a2 a3 a4 a5 a6 a7 b0 b1 b2 b3 b4 b5 b6 b7; do
+        [ "$(cat "$MPA/race/$n")" = "$(cat "$MPB/race/$n")" ] && same=$((same + 1))
+    done
+    expect_eq 16 "$same" "both mounts converge"
+    expect_exit 0 "sync now on A exits 0" kc sync now --store "$A2"
+    expect_exit 0 "sync now on B exits 0" kcb sync now --store "$B2"
+    new_a=$(tail -n +$((lines_a + 1)) "$log_a") new_b=$(tail -n +$((lines_b + 1)) "$log_b")
+    expect_not_contains "$new_a" "does not match its manifest" "A's daemon refused no file as tampered"
+    expect_not_contains "$new_b" "does not match its manifest" "B's daemon refused no file as tampered"
+    expect_not_contains "$new_a$new_b" "refused" "and neither daemon refused anything"
+    # Versions written over are gone from the folder: each device keeps the files its manifest names.
+    for d in "$F2/devices/"*; do
+        named=$(/usr/bin/python3 -c 'import json,sys; print(len(json.loads(open(sys.argv[1],"rb").read()[32:])["entries"]))' "$d/state")
+        expect_eq "$named" "$(ls "$d/items" | wc -l | tr -d ' ')" "device ${d##*/}: as many item files as its manifest names"
+    done
 
     echo "== leave and init through a daemon"
     expect_exit 0 "sync leave while mounted" kcb sync leave --store "$B2"
