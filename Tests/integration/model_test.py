@@ -29,6 +29,7 @@ import tempfile
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "kcfs-model-hypothesis"))
 
 from hypothesis import HealthCheck, Verbosity, seed, settings
+from hypothesis.errors import Flaky
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
@@ -625,10 +626,20 @@ def main():
         # run reach the target, after which the rest cost nothing (`running`, `finished`).
         global TARGET
         TARGET = args.steps
-        run_state_machine_as_test(seed(run_seed)(Coherence), settings=settings(
-            max_examples=60 + args.steps * 2 // STEPS_PER_EXAMPLE, stateful_step_count=STEPS_PER_EXAMPLE,
-            deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=False,
-            verbosity=Verbosity.debug if os.environ.get("MODEL_TEST_TRACE") else Verbosity.normal))
+        try:
+            run_state_machine_as_test(seed(run_seed)(Coherence), settings=settings(
+                max_examples=60 + args.steps * 2 // STEPS_PER_EXAMPLE, stateful_step_count=STEPS_PER_EXAMPLE,
+                deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=False,
+                verbosity=Verbosity.debug if os.environ.get("MODEL_TEST_TRACE") else Verbosity.normal))
+        except Flaky:
+            # Once the target is reached every step's precondition turns false (`running`), state
+            # outside Hypothesis's data: a later example that repeats an earlier one's first choices
+            # then draws differently, and Hypothesis calls that inconsistent generation. Past the
+            # target with no disagreement (a step or observation that failed sets FAILED), every
+            # step ran and agreed; anything else is a real failure. (A 50,000-step run, seed
+            # 2301664997, ended so.)
+            if FAILED or STEPS_RUN < TARGET:
+                raise
         if STEPS_RUN < TARGET:
             print(f"model test: only {STEPS_RUN} of {TARGET} steps ran", flush=True)
             sys.exit(1)
