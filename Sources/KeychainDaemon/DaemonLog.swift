@@ -68,9 +68,9 @@ struct FileLogHandler: LogHandler {
         file.append("\(Self.timestamp(time(nil))) \(level) \(label)[\(getpid())]: \(message)")
     }
 
-    /// ISO 8601 in UTC, `2026-11-25T23:54:28Z`, from `gmtime_r`: Foundation's date formatters
-    /// load ICU's locale data, 4 MiB of the daemon's resident size for one log line (README,
-    /// Performance).
+    /// ISO 8601 in UTC, `2026-11-25T23:54:28Z`, from `gmtime_r`: Foundation's date formatter
+    /// loaded ICU's locale data and code for the first line, megabytes of the daemon's resident
+    /// size (README, Performance).
     static func timestamp(_ seconds: time_t) -> String {
         var t = tm()
         var s = seconds
