@@ -104,7 +104,13 @@ let package = Package(
             "KeychainBackup", "KeychainSync", "KeychainSyncGit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
-        ], path: "Sources/keychainfs"),
+        ], path: "Sources/keychainfs", linkerSettings: [
+            // swiftc exports every symbol of an executable (-export-dynamic, for dladdr); in a PIE
+            // each reference to an exported symbol is then a symbolic relocation that the loader
+            // looks up at every start: 1 MiB of the daemon's resident size (README, Performance).
+            // Nothing here looks its own symbols up.
+            .unsafeFlags(["-Xlinker", "--no-export-dynamic"]),
+        ]),
         // A static executable: no dynamic loader, no libcrypto or libstdc++ to map and relocate.
         // That was most of what a lookup's start-up cost (README, Performance). FoundationEssentials'
         // two support libraries are named because modules built without --static-swift-stdlib (a

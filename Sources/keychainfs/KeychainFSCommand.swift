@@ -61,8 +61,11 @@ extension KeychainFS {
 /// The exit-status table shown by `keychainfs --help`; it comes from `KeychainError`.
 enum ExitStatusHelp {
     static var text: String {
+        // Padded by hand: NSString's padding, on every run of every command (ArgumentParser
+        // builds the configuration to parse), brought CoreFoundation's string code into the daemon.
         let rows = KeychainError.exitCodeTable.map { row in
-            "  " + String(row.code).padding(toLength: 4, withPad: " ", startingAt: 0) + row.meaning
+            let code = String(row.code)
+            return "  " + code + String(repeating: " ", count: max(0, 4 - code.count)) + row.meaning
         }
         return """
             The store is $XDG_DATA_HOME/keychainfs/keychain.db unless --store PATH or \

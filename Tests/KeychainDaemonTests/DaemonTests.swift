@@ -151,3 +151,13 @@ final class DaemonTests: XCTestCase {
         XCTAssertEqual(String(decoding: buffer.prefix(max(n, 0)), as: UTF8.self), "READY=1")
     }
 }
+
+/// The log's timestamp, written without Foundation's formatters, is the ISO 8601 they wrote.
+final class DaemonLogTests: XCTestCase {
+    func testTimestampIsTheISO8601FormatterText() {
+        for seconds: time_t in [0, 9, 951_782_400, 1_764_114_868, 1_798_761_599, 4_102_444_800] {
+            XCTAssertEqual(FileLogHandler.timestamp(seconds),
+                           ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(seconds))))
+        }
+    }
+}
