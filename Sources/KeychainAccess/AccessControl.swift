@@ -30,6 +30,7 @@
 // itself so) hides /proc/PID/exe and environ from the daemon of the user, so it cannot be
 // identified and is refused by a non-empty list (an empty list identifies no one).
 
+import CProcessPin
 import Foundation
 import Glibc
 import KeychainErrors
@@ -120,7 +121,10 @@ package final class AccessControl: Sendable {
     package func decide(threadID: pid_t, item: AccessItem, operation: AccessOperation, list: AccessList) -> AccessOutcome {
         // An empty list is any program, today's behaviour: nothing to identify, nothing to pay.
         if list.isAnyProgram { return .allowed }
-        return decide(item: item, operation: operation, list: list) { () throws(KeychainError) in try self.resolve(threadID: threadID) }
+        // The calling thread waits in its request until it is answered (even a fatal signal
+        // does not end the wait of a request the daemon has read): its process cannot exit or
+        // exec meanwhile, so it is identified with no check afterwards.
+        return decide(item: item, operation: operation, list: list) { () throws(KeychainError) in try self.resolve(threadID: threadID, settled: true) }
     }
 
     /// A socket peer, pinned once per connection (`PinnedProcess.forSocketPeer`).
@@ -177,7 +181,7 @@ package final class AccessControl: Sendable {
     }
 
     /// Who a thread's process is now (read through the cache): for tests and `status`.
-    package func identify(threadID: pid_t) throws(KeychainError) -> CallerFacts { try resolve(threadID: threadID).entry.facts }
+    package func identify(threadID: pid_t) throws(KeychainError) -> CallerFacts { try resolve(threadID: threadID, settled: false).entry.facts }
 
     /// Forgets every identified process and every Allow once; for tests.
     package func forgetProcesses() { processes.withLock { $0.removeAll() } }
@@ -382,7 +386,7 @@ package final class AccessControl: Sendable {
         var tracer: pid_t?
     }
 
-    private func resolve(threadID tid: pid_t) throws(KeychainError) -> Resolved {
+    private func resolve(threadID tid: pid_t, settled: Bool) throws(KeychainError) -> Resolved {
         guard tid > 0 else { throw .invalidInput("no caller (pid \(tid))") }
         // A single-threaded caller (the common case: cat, head) is its own leader; its kept
         // status descriptor answers both "which process" and "traced?" in one read.
@@ -391,20 +395,20 @@ package final class AccessControl: Sendable {
         }
         // A leader not seen before (a new process's first open): its status is read once, by
         // the check after it is identified, not also here.
-        if let leader = PinnedProcess.leader(tid) { return try resolveNew(leader, threadTracer: nil) }
+        if let leader = PinnedProcess.leader(tid) { return try resolveNew(leader, threadTracer: nil, settled: settled) }
         let status = ProcStatus(try ProcFile.read("/proc/\(tid)/status"))
         guard let tgid = status.tgid else { throw .io("/proc/\(tid)/status has no Tgid") }
         let threadTracer = (status.tracerPID ?? 0) != 0 ? status.tracerPID : nil
         if let entry = processes.withLock({ $0.lookup(tgid) }), let check = entry.recheck(), check.tgid == tgid {
             return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
         }
-        return try resolveNew(PinnedProcess.forThread(tid, tgid: tgid), threadTracer: threadTracer)
+        return try resolveNew(PinnedProcess.forThread(tid, tgid: tgid), threadTracer: threadTracer, settled: settled)
     }
 
     /// A process not in the table: identified (outside the table's lock: it may hash a
     /// binary), and its tracer as identifying it read it.
-    private func resolveNew(_ pin: PinnedProcess, threadTracer: pid_t?) throws(KeychainError) -> Resolved {
-        let fresh = try CachedProcess.identify(pin)
+    private func resolveNew(_ pin: PinnedProcess, threadTracer: pid_t?, settled: Bool) throws(KeychainError) -> Resolved {
+        let fresh = try CachedProcess.identify(pin, settled: settled)
         // Two requests of one process may have identified it at once: they share one entry,
         // so that an Allow once given to either counts for both.
         let entry = processes.withLock { $0.insert(fresh) }
@@ -423,7 +427,7 @@ package final class AccessControl: Sendable {
            let check = entry.recheck(), check.tgid == process.pid {
             return Resolved(entry: entry, tracer: check.tracer)
         }
-        return try resolveNew(process, threadTracer: nil)
+        return try resolveNew(process, threadTracer: nil, settled: false)
     }
 }
 
@@ -466,8 +470,6 @@ final class CachedProcess: @unchecked Sendable {
     private let details = Mutex<CallerFacts?>(nil)
     /// The tracer as the identification read it (the status is read once for both).
     let identifiedTracer: pid_t?
-    /// `/proc/PID/exe`, stat'ed on every check (by path: the pidfd vouches for the pid).
-    private let exePath: String
     private let statFD: Int32
     private let statusFD: Int32
     let layout: ProcStat
@@ -478,64 +480,68 @@ final class CachedProcess: @unchecked Sendable {
 
     /// Identifies a pinned process. A process caught in the middle of an execve (its new
     /// image not yet laid out) is read again; a request cannot come from one, but a test or
-    /// a peer racing its own exec can.
-    static func identify(_ pin: PinnedProcess) throws(KeychainError) -> CachedProcess {
+    /// a peer racing its own exec can. `settled`: the process cannot exec or exit while it is
+    /// read, so nothing read needs checking afterwards (`AccessCaller.thread`).
+    static func identify(_ pin: PinnedProcess, settled: Bool) throws(KeychainError) -> CachedProcess {
         for _ in 0..<20 {
-            if let entry = try CachedProcess(pin: pin) { return entry }
+            if let entry = try CachedProcess(pin: pin, settled: settled) { return entry }
             sched_yield()
         }
         throw .io("process \(pin.pid) keeps changing while it is identified")
     }
 
-    /// Nil when the process was mid-exec or exec'd while it was read.
-    private init?(pin: PinnedProcess) throws(KeychainError) {
+    /// Nil when the process was mid-exec or exec'd while it was read. Every new caller of a
+    /// guarded item comes through here, so it is kept to the reads a decision needs, each by
+    /// its `/proc/PID/...` path (a directory descriptor would cost an open and a close more
+    /// than the lookups it saves): the stat and status files (kept open for the checks of
+    /// later requests), a stat and a readlink of `exe`, the environment, and the executable's
+    /// path stat'ed to see that it still names the running file.
+    private init?(pin: PinnedProcess, settled: Bool) throws(KeychainError) {
         self.pin = pin
-        let proc = open("/proc/\(pin.pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard proc >= 0 else { throw .io("/proc/\(pin.pid): \(String(cString: strerror(errno)))") }
-        let statFD = openat(proc, "stat", O_RDONLY | O_CLOEXEC)
-        let statusFD = openat(proc, "status", O_RDONLY | O_CLOEXEC)
+        let pid = pin.pid
+        let statFD = kcfs_proc_open(pid, "stat", O_RDONLY)
+        let statusFD = kcfs_proc_open(pid, "status", O_RDONLY)
         func fail(_ e: KeychainError) -> KeychainError {
-            close(proc)
             if statFD >= 0 { close(statFD) }
             if statusFD >= 0 { close(statusFD) }
             return e
         }
-        guard statFD >= 0, statusFD >= 0 else { throw fail(.io("/proc/\(pin.pid): \(String(cString: strerror(errno)))")) }
+        guard statFD >= 0, statusFD >= 0 else { throw fail(.io("/proc/\(pid): \(String(cString: strerror(errno)))")) }
         var exe = stat()
-        guard fstatat(proc, "exe", &exe, 0) == 0 else {
+        guard kcfs_proc_stat(pid, "exe", &exe) == 0 else {
             let code = errno
             // The kernel shows a process's executable, environment and memory layout only to
             // a reader that may ptrace it: not to a daemon of the user when the process is not
             // dumpable (setuid, or one of ours that made itself so) or another user's.
             if code == EACCES || code == EPERM {
-                throw fail(.io("process \(pin.pid) hides its executable from the daemon (it is not dumpable, or not the user's)"))
+                throw fail(.io("process \(pid) hides its executable from the daemon (it is not dumpable, or not the user's)"))
             }
-            throw fail(.io("/proc/\(pin.pid)/exe: \(String(cString: strerror(code)))"))
+            throw fail(.io("/proc/\(pid)/exe: \(String(cString: strerror(code)))"))
         }
-        var buffer = [UInt8](repeating: 0, count: 4096)
+        var buffer = [UInt8](repeating: 0, count: 2048)
         let n = ProcFile.reread(statFD, into: &buffer)
-        guard n > 0, let layout = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pin.pid)/stat is unreadable")) }
+        guard n > 0, let layout = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pid)/stat is unreadable")) }
         guard layout.isSettled else { _ = fail(.io("")); return nil }
-        // Status once, through the descriptor kept for the checks (tgid, parent, tracer).
-        var statusBuffer = [UInt8](repeating: 0, count: 4096)
-        let statusBytes = ProcFile.reread(statusFD, into: &statusBuffer)
-        guard statusBytes > 0 else { throw fail(.io("/proc/\(pin.pid)/status is unreadable")) }
-        let status = ProcStatus(statusBuffer, count: statusBytes)
-        guard let tracer = status.tracerPID else { throw fail(.io("/proc/\(pin.pid)/status has no TracerPid")) }
+        // Status once, through the descriptor kept for the checks (tgid, parent, tracer):
+        // TracerPid is its eighth line, well inside the buffer.
+        let statusBytes = ProcFile.reread(statusFD, into: &buffer)
+        guard statusBytes > 0 else { throw fail(.io("/proc/\(pid)/status is unreadable")) }
+        let status = ProcStatus(buffer, count: statusBytes)
+        guard let tracer = status.tracerPID else { throw fail(.io("/proc/\(pid)/status has no TracerPid")) }
         let facts: CallerFacts
         do {
-            facts = try CallerFacts.read(pin, proc: proc, stat: layout, status: status, exe: exe)
+            facts = try CallerFacts.read(pin, stat: layout, status: status, exe: exe, settled: settled)
         } catch { throw fail(error) }
         // The facts were read after the layout and the executable's stat: if the process
         // exec'd in between they would belong to another image than the one those pin.
-        var exeAfter = stat()
-        guard facts.startTime == layout.startTime, recheckLayout(statFD, layout),
-              fstatat(proc, "exe", &exeAfter, 0) == 0, FileStatKey(exeAfter) == FileStatKey(exe) else {
-            _ = fail(.io(""))
-            return nil
+        if !settled {
+            var exeAfter = stat()
+            guard recheckLayout(statFD, layout), kcfs_proc_stat(pid, "exe", &exeAfter) == 0,
+                  FileStatKey(exeAfter) == FileStatKey(exe) else {
+                _ = fail(.io(""))
+                return nil
+            }
         }
-        close(proc)
-        self.exePath = "/proc/\(pin.pid)/exe"
         self.statFD = statFD
         self.statusFD = statusFD
         self.layout = layout
@@ -568,7 +574,8 @@ final class CachedProcess: @unchecked Sendable {
         guard pin.isAlive, recheckLayout(statFD, layout) else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()
-        guard stat(exePath, &exe) == 0, FileStatKey(exe) == exeKey,
+        // By path: the pidfd vouches for the pid.
+        guard kcfs_proc_stat(pin.pid, "exe", &exe) == 0, FileStatKey(exe) == exeKey,
               exe.st_nlink > 0 || core.executableDeleted else { return nil }
         // TracerPid is near the top; the rest of the file need not be copied out.
         var buffer = [UInt8](repeating: 0, count: 512)

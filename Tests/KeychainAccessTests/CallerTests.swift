@@ -256,6 +256,30 @@ final class CallerTests: AccessTestCase {
         XCTAssertEqual(try access.identify(threadID: process.pid).executablePath, "/usr/bin/head")
     }
 
+    /// The same binary exec'd again (so the executable's file and its digest, cached by stat,
+    /// are unchanged) with a loader variable: another image, identified again and refused.
+    func testAProcessThatExecsItsOwnBinaryWithALoaderVariableIsIdentifiedAgain() throws {
+        let dir = directory()
+        let script = try dir.write("""
+            import os, sys
+            if len(sys.argv) == 1:
+                sys.stdin.readline()
+                os.execve(sys.executable, [sys.executable, sys.argv[0], 'again'], dict(os.environ, LD_LIBRARY_PATH='/nonexistent'))
+            sys.stdin.read()
+            """, as: "again.py")
+        let rule = try list("/usr/bin/python3 \(script)")
+        let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: pythonExecutable)
+        XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: rule), .allowed)
+        process.send("go")
+        try TestProcess.waitUntil("it execs itself with LD_LIBRARY_PATH") {
+            let environ = (try? ProcFile.read("/proc/\(process.pid)/environ")) ?? []
+            return environ.split(separator: 0).contains { $0.starts(with: Array("LD_LIBRARY_PATH=".utf8)) }
+                && ((try? ProcFile.read("/proc/\(process.pid)/cmdline")) ?? []).split(separator: 0).count == 3
+        }
+        let outcome = access.decide(threadID: process.pid, item: item, operation: .read, list: rule)
+        XCTAssertTrue(isRefused(outcome, containing: "LD_LIBRARY_PATH"), "same pid, same binary, another image: \(outcome)")
+    }
+
     func testAThreadIsMappedToItsProcess() throws {
         let dir = directory()
         let script = try dir.write("""
