@@ -12,6 +12,12 @@
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
+#ifndef SYS_kcmp
+#define SYS_kcmp 312
+#endif
+#ifndef KCMP_VM
+#define KCMP_VM 1
+#endif
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
 #endif
@@ -65,4 +71,11 @@ ssize_t kcfs_proc_readlink(pid_t pid, const char *name, char *buffer, size_t siz
     char path[64];
     if (!proc_path(path, sizeof path, pid, name)) return -1;
     return readlink(path, buffer, size);
+}
+
+int kcfs_shares_memory(pid_t a, pid_t b) {
+    if (a <= 0 || b <= 0) { errno = ESRCH; return -1; }
+    long r = syscall(SYS_kcmp, a, b, KCMP_VM, 0, 0);
+    if (r < 0) return -1;
+    return r == 0 ? 1 : 0;
 }

@@ -412,12 +412,13 @@ package final class AccessControl: Sendable {
         // Two requests of one process may have identified it at once: they share one entry,
         // so that an Allow once given to either counts for both.
         let entry = processes.withLock { $0.insert(fresh) }
-        // Another request identified it at once: that entry's state is checked afresh.
+        // Another request identified it at once: that entry's state is checked afresh, and
+        // if it is of an image the process ran before, this one replaces it.
         if entry !== fresh {
-            guard let check = entry.recheck() else { throw .io("process \(pin.pid) exited or exec'd while it was identified") }
-            return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
+            if let check = entry.recheck() { return Resolved(entry: entry, tracer: threadTracer ?? check.tracer) }
+            processes.withLock { $0.replace(fresh) }
         }
-        return Resolved(entry: entry, tracer: threadTracer ?? fresh.identifiedTracer)
+        return Resolved(entry: fresh, tracer: threadTracer ?? fresh.identifiedTracer)
     }
 
     private func resolve(process: PinnedProcess) throws(KeychainError) -> Resolved {
@@ -457,9 +458,9 @@ struct Grant: Hashable {
 }
 
 /// A process identified once, with descriptors kept open so that a later request checks it
-/// is still the same image in four system calls: the pidfd (alive?), `/proc/PID/stat`
-/// (start time, and the image layout an execve changes), `/proc/PID/status` (tracer) and a
-/// stat of `/proc/PID/exe` (the image's file unchanged, not deleted or replaced since).
+/// is still the same image in four system calls: the pidfd (alive?), the image witness
+/// (`ImageWitness`: the same address space, or the same layout), `/proc/PID/status` (tracer)
+/// and a stat of `/proc/PID/exe` (the image's file unchanged, not deleted or replaced since).
 // @unchecked Sendable: `facts` and the descriptors are set in init; `grants` and
 // `script` are changed only under AccessControl's `processes` lock (or its own).
 final class CachedProcess: @unchecked Sendable {
@@ -470,13 +471,43 @@ final class CachedProcess: @unchecked Sendable {
     private let details = Mutex<CallerFacts?>(nil)
     /// The tracer as the identification read it (the status is read once for both).
     let identifiedTracer: pid_t?
-    private let statFD: Int32
     private let statusFD: Int32
-    let layout: ProcStat
+    private let witness: ImageWitness
     let exeKey: FileStatKey
     var grants: Set<Grant> = []
     var lastUse: UInt64 = 0
     private let script = Mutex<FileIdentity??>(nil)
+
+    /// What tells a later request that the process still runs the image identified.
+    private enum ImageWitness {
+        /// Its `/proc/PID/environ`, held open: it reads the address space it was opened on,
+        /// and once no process uses that space (the process exec'd or exited) it reads
+        /// nothing. Taken when the process shares its address space with no parent (a vfork
+        /// child shares its parent's, which outlives the child's exec) and has an environment.
+        /// A process that made a child share its address space and then exec'd would go
+        /// unseen: that is the program's own code at work, as the threat model says.
+        case addressSpace(Int32)
+        /// Its `/proc/PID/stat`, held open, and what it read: the start time and the addresses
+        /// an execve sets afresh.
+        case layout(Int32, ProcStat)
+
+        var descriptor: Int32 {
+            switch self {
+            case .addressSpace(let fd), .layout(let fd, _): fd
+            }
+        }
+
+        /// Whether the process runs the image it ran when the witness was taken.
+        var holds: Bool {
+            switch self {
+            case .addressSpace(let fd):
+                var byte: UInt8 = 0
+                return pread(fd, &byte, 1, 0) == 1
+            case .layout(let fd, let layout):
+                return recheckLayout(fd, layout)
+            }
+        }
+    }
 
     /// Identifies a pinned process. A process caught in the middle of an execve (its new
     /// image not yet laid out) is read again; a request cannot come from one, but a test or
@@ -491,22 +522,26 @@ final class CachedProcess: @unchecked Sendable {
     }
 
     /// Nil when the process was mid-exec or exec'd while it was read. Every new caller of a
-    /// guarded item comes through here, so it is kept to the reads a decision needs, each by
-    /// its `/proc/PID/...` path (a directory descriptor would cost an open and a close more
-    /// than the lookups it saves): the stat and status files (kept open for the checks of
-    /// later requests), a stat and a readlink of `exe`, the environment, and the executable's
-    /// path stat'ed to see that it still names the running file.
+    /// guarded item comes through here: `head` of a guarded item costs what this costs more
+    /// than of an open one, and most of that is the kernel making `/proc` entries for a pid
+    /// it has not shown before (and dropping them when the process exits). So it reads what
+    /// a decision needs and no more, each file by its `/proc/PID/...` path (a directory
+    /// descriptor would cost an open and a close more than the lookups it saves): `status`
+    /// (tracer; kept open for the checks of later requests), a stat and a readlink of `exe`,
+    /// the environment (kept open as the witness), the executable's path stat'ed to see that
+    /// it still names the running file, and `stat` only where the witness must be the layout.
     private init?(pin: PinnedProcess, settled: Bool) throws(KeychainError) {
         self.pin = pin
         let pid = pin.pid
-        let statFD = kcfs_proc_open(pid, "stat", O_RDONLY)
         let statusFD = kcfs_proc_open(pid, "status", O_RDONLY)
+        guard statusFD >= 0 else { throw .io("/proc/\(pid)/status: \(String(cString: strerror(errno)))") }
+        var statFD: Int32 = -1, environFD: Int32 = -1
         func fail(_ e: KeychainError) -> KeychainError {
+            close(statusFD)
             if statFD >= 0 { close(statFD) }
-            if statusFD >= 0 { close(statusFD) }
+            if environFD >= 0 { close(environFD) }
             return e
         }
-        guard statFD >= 0, statusFD >= 0 else { throw fail(.io("/proc/\(pid): \(String(cString: strerror(errno)))")) }
         var exe = stat()
         guard kcfs_proc_stat(pid, "exe", &exe) == 0 else {
             let code = errno
@@ -518,23 +553,35 @@ final class CachedProcess: @unchecked Sendable {
             }
             throw fail(.io("/proc/\(pid)/exe: \(String(cString: strerror(code)))"))
         }
-        var buffer = [UInt8](repeating: 0, count: 2048)
-        let n = ProcFile.reread(statFD, into: &buffer)
-        guard n > 0, let layout = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pid)/stat is unreadable")) }
-        guard layout.isSettled else { _ = fail(.io("")); return nil }
         // Status once, through the descriptor kept for the checks (tgid, parent, tracer):
         // TracerPid is its eighth line, well inside the buffer.
+        var buffer = [UInt8](repeating: 0, count: 2048)
         let statusBytes = ProcFile.reread(statusFD, into: &buffer)
         guard statusBytes > 0 else { throw fail(.io("/proc/\(pid)/status is unreadable")) }
         let status = ProcStatus(buffer, count: statusBytes)
         guard let tracer = status.tracerPID else { throw fail(.io("/proc/\(pid)/status has no TracerPid")) }
-        let facts: CallerFacts
+        // A caller that is not settled is read between two looks at its layout, to see that
+        // it did not exec meanwhile; so is one that shares its parent's address space (or
+        // whose parent the kernel will not compare it with), whose witness is the layout.
+        let needsLayout = !settled || kcfs_shares_memory(pid, status.parentPID ?? 0) != 0
+        var layout: ProcStat?
+        if needsLayout {
+            statFD = kcfs_proc_open(pid, "stat", O_RDONLY)
+            guard statFD >= 0 else { throw fail(.io("/proc/\(pid)/stat: \(String(cString: strerror(errno)))")) }
+            let n = ProcFile.reread(statFD, into: &buffer)
+            guard n > 0, let read = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pid)/stat is unreadable")) }
+            guard read.isSettled else { _ = fail(.io("")); return nil }
+            layout = read
+        }
+        environFD = kcfs_proc_open(pid, "environ", O_RDONLY | O_NOFOLLOW)
+        guard environFD >= 0 else { throw fail(.io("/proc/\(pid)/environ: \(String(cString: strerror(errno)))")) }
+        let facts: CallerFacts, environmentSize: Int
         do {
-            facts = try CallerFacts.read(pin, stat: layout, status: status, exe: exe, settled: settled)
+            (facts, environmentSize) = try CallerFacts.read(pin, stat: layout, status: status, exe: exe, environ: environFD, settled: settled)
         } catch { throw fail(error) }
         // The facts were read after the layout and the executable's stat: if the process
         // exec'd in between they would belong to another image than the one those pin.
-        if !settled {
+        if !settled, let layout {
             var exeAfter = stat()
             guard recheckLayout(statFD, layout), kcfs_proc_stat(pid, "exe", &exeAfter) == 0,
                   FileStatKey(exeAfter) == FileStatKey(exe) else {
@@ -542,9 +589,26 @@ final class CachedProcess: @unchecked Sendable {
                 return nil
             }
         }
-        self.statFD = statFD
+        if let layout, needsLayout || environmentSize == 0 {
+            close(environFD)
+            witness = .layout(statFD, layout)
+        } else if environmentSize > 0 {
+            witness = .addressSpace(environFD)
+        } else {
+            // An empty environment reads nothing either way: the layout, read now, is the
+            // witness. The caller is settled, so it is the layout of the image just read, if
+            // that image is laid out: a process inside an execve (one that opens its new
+            // program's interpreter from the mount) is not, and has no environment yet.
+            close(environFD)
+            environFD = -1
+            statFD = kcfs_proc_open(pid, "stat", O_RDONLY)
+            guard statFD >= 0 else { throw fail(.io("/proc/\(pid)/stat: \(String(cString: strerror(errno)))")) }
+            let n = ProcFile.reread(statFD, into: &buffer)
+            guard n > 0, let read = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pid)/stat is unreadable")) }
+            guard read.isSettled else { _ = fail(.io("")); return nil }
+            witness = .layout(statFD, read)
+        }
         self.statusFD = statusFD
-        self.layout = layout
         self.exeKey = FileStatKey(exe)
         self.core = facts
         self.identifiedTracer = tracer == 0 ? nil : tracer
@@ -559,19 +623,19 @@ final class CachedProcess: @unchecked Sendable {
         guard proc >= 0 else { return core }
         defer { close(proc) }
         let full = core.withDetails(proc: proc)
-        guard pin.isAlive, recheckLayout(statFD, layout) else { return core }
+        guard pin.isAlive, witness.holds else { return core }
         details.withLock { $0 = full }
         return full
     }
 
     deinit {
-        close(statFD)
+        close(witness.descriptor)
         close(statusFD)
     }
 
     /// Nil when the process is gone or runs another image now; else its tgid and tracer.
     func recheck() -> (tgid: pid_t, tracer: pid_t?)? {
-        guard pin.isAlive, recheckLayout(statFD, layout) else { return nil }
+        guard pin.isAlive, witness.holds else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()
         // By path: the pidfd vouches for the pid.
@@ -610,7 +674,7 @@ private func recheckLayout(_ fd: Int32, _ layout: ProcStat) -> Bool {
 }
 
 /// The identified processes by pid. An entry whose process has gone or exec'd is dropped on
-/// its next lookup. Each entry holds three descriptors (pidfd, stat, status), so the table is
+/// its next lookup. Each entry holds three descriptors (pidfd, status, witness), so the table is
 /// small: past `capacity` the dead are swept, then the least recently used of those holding
 /// no Allow once (a grant is the user's answer; it is not dropped to make room).
 struct ProcessTable {
@@ -625,12 +689,12 @@ struct ProcessTable {
         return entry
     }
 
-    /// Inserts `entry`, or returns the entry already there for the same image of the same
-    /// process (identified by a concurrent request).
+    /// Inserts `entry`, or returns the entry already there for the same process running the
+    /// same file (identified by a concurrent request; the caller checks it is the same image:
+    /// a pid names one running process at a time).
     mutating func insert(_ entry: CachedProcess) -> CachedProcess {
         clock += 1
-        if let existing = entries[entry.pin.pid], existing.core.startTime == entry.core.startTime,
-           existing.layout == entry.layout, existing.exeKey == entry.exeKey, existing.pin.isAlive {
+        if let existing = entries[entry.pin.pid], existing !== entry, existing.exeKey == entry.exeKey, existing.pin.isAlive {
             existing.lastUse = clock
             return existing
         }
@@ -639,6 +703,14 @@ struct ProcessTable {
         entries[entry.pin.pid] = entry
         defer { evictBeyondCapacity() }
         return entry
+    }
+
+    /// Puts `entry` in place of whatever the table holds for its pid.
+    mutating func replace(_ entry: CachedProcess) {
+        clock += 1
+        entry.lastUse = clock
+        entries[entry.pin.pid] = entry
+        evictBeyondCapacity()
     }
 
     private mutating func evictBeyondCapacity() {

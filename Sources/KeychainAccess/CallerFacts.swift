@@ -15,6 +15,8 @@ package struct CallerFacts: Sendable {
     package var parentPID: pid_t
     /// `PPID (comm)` of the parent, for the prompt and the log.
     package var parent: String
+    /// In clock ticks after boot; 0 until the details are read when the identification
+    /// did not read `/proc/PID/stat`.
     package var startTime: UInt64
     /// The executable's path as `/proc/PID/exe` names it, without the ` (deleted)` mark.
     package var executablePath: String
@@ -48,12 +50,13 @@ package struct CallerFacts: Sendable {
     package static let loaderVariableNames = ["LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH"]
 
     /// Reads the facts of a pinned process through `/proc/PID`. Fails (and the caller is
-    /// refused) when they cannot be read or the process is gone. `stat` and `status` are the
-    /// process's, read by the caller just before; `exe` is the stat of its `/proc/PID/exe`.
+    /// refused) when they cannot be read or the process is gone. `stat` (if read: else the
+    /// details read it) and `status` are the process's, read by the caller just before; `exe`
+    /// is the stat of its `/proc/PID/exe`, `environ` its environment opened, read here.
     /// `settled`: the process cannot change meanwhile (a FUSE caller, blocked in its request
     /// until the daemon answers), so what is read needs no check that it still runs.
-    static func read(_ process: PinnedProcess, stat: ProcStat, status: ProcStatus,
-                     exe: stat, settled: Bool) throws(KeychainError) -> CallerFacts {
+    static func read(_ process: PinnedProcess, stat: ProcStat?, status: ProcStatus, exe: stat,
+                     environ: Int32, settled: Bool) throws(KeychainError) -> (facts: CallerFacts, environmentSize: Int) {
         let pid = process.pid
         guard status.tgid == pid else { throw .io("process \(pid) is not a thread group leader") }
         var link: String
@@ -72,18 +75,18 @@ package struct CallerFacts: Sendable {
         // and hashed only when a rule needs its identity (`ExecutableImage`).
         let image = try ExecutableImage.of(pid: pid, stat: exe, shownAs: link)
         // The whole environment or nothing: a loader variable past a limit would go unseen.
-        let (loader, term) = try ProcFile.scanEnvironment(of: pid, limit: 16 << 20)
+        let (loader, term, environmentSize) = try ProcFile.scanEnvironment(environ, pid: pid, limit: 16 << 20)
         let facts = CallerFacts(
             pid: pid, parentPID: status.parentPID ?? 0,
-            parent: "?", startTime: stat.startTime,
+            parent: "?", startTime: stat?.startTime ?? 0,
             executablePath: link, image: image, executableDeleted: deleted,
             executableReplaced: !deleted && Self.pathNamesAnotherFile(link, than: image.key, pid: pid),
             commandLine: [], workingDirectory: "?",
-            terminal: Self.terminalName(stat.terminal), loaderVariables: loader, terminalType: term,
+            terminal: stat.flatMap { Self.terminalName($0.terminal) }, loaderVariables: loader, terminalType: term,
             scriptPath: nil, flatpakAppID: nil)
         // Everything above counts only if it was read of the process the pidfd pins.
         guard settled || process.isAlive else { throw .io("process \(pid) exited while it was identified") }
-        return facts
+        return (facts, environmentSize)
     }
 
     /// These facts with the rest read through `/proc/PID` (`proc`): command line, working
@@ -91,6 +94,11 @@ package struct CallerFacts: Sendable {
     /// process still runs the same image.
     func withDetails(proc: Int32) -> CallerFacts {
         var facts = self
+        // The start time and terminal, if the identification did not read them.
+        if startTime == 0, let text = try? ProcFile.read(in: proc, "stat", limit: 4096), let stat = ProcStat(text) {
+            facts.startTime = stat.startTime
+            facts.terminal = Self.terminalName(stat.terminal)
+        }
         // A command line longer than we read is cut, its last word perhaps mid-path: it is
         // shown with a mark and no script is recognised in it.
         let cmdlineLimit = 1 << 16

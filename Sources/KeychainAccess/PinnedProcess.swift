@@ -166,13 +166,11 @@ enum ProcFile {
         }
     }
 
-    /// The loader variables and `TERM` of `pid`'s environment (`CallerFacts.scanEnvironment`),
-    /// read whole or not at all. Most environments fit the first read.
-    static func scanEnvironment(of pid: pid_t, limit: Int) throws(KeychainError) -> (loader: [String], term: String?) {
-        let fd = kcfs_proc_open(pid, "environ", O_RDONLY | O_NOFOLLOW)
-        guard fd >= 0 else { throw .io("/proc/\(pid)/environ: \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        let first = 1 << 16
+    /// The loader variables and `TERM` of a process's environment (`CallerFacts.scanEnvironment`)
+    /// through its open `/proc/PID/environ`, read whole from where it stands or not at all,
+    /// and how many bytes it holds. Most environments fit the first read.
+    static func scanEnvironment(_ fd: Int32, pid: pid_t, limit: Int) throws(KeychainError) -> (loader: [String], term: String?, size: Int) {
+        let first = 1 << 14
         var failure: Int32 = 0
         var bytes = [UInt8](unsafeUninitializedCapacity: first) { b, count in
             var n: Int
@@ -186,7 +184,8 @@ enum ProcFile {
         // as the next read would too); a full one may have more behind it.
         if bytes.count == first { bytes += try readAll(fd, path: "/proc/\(pid)/environ", limit: limit + 1 - first) }
         guard bytes.count <= limit else { throw .io("process \(pid) has an environment too large to check") }
-        return CallerFacts.scanEnvironment(bytes)
+        let (loader, term) = CallerFacts.scanEnvironment(bytes)
+        return (loader, term, bytes.count)
     }
 
     struct Errno: Error, Equatable {

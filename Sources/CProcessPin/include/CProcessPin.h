@@ -28,4 +28,9 @@ int kcfs_proc_open(pid_t pid, const char *name, int flags);
 int kcfs_proc_stat(pid_t pid, const char *name, struct stat *st);
 ssize_t kcfs_proc_readlink(pid_t pid, const char *name, char *buffer, size_t size);
 
+/* 1 when processes a and b share one address space (kcmp KCMP_VM: a vfork child and its
+ * parent until the child execs), 0 when not, -1 when the kernel will not say (no kcmp, or
+ * either process not ours to inspect). */
+int kcfs_shares_memory(pid_t a, pid_t b);
+
 #endif
