@@ -20,7 +20,10 @@
 // memory, which its code can rewrite: a preloaded library can erase its LD_PRELOAD, and a
 // hostile script run by an allowed interpreter can pose as the allowed script (rewriting
 // its arguments, or changing directory under a relative script path). So an interpreter-
-// plus-script rule keeps out other programs, not hostile code given to the interpreter. A
+// plus-script rule keeps out other programs, not hostile code given to the interpreter. An
+// exec is seen by the address space the process was identified in going away: an allowed
+// program that has another process share that space (clone with CLONE_VM, not a thread)
+// and then execs keeps its identity, by its own code's doing. A
 // Flatpak rule trusts `/.flatpak-info`, which a sandbox cannot change but an unsandboxed
 // process of the user can fake in a namespace of its own, as it can for
 // xdg-desktop-portal. The same holds for every same-user design on Linux. To go further,
