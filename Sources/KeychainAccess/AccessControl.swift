@@ -414,12 +414,16 @@ package final class AccessControl: Sendable {
         let fresh = try CachedProcess.identify(pin, settled: settled)
         // Two requests of one process may have identified it at once: they share one entry,
         // so that an Allow once given to either counts for both.
-        let entry = processes.withLock { $0.insert(fresh) }
+        // What the table drops is let go of here, after its lock: closing the descriptors of
+        // a sweep of the dead (a hundred and more processes) is not done under it.
+        let (entry, dropped) = processes.withLock { $0.insert(fresh) }
+        withExtendedLifetime(dropped) {}
         // Another request identified it at once: that entry's state is checked afresh, and
         // if it is of an image the process ran before, this one replaces it.
         if entry !== fresh {
             if let check = entry.recheck() { return Resolved(entry: entry, tracer: threadTracer ?? check.tracer) }
-            processes.withLock { $0.replace(fresh) }
+            let replaced = processes.withLock { $0.replace(fresh) }
+            withExtendedLifetime(replaced) {}
         }
         return Resolved(entry: fresh, tracer: threadTracer ?? fresh.identifiedTracer)
     }
@@ -694,34 +698,36 @@ struct ProcessTable {
 
     /// Inserts `entry`, or returns the entry already there for the same process running the
     /// same file (identified by a concurrent request; the caller checks it is the same image:
-    /// a pid names one running process at a time).
-    mutating func insert(_ entry: CachedProcess) -> CachedProcess {
+    /// a pid names one running process at a time). `dropped`: the entries it took out, for the
+    /// caller to let go of after the lock (each closes its descriptors as it goes).
+    mutating func insert(_ entry: CachedProcess) -> (entry: CachedProcess, dropped: [CachedProcess]) {
         clock += 1
         if let existing = entries[entry.pin.pid], existing !== entry, existing.exeKey == entry.exeKey, existing.pin.isAlive {
             existing.lastUse = clock
-            return existing
+            return (existing, [])
         }
-        entry.lastUse = clock
         // A process seen again after an exec starts with no grants: it is another program.
-        entries[entry.pin.pid] = entry
-        defer { evictBeyondCapacity() }
-        return entry
+        return (entry, replace(entry))
     }
 
-    /// Puts `entry` in place of whatever the table holds for its pid.
-    mutating func replace(_ entry: CachedProcess) {
+    /// Puts `entry` in place of whatever the table holds for its pid; returns what it took out.
+    mutating func replace(_ entry: CachedProcess) -> [CachedProcess] {
         clock += 1
         entry.lastUse = clock
-        entries[entry.pin.pid] = entry
-        evictBeyondCapacity()
+        var dropped: [CachedProcess] = []
+        if let earlier = entries.updateValue(entry, forKey: entry.pin.pid) { dropped.append(earlier) }
+        evictBeyondCapacity(into: &dropped)
+        return dropped
     }
 
-    private mutating func evictBeyondCapacity() {
+    private mutating func evictBeyondCapacity(into dropped: inout [CachedProcess]) {
         guard entries.count > Self.capacity else { return }
-        entries = entries.filter { $0.value.pin.isAlive }
+        for pid in entries.filter({ !$0.value.pin.isAlive }).keys {
+            if let gone = entries.removeValue(forKey: pid) { dropped.append(gone) }
+        }
         while entries.count > Self.capacity,
               let oldest = entries.filter({ $0.value.grants.isEmpty }).min(by: { $0.value.lastUse < $1.value.lastUse }) {
-            entries[oldest.key] = nil
+            if let gone = entries.removeValue(forKey: oldest.key) { dropped.append(gone) }
         }
     }
 
