@@ -20,7 +20,10 @@
 // memory, which its code can rewrite: a preloaded library can erase its LD_PRELOAD, and a
 // hostile script run by an allowed interpreter can pose as the allowed script (rewriting
 // its arguments, or changing directory under a relative script path). So an interpreter-
-// plus-script rule keeps out other programs, not hostile code given to the interpreter. A
+// plus-script rule keeps out other programs, not hostile code given to the interpreter. An
+// exec is seen by the address space the process was identified in going away: an allowed
+// program that has another process share that space (clone with CLONE_VM, not a thread)
+// and then execs keeps its identity, by its own code's doing. A
 // Flatpak rule trusts `/.flatpak-info`, which a sandbox cannot change but an unsandboxed
 // process of the user can fake in a namespace of its own, as it can for
 // xdg-desktop-portal. The same holds for every same-user design on Linux. To go further,
@@ -30,6 +33,7 @@
 // itself so) hides /proc/PID/exe and environ from the daemon of the user, so it cannot be
 // identified and is refused by a non-empty list (an empty list identifies no one).
 
+import CProcessPin
 import Foundation
 import Glibc
 import KeychainErrors
@@ -120,7 +124,10 @@ package final class AccessControl: Sendable {
     package func decide(threadID: pid_t, item: AccessItem, operation: AccessOperation, list: AccessList) -> AccessOutcome {
         // An empty list is any program, today's behaviour: nothing to identify, nothing to pay.
         if list.isAnyProgram { return .allowed }
-        return decide(item: item, operation: operation, list: list) { () throws(KeychainError) in try self.resolve(threadID: threadID) }
+        // The calling thread waits in its request until it is answered (even a fatal signal
+        // does not end the wait of a request the daemon has read): its process cannot exit or
+        // exec meanwhile, so it is identified with no check afterwards.
+        return decide(item: item, operation: operation, list: list) { () throws(KeychainError) in try self.resolve(threadID: threadID, settled: true) }
     }
 
     /// A socket peer, pinned once per connection (`PinnedProcess.forSocketPeer`).
@@ -177,7 +184,7 @@ package final class AccessControl: Sendable {
     }
 
     /// Who a thread's process is now (read through the cache): for tests and `status`.
-    package func identify(threadID: pid_t) throws(KeychainError) -> CallerFacts { try resolve(threadID: threadID).entry.facts }
+    package func identify(threadID: pid_t) throws(KeychainError) -> CallerFacts { try resolve(threadID: threadID, settled: false).entry.facts }
 
     /// Forgets every identified process and every Allow once; for tests.
     package func forgetProcesses() { processes.withLock { $0.removeAll() } }
@@ -382,7 +389,7 @@ package final class AccessControl: Sendable {
         var tracer: pid_t?
     }
 
-    private func resolve(threadID tid: pid_t) throws(KeychainError) -> Resolved {
+    private func resolve(threadID tid: pid_t, settled: Bool) throws(KeychainError) -> Resolved {
         guard tid > 0 else { throw .invalidInput("no caller (pid \(tid))") }
         // A single-threaded caller (the common case: cat, head) is its own leader; its kept
         // status descriptor answers both "which process" and "traced?" in one read.
@@ -391,29 +398,34 @@ package final class AccessControl: Sendable {
         }
         // A leader not seen before (a new process's first open): its status is read once, by
         // the check after it is identified, not also here.
-        if let leader = PinnedProcess.leader(tid) { return try resolveNew(leader, threadTracer: nil) }
+        if let leader = PinnedProcess.leader(tid) { return try resolveNew(leader, threadTracer: nil, settled: settled) }
         let status = ProcStatus(try ProcFile.read("/proc/\(tid)/status"))
         guard let tgid = status.tgid else { throw .io("/proc/\(tid)/status has no Tgid") }
         let threadTracer = (status.tracerPID ?? 0) != 0 ? status.tracerPID : nil
         if let entry = processes.withLock({ $0.lookup(tgid) }), let check = entry.recheck(), check.tgid == tgid {
             return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
         }
-        return try resolveNew(PinnedProcess.forThread(tid, tgid: tgid), threadTracer: threadTracer)
+        return try resolveNew(PinnedProcess.forThread(tid, tgid: tgid), threadTracer: threadTracer, settled: settled)
     }
 
     /// A process not in the table: identified (outside the table's lock: it may hash a
     /// binary), and its tracer as identifying it read it.
-    private func resolveNew(_ pin: PinnedProcess, threadTracer: pid_t?) throws(KeychainError) -> Resolved {
-        let fresh = try CachedProcess.identify(pin)
+    private func resolveNew(_ pin: PinnedProcess, threadTracer: pid_t?, settled: Bool) throws(KeychainError) -> Resolved {
+        let fresh = try CachedProcess.identify(pin, settled: settled)
         // Two requests of one process may have identified it at once: they share one entry,
         // so that an Allow once given to either counts for both.
-        let entry = processes.withLock { $0.insert(fresh) }
-        // Another request identified it at once: that entry's state is checked afresh.
+        // What the table drops is let go of here, after its lock: closing the descriptors of
+        // a sweep of the dead (a hundred and more processes) is not done under it.
+        let (entry, dropped) = processes.withLock { $0.insert(fresh) }
+        withExtendedLifetime(dropped) {}
+        // Another request identified it at once: that entry's state is checked afresh, and
+        // if it is of an image the process ran before, this one replaces it.
         if entry !== fresh {
-            guard let check = entry.recheck() else { throw .io("process \(pin.pid) exited or exec'd while it was identified") }
-            return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
+            if let check = entry.recheck() { return Resolved(entry: entry, tracer: threadTracer ?? check.tracer) }
+            let replaced = processes.withLock { $0.replace(fresh) }
+            withExtendedLifetime(replaced) {}
         }
-        return Resolved(entry: entry, tracer: threadTracer ?? fresh.identifiedTracer)
+        return Resolved(entry: fresh, tracer: threadTracer ?? fresh.identifiedTracer)
     }
 
     private func resolve(process: PinnedProcess) throws(KeychainError) -> Resolved {
@@ -423,7 +435,7 @@ package final class AccessControl: Sendable {
            let check = entry.recheck(), check.tgid == process.pid {
             return Resolved(entry: entry, tracer: check.tracer)
         }
-        return try resolveNew(process, threadTracer: nil)
+        return try resolveNew(process, threadTracer: nil, settled: false)
     }
 }
 
@@ -453,9 +465,9 @@ struct Grant: Hashable {
 }
 
 /// A process identified once, with descriptors kept open so that a later request checks it
-/// is still the same image in four system calls: the pidfd (alive?), `/proc/PID/stat`
-/// (start time, and the image layout an execve changes), `/proc/PID/status` (tracer) and a
-/// stat of `/proc/PID/exe` (the image's file unchanged, not deleted or replaced since).
+/// is still the same image in four system calls: the pidfd (alive?), the image witness
+/// (`ImageWitness`: the same address space, or the same layout), `/proc/PID/status` (tracer)
+/// and a stat of `/proc/PID/exe` (the image's file unchanged, not deleted or replaced since).
 // @unchecked Sendable: `facts` and the descriptors are set in init; `grants` and
 // `script` are changed only under AccessControl's `processes` lock (or its own).
 final class CachedProcess: @unchecked Sendable {
@@ -466,79 +478,144 @@ final class CachedProcess: @unchecked Sendable {
     private let details = Mutex<CallerFacts?>(nil)
     /// The tracer as the identification read it (the status is read once for both).
     let identifiedTracer: pid_t?
-    /// `/proc/PID/exe`, stat'ed on every check (by path: the pidfd vouches for the pid).
-    private let exePath: String
-    private let statFD: Int32
     private let statusFD: Int32
-    let layout: ProcStat
+    private let witness: ImageWitness
     let exeKey: FileStatKey
     var grants: Set<Grant> = []
     var lastUse: UInt64 = 0
     private let script = Mutex<FileIdentity??>(nil)
 
+    /// What tells a later request that the process still runs the image identified.
+    private enum ImageWitness {
+        /// Its `/proc/PID/environ`, held open: it reads the address space it was opened on,
+        /// and once no process uses that space (the process exec'd or exited) it reads
+        /// nothing. Taken when the process shares its address space with no parent (a vfork
+        /// child shares its parent's, which outlives the child's exec) and has an environment.
+        /// A process that made a child share its address space and then exec'd would go
+        /// unseen: that is the program's own code at work, as the threat model says.
+        case addressSpace(Int32)
+        /// Its `/proc/PID/stat`, held open, and what it read: the start time and the addresses
+        /// an execve sets afresh.
+        case layout(Int32, ProcStat)
+
+        var descriptor: Int32 {
+            switch self {
+            case .addressSpace(let fd), .layout(let fd, _): fd
+            }
+        }
+
+        /// Whether the process runs the image it ran when the witness was taken.
+        var holds: Bool {
+            switch self {
+            case .addressSpace(let fd):
+                var byte: UInt8 = 0
+                return pread(fd, &byte, 1, 0) == 1
+            case .layout(let fd, let layout):
+                return recheckLayout(fd, layout)
+            }
+        }
+    }
+
     /// Identifies a pinned process. A process caught in the middle of an execve (its new
     /// image not yet laid out) is read again; a request cannot come from one, but a test or
-    /// a peer racing its own exec can.
-    static func identify(_ pin: PinnedProcess) throws(KeychainError) -> CachedProcess {
+    /// a peer racing its own exec can. `settled`: the process cannot exec or exit while it is
+    /// read, so nothing read needs checking afterwards (`AccessCaller.thread`).
+    static func identify(_ pin: PinnedProcess, settled: Bool) throws(KeychainError) -> CachedProcess {
         for _ in 0..<20 {
-            if let entry = try CachedProcess(pin: pin) { return entry }
+            if let entry = try CachedProcess(pin: pin, settled: settled) { return entry }
             sched_yield()
         }
         throw .io("process \(pin.pid) keeps changing while it is identified")
     }
 
-    /// Nil when the process was mid-exec or exec'd while it was read.
-    private init?(pin: PinnedProcess) throws(KeychainError) {
+    /// Nil when the process was mid-exec or exec'd while it was read. Every new caller of a
+    /// guarded item comes through here: `head` of a guarded item costs what this costs more
+    /// than of an open one, and most of that is the kernel making `/proc` entries for a pid
+    /// it has not shown before (and dropping them when the process exits). So it reads what
+    /// a decision needs and no more, each file by its `/proc/PID/...` path (a directory
+    /// descriptor would cost an open and a close more than the lookups it saves): `status`
+    /// (tracer; kept open for the checks of later requests), a stat and a readlink of `exe`,
+    /// the environment (kept open as the witness), the executable's path stat'ed to see that
+    /// it still names the running file, and `stat` only where the witness must be the layout.
+    private init?(pin: PinnedProcess, settled: Bool) throws(KeychainError) {
         self.pin = pin
-        let proc = open("/proc/\(pin.pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard proc >= 0 else { throw .io("/proc/\(pin.pid): \(String(cString: strerror(errno)))") }
-        let statFD = openat(proc, "stat", O_RDONLY | O_CLOEXEC)
-        let statusFD = openat(proc, "status", O_RDONLY | O_CLOEXEC)
+        let pid = pin.pid
+        let statusFD = kcfs_proc_open(pid, "status", O_RDONLY)
+        guard statusFD >= 0 else { throw .io("/proc/\(pid)/status: \(String(cString: strerror(errno)))") }
+        var statFD: Int32 = -1, environFD: Int32 = -1
         func fail(_ e: KeychainError) -> KeychainError {
-            close(proc)
+            close(statusFD)
             if statFD >= 0 { close(statFD) }
-            if statusFD >= 0 { close(statusFD) }
+            if environFD >= 0 { close(environFD) }
             return e
         }
-        guard statFD >= 0, statusFD >= 0 else { throw fail(.io("/proc/\(pin.pid): \(String(cString: strerror(errno)))")) }
         var exe = stat()
-        guard fstatat(proc, "exe", &exe, 0) == 0 else {
+        guard kcfs_proc_stat(pid, "exe", &exe) == 0 else {
             let code = errno
             // The kernel shows a process's executable, environment and memory layout only to
             // a reader that may ptrace it: not to a daemon of the user when the process is not
             // dumpable (setuid, or one of ours that made itself so) or another user's.
             if code == EACCES || code == EPERM {
-                throw fail(.io("process \(pin.pid) hides its executable from the daemon (it is not dumpable, or not the user's)"))
+                throw fail(.io("process \(pid) hides its executable from the daemon (it is not dumpable, or not the user's)"))
             }
-            throw fail(.io("/proc/\(pin.pid)/exe: \(String(cString: strerror(code)))"))
+            throw fail(.io("/proc/\(pid)/exe: \(String(cString: strerror(code)))"))
         }
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        let n = ProcFile.reread(statFD, into: &buffer)
-        guard n > 0, let layout = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pin.pid)/stat is unreadable")) }
-        guard layout.isSettled else { _ = fail(.io("")); return nil }
-        // Status once, through the descriptor kept for the checks (tgid, parent, tracer).
-        var statusBuffer = [UInt8](repeating: 0, count: 4096)
-        let statusBytes = ProcFile.reread(statusFD, into: &statusBuffer)
-        guard statusBytes > 0 else { throw fail(.io("/proc/\(pin.pid)/status is unreadable")) }
-        let status = ProcStatus(statusBuffer, count: statusBytes)
-        guard let tracer = status.tracerPID else { throw fail(.io("/proc/\(pin.pid)/status has no TracerPid")) }
-        let facts: CallerFacts
+        // Status once, through the descriptor kept for the checks (tgid, parent, tracer):
+        // TracerPid is its eighth line, well inside the buffer.
+        var buffer = [UInt8](repeating: 0, count: 2048)
+        let statusBytes = ProcFile.reread(statusFD, into: &buffer)
+        guard statusBytes > 0 else { throw fail(.io("/proc/\(pid)/status is unreadable")) }
+        let status = ProcStatus(buffer, count: statusBytes)
+        guard let tracer = status.tracerPID else { throw fail(.io("/proc/\(pid)/status has no TracerPid")) }
+        // A caller that is not settled is read between two looks at its layout, to see that
+        // it did not exec meanwhile; so is one that shares its parent's address space (or
+        // whose parent the kernel will not compare it with), whose witness is the layout.
+        let needsLayout = !settled || kcfs_shares_memory(pid, status.parentPID ?? 0) != 0
+        var layout: ProcStat?
+        if needsLayout {
+            statFD = kcfs_proc_open(pid, "stat", O_RDONLY)
+            guard statFD >= 0 else { throw fail(.io("/proc/\(pid)/stat: \(String(cString: strerror(errno)))")) }
+            let n = ProcFile.reread(statFD, into: &buffer)
+            guard n > 0, let read = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pid)/stat is unreadable")) }
+            guard read.isSettled else { _ = fail(.io("")); return nil }
+            layout = read
+        }
+        environFD = kcfs_proc_open(pid, "environ", O_RDONLY | O_NOFOLLOW)
+        guard environFD >= 0 else { throw fail(.io("/proc/\(pid)/environ: \(String(cString: strerror(errno)))")) }
+        let facts: CallerFacts, environmentSize: Int
         do {
-            facts = try CallerFacts.read(pin, proc: proc, stat: layout, status: status, exe: exe)
+            (facts, environmentSize) = try CallerFacts.read(pin, stat: layout, status: status, exe: exe, environ: environFD, settled: settled)
         } catch { throw fail(error) }
         // The facts were read after the layout and the executable's stat: if the process
         // exec'd in between they would belong to another image than the one those pin.
-        var exeAfter = stat()
-        guard facts.startTime == layout.startTime, recheckLayout(statFD, layout),
-              fstatat(proc, "exe", &exeAfter, 0) == 0, FileStatKey(exeAfter) == FileStatKey(exe) else {
-            _ = fail(.io(""))
-            return nil
+        if !settled, let layout {
+            var exeAfter = stat()
+            guard recheckLayout(statFD, layout), kcfs_proc_stat(pid, "exe", &exeAfter) == 0,
+                  FileStatKey(exeAfter) == FileStatKey(exe) else {
+                _ = fail(.io(""))
+                return nil
+            }
         }
-        close(proc)
-        self.exePath = "/proc/\(pin.pid)/exe"
-        self.statFD = statFD
+        if let layout, needsLayout || environmentSize == 0 {
+            close(environFD)
+            witness = .layout(statFD, layout)
+        } else if environmentSize > 0 {
+            witness = .addressSpace(environFD)
+        } else {
+            // An empty environment reads nothing either way: the layout, read now, is the
+            // witness. The caller is settled, so it is the layout of the image just read, if
+            // that image is laid out: a process inside an execve (one that opens its new
+            // program's interpreter from the mount) is not, and has no environment yet.
+            close(environFD)
+            environFD = -1
+            statFD = kcfs_proc_open(pid, "stat", O_RDONLY)
+            guard statFD >= 0 else { throw fail(.io("/proc/\(pid)/stat: \(String(cString: strerror(errno)))")) }
+            let n = ProcFile.reread(statFD, into: &buffer)
+            guard n > 0, let read = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pid)/stat is unreadable")) }
+            guard read.isSettled else { _ = fail(.io("")); return nil }
+            witness = .layout(statFD, read)
+        }
         self.statusFD = statusFD
-        self.layout = layout
         self.exeKey = FileStatKey(exe)
         self.core = facts
         self.identifiedTracer = tracer == 0 ? nil : tracer
@@ -553,22 +630,23 @@ final class CachedProcess: @unchecked Sendable {
         guard proc >= 0 else { return core }
         defer { close(proc) }
         let full = core.withDetails(proc: proc)
-        guard pin.isAlive, recheckLayout(statFD, layout) else { return core }
+        guard pin.isAlive, witness.holds else { return core }
         details.withLock { $0 = full }
         return full
     }
 
     deinit {
-        close(statFD)
+        close(witness.descriptor)
         close(statusFD)
     }
 
     /// Nil when the process is gone or runs another image now; else its tgid and tracer.
     func recheck() -> (tgid: pid_t, tracer: pid_t?)? {
-        guard pin.isAlive, recheckLayout(statFD, layout) else { return nil }
+        guard pin.isAlive, witness.holds else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()
-        guard stat(exePath, &exe) == 0, FileStatKey(exe) == exeKey,
+        // By path: the pidfd vouches for the pid.
+        guard kcfs_proc_stat(pin.pid, "exe", &exe) == 0, FileStatKey(exe) == exeKey,
               exe.st_nlink > 0 || core.executableDeleted else { return nil }
         // TracerPid is near the top; the rest of the file need not be copied out.
         var buffer = [UInt8](repeating: 0, count: 512)
@@ -603,7 +681,7 @@ private func recheckLayout(_ fd: Int32, _ layout: ProcStat) -> Bool {
 }
 
 /// The identified processes by pid. An entry whose process has gone or exec'd is dropped on
-/// its next lookup. Each entry holds three descriptors (pidfd, stat, status), so the table is
+/// its next lookup. Each entry holds three descriptors (pidfd, status, witness), so the table is
 /// small: past `capacity` the dead are swept, then the least recently used of those holding
 /// no Allow once (a grant is the user's answer; it is not dropped to make room).
 struct ProcessTable {
@@ -618,28 +696,38 @@ struct ProcessTable {
         return entry
     }
 
-    /// Inserts `entry`, or returns the entry already there for the same image of the same
-    /// process (identified by a concurrent request).
-    mutating func insert(_ entry: CachedProcess) -> CachedProcess {
+    /// Inserts `entry`, or returns the entry already there for the same process running the
+    /// same file (identified by a concurrent request; the caller checks it is the same image:
+    /// a pid names one running process at a time). `dropped`: the entries it took out, for the
+    /// caller to let go of after the lock (each closes its descriptors as it goes).
+    mutating func insert(_ entry: CachedProcess) -> (entry: CachedProcess, dropped: [CachedProcess]) {
         clock += 1
-        if let existing = entries[entry.pin.pid], existing.core.startTime == entry.core.startTime,
-           existing.layout == entry.layout, existing.exeKey == entry.exeKey, existing.pin.isAlive {
+        if let existing = entries[entry.pin.pid], existing !== entry, existing.exeKey == entry.exeKey, existing.pin.isAlive {
             existing.lastUse = clock
-            return existing
+            return (existing, [])
         }
-        entry.lastUse = clock
         // A process seen again after an exec starts with no grants: it is another program.
-        entries[entry.pin.pid] = entry
-        defer { evictBeyondCapacity() }
-        return entry
+        return (entry, replace(entry))
     }
 
-    private mutating func evictBeyondCapacity() {
+    /// Puts `entry` in place of whatever the table holds for its pid; returns what it took out.
+    mutating func replace(_ entry: CachedProcess) -> [CachedProcess] {
+        clock += 1
+        entry.lastUse = clock
+        var dropped: [CachedProcess] = []
+        if let earlier = entries.updateValue(entry, forKey: entry.pin.pid) { dropped.append(earlier) }
+        evictBeyondCapacity(into: &dropped)
+        return dropped
+    }
+
+    private mutating func evictBeyondCapacity(into dropped: inout [CachedProcess]) {
         guard entries.count > Self.capacity else { return }
-        entries = entries.filter { $0.value.pin.isAlive }
+        for pid in entries.filter({ !$0.value.pin.isAlive }).keys {
+            if let gone = entries.removeValue(forKey: pid) { dropped.append(gone) }
+        }
         while entries.count > Self.capacity,
               let oldest = entries.filter({ $0.value.grants.isEmpty }).min(by: { $0.value.lastUse < $1.value.lastUse }) {
-            entries[oldest.key] = nil
+            if let gone = entries.removeValue(forKey: oldest.key) { dropped.append(gone) }
         }
     }
 

@@ -1,3 +1,4 @@
+import CProcessPin
 import Glibc
 import KeychainErrors
 import KeychainModel
@@ -14,6 +15,8 @@ package struct CallerFacts: Sendable {
     package var parentPID: pid_t
     /// `PPID (comm)` of the parent, for the prompt and the log.
     package var parent: String
+    /// In clock ticks after boot; 0 until the details are read when the identification
+    /// did not read `/proc/PID/stat`.
     package var startTime: UInt64
     /// The executable's path as `/proc/PID/exe` names it, without the ` (deleted)` mark.
     package var executablePath: String
@@ -46,16 +49,18 @@ package struct CallerFacts: Sendable {
     /// The variables that change which code a dynamically linked program runs.
     package static let loaderVariableNames = ["LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH"]
 
-    /// Reads the facts of a pinned process through its `/proc/PID` directory `proc`. Fails
-    /// (and the caller is refused) when they cannot be read or the process is gone.
-    /// `stat` and `status` are the process's, read by the caller through `proc` just before.
-    /// `exe` is the stat of its `/proc/PID/exe`, taken by the caller.
-    static func read(_ process: PinnedProcess, proc: Int32, stat: ProcStat, status: ProcStatus,
-                     exe: stat) throws(KeychainError) -> CallerFacts {
+    /// Reads the facts of a pinned process through `/proc/PID`. Fails (and the caller is
+    /// refused) when they cannot be read or the process is gone. `stat` (if read: else the
+    /// details read it) and `status` are the process's, read by the caller just before; `exe`
+    /// is the stat of its `/proc/PID/exe`, `environ` its environment opened, read here.
+    /// `settled`: the process cannot change meanwhile (a FUSE caller, blocked in its request
+    /// until the daemon answers), so what is read needs no check that it still runs.
+    static func read(_ process: PinnedProcess, stat: ProcStat?, status: ProcStatus, exe: stat,
+                     environ: Int32, settled: Bool) throws(KeychainError) -> (facts: CallerFacts, environmentSize: Int) {
         let pid = process.pid
         guard status.tgid == pid else { throw .io("process \(pid) is not a thread group leader") }
         var link: String
-        switch ProcFile.readLinkResult(at: proc, "exe") {
+        switch ProcFile.readLinkResult(of: pid, "exe") {
         case .success(let target): link = target
         case .failure(let e) where e.code == EACCES || e.code == EPERM:
             // The kernel shows a process's executable, environment and memory only to a
@@ -66,27 +71,22 @@ package struct CallerFacts: Sendable {
         }
         let deleted = link.hasSuffix(" (deleted)")
         if deleted { link.removeLast(" (deleted)".count) }
-        // Held open, hashed only when a rule needs the identity (`ExecutableImage`); a binary
-        // already hashed is known by its stat then (`DigestCache`).
-        let exe = openat(proc, "exe", O_RDONLY | O_CLOEXEC)
-        guard exe >= 0 else { throw .io("/proc/\(pid)/exe: \(String(cString: strerror(errno)))") }
-        let image = try ExecutableImage(descriptor: exe, shownAs: link)
+        // A binary already hashed is known by its stat (`DigestCache`); another is held open
+        // and hashed only when a rule needs its identity (`ExecutableImage`).
+        let image = try ExecutableImage.of(pid: pid, stat: exe, shownAs: link)
         // The whole environment or nothing: a loader variable past a limit would go unseen.
-        let environLimit = 16 << 20
-        let environBytes = try ProcFile.read(in: proc, "environ", limit: environLimit + 1)
-        guard environBytes.count <= environLimit else { throw .io("process \(pid) has an environment too large to check") }
-        let (loader, term) = Self.scanEnvironment(environBytes)
+        let (loader, term, environmentSize) = try ProcFile.scanEnvironment(environ, pid: pid, limit: 16 << 20)
         let facts = CallerFacts(
             pid: pid, parentPID: status.parentPID ?? 0,
-            parent: "?", startTime: stat.startTime,
+            parent: "?", startTime: stat?.startTime ?? 0,
             executablePath: link, image: image, executableDeleted: deleted,
-            executableReplaced: !deleted && Self.pathNamesAnotherFile(link, than: image.key, proc: proc),
+            executableReplaced: !deleted && Self.pathNamesAnotherFile(link, than: image.key, pid: pid),
             commandLine: [], workingDirectory: "?",
-            terminal: Self.terminalName(stat.terminal), loaderVariables: loader, terminalType: term,
+            terminal: stat.flatMap { Self.terminalName($0.terminal) }, loaderVariables: loader, terminalType: term,
             scriptPath: nil, flatpakAppID: nil)
         // Everything above counts only if it was read of the process the pidfd pins.
-        guard process.isAlive else { throw .io("process \(pid) exited while it was identified") }
-        return facts
+        guard settled || process.isAlive else { throw .io("process \(pid) exited while it was identified") }
+        return (facts, environmentSize)
     }
 
     /// These facts with the rest read through `/proc/PID` (`proc`): command line, working
@@ -94,6 +94,11 @@ package struct CallerFacts: Sendable {
     /// process still runs the same image.
     func withDetails(proc: Int32) -> CallerFacts {
         var facts = self
+        // The start time and terminal, if the identification did not read them.
+        if startTime == 0, let text = try? ProcFile.read(in: proc, "stat", limit: 4096), let stat = ProcStat(text) {
+            facts.startTime = stat.startTime
+            facts.terminal = Self.terminalName(stat.terminal)
+        }
         // A command line longer than we read is cut, its last word perhaps mid-path: it is
         // shown with a mark and no script is recognised in it.
         let cmdlineLimit = 1 << 16
@@ -162,7 +167,7 @@ package struct CallerFacts: Sendable {
     /// Whether the executable's path now names another file than the one running. Only
     /// checked for a process that shares our root: in a chroot or another mount namespace
     /// the path means something else here.
-    private static func pathNamesAnotherFile(_ path: String, than identity: FileStatKey, proc: Int32) -> Bool {
+    private static func pathNamesAnotherFile(_ path: String, than identity: FileStatKey, pid: pid_t) -> Bool {
         // Here the path names the running file (the common case): not replaced, wherever the
         // process lives. Only when it does not is it asked whether the path means the same here.
         var now = stat()
@@ -170,9 +175,9 @@ package struct CallerFacts: Sendable {
            UInt64(now.st_size) == identity.size, Int64(now.st_mtim.tv_sec) == identity.modifiedSeconds,
            UInt32(now.st_mtim.tv_nsec) == identity.modifiedNanoseconds { return false }
         var theirs = stat()
-        guard let ours = ownRoot, fstatat(proc, "root", &theirs, 0) == 0,
+        guard let ours = ownRoot, kcfs_proc_stat(pid, "root", &theirs) == 0,
               ours.device == theirs.st_dev, ours.inode == theirs.st_ino,
-              let namespace = ownMountNamespace, (try? ProcFile.readLink(at: proc, "ns/mnt")) == namespace else { return false }
+              let namespace = ownMountNamespace, (try? ProcFile.readLinkResult(of: pid, "ns/mnt").get()) == namespace else { return false }
         return true
     }
 
@@ -180,28 +185,30 @@ package struct CallerFacts: Sendable {
     /// entries that start with one of those names are decoded: an environment has dozens of
     /// entries, and every new process is identified.
     static func scanEnvironment(_ bytes: [UInt8]) -> (loader: [String], term: String?) {
+        bytes.withUnsafeBufferPointer { scanEnvironment($0) }
+    }
+
+    static func scanEnvironment(_ b: UnsafeBufferPointer<UInt8>) -> (loader: [String], term: String?) {
         var loader: [String] = []
         var term: String?
-        bytes.withUnsafeBufferPointer { b in
-            var start = 0
-            while start < b.count {
-                var end = start
-                while end < b.count && b[end] != 0 { end += 1 }
-                let entry = UnsafeBufferPointer(rebasing: b[start..<end])
-                if let first = entry.first, first == UInt8(ascii: "L") || first == UInt8(ascii: "T") {
-                    for name in environmentNames {
-                        let n = name.count
-                        guard entry.count >= n, memcmp(entry.baseAddress!, name, n) == 0 else { continue }
-                        let value = UnsafeBufferPointer(rebasing: entry[n...])
-                        if name == termName {
-                            term = String(decoding: value, as: UTF8.self)
-                        } else if !value.isEmpty {
-                            loader.append(String(decoding: entry, as: UTF8.self))
-                        }
+        var start = 0
+        while start < b.count {
+            var end = start
+            while end < b.count && b[end] != 0 { end += 1 }
+            let entry = UnsafeBufferPointer(rebasing: b[start..<end])
+            if let first = entry.first, first == UInt8(ascii: "L") || first == UInt8(ascii: "T") {
+                for name in environmentNames {
+                    let n = name.count
+                    guard entry.count >= n, memcmp(entry.baseAddress!, name, n) == 0 else { continue }
+                    let value = UnsafeBufferPointer(rebasing: entry[n...])
+                    if name == termName {
+                        term = String(decoding: value, as: UTF8.self)
+                    } else if !value.isEmpty {
+                        loader.append(String(decoding: entry, as: UTF8.self))
                     }
                 }
-                start = end + 1
             }
+            start = end + 1
         }
         return (loader, term)
     }

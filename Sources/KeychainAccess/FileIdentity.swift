@@ -1,4 +1,5 @@
 import COpenSSL
+import CProcessPin
 import Glibc
 import KeychainErrors
 import KeychainModel
@@ -100,11 +101,30 @@ struct FileStatKey: Hashable {
 /// can be hashed later (the process may have made itself non-dumpable by then, which hides
 /// `/proc/PID/exe`). The digest is taken once, and only if the file still has the stat key
 /// it had then: a file changed since fails, and a caller that needs its identity is refused.
+/// A file already hashed under the same stat key (`DigestCache`) needs no descriptor: its
+/// identity is known when the process is identified.
 final class ExecutableImage: Sendable {
     let key: FileStatKey
+    /// -1 when the identity was known at once.
     private let fd: Int32
     private let shown: String
-    private let identified = Mutex<FileIdentity?>(nil)
+    private let identified: Mutex<FileIdentity?>
+
+    /// The image of process `pid`, whose `/proc/PID/exe` stat'ed as `st` (the link followed).
+    /// Opened only when its digest is not known under that stat.
+    static func of(pid: pid_t, stat st: stat, shownAs shown: String) throws(KeychainError) -> ExecutableImage {
+        if let known = FileIdentity.cached(st) { return ExecutableImage(key: FileStatKey(st), identity: known, shownAs: shown) }
+        let fd = kcfs_proc_open(pid, "exe", O_RDONLY)
+        guard fd >= 0 else { throw .io("/proc/\(pid)/exe: \(String(cString: strerror(errno)))") }
+        return try ExecutableImage(descriptor: fd, shownAs: shown)
+    }
+
+    private init(key: FileStatKey, identity: FileIdentity, shownAs shown: String) {
+        self.key = key
+        self.fd = -1
+        self.shown = shown
+        self.identified = Mutex(identity)
+    }
 
     /// Takes ownership of `fd`.
     init(descriptor fd: Int32, shownAs shown: String) throws(KeychainError) {
@@ -121,9 +141,10 @@ final class ExecutableImage: Sendable {
         self.fd = fd
         self.key = FileStatKey(st)
         self.shown = shown
+        self.identified = Mutex(nil)
     }
 
-    deinit { close(fd) }
+    deinit { if fd >= 0 { close(fd) } }
 
     func identity() throws(KeychainError) -> FileIdentity {
         if let known = identified.withLock({ $0 }) { return known }

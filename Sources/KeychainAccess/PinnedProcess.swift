@@ -157,6 +157,37 @@ enum ProcFile {
         return .success(String(decoding: buffer[..<n], as: UTF8.self))
     }
 
+    /// `/proc/PID/NAME`'s link target, or the errno.
+    static func readLinkResult(of pid: pid_t, _ name: String) -> Result<String, Errno> {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: Int(PATH_MAX) + 1) { buffer in
+            let n = kcfs_proc_readlink(pid, name, buffer.baseAddress!, buffer.count)
+            guard n >= 0 else { return .failure(Errno(errno)) }
+            return .success(String(decoding: UnsafeRawBufferPointer(start: buffer.baseAddress!, count: n), as: UTF8.self))
+        }
+    }
+
+    /// The loader variables and `TERM` of a process's environment (`CallerFacts.scanEnvironment`)
+    /// through its open `/proc/PID/environ`, read whole from where it stands or not at all,
+    /// and how many bytes it holds. Most environments fit the first read.
+    static func scanEnvironment(_ fd: Int32, pid: pid_t, limit: Int) throws(KeychainError) -> (loader: [String], term: String?, size: Int) {
+        let first = 1 << 14
+        var failure: Int32 = 0
+        var bytes = [UInt8](unsafeUninitializedCapacity: first) { b, count in
+            var n: Int
+            repeat { n = Glibc.read(fd, b.baseAddress, first) } while n < 0 && errno == EINTR
+            if n < 0 { failure = errno }
+            count = max(n, 0)
+        }
+        // Unreadable is not empty: fail closed.
+        guard failure == 0 else { throw .io("/proc/\(pid)/environ: \(String(cString: strerror(failure)))") }
+        // A read stops short only at the end (or where the process's memory cannot be read,
+        // as the next read would too); a full one may have more behind it.
+        if bytes.count == first { bytes += try readAll(fd, path: "/proc/\(pid)/environ", limit: limit + 1 - first) }
+        guard bytes.count <= limit else { throw .io("process \(pid) has an environment too large to check") }
+        let (loader, term) = CallerFacts.scanEnvironment(bytes)
+        return (loader, term, bytes.count)
+    }
+
     struct Errno: Error, Equatable {
         var code: Int32
         init(_ code: Int32) { self.code = code }

@@ -1,3 +1,4 @@
+import CProcessPin
 import Foundation
 import Glibc
 import XCTest
@@ -254,6 +255,42 @@ final class CallerTests: AccessTestCase {
         let outcome = access.decide(threadID: process.pid, item: item, operation: .read, list: rule)
         XCTAssertTrue(isRefused(outcome, containing: "not on the item's access list"), "same pid, same pidfd, another program: \(outcome)")
         XCTAssertEqual(try access.identify(threadID: process.pid).executablePath, "/usr/bin/head")
+    }
+
+    /// The same binary exec'd again (so the executable's file and its digest, cached by stat,
+    /// are unchanged) with a loader variable: another image, identified again and refused.
+    /// With an environment (the address space is the witness) and with none (the layout is).
+    func testAProcessThatExecsItsOwnBinaryWithALoaderVariableIsIdentifiedAgain() throws {
+        let dir = directory()
+        let script = try dir.write("""
+            import os, sys
+            if len(sys.argv) == 1:
+                sys.stdin.readline()
+                os.execve(sys.executable, [sys.executable, sys.argv[0], 'again'], dict(os.environ, LD_LIBRARY_PATH='/nonexistent'))
+            sys.stdin.read()
+            """, as: "again.py")
+        let rule = try list("/usr/bin/python3 \(script)")
+        for environment in [nil, []] as [[String]?] {
+            let process = try TestProcess(["/usr/bin/python3", script], environment: environment, waitForExecutable: pythonExecutable)
+            XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: rule), .allowed)
+            process.send("go")
+            try TestProcess.waitUntil("it execs itself with LD_LIBRARY_PATH") {
+                let environ = (try? ProcFile.read("/proc/\(process.pid)/environ")) ?? []
+                return environ.split(separator: 0).contains { $0.starts(with: Array("LD_LIBRARY_PATH=".utf8)) }
+                    && ((try? ProcFile.read("/proc/\(process.pid)/cmdline")) ?? []).split(separator: 0).count == 3
+            }
+            let outcome = access.decide(threadID: process.pid, item: item, operation: .read, list: rule)
+            XCTAssertTrue(isRefused(outcome, containing: "LD_LIBRARY_PATH"), "same pid, same binary, another image (environment \(environment ?? ["inherited"])): \(outcome)")
+        }
+    }
+
+    /// What tells a vfork child from its parent: the child shares the parent's address
+    /// space until it execs, so that space cannot witness the child's image.
+    func testSharedAddressSpacesAreToldApart() throws {
+        XCTAssertEqual(kcfs_shares_memory(getpid(), getpid()), 1)
+        let head = try TestProcess(["/usr/bin/head"], waitForExecutable: "/usr/bin/head")
+        XCTAssertEqual(kcfs_shares_memory(head.pid, getpid()), 0)
+        XCTAssertEqual(kcfs_shares_memory(head.pid, 0), -1, "no parent to compare with: the layout is the witness")
     }
 
     func testAThreadIsMappedToItsProcess() throws {

@@ -176,6 +176,30 @@ expect_eq "$PY $W/allowed.py" "$(list_of "$MP/py/item")" "the rule names the int
 expect_eq "scripted" "$($PY "$W/allowed.py" "$MP/py/item" 2>&1)" "python running the allowed script reads"
 refused_to "the same interpreter running another script" $PY "$W/other.py" "$MP/py/item"
 refused_to "python -c" $PY -c "import sys; print(open(sys.argv[1]).read())" "$MP/py/item"
+
+echo "== a process that execs is identified again: same pid, same interpreter, another image"
+cat >"$W/reexec.py" <<'EOF'
+import os, sys
+item = sys.argv[1]
+if len(sys.argv) == 2:
+    print("again:" + open(item).read(), flush=True)
+    sys.exit(0)
+print("first:" + open(item).read(), flush=True)
+if sys.argv[2] == "other":
+    os.execv(sys.executable, [sys.executable, os.path.join(os.path.dirname(sys.argv[0]), "other.py"), item])
+os.execve(sys.executable, [sys.executable, sys.argv[0], item], dict(os.environ, LD_LIBRARY_PATH="/nonexistent"))
+EOF
+printf 'scripted' | kc add-generic-password -s py -a re -T "$PY $W/reexec.py" >/dev/null
+expect_eq "again:scripted" "$($PY "$W/reexec.py" "$MP/py/re" 2>&1)" "the exec'd stage, run alone with no loader variable, reads"
+got=$($PY "$W/reexec.py" "$MP/py/re" other 2>&1)
+expect_contains "$got" "first:scripted" "the allowed script reads before it execs"
+expect_contains "$got" "PermissionError" "the other script it execs (same pid, same python) is refused"
+expect_eq 1 "$(printf '%s\n' "$got" | grep -c scripted)" "the other script read nothing"
+got=$($PY "$W/reexec.py" "$MP/py/re" loader 2>&1)
+expect_contains "$got" "first:scripted" "the allowed script reads before it execs itself"
+expect_contains "$got" "PermissionError" "itself again with LD_LIBRARY_PATH (same pid, same python, same script) is refused"
+expect_not_contains "$got" "again:scripted" "and read nothing"
+
 printf '\n# changed\n' >>"$W/allowed.py"
 refused_to "the allowed script once edited" $PY "$W/allowed.py" "$MP/py/item"
 

@@ -2,6 +2,7 @@
 #define KEYCHAINFS_CPROCESSPIN_H
 
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /* pidfd_open(2) and SO_PEERPIDFD, which Swift cannot reach: syscall(2) is variadic and
@@ -17,5 +18,19 @@ int kcfs_pidfd_alive(int pidfd);
 /* posix_spawn_file_actions_addclosefrom_np (glibc 2.34), declared only under _GNU_SOURCE:
  * a spawned pinentry gets its three descriptors and none of the daemon's. */
 int kcfs_spawn_close_from(posix_spawn_file_actions_t *actions, int from);
+
+/* /proc/PID/NAME without building the path on the heap: identifying a new caller is a
+ * handful of these, on the path of every first open of a guarded item. Each returns what
+ * its system call does (-1 with errno set). kcfs_proc_open adds O_CLOEXEC; kcfs_proc_stat
+ * follows a final link (exe names the running image's file); kcfs_proc_readlink does not
+ * terminate the text. */
+int kcfs_proc_open(pid_t pid, const char *name, int flags);
+int kcfs_proc_stat(pid_t pid, const char *name, struct stat *st);
+ssize_t kcfs_proc_readlink(pid_t pid, const char *name, char *buffer, size_t size);
+
+/* 1 when processes a and b share one address space (kcmp KCMP_VM: a vfork child and its
+ * parent until the child execs), 0 when not, -1 when the kernel will not say (no kcmp, or
+ * either process not ours to inspect). */
+int kcfs_shares_memory(pid_t a, pid_t b);
 
 #endif
