@@ -58,7 +58,12 @@ struct Keybag {
     /// The newest generation, from the store's meta table.
     let generation: Int64
     private(set) var state: LockState = .beforeFirstUnlock
-    private(set) var indexKey: SecureBytes?
+    private(set) var indexKey: SecureBytes? {
+        // Derived once per key rather than at every commit (two HKDFs each).
+        didSet { ledgerKeys = indexKey.flatMap { try? RowLedger.Keys(indexKey: $0) } }
+    }
+    /// The row ledger's keys, from the index key; forgotten with it.
+    private(set) var ledgerKeys: RowLedger.Keys?
     private var classKeys: [ClassKeyID: SecureBytes] = [:]
     private var metadataKeys: [ClassKeyID: SecureBytes] = [:]
     let deviceKey: SecureBytes?
@@ -224,7 +229,12 @@ struct Keybag {
         for w in wrapped where w.wrapping == .device && w.generation == generation {
             // A device key from another machine opens nothing here; that is not damage.
             guard let key = try? AESGCM.open(w.blob, key: deviceKey, aad: aad(w)) else { continue }
-            if w.name == Self.indexKeyName { indexKey = key; continue }
+            if w.name == Self.indexKeyName {
+                indexKey = key
+                // Observers do not run in an initialiser.
+                ledgerKeys = try? RowLedger.Keys(indexKey: key)
+                continue
+            }
             if let c = Self.classNamed(w.name), c.tier == .always { opened[ClassKeyID(accessible: c, generation: generation)] = key }
         }
         try openOlderGenerations(wrapped, into: &opened)

@@ -58,6 +58,14 @@ extension Keychain {
                 plan.append(row)
             }
             let insert = try db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            // The new rows' attribute index entries, written sorted after the rows
+            // (`insertAttributeTags`); before any replacement, which reads a row's entries.
+            var newTags: [(tag: [UInt8], id: Int64)] = []
+            func writeNewTags() throws {
+                newTags.sort { $0.tag.lexicographicallyPrecedes($1.tag) || ($0.tag == $1.tag && $0.id < $1.id) }
+                try Self.insertAttributeTags(newTags, db)
+                newTags.removeAll()
+            }
             // Sealing (encoding and encryption) is most of the work, and ids and versions, which
             // the seals bind, are fixed by now: it runs on a second core beside the writes.
             try SealingPipeline.run(plan, seal: { row, itemKey in
@@ -69,6 +77,7 @@ extension Keychain {
             }, write: { i, s in
                 let row = plan[i]
                 if let old = row.replacedVersion {
+                    try writeNewTags()
                     // The same key, so the same blind indexes: they are left as they are.
                     do { try Self.replaceRow(s, previousVersion: old, keyChanged: false, db, &changes) } catch KeychainError.itemNotFound {
                         throw KeychainError.io("item #\(s.id) changed while it was replaced")
@@ -76,12 +85,13 @@ extension Keychain {
                     result.replaced += 1
                 } else {
                     try s.insert(with: insert)
-                    try Self.writeAttributeTags(s, replacing: false, db)
+                    newTags += Self.newAttributeTags(s)
                     changes.added(s.id, s.version)
                     result.added += 1
                 }
                 result.saved.append(KeychainItem(sealed: s, record: batch.entries[row.entry].record))
             })
+            try writeNewTags()
             try StoreDatabase.setMeta(db, "next_id", Data(String(nextID).utf8))
             return result
         }

@@ -312,14 +312,18 @@ extension Keychain {
     /// brought up to date in the same transaction, the WAL erased as `effect` says, and this
     /// machine's counter raised after the commit.
     func write<T>(_ effect: WriteEffect, _ body: (Database, inout RowChanges) throws -> T) throws -> T {
-        guard let indexKey = keybag.withLock({ $0.indexKey }) else { throw KeychainError.unavailable(.whenUnlocked) }
-        let keys = try RowLedger.Keys(indexKey: indexKey)
-        let generation = keyGeneration
+        let (indexKey, ledgerKeys, generation) = keybag.withLock { ($0.indexKey, $0.ledgerKeys, $0.generation) }
+        guard let indexKey else { throw KeychainError.unavailable(.whenUnlocked) }
+        let keys = try ledgerKeys ?? RowLedger.Keys(indexKey: indexKey)
         var intact = false
         let (result, counterValue): (T, UInt64) = try Self.mappingDatabaseErrors {
             try database.write(effect) { db in
-                // Under the write lock: no other commit can change the files before this one.
-                intact = rowsChecked.withLock { $0 } && StoreFileState(storePath: path) == counter.readFiles()
+                // Under the write lock: no other commit can change the files before this one. The
+                // record is taken as this instance last wrote it (`recordedHere`), not read back:
+                // a commit by another process since changed the files, so that breaks the chain
+                // either way, and at worst the next open reads every row.
+                let before = StoreFileState(storePath: path)
+                intact = rowsChecked.withLock { $0 } && before != nil && before == counter.recordedHere()
                 // A passphrase change by another process since this one unlocked: its keys are no longer the newest.
                 let stored = try Data.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE name = 'key_generation'"))
                     .flatMap { Int64(String(decoding: $0, as: UTF8.self)) }

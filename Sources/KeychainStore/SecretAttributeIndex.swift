@@ -286,16 +286,30 @@ extension Keychain {
                     .execute(arguments: [tag, sealed.id])
             }
         }
-        guard !new.isEmpty else { return }
+        try insertAttributeTags(new.map { ($0, sealed.id) }, db)
+    }
+
+    /// The distinct tags of a new row, for `insertAttributeTags`.
+    static func newAttributeTags(_ sealed: SealedItem) -> [(tag: [UInt8], id: Int64)] {
+        var new: [[UInt8]] = []
+        for tag in sealed.attributeTags where !new.contains(tag) { new.append(tag) }
+        return new.map { ($0, sealed.id) }
+    }
+
+    /// Inserts index entries that are not there yet. A batch gives them sorted by tag: the
+    /// entries of random tags then go into the index in one pass over its pages, not each to
+    /// a page of its own that a big store's cache may have let go (and spilled to the WAL) since.
+    static func insertAttributeTags(_ entries: [(tag: [UInt8], id: Int64)], _ db: Database) throws {
+        guard !entries.isEmpty else { return }
         // Bound straight from the arrays, as a row is (`SealedItem.insert`): an import writes
         // a few of these per item, and GRDB's arguments and `Data` copies doubled its time.
         let raw = try db.cachedStatement(sql: "INSERT INTO attribute_index (tag, item_id) VALUES (?, ?)").sqliteStatement
-        for tag in new {
+        for (tag, id) in entries {
             sqlite3_reset(raw)
             var rc = tag.withUnsafeBytes {
                 sqlite3_bind_blob(raw, 1, $0.baseAddress, Int32($0.count), unsafeBitCast(-1, to: sqlite3_destructor_type.self))
             }
-            if rc == SQLITE_OK { rc = sqlite3_bind_int64(raw, 2, sealed.id) }
+            if rc == SQLITE_OK { rc = sqlite3_bind_int64(raw, 2, id) }
             if rc == SQLITE_OK { rc = sqlite3_step(raw) }
             sqlite3_reset(raw)
             guard rc == SQLITE_DONE else {

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import KeychainModel
 
 /// The store's database and WAL files as the file system describes them: device, inode, size,
@@ -42,14 +43,25 @@ extension StoreCounter {
 
     /// Records `state`, or removes the record when nil (the files are in a state no check vouches for).
     func recordFiles(_ state: StoreFileState?) {
+        recorded.state.withLock { $0 = state }
         guard let state else {
             unlink(filesPath)
             return
         }
         // Padded to one length (read back without the spaces, `line`), so that a shorter
         // state leaves nothing behind and the file needs no truncation.
-        let text = state.text.count < Self.filesRecordWidth
-            ? state.text + String(repeating: " ", count: Self.filesRecordWidth - state.text.count) : state.text
-        Self.overwrite(filesPath, with: Array((text + "\n").utf8))
+        var bytes = Array(state.text.utf8)
+        if bytes.count < Self.filesRecordWidth { bytes += repeatElement(UInt8(ascii: " "), count: Self.filesRecordWidth - bytes.count) }
+        bytes.append(10)
+        Self.overwrite(filesPath, with: bytes)
     }
+
+    /// The state this instance last recorded (nil: none, or it removed the record): what a
+    /// commit compares the files with, without reading the record back.
+    func recordedHere() -> StoreFileState? { recorded.state.withLock { $0 } }
+}
+
+/// The files record as this instance last wrote it (`StoreCounter.recordFiles`).
+final class RecordedFiles: Sendable {
+    let state = Mutex<StoreFileState?>(nil)
 }

@@ -152,6 +152,7 @@ struct RowChanges {
 /// accept more, never refuse a store that is as it should be.
 struct StoreCounter {
     let path: String
+    let recorded = RecordedFiles()
 
     init(stateDirectory: String, storeID: [UInt8], storePath: String) {
         var canonical = storePath
@@ -168,10 +169,14 @@ struct StoreCounter {
     }
 
     /// Raises the counter to `value`; never lowers it unless `force` (an accepted rollback).
+    /// Read and written through one descriptor: every commit calls this.
     func record(_ value: UInt64, force: Bool = false) {
-        if !force, let current = read(), current >= value { return }
         let digits = Array(String(value).utf8)
-        Self.overwrite(path, with: Array(repeating: UInt8(ascii: "0"), count: max(0, 20 - digits.count)) + digits + [10])
+        let bytes = Array(repeating: UInt8(ascii: "0"), count: max(0, 20 - digits.count)) + digits + [10]
+        guard let fd = Self.openForWriting(path, readable: true) else { return }
+        defer { close(fd) }
+        if !force, let current = Self.line(fd: fd).flatMap({ UInt64($0) }), current >= value { return }
+        Self.overwrite(fd, with: bytes)
     }
 
     // Every commit reads and writes these small files: plain system calls, not Foundation's
@@ -182,8 +187,13 @@ struct StoreCounter {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
+        return line(fd: fd)
+    }
+
+    /// The text of the open file `fd` from its start, as `line(_:)`.
+    static func line(fd: Int32) -> String? {
         var buffer = [UInt8](repeating: 0, count: 1024)
-        let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+        let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
         guard n >= 0 else { return nil }
         let isSpace = { (b: UInt8) in b == 10 || b == 13 || b == 32 || b == 9 }
         let text = buffer.prefix(n)
@@ -193,13 +203,24 @@ struct StoreCounter {
 
     /// Writes `bytes` over the file in place, making it (and its directory) if missing.
     static func overwrite(_ path: String, with bytes: [UInt8]) {
-        var fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        guard let fd = openForWriting(path, readable: false) else { return }
+        defer { close(fd) }
+        overwrite(fd, with: bytes)
+    }
+
+    /// Opens the file for writing, making it (and its directory) if missing; nil if it cannot.
+    static func openForWriting(_ path: String, readable: Bool) -> Int32? {
+        let flags = (readable ? O_RDWR : O_WRONLY) | O_CREAT | O_CLOEXEC
+        var fd = open(path, flags, 0o600)
         if fd < 0 && errno == ENOENT {
             try? KeychainLocations.makeDirectory(PathText.parent(path))
-            fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+            fd = open(path, flags, 0o600)
         }
-        guard fd >= 0 else { return }
-        defer { close(fd) }
+        return fd >= 0 ? fd : nil
+    }
+
+    /// Writes `bytes` over the open file `fd` from its start.
+    static func overwrite(_ fd: Int32, with bytes: [UInt8]) {
         _ = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
         // Only when the file was longer: an ftruncate is a journalled change of the inode
         // even to the same size, and every commit rewrites these records (two ftruncates of

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import Synchronization
 
 /// Keeps the store's files free of earlier sealed values.
@@ -48,7 +49,9 @@ final class WriteAheadLog: Sendable {
         var before = stat()
         let size = stat(walPath, &before) == 0 ? Int(before.st_size) : 0
         checkpointedBytes.withLock { $0 = size }
-        if let row = try? Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)"), (row[0] as Int?) == 0 {
+        // As `PRAGMA wal_checkpoint(TRUNCATE)`, without a statement to prepare at every commit:
+        // SQLITE_BUSY when a reader or writer kept it from finishing.
+        if sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil) == SQLITE_OK {
             var st = stat()
             done = stat(walPath, &st) != 0 || st.st_size == 0
         }
@@ -106,12 +109,18 @@ extension StoreDatabase {
         }
     }
 
+    private static func setSynchronous(_ db: Database, _ level: String) throws {
+        let rc = sqlite3_exec(db.sqliteConnection, "PRAGMA synchronous = \(level)", nil, nil, nil)
+        guard rc == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
+    }
+
     /// The commit is durable when this returns: synced by the checkpoint, or else by
     /// `syncFrames` (see `WriteAheadLog`).
     private func attempt<T>(_ effect: WriteEffect, _ body: (Database) throws -> T) throws -> T {
         try queue.writeWithoutTransaction { db in
-            try db.execute(sql: "PRAGMA synchronous = NORMAL")
-            defer { try? db.execute(sql: "PRAGMA synchronous = FULL") }
+            // Straight to SQLite: through GRDB each was a statement compiled and checked at every commit.
+            try Self.setSynchronous(db, "NORMAL")
+            defer { try? Self.setSynchronous(db, "FULL") }
             var result: T?
             try db.inTransaction(.immediate) {
                 result = try body(db)

@@ -95,8 +95,10 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
 
     /// The other devices' manifests (inode, size, modification time) and whether this store
     /// syncs at all: what tells the periodic round that something arrived unseen.
-    private func folderFingerprint() -> [String] {
-        guard let state = try? SyncLocalState.load(forStore: session.storePath) else { return [] }
+    private func folderFingerprint() -> [String] { fingerprint(of: try? SyncLocalState.load(forStore: session.storePath)) }
+
+    private func fingerprint(of state: SyncLocalState?) -> [String] {
+        guard let state else { return [] }
         let folder = SyncFolder(path: state.folder)
         return [state.folder, state.device.hex] + folder.devices().filter { $0 != state.device }.map { d in
             var st = stat()
@@ -106,8 +108,10 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
     }
 
     private func exchangeOnce() {
-        lastFingerprint = folderFingerprint()
-        guard let state = try? SyncLocalState.load(forStore: session.storePath) else { return }
+        // Loaded once for both: every commit of a mount wakes this thread, with sync or without.
+        let state = try? SyncLocalState.load(forStore: session.storePath)
+        lastFingerprint = fingerprint(of: state)
+        guard let state else { return }
         watchFolder(state)
         do {
             let report = try session.exchange()

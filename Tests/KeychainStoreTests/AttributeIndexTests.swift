@@ -147,6 +147,27 @@ final class AttributeIndexTests: XCTestCase {
         XCTAssertEqual(try k.itemIDs(matching: ["service": "svc7"], collection: nil).count, 10)
     }
 
+    /// A batch writes its new rows' entries after the rows, sorted by tag; an entry later in
+    /// the batch that replaces one added earlier in it still leaves exactly its own pairs.
+    func testBatchThatReplacesItsOwnNewItemIndexesTheLastOne() throws {
+        let k = try store.create()
+        let key = try genericKey("app", "carol")
+        var batch = ItemBatch()
+        for i in 0..<50 {
+            batch.append(ItemRecord(key: try genericKey("svc", "user\(i)"), attributes: ItemAttributes()), secret: secure("s"))
+        }
+        batch.append(ItemRecord(key: key, attributes: ItemAttributes()), secret: secure("1"), extras: extras(["kind": "first"]))
+        batch.append(ItemRecord(key: key, attributes: ItemAttributes()), secret: secure("2"), extras: extras(["kind": "second"]))
+        let result = try k.save(batch: batch, updateExisting: true)
+        XCTAssertEqual(result.added, 51)
+        XCTAssertEqual(result.replaced, 1)
+        let id = try XCTUnwrap(k.item(for: key)).id
+        XCTAssertEqual(try k.itemIDs(withAttribute: "kind", value: "first"), [])
+        XCTAssertEqual(try k.itemIDs(withAttribute: "kind", value: "second"), [id])
+        XCTAssertEqual(try k.itemIDs(matching: ["service": "svc"], collection: nil).count, 50)
+        XCTAssertEqual(try k.itemIDs(withAttribute: "username", value: "user49").count, 1)
+    }
+
     /// Rows written before every row was indexed (old tags, no mark) are indexed at the next
     /// unlock; a row not readable then waits for a later one.
     func testOldRowsAreIndexedOnceReadable() throws {
