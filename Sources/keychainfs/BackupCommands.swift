@@ -84,9 +84,14 @@ struct ImportCommand: ParsableCommand {
     @OptionGroup var passphrase: PassphraseOptions
     @OptionGroup var backupPassphrase: BackupPassphraseOptions
 
-    /// One transaction, or one request to the daemon, each.
-    static let sliceItems = 5_000
-    static let sliceSecretBytes = 8 << 20
+    /// One request to the daemon, and one transaction, each. The daemon's stay small, since
+    /// a transaction holds up the mount's other writes. Without a daemon they are ten times
+    /// bigger: each commit writes every index page its items touched, and new items land at
+    /// random places in the blind and attribute indexes, so at a million items a commit of
+    /// 5,000 wrote about a page per index per item; 50,000 took the import from 11,000 to
+    /// 22,000 items/s (memory: the batch's cache, `Keychain.batchCacheKiB`, and its sealed rows).
+    static let daemonSlice = (items: 5_000, secretBytes: 8 << 20)
+    static let localSlice = (items: 50_000, secretBytes: 64 << 20)
 
     func run() throws {
         let sealed = try BackupFile.read(from: file)
@@ -103,7 +108,8 @@ struct ImportCommand: ParsableCommand {
         try Self.checkWritable(batch, into: service)
         let progress = ProgressLine(verb: "importing")
         var report = ImportReport()
-        for slice in batch.slices(maxItems: Self.sliceItems, maxSecretBytes: Self.sliceSecretBytes) {
+        let limits = service is ServedKeychainService ? Self.localSlice : Self.daemonSlice
+        for slice in batch.slices(maxItems: limits.items, maxSecretBytes: limits.secretBytes) {
             report.add(try service.importItems(slice, overwrite: overwrite))
             progress.show(report.added + report.replaced + report.skipped.count, of: batch.count)
         }

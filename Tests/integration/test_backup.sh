@@ -208,6 +208,17 @@ if [ -c /dev/fuse ] && have fusermount3; then
         kc import "$T/many-out.kcb" --store "$T/many.db" $P $BI >/dev/null
         expect_exit 0 "verify the store they went to" kc verify --store "$T/many.db" $P
         expect_contains "$OUT" "checked 5007 items, 0 failed" "all 5,007 items arrived intact"
+        # Without a daemon an import commits 50,000 items at a time: two transactions here.
+        "$T/mkbackup" "$T/60k.kcb" 60000 "$BACKUP_PASS" 3
+        init_store --store "$T/60k.db"
+        expect_exit 0 "import 60,000 generated items without a daemon" kc import "$T/60k.kcb" --store "$T/60k.db" $P $BI
+        expect_contains "$OUT" "imported 60000 items from $T/60k.kcb" "import counts both transactions' items"
+        expect_eq "0123456789abcdef0123456789abcdef" \
+            "$(kc find-generic-password --store "$T/60k.db" $P -s svc2 -a item0059999 -w)" "the last item, from the second transaction, is found"
+        expect_exit 0 "import the same file again" kc import "$T/60k.kcb" --store "$T/60k.db" $P $BI
+        expect_contains "$OUT" "imported 0 items from $T/60k.kcb; skipped 60000 that exist already" "every item of both transactions is skipped"
+        expect_exit 0 "verify the 60,000" kc verify --store "$T/60k.db" $P
+        expect_contains "$OUT" "checked 60000 items, 0 failed" "all 60,000 verify"
     else
         fail "build scripts/bench-tools/mkbackup.c (gcc and libssl-dev come from scripts/install-deps)"
     fi
