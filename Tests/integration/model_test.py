@@ -2,12 +2,14 @@
 """The model test: a stateful property test of coherence (issue 22).
 
 A seeded random sequence of steps is applied to one real mount and its real channels (the
-mount itself, the keychainfs CLI, git-credential-keychainfs, lock and unlock), and to a plain
-in-memory model at the same time. After every step, with no sleep, every observation is
-compared with the model: existence and st_size of every name, content, sorted directory
-listings, the label xattr, descriptors kept open across steps (pread and fstat), and the CLI's
-`find -w` of the names the step touched. Hypothesis shrinks a failure to its shortest sequence
-and prints it as steps a person can replay.
+mount itself, the keychainfs CLI, git-credential-keychainfs, lock and unlock, the Secret
+Service on a private session bus, and sync with a second device that is not mounted), and to
+a plain in-memory model at the same time. After every step, with no sleep, every observation
+is compared with the model: existence and st_size of every name, content, sorted directory
+listings, the label xattr, descriptors kept open across steps (pread and fstat), and for the
+names the step touched the CLI's `find -w` and a D-Bus search (labels and secrets).
+Hypothesis shrinks a failure to its shortest sequence and prints it as steps a person can
+replay; the first disagreement is also printed when it happens.
 
     model_test.py [--steps N] [--seed N]
 
@@ -160,6 +162,8 @@ class Mount:
 MOUNT = None
 STARTED = time.monotonic()
 STEPS_RUN = 0
+# How many times each step ran, printed at the end: what the run covered.
+COUNTS = {}
 TARGET = 0
 # Set at the first disagreement: from then on Hypothesis replays and shrinks, so the run must
 # not be declared finished under it.
@@ -171,6 +175,8 @@ def tracked(fn):
     replays Hypothesis makes to shrink it are not cut short by `running`."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if running():
+            COUNTS[fn.__name__] = COUNTS.get(fn.__name__, 0) + 1
         try:
             return fn(*args, **kwargs)
         except BaseException as e:
@@ -842,7 +848,8 @@ def main():
         raise
     finally:
         MOUNT.close()
-    print(f"model test: {STEPS_RUN} steps and observations agreed with the model (seed {run_seed})")
+    print(f"model test: {STEPS_RUN} steps and observations agreed with the model (seed {run_seed}); ran "
+          + ", ".join(f"{name} {n}" for name, n in sorted(COUNTS.items()) if name != "observations_agree"))
 
 
 if __name__ == "__main__":
