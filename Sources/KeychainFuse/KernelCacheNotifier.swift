@@ -5,9 +5,9 @@ import KeychainModel
 
 /// Tells the kernel of every change it did not make itself, so that its cached names and
 /// attributes never disagree with the keychain. Changes made through the mount (`.tree`) the
-/// kernel already knows; those of the control socket (the CLI, git, later D-Bus and sync)
-/// arrive here from the owner's one stream (`ItemChangeObserver`) before their client hears
-/// "done":
+/// kernel already knows; the others (the control socket's: the CLI and git; D-Bus; sync's
+/// merges) arrive here from the owner's one stream (`ItemChangeObserver`) before their client
+/// hears "done":
 ///
 /// - a name added: `notify_inval_entry` on it (a dentry the kernel may hold for it, negative
 ///   or stale, goes) and `notify_inval_inode` on its directory (nlink, mtime);
@@ -23,8 +23,10 @@ import KeychainModel
 /// request, or while holding a lock such a request needs: the kernel handles the notification
 /// in the writer's context and takes the directory's inode lock (inval_entry, delete) or the
 /// pages' locks (inval_inode), which a task may hold while it waits for a reply from us.
-/// 1. Only `.control` changes are told. They are made on the control server's threads, never
-///    on a libfuse worker, so a notification never waits on a request it is itself answering.
+/// 1. Only changes not made through the mount are told. They are made on the control
+///    server's, the Secret Service's (its bus thread and write queue) and sync's threads,
+///    never on a libfuse worker, so a notification never waits on a request it is itself
+///    answering.
 /// 2. The owner calls observers after its commit with none of its locks held (`committing`,
 ///    `state`, `unlocking`), so every worker that must answer the request the kernel is waiting
 ///    on can take whatever it needs and reply; then the kernel lets go of its lock and the

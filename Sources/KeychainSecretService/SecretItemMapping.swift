@@ -47,17 +47,17 @@ package enum SecretItemMapping {
                                                account: digestName(a)))
     }
 
-    /// The same key with its account made distinct (`name (2)`, …): a map that differs from
-    /// the item holding a key never overwrites it.
+    /// The same key with its account made distinct (`name (2)`, …, cut short to fit a file
+    /// name): a map that differs from the item holding a key never overwrites it.
     package static func disambiguated(_ key: ItemKey, _ n: Int) throws -> ItemKey {
         switch key {
-        case .generic(var g):
-            g.account += " (\(n))"
-            return .generic(try GenericPasswordKey(service: g.service, account: g.account, accessGroup: g.accessGroup))
+        case .generic(let g):
+            return .generic(try GenericPasswordKey(service: g.service, account: SecretAttributes.distinct(g.account, n),
+                                                   accessGroup: g.accessGroup))
         case .internet(let i):
             return .internet(try InternetPasswordKey(server: i.server, port: i.port, path: i.path, protocol: i.protocol,
                                                      authenticationType: i.authenticationType, securityDomain: i.securityDomain,
-                                                     account: i.account + " (\(n))", accessGroup: i.accessGroup))
+                                                     account: SecretAttributes.distinct(i.account, n), accessGroup: i.accessGroup))
         }
     }
 

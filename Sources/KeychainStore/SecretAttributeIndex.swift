@@ -140,9 +140,20 @@ package enum SecretAttributes {
     /// one made distinct (`given (2)`, the mapping's rule for a map that differs from the item
     /// holding a name), so that the item keeps the attributes its client gave; else the name.
     static func account(_ name: String, given: String) -> String {
-        guard name.hasPrefix(given + " ("), name.hasSuffix(")") else { return name }
-        let n = name.dropFirst(given.count + 2).dropLast()
-        return !n.isEmpty && n.allSatisfy(\.isASCII) && n.allSatisfy(\.isNumber) ? given : name
+        guard name.hasSuffix(")"), let open = name.lastIndex(of: "(") else { return name }
+        let digits = name[name.index(after: open)...].dropLast()
+        guard digits.allSatisfy(\.isASCII), let n = Int(digits), n >= 2 else { return name }
+        return name == distinct(given, n) ? given : name
+    }
+
+    /// `name (n)`: the name cut short, by characters, so that it still fits in one file name
+    /// once escaped (a 255-byte account made distinct would otherwise be no name at all, and
+    /// CreateItem without `replace` fail where the rule promises a second item).
+    package static func distinct(_ name: String, _ n: Int) -> String {
+        let suffix = " (\(n))"
+        var kept = Substring(name)
+        while !kept.isEmpty, TreeName.escape(kept + suffix).utf8.count > TreeName.maxBytes { kept = kept.dropLast() }
+        return kept + suffix
     }
 
     /// The pairs a row is indexed under: its attributes, and for an item made elsewhere

@@ -50,6 +50,29 @@ struct SecretItemMappingTests {
         #expect(SecretItemMapping.attributes(of: other, stored: ["service": "old", "username": "ann"])["username"] == "ann (x)")
     }
 
+    /// The model test found it: CreateItem without `replace` over an item with a 255-byte
+    /// account failed, as ` (2)` made no file name; the account is cut to fit, and the item
+    /// keeps the account its client gave.
+    @Test func aLongNameMadeDistinctIsCutToFit() throws {
+        let long = String(repeating: "x", count: 255)
+        let first = ItemKey.generic(try GenericPasswordKey(service: "s", account: long))
+        guard case .generic(let g) = try SecretItemMapping.disambiguated(first, 2) else { Issue.record("not generic"); return }
+        #expect(g.account == String(repeating: "x", count: 251) + " (2)")
+        #expect(SecretItemMapping.attributes(of: .generic(g), stored: ["service": "s", "account": long])["account"] == long)
+        // Cut by characters: an escaped `/` is three bytes, a 2-byte letter is not split.
+        let slashes = String(repeating: "/", count: 85)
+        guard case .generic(let s) = try SecretItemMapping.disambiguated(.generic(try GenericPasswordKey(service: "s", account: slashes)), 10)
+        else { Issue.record("not generic"); return }
+        #expect(s.account == String(repeating: "/", count: 83) + " (10)")
+        let wide = String(repeating: "ü", count: 127)
+        guard case .internet(let i) = try SecretItemMapping.disambiguated(.internet(try InternetPasswordKey(server: "h", account: wide)), 3)
+        else { Issue.record("not internet"); return }
+        #expect(i.account == String(repeating: "ü", count: 125) + " (3)")
+        // Another name that merely starts like it is not taken for it.
+        let other = ItemKey.generic(try GenericPasswordKey(service: "s", account: String(repeating: "x", count: 10) + " (2)"))
+        #expect(SecretItemMapping.attributes(of: other, stored: ["service": "s", "account": long])["account"] == String(repeating: "x", count: 10) + " (2)")
+    }
+
     @Test func aStoredSchemaIsKept() throws {
         let i = ItemKey.internet(try InternetPasswordKey(server: "h", account: "u"))
         let a = SecretItemMapping.attributes(of: i, stored: ["xdg:schema": "org.gnome.keyring.NetworkPassword", "user": "old",

@@ -2,12 +2,14 @@
 """The model test: a stateful property test of coherence (issue 22).
 
 A seeded random sequence of steps is applied to one real mount and its real channels (the
-mount itself, the keychainfs CLI, git-credential-keychainfs, lock and unlock), and to a plain
-in-memory model at the same time. After every step, with no sleep, every observation is
-compared with the model: existence and st_size of every name, content, sorted directory
-listings, the label xattr, descriptors kept open across steps (pread and fstat), and the CLI's
-`find -w` of the names the step touched. Hypothesis shrinks a failure to its shortest sequence
-and prints it as steps a person can replay.
+mount itself, the keychainfs CLI, git-credential-keychainfs, lock and unlock, the Secret
+Service on a private session bus, and sync with a second device that is not mounted), and to
+a plain in-memory model at the same time. After every step, with no sleep, every observation
+is compared with the model: existence and st_size of every name, content, sorted directory
+listings, the label xattr, descriptors kept open across steps (pread and fstat), and for the
+names the step touched the CLI's `find -w` and a D-Bus search (labels and secrets).
+Hypothesis shrinks a failure to its shortest sequence and prints it as steps a person can
+replay; the first disagreement is also printed when it happens.
 
     model_test.py [--steps N] [--seed N]
 
@@ -24,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 # Hypothesis keeps a cache directory; not in the repository.
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "kcfs-model-hypothesis"))
@@ -32,8 +35,10 @@ from hypothesis import HealthCheck, Verbosity, seed, settings
 from hypothesis.errors import Flaky
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+import secretstorage
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(TESTS))
 KC = os.environ.get("KEYCHAINFS_BIN", os.path.join(REPO, ".build/debug/keychainfs"))
 GIT_HELPER = os.path.join(os.path.dirname(KC), "git-credential-keychainfs")
 PASSPHRASE = "model test passphrase"
@@ -47,6 +52,8 @@ CLASSES = ["when-unlocked", "after-first-unlock", "always"]
 READABLE_LOCKED = {"after-first-unlock", "always"}
 LABELS = ["My label", "ünï label", "", "x" * 100]
 STEPS_PER_EXAMPLE = 50
+# Where the device keeps its sync key, a this-device-only item (README, Sync): left alone.
+SYNC_KEY_DIR = "keychainfs-sync"
 
 
 def escape(name):
@@ -78,11 +85,45 @@ class Mount:
         self.mp = os.path.join(self.root, "mnt")
         os.mkdir(self.mp)
         self.pid = None
+        self.bus = None
+        # A private session bus (session_bus.conf: no service files, so nothing such as
+        # gnome-keyring is activated in keychainfs's place), for this process and the daemon.
+        self.bus = subprocess.Popen(["dbus-daemon", f"--config-file={os.path.join(TESTS, 'session_bus.conf')}",
+                                     "--nofork", "--print-address=1"], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+        address = self.bus.stdout.readline().decode().strip()
+        if not address:
+            raise RuntimeError("dbus-daemon gave no address")
+        env["DBUS_SESSION_BUS_ADDRESS"] = os.environ["DBUS_SESSION_BUS_ADDRESS"] = address
+        # Every new item is synchronizable (none of the classes used is this-device-only), so
+        # that device B can change any of them.
+        os.makedirs(os.path.join(env["XDG_CONFIG_HOME"], "keychainfs"))
+        with open(os.path.join(env["XDG_CONFIG_HOME"], "keychainfs", "config.toml"), "w") as f:
+            f.write("default-synchronizable = true\n")
+        self.syncpass = os.path.join(self.root, "sync-passphrase")
+        with open(self.syncpass, "w") as f:
+            f.write("model test sync passphrase\n")
+        self.folder = os.path.join(self.root, "sync-folder")
         self.kc("init", "--scrypt-log-n", "10", "--passphrase-file", self.passfile, check=True)
-        self.kc("mount", self.mp, "--passphrase-file", self.passfile, check=True)
+        self.kc("sync", "init", self.folder, "--passphrase-file", self.passfile, "--sync-passphrase-file", self.syncpass,
+                "--scrypt-log-n", "10", check=True)
+        # Device B: its own HOME, XDG directories and store, never mounted, joined to the folder.
+        self.env_b = dict(env)
+        for var, sub in [("HOME", "b/home"), ("XDG_DATA_HOME", "b/data"), ("XDG_STATE_HOME", "b/state"),
+                         ("XDG_RUNTIME_DIR", "b/run"), ("XDG_CONFIG_HOME", "b/config")]:
+            self.env_b[var] = os.path.join(self.root, sub)
+            os.makedirs(self.env_b[var], mode=0o700, exist_ok=True)
+        self.env_b["KEYCHAINFS_STORE"] = os.path.join(self.root, "b/data/keychainfs/keychain.db")
+        self.kc_b("init", "--scrypt-log-n", "10", check=True)
+        self.kc_b("sync", "join", self.folder, "--sync-passphrase-file", self.syncpass, check=True)
+        self.kc("mount", self.mp, "--secret-service", "--passphrase-file", self.passfile, check=True)
         with open(env["KEYCHAINFS_STORE"] + ".daemon") as f:
             import json
             self.pid = json.load(f)["pid"]
+        self.dbus = secretstorage.dbus_init()
+        self.collection = secretstorage.get_default_collection(self.dbus)
+        # One session for the run: each client may hold 64.
+        self.collection.session = secretstorage.util.open_session(self.dbus)
 
     def kc(self, *args, stdin=b"", check=False):
         r = subprocess.run([KC, *args], input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
@@ -90,11 +131,21 @@ class Mount:
             raise RuntimeError(f"keychainfs {' '.join(args)}: exit {r.returncode}: {r.stderr.decode(errors='replace')}")
         return r
 
+    def kc_b(self, *args, stdin=b"", check=False):
+        """Device B's CLI (not mounted: the command's own owner, with the passphrase file)."""
+        r = subprocess.run([KC, *args, "--passphrase-file", self.passfile], input=stdin, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env=self.env_b)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"B: keychainfs {' '.join(args)}: exit {r.returncode}: {r.stderr.decode(errors='replace')}")
+        return r
+
     def git(self, action, lines):
         text = "".join(f"{line}\n" for line in lines).encode()
         return subprocess.run([GIT_HELPER, action], input=text, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
 
     def close(self):
+        if getattr(self, "dbus", None) is not None:
+            self.dbus.close()
         subprocess.run([KC, "unmount", self.mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
         subprocess.run(["fusermount3", "-u", "-z", self.mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if self.pid:
@@ -102,11 +153,17 @@ class Mount:
                 os.kill(self.pid, 15)
             except ProcessLookupError:
                 pass
+        if self.bus is not None:
+            self.bus.terminate()
+            self.bus.wait()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
 MOUNT = None
+STARTED = time.monotonic()
 STEPS_RUN = 0
+# How many times each step ran, printed at the end: what the run covered.
+COUNTS = {}
 TARGET = 0
 # Set at the first disagreement: from then on Hypothesis replays and shrinks, so the run must
 # not be declared finished under it.
@@ -118,13 +175,26 @@ def tracked(fn):
     replays Hypothesis makes to shrink it are not cut short by `running`."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        global FAILED
+        if running():
+            COUNTS[fn.__name__] = COUNTS.get(fn.__name__, 0) + 1
         try:
             return fn(*args, **kwargs)
-        except BaseException:
-            FAILED = True
+        except BaseException as e:
+            first_failure(e)
             raise
     return wrapper
+
+
+def first_failure(e):
+    """Prints the first disagreement as it happens: should its replay not fail again (Hypothesis
+    then reports the run as flaky, not the disagreement), it is still known."""
+    global FAILED
+    if not FAILED:
+        FAILED = True
+        import traceback
+        print(f"model test: the first disagreement, at step {STEPS_RUN}: {e!r}", flush=True)
+        traceback.print_exc(file=sys.stdout)
+        sys.stdout.flush()
 
 
 def running(_machine=None):
@@ -151,8 +221,29 @@ git_passwords = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")
 
 
 class Item:
-    def __init__(self, secret, ident, label=None, cls="when-unlocked"):
+    """`base`: for an item a D-Bus CreateItem made distinct (`a (2)`), the key whose natural
+    attributes it was given (it keeps them over D-Bus); `dbus_path` is known for those."""
+
+    def __init__(self, secret, ident, label=None, cls="when-unlocked", base=None, dbus_path=None):
         self.secret, self.ident, self.label, self.cls = secret, ident, label, cls
+        self.base, self.dbus_path = base, dbus_path
+
+
+def distinct(key, n):
+    """The key a CreateItem whose attributes name `key`, taken, gets: its account with ` (n)`,
+    cut short (by characters) so that the file name still fits in 255 bytes."""
+    suffix = f" ({n})"
+    account = key[2]
+    while len(escape(account + suffix).encode()) > 255:
+        account = account[:-1]
+    return (key[0], key[1], account + suffix)
+
+
+def attributes(key):
+    """The attributes a search names the item at `key` by (its natural ones)."""
+    if key[0] == "g":
+        return {"service": key[1], "account": key[2]}
+    return {"server": key[1], "user": key[2]}
 
 
 class Kept:
@@ -167,9 +258,7 @@ class Disagreement(AssertionError):
 
 
 def expect(cond, what):
-    global FAILED
     if not cond:
-        FAILED = True
         raise Disagreement(what)
 
 
@@ -226,7 +315,7 @@ class Coherence(RuleBasedStateMachine):
             return
         r = MOUNT.kc("unlock", MOUNT.mp, "--passphrase-file", MOUNT.passfile)
         for name in os.listdir(MOUNT.mp):
-            if name == "internet":
+            if name in ("internet", SYNC_KEY_DIR):
                 continue
             d = os.path.join(MOUNT.mp, name)
             for f in os.listdir(d):
@@ -520,6 +609,109 @@ class Coherence(RuleBasedStateMachine):
                 return item
         return None
 
+    # -- steps through D-Bus (the Secret Service, libsecret's mapping: service/account)
+
+    def matching(self, base):
+        """The model's items a search for `base`'s attributes finds: the item at `base` and
+        those made distinct from it."""
+        return {k: i for k, i in self.items.items() if k == base or i.base == base}
+
+    def dbus_target(self, base, extra):
+        """The key and D-Bus path of the item at `base` (or, with `extra`, of the first one
+        made distinct from it), or None. The item at `base` is the search's one result whose
+        path is none of the distinct ones' (which the model learnt when it made them)."""
+        found = {k: i for k, i in self.matching(base).items() if (k != base) == extra}
+        if not found:
+            return None
+        key = sorted(found)[0]
+        if extra:
+            return key, found[key].dbus_path
+        known = {i.dbus_path for k, i in self.matching(base).items() if k != base}
+        paths = [it.item_path for it in MOUNT.collection.search_items(attributes(base))]
+        left = [p for p in paths if p not in known]
+        expect(len(left) == 1, f"search {attributes(base)}: {paths}, the distinct ones {sorted(known)}")
+        return key, left[0]
+
+    @precondition(running)
+    @rule(key=generic_keys, data=secrets, replace=st.booleans(), label=st.sampled_from(LABELS))
+    @tracked
+    def dbus_create(self, key, data, replace, label):
+        """CreateItem with the key's natural attributes: with `replace` it overwrites the item
+        at the key (secret and label; class kept), else the first free of `a`, `a (2)`, ... is
+        a new item, which keeps the attributes it was given over D-Bus."""
+        self.touched = [key]
+        attrs = {"service": key[1], "account": key[2], "username": key[2]}
+        item = MOUNT.collection.create_item(label, attrs, data, replace=replace)
+        if replace and key in self.items:
+            target = key
+        else:
+            target = next(k for k in [key] + [distinct(key, n) for n in range(2, 1000)] if k not in self.items)
+        if target in self.items:
+            self.items[target].secret, self.items[target].label = data, label
+        else:
+            self.items[target] = self.new_item(data, label=label, base=None if target == key else key,
+                                               dbus_path=None if target == key else item.item_path)
+            self.added(key)
+        if target != key:
+            expect(item.item_path == self.items[target].dbus_path, "the path CreateItem gave")
+
+    @precondition(running)
+    @rule(key=generic_keys, extra=st.booleans(), data=secrets)
+    @tracked
+    def dbus_set_secret(self, key, extra, data):
+        self.touched = [key]
+        found = self.dbus_target(key, extra)
+        if found is None:
+            return
+        target, path = found
+        secretstorage.Item(MOUNT.dbus, path, MOUNT.collection.session).set_secret(data)
+        self.items[target].secret = data
+
+    @precondition(running)
+    @rule(key=generic_keys, extra=st.booleans())
+    @tracked
+    def dbus_delete(self, key, extra):
+        self.touched = [key]
+        found = self.dbus_target(key, extra)
+        if found is None:
+            return
+        target, path = found
+        secretstorage.Item(MOUNT.dbus, path, MOUNT.collection.session).delete()
+        del self.items[target]
+
+    # -- sync: device B (not mounted, its own store) changes an item, then both exchange
+
+    @precondition(running)
+    @rule(key=keys, data=st.one_of(st.none(), secrets))
+    @tracked
+    def sync_from_b(self, key, data):
+        """B adds or updates (`-U --synchronizable`) or, with no data, deletes the item at `key`,
+        and both devices exchange (`sync now`; A's through its daemon). A publishes and B merges
+        first, so that B's change is never concurrent with one of A's (which would make a
+        conflict copy): B's change then applies on A as made, and the mount shows it at once."""
+        self.touched = [key]
+        for who in ("A", "B"):
+            r = MOUNT.kc("sync", "now") if who == "A" else MOUNT.kc_b("sync", "now")
+            expect(r.returncode == 0, f"sync now on {who} before: exit {r.returncode}: {r.stderr!r}")
+        kind = "generic" if key[0] == "g" else "internet"
+        if data is None:
+            r = MOUNT.kc_b(f"delete-{kind}-password", "-s", key[1], "-a", key[2])
+            want = 0 if key in self.items else 44
+            expect(r.returncode == want, f"delete on B: exit {r.returncode}, want {want}: {r.stderr!r}")
+        else:
+            r = MOUNT.kc_b(f"add-{kind}-password", "-U", "--synchronizable", "-s", key[1], "-a", key[2], stdin=data)
+            expect(r.returncode == 0, f"add -U on B: exit {r.returncode}: {r.stderr!r}")
+        for who in ("B", "A"):
+            r = MOUNT.kc("sync", "now") if who == "A" else MOUNT.kc_b("sync", "now")
+            expect(r.returncode == 0, f"sync now on {who} after: exit {r.returncode}: {r.stderr!r}")
+        if data is None:
+            self.items.pop(key, None)
+        elif key in self.items:
+            self.items[key].secret = data
+        else:
+            self.items[key] = self.new_item(data)
+            self.added(key)
+
     @precondition(lambda self: not running())
     @rule()
     @tracked
@@ -535,7 +727,9 @@ class Coherence(RuleBasedStateMachine):
         if not running():
             return
         STEPS_RUN += 1
-        for key in KEYS:
+        if STEPS_RUN % 1000 == 0:
+            print(f"model test: {STEPS_RUN} steps agreed, {time.monotonic() - STARTED:.0f} s", flush=True)
+        for key in KEYS + sorted(k for k in self.items if k not in KEYS):
             p = self.path(key)
             item = self.items.get(key)
             try:
@@ -554,7 +748,7 @@ class Coherence(RuleBasedStateMachine):
                 label = None
             expect(label == item.label, f"{p}: label {label!r}, want {item.label!r}")
         root = sorted(os.listdir(MOUNT.mp))
-        expect(root == sorted(["internet"] + [escape(s) for s in self.services]), f"root lists {root}")
+        expect(root == sorted(["internet", SYNC_KEY_DIR] + [escape(s) for s in self.services]), f"root lists {root}")
         for s in SERVICES:
             d = os.path.join(MOUNT.mp, escape(s))
             if s in self.services:
@@ -588,6 +782,11 @@ class Coherence(RuleBasedStateMachine):
             expect((fst.st_size, fst.st_nlink) in wants,
                    f"kept {k.key}: fstat size, nlink {(fst.st_size, fst.st_nlink)}, want one of {sorted(wants)}")
         for key in self.touched:
+            # Over D-Bus: a search by its natural attributes finds it and those made distinct
+            # from it, with their labels and secrets.
+            found = sorted((it.get_label(), it.get_secret()) for it in MOUNT.collection.search_items(attributes(key)))
+            want = sorted((i.label or "", i.secret) for i in self.matching(key).values())
+            expect(found == want, f"search {attributes(key)}: {found!r}, want {want!r}")
             r = self.cli("find", key, "-w")
             item = self.items.get(key)
             if item is None:
@@ -649,7 +848,8 @@ def main():
         raise
     finally:
         MOUNT.close()
-    print(f"model test: {STEPS_RUN} steps and observations agreed with the model (seed {run_seed})")
+    print(f"model test: {STEPS_RUN} steps and observations agreed with the model (seed {run_seed}); ran "
+          + ", ".join(f"{name} {n}" for name, n in sorted(COUNTS.items()) if name != "observations_agree"))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 # Coherence: a change made through the CLI or git shows in the mount at once, with no sleep,
 # although the kernel keeps names and attributes (the daemon tells it of every change it did
 # not make). The five cases of issue 22, then the model test's shrunk regressions, then the
-# model test itself (Tests/integration/model_test.py) at a fixed seed.
+# model test itself (Tests/integration/model_test.py) at a fixed seed. On a private session
+# bus, so that changes made through the Secret Service are tested too.
+. "$(dirname "$0")/private_bus.sh"
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/mount_lib.sh"
 
@@ -14,7 +16,7 @@ git_cred() {
 }
 
 init_store
-expect_exit 0 "mount" mount_kc "$MP"
+expect_exit 0 "mount --secret-service" mount_kc "$MP" --secret-service
 
 echo "== 1. a name deleted through the CLI can be written again through the mount at once"
 echo one >"$MP/s/a" 2>/dev/null || { mkdir "$MP/s" && echo one >"$MP/s/a"; }
@@ -106,6 +108,29 @@ PY
 expect_eq "0" "$(stat -c %s "$MP/my service/c")" "regression 2: O_TRUNC and fsync: stat says 0 at once"
 expect_eq "0" "$(wc -c <"$MP/my service/c")" "regression 2: a read finds it empty at once"
 expect_eq "0" "$(kc find-generic-password -s "my service" -a c -w | wc -c)" "regression 2: and the CLI too"
+
+# seed 1, with D-Bus steps: dbus_create(svc/x*255, replace=False) twice. The second item's
+# name, `x...x (2)`, was 259 bytes: CreateItem failed ("already exists") where the mapping rule
+# promises a second item; its account is now cut to fit, and it keeps the account given.
+/usr/bin/python3 - "$MP" <<'PY' >"$OUT" 2>&1
+import os, sys, secretstorage
+mp = sys.argv[1]
+long = "x" * 255
+conn = secretstorage.dbus_init()
+coll = secretstorage.get_default_collection(conn)
+attrs = {"service": "svc", "account": long, "username": long}
+first = coll.create_item("first", attrs, b"one", replace=False)
+second = coll.create_item("second", attrs, b"two", replace=False)
+print(sorted(n.replace(long, "L").replace("x" * 251, "C") for n in os.listdir(os.path.join(mp, "svc"))))
+print(os.stat(os.path.join(mp, "svc", "x" * 251 + " (2)")).st_size, second.get_attributes()["account"] == long)
+print(sorted(i.get_secret().decode() for i in coll.search_items({"service": "svc", "account": long})))
+second.delete()
+print(os.path.exists(os.path.join(mp, "svc", "x" * 251 + " (2)")))
+PY
+expect_eq "['C (2)', 'L']
+3 True
+['one', 'two']
+False" "$(cat "$OUT")" "regression 3: CreateItem without replace over a 255-byte name: a second item, its name cut to fit, at once"
 
 echo "== a descriptor open across a CLI delete"
 kc add-generic-password -s s -a held -w "held value" >/dev/null
