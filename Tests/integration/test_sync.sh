@@ -352,18 +352,18 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     # other daemon reads that manifest: a file a manifest names must never change under it.
     log_a="$XDG_STATE_HOME/keychainfs/daemon.log" log_b="$T/b/state/keychainfs/daemon.log"
     lines_a=$(wc -l <"$log_a" 2>/dev/null || echo 0) lines_b=$(wc -l <"$log_b" 2>/dev/null || echo 0)
+    # race_items DIR PREFIX: eight synchronizable items PREFIX0..PREFIX7 holding PREFIX-0.
+    race_items() {
+        i=0
+        while [ $i -lt 8 ]; do
+            printf '%s-0' "$2" >"$1/$2$i"; setfattr -n user.keychain.synchronizable -v yes "$1/$2$i"
+            i=$((i + 1))
+        done
+    }
     mkdir "$MPA/race"
-    i=0
-    while [ $i -lt 8 ]; do
-        printf 'a-0' >"$MPA/race/a$i"; setfattr -n user.keychain.synchronizable -v yes "$MPA/race/a$i"
-        i=$((i + 1))
-    done
+    race_items "$MPA/race" a
     wait_for "the race directory reaches B" reads "$MPB/race/a7" "a-0"
-    i=0
-    while [ $i -lt 8 ]; do
-        printf 'b-0' >"$MPB/race/b$i"; setfattr -n user.keychain.synchronizable -v yes "$MPB/race/b$i"
-        i=$((i + 1))
-    done
+    race_items "$MPB/race" b
     wait_for "B's race items reach A" reads "$MPA/race/b7" "b-0"
     (i=1; while [ $i -le 80 ]; do printf 'a-%s' "$i" >"$MPA/race/a$((i % 8))"; i=$((i + 1)); done) &
     writer_a=$!
