@@ -209,8 +209,7 @@ package final class AccessControl: Sendable {
             return refuse(facts, item, operation, reason: "it is being traced by \(Self.describe(tracer))", allow: nil)
         }
         if !core.loaderVariables.isEmpty {
-            let names = core.loaderVariables.map { String($0.prefix(while: { $0 != "=" })) }
-            return refuse(facts, item, operation, reason: "it started with \(names.joined(separator: ", ")) set", allow: nil)
+            return refuse(facts, item, operation, reason: "it started with \(core.loaderVariables.joined(separator: ", ")) set", allow: nil)
         }
         if core.executableDeleted {
             return refuse(facts, item, operation, reason: "its executable \(core.executablePath) was deleted since it started", allow: nil)
@@ -560,19 +559,17 @@ final class CachedProcess: @unchecked Sendable {
             }
             throw fail(.io("/proc/\(pid)/exe: \(String(cString: strerror(code)))"))
         }
-        // Status once, through the descriptor kept for the checks (tgid, parent, tracer):
-        // TracerPid is its eighth line, well inside the buffer.
-        var buffer = [UInt8](repeating: 0, count: 2048)
-        let statusBytes = ProcFile.reread(statusFD, into: &buffer)
-        guard statusBytes > 0 else { throw fail(.io("/proc/\(pid)/status is unreadable")) }
-        let status = ProcStatus(buffer, count: statusBytes)
+        // Status once, through the descriptor kept for the checks (tgid, parent, tracer).
+        guard let status = ProcStatus.reread(statusFD) else { throw fail(.io("/proc/\(pid)/status is unreadable")) }
         guard let tracer = status.tracerPID else { throw fail(.io("/proc/\(pid)/status has no TracerPid")) }
         // A caller that is not settled is read between two looks at its layout, to see that
         // it did not exec meanwhile; so is one that shares its parent's address space (or
         // whose parent the kernel will not compare it with), whose witness is the layout.
         let needsLayout = !settled || kcfs_shares_memory(pid, status.parentPID ?? 0) != 0
         var layout: ProcStat?
+        var buffer: [UInt8] = []
         if needsLayout {
+            buffer = [UInt8](repeating: 0, count: 2048)
             statFD = kcfs_proc_open(pid, "stat", O_RDONLY)
             guard statFD >= 0 else { throw fail(.io("/proc/\(pid)/stat: \(String(cString: strerror(errno)))")) }
             let n = ProcFile.reread(statFD, into: &buffer)
@@ -610,6 +607,7 @@ final class CachedProcess: @unchecked Sendable {
             environFD = -1
             statFD = kcfs_proc_open(pid, "stat", O_RDONLY)
             guard statFD >= 0 else { throw fail(.io("/proc/\(pid)/stat: \(String(cString: strerror(errno)))")) }
+            if buffer.isEmpty { buffer = [UInt8](repeating: 0, count: 2048) }
             let n = ProcFile.reread(statFD, into: &buffer)
             guard n > 0, let read = ProcStat(buffer, count: n) else { throw fail(.io("/proc/\(pid)/stat is unreadable")) }
             guard read.isSettled else { _ = fail(.io("")); return nil }
@@ -649,10 +647,7 @@ final class CachedProcess: @unchecked Sendable {
         guard kcfs_proc_stat(pin.pid, "exe", &exe) == 0, FileStatKey(exe) == exeKey,
               exe.st_nlink > 0 || core.executableDeleted else { return nil }
         // TracerPid is near the top; the rest of the file need not be copied out.
-        var buffer = [UInt8](repeating: 0, count: 512)
-        let n = ProcFile.reread(statusFD, into: &buffer)
-        guard n > 0 else { return nil }
-        let status = ProcStatus(buffer, count: n)
+        guard let status = ProcStatus.reread(statusFD) else { return nil }
         // Not found is not "untraced": fail closed.
         guard let tgid = status.tgid, let tracer = status.tracerPID else { return nil }
         return (tgid, tracer == 0 ? nil : tracer)

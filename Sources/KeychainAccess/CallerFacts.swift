@@ -35,8 +35,8 @@ package struct CallerFacts: Sendable {
     package var workingDirectory: String
     /// The controlling terminal (`/dev/pts/3`), if any.
     package var terminal: String?
-    /// Loader variables the process started with (`LD_PRELOAD`, ...), which make it run code
-    /// that is not its executable's.
+    /// The names of the loader variables the process started with set (`LD_PRELOAD`, ...),
+    /// which make it run code that is not its executable's.
     package var loaderVariables: [String]
     /// The caller's `TERM`, passed to a terminal pinentry.
     package var terminalType: String?
@@ -181,40 +181,25 @@ package struct CallerFacts: Sendable {
         return true
     }
 
-    /// The loader variables set (non-empty) and `TERM`, from `/proc/PID/environ`'s bytes. Only
-    /// entries that start with one of those names are decoded: an environment has dozens of
-    /// entries, and every new process is identified.
+    /// The loader variables set (non-empty) and `TERM`, from `/proc/PID/environ`'s bytes
+    /// (scanned in C, `kcfs_scan_environment`: an environment has dozens of entries, and
+    /// every new process is identified).
     static func scanEnvironment(_ bytes: [UInt8]) -> (loader: [String], term: String?) {
-        bytes.withUnsafeBufferPointer { scanEnvironment($0) }
-    }
-
-    static func scanEnvironment(_ b: UnsafeBufferPointer<UInt8>) -> (loader: [String], term: String?) {
-        var loader: [String] = []
-        var term: String?
-        var start = 0
-        while start < b.count {
-            var end = start
-            while end < b.count && b[end] != 0 { end += 1 }
-            let entry = UnsafeBufferPointer(rebasing: b[start..<end])
-            if let first = entry.first, first == UInt8(ascii: "L") || first == UInt8(ascii: "T") {
-                for name in environmentNames {
-                    let n = name.count
-                    guard entry.count >= n, memcmp(entry.baseAddress!, name, n) == 0 else { continue }
-                    let value = UnsafeBufferPointer(rebasing: entry[n...])
-                    if name == termName {
-                        term = String(decoding: value, as: UTF8.self)
-                    } else if !value.isEmpty {
-                        loader.append(String(decoding: entry, as: UTF8.self))
-                    }
-                }
-            }
-            start = end + 1
+        bytes.withUnsafeBufferPointer { b in
+            var scan = kcfs_environment()
+            kcfs_scan_environment(b.baseAddress, b.count, &scan)
+            let term = scan.term_offset >= 0
+                ? String(decoding: UnsafeBufferPointer(rebasing: b[scan.term_offset..<(scan.term_offset + scan.term_length)]), as: UTF8.self)
+                : nil
+            return (loaderNames(scan.loader), term)
         }
-        return (loader, term)
     }
 
-    private static let termName = Array("TERM=".utf8)
-    private static let environmentNames = loaderVariableNames.map { Array(($0 + "=").utf8) } + [termName]
+    /// The names of the loader variables `kcfs_scan_environment` found set.
+    static func loaderNames(_ bits: UInt32) -> [String] {
+        guard bits != 0 else { return [] }
+        return zip(loaderVariableNames, [KCFS_LD_PRELOAD, KCFS_LD_AUDIT, KCFS_LD_LIBRARY_PATH]).compactMap { bits & $1 != 0 ? $0 : nil }
+    }
 
     /// The daemon's own root and mount namespace, read once: it changes neither.
     private static let ownRoot: (device: dev_t, inode: ino_t)? = {

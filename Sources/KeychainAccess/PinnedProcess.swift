@@ -167,25 +167,36 @@ enum ProcFile {
     }
 
     /// The loader variables and `TERM` of a process's environment (`CallerFacts.scanEnvironment`)
-    /// through its open `/proc/PID/environ`, read whole from where it stands or not at all,
-    /// and how many bytes it holds. Most environments fit the first read.
+    /// through its open `/proc/PID/environ`, read whole from its start or not at all, and how
+    /// many bytes it holds. Most environments fit one read into the stack, with nothing
+    /// allocated; a larger one is read again whole.
     static func scanEnvironment(_ fd: Int32, pid: pid_t, limit: Int) throws(KeychainError) -> (loader: [String], term: String?, size: Int) {
-        let first = 1 << 14
-        var failure: Int32 = 0
-        var bytes = [UInt8](unsafeUninitializedCapacity: first) { b, count in
-            var n: Int
-            repeat { n = Glibc.read(fd, b.baseAddress, first) } while n < 0 && errno == EINTR
-            if n < 0 { failure = errno }
-            count = max(n, 0)
+        var scan = kcfs_environment()
+        var termLength = -1
+        let (size, term) = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 256) { b -> (Int, String?) in
+            let n = kcfs_read_environment(fd, &scan, b.baseAddress!, b.count, &termLength)
+            return (n, termLength >= 0 ? String(decoding: UnsafeBufferPointer(rebasing: b[..<termLength]), as: UTF8.self) : nil)
         }
         // Unreadable is not empty: fail closed.
-        guard failure == 0 else { throw .io("/proc/\(pid)/environ: \(String(cString: strerror(failure)))") }
-        // A read stops short only at the end (or where the process's memory cannot be read,
-        // as the next read would too); a full one may have more behind it.
-        if bytes.count == first { bytes += try readAll(fd, path: "/proc/\(pid)/environ", limit: limit + 1 - first) }
+        if size == -1 { throw .io("/proc/\(pid)/environ: \(String(cString: strerror(errno)))") }
+        if size >= 0 && termLength != -2 { return (CallerFacts.loaderNames(scan.loader), term, size) }
+        // Larger than the stack buffer (or a TERM too long to copy there): read whole. A read
+        // stops short only at the end (or where the process's memory cannot be read, as the
+        // next read would too).
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
+        while bytes.count <= limit {
+            let n = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(bytes.count)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw .io("/proc/\(pid)/environ: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { break }
+            bytes += chunk[..<n]
+        }
         guard bytes.count <= limit else { throw .io("process \(pid) has an environment too large to check") }
-        let (loader, term) = CallerFacts.scanEnvironment(bytes)
-        return (loader, term, bytes.count)
+        let (loader, fullTerm) = CallerFacts.scanEnvironment(bytes)
+        return (loader, fullTerm, bytes.count)
     }
 
     struct Errno: Error, Equatable {
@@ -194,8 +205,9 @@ enum ProcFile {
     }
 }
 
-/// The lines of `/proc/PID/status` we use. Parsed on bytes, and only as far as needed:
-/// it is read on every guarded request, and `TracerPid` is its eighth line of fifty-odd.
+/// The lines of `/proc/PID/status` we use. Parsed on bytes in C (`kcfs_parse_status`), and
+/// only as far as needed: it is read on every guarded request, and `TracerPid` is its eighth
+/// line of fifty-odd.
 struct ProcStatus {
     var tgid: pid_t?
     var parentPID: pid_t?
@@ -211,23 +223,22 @@ struct ProcStatus {
     }
 
     init(_ text: UnsafeBufferPointer<UInt8>) {
-        var i = 0
-        let n = text.count
-        while i < n && (tgid == nil || parentPID == nil || tracerPID == nil) {
-            var end = i
-            while end < n && text[end] != 10 { end += 1 }
-            if let v = Self.value(text, i, end, "Tgid:") { tgid = v }
-            else if let v = Self.value(text, i, end, "PPid:") { parentPID = v }
-            else if let v = Self.value(text, i, end, "TracerPid:") { tracerPID = v }
-            i = end + 1
-        }
+        var ids = kcfs_status_ids()
+        kcfs_parse_status(text.baseAddress, text.count, &ids)
+        self.init(ids)
     }
 
-    /// The decimal after `key` on the line text[start..<end], if the line is that key's.
-    private static func value(_ text: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int, _ key: StaticString) -> pid_t? {
-        let kn = key.utf8CodeUnitCount
-        guard end - start > kn, memcmp(text.baseAddress! + start, key.utf8Start, kn) == 0 else { return nil }
-        return ProcNumber.parse(text, start + kn, end).map { pid_t(truncatingIfNeeded: $0) }
+    init(_ ids: kcfs_status_ids) {
+        tgid = ids.tgid >= 0 ? ids.tgid : nil
+        parentPID = ids.ppid >= 0 ? ids.ppid : nil
+        tracerPID = ids.tracer >= 0 ? ids.tracer : nil
+    }
+
+    /// Reread through an open descriptor (offset 0) with nothing allocated; nil when it reads
+    /// nothing (the process is gone).
+    static func reread(_ fd: Int32) -> ProcStatus? {
+        var ids = kcfs_status_ids()
+        return kcfs_read_status_ids(fd, &ids) == 0 ? ProcStatus(ids) : nil
     }
 }
 

@@ -158,6 +158,39 @@ final class CallerTests: AccessTestCase {
         XCTAssertTrue(isRefused(access.decide(threadID: process.pid, item: item, operation: .read, list: allowed), containing: "changed since"))
     }
 
+    /// The digest of a binary is cached by its stat (dev, inode, size, mtime and ctime), so
+    /// that the hundredth `head` is not hashed again: a rewrite in place that keeps the size
+    /// and puts the mtime back (`touch -d`) still moves the ctime, which only the kernel sets.
+    func testABinaryRewrittenInPlaceWithItsSizeAndMtimePutBackIsAnotherProgram() throws {
+        let dir = directory()
+        let prog = try dir.copy("/usr/bin/head", as: "prog")
+        let allowed = try list(prog)
+        let first = try TestProcess([prog], waitForExecutable: prog)
+        XCTAssertEqual(access.decide(threadID: first.pid, item: item, operation: .read, list: allowed), .allowed)
+        first.stop()
+        var before = stat()
+        XCTAssertEqual(stat(prog, &before), 0)
+        // One byte of the last section header (which neither the kernel nor ld.so reads).
+        let fd = open(prog, O_WRONLY)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        var byte: UInt8 = 0x5a
+        XCTAssertEqual(pwrite(fd, &byte, 1, off_t(before.st_size) - 1), 1)
+        close(fd)
+        let touch = try TestProcess(["/usr/bin/touch", "-d", "@\(before.st_mtim.tv_sec).\(String(format: "%09d", before.st_mtim.tv_nsec))", prog])
+        var status: Int32 = 0
+        waitpid(touch.pid, &status, 0)
+        XCTAssertEqual(status, 0)
+        var after = stat()
+        XCTAssertEqual(stat(prog, &after), 0)
+        XCTAssertEqual(after.st_size, before.st_size)
+        XCTAssertEqual(after.st_mtim.tv_sec, before.st_mtim.tv_sec)
+        XCTAssertEqual(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec)
+        XCTAssertNotEqual(FileStatKey(after), FileStatKey(before))
+        let second = try TestProcess([prog], waitForExecutable: prog)
+        let outcome = access.decide(threadID: second.pid, item: item, operation: .read, list: allowed)
+        XCTAssertTrue(isRefused(outcome, containing: "\(prog) changed since it was allowed"), "\(outcome)")
+    }
+
     func testAPathNowNamingAnotherFileIsAReplacedExecutable() throws {
         try XCTSkipUnless(geteuid() == 0, "bind mounts need root")
         let dir = directory()

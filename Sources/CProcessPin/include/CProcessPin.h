@@ -33,4 +33,27 @@ ssize_t kcfs_proc_readlink(pid_t pid, const char *name, char *buffer, size_t siz
  * either process not ours to inspect). */
 int kcfs_shares_memory(pid_t a, pid_t b);
 
+/* The Tgid, PPid and TracerPid of a /proc/PID/status text; each -1 when missing (missing is
+ * not zero: a caller checking for a tracer fails closed). */
+struct kcfs_status_ids { pid_t tgid, ppid, tracer; };
+void kcfs_parse_status(const unsigned char *text, size_t n, struct kcfs_status_ids *out);
+/* The same of an open /proc/PID/status, reread from offset 0 into a stack buffer: every new
+ * caller of a guarded item, and every later request of a known one, reads it. 0, or -1 with
+ * errno set (ESRCH when it reads nothing). */
+int kcfs_read_status_ids(int fd, struct kcfs_status_ids *out);
+
+/* Which loader variables an environment sets to something non-empty (bits below), and where
+ * its TERM value is (offset -1: none). */
+#define KCFS_LD_PRELOAD 1u
+#define KCFS_LD_AUDIT 2u
+#define KCFS_LD_LIBRARY_PATH 4u
+struct kcfs_environment { unsigned loader; long term_offset, term_length; };
+void kcfs_scan_environment(const unsigned char *b, size_t n, struct kcfs_environment *out);
+/* An open /proc/PID/environ, read whole from offset 0 into the stack and scanned; TERM's
+ * value is copied to `term` (term_length -1: none, -2: longer than term_size). Returns the
+ * environment's size, -2 when it may be larger than the stack buffer (the caller reads it
+ * whole another way), or -1 with errno set. */
+#define KCFS_ENVIRONMENT_FAST 16384
+long kcfs_read_environment(int fd, struct kcfs_environment *out, unsigned char *term, size_t term_size, long *term_length);
+
 #endif
