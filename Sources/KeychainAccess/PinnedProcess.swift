@@ -157,13 +157,20 @@ enum ProcFile {
         return .success(String(decoding: buffer[..<n], as: UTF8.self))
     }
 
-    /// `/proc/PID/NAME`'s link target, or the errno.
+    /// `/proc/PID/NAME`'s link target, or the errno. Read into a small buffer on the stack
+    /// first (an executable's path is short; a PATH_MAX one is a heap allocation, on the path
+    /// of every new caller of a guarded item), then into a PATH_MAX one if it filled.
     static func readLinkResult(of pid: pid_t, _ name: String) -> Result<String, Errno> {
-        withUnsafeTemporaryAllocation(of: CChar.self, capacity: Int(PATH_MAX) + 1) { buffer in
-            let n = kcfs_proc_readlink(pid, name, buffer.baseAddress!, buffer.count)
-            guard n >= 0 else { return .failure(Errno(errno)) }
-            return .success(String(decoding: UnsafeRawBufferPointer(start: buffer.baseAddress!, count: n), as: UTF8.self))
+        func read(_ capacity: Int) -> Result<String, Errno>? {
+            withUnsafeTemporaryAllocation(of: CChar.self, capacity: capacity) { buffer in
+                let n = kcfs_proc_readlink(pid, name, buffer.baseAddress!, buffer.count)
+                guard n >= 0 else { return .failure(Errno(errno)) }
+                // A target that fills the buffer may have been cut.
+                guard n < buffer.count else { return nil }
+                return .success(String(decoding: UnsafeRawBufferPointer(start: buffer.baseAddress!, count: n), as: UTF8.self))
+            }
         }
+        return read(256) ?? read(Int(PATH_MAX) + 1) ?? .failure(Errno(ENAMETOOLONG))
     }
 
     /// The loader variables and `TERM` of a process's environment (`CallerFacts.scanEnvironment`)
