@@ -125,6 +125,27 @@ final class CallerTests: AccessTestCase {
         XCTAssertEqual(access.decide(threadID: plain.pid, item: item, operation: .read, list: headOnly), .allowed)
     }
 
+    /// The environment is read into the stack when it fits 16 KiB and whole otherwise: a loader
+    /// variable behind 40 KiB of others is seen, and TERM (for a terminal prompt) is read
+    /// wherever it stands and however long it is.
+    func testALoaderVariableBehindALargeEnvironmentIsSeen() throws {
+        let headOnly = try list("/usr/bin/head")
+        let padding = (0..<400).map { "PAD\($0)=" + String(repeating: "x", count: 100) }
+        let hidden = try TestProcess(["/usr/bin/head"], environment: padding + ["LD_PRELOAD=/nonexistent/preload.so"],
+                                     waitForExecutable: "/usr/bin/head")
+        let outcome = access.decide(threadID: hidden.pid, item: item, operation: .read, list: headOnly)
+        XCTAssertTrue(isRefused(outcome, containing: "started with LD_PRELOAD set"), "\(outcome)")
+        let large = try TestProcess(["/usr/bin/head"], environment: padding + ["TERM=xterm-kcfs"], waitForExecutable: "/usr/bin/head")
+        XCTAssertEqual(access.decide(threadID: large.pid, item: item, operation: .read, list: headOnly), .allowed)
+        XCTAssertEqual(try access.identify(threadID: large.pid).terminalType, "xterm-kcfs")
+        let longTerm = String(repeating: "t", count: 300)
+        let small = try TestProcess(["/usr/bin/head"], environment: ["TERM=" + longTerm, "LD_AUDIT=/nonexistent/audit.so"],
+                                    waitForExecutable: "/usr/bin/head")
+        XCTAssertEqual(try access.identify(threadID: small.pid).terminalType, longTerm)
+        let audited = access.decide(threadID: small.pid, item: item, operation: .read, list: headOnly)
+        XCTAssertTrue(isRefused(audited, containing: "started with LD_AUDIT set"), "\(audited)")
+    }
+
     func testAReplacedBinaryIsRefusedUntilAllowedAgain() throws {
         let dir = directory()
         let prog = try dir.copy("/usr/bin/head", as: "prog")
