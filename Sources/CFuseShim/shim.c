@@ -1,5 +1,8 @@
 #include "CFuseShim.h"
 #include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
 #include <linux/fuse.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,8 +87,140 @@ int kcfs_notify_delete(struct fuse_session *se, uint64_t parent, uint64_t child,
     return fuse_lowlevel_notify_delete(se, parent, child, name, strlen(name));
 }
 
-/* The multi-threaded loop, as fuse_main runs it. */
-int kcfs_session_loop(struct fuse_session *se) { return fuse_session_loop_mt(se, 0); }
+/*
+ * The loop: one worker at a time reads /dev/fuse (the leader); the others wait for their turn.
+ * A request that never waits on anything slow (a lookup, a stat, a listing page, an
+ * extended attribute outside user.keychain.*) is answered by the leader, which then reads
+ * the next one: a listing's 20,000 getxattr round trips are then served as by a
+ * single-threaded daemon, by one warm thread. libfuse's own multi-threaded loop has every
+ * idle worker block in read(2), and the kernel wakes the one that has waited longest, so each
+ * request went to another thread (a sixth of an `ls -l` of 10,000 in the daemon's CPU time).
+ * Any other request (an open, which may ask the user about a program; a write, flush, fsync or
+ * release, which may commit and fsync; anything new) first passes the lead to an idle worker,
+ * or starts one (up to libfuse's default of 10), so that it never holds up the others.
+ */
+#define KCFS_MAX_WORKERS 10
+
+struct kcfs_loop {
+    struct fuse_session *se;
+    pthread_mutex_t lock;
+    pthread_cond_t turn;   /* an idle worker may lead */
+    sem_t ended;           /* a worker saw the session end */
+    int leading;           /* a worker reads, or answers a quick request */
+    int idle;              /* workers waiting in `turn` */
+    int workers;
+    int exit;
+    int error;
+    pthread_t threads[KCFS_MAX_WORKERS];
+};
+
+static int kcfs_is_quick(const struct fuse_buf *buf) {
+    if (buf->flags & FUSE_BUF_IS_FD || buf->size < sizeof(struct fuse_in_header)) return 0;
+    const struct fuse_in_header *in = buf->mem;
+    switch (in->opcode) {
+    case FUSE_LOOKUP: case FUSE_FORGET: case FUSE_BATCH_FORGET: case FUSE_GETATTR:
+    case FUSE_OPENDIR: case FUSE_READDIR: case FUSE_READDIRPLUS: case FUSE_RELEASEDIR:
+    case FUSE_STATFS: case FUSE_INTERRUPT:
+        return 1;
+    case FUSE_GETXATTR: {
+        /* user.keychain.* may be guarded (per-program access); no other name exists here. */
+        static const char ours[] = "user.keychain.";
+        size_t at = sizeof(struct fuse_in_header) + sizeof(struct fuse_getxattr_in);
+        if (buf->size < at + sizeof ours) return 0;
+        return strncmp((const char *) buf->mem + at, ours, sizeof ours - 1) != 0;
+    }
+    default:
+        return 0;
+    }
+}
+
+static void *kcfs_worker(void *arg);
+
+/* Under l->lock. Signals go to the main thread, as in libfuse's loop. */
+static int kcfs_start_worker(struct kcfs_loop *l) {
+    sigset_t blocked, old;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGTERM);
+    sigaddset(&blocked, SIGINT);
+    sigaddset(&blocked, SIGHUP);
+    sigaddset(&blocked, SIGQUIT);
+    pthread_sigmask(SIG_BLOCK, &blocked, &old);
+    int res = pthread_create(&l->threads[l->workers], NULL, kcfs_worker, l);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (res != 0) return -1;
+    l->workers++;
+    return 0;
+}
+
+static void *kcfs_worker(void *arg) {
+    struct kcfs_loop *l = arg;
+    struct fuse_buf buf = { .mem = NULL };
+    /* Cancelled (at unmount) only while it waits in read(2), never with a lock held. */
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+    pthread_mutex_lock(&l->lock);
+    while (!l->exit) {
+        if (l->leading) {
+            l->idle++;
+            pthread_cond_wait(&l->turn, &l->lock);
+            l->idle--;
+            continue;
+        }
+        l->leading = 1;
+        pthread_mutex_unlock(&l->lock);
+        int res;
+        for (;;) {
+            if (fuse_session_exited(l->se)) { res = 0; break; }
+            pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+            res = fuse_session_receive_buf(l->se, &buf);
+            pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+            if (res == -EINTR) continue;
+            if (res <= 0 || !kcfs_is_quick(&buf)) break;
+            fuse_session_process_buf(l->se, &buf);
+        }
+        pthread_mutex_lock(&l->lock);
+        l->leading = 0;
+        if (res <= 0) {
+            if (res < 0 && l->error == 0) l->error = res;
+            fuse_session_exit(l->se);
+            l->exit = 1;
+            pthread_cond_broadcast(&l->turn);
+            sem_post(&l->ended);
+            break;
+        }
+        if (l->idle > 0) pthread_cond_signal(&l->turn);
+        else if (l->workers < KCFS_MAX_WORKERS && !l->exit) kcfs_start_worker(l);
+        pthread_mutex_unlock(&l->lock);
+        fuse_session_process_buf(l->se, &buf);
+        pthread_mutex_lock(&l->lock);
+    }
+    pthread_mutex_unlock(&l->lock);
+    free(buf.mem);
+    return NULL;
+}
+
+int kcfs_session_loop(struct fuse_session *se) {
+    struct kcfs_loop l = { .se = se };
+    pthread_mutex_init(&l.lock, NULL);
+    pthread_cond_init(&l.turn, NULL);
+    sem_init(&l.ended, 0, 0);
+    pthread_mutex_lock(&l.lock);
+    int started = kcfs_start_worker(&l);
+    pthread_mutex_unlock(&l.lock);
+    if (started != 0) return -EAGAIN;
+    /* A stop signal interrupts sem_wait here (the workers block them) and ends the session. */
+    while (!fuse_session_exited(se)) sem_wait(&l.ended);
+    pthread_mutex_lock(&l.lock);
+    l.exit = 1;
+    pthread_cond_broadcast(&l.turn);
+    for (int i = 0; i < l.workers; i++) pthread_cancel(l.threads[i]);
+    int workers = l.workers;
+    pthread_mutex_unlock(&l.lock);
+    for (int i = 0; i < workers; i++) pthread_join(l.threads[i], NULL);
+    pthread_cond_destroy(&l.turn);
+    pthread_mutex_destroy(&l.lock);
+    sem_destroy(&l.ended);
+    return l.error;
+}
 
 void kcfs_session_unmount_and_destroy(struct fuse_session *se) {
     fuse_remove_signal_handlers(se);

@@ -14,6 +14,15 @@ extension KeychainTree {
     static let rootNames = ["state", "lock-after", "items"]
     static let readOnly: Set<String> = ["created", "modified"]
 
+    /// Whether `name` (a C string from the kernel) is one of ours. Every `ls -l` asks each
+    /// file for `security.selinux` and `system.posix_acl_access`: those are answered "no such
+    /// attribute" from the name alone, with no string made and no lookup of the file.
+    package static func isKeychainAttribute(_ name: UnsafePointer<CChar>) -> Bool {
+        prefixBytes.withUnsafeBufferPointer { p in strncmp(name, p.baseAddress!, p.count) == 0 }
+    }
+
+    private static let prefixBytes = Array(prefix.utf8CString.dropLast())
+
     private func attributeName(_ name: String) throws(FileSystemError) -> String {
         guard name.hasPrefix(Self.prefix) else { throw .noData }
         return String(name.dropFirst(Self.prefix.count))

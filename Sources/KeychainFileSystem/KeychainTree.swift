@@ -259,9 +259,12 @@ package final class KeychainTree: Sendable {
         package var offset: Int64
         /// Listed as a pending item: the caller passes it to later pages in `listedPending`.
         package var isPending = false
+        /// What `stat` of the entry gives, when the page could tell without resolving its name
+        /// again (`ServedKeychain.servicePage`); else nil, and the caller stats it by name.
+        package var stat: FileStat?
 
-        package init(entry: DirectoryEntry, offset: Int64, isPending: Bool = false) {
-            self.entry = entry; self.offset = offset; self.isPending = isPending
+        package init(entry: DirectoryEntry, offset: Int64, isPending: Bool = false, stat: FileStat? = nil) {
+            self.entry = entry; self.offset = offset; self.isPending = isPending; self.stat = stat
         }
     }
 
@@ -294,12 +297,12 @@ package final class KeychainTree: Sendable {
         // until something is listed or the store has no more.
         while out.count < limit {
             let page = try served.servicePage(service, after: after, limit: max(limit - out.count, 8))
-            for item in page.items {
+            for (i, item) in page.items.enumerated() {
                 guard case .generic(let g) = item.key else { continue }
                 let name = TreeName.escape(g.account)
-                if listedPending.contains(name) { continue }
+                if !listedPending.isEmpty, listedPending.contains(name) { continue }
                 out.append(ListedEntry(entry: DirectoryEntry(name: name, isDirectory: false),
-                                       offset: ListingOffset.storedBase + item.id))
+                                       offset: ListingOffset.storedBase + item.id, stat: page.stats?[i]))
             }
             guard let next = page.next else { break }
             after = next

@@ -419,30 +419,43 @@ package final class ServedKeychain: Sendable {
     /// size lists in bounded memory: the items read are put in the index only as lookups
     /// would (bounded, least recently used out, the group not marked complete), so that the
     /// attributes of a readdirplus reply come from memory.
-    package func servicePage(_ service: String, after: Int64, limit: Int) throws(FileSystemError) -> (items: [KeychainItem], next: Int64?) {
+    ///
+    /// `stats` holds each item's `stat` (as `KeychainTree.stat` of its name gives it), taken
+    /// under the same lock as the install when no change came between the store read and it,
+    /// so that a listing with attributes resolves no name again; nil when one did (the caller
+    /// then stats by name), and for an item whose name the index gives another item.
+    package func servicePage(_ service: String, after: Int64, limit: Int) throws(FileSystemError)
+        -> (items: [KeychainItem], stats: [FileStat?]?, next: Int64?) {
         let generation = state.withLock { $0.generation }
         let page: (items: [KeychainItem], next: Int64?)
         do {
             page = try keychain.groupPage(kind: .generic, name: service, after: after, limit: limit) { ids in
                 state.withLock { s in
                     var found: [Int64: KeychainItem] = [:]
+                    found.reserveCapacity(ids.count)
                     for id in ids { if let item = s.index.item(id) { found[id] = item } }
                     return found
                 }
             }
         } catch KeychainError.unavailable {
-            return ([], nil)
+            return ([], nil, nil)
         } catch {
             throw FileSystemError.from(error)
         }
         let shown = page.items.filter { ItemIndex.isShown($0.key) }
+        var stats: [FileStat?]?
         install(generation) { s in
             for item in shown where s.index.item(item.id) == nil {
                 s.evict()
                 s.index.install(item)
             }
+            let accounts = s.index.services[service]?.accounts
+            stats = shown.map { item -> FileStat? in
+                guard case .generic(let g) = item.key, accounts?[g.account] == item.id else { return nil }
+                return KeychainTree.itemStat(item, s)
+            }
         }
-        return (shown, page.next)
+        return (shown, stats, page.next)
     }
 
     /// The pending items (created, not yet committed) of a generic service, by id counting

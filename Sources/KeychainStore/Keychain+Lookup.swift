@@ -47,6 +47,31 @@ extension Keychain {
                            known: ([Int64]) -> [Int64: KeychainItem] = { _ in [:] }) throws -> (items: [KeychainItem], next: Int64?) {
         precondition(limit > 0)
         let g = Data(try blind(ItemKey.groupBytes(kind: kind, name: name)))
+        // A page listed again (`ls -l` of the same directory) is usually all known: then the
+        // rows' heads alone (no blob copied out of SQLite, no row decoded) pick the known
+        // items. The heads are one statement as the rows below are, so the same ids make
+        // the page; any row not known as it is reads the page whole, as the first listing does.
+        let heads = try select { db in
+            try SealedItem.fetchHeads(db, sql: GroupQuery.pageHeads, arguments: [g, after, limit])
+        }.sorted { $0.id < $1.id }.prefix(limit)
+        if heads.isEmpty { return ([], nil) }
+        let knownItems = known(heads.map(\.id))
+        if knownItems.count == heads.count {
+            var items: [KeychainItem] = []
+            items.reserveCapacity(heads.count)
+            var current = true
+            for head in heads {
+                guard let item = knownItems[head.id], !item.isPending, item.sealed.version == head.version,
+                      item.sealed.classCode == head.classCode, item.sealed.generation == head.generation,
+                      keybag.withLock({ $0.metadataKey(AccessibilityClass(code: item.sealed.classCode) ?? .default,
+                                                       generation: item.sealed.generation) }) != nil else {
+                    current = false
+                    break
+                }
+                if item.key.kind == kind { items.append(item) }
+            }
+            if current { return (items, heads.count < limit ? nil : heads.last.map(\.id)) }
+        }
         // One statement, so one snapshot, with no probe of the group's classes first: a page
         // is one request of a listing, and a read transaction and the probes were a third of
         // a listing's time.
@@ -57,7 +82,7 @@ extension Keychain {
             switch r { case .success(let s): s.id; case .failure(let d): d.id }
         }
         let page = rows.sorted { id($0) < id($1) }.prefix(limit)
-        let decoded = known(page.map(id))
+        let decoded = page.map(id) == heads.map(\.id) ? knownItems : known(page.map(id))
         var items: [KeychainItem] = []
         items.reserveCapacity(page.count)
         for case .success(let sealed) in page {
@@ -187,6 +212,10 @@ package enum GroupQuery {
     /// class no version knows is no one's to list.
     package static let page = AccessibilityClass.allCases.map {
         "SELECT * FROM (SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?1 AND class = \($0.code) AND id > ?2 ORDER BY id LIMIT ?3)"
+    }.joined(separator: " UNION ALL ")
+    /// The heads (`SealedItem.Head`) of the rows `page` reads.
+    package static let pageHeads = AccessibilityClass.allCases.map {
+        "SELECT * FROM (SELECT id, class, version, generation FROM items WHERE group_blind = ?1 AND class = \($0.code) AND id > ?2 ORDER BY id LIMIT ?3)"
     }.joined(separator: " UNION ALL ")
     /// The next class of a group after a class code.
     package static let nextClass = "SELECT class FROM items WHERE group_blind = ? AND class > ? ORDER BY class LIMIT 1"
