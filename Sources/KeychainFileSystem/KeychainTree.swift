@@ -297,12 +297,11 @@ package final class KeychainTree: Sendable {
         // until something is listed or the store has no more.
         while out.count < limit {
             let page = try served.servicePage(service, after: after, limit: max(limit - out.count, 8))
-            for (i, item) in page.items.enumerated() {
-                guard case .generic(let g) = item.key else { continue }
-                let name = TreeName.escape(g.account)
+            for e in page.entries {
+                let name = TreeName.escape(e.account)
                 if !listedPending.isEmpty, listedPending.contains(name) { continue }
                 out.append(ListedEntry(entry: DirectoryEntry(name: name, isDirectory: false),
-                                       offset: ListingOffset.storedBase + item.id, stat: page.stats?[i]))
+                                       offset: ListingOffset.storedBase + e.id, stat: e.stat))
             }
             guard let next = page.next else { break }
             after = next

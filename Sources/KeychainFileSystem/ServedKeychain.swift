@@ -413,6 +413,15 @@ package final class ServedKeychain: Sendable {
         }
     }
 
+    /// An entry of a page of a generic service (`servicePage`): its item's id and account, and
+    /// what `KeychainTree.stat` of its name gives, when the page could tell without resolving
+    /// the name again; nil when it could not (the caller then stats it by name).
+    package struct ServiceEntry: Sendable {
+        package var id: Int64
+        package var account: String
+        package var stat: FileStat?
+    }
+
     /// One page of a generic service's shown items, read from the store after the id
     /// `after` (`Keychain.groupPage`), with the id to resume after (nil at the end). A
     /// listing pages through the store rather than the index, so that a directory of any
@@ -420,13 +429,38 @@ package final class ServedKeychain: Sendable {
     /// would (bounded, least recently used out, the group not marked complete), so that the
     /// attributes of a readdirplus reply come from memory.
     ///
-    /// `stats` holds each item's `stat` (as `KeychainTree.stat` of its name gives it), taken
-    /// under the same lock as the install when no change came between the store read and it,
-    /// so that a listing with attributes resolves no name again; nil when one did (the caller
-    /// then stats by name), and for an item whose name the index gives another item.
+    /// A page listed before (`ls -l` again) usually has every row in the index at the row's
+    /// version: then only the rows' heads are read (`Keychain.groupPageHeads`) and no item is
+    /// decoded or copied. The attributes are taken under the same lock as the index is read
+    /// (or filled), and only if no change was put in since the store was read, so they are
+    /// those `stat` would give then.
     package func servicePage(_ service: String, after: Int64, limit: Int) throws(FileSystemError)
-        -> (items: [KeychainItem], stats: [FileStat?]?, next: Int64?) {
+        -> (entries: [ServiceEntry], next: Int64?) {
         let generation = state.withLock { $0.generation }
+        let heads: (heads: [SealedItem.Head], next: Int64?)
+        do {
+            heads = try keychain.groupPageHeads(kind: .generic, name: service, after: after, limit: limit)
+        } catch KeychainError.unavailable {
+            return ([], nil)
+        } catch {
+            throw FileSystemError.from(error)
+        }
+        if heads.heads.isEmpty { return ([], nil) }
+        let held = state.withLock { s -> [ServiceEntry]? in
+            guard s.generation == generation else { return nil }
+            let accounts = s.index.services[service]?.accounts
+            var entries: [ServiceEntry] = []
+            entries.reserveCapacity(heads.heads.count)
+            for head in heads.heads {
+                guard let item = s.index.item(head.id), keychain.isCurrent(item, head) else { return nil }
+                guard case .generic(let g) = item.key, ItemIndex.isShown(item.key) else { continue }
+                entries.append(ServiceEntry(id: item.id, account: g.account,
+                                            stat: accounts?[g.account] == item.id ? KeychainTree.itemStat(item, s) : nil))
+            }
+            return entries
+        }
+        if let held { return (held, heads.next) }
+
         let page: (items: [KeychainItem], next: Int64?)
         do {
             page = try keychain.groupPage(kind: .generic, name: service, after: after, limit: limit) { ids in
@@ -438,24 +472,34 @@ package final class ServedKeychain: Sendable {
                 }
             }
         } catch KeychainError.unavailable {
-            return ([], nil, nil)
+            return ([], nil)
         } catch {
             throw FileSystemError.from(error)
         }
         let shown = page.items.filter { ItemIndex.isShown($0.key) }
-        var stats: [FileStat?]?
+        var entries: [ServiceEntry] = []
+        entries.reserveCapacity(shown.count)
+        var installed = false
         install(generation) { s in
+            installed = true
             for item in shown where s.index.item(item.id) == nil {
                 s.evict()
                 s.index.install(item)
             }
             let accounts = s.index.services[service]?.accounts
-            stats = shown.map { item -> FileStat? in
-                guard case .generic(let g) = item.key, accounts?[g.account] == item.id else { return nil }
-                return KeychainTree.itemStat(item, s)
+            for item in shown {
+                guard case .generic(let g) = item.key else { continue }
+                entries.append(ServiceEntry(id: item.id, account: g.account,
+                                            stat: accounts?[g.account] == item.id ? KeychainTree.itemStat(item, s) : nil))
             }
         }
-        return (shown, stats, page.next)
+        if !installed {
+            for item in shown {
+                guard case .generic(let g) = item.key else { continue }
+                entries.append(ServiceEntry(id: item.id, account: g.account, stat: nil))
+            }
+        }
+        return (entries, page.next)
     }
 
     /// The pending items (created, not yet committed) of a generic service, by id counting

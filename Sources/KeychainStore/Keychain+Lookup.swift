@@ -47,31 +47,6 @@ extension Keychain {
                            known: ([Int64]) -> [Int64: KeychainItem] = { _ in [:] }) throws -> (items: [KeychainItem], next: Int64?) {
         precondition(limit > 0)
         let g = Data(try blind(ItemKey.groupBytes(kind: kind, name: name)))
-        // A page listed again (`ls -l` of the same directory) is usually all known: then the
-        // rows' heads alone (no blob copied out of SQLite, no row decoded) pick the known
-        // items. The heads are one statement as the rows below are, so the same ids make
-        // the page; any row not known as it is reads the page whole, as the first listing does.
-        let heads = try select { db in
-            try SealedItem.fetchHeads(db, sql: GroupQuery.pageHeads, arguments: [g, after, limit])
-        }.sorted { $0.id < $1.id }.prefix(limit)
-        if heads.isEmpty { return ([], nil) }
-        let knownItems = known(heads.map(\.id))
-        if knownItems.count == heads.count {
-            var items: [KeychainItem] = []
-            items.reserveCapacity(heads.count)
-            var current = true
-            for head in heads {
-                guard let item = knownItems[head.id], !item.isPending, item.sealed.version == head.version,
-                      item.sealed.classCode == head.classCode, item.sealed.generation == head.generation,
-                      keybag.withLock({ $0.metadataKey(AccessibilityClass(code: item.sealed.classCode) ?? .default,
-                                                       generation: item.sealed.generation) }) != nil else {
-                    current = false
-                    break
-                }
-                if item.key.kind == kind { items.append(item) }
-            }
-            if current { return (items, heads.count < limit ? nil : heads.last.map(\.id)) }
-        }
         // One statement, so one snapshot, with no probe of the group's classes first: a page
         // is one request of a listing, and a read transaction and the probes were a third of
         // a listing's time.
@@ -82,13 +57,11 @@ extension Keychain {
             switch r { case .success(let s): s.id; case .failure(let d): d.id }
         }
         let page = rows.sorted { id($0) < id($1) }.prefix(limit)
-        let decoded = page.map(id) == heads.map(\.id) ? knownItems : known(page.map(id))
+        let decoded = known(page.map(id))
         var items: [KeychainItem] = []
         items.reserveCapacity(page.count)
         for case .success(let sealed) in page {
-            if let item = decoded[sealed.id], !item.isPending, item.sealed.version == sealed.version,
-               item.sealed.classCode == sealed.classCode, item.sealed.generation == sealed.generation,
-               keybag.withLock({ $0.metadataKey(AccessibilityClass(code: sealed.classCode) ?? .default, generation: sealed.generation) }) != nil {
+            if let item = decoded[sealed.id], isCurrent(item, sealed.head) {
                 if item.key.kind == kind { items.append(item) }
                 continue
             }
@@ -98,6 +71,27 @@ extension Keychain {
             items.append(item.summary)
         }
         return (items, page.count < limit ? nil : page.last.map(id))
+    }
+
+    /// The heads of the rows `groupPage` reads (the same ranges in one statement, so the same
+    /// ids), in id order, with the id to resume after: all a listing needs from the store
+    /// when it already holds the items decoded (`isCurrent`). No blob is copied out of SQLite.
+    package func groupPageHeads(kind: ItemKind, name: String, after: Int64, limit: Int) throws -> (heads: [SealedItem.Head], next: Int64?) {
+        precondition(limit > 0)
+        let g = Data(try blind(ItemKey.groupBytes(kind: kind, name: name)))
+        let heads = try select { db in
+            try SealedItem.fetchHeads(db, sql: GroupQuery.pageHeads, arguments: [g, after, limit])
+        }.sorted { $0.id < $1.id }.prefix(limit)
+        return (Array(heads), heads.count < limit ? nil : heads.last?.id)
+    }
+
+    /// Whether `item`, decoded earlier, is still the row `head` describes (same version,
+    /// class and key generation) and readable now: then it stands for the row, not decrypted again.
+    package func isCurrent(_ item: KeychainItem, _ head: SealedItem.Head) -> Bool {
+        guard !item.isPending, item.sealed.version == head.version, item.sealed.classCode == head.classCode,
+              item.sealed.generation == head.generation else { return false }
+        let c = AccessibilityClass(code: item.sealed.classCode) ?? .default
+        return keybag.withLock { $0.metadataKey(c, generation: item.sealed.generation) } != nil
     }
 
     /// The classes of the group's rows, from the plaintext class column: readable or not. A

@@ -207,14 +207,17 @@ package struct SealedItem: Sendable, Hashable {
         var error: KeychainError
     }
 
-    /// What tells whether a row's decoded item is still current: its id, class, version and
-    /// key generation, nil where a column is not an integer (then only the whole row says).
-    struct Head {
-        var id: Int64
-        var classCode: Int?
-        var version: Int64?
-        var generation: Int64?
+    /// What tells whether a row's decoded item is still current (`Keychain.isCurrent`): its
+    /// id, class, version and key generation, nil where a column is not an integer (a
+    /// damaged row, which only a read of the whole row reports).
+    package struct Head: Sendable {
+        package var id: Int64
+        package var classCode: Int?
+        package var version: Int64?
+        package var generation: Int64?
     }
+
+    var head: Head { Head(id: id, classCode: classCode, version: version, generation: generation) }
 
     /// The heads a `SELECT id, class, version, generation ...` returns: no blob is copied.
     static func fetchHeads(_ db: Database, sql: String, arguments: StatementArguments) throws -> [Head] {
