@@ -88,16 +88,17 @@ int kcfs_notify_delete(struct fuse_session *se, uint64_t parent, uint64_t child,
 }
 
 /*
- * The loop: one worker at a time reads /dev/fuse (the leader); the others wait for their turn.
- * A request that never waits on anything slow (a lookup, a stat, a listing page, an
- * extended attribute outside user.keychain.*) is answered by the leader, which then reads
- * the next one: a listing's 20,000 getxattr round trips are then served as by a
- * single-threaded daemon, by one warm thread. libfuse's own multi-threaded loop has every
- * idle worker block in read(2), and the kernel wakes the one that has waited longest, so each
- * request went to another thread (a sixth of an `ls -l` of 10,000 in the daemon's CPU time).
- * Any other request (an open, which may ask the user about a program; a write, flush, fsync or
- * release, which may commit and fsync; anything new) first passes the lead to an idle worker,
- * or starts one (up to libfuse's default of 10), so that it never holds up the others.
+ * The loop: one worker at a time reads /dev/fuse (the leader) and answers what it read; the
+ * others wait for their turn. A listing's 20,000 getxattr round trips, or a reader's open,
+ * read and release, are then served as by a single-threaded daemon, by one warm thread.
+ * libfuse's own multi-threaded loop has every idle worker block in read(2), and the kernel
+ * wakes the one that has waited longest, so each request went to another thread (a sixth of
+ * an `ls -l` of 10,000 in the daemon's CPU time).
+ * Before anything that may wait, the leader passes the lead to an idle worker (or starts
+ * one, up to libfuse's default of 10), so that the wait holds up no one else: the binding
+ * calls kcfs_loop_pass_lead() before asking the user about a program and before a commit
+ * (ServedKeychain's `beforeWaiting`), and the few requests that are waits in themselves
+ * (fsync, and any this list does not know) pass it before they are answered.
  */
 #define KCFS_MAX_WORKERS 10
 
@@ -106,7 +107,7 @@ struct kcfs_loop {
     pthread_mutex_t lock;
     pthread_cond_t turn;   /* an idle worker may lead */
     sem_t ended;           /* a worker saw the session end */
-    int leading;           /* a worker reads, or answers a quick request */
+    int leading;           /* a worker reads, or answers what it read */
     int idle;              /* workers waiting in `turn` */
     int workers;
     int exit;
@@ -114,21 +115,20 @@ struct kcfs_loop {
     pthread_t threads[KCFS_MAX_WORKERS];
 };
 
+/* The loop this thread leads, while it does. */
+static _Thread_local struct kcfs_loop *kcfs_leading;
+
+/* Requests that never wait but through a call that passes the lead (see above). */
 static int kcfs_is_quick(const struct fuse_buf *buf) {
     if (buf->flags & FUSE_BUF_IS_FD || buf->size < sizeof(struct fuse_in_header)) return 0;
-    const struct fuse_in_header *in = buf->mem;
-    switch (in->opcode) {
-    case FUSE_LOOKUP: case FUSE_FORGET: case FUSE_BATCH_FORGET: case FUSE_GETATTR:
+    switch (((const struct fuse_in_header *) buf->mem)->opcode) {
+    case FUSE_LOOKUP: case FUSE_FORGET: case FUSE_BATCH_FORGET: case FUSE_GETATTR: case FUSE_SETATTR:
     case FUSE_OPENDIR: case FUSE_READDIR: case FUSE_READDIRPLUS: case FUSE_RELEASEDIR:
+    case FUSE_GETXATTR: case FUSE_LISTXATTR: case FUSE_SETXATTR: case FUSE_REMOVEXATTR:
+    case FUSE_OPEN: case FUSE_READ: case FUSE_WRITE: case FUSE_FLUSH: case FUSE_RELEASE: case FUSE_LSEEK:
+    case FUSE_CREATE: case FUSE_MKDIR: case FUSE_UNLINK: case FUSE_RMDIR: case FUSE_RENAME: case FUSE_RENAME2:
     case FUSE_STATFS: case FUSE_INTERRUPT:
         return 1;
-    case FUSE_GETXATTR: {
-        /* user.keychain.* may be guarded (per-program access); no other name exists here. */
-        static const char ours[] = "user.keychain.";
-        size_t at = sizeof(struct fuse_in_header) + sizeof(struct fuse_getxattr_in);
-        if (buf->size < at + sizeof ours) return 0;
-        return strncmp((const char *) buf->mem + at, ours, sizeof ours - 1) != 0;
-    }
     default:
         return 0;
     }
@@ -152,6 +152,22 @@ static int kcfs_start_worker(struct kcfs_loop *l) {
     return 0;
 }
 
+/* Under l->lock: the lead goes to an idle worker, or to a new one. */
+static void kcfs_pass_lead_locked(struct kcfs_loop *l) {
+    l->leading = 0;
+    if (l->idle > 0) pthread_cond_signal(&l->turn);
+    else if (l->workers < KCFS_MAX_WORKERS && !l->exit) kcfs_start_worker(l);
+}
+
+void kcfs_loop_pass_lead(void) {
+    struct kcfs_loop *l = kcfs_leading;
+    if (l == NULL) return;
+    kcfs_leading = NULL;
+    pthread_mutex_lock(&l->lock);
+    kcfs_pass_lead_locked(l);
+    pthread_mutex_unlock(&l->lock);
+}
+
 static void *kcfs_worker(void *arg) {
     struct kcfs_loop *l = arg;
     struct fuse_buf buf = { .mem = NULL };
@@ -167,6 +183,7 @@ static void *kcfs_worker(void *arg) {
         }
         l->leading = 1;
         pthread_mutex_unlock(&l->lock);
+        kcfs_leading = l;
         int res;
         for (;;) {
             if (fuse_session_exited(l->se)) { res = 0; break; }
@@ -174,12 +191,16 @@ static void *kcfs_worker(void *arg) {
             res = fuse_session_receive_buf(l->se, &buf);
             pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
             if (res == -EINTR) continue;
-            if (res <= 0 || !kcfs_is_quick(&buf)) break;
+            if (res <= 0) break;
+            if (!kcfs_is_quick(&buf)) kcfs_loop_pass_lead();
             fuse_session_process_buf(l->se, &buf);
+            /* Passed on while answering: another worker reads now. */
+            if (kcfs_leading == NULL) break;
         }
         pthread_mutex_lock(&l->lock);
-        l->leading = 0;
         if (res <= 0) {
+            kcfs_leading = NULL;
+            l->leading = 0;
             if (res < 0 && l->error == 0) l->error = res;
             fuse_session_exit(l->se);
             l->exit = 1;
@@ -187,11 +208,6 @@ static void *kcfs_worker(void *arg) {
             sem_post(&l->ended);
             break;
         }
-        if (l->idle > 0) pthread_cond_signal(&l->turn);
-        else if (l->workers < KCFS_MAX_WORKERS && !l->exit) kcfs_start_worker(l);
-        pthread_mutex_unlock(&l->lock);
-        fuse_session_process_buf(l->se, &buf);
-        pthread_mutex_lock(&l->lock);
     }
     pthread_mutex_unlock(&l->lock);
     free(buf.mem);

@@ -81,6 +81,7 @@ extension KeychainTree {
                 target = AccessItem(id: "directory:" + directory.treePath, path: directory.treePath + "/",
                                     key: .generic(try GenericPasswordKey(service: directory.name, account: "")))
             } catch { throw .from(error) }
+            served.willWait()
             switch served.access.decide(caller, item: target, operation: .write, list: current) {
             case .allowed, .allowedAlways: break
             case .refused(let why): throw .from(KeychainError.accessDenied(why))
@@ -107,6 +108,8 @@ extension KeychainTree {
             case "state": return Array(served.lockState.rawValue.utf8)
             case "lock-after": return Array((lockAfter.map(String.init) ?? "off").utf8)
             case "items":
+                // A count of the store's rows: at a million, long enough to let others go on.
+                served.willWait()
                 do { return Array(String(try served.readableItemCount()).utf8) } catch { throw .from(error) }
             default: throw .noData
             }

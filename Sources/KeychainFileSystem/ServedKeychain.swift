@@ -33,7 +33,7 @@ import Synchronization
 ///   a commit only when fills keep losing that race, and then fills under `committing`.
 /// - `state` guards the index, the plaintext cache and the open files; it is held only for
 ///   in-memory work, never across SQL, fsync or the decryption of a secret.
-/// - `observers`, `afterLock`, `notSynchronizableRows` and the test hooks are leaves: each is held only to copy out
+/// - `observers`, `afterLock`, `beforeWaiting`, `notSynchronizableRows` and the test hooks are leaves: each is held only to copy out
 ///   or replace its value, and what it holds is called after it is released. Observers are
 ///   called with none of these locks held, so an observer may call back in here.
 /// - Below all of these, `LockedMemory`'s own mutex is a leaf: every `SecureBytes` made or
@@ -57,6 +57,9 @@ package final class ServedKeychain: Sendable {
     /// Run after every lock and after the keys are forgotten: the FUSE binding drops the
     /// kernel's cached pages of the files the lock revoked.
     private let afterLock = Mutex<(@Sendable () -> Void)?>(nil)
+    /// Run before anything that may wait long (`willWait`): the FUSE binding answers most
+    /// requests on the thread that read them, and lets another thread read meanwhile.
+    private let beforeWaiting = Mutex<(@Sendable () -> Void)?>(nil)
     /// Called between decrypting a secret and caching it; tests use it to force interleavings.
     private let afterDecrypt = Mutex<(@Sendable () -> Void)?>(nil)
     /// Called between a fill's read of the store and its install; tests use it likewise.
@@ -209,6 +212,8 @@ package final class ServedKeychain: Sendable {
     /// either (`ItemCommit`), and nothing else changes them meanwhile. What it committed goes
     /// to the observers after `committing` is released, also when `body` throws after a write.
     func change<T, E: Error>(origin: ChangeOrigin, _ body: (ItemCommit) throws(E) -> T) throws(E) -> T {
+        // Another commit may hold `committing`, and this one syncs the store.
+        willWait()
         let (result, changes) = committing.withLock { (_: inout Void) -> (Result<T, E>, [ItemChange]) in
             let commit = ItemCommit(owner: self)
             let result: Result<T, E>
@@ -548,6 +553,11 @@ package final class ServedKeychain: Sendable {
 
     package func setAfterLock(_ hook: (@Sendable () -> Void)?) { afterLock.withLock { $0 = hook } }
 
+    package func setBeforeWaiting(_ hook: (@Sendable () -> Void)?) { beforeWaiting.withLock { $0 = hook } }
+
+    /// Called before a commit and before a program is decided on (the user may be asked).
+    package func willWait() { beforeWaiting.withLock { $0 }?() }
+
     /// The one lock, whoever asks (the idle timer, the CLI, a signal, the tree): takes the keys,
     /// then wipes every cached or open copy of a secret whose class key is gone, then lets the
     /// FUSE binding drop the kernel's pages (`afterLock`), then tells the observers. The keys
@@ -627,6 +637,7 @@ package final class ServedKeychain: Sendable {
         guard let list = record.attributes.values.access, !list.isAnyProgram else { return }
         let item = record
         let target = AccessItem(id: itemID, path: Self.treePath(item.key), key: item.key)
+        willWait()
         switch access.decide(caller, item: target, operation: operation, list: list, prompting: prompting) {
         case .allowed: return
         case .refused(let why): throw .accessDenied(why)
