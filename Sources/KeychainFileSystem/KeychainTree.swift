@@ -177,7 +177,13 @@ package final class KeychainTree: Sendable {
     /// An item's size is that of its stored secret, or of an open copy being written, so
     /// that `stat` during a copy does not report (and the kernel cache) a stale size or time.
     static func itemStat(_ item: KeychainItem, _ s: ServedKeychain.State) -> FileStat {
-        if let pending = s.files.values.first(where: { $0.itemID == item.id && $0.isPending }) {
+        itemStat(item, openFiles: s.files)
+    }
+
+    /// `itemStat` with the open files alone: a listing takes a page's attributes in one hold
+    /// of `state`, and passing the whole state per entry copied it each time.
+    static func itemStat(_ item: KeychainItem, openFiles: [UInt64: OpenFile]) -> FileStat {
+        if !openFiles.isEmpty, let pending = openFiles.values.first(where: { $0.itemID == item.id && $0.isPending }) {
             return .file(size: pending.buffer.count, modified: pending.modified)
         }
         // A damaged row shorter than a seal is size 0, not a negative size the kernel turns into EIO.

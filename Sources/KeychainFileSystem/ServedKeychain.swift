@@ -454,13 +454,14 @@ package final class ServedKeychain: Sendable {
         let held = state.withLock { s -> [ServiceEntry]? in
             guard s.generation == generation else { return nil }
             let accounts = s.index.services[service]?.accounts
+            let files = s.files
             var entries: [ServiceEntry] = []
             entries.reserveCapacity(heads.heads.count)
             for head in heads.heads {
                 guard let item = s.index.item(head.id), keychain.isCurrent(item, head) else { return nil }
                 guard case .generic(let g) = item.key, ItemIndex.isShown(item.key) else { continue }
                 entries.append(ServiceEntry(id: item.id, account: g.account,
-                                            stat: accounts?[g.account] == item.id ? KeychainTree.itemStat(item, s) : nil))
+                                            stat: accounts?[g.account] == item.id ? KeychainTree.itemStat(item, openFiles: files) : nil))
             }
             return entries
         }
@@ -492,10 +493,11 @@ package final class ServedKeychain: Sendable {
                 s.index.install(item)
             }
             let accounts = s.index.services[service]?.accounts
+            let files = s.files
             for item in shown {
                 guard case .generic(let g) = item.key else { continue }
                 entries.append(ServiceEntry(id: item.id, account: g.account,
-                                            stat: accounts?[g.account] == item.id ? KeychainTree.itemStat(item, s) : nil))
+                                            stat: accounts?[g.account] == item.id ? KeychainTree.itemStat(item, openFiles: files) : nil))
             }
         }
         if !installed {
