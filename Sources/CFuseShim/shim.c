@@ -1,5 +1,8 @@
 #include "CFuseShim.h"
 #include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
 #include <linux/fuse.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,8 +87,156 @@ int kcfs_notify_delete(struct fuse_session *se, uint64_t parent, uint64_t child,
     return fuse_lowlevel_notify_delete(se, parent, child, name, strlen(name));
 }
 
-/* The multi-threaded loop, as fuse_main runs it. */
-int kcfs_session_loop(struct fuse_session *se) { return fuse_session_loop_mt(se, 0); }
+/*
+ * The loop: one worker at a time reads /dev/fuse (the leader) and answers what it read; the
+ * others wait for their turn. A listing's 20,000 getxattr round trips, or a reader's open,
+ * read and release, are then served as by a single-threaded daemon, by one warm thread.
+ * libfuse's own multi-threaded loop has every idle worker block in read(2), and the kernel
+ * wakes the one that has waited longest, so each request went to another thread (a sixth of
+ * an `ls -l` of 10,000 in the daemon's CPU time).
+ * Before anything that may wait, the leader passes the lead to an idle worker (or starts
+ * one, up to libfuse's default of 10), so that the wait holds up no one else: the binding
+ * calls kcfs_loop_pass_lead() before asking the user about a program and before a commit
+ * (ServedKeychain's `beforeWaiting`), and the few requests that are waits in themselves
+ * (fsync, and any this list does not know) pass it before they are answered.
+ */
+#define KCFS_MAX_WORKERS 10
+
+struct kcfs_loop {
+    struct fuse_session *se;
+    pthread_mutex_t lock;
+    pthread_cond_t turn;   /* an idle worker may lead */
+    sem_t ended;           /* a worker saw the session end */
+    int leading;           /* a worker reads, or answers what it read */
+    int idle;              /* workers waiting in `turn` */
+    int workers;
+    int exit;
+    int error;
+    pthread_t threads[KCFS_MAX_WORKERS];
+};
+
+/* The loop this thread leads, while it does. */
+static _Thread_local struct kcfs_loop *kcfs_leading;
+
+/* Requests that never wait but through a call that passes the lead (see above). */
+static int kcfs_is_quick(const struct fuse_buf *buf) {
+    if (buf->flags & FUSE_BUF_IS_FD || buf->size < sizeof(struct fuse_in_header)) return 0;
+    switch (((const struct fuse_in_header *) buf->mem)->opcode) {
+    case FUSE_LOOKUP: case FUSE_FORGET: case FUSE_BATCH_FORGET: case FUSE_GETATTR: case FUSE_SETATTR:
+    case FUSE_OPENDIR: case FUSE_READDIR: case FUSE_READDIRPLUS: case FUSE_RELEASEDIR:
+    case FUSE_GETXATTR: case FUSE_LISTXATTR: case FUSE_SETXATTR: case FUSE_REMOVEXATTR:
+    case FUSE_OPEN: case FUSE_READ: case FUSE_WRITE: case FUSE_FLUSH: case FUSE_RELEASE: case FUSE_LSEEK:
+    case FUSE_CREATE: case FUSE_MKDIR: case FUSE_UNLINK: case FUSE_RMDIR: case FUSE_RENAME: case FUSE_RENAME2:
+    case FUSE_STATFS: case FUSE_INTERRUPT:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void *kcfs_worker(void *arg);
+
+/* Under l->lock. Signals go to the main thread, as in libfuse's loop. */
+static int kcfs_start_worker(struct kcfs_loop *l) {
+    sigset_t blocked, old;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGTERM);
+    sigaddset(&blocked, SIGINT);
+    sigaddset(&blocked, SIGHUP);
+    sigaddset(&blocked, SIGQUIT);
+    pthread_sigmask(SIG_BLOCK, &blocked, &old);
+    int res = pthread_create(&l->threads[l->workers], NULL, kcfs_worker, l);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (res != 0) return -1;
+    l->workers++;
+    return 0;
+}
+
+/* Under l->lock: the lead goes to an idle worker, or to a new one. */
+static void kcfs_pass_lead_locked(struct kcfs_loop *l) {
+    l->leading = 0;
+    if (l->idle > 0) pthread_cond_signal(&l->turn);
+    else if (l->workers < KCFS_MAX_WORKERS && !l->exit) kcfs_start_worker(l);
+}
+
+void kcfs_loop_pass_lead(void) {
+    struct kcfs_loop *l = kcfs_leading;
+    if (l == NULL) return;
+    kcfs_leading = NULL;
+    pthread_mutex_lock(&l->lock);
+    kcfs_pass_lead_locked(l);
+    pthread_mutex_unlock(&l->lock);
+}
+
+static void *kcfs_worker(void *arg) {
+    struct kcfs_loop *l = arg;
+    struct fuse_buf buf = { .mem = NULL };
+    /* Cancelled (at unmount) only while it waits in read(2), never with a lock held. */
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+    pthread_mutex_lock(&l->lock);
+    while (!l->exit) {
+        if (l->leading) {
+            l->idle++;
+            pthread_cond_wait(&l->turn, &l->lock);
+            l->idle--;
+            continue;
+        }
+        l->leading = 1;
+        pthread_mutex_unlock(&l->lock);
+        kcfs_leading = l;
+        int res;
+        for (;;) {
+            if (fuse_session_exited(l->se)) { res = 0; break; }
+            pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+            res = fuse_session_receive_buf(l->se, &buf);
+            pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+            if (res == -EINTR) continue;
+            if (res <= 0) break;
+            if (!kcfs_is_quick(&buf)) kcfs_loop_pass_lead();
+            fuse_session_process_buf(l->se, &buf);
+            /* Passed on while answering: another worker reads now. */
+            if (kcfs_leading == NULL) break;
+        }
+        pthread_mutex_lock(&l->lock);
+        if (res <= 0) {
+            kcfs_leading = NULL;
+            l->leading = 0;
+            if (res < 0 && l->error == 0) l->error = res;
+            fuse_session_exit(l->se);
+            l->exit = 1;
+            pthread_cond_broadcast(&l->turn);
+            sem_post(&l->ended);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&l->lock);
+    free(buf.mem);
+    return NULL;
+}
+
+int kcfs_session_loop(struct fuse_session *se) {
+    struct kcfs_loop l = { .se = se };
+    pthread_mutex_init(&l.lock, NULL);
+    pthread_cond_init(&l.turn, NULL);
+    sem_init(&l.ended, 0, 0);
+    pthread_mutex_lock(&l.lock);
+    int started = kcfs_start_worker(&l);
+    pthread_mutex_unlock(&l.lock);
+    if (started != 0) return -EAGAIN;
+    /* A stop signal interrupts sem_wait here (the workers block them) and ends the session. */
+    while (!fuse_session_exited(se)) sem_wait(&l.ended);
+    pthread_mutex_lock(&l.lock);
+    l.exit = 1;
+    pthread_cond_broadcast(&l.turn);
+    for (int i = 0; i < l.workers; i++) pthread_cancel(l.threads[i]);
+    int workers = l.workers;
+    pthread_mutex_unlock(&l.lock);
+    for (int i = 0; i < workers; i++) pthread_join(l.threads[i], NULL);
+    pthread_cond_destroy(&l.turn);
+    pthread_mutex_destroy(&l.lock);
+    sem_destroy(&l.ended);
+    return l.error;
+}
 
 void kcfs_session_unmount_and_destroy(struct fuse_session *se) {
     fuse_remove_signal_handlers(se);

@@ -14,6 +14,15 @@ extension KeychainTree {
     static let rootNames = ["state", "lock-after", "items"]
     static let readOnly: Set<String> = ["created", "modified"]
 
+    /// Whether `name` (a C string from the kernel) is one of ours. Every `ls -l` asks each
+    /// file for `security.selinux` and `system.posix_acl_access`: those are answered "no such
+    /// attribute" from the name alone, with no string made and no lookup of the file.
+    package static func isKeychainAttribute(_ name: UnsafePointer<CChar>) -> Bool {
+        prefixBytes.withUnsafeBufferPointer { p in strncmp(name, p.baseAddress!, p.count) == 0 }
+    }
+
+    private static let prefixBytes = Array(prefix.utf8CString.dropLast())
+
     private func attributeName(_ name: String) throws(FileSystemError) -> String {
         guard name.hasPrefix(Self.prefix) else { throw .noData }
         return String(name.dropFirst(Self.prefix.count))
@@ -72,6 +81,7 @@ extension KeychainTree {
                 target = AccessItem(id: "directory:" + directory.treePath, path: directory.treePath + "/",
                                     key: .generic(try GenericPasswordKey(service: directory.name, account: "")))
             } catch { throw .from(error) }
+            served.willWait()
             switch served.access.decide(caller, item: target, operation: .write, list: current) {
             case .allowed, .allowedAlways: break
             case .refused(let why): throw .from(KeychainError.accessDenied(why))
@@ -98,6 +108,8 @@ extension KeychainTree {
             case "state": return Array(served.lockState.rawValue.utf8)
             case "lock-after": return Array((lockAfter.map(String.init) ?? "off").utf8)
             case "items":
+                // A count of the store's rows: at a million, long enough to let others go on.
+                served.willWait()
                 do { return Array(String(try served.readableItemCount()).utf8) } catch { throw .from(error) }
             default: throw .noData
             }

@@ -177,7 +177,13 @@ package final class KeychainTree: Sendable {
     /// An item's size is that of its stored secret, or of an open copy being written, so
     /// that `stat` during a copy does not report (and the kernel cache) a stale size or time.
     static func itemStat(_ item: KeychainItem, _ s: ServedKeychain.State) -> FileStat {
-        if let pending = s.files.values.first(where: { $0.itemID == item.id && $0.isPending }) {
+        itemStat(item, openFiles: s.files)
+    }
+
+    /// `itemStat` with the open files alone: a listing takes a page's attributes in one hold
+    /// of `state`, and passing the whole state per entry copied it each time.
+    static func itemStat(_ item: KeychainItem, openFiles: [UInt64: OpenFile]) -> FileStat {
+        if !openFiles.isEmpty, let pending = openFiles.values.first(where: { $0.itemID == item.id && $0.isPending }) {
             return .file(size: pending.buffer.count, modified: pending.modified)
         }
         // A damaged row shorter than a seal is size 0, not a negative size the kernel turns into EIO.
@@ -259,9 +265,12 @@ package final class KeychainTree: Sendable {
         package var offset: Int64
         /// Listed as a pending item: the caller passes it to later pages in `listedPending`.
         package var isPending = false
+        /// What `stat` of the entry gives, when the page could tell without resolving its name
+        /// again (`ServedKeychain.servicePage`); else nil, and the caller stats it by name.
+        package var stat: FileStat?
 
-        package init(entry: DirectoryEntry, offset: Int64, isPending: Bool = false) {
-            self.entry = entry; self.offset = offset; self.isPending = isPending
+        package init(entry: DirectoryEntry, offset: Int64, isPending: Bool = false, stat: FileStat? = nil) {
+            self.entry = entry; self.offset = offset; self.isPending = isPending; self.stat = stat
         }
     }
 
@@ -294,12 +303,11 @@ package final class KeychainTree: Sendable {
         // until something is listed or the store has no more.
         while out.count < limit {
             let page = try served.servicePage(service, after: after, limit: max(limit - out.count, 8))
-            for item in page.items {
-                guard case .generic(let g) = item.key else { continue }
-                let name = TreeName.escape(g.account)
-                if listedPending.contains(name) { continue }
+            for e in page.entries {
+                let name = TreeName.escape(e.account)
+                if !listedPending.isEmpty, listedPending.contains(name) { continue }
                 out.append(ListedEntry(entry: DirectoryEntry(name: name, isDirectory: false),
-                                       offset: ListingOffset.storedBase + item.id))
+                                       offset: ListingOffset.storedBase + e.id, stat: e.stat))
             }
             guard let next = page.next else { break }
             after = next

@@ -33,7 +33,7 @@ import Synchronization
 ///   a commit only when fills keep losing that race, and then fills under `committing`.
 /// - `state` guards the index, the plaintext cache and the open files; it is held only for
 ///   in-memory work, never across SQL, fsync or the decryption of a secret.
-/// - `observers`, `afterLock`, `notSynchronizableRows` and the test hooks are leaves: each is held only to copy out
+/// - `observers`, `afterLock`, `beforeWaiting`, `notSynchronizableRows` and the test hooks are leaves: each is held only to copy out
 ///   or replace its value, and what it holds is called after it is released. Observers are
 ///   called with none of these locks held, so an observer may call back in here.
 /// - Below all of these, `LockedMemory`'s own mutex is a leaf: every `SecureBytes` made or
@@ -57,6 +57,9 @@ package final class ServedKeychain: Sendable {
     /// Run after every lock and after the keys are forgotten: the FUSE binding drops the
     /// kernel's cached pages of the files the lock revoked.
     private let afterLock = Mutex<(@Sendable () -> Void)?>(nil)
+    /// Run before anything that may wait long (`willWait`): the FUSE binding answers most
+    /// requests on the thread that read them, and lets another thread read meanwhile.
+    private let beforeWaiting = Mutex<(@Sendable () -> Void)?>(nil)
     /// Called between decrypting a secret and caching it; tests use it to force interleavings.
     private let afterDecrypt = Mutex<(@Sendable () -> Void)?>(nil)
     /// Called between a fill's read of the store and its install; tests use it likewise.
@@ -209,6 +212,8 @@ package final class ServedKeychain: Sendable {
     /// either (`ItemCommit`), and nothing else changes them meanwhile. What it committed goes
     /// to the observers after `committing` is released, also when `body` throws after a write.
     func change<T, E: Error>(origin: ChangeOrigin, _ body: (ItemCommit) throws(E) -> T) throws(E) -> T {
+        // Another commit may hold `committing`, and this one syncs the store.
+        willWait()
         let (result, changes) = committing.withLock { (_: inout Void) -> (Result<T, E>, [ItemChange]) in
             let commit = ItemCommit(owner: self)
             let result: Result<T, E>
@@ -413,19 +418,61 @@ package final class ServedKeychain: Sendable {
         }
     }
 
+    /// An entry of a page of a generic service (`servicePage`): its item's id and account, and
+    /// what `KeychainTree.stat` of its name gives, when the page could tell without resolving
+    /// the name again; nil when it could not (the caller then stats it by name).
+    package struct ServiceEntry: Sendable {
+        package var id: Int64
+        package var account: String
+        package var stat: FileStat?
+    }
+
     /// One page of a generic service's shown items, read from the store after the id
     /// `after` (`Keychain.groupPage`), with the id to resume after (nil at the end). A
     /// listing pages through the store rather than the index, so that a directory of any
     /// size lists in bounded memory: the items read are put in the index only as lookups
     /// would (bounded, least recently used out, the group not marked complete), so that the
     /// attributes of a readdirplus reply come from memory.
-    package func servicePage(_ service: String, after: Int64, limit: Int) throws(FileSystemError) -> (items: [KeychainItem], next: Int64?) {
+    ///
+    /// A page listed before (`ls -l` again) usually has every row in the index at the row's
+    /// version: then only the rows' heads are read (`Keychain.groupPageHeads`) and no item is
+    /// decoded or copied. The attributes are taken under the same lock as the index is read
+    /// (or filled), and only if no change was put in since the store was read, so they are
+    /// those `stat` would give then.
+    package func servicePage(_ service: String, after: Int64, limit: Int) throws(FileSystemError)
+        -> (entries: [ServiceEntry], next: Int64?) {
         let generation = state.withLock { $0.generation }
+        let heads: (heads: [SealedItem.Head], next: Int64?)
+        do {
+            heads = try keychain.groupPageHeads(kind: .generic, name: service, after: after, limit: limit)
+        } catch KeychainError.unavailable {
+            return ([], nil)
+        } catch {
+            throw FileSystemError.from(error)
+        }
+        if heads.heads.isEmpty { return ([], nil) }
+        let held = state.withLock { s -> [ServiceEntry]? in
+            guard s.generation == generation else { return nil }
+            let accounts = s.index.services[service]?.accounts
+            let files = s.files
+            var entries: [ServiceEntry] = []
+            entries.reserveCapacity(heads.heads.count)
+            for head in heads.heads {
+                guard let item = s.index.item(head.id), keychain.isCurrent(item, head) else { return nil }
+                guard case .generic(let g) = item.key, ItemIndex.isShown(item.key) else { continue }
+                entries.append(ServiceEntry(id: item.id, account: g.account,
+                                            stat: accounts?[g.account] == item.id ? KeychainTree.itemStat(item, openFiles: files) : nil))
+            }
+            return entries
+        }
+        if let held { return (held, heads.next) }
+
         let page: (items: [KeychainItem], next: Int64?)
         do {
             page = try keychain.groupPage(kind: .generic, name: service, after: after, limit: limit) { ids in
                 state.withLock { s in
                     var found: [Int64: KeychainItem] = [:]
+                    found.reserveCapacity(ids.count)
                     for id in ids { if let item = s.index.item(id) { found[id] = item } }
                     return found
                 }
@@ -436,13 +483,30 @@ package final class ServedKeychain: Sendable {
             throw FileSystemError.from(error)
         }
         let shown = page.items.filter { ItemIndex.isShown($0.key) }
+        var entries: [ServiceEntry] = []
+        entries.reserveCapacity(shown.count)
+        var installed = false
         install(generation) { s in
+            installed = true
             for item in shown where s.index.item(item.id) == nil {
                 s.evict()
                 s.index.install(item)
             }
+            let accounts = s.index.services[service]?.accounts
+            let files = s.files
+            for item in shown {
+                guard case .generic(let g) = item.key else { continue }
+                entries.append(ServiceEntry(id: item.id, account: g.account,
+                                            stat: accounts?[g.account] == item.id ? KeychainTree.itemStat(item, openFiles: files) : nil))
+            }
         }
-        return (shown, page.next)
+        if !installed {
+            for item in shown {
+                guard case .generic(let g) = item.key else { continue }
+                entries.append(ServiceEntry(id: item.id, account: g.account, stat: nil))
+            }
+        }
+        return (entries, page.next)
     }
 
     /// The pending items (created, not yet committed) of a generic service, by id counting
@@ -490,6 +554,11 @@ package final class ServedKeychain: Sendable {
     }
 
     package func setAfterLock(_ hook: (@Sendable () -> Void)?) { afterLock.withLock { $0 = hook } }
+
+    package func setBeforeWaiting(_ hook: (@Sendable () -> Void)?) { beforeWaiting.withLock { $0 = hook } }
+
+    /// Called before a commit and before a program is decided on (the user may be asked).
+    package func willWait() { beforeWaiting.withLock { $0 }?() }
 
     /// The one lock, whoever asks (the idle timer, the CLI, a signal, the tree): takes the keys,
     /// then wipes every cached or open copy of a secret whose class key is gone, then lets the
@@ -570,6 +639,7 @@ package final class ServedKeychain: Sendable {
         guard let list = record.attributes.values.access, !list.isAnyProgram else { return }
         let item = record
         let target = AccessItem(id: itemID, path: Self.treePath(item.key), key: item.key)
+        willWait()
         switch access.decide(caller, item: target, operation: operation, list: list, prompting: prompting) {
         case .allowed: return
         case .refused(let why): throw .accessDenied(why)

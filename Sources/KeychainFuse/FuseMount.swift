@@ -58,6 +58,9 @@ package final class FuseMount: @unchecked Sendable {
         // After a lock (and after the keys are forgotten at unmount), no page of a revoked
         // file stays in the kernel's cache.
         tree.setAfterLock { [weak self] in self?.dropCachedPages(all: false) }
+        // The loop answers on the thread that read the request; one that may wait passes the
+        // reading on first.
+        tree.served.setBeforeWaiting { kcfs_loop_pass_lead() }
         tree.served.addObserver(KernelCacheNotifier(fileSystem: fileSystem) { [weak self] body in
             self?.live.withLock { s in if let s { body(s.session) } }
         })
@@ -73,7 +76,7 @@ package final class FuseMount: @unchecked Sendable {
         }
     }
 
-    /// Serves requests on libfuse's worker threads until the filesystem is unmounted.
+    /// Serves requests on the loop's worker threads (`kcfs_session_loop`) until unmounted.
     package func serve() -> Int32 {
         guard let session else { return -1 }
         let status = kcfs_session_loop(session)
@@ -85,6 +88,7 @@ package final class FuseMount: @unchecked Sendable {
     package func close() {
         guard let se = session else { return }
         tree.setAfterLock(nil)
+        tree.served.setBeforeWaiting(nil)
         live.withLock { $0 = nil }
         session = nil
         kcfs_session_unmount_and_destroy(se)

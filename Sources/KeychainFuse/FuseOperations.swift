@@ -258,8 +258,9 @@ enum FuseOperations {
                         e.attr.st_mode = S_IFDIR
                     } else {
                         // A name gone since the listing was taken is left out, as readdir would
-                        // leave it to the lookup that follows.
-                        guard let st = try? fs.tree.stat(try directory.child(name)) else { continue }
+                        // leave it to the lookup that follows. A page read in one go with no
+                        // change since carries its entries' attributes.
+                        guard let st = listed.stat ?? (try? fs.tree.stat(try directory.child(name))) else { continue }
                         let n = fs.inodes.withLock { $0.lookedUp(ino, name) }
                         e = entry(n, st)
                         child = n
@@ -401,6 +402,7 @@ enum FuseOperations {
     static func getxattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ size: Int) {
         answer(req) { fs throws(FileSystemError) in
             guard let name else { throw .invalid }
+            guard KeychainTree.isKeychainAttribute(name) else { throw .noData }
             try replyXattr(req, try fs.tree.attribute(try fs.location(ino), name: String(cString: name)), size)
         }
     }

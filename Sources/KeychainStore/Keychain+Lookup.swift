@@ -61,9 +61,7 @@ extension Keychain {
         var items: [KeychainItem] = []
         items.reserveCapacity(page.count)
         for case .success(let sealed) in page {
-            if let item = decoded[sealed.id], !item.isPending, item.sealed.version == sealed.version,
-               item.sealed.classCode == sealed.classCode, item.sealed.generation == sealed.generation,
-               keybag.withLock({ $0.metadataKey(AccessibilityClass(code: sealed.classCode) ?? .default, generation: sealed.generation) }) != nil {
+            if let item = decoded[sealed.id], isCurrent(item, sealed.head) {
                 if item.key.kind == kind { items.append(item) }
                 continue
             }
@@ -73,6 +71,27 @@ extension Keychain {
             items.append(item.summary)
         }
         return (items, page.count < limit ? nil : page.last.map(id))
+    }
+
+    /// The heads of the rows `groupPage` reads (the same ranges in one statement, so the same
+    /// ids), in id order, with the id to resume after: all a listing needs from the store
+    /// when it already holds the items decoded (`isCurrent`). No blob is copied out of SQLite.
+    package func groupPageHeads(kind: ItemKind, name: String, after: Int64, limit: Int) throws -> (heads: [SealedItem.Head], next: Int64?) {
+        precondition(limit > 0)
+        let g = Data(try blind(ItemKey.groupBytes(kind: kind, name: name)))
+        let heads = try select { db in
+            try SealedItem.fetchHeads(db, sql: GroupQuery.pageHeads, arguments: [g, after, limit])
+        }.sorted { $0.id < $1.id }.prefix(limit)
+        return (Array(heads), heads.count < limit ? nil : heads.last?.id)
+    }
+
+    /// Whether `item`, decoded earlier, is still the row `head` describes (same version,
+    /// class and key generation) and readable now: then it stands for the row, not decrypted again.
+    package func isCurrent(_ item: KeychainItem, _ head: SealedItem.Head) -> Bool {
+        guard !item.isPending, item.sealed.version == head.version, item.sealed.classCode == head.classCode,
+              item.sealed.generation == head.generation else { return false }
+        let c = AccessibilityClass(code: item.sealed.classCode) ?? .default
+        return keybag.withLock { $0.metadataKey(c, generation: item.sealed.generation) } != nil
     }
 
     /// The classes of the group's rows, from the plaintext class column: readable or not. A
@@ -187,6 +206,10 @@ package enum GroupQuery {
     /// class no version knows is no one's to list.
     package static let page = AccessibilityClass.allCases.map {
         "SELECT * FROM (SELECT \(SealedItem.columns) FROM items WHERE group_blind = ?1 AND class = \($0.code) AND id > ?2 ORDER BY id LIMIT ?3)"
+    }.joined(separator: " UNION ALL ")
+    /// The heads (`SealedItem.Head`) of the rows `page` reads.
+    package static let pageHeads = AccessibilityClass.allCases.map {
+        "SELECT * FROM (SELECT id, class, version, generation FROM items WHERE group_blind = ?1 AND class = \($0.code) AND id > ?2 ORDER BY id LIMIT ?3)"
     }.joined(separator: " UNION ALL ")
     /// The next class of a group after a class code.
     package static let nextClass = "SELECT class FROM items WHERE group_blind = ? AND class > ? ORDER BY class LIMIT 1"

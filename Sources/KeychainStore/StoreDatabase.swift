@@ -207,6 +207,34 @@ package struct SealedItem: Sendable, Hashable {
         var error: KeychainError
     }
 
+    /// What tells whether a row's decoded item is still current (`Keychain.isCurrent`): its
+    /// id, class, version and key generation, nil where a column is not an integer (a
+    /// damaged row, which only a read of the whole row reports).
+    package struct Head: Sendable {
+        package var id: Int64
+        package var classCode: Int?
+        package var version: Int64?
+        package var generation: Int64?
+    }
+
+    var head: Head { Head(id: id, classCode: classCode, version: version, generation: generation) }
+
+    /// The heads a `SELECT id, class, version, generation ...` returns: no blob is copied.
+    static func fetchHeads(_ db: Database, sql: String, arguments: StatementArguments) throws -> [Head] {
+        let statement = try db.cachedStatement(sql: sql)
+        try statement.setArguments(arguments)
+        let raw = statement.sqliteStatement
+        func integer(_ i: Int32) -> Int64? { sqlite3_column_type(raw, i) == SQLITE_INTEGER ? sqlite3_column_int64(raw, i) : nil }
+        var out: [Head] = []
+        while true {
+            let rc = sqlite3_step(raw)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
+            out.append(Head(id: integer(0) ?? -1, classCode: integer(1).map(Int.init), version: integer(2), generation: integer(3)))
+        }
+        return out
+    }
+
     private init(statement raw: OpaquePointer?, id: Int64) throws(KeychainError) {
         func integer(_ i: Int32, _ column: String) throws(KeychainError) -> Int64 {
             guard sqlite3_column_type(raw, i) == SQLITE_INTEGER else { throw Self.damaged(id, column) }

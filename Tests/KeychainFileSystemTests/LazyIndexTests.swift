@@ -47,6 +47,44 @@ final class LazyIndexTests: XCTestCase {
         XCTAssertEqual(indexed(tree.served).count, 50)
     }
 
+    /// A paged listing's entries carry what `stat` of each name gives (readdirplus answers
+    /// with them): on the first listing (rows read and decoded), on the next (held items
+    /// taken by the rows' heads), with an open copy being written (its size), and once an
+    /// item changed behind the mount's back (the row is read again, not the held copy).
+    func testPagedListingEntriesCarryTheStatOfTheirNames() throws {
+        try fill("svc", count: 30)
+        let tree = try KeychainTree(keychain: keychain)
+        func listed() throws -> [KeychainTree.ListedEntry] {
+            var all: [KeychainTree.ListedEntry] = []
+            var offset: Int64 = 0
+            while let page = try tree.listPage(.service("svc"), after: offset, listedPending: [], limit: 7), !page.isEmpty {
+                all += page
+                offset = page.last!.offset
+            }
+            return all.filter { $0.entry.name != "." && $0.entry.name != ".." }
+        }
+        func check(_ why: String) throws {
+            let entries = try listed()
+            XCTAssertEqual(entries.count, 30, why)
+            for e in entries {
+                XCTAssertNotNil(e.stat, "\(why): \(e.entry.name)")
+                XCTAssertEqual(e.stat, try tree.stat("/svc/" + e.entry.name), "\(why): \(e.entry.name)")
+            }
+        }
+        try check("first listing")
+        try check("listed again")
+        let h = try tree.open("/svc/a3", flags: O_WRONLY | O_TRUNC)
+        _ = try Array("a longer value than before".utf8).withUnsafeBytes { try tree.write(h, offset: 0, data: $0) }
+        try check("with a copy being written")
+        XCTAssertEqual(try listed().first { $0.entry.name == "a3" }?.stat?.size, "a longer value than before".utf8.count)
+        try tree.release(h)
+        let stored = try XCTUnwrap(try keychain.item(for: try key("svc", "a5")))
+        _ = try keychain.update(stored, to: stored.record, secret: SecureBytes(copying: Array("changed behind its back".utf8)),
+                                modified: Date(timeIntervalSince1970: 1_000_000))
+        XCTAssertEqual(try listed().first { $0.entry.name == "a5" }?.stat?.size, "changed behind its back".utf8.count,
+                       "the row's new version is read, not the held copy")
+    }
+
     func testTheRootListsEveryServiceFromOneRowEachAndLeavesOtherAccessGroupsOut() throws {
         try fill("b", count: 3)
         try fill("a", count: 2)

@@ -147,4 +147,43 @@ final class LookupTests: XCTestCase {
         XCTAssertEqual(second.items.map(\.key.account).sorted(), (15..<20).map { "a\($0)" }.sorted())
         XCTAssertNil(try boot.groupPage(kind: .generic, name: "mail", after: second.next ?? Int64.max, limit: 10).next)
     }
+    /// A listing that holds the items decoded reads only the rows' heads: the same ids and
+    /// cursor as the whole rows, and a held item stands for its row only at the row's version,
+    /// class and key generation, and only while its class is readable.
+    func testGroupPageHeadsAreThoseOfTheRowsAndTellWhatIsCurrent() throws {
+        let k = try store.create()
+        for i in 0..<30 {
+            try add(k, genericKey("mail", "a\(i)"), "s", class: i.isMultiple(of: 2) ? .always : .whenUnlocked)
+        }
+        var after: Int64 = 0
+        var pages = 0
+        while true {
+            let page = try k.groupPage(kind: .generic, name: "mail", after: after, limit: 7)
+            let heads = try k.groupPageHeads(kind: .generic, name: "mail", after: after, limit: 7)
+            XCTAssertEqual(heads.heads.map(\.id), page.items.map(\.id))
+            XCTAssertEqual(heads.next, page.next)
+            for (head, item) in zip(heads.heads, page.items) { XCTAssertTrue(k.isCurrent(item, head)) }
+            pages += 1
+            guard let next = page.next else { break }
+            after = next
+        }
+        XCTAssertEqual(pages, 5)
+
+        let first = try k.groupPage(kind: .generic, name: "mail", after: 0, limit: 2).items
+        let held = first[0]
+        var record = held.record
+        record.attributes.accessible = held.accessible == .always ? .afterFirstUnlock : .always
+        _ = try k.update(try k.complete(held), to: record)
+        let now = try k.groupPageHeads(kind: .generic, name: "mail", after: 0, limit: 2).heads
+        XCTAssertEqual(now.map(\.id), first.map(\.id), "a new class keeps the row's id")
+        XCTAssertFalse(k.isCurrent(held, now[0]), "the row changed: the held copy is stale")
+        XCTAssertTrue(k.isCurrent(first[1], now[1]))
+
+        // After a restart the when-unlocked class is locked: a held copy of such a row is not
+        // readable now, so it does not stand for its row.
+        let boot = try store.open()
+        let locked = first[1].accessible == .whenUnlocked ? first[1] : first[0]
+        let lockedHead = try boot.groupPageHeads(kind: .generic, name: "mail", after: 0, limit: 2).heads.first { $0.id == locked.id }!
+        XCTAssertFalse(boot.isCurrent(locked, lockedHead))
+    }
 }

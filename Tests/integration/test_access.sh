@@ -303,8 +303,11 @@ WAITER=$!
 sleep 0.3
 start=$(date +%s%N)
 other=$(head -c 100 "$ITEM"; cat "$MP/svc/open"; kc find-generic-password -s svc -a open -w)
+listing=$(ls -l "$MP/svc" 2>&1; getfattr -n security.selinux "$ITEM" 2>&1)
 took=$((($(date +%s%N) - start) / 1000000))
 expect_eq "hunter2open-secretopen-secret" "$other" "head, cat and the CLI read while a prompt waits"
+expect_contains "$listing" "acct" "ls -l lists the directory while a prompt waits"
+expect_contains "$listing" "No such attribute" "getfattr of security.selinux answers while a prompt waits"
 if [ "$took" -lt 1500 ]; then pass "they took ${took} ms (the prompt waits 2 s)"; else fail "they waited for the prompt: ${took} ms"; fi
 wait $WAITER
 expect_contains "$W/waiting.out" "Permission denied" "the waiting reader was refused at the timeout"
@@ -317,6 +320,19 @@ echo cancel >"$ANSWER"
 before=$(prompts)
 expect_eq "hunter2" "$(cat "$ITEM" 2>&1)" "cat reads again without a prompt"
 expect_eq "$before" "$(prompts)" "no prompt for a listed program"
+
+echo "-- ls -l of a guarded item: its attributes, and those ls asks for that no item has"
+echo cancel >"$ANSWER"
+before=$(prompts)
+expect_contains "$(getfattr -n security.selinux "$ITEM" 2>&1)" "No such attribute" \
+    "getfattr (not on the list) of security.selinux on the guarded item: No such attribute"
+expect_contains "$(getfattr -n system.posix_acl_access "$ITEM" 2>&1)" "No such attribute" "nor system.posix_acl_access"
+expect_contains "$(getfattr -n trusted.x "$ITEM" 2>&1)" "No such attribute" "nor trusted.*"
+expect_contains "$(getfattr -n user.other "$ITEM" 2>&1)" "No such attribute" "nor a user.* name outside user.keychain.*"
+expect_contains "$(ls -l "$MP/svc" 2>&1)" "-rw------- 1 $(id -un)" "ls -l shows the guarded item's attributes"
+expect_eq "/usr/bin/head
+/usr/bin/cat" "$(list_of "$ITEM")" "the list still reads"
+expect_eq "$before" "$(prompts)" "none of these asks the user"
 
 echo "-- a replaced binary, allowed again through the prompt"
 cp /usr/bin/head "$W/myhead2"

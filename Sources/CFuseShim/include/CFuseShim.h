@@ -10,7 +10,11 @@
 struct fuse_session *kcfs_session_new(int argc, char **argv, const struct fuse_lowlevel_ops *ops, void *user_data);
 /* Mounts with the session I/O that wipes libfuse's buffers, and the signal handlers. */
 int kcfs_session_mount(struct fuse_session *se, const char *mountpoint);
+/* Serves until unmounted: one worker at a time reads and answers (see shim.c). */
 int kcfs_session_loop(struct fuse_session *se);
+/* Called on a worker before it may wait (the user asked, a commit): another worker takes
+ * over reading requests meanwhile. Does nothing on any other thread. */
+void kcfs_loop_pass_lead(void);
 /* Drops the kernel's cached pages of that node, so no memory mapping still shows them. */
 int kcfs_invalidate_inode(struct fuse_session *se, uint64_t nodeid);
 /* Tells the kernel that a name changed behind its back (through the control socket): it
