@@ -80,11 +80,30 @@ package enum ProcessState {
         }
     }
 
-    /// Waits up to `seconds` for the process to end, checking every millisecond: a daemon asked to
-    /// unmount exits a few milliseconds after its mount is detached, and `unmount` returns only then.
-    package static func waitForExit(_ pid: Int32, upTo seconds: Double) {
+    /// Waits up to `seconds` for the process to end, checking every millisecond; true if it did.
+    @discardableResult
+    package static func waitForExit(_ pid: Int32, upTo seconds: Double) -> Bool {
         let deadline = Deadline.after(seconds: seconds)
         while isRunning(pid) && !deadline.hasPassed { usleep(1_000) }
+        return !isRunning(pid)
+    }
+
+    /// How long `unmount` waits for a daemon it asked to exit.
+    package static let daemonExitLimit: Double = 300
+
+    /// `unmount` returns once the daemon has exited, so that its store is free for the next
+    /// `mount` or command. A daemon exits milliseconds after its mount is detached, but it closes
+    /// the store first, and that syncs it: on a disk busy with other writers a sync has taken
+    /// over ten seconds, and a shorter fixed wait then returned while the daemon still held the
+    /// store, and the next `mount` failed as busy. So it waits as long as it takes, up to a limit
+    /// no sync reaches, and says why after a second; a daemon still alive then is an error.
+    package static func awaitDaemonExit(_ pid: Int32, limit: Double = daemonExitLimit,
+                                        note: (String) -> Void) throws(KeychainError) {
+        if waitForExit(pid, upTo: min(1, limit)) { return }
+        note("waiting for the daemon (\(describe(pid))) to close the store")
+        if waitForExit(pid, upTo: limit - min(1, limit)) { return }
+        throw .storeBusy("the mount is gone, but its daemon (\(describe(pid))) has not exited after "
+            + "\(Int(limit)) s; the store stays held until it does")
     }
 
     /// "process 123 (keychainfs)", for messages.

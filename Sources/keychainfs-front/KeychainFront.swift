@@ -101,9 +101,6 @@ struct DaemonUnmount {
         }
     }
 
-    /// The full tool's wait for the daemon to exit.
-    static let exitWait: Double = 10
-
     func run() {
         // A mountpoint names its store through the mount table, whatever --store says.
         let canonicalMountpoint = mountpoint.map(MountRegistry.canonicalPath)
@@ -124,16 +121,25 @@ struct DaemonUnmount {
         } catch {
             return
         }
-        ProcessState.waitForExit(record.pid, upTo: Self.exitWait)
+        do {
+            try ProcessState.awaitDaemonExit(record.pid, note: errorLine)
+        } catch {
+            fail(error)
+        }
         exit(0)
     }
 }
 
 /// One line on standard error and the error's exit status, as the full tool reports it.
 func fail(_ error: KeychainError) -> Never {
-    let line = "keychainfs: \(error.description)\n"
-    line.utf8CString.withUnsafeBytes { writeAll(UnsafeRawBufferPointer(rebasing: $0.dropLast()), to: 2) }
+    errorLine(error.description)
     exit(error.exitCode)
+}
+
+/// "keychainfs: TEXT" on standard error.
+func errorLine(_ text: String) {
+    let line = "keychainfs: \(text)\n"
+    line.utf8CString.withUnsafeBytes { writeAll(UnsafeRawBufferPointer(rebasing: $0.dropLast()), to: 2) }
 }
 
 func writeAll(_ raw: UnsafeRawBufferPointer, to fd: Int32) {

@@ -157,16 +157,13 @@ struct UnmountCommand: ParsableCommand {
         discussion: "A mount whose daemon was killed (\"Transport endpoint is not connected\") is detached instead.")
 
     @OptionGroup var target: MountTarget
-    /// How long to wait for the daemon to exit, so that the mountpoint is free when this returns.
-    static let exitWait: Double = 10
-
     func run() throws {
         let store = try target.storePath()
         do {
             if FileManager.default.fileExists(atPath: store), let (service, record) = try DaemonLocator.daemon(forStore: store),
                target.canonicalMountpoint == nil || target.canonicalMountpoint == record.mountpoint {
                 try service.unmount()
-                Self.waitForExit(record.pid)
+                try Self.awaitExit(record.pid)
                 return
             }
         } catch let error as KeychainError where Self.cannotBeAsked(error) {
@@ -177,7 +174,7 @@ struct UnmountCommand: ParsableCommand {
             guard !mounts.isEmpty else { throw error }
             let holder = MountRegistry.record(forStore: store)?.pid
             for entry in mounts { try Fusermount.unmount(entry.mountpoint) }
-            if let holder { Self.waitForExit(holder) }
+            if let holder { try Self.awaitExit(holder) }
             return
         }
         let stale = target.staleMounts(store: store)
@@ -195,5 +192,5 @@ struct UnmountCommand: ParsableCommand {
         }
     }
 
-    static func waitForExit(_ pid: Int32) { ProcessState.waitForExit(pid, upTo: exitWait) }
+    static func awaitExit(_ pid: Int32) throws { try ProcessState.awaitDaemonExit(pid, note: { Output.error("keychainfs: \($0)") }) }
 }

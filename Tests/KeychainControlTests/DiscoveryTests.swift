@@ -242,6 +242,33 @@ final class DiscoveryTests: XCTestCase {
         guard case .direct = try DaemonLocator.route(forStore: store) else { return XCTFail("direct") }
     }
 
+    /// `unmount` waits for a daemon that is slow to close its store (a sync on a busy disk), saying
+    /// so, instead of returning while the store is still held; one that never exits is an error.
+    func testAwaitDaemonExitWaitsPastASecondAndSaysWhy() throws {
+        let slow = Process()
+        slow.executableURL = URL(fileURLWithPath: "/bin/sleep")
+        slow.arguments = ["2.5"]
+        try slow.run()
+        var notes: [String] = []
+        let start = Deadline.now
+        try ProcessState.awaitDaemonExit(slow.processIdentifier, limit: 30) { notes.append($0) }
+        XCTAssertFalse(ProcessState.isRunning(slow.processIdentifier))
+        XCTAssertGreaterThan(Deadline.now.nanoseconds - start.nanoseconds, 2_000_000_000)
+        XCTAssertEqual(notes.count, 1)
+        XCTAssertTrue(notes.first?.contains("waiting for the daemon (process \(slow.processIdentifier)") == true, "\(notes)")
+        slow.waitUntilExit()
+
+        let stuck = Process()
+        stuck.executableURL = URL(fileURLWithPath: "/bin/sleep")
+        stuck.arguments = ["30"]
+        try stuck.run()
+        defer { stuck.terminate(); stuck.waitUntilExit() }
+        XCTAssertThrowsError(try ProcessState.awaitDaemonExit(stuck.processIdentifier, limit: 1.5) { _ in }) {
+            guard case .storeBusy(let message)? = $0 as? KeychainError else { return XCTFail("\($0)") }
+            XCTAssertTrue(message.contains("has not exited after 1 s"), message)
+        }
+    }
+
     func testProcessState() {
         XCTAssertTrue(ProcessState.isRunning(getpid()))
         XCTAssertFalse(ProcessState.isRunning(0))
