@@ -113,7 +113,7 @@ extension Keychain {
     }
 
     /// The next item id, without taking it (`nextID` takes one).
-    private static func peekNextID(_ db: Database) throws -> Int64 {
+    static func peekNextID(_ db: Database) throws -> Int64 {
         try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'next_id'")
             .flatMap { Int64(String(decoding: $0, as: UTF8.self)) } ?? 1
     }

@@ -108,10 +108,16 @@ struct ImportCommand: ParsableCommand {
         try Self.checkWritable(batch, into: service)
         let progress = ProgressLine(verb: "importing")
         var report = ImportReport()
-        let limits = service is ServedKeychainService ? Self.localSlice : Self.daemonSlice
-        for slice in batch.slices(maxItems: limits.items, maxSecretBytes: limits.secretBytes) {
-            report.add(try service.importItems(slice, overwrite: overwrite))
-            progress.show(report.added + report.replaced + report.skipped.count, of: batch.count)
+        let local = service as? ServedKeychainService
+        if let local, let whole = try local.importIntoEmptyStore(batch, overwrite: overwrite,
+                                                                   progress: { progress.show($0, of: batch.count) }) {
+            report = whole
+        } else {
+            let limits = local != nil ? Self.localSlice : Self.daemonSlice
+            for slice in batch.slices(maxItems: limits.items, maxSecretBytes: limits.secretBytes) {
+                report.add(try service.importItems(slice, overwrite: overwrite))
+                progress.show(report.added + report.replaced + report.skipped.count, of: batch.count)
+            }
         }
         progress.finish()
         for skipped in report.skipped { Output.line("exists, skipped: \(ItemKeyText.of(skipped))") }
