@@ -29,6 +29,8 @@ extension Keychain {
                                      progress: (Int) -> Void = { _ in }) throws -> ImportReport? {
         guard !batch.isEmpty else { return nil }
         guard let indexKey = keybag.withLock({ $0.indexKey }) else { throw KeychainError.unavailable(.whenUnlocked) }
+        // Asked again in the transaction; this spares a store with items a commit.
+        guard try !read({ try Bool.fetchOne($0, sql: "SELECT EXISTS (SELECT 1 FROM items)")! }) else { return nil }
         let order = try Self.blindOrder(batch, indexKey: indexKey)
         // Of a run of equal blinds (one key), the entry kept; the others are reported.
         var kept: [BlindEntry] = []

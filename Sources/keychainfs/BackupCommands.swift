@@ -70,10 +70,11 @@ struct ImportCommand: ParsableCommand {
         discussion: """
             The whole file is checked first: a wrong backup passphrase (exit 51), a file cut short \
             or altered (exit 93) changes nothing. An item that exists already is skipped and \
-            reported; -U overwrites it with the backup's (secret, class and attributes). Items are \
-            committed in batches, so an import stopped part way can be run again: what was added \
-            is then skipped. While the store is mounted, the items go through its daemon, which \
-            must be unlocked.
+            reported; -U overwrites it with the backup's (secret, class and attributes). Into a \
+            store with no item (a restore), the whole file is one transaction: stopped part way, \
+            it leaves the store empty. Otherwise items are committed in batches, so an import \
+            stopped part way can be run again: what was added is then skipped. While the store is \
+            mounted, the items go through its daemon, which must be unlocked, in batches.
             """)
 
     @Argument(help: ArgumentHelp("The backup file to read.", valueName: "file"))
