@@ -71,11 +71,11 @@ extension Keychain {
             }
             // Sealing (encoding and encryption) is most of the work, and ids and versions, which
             // the seals bind, are fixed by now: it runs on a second core beside the writes.
-            try SealingPipeline.run(plan, seal: { row, itemKey in
+            try SealingPipeline.run(plan, indexKey: indexKey, seal: { row, scratch in
                 let entry = batch.entries[row.entry]
                 return try batch.withSecretAndExtras(entry) { secret, extras in
                     try self.seal(entry.record, secret: secret, extras: extras, id: row.id, version: row.version,
-                                  blinds: blinds[row.entry], itemKey: itemKey)
+                                  blinds: blinds[row.entry], scratch: scratch)
                 }
             }, write: { i, s in
                 let row = plan[i]

@@ -70,11 +70,11 @@ extension Keychain {
             // Sealed a slice at a time, so that sealed rows waiting to be written stay few.
             for start in stride(from: 0, to: kept.count, by: Self.emptyImportSlice) {
                 let slice = Array(kept[start..<min(start + Self.emptyImportSlice, kept.count)])
-                try SealingPipeline.run(slice, seal: { row, itemKey in
+                try SealingPipeline.run(slice, indexKey: indexKey, seal: { row, scratch in
                     let entry = batch.entries[Int(row.entry)]
                     return try batch.withSecretAndExtras(entry) { secret, extras in
                         try self.seal(entry.record, secret: secret, extras: extras, id: row.id(firstID), version: 1,
-                                      blinds: (row.blind, try self.blind(entry.record.key.groupBytes)), itemKey: itemKey)
+                                      blinds: (row.blind, scratch.mac.authenticate(entry.record.key.groupBytes)), scratch: scratch)
                     }
                 }, write: { _, s in
                     try s.insert(with: insert)
