@@ -15,9 +15,11 @@ extension Keychain {
     /// random page, so at a million items every commit of a batch rewrote most of their pages
     /// (3 GB written for a store of 530 MB). Here the rows go in the blind index's order, and
     /// take their ids in that order (a new store's ids are the import's to give), so the table
-    /// and the blind index only ever grow at their end; the attribute index's entries are
-    /// sorted and written after the rows, and the other indexes are dropped and made again
-    /// after them (`CREATE INDEX` sorts). Each page is written about once.
+    /// and the blind index only ever grow at their end, and the group index at the end of each
+    /// group; the attribute index's entries are sorted and written after the rows, its index
+    /// by item dropped before and made again after them (`CREATE INDEX` sorts). Each page is
+    /// written about once. (Making the group index again after the rows was no faster: it
+    /// reads the whole table.)
     ///
     /// One transaction, so the guarantees are those of any commit: killed part way, the store
     /// is as empty as before; when this returns, every item is durable; the ledger counts
@@ -57,11 +59,11 @@ extension Keychain {
         let added: Int? = try write(.addsOnly) { db, changes in
             guard try !Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM items)")! else { return nil }
             let firstID = try Self.peekNextID(db)
-            // Dropped here and made again after the rows, each from its own statement as the
-            // schema holds it: whatever a migration made of them.
+            // Dropped here and made again after the entries, each from its own statement as
+            // the schema holds it: whatever a migration made of them.
             let indexes = try Row.fetchAll(db, sql: """
                 SELECT name, sql FROM sqlite_master
-                WHERE type = 'index' AND tbl_name IN ('items', 'attribute_index') AND sql IS NOT NULL
+                WHERE type = 'index' AND tbl_name = 'attribute_index' AND sql IS NOT NULL
                 """).map { (name: $0[0] as String, sql: $0[1] as String) }
             for index in indexes { try db.execute(sql: "DROP INDEX \(index.name.quotedDatabaseIdentifier)") }
             let insert = try db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
