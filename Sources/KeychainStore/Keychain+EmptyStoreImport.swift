@@ -102,8 +102,8 @@ extension Keychain {
     /// than once, so a small cache is enough (the rest spills to the WAL as it fills).
     static let emptyImportCacheKiB = 32 * 1024
 
-    /// One entry of the batch with its blind index, as four integers: sorting a million of
-    /// these by value is a fraction of a second, where arrays compared byte by byte took seconds.
+    /// One entry of the batch with its blind index, as four integers, so that the sort of a
+    /// million compares integers rather than arrays byte by byte (the order is the same).
     struct BlindEntry: Sendable {
         var b0, b1, b2, b3: UInt64
         var entry: Int32
