@@ -98,6 +98,13 @@ package final class ServedKeychainService: KeychainService {
         return try owner.save(batch: batch, updateExisting: overwrite).report
     }
 
+    /// The whole backup in one transaction when the store holds no item; nil otherwise, with
+    /// nothing written (then `importItems` in batches). Nothing exists to overwrite, so
+    /// nothing is decided on but what a save is.
+    package func importIntoEmptyStore(_ batch: ItemBatch, overwrite: Bool, progress: (Int) -> Void) throws -> ImportReport? {
+        try owner.importIntoEmptyStore(batch, updateExisting: overwrite, progress: progress)
+    }
+
     package func exportItems(afterID: Int64, limit: Int) throws -> ExportPage {
         let page = try owner.exportPage(afterID: afterID, limit: limit)
         // A backup holds every secret: each guarded item is decided on as an export.

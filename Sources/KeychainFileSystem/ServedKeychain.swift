@@ -340,6 +340,26 @@ package final class ServedKeychain: Sendable {
             return item
         }
 
+        /// A batch into a store with no item, in one transaction
+        /// (`Keychain.importIntoEmptyStore`); nil, with nothing written, unless the store and
+        /// this owner's index are empty and nobody observes the changes (a command's own
+        /// owner: a mount's takes its imports in batches, `save(batch:)`). The index held no
+        /// item, so it needs none of the new ones: what it knew to be complete or absent is
+        /// forgotten, and the next lookup reads the store.
+        func importIntoEmptyStore(_ batch: ItemBatch, updateExisting: Bool, progress: (Int) -> Void) throws -> ImportReport? {
+            check()
+            guard owner.observers.withLock({ $0.isEmpty }),
+                  owner.state.withLock({ $0.index.items.isEmpty && $0.files.isEmpty }) else { return nil }
+            guard let report = try keychain.importIntoEmptyStore(batch, updateExisting: updateExisting, progress: progress) else {
+                return nil
+            }
+            owner.state.withLock { s in
+                s.generation += 1
+                s.index.forgetCompleteness()
+            }
+            return report
+        }
+
         /// A batch in one transaction (`Keychain.save(batch:updateExisting:)`).
         func save(batch: ItemBatch, updateExisting: Bool) throws -> BatchSaveResult {
             check()
@@ -833,6 +853,15 @@ package final class ServedKeychain: Sendable {
     /// every saved item into the index, before any other change.
     package func save(batch: ItemBatch, updateExisting: Bool, origin: ChangeOrigin = .control) throws -> BatchSaveResult {
         try change(origin: origin) { c throws -> BatchSaveResult in try c.save(batch: batch, updateExisting: updateExisting) }
+    }
+
+    /// An import into a store with no item, in one transaction; nil when the store (or
+    /// this owner) is not in that state (`ItemCommit.importIntoEmptyStore`).
+    package func importIntoEmptyStore(_ batch: ItemBatch, updateExisting: Bool,
+                                      progress: (Int) -> Void) throws -> ImportReport? {
+        try change(origin: .control) { c throws -> ImportReport? in
+            try c.importIntoEmptyStore(batch, updateExisting: updateExisting, progress: progress)
+        }
     }
 
     /// Matching items in `ItemOrder`, from the store (the index holds only what the mount

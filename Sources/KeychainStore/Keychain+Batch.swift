@@ -71,11 +71,11 @@ extension Keychain {
             }
             // Sealing (encoding and encryption) is most of the work, and ids and versions, which
             // the seals bind, are fixed by now: it runs on a second core beside the writes.
-            try SealingPipeline.run(plan, seal: { row, itemKey in
+            try SealingPipeline.run(plan, indexKey: indexKey, seal: { row, scratch in
                 let entry = batch.entries[row.entry]
                 return try batch.withSecretAndExtras(entry) { secret, extras in
                     try self.seal(entry.record, secret: secret, extras: extras, id: row.id, version: row.version,
-                                  blinds: blinds[row.entry], itemKey: itemKey)
+                                  blinds: blinds[row.entry], scratch: scratch)
                 }
             }, write: { i, s in
                 let row = plan[i]
@@ -113,7 +113,7 @@ extension Keychain {
     }
 
     /// The next item id, without taking it (`nextID` takes one).
-    private static func peekNextID(_ db: Database) throws -> Int64 {
+    static func peekNextID(_ db: Database) throws -> Int64 {
         try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'next_id'")
             .flatMap { Int64(String(decoding: $0, as: UTF8.self)) } ?? 1
     }

@@ -169,10 +169,11 @@ extension Keychain {
         }
     }
 
-    /// `blinds`, when the caller has computed them already, and `itemKey`, a buffer that is
-    /// filled with the fresh key, spare a batch two HMACs and a locked mapping per item.
+    /// `blinds`, when the caller has computed them already, and `scratch` (a buffer filled
+    /// with the fresh key, and a MAC under the index key) spare a batch HMAC look-ups and a
+    /// locked mapping per item.
     func seal(_ record: ItemRecord, secret: UnsafeRawBufferPointer, extras: UnsafeRawBufferPointer?, id: Int64, version: Int64,
-              blinds: (blind: [UInt8], group: [UInt8])? = nil, itemKey: SecureBytes? = nil) throws -> SealedItem {
+              blinds: (blind: [UInt8], group: [UInt8])? = nil, scratch: SealScratch? = nil) throws -> SealedItem {
         guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
         let c = record.attributes.accessible
         if c == .whenPasscodeSetThisDeviceOnly && !hasPassphrase {
@@ -186,7 +187,7 @@ extension Keychain {
                                 blind: try blinds?.blind ?? blind(record.key.canonicalBytes),
                                 groupBlind: try blinds?.group ?? blind(record.key.groupBytes),
                                 wrappedKey: [], attributes: [], secret: [], generation: generation, extras: nil)
-        let itemKey = itemKey ?? SecureBytes(count: AESGCM.keyBytes)
+        let itemKey = scratch?.itemKey ?? SecureBytes(count: AESGCM.keyBytes)
         SecureRandom.fill(itemKey)
         sealed.wrappedKey = try AESGCM.seal(itemKey, key: classKey, aad: sealed.aad("key"))
         sealed.attributes = try AttributeEncoding.encode(record).withUnsafeBytes {
@@ -194,7 +195,7 @@ extension Keychain {
         }
         sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"))
         if let extras, extras.count > 0 { sealed.extras = try AESGCM.seal(extras, key: itemKey, aad: sealed.aad("extras")) }
-        sealed.attributeTags = try attributeTags(record.key, extras)
+        sealed.attributeTags = try attributeTags(record.key, extras, mac: scratch?.mac)
         return sealed
     }
 

@@ -168,17 +168,20 @@ package enum SecretAttributes {
 extension Keychain {
     /// A tag of the pair index: the blind index's first 16 bytes. Half the size in two indexes,
     /// and 128 bits leave no collision to fear among a store's pairs.
-    func tag(_ bytes: [UInt8]) throws -> [UInt8] { Array(try blind(bytes).prefix(16)) }
+    /// `mac`, keyed with the index key, spares a look-up of the algorithms (`SealScratch`).
+    func tag(_ bytes: [UInt8], mac: HMACSHA256.Keyed? = nil) throws -> [UInt8] {
+        Array(try (mac?.authenticate(bytes) ?? blind(bytes)).prefix(16))
+    }
 
     /// The blind indexes of a row with this key and extras: each attribute pair, and the
     /// collection's (none for the default).
-    func attributeTags(_ key: ItemKey, _ extras: UnsafeRawBufferPointer?) throws -> [[UInt8]] {
+    func attributeTags(_ key: ItemKey, _ extras: UnsafeRawBufferPointer?, mac: HMACSHA256.Keyed? = nil) throws -> [[UInt8]] {
         let parsed = extras.map { SecretAttributeLines.parse($0) }
         var tags = try SecretAttributes.indexedPairs(key, stored: parsed?.attributes).map {
-            try tag(SecretAttributeLines.indexBytes(name: $0.0, value: $0.1))
+            try tag(SecretAttributeLines.indexBytes(name: $0.0, value: $0.1), mac: mac)
         }
         if let c = parsed?.collection, c != SecretAttributes.defaultCollection {
-            tags.append(try tag(SecretAttributeLines.collectionBytes(c)))
+            tags.append(try tag(SecretAttributeLines.collectionBytes(c), mac: mac))
         }
         return tags
     }

@@ -70,10 +70,11 @@ struct ImportCommand: ParsableCommand {
         discussion: """
             The whole file is checked first: a wrong backup passphrase (exit 51), a file cut short \
             or altered (exit 93) changes nothing. An item that exists already is skipped and \
-            reported; -U overwrites it with the backup's (secret, class and attributes). Items are \
-            committed in batches, so an import stopped part way can be run again: what was added \
-            is then skipped. While the store is mounted, the items go through its daemon, which \
-            must be unlocked.
+            reported; -U overwrites it with the backup's (secret, class and attributes). Into a \
+            store with no item (a restore), the whole file is one transaction: stopped part way, \
+            it leaves the store empty. Otherwise items are committed in batches, so an import \
+            stopped part way can be run again: what was added is then skipped. While the store is \
+            mounted, the items go through its daemon, which must be unlocked, in batches.
             """)
 
     @Argument(help: ArgumentHelp("The backup file to read.", valueName: "file"))
@@ -108,10 +109,16 @@ struct ImportCommand: ParsableCommand {
         try Self.checkWritable(batch, into: service)
         let progress = ProgressLine(verb: "importing")
         var report = ImportReport()
-        let limits = service is ServedKeychainService ? Self.localSlice : Self.daemonSlice
-        for slice in batch.slices(maxItems: limits.items, maxSecretBytes: limits.secretBytes) {
-            report.add(try service.importItems(slice, overwrite: overwrite))
-            progress.show(report.added + report.replaced + report.skipped.count, of: batch.count)
+        let local = service as? ServedKeychainService
+        if let local, let whole = try local.importIntoEmptyStore(batch, overwrite: overwrite,
+                                                                   progress: { progress.show($0, of: batch.count) }) {
+            report = whole
+        } else {
+            let limits = local != nil ? Self.localSlice : Self.daemonSlice
+            for slice in batch.slices(maxItems: limits.items, maxSecretBytes: limits.secretBytes) {
+                report.add(try service.importItems(slice, overwrite: overwrite))
+                progress.show(report.added + report.replaced + report.skipped.count, of: batch.count)
+            }
         }
         progress.finish()
         for skipped in report.skipped { Output.line("exists, skipped: \(ItemKeyText.of(skipped))") }

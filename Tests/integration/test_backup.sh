@@ -208,17 +208,40 @@ if [ -c /dev/fuse ] && have fusermount3; then
         kc import "$T/many-out.kcb" --store "$T/many.db" $P $BI >/dev/null
         expect_exit 0 "verify the store they went to" kc verify --store "$T/many.db" $P
         expect_contains "$OUT" "checked 5007 items, 0 failed" "all 5,007 items arrived intact"
-        # Without a daemon an import commits 50,000 items at a time: two transactions here.
+        # Without a daemon, into an empty store, the import is one transaction; into a store
+        # with items it commits 50,000 items at a time: two transactions here.
         "$T/mkbackup" "$T/60k.kcb" 60000 "$BACKUP_PASS" 3
         init_store --store "$T/60k.db"
         expect_exit 0 "import 60,000 generated items without a daemon" kc import "$T/60k.kcb" --store "$T/60k.db" $P $BI
-        expect_contains "$OUT" "imported 60000 items from $T/60k.kcb" "import counts both transactions' items"
+        expect_contains "$OUT" "imported 60000 items from $T/60k.kcb" "import counts every item"
         expect_eq "0123456789abcdef0123456789abcdef" \
-            "$(kc find-generic-password --store "$T/60k.db" $P -s svc2 -a item0059999 -w)" "the last item, from the second transaction, is found"
+            "$(kc find-generic-password --store "$T/60k.db" $P -s svc2 -a item0059999 -w)" "the last item is found"
         expect_exit 0 "import the same file again" kc import "$T/60k.kcb" --store "$T/60k.db" $P $BI
         expect_contains "$OUT" "imported 0 items from $T/60k.kcb; skipped 60000 that exist already" "every item of both transactions is skipped"
         expect_exit 0 "verify the 60,000" kc verify --store "$T/60k.db" $P
         expect_contains "$OUT" "checked 60000 items, 0 failed" "all 60,000 verify"
+        expect_exit 0 "the 60,000 are listed" kc dump-keychain --store "$T/60k.db" $P
+        expect_eq "20000" "$(grep -cx 'service: svc1' "$OUT")" "a directory of the imported store lists all its items"
+        # Killed part way (its rows already spilling into the WAL), an import into an empty
+        # store leaves it empty and usable, and the same import then runs to its end.
+        "$T/mkbackup" "$T/200k.kcb" 200000 "$BACKUP_PASS" 3
+        init_store --store "$T/killed.db"
+        "$KEYCHAINFS_BIN" import "$T/200k.kcb" --store "$T/killed.db" $P $BI >/dev/null 2>&1 &
+        importer=$!
+        waited=0
+        while [ "$(stat -c %s "$T/killed.db-wal" 2>/dev/null || echo 0)" -lt 4000000 ] && [ $waited -lt 1200 ] \
+            && kill -0 $importer 2>/dev/null; do
+            sleep 0.1; waited=$((waited + 1))
+        done
+        if kill -9 $importer 2>/dev/null; then pass "the import is killed part way"; else fail "the import is killed part way" "it had ended"; fi
+        wait $importer 2>/dev/null
+        expect_exit 0 "verify the store after the kill" kc verify --store "$T/killed.db" $P
+        expect_contains "$OUT" "checked 0 items, 0 failed" "a killed import into an empty store leaves it empty"
+        expect_exit 0 "import the same file again" kc import "$T/200k.kcb" --store "$T/killed.db" $P $BI
+        expect_contains "$OUT" "imported 200000 items from $T/200k.kcb" "the import runs to its end"
+        expect_exit 0 "verify the 200,000" kc verify --store "$T/killed.db" $P
+        expect_contains "$OUT" "checked 200000 items, 0 failed" "all 200,000 verify"
+        rm -f "$T/200k.kcb" "$T/killed.db"*
     else
         fail "build scripts/bench-tools/mkbackup.c (gcc and libssl-dev come from scripts/install-deps)"
     fi
