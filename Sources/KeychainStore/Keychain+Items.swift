@@ -211,6 +211,24 @@ extension Keychain {
         }
     }
 
+    /// `add`, the class chosen in the same transaction: `classRule` is given the classes of
+    /// the rows of the record's group (`groupClasses`), so that no commit comes between the
+    /// class rule and the insert, and no read transaction of its own is needed.
+    @discardableResult
+    package func add(_ record: ItemRecord, secret: SecureBytes,
+                     classRule: (Set<AccessibilityClass>) -> AccessibilityClass) throws -> KeychainItem {
+        let blinds = (blind: try blind(record.key.canonicalBytes), group: try blind(record.key.groupBytes))
+        return try write(.addsOnly) { db, changes in
+            var record = record
+            record.attributes.accessible = classRule(try Self.groupClasses(db, groupBlind: blinds.group))
+            let id = try Self.nextID(db)
+            let sealed = try secret.withUnsafeBytes { try seal(record, secret: $0, extras: nil, id: id, version: 1, blinds: blinds) }
+            try Self.insertRow(sealed, db)
+            changes.added(id, 1)
+            return KeychainItem(sealed: sealed, record: record)
+        }
+    }
+
     /// Re-seals `item` as `record` (which may change its key, class or attributes) with `secret`,
     /// or with its current secret when nil; `extras` nil keeps its extras, empty removes them.
     /// `replacing`, if given, is deleted in the same transaction: that is how a rename onto
@@ -398,8 +416,8 @@ extension Keychain {
     }
 
     static func insertRow(_ sealed: SealedItem, _ db: Database) throws {
-        try db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-            .execute(arguments: sealed.arguments)
+        // Bound straight from the row's arrays (`SealedItem.insert`), as an import does.
+        try sealed.insert(with: db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"))
         try writeAttributeTags(sealed, replacing: false, db)
     }
 

@@ -45,7 +45,7 @@ extension StoreCounter {
     func recordFiles(_ state: StoreFileState?) {
         recorded.state.withLock { $0 = state }
         guard let state else {
-            unlink(filesPath)
+            recorded.files.remove(filesPath)
             return
         }
         // Padded to one length (read back without the spaces, `line`), so that a shorter
@@ -53,7 +53,7 @@ extension StoreCounter {
         var bytes = Array(state.text.utf8)
         if bytes.count < Self.filesRecordWidth { bytes += repeatElement(UInt8(ascii: " "), count: Self.filesRecordWidth - bytes.count) }
         bytes.append(10)
-        Self.overwrite(filesPath, with: bytes)
+        recorded.files.withDescriptor(filesPath, readable: false) { Self.overwrite($0, with: bytes) }
     }
 
     /// The state this instance last recorded (nil: none, or it removed the record): what a
@@ -61,7 +61,51 @@ extension StoreCounter {
     func recordedHere() -> StoreFileState? { recorded.state.withLock { $0 } }
 }
 
-/// The files record as this instance last wrote it (`StoreCounter.recordFiles`).
+/// The files record as this instance last wrote it (`StoreCounter.recordFiles`), and the
+/// descriptors of the two records, kept open: each commit rewrites both, and their opens and
+/// closes were 4 of its system calls.
 final class RecordedFiles: Sendable {
     let state = Mutex<StoreFileState?>(nil)
+    let counter = RecordDescriptor()
+    let files = RecordDescriptor()
+}
+
+/// One record file's descriptor, opened at first use and kept. Records are only ever written
+/// in place, so the descriptor stays the file's; should the file be removed or renamed over all
+/// the same (by hand, or by another process's `recordFiles(nil)`), the open file has no name
+/// left, and the next use opens the path anew. A leaf lock.
+final class RecordDescriptor: Sendable {
+    private let fd = Mutex<Int32>(-1)
+
+    /// Runs `body` with the descriptor of the file at `path`, made if missing; nothing if it
+    /// cannot be opened.
+    func withDescriptor(_ path: String, readable: Bool, _ body: (Int32) -> Void) {
+        fd.withLock { fd in
+            if fd >= 0 && !Self.isNamed(fd) {
+                close(fd)
+                fd = -1
+            }
+            if fd < 0 { fd = StoreCounter.openForWriting(path, readable: readable) ?? -1 }
+            if fd >= 0 { body(fd) }
+        }
+    }
+
+    /// Closes the descriptor and removes the file.
+    func remove(_ path: String) {
+        fd.withLock { fd in
+            if fd >= 0 { close(fd) }
+            fd = -1
+            unlink(path)
+        }
+    }
+
+    /// Whether the open file still has a name: one `fstat`, where an open and a close each
+    /// resolved the path. (A record written to a file with no name is lost, which only makes
+    /// the next open read every row, or the counter lag, as after a crash.)
+    private static func isNamed(_ fd: Int32) -> Bool {
+        var st = stat()
+        return fstat(fd, &st) == 0 && st.st_nlink > 0
+    }
+
+    deinit { fd.withLock { if $0 >= 0 { close($0) } } }
 }

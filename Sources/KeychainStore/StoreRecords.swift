@@ -169,14 +169,15 @@ struct StoreCounter {
     }
 
     /// Raises the counter to `value`; never lowers it unless `force` (an accepted rollback).
-    /// Read and written through one descriptor: every commit calls this.
+    /// Read and written through one descriptor, kept open (`RecordedFiles.counter`): every
+    /// commit calls this.
     func record(_ value: UInt64, force: Bool = false) {
         let digits = Array(String(value).utf8)
         let bytes = Array(repeating: UInt8(ascii: "0"), count: max(0, 20 - digits.count)) + digits + [10]
-        guard let fd = Self.openForWriting(path, readable: true) else { return }
-        defer { close(fd) }
-        if !force, let current = Self.line(fd: fd).flatMap({ UInt64($0) }), current >= value { return }
-        Self.overwrite(fd, with: bytes)
+        recorded.counter.withDescriptor(path, readable: true) { fd in
+            if !force, let current = Self.line(fd: fd).flatMap({ UInt64($0) }), current >= value { return }
+            Self.overwrite(fd, with: bytes)
+        }
     }
 
     // Every commit reads and writes these small files: plain system calls, not Foundation's
