@@ -334,7 +334,7 @@ extension Keychain {
         guard let indexKey else { throw KeychainError.unavailable(.whenUnlocked) }
         let keys = try ledgerKeys ?? RowLedger.Keys(indexKey: indexKey)
         var intact = false
-        let (result, counterValue): (T, UInt64) = try Self.mappingDatabaseErrors {
+        let (result, counterValue, savedLedger): (T, UInt64, [UInt8]) = try Self.mappingDatabaseErrors {
             try database.write(effect) { db in
                 // Under the write lock: no other commit can change the files before this one. The
                 // record is taken as this instance last wrote it (`recordedHere`), not read back:
@@ -351,8 +351,8 @@ extension Keychain {
                 var changes = RowChanges()
                 let result = try body(db, &changes)
                 var ledger: RowLedger
-                if let stored = try RowLedger.load(db, keys: keys, storeID: storeID) {
-                    ledger = stored
+                if let stored = try RowLedger.load(db, keys: keys, storeID: storeID, written: ledgerWritten.withLock { $0 }) {
+                    ledger = stored.ledger
                     try ledger.digest.toggle(changes.toggled, key: keys.digest)
                     ledger.count += changes.delta
                 } else {
@@ -360,10 +360,11 @@ extension Keychain {
                     ledger = try RowLedger.scan(db, keys: keys, counter: 0)
                 }
                 ledger.counter += 1
-                try ledger.save(db, keys: keys, storeID: storeID)
-                return (result, ledger.counter)
+                let saved = try ledger.save(db, keys: keys, storeID: storeID)
+                return (result, ledger.counter, saved)
             }
         }
+        ledgerWritten.withLock { $0 = savedLedger }
         counter.record(counterValue)
         // A commit on files that were as the last commit or check left them keeps the ledger true to
         // the rows: the files as it leaves them need no reading at the next open. Any other change

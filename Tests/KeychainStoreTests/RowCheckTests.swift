@@ -56,6 +56,21 @@ final class RowCheckTests: XCTestCase {
         XCTAssertEqual(k.commitCount, counted + 2)
     }
 
+    /// The files' state is compared as numbers and recorded as text: the text read back is the
+    /// same state, a WAL with frames is part of it, and text that is not a state matches none.
+    func testTheFilesStateReadsBackFromItsTextAndDamagedTextMatchesNothing() throws {
+        let k = try store.create()
+        try add(k, genericKey("svc", "a"), "pw")
+        let state = try XCTUnwrap(StoreFileState(storePath: store.path))
+        XCTAssertTrue(state.text.hasPrefix("db ") && state.text.contains(" wal "), state.text)
+        XCTAssertEqual(StoreFileState(text: state.text), state)
+        XCTAssertEqual(k.counter.readFiles(), state, "the record beside the device key is the files as the commit left them")
+        for damaged in ["", "db", state.text.replacingOccurrences(of: "db ", with: "xx "), String(state.text.dropLast(3)),
+                        state.text + " 1", state.text.replacingOccurrences(of: ".", with: ",")] {
+            XCTAssertNotEqual(StoreFileState(text: damaged), state, damaged)
+        }
+    }
+
     /// A row removed behind keychainfs's back, the ledger left alone, is still caught at the
     /// next open after clean sessions, and so is an older copy of a row put back.
     func testRowsChangedBehindItsBackAreStillCaught() throws {
