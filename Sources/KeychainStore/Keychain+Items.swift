@@ -428,15 +428,11 @@ extension Keychain {
     /// insert wrote four). `itemNotFound` if the row is gone or at another version.
     static func replaceRow(_ sealed: SealedItem, previousVersion: Int64, keyChanged: Bool, _ db: Database,
                            _ changes: inout RowChanges) throws {
-        var arguments: StatementArguments = [sealed.kind, sealed.version]
-        if keyChanged { arguments += [Data(sealed.blind), Data(sealed.groupBlind)] }
-        arguments += [Data(sealed.wrappedKey), Data(sealed.attributes), Data(sealed.secret), sealed.generation,
-                      sealed.extras.map { Data($0) }, sealed.id, previousVersion]
         let statement = try db.cachedStatement(sql: """
             UPDATE items SET kind = ?, version = ?, \(keyChanged ? "blind = ?, group_blind = ?, " : "")\
             wrapped_key = ?, attributes = ?, secret = ?, generation = ?, extras = ? WHERE id = ? AND version = ?
             """)
-        try statement.execute(arguments: arguments)
+        try sealed.update(with: statement, keyChanged: keyChanged, previousVersion: previousVersion)
         guard db.changesCount == 1 else { throw KeychainError.itemNotFound }
         // The class is in the group index: set apart, and only when it changes, so that an
         // update of the secret alone rewrites no index page.
