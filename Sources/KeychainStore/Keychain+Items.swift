@@ -159,20 +159,22 @@ extension Keychain {
 
     /// Seals a record, secret and extras into a row under a fresh item key and the newest
     /// generation of its class key.
-    private func seal(_ record: ItemRecord, secret: SecureBytes, extras: SecureBytes?, id: Int64, version: Int64) throws -> SealedItem {
+    private func seal(_ record: ItemRecord, secret: SecureBytes, extras: SecureBytes?, id: Int64, version: Int64,
+                      indexTags: Bool = true) throws -> SealedItem {
         try secret.withUnsafeBytes { s in
             if let extras {
-                try extras.withUnsafeBytes { try seal(record, secret: s, extras: $0, id: id, version: version) }
+                try extras.withUnsafeBytes { try seal(record, secret: s, extras: $0, id: id, version: version, indexTags: indexTags) }
             } else {
-                try seal(record, secret: s, extras: nil, id: id, version: version)
+                try seal(record, secret: s, extras: nil, id: id, version: version, indexTags: indexTags)
             }
         }
     }
 
     /// `blinds`, when the caller has computed them already, and `itemKey`, a buffer that is
     /// filled with the fresh key, spare a batch two HMACs and a locked mapping per item.
+    /// `indexTags` false leaves `attributeTags` empty, for a write that keeps the row's entries.
     func seal(_ record: ItemRecord, secret: UnsafeRawBufferPointer, extras: UnsafeRawBufferPointer?, id: Int64, version: Int64,
-              blinds: (blind: [UInt8], group: [UInt8])? = nil, itemKey: SecureBytes? = nil) throws -> SealedItem {
+              blinds: (blind: [UInt8], group: [UInt8])? = nil, itemKey: SecureBytes? = nil, indexTags: Bool = true) throws -> SealedItem {
         guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
         let c = record.attributes.accessible
         if c == .whenPasscodeSetThisDeviceOnly && !hasPassphrase {
@@ -194,7 +196,7 @@ extension Keychain {
         }
         sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"))
         if let extras, extras.count > 0 { sealed.extras = try AESGCM.seal(extras, key: itemKey, aad: sealed.aad("extras")) }
-        sealed.attributeTags = try attributeTags(record.key, extras)
+        if indexTags { sealed.attributeTags = try attributeTags(record.key, extras) }
         return sealed
     }
 
@@ -243,12 +245,17 @@ extension Keychain {
         let value = try secret ?? self.secret(of: item)
         // A save through a temporary file renamed over the item keeps the item's extras.
         let keptExtras = try extras ?? self.extras(of: item) ?? other.flatMap { try self.extras(of: $0) }
+        // The attribute index's entries follow from the key and the extras alone: with both as
+        // they were (a new secret, new dates), the row's entries stay, and their MACs and the
+        // read of the old ones are spared. (A row not yet indexed is `completeAttributeIndex`'s.)
+        let tagsKept = extras == nil && other == nil && record.key == item.key
         return try write(.removes) { db, changes in
-            let sealed = try seal(record, secret: value, extras: keptExtras, id: item.id, version: item.sealed.version + 1)
+            let sealed = try seal(record, secret: value, extras: keptExtras, id: item.id, version: item.sealed.version + 1,
+                                  indexTags: !tagsKept)
             if let other, other.id != item.id { try Self.deleteRow(other.id, db, &changes) }
             try Self.replaceRow(sealed, previousVersion: item.sealed.version,
                                 keyChanged: sealed.blind != item.sealed.blind || sealed.groupBlind != item.sealed.groupBlind,
-                                db, &changes)
+                                tagsKept: tagsKept, db, &changes)
             return KeychainItem(sealed: sealed, record: record)
         }
     }
@@ -426,8 +433,8 @@ extension Keychain {
     /// UPDATE that leaves the blind indexes alone when the key did not change, so a durable
     /// update writes the row's page and the ledger's, not index pages as well (a delete and an
     /// insert wrote four). `itemNotFound` if the row is gone or at another version.
-    static func replaceRow(_ sealed: SealedItem, previousVersion: Int64, keyChanged: Bool, _ db: Database,
-                           _ changes: inout RowChanges) throws {
+    static func replaceRow(_ sealed: SealedItem, previousVersion: Int64, keyChanged: Bool, tagsKept: Bool = false,
+                           _ db: Database, _ changes: inout RowChanges) throws {
         let statement = try db.cachedStatement(sql: """
             UPDATE items SET kind = ?, version = ?, \(keyChanged ? "blind = ?, group_blind = ?, " : "")\
             wrapped_key = ?, attributes = ?, secret = ?, generation = ?, extras = ? WHERE id = ? AND version = ?
@@ -440,7 +447,7 @@ extension Keychain {
             .execute(arguments: [sealed.classCode, sealed.id, sealed.classCode])
         changes.removed(sealed.id, previousVersion)
         changes.added(sealed.id, sealed.version)
-        try writeAttributeTags(sealed, replacing: true, db)
+        if !tagsKept { try writeAttributeTags(sealed, replacing: true, db) }
     }
 
     static func deleteRow(_ id: Int64, _ db: Database, _ changes: inout RowChanges) throws {
