@@ -177,19 +177,50 @@ package enum Scrypt {
 package enum HMACSHA256 {
     /// The MAC of bytes that stay where they are (a secret in locked memory).
     package static func authenticate(raw data: UnsafeRawBufferPointer, key: SecureBytes) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: 32)
-        var len: UInt32 = 32
-        key.withUnsafeBytes { k in
-            _ = HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), data.baseAddress, data.count, &out, &len)
-        }
-        return out
+        key.withUnsafeBytes { mac(key: $0, data: data) }
     }
 
     package static func authenticate(_ data: [UInt8], key: SecureBytes) -> [UInt8] {
+        data.withUnsafeBytes { d in key.withUnsafeBytes { mac(key: $0, data: d) } }
+    }
+
+    /// SHA-256, fetched once. OpenSSL's one-shot `HMAC()` fetches the MAC and the digest by
+    /// name at every call: five times the instructions of the MAC of a short message, and a
+    /// create takes about ten MACs (blind indexes, attribute tags, the ledger).
+    nonisolated(unsafe) private static let sha256: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil)
+    private static let blockBytes = 64
+
+    /// HMAC (RFC 2104) over the fetched digest: H(K ^ opad || H(K ^ ipad || data)). The padded
+    /// key and the inner hash are wiped before return; OpenSSL wipes the digest's state as it
+    /// frees it.
+    static func mac(key: UnsafeRawBufferPointer, data: UnsafeRawBufferPointer) -> [UInt8] {
+        guard let md = sha256, let ctx = EVP_MD_CTX_new() else { preconditionFailure("HMAC-SHA256: no SHA-256") }
+        defer { EVP_MD_CTX_free(ctx) }
         var out = [UInt8](repeating: 0, count: 32)
-        var len: UInt32 = 32
-        key.withUnsafeBytes { k in
-            _ = HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), data, data.count, &out, &len)
+        withUnsafeTemporaryAllocation(byteCount: blockBytes + 32, alignment: 16) { scratch in
+            defer { OPENSSL_cleanse(scratch.baseAddress, scratch.count) }
+            let pad = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<blockBytes])
+            let inner = UnsafeMutableRawBufferPointer(rebasing: scratch[blockBytes...])
+            pad.initializeMemory(as: UInt8.self, repeating: 0)
+            var ok = true
+            if key.count > blockBytes {
+                // A long key is its hash (never used here: keys are 32 bytes).
+                var n: UInt32 = 0
+                ok = EVP_Digest(key.baseAddress, key.count, pad.baseAddress?.assumingMemoryBound(to: UInt8.self), &n, md, nil) == 1
+            } else if key.count > 0 {
+                pad.copyMemory(from: key)
+            }
+            func digest(_ xor: UInt8, _ message: UnsafeRawBufferPointer, into result: UnsafeMutableRawPointer) -> Bool {
+                for i in 0..<blockBytes { pad[i] ^= xor }
+                defer { for i in 0..<blockBytes { pad[i] ^= xor } }
+                var n: UInt32 = 0
+                return EVP_DigestInit_ex2(ctx, md, nil) == 1 && EVP_DigestUpdate(ctx, pad.baseAddress, blockBytes) == 1
+                    && EVP_DigestUpdate(ctx, message.baseAddress ?? UnsafeRawPointer(pad.baseAddress!), message.count) == 1
+                    && EVP_DigestFinal_ex(ctx, result.assumingMemoryBound(to: UInt8.self), &n) == 1 && n == 32
+            }
+            ok = ok && digest(0x36, data, into: inner.baseAddress!)
+            ok = ok && out.withUnsafeMutableBytes { o in digest(0x5c, UnsafeRawBufferPointer(inner), into: o.baseAddress!) }
+            precondition(ok, "HMAC-SHA256 failed")
         }
         return out
     }

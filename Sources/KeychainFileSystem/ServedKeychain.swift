@@ -268,11 +268,21 @@ package final class ServedKeychain: Sendable {
         func store(pending item: KeychainItem, as record: ItemRecord, secret: SecureBytes) throws -> KeychainItem {
             check()
             var record = record
-            record.attributes.accessible = try owner.newItemClass(for: record.key, base: record.attributes.accessible)
             // A list set on the pending file is kept; with none, its directory's default.
             if record.attributes.values.access == nil { record.attributes.values.access = try owner.newItemAccess(for: record.key) }
             record.attributes.applyDefaultSynchronizable(owner.defaultSynchronizable)
-            let stored = try keychain.add(record, secret: secret)
+            let stored: KeychainItem
+            if case .generic = record.key {
+                // The service's stored classes are read in the insert's own transaction.
+                let base = record.attributes.accessible
+                let pending = owner.pendingSiblingClasses(of: record.key)
+                stored = try keychain.add(record, secret: secret) { classes in
+                    AccessibilityClass.forNewItem(mountDefault: base, siblings: Array(classes) + pending)
+                }
+            } else {
+                record.attributes.accessible = try owner.newItemClass(for: record.key, base: record.attributes.accessible)
+                stored = try keychain.add(record, secret: secret)
+            }
             owner.state.withLock { $0.stored(pending: item.id, as: stored) }
             note(.added(stored.key))
             return stored
@@ -762,13 +772,17 @@ package final class ServedKeychain: Sendable {
                 return item.accessible
             }
         }
-        let pending = state.withLock { s in
+        return AccessibilityClass.forNewItem(mountDefault: base, siblings: stored + pendingSiblingClasses(of: key))
+    }
+
+    /// The classes of the pending items beside `key` (`newItemClass`).
+    func pendingSiblingClasses(of key: ItemKey) -> [AccessibilityClass] {
+        state.withLock { s in
             s.index.pending.compactMap { id -> AccessibilityClass? in
                 guard let item = s.index.item(id), item.key.isSibling(of: key) else { return nil }
                 return item.accessible
             }
         }
-        return AccessibilityClass.forNewItem(mountDefault: base, siblings: stored + pending)
     }
 
     // MARK: secrets

@@ -159,21 +159,23 @@ extension Keychain {
 
     /// Seals a record, secret and extras into a row under a fresh item key and the newest
     /// generation of its class key.
-    private func seal(_ record: ItemRecord, secret: SecureBytes, extras: SecureBytes?, id: Int64, version: Int64) throws -> SealedItem {
+    private func seal(_ record: ItemRecord, secret: SecureBytes, extras: SecureBytes?, id: Int64, version: Int64,
+                      indexTags: Bool = true) throws -> SealedItem {
         try secret.withUnsafeBytes { s in
             if let extras {
-                try extras.withUnsafeBytes { try seal(record, secret: s, extras: $0, id: id, version: version) }
+                try extras.withUnsafeBytes { try seal(record, secret: s, extras: $0, id: id, version: version, indexTags: indexTags) }
             } else {
-                try seal(record, secret: s, extras: nil, id: id, version: version)
+                try seal(record, secret: s, extras: nil, id: id, version: version, indexTags: indexTags)
             }
         }
     }
 
     /// `blinds`, when the caller has computed them already, and `scratch` (a buffer filled
     /// with the fresh key, and a MAC under the index key) spare a batch HMAC look-ups and a
-    /// locked mapping per item.
+    /// locked mapping per item. `indexTags` false leaves `attributeTags` empty, for a write
+    /// that keeps the row's entries.
     func seal(_ record: ItemRecord, secret: UnsafeRawBufferPointer, extras: UnsafeRawBufferPointer?, id: Int64, version: Int64,
-              blinds: (blind: [UInt8], group: [UInt8])? = nil, scratch: SealScratch? = nil) throws -> SealedItem {
+              blinds: (blind: [UInt8], group: [UInt8])? = nil, scratch: SealScratch? = nil, indexTags: Bool = true) throws -> SealedItem {
         guard secret.count <= maxSecretBytes else { throw KeychainError.secretTooLarge(secret.count) }
         let c = record.attributes.accessible
         if c == .whenPasscodeSetThisDeviceOnly && !hasPassphrase {
@@ -195,7 +197,7 @@ extension Keychain {
         }
         sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"))
         if let extras, extras.count > 0 { sealed.extras = try AESGCM.seal(extras, key: itemKey, aad: sealed.aad("extras")) }
-        sealed.attributeTags = try attributeTags(record.key, extras, mac: scratch?.mac)
+        if indexTags { sealed.attributeTags = try attributeTags(record.key, extras, mac: scratch?.mac) }
         return sealed
     }
 
@@ -206,6 +208,24 @@ extension Keychain {
         try write(.addsOnly) { db, changes in
             let id = try Self.nextID(db)
             let sealed = try seal(record, secret: secret, extras: extras, id: id, version: 1)
+            try Self.insertRow(sealed, db)
+            changes.added(id, 1)
+            return KeychainItem(sealed: sealed, record: record)
+        }
+    }
+
+    /// `add`, the class chosen in the same transaction: `classRule` is given the classes of
+    /// the rows of the record's group (`groupClasses`), so that no commit comes between the
+    /// class rule and the insert, and no read transaction of its own is needed.
+    @discardableResult
+    package func add(_ record: ItemRecord, secret: SecureBytes,
+                     classRule: (Set<AccessibilityClass>) -> AccessibilityClass) throws -> KeychainItem {
+        let blinds = (blind: try blind(record.key.canonicalBytes), group: try blind(record.key.groupBytes))
+        return try write(.addsOnly) { db, changes in
+            var record = record
+            record.attributes.accessible = classRule(try Self.groupClasses(db, groupBlind: blinds.group))
+            let id = try Self.nextID(db)
+            let sealed = try secret.withUnsafeBytes { try seal(record, secret: $0, extras: nil, id: id, version: 1, blinds: blinds) }
             try Self.insertRow(sealed, db)
             changes.added(id, 1)
             return KeychainItem(sealed: sealed, record: record)
@@ -226,12 +246,17 @@ extension Keychain {
         let value = try secret ?? self.secret(of: item)
         // A save through a temporary file renamed over the item keeps the item's extras.
         let keptExtras = try extras ?? self.extras(of: item) ?? other.flatMap { try self.extras(of: $0) }
+        // The attribute index's entries follow from the key and the extras alone: with both as
+        // they were (a new secret, new dates), the row's entries stay, and their MACs and the
+        // read of the old ones are spared. (A row not yet indexed is `completeAttributeIndex`'s.)
+        let tagsKept = extras == nil && other == nil && record.key == item.key
         return try write(.removes) { db, changes in
-            let sealed = try seal(record, secret: value, extras: keptExtras, id: item.id, version: item.sealed.version + 1)
+            let sealed = try seal(record, secret: value, extras: keptExtras, id: item.id, version: item.sealed.version + 1,
+                                  indexTags: !tagsKept)
             if let other, other.id != item.id { try Self.deleteRow(other.id, db, &changes) }
             try Self.replaceRow(sealed, previousVersion: item.sealed.version,
                                 keyChanged: sealed.blind != item.sealed.blind || sealed.groupBlind != item.sealed.groupBlind,
-                                db, &changes)
+                                tagsKept: tagsKept, db, &changes)
             return KeychainItem(sealed: sealed, record: record)
         }
     }
@@ -317,7 +342,7 @@ extension Keychain {
         guard let indexKey else { throw KeychainError.unavailable(.whenUnlocked) }
         let keys = try ledgerKeys ?? RowLedger.Keys(indexKey: indexKey)
         var intact = false
-        let (result, counterValue): (T, UInt64) = try Self.mappingDatabaseErrors {
+        let (result, counterValue, savedLedger): (T, UInt64, [UInt8]) = try Self.mappingDatabaseErrors {
             try database.write(effect) { db in
                 // Under the write lock: no other commit can change the files before this one. The
                 // record is taken as this instance last wrote it (`recordedHere`), not read back:
@@ -334,8 +359,8 @@ extension Keychain {
                 var changes = RowChanges()
                 let result = try body(db, &changes)
                 var ledger: RowLedger
-                if let stored = try RowLedger.load(db, keys: keys, storeID: storeID) {
-                    ledger = stored
+                if let stored = try RowLedger.load(db, keys: keys, storeID: storeID, written: ledgerWritten.withLock { $0 }) {
+                    ledger = stored.ledger
                     try ledger.digest.toggle(changes.toggled, key: keys.digest)
                     ledger.count += changes.delta
                 } else {
@@ -343,10 +368,11 @@ extension Keychain {
                     ledger = try RowLedger.scan(db, keys: keys, counter: 0)
                 }
                 ledger.counter += 1
-                try ledger.save(db, keys: keys, storeID: storeID)
-                return (result, ledger.counter)
+                let saved = try ledger.save(db, keys: keys, storeID: storeID)
+                return (result, ledger.counter, saved)
             }
         }
+        ledgerWritten.withLock { $0 = savedLedger }
         counter.record(counterValue)
         // A commit on files that were as the last commit or check left them keeps the ledger true to
         // the rows: the files as it leaves them need no reading at the next open. Any other change
@@ -399,8 +425,8 @@ extension Keychain {
     }
 
     static func insertRow(_ sealed: SealedItem, _ db: Database) throws {
-        try db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-            .execute(arguments: sealed.arguments)
+        // Bound straight from the row's arrays (`SealedItem.insert`), as an import does.
+        try sealed.insert(with: db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"))
         try writeAttributeTags(sealed, replacing: false, db)
     }
 
@@ -408,17 +434,13 @@ extension Keychain {
     /// UPDATE that leaves the blind indexes alone when the key did not change, so a durable
     /// update writes the row's page and the ledger's, not index pages as well (a delete and an
     /// insert wrote four). `itemNotFound` if the row is gone or at another version.
-    static func replaceRow(_ sealed: SealedItem, previousVersion: Int64, keyChanged: Bool, _ db: Database,
-                           _ changes: inout RowChanges) throws {
-        var arguments: StatementArguments = [sealed.kind, sealed.version]
-        if keyChanged { arguments += [Data(sealed.blind), Data(sealed.groupBlind)] }
-        arguments += [Data(sealed.wrappedKey), Data(sealed.attributes), Data(sealed.secret), sealed.generation,
-                      sealed.extras.map { Data($0) }, sealed.id, previousVersion]
+    static func replaceRow(_ sealed: SealedItem, previousVersion: Int64, keyChanged: Bool, tagsKept: Bool = false,
+                           _ db: Database, _ changes: inout RowChanges) throws {
         let statement = try db.cachedStatement(sql: """
             UPDATE items SET kind = ?, version = ?, \(keyChanged ? "blind = ?, group_blind = ?, " : "")\
             wrapped_key = ?, attributes = ?, secret = ?, generation = ?, extras = ? WHERE id = ? AND version = ?
             """)
-        try statement.execute(arguments: arguments)
+        try sealed.update(with: statement, keyChanged: keyChanged, previousVersion: previousVersion)
         guard db.changesCount == 1 else { throw KeychainError.itemNotFound }
         // The class is in the group index: set apart, and only when it changes, so that an
         // update of the secret alone rewrites no index page.
@@ -426,7 +448,7 @@ extension Keychain {
             .execute(arguments: [sealed.classCode, sealed.id, sealed.classCode])
         changes.removed(sealed.id, previousVersion)
         changes.added(sealed.id, sealed.version)
-        try writeAttributeTags(sealed, replacing: true, db)
+        if !tagsKept { try writeAttributeTags(sealed, replacing: true, db) }
     }
 
     static func deleteRow(_ id: Int64, _ db: Database, _ changes: inout RowChanges) throws {

@@ -31,6 +31,9 @@ public final class Keychain: @unchecked Sendable {
     let rowsChecked = Mutex(false)
     /// Whether that check read every row (false: the files were as this machine left them).
     let checkReadRows = Mutex<Bool?>(nil)
+    /// The ledger's bytes as this instance's last commit saved them (`RowLedger.load`): the
+    /// next commit finds them unchanged unless another process committed meanwhile. Not secret.
+    let ledgerWritten = Mutex<[UInt8]?>(nil)
 
     // MARK: opening
 

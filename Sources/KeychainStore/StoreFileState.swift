@@ -13,20 +13,64 @@ import KeychainModel
 /// open skip reading every row when the files are as this machine's keychainfs left them
 /// (`Keychain.checkRows`): whoever could change them unseen could change the counter too.
 struct StoreFileState: Equatable {
-    let text: String
+    /// Per file: device, inode, size, modification and change times (seconds, nanoseconds);
+    /// the database's, then the WAL's when it holds anything. Compared as numbers: every commit
+    /// takes the state twice and formatted it as text each time; only the record is text.
+    private let fields: [UInt64]
+    private static let perFile = 7
 
     init?(storePath: String) {
         var db = stat()
         guard stat(storePath, &db) == 0 else { return nil }
+        var fields = Self.fields(db)
         var wal = stat()
-        let walText = stat(storePath + "-wal", &wal) == 0 && wal.st_size > 0 ? Self.describe(wal) : "empty"
-        text = "db " + Self.describe(db) + " wal " + walText
+        if stat(storePath + "-wal", &wal) == 0 && wal.st_size > 0 { fields += Self.fields(wal) }
+        self.fields = fields
     }
 
-    init(text: String) { self.text = text }
+    /// A state as `text` gave it; text that is not one matches no state of the files (which
+    /// always have a database's fields).
+    init(text: String) {
+        let words = text.split(separator: " ")
+        func numbers(_ words: ArraySlice<Substring>) -> [UInt64]? {
+            guard words.count == 5 else { return nil }
+            var out: [UInt64] = []
+            for (i, word) in words.enumerated() {
+                let parts = i < 3 ? [word] : word.split(separator: ".", omittingEmptySubsequences: false)
+                for part in parts {
+                    guard parts.count == (i < 3 ? 1 : 2) else { return nil }
+                    if let v = UInt64(part) { out.append(v) } else if let v = Int64(part) { out.append(UInt64(bitPattern: v)) } else { return nil }
+                }
+            }
+            return out
+        }
+        var parsed: [UInt64]?
+        if words.count >= 8, words[0] == "db", words[6] == "wal", let db = numbers(words[1..<6]) {
+            if words.count == 8 && words[7] == "empty" {
+                parsed = db
+            } else if words.count == 12, let wal = numbers(words[7..<12]) {
+                parsed = db + wal
+            }
+        }
+        fields = parsed ?? []
+    }
 
-    private static func describe(_ s: stat) -> String {
-        "\(s.st_dev) \(s.st_ino) \(s.st_size) \(s.st_mtim.tv_sec).\(s.st_mtim.tv_nsec) \(s.st_ctim.tv_sec).\(s.st_ctim.tv_nsec)"
+    /// The record's text: "db <dev> <ino> <size> <mtime> <ctime> wal <the same, or empty>".
+    var text: String {
+        func describe(_ f: ArraySlice<UInt64>) -> String {
+            let i = f.startIndex
+            func signed(_ v: UInt64) -> Int64 { Int64(bitPattern: v) }
+            return "\(f[i]) \(f[i + 1]) \(signed(f[i + 2])) \(signed(f[i + 3])).\(signed(f[i + 4])) \(signed(f[i + 5])).\(signed(f[i + 6]))"
+        }
+        guard fields.count >= Self.perFile else { return "" }
+        let wal = fields.count >= 2 * Self.perFile ? describe(fields[Self.perFile..<2 * Self.perFile]) : "empty"
+        return "db " + describe(fields[0..<Self.perFile]) + " wal " + wal
+    }
+
+    private static func fields(_ s: stat) -> [UInt64] {
+        [UInt64(s.st_dev), UInt64(s.st_ino), UInt64(bitPattern: Int64(s.st_size)),
+         UInt64(bitPattern: Int64(s.st_mtim.tv_sec)), UInt64(bitPattern: Int64(s.st_mtim.tv_nsec)),
+         UInt64(bitPattern: Int64(s.st_ctim.tv_sec)), UInt64(bitPattern: Int64(s.st_ctim.tv_nsec))]
     }
 }
 
@@ -45,7 +89,7 @@ extension StoreCounter {
     func recordFiles(_ state: StoreFileState?) {
         recorded.state.withLock { $0 = state }
         guard let state else {
-            unlink(filesPath)
+            recorded.files.remove(filesPath)
             return
         }
         // Padded to one length (read back without the spaces, `line`), so that a shorter
@@ -53,7 +97,7 @@ extension StoreCounter {
         var bytes = Array(state.text.utf8)
         if bytes.count < Self.filesRecordWidth { bytes += repeatElement(UInt8(ascii: " "), count: Self.filesRecordWidth - bytes.count) }
         bytes.append(10)
-        Self.overwrite(filesPath, with: bytes)
+        recorded.files.withDescriptor(filesPath, readable: false) { Self.overwrite($0, with: bytes) }
     }
 
     /// The state this instance last recorded (nil: none, or it removed the record): what a
@@ -61,7 +105,51 @@ extension StoreCounter {
     func recordedHere() -> StoreFileState? { recorded.state.withLock { $0 } }
 }
 
-/// The files record as this instance last wrote it (`StoreCounter.recordFiles`).
+/// The files record as this instance last wrote it (`StoreCounter.recordFiles`), and the
+/// descriptors of the two records, kept open: each commit rewrites both, and their opens and
+/// closes were 4 of its system calls.
 final class RecordedFiles: Sendable {
     let state = Mutex<StoreFileState?>(nil)
+    let counter = RecordDescriptor()
+    let files = RecordDescriptor()
+}
+
+/// One record file's descriptor, opened at first use and kept. Records are only ever written
+/// in place, so the descriptor stays the file's; should the file be removed or renamed over all
+/// the same (by hand, or by another process's `recordFiles(nil)`), the open file has no name
+/// left, and the next use opens the path anew. A leaf lock.
+final class RecordDescriptor: Sendable {
+    private let fd = Mutex<Int32>(-1)
+
+    /// Runs `body` with the descriptor of the file at `path`, made if missing; nothing if it
+    /// cannot be opened.
+    func withDescriptor(_ path: String, readable: Bool, _ body: (Int32) -> Void) {
+        fd.withLock { fd in
+            if fd >= 0 && !Self.isNamed(fd) {
+                close(fd)
+                fd = -1
+            }
+            if fd < 0 { fd = StoreCounter.openForWriting(path, readable: readable) ?? -1 }
+            if fd >= 0 { body(fd) }
+        }
+    }
+
+    /// Closes the descriptor and removes the file.
+    func remove(_ path: String) {
+        fd.withLock { fd in
+            if fd >= 0 { close(fd) }
+            fd = -1
+            unlink(path)
+        }
+    }
+
+    /// Whether the open file still has a name: one `fstat`, where an open and a close each
+    /// resolved the path. (A record written to a file with no name is lost, which only makes
+    /// the next open read every row, or the counter lag, as after a crash.)
+    private static func isNamed(_ fd: Int32) -> Bool {
+        var st = stat()
+        return fstat(fd, &st) == 0 && st.st_nlink > 0
+    }
+
+    deinit { fd.withLock { if $0 >= 0 { close($0) } } }
 }

@@ -95,20 +95,32 @@ struct RowLedger: Equatable {
 
     /// The stored ledger; nil if there is none; an integrity failure if its tag does not match.
     static func load(_ db: Database, keys: Keys, storeID: [UInt8]) throws -> RowLedger? {
-        guard let data = try Data.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE name = 'rows_state'")) else { return nil }
+        try load(db, keys: keys, storeID: storeID, written: nil)?.ledger
+    }
+
+    /// `load`, and the bytes stored. Bytes equal to `written`, those this instance itself
+    /// saved last, are taken without checking their tag again: nobody wrote the ledger since,
+    /// and another's bytes (a forgery, an older ledger put back) differ from them.
+    static func load(_ db: Database, keys: Keys, storeID: [UInt8], written: [UInt8]?) throws -> (ledger: RowLedger, bytes: [UInt8])? {
+        let statement = try db.cachedStatement(sql: "SELECT value FROM meta WHERE name = 'rows_state'")
+        guard let data = try Data.fetchOne(statement) else { return nil }
         let b = [UInt8](data)
         guard b.count == 48 + 32, let digest = RowSetDigest(bytes: Array(b[16..<48])) else {
             throw KeychainError.integrityFailure("the store's record of its items is malformed")
         }
         let ledger = RowLedger(counter: fromBE(b[0..<8]), count: Int64(bitPattern: fromBE(b[8..<16])), digest: digest)
-        guard ledger.tag(keys, storeID: storeID) == Array(b[48...]) else {
+        guard b == written || ledger.tag(keys, storeID: storeID) == Array(b[48...]) else {
             throw KeychainError.integrityFailure("the store's record of its items fails authentication")
         }
-        return ledger
+        return (ledger, b)
     }
 
-    func save(_ db: Database, keys: Keys, storeID: [UInt8]) throws {
-        try StoreDatabase.setMeta(db, "rows_state", Data(body() + tag(keys, storeID: storeID)))
+    /// Saves the ledger; returns the bytes stored.
+    @discardableResult
+    func save(_ db: Database, keys: Keys, storeID: [UInt8]) throws -> [UInt8] {
+        let bytes = body() + tag(keys, storeID: storeID)
+        try StoreDatabase.setMeta(db, "rows_state", Data(bytes))
+        return bytes
     }
 
     /// The ledger the rows as they are now would have.
@@ -169,14 +181,15 @@ struct StoreCounter {
     }
 
     /// Raises the counter to `value`; never lowers it unless `force` (an accepted rollback).
-    /// Read and written through one descriptor: every commit calls this.
+    /// Read and written through one descriptor, kept open (`RecordedFiles.counter`): every
+    /// commit calls this.
     func record(_ value: UInt64, force: Bool = false) {
         let digits = Array(String(value).utf8)
         let bytes = Array(repeating: UInt8(ascii: "0"), count: max(0, 20 - digits.count)) + digits + [10]
-        guard let fd = Self.openForWriting(path, readable: true) else { return }
-        defer { close(fd) }
-        if !force, let current = Self.line(fd: fd).flatMap({ UInt64($0) }), current >= value { return }
-        Self.overwrite(fd, with: bytes)
+        recorded.counter.withDescriptor(path, readable: true) { fd in
+            if !force, let current = Self.line(fd: fd).flatMap({ UInt64($0) }), current >= value { return }
+            Self.overwrite(fd, with: bytes)
+        }
     }
 
     // Every commit reads and writes these small files: plain system calls, not Foundation's

@@ -13,13 +13,14 @@ import Synchronization
 /// finish (a full disk, another process reading) is retried after the next commit and at the
 /// next open.
 ///
-/// Durability, with as few syncs as that needs: a write (`StoreDatabase.write`) commits with
-/// `synchronous = NORMAL`, which writes the WAL without syncing it, and then makes the commit
+/// Durability, with as few syncs as that needs: a write that erases (`StoreDatabase.write`)
+/// commits with `synchronous = NORMAL`, which writes the WAL without syncing it, and then makes the commit
 /// durable itself before it returns. After an erasing commit the checkpoint does it: it syncs
 /// the WAL, copies it into the database and syncs that (two syncs, where `FULL` took three:
-/// the commit, then the same two). After a commit that only adds, one `fdatasync` of the WAL
-/// does it (`syncFrames`). The first commit into an emptied WAL costs one more, as in `FULL`:
-/// SQLite syncs the new WAL's header before its frames. Everything else keeps `FULL`.
+/// the commit, then the same two); should the checkpoint not finish, one `fdatasync` of the
+/// WAL (`syncFrames`). A commit that only adds, with no checkpoint pending, stays at `FULL`,
+/// whose commit is one `fdatasync` of the WAL. The first commit into an emptied WAL costs one
+/// more: SQLite syncs the new WAL's header before its frames. Everything else keeps `FULL`.
 ///
 /// An empty WAL needs new disk blocks for the next commit, so a full disk would refuse even a
 /// delete. A small reserve file beside the store is given up for a delete that meets a full
@@ -118,16 +119,19 @@ extension StoreDatabase {
     /// `syncFrames` (see `WriteAheadLog`).
     private func attempt<T>(_ effect: WriteEffect, _ body: (Database) throws -> T) throws -> T {
         try queue.writeWithoutTransaction { db in
+            // A commit that only adds, into a WAL with nothing left to fold in, stays at `FULL`:
+            // SQLite syncs the WAL's frames itself, on the descriptor it holds (an open, a sync
+            // and a close of ours, and two switches of the level, fewer per create).
+            let checkpoints = effect != .addsOnly || log.isPending
             // Straight to SQLite: through GRDB each was a statement compiled and checked at every commit.
-            try Self.setSynchronous(db, "NORMAL")
-            defer { try? Self.setSynchronous(db, "FULL") }
+            if checkpoints { try Self.setSynchronous(db, "NORMAL") }
+            defer { if checkpoints { try? Self.setSynchronous(db, "FULL") } }
             var result: T?
             try db.inTransaction(.immediate) {
                 result = try body(db)
                 return .commit
             }
-            let checkpointed = (effect != .addsOnly || log.isPending) && log.truncate(db)
-            if !checkpointed { try log.syncFrames() }
+            if checkpoints && !log.truncate(db) { try log.syncFrames() }
             return result!
         }
     }

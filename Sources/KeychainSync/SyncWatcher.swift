@@ -18,12 +18,17 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
     /// Wakes the thread: one byte per local change (coalesced), or `stopByte`.
     private let wake: (read: Int32, write: Int32)
     private let inotify: Int32
+    /// The store's sync state (`SyncLocalState.path`), resolved once: a commit of a store
+    /// that does not sync wakes nothing (an exchange would find no state and stop).
+    private let statePath: String
     private static let stopByte: UInt8 = 0xff
     /// What the other devices' manifests looked like at the last exchange (`folderFingerprint`):
     /// the periodic round exchanges only when it changed. The thread's alone.
     private var lastFingerprint: [String] = []
     /// Exchanges run so far (tests wait on it).
     package let exchanges = Atomic<Int>(0)
+    /// Wakes by a commit so far (tests count them).
+    package let commitWakes = Atomic<Int>(0)
 
     package init(session: SyncSession) throws {
         self.session = session
@@ -34,6 +39,7 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
             _ = fcntl(fd, F_SETFL, O_NONBLOCK)
         }
         wake = (fds[0], fds[1])
+        statePath = SyncLocalState.path(forStore: session.storePath)
         inotify = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
         guard inotify >= 0 else { throw KeychainError.io("inotify_init1: \(String(cString: strerror(errno)))") }
     }
@@ -56,6 +62,11 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
         // Any change may be of a synchronizable item (or make one so, or not); an unlock makes
         // items readable that a locked exchange had to leave.
         guard changes.contains(where: { if case .lockStateChanged(let s) = $0 { s == .unlocked } else { true } }) else { return }
+        // Without a state there is nothing to exchange: the wake, the thread's switch and its
+        // look for the state were a tenth of the daemon's time in a loop of creates. A
+        // `sync init` or `join` meanwhile is taken up by the periodic round, as before.
+        guard access(statePath, F_OK) == 0 else { return }
+        commitWakes.add(1, ordering: .sequentiallyConsistent)
         var b: UInt8 = 1
         _ = write(wake.write, &b, 1)
     }

@@ -1,3 +1,4 @@
+import COpenSSL
 import KeychainCrypto
 import XCTest
 
@@ -66,6 +67,31 @@ final class HMACSHA256Tests: XCTestCase {
     func testRFC4231Case2() {
         let mac = HMACSHA256.authenticate(Array("what do ya want for nothing?".utf8), key: secure("Jefe"))
         XCTAssertEqual(mac, hex("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"))
+    }
+
+    /// RFC 4231 test case 6: a key longer than a block is hashed first.
+    func testRFC4231Case6LongKey() {
+        let mac = HMACSHA256.authenticate(Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8),
+                                          key: secure([UInt8](repeating: 0xaa, count: 131)))
+        XCTAssertEqual(mac, hex("60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"))
+    }
+
+    /// The MAC is computed over a digest fetched once (not OpenSSL's one-shot `HMAC()`): the
+    /// same answers as OpenSSL's for keys and messages of every length around a block, empty
+    /// ones included, through both forms.
+    func testMatchesOpenSSLsHMACAroundABlock() {
+        for keyLength in [0, 1, 20, 32, 63, 64, 65, 100] {
+            let key = (0..<keyLength).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+            for n in [0, 1, 31, 55, 56, 63, 64, 65, 119, 200] {
+                let message = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ keyLength) }
+                var want = [UInt8](repeating: 0, count: 32)
+                var len: UInt32 = 32
+                _ = HMAC(EVP_sha256(), key, Int32(key.count), message, message.count, &want, &len)
+                let k = secure(key)
+                XCTAssertEqual(HMACSHA256.authenticate(message, key: k), want, "key \(keyLength), message \(n)")
+                XCTAssertEqual(message.withUnsafeBytes { HMACSHA256.authenticate(raw: $0, key: k) }, want, "raw: key \(keyLength), message \(n)")
+            }
+        }
     }
 }
 

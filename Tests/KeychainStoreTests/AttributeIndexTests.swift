@@ -92,6 +92,28 @@ final class AttributeIndexTests: XCTestCase {
         XCTAssertEqual(try k.itemIDs(matching: ["username": "bea", "kind": "token"], collection: nil), [moved.id])
     }
 
+    /// An update that keeps the key and the extras (a new secret, as a save through the mount)
+    /// leaves the row's index entries as they were, byte for byte, and they still answer; a
+    /// rename afterwards still moves the name fields' pairs.
+    func testAnUpdateOfTheSecretAloneKeepsTheEntries() throws {
+        let k = try store.create()
+        let tree = try add(k, genericKey("mail", "alice"), "1")
+        let dbus = try k.add(ItemRecord(key: try genericKey("app", "ann"), attributes: ItemAttributes()), secret: secure("s"),
+                             extras: extras(["service": "app", "username": "ann", "kind": "token"]))
+        let entries = "SELECT hex(tag), item_id FROM attribute_index ORDER BY tag, item_id;"
+        let before = try store.sql(entries)
+        let tree2 = try k.update(tree, to: tree.record, secret: secure("2"))
+        let dbus2 = try k.update(dbus, to: dbus.record, secret: secure("t"))
+        XCTAssertEqual(try store.sql(entries), before)
+        XCTAssertEqual(try k.itemIDs(matching: ["account": "alice"], collection: nil), [tree2.id])
+        XCTAssertEqual(try k.itemIDs(matching: ["username": "ann", "kind": "token"], collection: nil), [dbus2.id])
+        XCTAssertEqual(try k.extras(of: dbus2).map { $0.unprotectedArray }, extras(["service": "app", "username": "ann", "kind": "token"]).unprotectedArray)
+
+        let moved = try k.update(tree2, to: ItemRecord(key: try genericKey("mail", "bob"), attributes: tree2.record.attributes))
+        XCTAssertEqual(try k.itemIDs(matching: ["account": "alice"], collection: nil), [])
+        XCTAssertEqual(try k.itemIDs(matching: ["account": "bob"], collection: nil), [moved.id])
+    }
+
     /// Locked, and before first unlock, a search still finds every match (from the index alone).
     func testSearchAnswersInEveryLockState() throws {
         let k = try store.create()

@@ -73,7 +73,7 @@ final class LookupTests: XCTestCase {
     /// so that it costs the same in a service of any size (the class rule runs at every create).
     func testGroupQueriesSearchTheGroupIndex() throws {
         _ = try store.create()
-        for sql in [GroupQuery.rows, GroupQuery.firstRow, GroupQuery.nextGroup, GroupQuery.nextClass, GroupQuery.page] {
+        for sql in [GroupQuery.rows, GroupQuery.firstRow, GroupQuery.nextGroup, GroupQuery.classes, GroupQuery.page] {
             let plan = try store.sql("EXPLAIN QUERY PLAN " + sql.replacing(/\?[0-9]*/, with: "x'00'"))
             XCTAssertTrue(plan.contains("SEARCH items USING") && plan.contains("INDEX items_group_class"), "\(sql): \(plan)")
             // A page's subqueries are co-routines, each one a search ("SCAN (subquery-N)" reads its output).

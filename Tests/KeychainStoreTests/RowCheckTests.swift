@@ -34,6 +34,43 @@ final class RowCheckTests: XCTestCase {
         XCTAssertEqual(try store.openUnlocked().checkReadRows.withLock { $0 }, false, "and recorded again")
     }
 
+    /// An instance keeps the descriptors of its two records beside the device key open across
+    /// commits. A record removed, or renamed over, behind its back is written again at its
+    /// path by the next commit, never into the file that lost its name.
+    func testRecordsRemovedOrReplacedBehindAnOpenInstanceAreWrittenAgain() throws {
+        let k = try store.create()
+        try add(k, genericKey("svc", "a"), "pw")
+        let counted = k.commitCount
+        XCTAssertGreaterThan(counted, 0)
+        XCTAssertEqual(unlink(k.counter.path), 0)
+        XCTAssertEqual(unlink(k.counter.filesPath), 0)
+        try add(k, genericKey("svc", "b"), "pw")
+        XCTAssertEqual(k.commitCount, counted + 1, "the counter is made again at its path")
+        XCTAssertEqual(readRows(try store.openUnlocked()), false, "and so is the files record")
+
+        // Renamed over with an older counter: the next commit raises the new file.
+        let planted = k.counter.path + ".planted"
+        XCTAssertTrue(FileManager.default.createFile(atPath: planted, contents: Data("00000000000000000001\n".utf8)))
+        XCTAssertEqual(rename(planted, k.counter.path), 0)
+        try add(k, genericKey("svc", "c"), "pw")
+        XCTAssertEqual(k.commitCount, counted + 2)
+    }
+
+    /// The files' state is compared as numbers and recorded as text: the text read back is the
+    /// same state, a WAL with frames is part of it, and text that is not a state matches none.
+    func testTheFilesStateReadsBackFromItsTextAndDamagedTextMatchesNothing() throws {
+        let k = try store.create()
+        try add(k, genericKey("svc", "a"), "pw")
+        let state = try XCTUnwrap(StoreFileState(storePath: store.path))
+        XCTAssertTrue(state.text.hasPrefix("db ") && state.text.contains(" wal "), state.text)
+        XCTAssertEqual(StoreFileState(text: state.text), state)
+        XCTAssertEqual(k.counter.readFiles(), state, "the record beside the device key is the files as the commit left them")
+        for damaged in ["", "db", state.text.replacingOccurrences(of: "db ", with: "xx "), String(state.text.dropLast(3)),
+                        state.text + " 1", state.text.replacingOccurrences(of: ".", with: ",")] {
+            XCTAssertNotEqual(StoreFileState(text: damaged), state, damaged)
+        }
+    }
+
     /// A row removed behind keychainfs's back, the ledger left alone, is still caught at the
     /// next open after clean sessions, and so is an older copy of a row put back.
     func testRowsChangedBehindItsBackAreStillCaught() throws {

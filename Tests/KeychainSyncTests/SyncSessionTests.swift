@@ -63,6 +63,32 @@ final class SyncSessionTests: XCTestCase {
         return out
     }
 
+    /// The daemon's watcher wakes for a commit only when the store syncs: a store with no
+    /// sync state costs its commits no exchange (nor a thread switch), and once `sync init`
+    /// has run, the next commit wakes it at once, not at the next periodic round.
+    func testTheWatcherWakesForCommitsOnlyWhenTheStoreSyncs() throws {
+        let a = try device("a")
+        let watcher = try SyncWatcher(session: a)
+        watcher.start()
+        defer { watcher.stop() }
+        func exchanges(reach n: Int, within seconds: Double) -> Bool {
+            let deadline = Date().addingTimeInterval(seconds)
+            while Date() < deadline {
+                if watcher.exchanges.load(ordering: .sequentiallyConsistent) >= n { return true }
+                usleep(10_000)
+            }
+            return watcher.exchanges.load(ordering: .sequentiallyConsistent) >= n
+        }
+        for n in 0..<5 { try put(a, "a\(n)", "s") }
+        XCTAssertEqual(watcher.commitWakes.load(ordering: .sequentiallyConsistent), 0, "no wake for commits of a store that does not sync")
+        XCTAssertEqual(watcher.exchanges.load(ordering: .sequentiallyConsistent), 0)
+
+        _ = try a.initialize(folder: folder, passphrase: passphrase, scrypt: ScryptParameters(logN: 10))
+        try put(a, "after", "s")
+        XCTAssertEqual(watcher.commitWakes.load(ordering: .sequentiallyConsistent), 1, "a commit of a syncing store wakes the watcher")
+        XCTAssertTrue(exchanges(reach: 1, within: 2), "which exchanges at once, before the 5 s round")
+    }
+
     func testAChangeOnOneDeviceAppearsOnTheOtherAndDeletesPropagate() throws {
         let (a, b) = try pair()
         try put(a, "alice", "s3cret-one")
