@@ -91,7 +91,15 @@ package final class LockedMemory: Sendable {
     private let locking: any PageLocking
     private let state = Mutex(State())
     private let exhausted = Atomic<Bool>(false)
-    private let exhaustionHandler = Mutex<(@Sendable (Bool, LockedMemoryUsage) -> Void)?>(nil)
+    /// In a struct, not bare: see `ExhaustionHandler`.
+    private let exhaustionHandler = Mutex<ExhaustionHandler?>(nil)
+
+    /// A bare closure kept in a `Mutex` and read with `withLock { $0 }` is wrapped in one more
+    /// reabstraction thunk at every read (Swift 6.3: the generic `inout`'s write-back is
+    /// stored); inside a struct it keeps its own representation.
+    private struct ExhaustionHandler: Sendable {
+        let run: @Sendable (Bool, LockedMemoryUsage) -> Void
+    }
 
     /// A slab of equal slots. Mutated only under `LockedMemory.state`.
     // @unchecked Sendable because it is mutated only under `LockedMemory.state`.
@@ -182,7 +190,7 @@ package final class LockedMemory: Sendable {
     /// A handler set while memory is already exhausted hears of it at once: the refusal may
     /// have come before anyone listened (the daemon allocates before it installs its handler).
     package func setExhaustionHandler(_ handler: (@Sendable (Bool, LockedMemoryUsage) -> Void)?) {
-        exhaustionHandler.withLock { $0 = handler }
+        exhaustionHandler.withLock { $0 = handler.map(ExhaustionHandler.init) }
         if isExhausted { handler?(true, usage) }
     }
 
@@ -364,6 +372,6 @@ package final class LockedMemory: Sendable {
     }
 
     private func report(_ isExhausted: Bool) {
-        exhaustionHandler.withLock { $0 }?(isExhausted, usage)
+        exhaustionHandler.withLock { $0 }?.run(isExhausted, usage)
     }
 }

@@ -56,14 +56,14 @@ package final class ServedKeychain: Sendable {
     private let directoryAccessDefaults = Mutex<[DirectoryName: AccessList?]>([:])
     /// Run after every lock and after the keys are forgotten: the FUSE binding drops the
     /// kernel's cached pages of the files the lock revoked.
-    private let afterLock = Mutex<(@Sendable () -> Void)?>(nil)
+    private let afterLock = Mutex<Hook?>(nil)
     /// Run before anything that may wait long (`willWait`): the FUSE binding answers most
     /// requests on the thread that read them, and lets another thread read meanwhile.
-    private let beforeWaiting = Mutex<(@Sendable () -> Void)?>(nil)
+    private let beforeWaiting = Mutex<Hook?>(nil)
     /// Called between decrypting a secret and caching it; tests use it to force interleavings.
-    private let afterDecrypt = Mutex<(@Sendable () -> Void)?>(nil)
+    private let afterDecrypt = Mutex<Hook?>(nil)
     /// Called between a fill's read of the store and its install; tests use it likewise.
-    private let afterFillRead = Mutex<(@Sendable () -> Void)?>(nil)
+    private let afterFillRead = Mutex<Hook?>(nil)
     /// The class a new item takes before the rule of its neighbours (`newItemClass`): the
     /// mount's `--default-accessible`, else the configuration's, else `when-unlocked`.
     package let defaultClass: AccessibilityClass
@@ -190,8 +190,8 @@ package final class ServedKeychain: Sendable {
     /// Enough for `ls -l` of a directory of 16,384 items from memory, a few MiB of summaries.
     package static let defaultIndexLimit = 16_384
 
-    package func setAfterDecrypt(_ hook: (@Sendable () -> Void)?) { afterDecrypt.withLock { $0 = hook } }
-    package func setAfterFillRead(_ hook: (@Sendable () -> Void)?) { afterFillRead.withLock { $0 = hook } }
+    package func setAfterDecrypt(_ hook: (@Sendable () -> Void)?) { afterDecrypt.withLock { $0 = hook.map(Hook.init) } }
+    package func setAfterFillRead(_ hook: (@Sendable () -> Void)?) { afterFillRead.withLock { $0 = hook.map(Hook.init) } }
 
     // MARK: observers
 
@@ -550,7 +550,7 @@ package final class ServedKeychain: Sendable {
     }
 
     private func install(_ generation: UInt64, _ body: (inout State) -> Void) {
-        afterFillRead.withLock { $0 }?()
+        afterFillRead.withLock { $0 }?.run()
         state.withLock { s in if s.generation == generation { body(&s) } }
     }
 
@@ -583,12 +583,12 @@ package final class ServedKeychain: Sendable {
         lock(origin: .control)
     }
 
-    package func setAfterLock(_ hook: (@Sendable () -> Void)?) { afterLock.withLock { $0 = hook } }
+    package func setAfterLock(_ hook: (@Sendable () -> Void)?) { afterLock.withLock { $0 = hook.map(Hook.init) } }
 
-    package func setBeforeWaiting(_ hook: (@Sendable () -> Void)?) { beforeWaiting.withLock { $0 = hook } }
+    package func setBeforeWaiting(_ hook: (@Sendable () -> Void)?) { beforeWaiting.withLock { $0 = hook.map(Hook.init) } }
 
     /// Called before a commit and before a program is decided on (the user may be asked).
-    package func willWait() { beforeWaiting.withLock { $0 }?() }
+    package func willWait() { beforeWaiting.withLock { $0 }?.run() }
 
     /// The one lock, whoever asks (the idle timer, the CLI, a signal, the tree): takes the keys,
     /// then wipes every cached or open copy of a secret whose class key is gone, then lets the
@@ -607,7 +607,7 @@ package final class ServedKeychain: Sendable {
             }
             s.plaintext.removeAll { id in !(s.index.item(id).map { keychain.isAvailable($0.accessible) } ?? false) }
         }
-        afterLock.withLock { $0 }?()
+        afterLock.withLock { $0 }?.run()
         if keychain.state != before { deliver([.lockStateChanged(keychain.state)], origin: origin) }
     }
 
@@ -646,7 +646,7 @@ package final class ServedKeychain: Sendable {
             s.index.removeAll()
         }
         keychain.forgetKeys()
-        afterLock.withLock { $0 }?()
+        afterLock.withLock { $0 }?.run()
     }
 
     // MARK: per-program access
@@ -798,7 +798,7 @@ package final class ServedKeychain: Sendable {
         if item.isPending { return SecureBytes() }
         if let hit = state.withLock({ $0.plaintext.secret(item.id) }) { return hit }
         let plain = try keychain.secret(of: keychain.complete(item))
-        afterDecrypt.withLock { $0 }?()
+        afterDecrypt.withLock { $0 }?.run()
         return try state.withLock { s throws -> SecureBytes in
             guard keychain.isAvailable(item.accessible) else {
                 plain.wipe()
@@ -994,4 +994,15 @@ extension ItemKey {
         default: false
         }
     }
+}
+
+/// A test or binding callback kept under a lock. Not `Mutex<(() -> Void)?>` read with
+/// `withLock { $0 }`: Swift 6.3 passes a bare closure through `withLock`'s generic `inout` by
+/// wrapping it in a reabstraction thunk on the way in and another on the way back, and the
+/// way back is stored, so each read nested the closure two thunks deeper. `willWait`, read at
+/// every commit, made each create slower than the last (quadratic) and would at last have
+/// overflowed the stack. Inside a struct the closure keeps its own representation.
+private struct Hook: Sendable {
+    let run: @Sendable () -> Void
+    init(_ run: @escaping @Sendable () -> Void) { self.run = run }
 }

@@ -144,6 +144,25 @@ final class ItemChangeTests: XCTestCase {
         XCTAssertEqual(heard.map(\.origin), [.tree])
     }
 
+    /// The owner's hooks run at the same stack depth every time. Kept as bare closures in a
+    /// `Mutex`, each read wrapped them in two more reabstraction thunks: the FUSE loop's
+    /// `willWait`, run at every commit, made each create slower than the last, and the stack
+    /// would at last have overflowed.
+    func testHooksRunAtTheSameDepthEveryTime() throws {
+        let waitDepths = Mutex<[Int]>([]), lockDepths = Mutex<[Int]>([])
+        served.setBeforeWaiting { waitDepths.withLock { $0.append(Thread.callStackReturnAddresses.count) } }
+        served.setAfterLock { lockDepths.withLock { $0.append(Thread.callStackReturnAddresses.count) } }
+        for _ in 0..<100 { served.willWait() }
+        for _ in 0..<20 {
+            served.lock()
+            try served.unlock(passphrase: passphrase)
+        }
+        for depths in [waitDepths.withLock { $0 }, lockDepths.withLock { $0 }] {
+            XCTAssertGreaterThanOrEqual(depths.count, 20)
+            XCTAssertEqual(Set(depths).count, 1, "depths \(depths.prefix(5)) … \(depths.suffix(5))")
+        }
+    }
+
     /// The idle lock, on an injected clock: it counts from the last access and from a new
     /// setting, and it is the same lock (page drop, observers) as any other.
     func testTheIdleLockFollowsTheClock() throws {
