@@ -298,9 +298,14 @@ package final class AccessControl: Sendable {
         let facts = entry.facts
         let deadline = ContinuousClock.now + prompt.timeout
         // Prompts come one at a time (two on one terminal would garble each other); a caller
-        // queued behind one gives up at its own deadline.
-        guard promptSlot.acquire(until: deadline) else {
+        // queued behind one gives up at its own deadline, and one that finds the queue full is
+        // refused at once.
+        switch promptSlot.acquire(until: deadline) {
+        case .acquired: break
+        case .timedOut:
             return record(facts, item, operation, .timedOut, reason: reason + "; no answer in time (another prompt was open)", allow: allowCommand)
+        case .queueFull:
+            return record(facts, item, operation, .refused, reason: reason + "; refused at once: \(PromptSlot.maxWaiting) callers already wait for another prompt", allow: allowCommand)
         }
         defer { promptSlot.release() }
         // Asked and answered for this process while it waited.
@@ -734,18 +739,30 @@ struct ProcessTable {
 final class PromptSlot: @unchecked Sendable {
     private let condition = NSCondition()
     private var busy = false
+    private var waiting = 0
 
-    func acquire(until deadline: ContinuousClock.Instant) -> Bool {
+    /// Callers queued behind the open prompt, at most. Each waits on the thread that asked,
+    /// and the FUSE loop has 10 workers (`KCFS_MAX_WORKERS`): ten processes asking at once
+    /// held every one of them, and the mount stopped answering everyone else until the
+    /// prompts timed out. With one prompting and four queued, five always remain.
+    static let maxWaiting = 4
+
+    enum Acquired { case acquired, timedOut, queueFull }
+
+    func acquire(until deadline: ContinuousClock.Instant) -> Acquired {
         condition.lock()
         defer { condition.unlock() }
+        if busy && waiting >= Self.maxWaiting { return .queueFull }
+        waiting += 1
+        defer { waiting -= 1 }
         while busy {
             let left = deadline - ContinuousClock.now
-            guard left > .zero else { return false }
+            guard left > .zero else { return .timedOut }
             let seconds = Double(left.components.seconds) + Double(left.components.attoseconds) / 1e18
             _ = condition.wait(until: Date(timeIntervalSinceNow: seconds))
         }
         busy = true
-        return true
+        return .acquired
     }
 
     func release() {

@@ -312,6 +312,24 @@ if [ "$took" -lt 1500 ]; then pass "they took ${took} ms (the prompt waits 2 s)"
 wait $WAITER
 expect_contains "$W/waiting.out" "Permission denied" "the waiting reader was refused at the timeout"
 
+echo "-- twelve prompts at once stall no one else (the FUSE loop has 10 workers)"
+WAITERS=""
+for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
+    ( cat "$ITEM" >"$W/many.$i" 2>&1; echo "EXIT $?" >>"$W/many.$i" ) &
+    WAITERS="$WAITERS $!"
+done
+sleep 0.5
+start=$(date +%s%N)
+other=$(timeout 10 cat "$MP/svc/open"; timeout 10 ls "$MP/svc" | tr '\n' ' ')
+took=$((($(date +%s%N) - start) / 1000000))
+expect_eq "open-secretacct open " "$other" "cat and ls answer while twelve prompts are asked for"
+# Stalled, they answer when the first prompts time out, 1.5 s from here.
+if [ "$took" -lt 800 ]; then pass "they took ${took} ms (the prompts wait 2 s)"; else fail "they waited for the prompts: ${took} ms"; fi
+for pid in $WAITERS; do wait "$pid"; done
+refused=$(grep -l "Permission denied" "$W"/many.* | wc -l)
+expect_eq 12 "$refused" "every one of the twelve readers was refused"
+expect_contains "$(kc access log)" "callers already wait for another prompt" "the log says why the ones beyond the queue were refused at once"
+
 echo notok >"$ANSWER"
 expect_eq "hunter2" "$(cat "$ITEM" 2>&1)" "Always allow: cat reads"
 expect_eq "/usr/bin/head
