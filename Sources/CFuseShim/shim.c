@@ -214,7 +214,7 @@ static void *kcfs_worker(void *arg) {
     return NULL;
 }
 
-int kcfs_session_loop(struct fuse_session *se) {
+int kcfs_session_loop(struct fuse_session *se, void (*ending)(void *), void *context) {
     struct kcfs_loop l = { .se = se };
     pthread_mutex_init(&l.lock, NULL);
     pthread_cond_init(&l.turn, NULL);
@@ -225,6 +225,8 @@ int kcfs_session_loop(struct fuse_session *se) {
     if (started != 0) return -EAGAIN;
     /* A stop signal interrupts sem_wait here (the workers block them) and ends the session. */
     while (!fuse_session_exited(se)) sem_wait(&l.ended);
+    /* Outside l.lock: a worker in a prompt answers its caller and comes back to take it. */
+    if (ending) ending(context);
     pthread_mutex_lock(&l.lock);
     l.exit = 1;
     pthread_cond_broadcast(&l.turn);

@@ -107,6 +107,8 @@ package final class AccessControl: Sendable {
     private let logLine: (@Sendable (String) -> Void)?
     private let processes = Mutex(ProcessTable())
     private let promptSlot = PromptSlot()
+    /// Readable once the daemon ends (`endPrompts`): an open prompt stops waiting for its answer.
+    private let promptsEnd = EndSignal()
     /// The same gate without a prompt (and with its own identity cache), for `prompting: false`.
     private let noPromptGate: AccessControl?
     private var noPrompt: AccessControl { noPromptGate ?? self }
@@ -306,6 +308,8 @@ package final class AccessControl: Sendable {
             return record(facts, item, operation, .timedOut, reason: reason + "; no answer in time (another prompt was open)", allow: allowCommand)
         case .queueFull:
             return record(facts, item, operation, .refused, reason: reason + "; refused at once: \(PromptSlot.maxWaiting) callers already wait for another prompt", allow: allowCommand)
+        case .ended:
+            return record(facts, item, operation, .refused, reason: reason + "; the mount is ending", allow: allowCommand)
         }
         defer { promptSlot.release() }
         // Asked and answered for this process while it waited.
@@ -313,6 +317,7 @@ package final class AccessControl: Sendable {
         guard entry.pin.isAlive else { return .refused("the caller exited") }
         var timed = prompt
         timed.timeout = max(.milliseconds(1), deadline - ContinuousClock.now)
+        timed.ending = promptsEnd.fd
         let text = Self.promptText(facts, item, operation, reason: reason, proposed: proposed)
         switch timed.ask(text, terminal: facts.terminal, terminalType: facts.terminalType) {
         case .allowOnce:
@@ -329,7 +334,17 @@ package final class AccessControl: Sendable {
             return record(facts, item, operation, .timedOut, reason: reason + "; no answer in time", allow: allowCommand)
         case .unavailable(let why):
             return record(facts, item, operation, .refused, reason: reason + "; the prompt failed: \(why)", allow: allowCommand)
+        case .ended:
+            return record(facts, item, operation, .refused, reason: reason + "; the mount is ending", allow: allowCommand)
         }
+    }
+
+    /// The daemon is ending (its FUSE session ended): the open prompt is closed and the callers
+    /// queued behind it are refused, now and from now on, instead of each waiting out its
+    /// timeout and holding the daemon (and, after a stop signal, the mount) meanwhile.
+    package func endPrompts() {
+        promptsEnd.signal()
+        promptSlot.end()
     }
 
     static func promptText(_ facts: CallerFacts, _ item: AccessItem, _ operation: AccessOperation,
@@ -747,15 +762,19 @@ final class PromptSlot: @unchecked Sendable {
     /// prompts timed out. With one prompting and four queued, five always remain.
     static let maxWaiting = 4
 
-    enum Acquired { case acquired, timedOut, queueFull }
+    private var ended = false
+
+    enum Acquired { case acquired, timedOut, queueFull, ended }
 
     func acquire(until deadline: ContinuousClock.Instant) -> Acquired {
         condition.lock()
         defer { condition.unlock() }
+        if ended { return .ended }
         if busy && waiting >= Self.maxWaiting { return .queueFull }
         waiting += 1
         defer { waiting -= 1 }
         while busy {
+            if ended { return .ended }
             let left = deadline - ContinuousClock.now
             guard left > .zero else { return .timedOut }
             let seconds = Double(left.components.seconds) + Double(left.components.attoseconds) / 1e18
@@ -770,5 +789,43 @@ final class PromptSlot: @unchecked Sendable {
         busy = false
         condition.signal()
         condition.unlock()
+    }
+
+    func end() {
+        condition.lock()
+        ended = true
+        condition.broadcast()
+        condition.unlock()
+    }
+}
+
+/// A descriptor that becomes readable, for good, once `signal` is called: a prompt's wait
+/// polls it beside the pinentry's socket.
+final class EndSignal: Sendable {
+    /// The read end of a pipe (-1 if none could be made: prompts then end at their timeout).
+    let fd: Int32
+    private let writeEnd: Int32
+
+    init() {
+        var fds: [Int32] = [-1, -1]
+        // Made with the owner, before any pinentry is spawned, so `pipe` then FD_CLOEXEC is
+        // not raced by a spawn.
+        if pipe(&fds) == 0 {
+            for f in fds { _ = fcntl(f, F_SETFD, FD_CLOEXEC) }
+            (fd, writeEnd) = (fds[0], fds[1])
+        } else {
+            (fd, writeEnd) = (-1, -1)
+        }
+    }
+
+    func signal() {
+        guard writeEnd >= 0 else { return }
+        var b: UInt8 = 1
+        _ = write(writeEnd, &b, 1)
+    }
+
+    deinit {
+        if fd >= 0 { close(fd) }
+        if writeEnd >= 0 { close(writeEnd) }
     }
 }

@@ -12,6 +12,8 @@ package enum PromptAnswer: Sendable, Equatable {
     case timedOut
     /// No answer could be had: pinentry missing, crashed, or speaking something else.
     case unavailable(String)
+    /// The daemon ended while the prompt was open (`Pinentry.ending`).
+    case ended
 }
 
 /// What a prompt shows. Every field is shown as given; callers build them with `Shown`.
@@ -41,6 +43,9 @@ package struct PromptText: Sendable, Equatable {
 package struct Pinentry: Sendable {
     package var path: String
     package var timeout: Duration
+    /// A descriptor that turns readable when the prompt must end at once (the daemon ends);
+    /// -1 for none.
+    package var ending: Int32 = -1
 
     package init(path: String, timeout: Duration) {
         self.path = path
@@ -68,9 +73,9 @@ package struct Pinentry: Sendable {
             return .unavailable("cannot run \(path): \(error.reason)")
         }
         close(fds[1])
-        var session = AssuanSession(fd: ours, deadline: deadline)
+        var session = AssuanSession(fd: ours, deadline: deadline, ending: ending)
         let answer = converse(&session, text, terminal: terminal, terminalType: terminalType)
-        if case .timedOut = answer { reap(pid, force: true) } else {
+        if answer == .timedOut || answer == .ended { reap(pid, force: true) } else {
             _ = session.send("BYE")
             reap(pid, force: false)
         }
@@ -102,6 +107,8 @@ package struct Pinentry: Sendable {
             }
         } catch .timedOut {
             return .timedOut
+        } catch .ended {
+            return .ended
         } catch {
             return .unavailable("\(path): \(error)")
         }
@@ -174,12 +181,14 @@ struct AssuanError: Error {
 
 enum AssuanFailure: Error, CustomStringConvertible {
     case timedOut
+    case ended
     case closed
     case protocolError(String)
 
     var description: String {
         switch self {
         case .timedOut: "no answer in time"
+        case .ended: "the mount is ending"
         case .closed: "it closed the connection"
         case .protocolError(let m): m
         }
@@ -190,11 +199,14 @@ enum AssuanFailure: Error, CustomStringConvertible {
 struct AssuanSession {
     let fd: Int32
     let deadline: ContinuousClock.Instant
+    /// Readable when the wait must end at once; -1 for none.
+    let ending: Int32
     private var pending: [UInt8] = []
 
-    init(fd: Int32, deadline: ContinuousClock.Instant) {
+    init(fd: Int32, deadline: ContinuousClock.Instant, ending: Int32 = -1) {
         self.fd = fd
         self.deadline = deadline
+        self.ending = ending
     }
 
     /// Sends a line; MSG_NOSIGNAL so that a pinentry gone away is an error, not SIGPIPE.
@@ -251,13 +263,15 @@ struct AssuanSession {
             let left = deadline - ContinuousClock.now
             guard left > .zero else { throw .timedOut }
             let ms = Int32(min(Int64(Int32.max), left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1))
-            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let ready = poll(&p, 1, ms)
+            var p = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
+                     pollfd(fd: ending, events: Int16(POLLIN), revents: 0)]
+            let ready = poll(&p, ending >= 0 ? 2 : 1, ms)
             if ready < 0 {
                 if errno == EINTR { continue }
                 throw .protocolError("poll: \(String(cString: strerror(errno)))")
             }
             if ready == 0 { continue }
+            if ending >= 0 && p[1].revents != 0 { throw .ended }
             var chunk = [UInt8](repeating: 0, count: 4096)
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n < 0 && errno == EINTR { continue }

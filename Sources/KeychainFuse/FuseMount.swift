@@ -1,5 +1,6 @@
 import CFuseShim
 import Glibc
+import KeychainAccess
 import KeychainFileSystem
 import KeychainStore
 import Synchronization
@@ -79,7 +80,11 @@ package final class FuseMount: @unchecked Sendable {
     /// Serves requests on the loop's worker threads (`kcfs_session_loop`) until unmounted.
     package func serve() -> Int32 {
         guard let session else { return -1 }
-        let status = kcfs_session_loop(session)
+        // At the end, an open prompt is ended: its worker would keep the daemon (and, after a
+        // stop signal, the mount) until the prompt's timeout.
+        let status = kcfs_session_loop(session, { context in
+            Unmanaged<AccessControl>.fromOpaque(context!).takeUnretainedValue().endPrompts()
+        }, Unmanaged.passUnretained(tree.served.access).toOpaque())
         live.withLock { $0 = nil }
         return status
     }

@@ -378,6 +378,31 @@ first=$(head -n 1 "$OUT")
 expect_contains "$first" '"decision"' "JSON lines with the decision"
 $PY -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$OUT" && pass "every line is JSON" || fail "every line is JSON"
 
+echo "== the daemon ends with a prompt open: the prompt ends with it"
+printf '[access]\npinentry = "%s"\nprompt-timeout = 20\n' "$W/pinentry" >"$XDG_CONFIG_HOME/keychainfs/config.toml"
+kc unmount "$MP" >/dev/null 2>&1
+cp /bin/cat "$W/endingcat"   # on no list, so it is asked about
+mount_kc "$MP" || fail "mount with a 20 s prompt" "$(cat "$ERR")"
+DPID=$(daemon_pid "$MP")
+echo hang >"$ANSWER"
+( "$W/endingcat" "$ITEM" >"$W/ending.out" 2>&1; echo "EXIT $?" >>"$W/ending.out" ) &
+CATTER=$!
+sleep 1
+# The waiting reader holds the file: unmount is refused as busy, and nothing else changes.
+if kc unmount "$MP" >"$OUT" 2>&1; then fail "unmount while a reader waits for a prompt is refused"
+else expect_contains "$(cat "$OUT")" "busy" "unmount while a reader waits for a prompt: refused as busy"; fi
+start=$(date +%s%N)
+kill -TERM "$DPID"
+wait_gone "$DPID"
+took=$((($(date +%s%N) - start) / 1000000))
+if [ "$took" -lt 3000 ]; then pass "a stop signal with a prompt open: the daemon ended in ${took} ms (prompt-timeout 20 s)"
+else fail "a stop signal with a prompt open: the daemon waited for the prompt: ${took} ms"; fi
+wait "$CATTER"
+expect_contains "$W/ending.out" "Permission denied" "the waiting reader is refused"
+expect_contains "$(kc access log)" "the mount is ending" "the access log says why"
+if mountpoint -q "$MP"; then fusermount3 -u "$MP" 2>/dev/null; fi
+echo cancel >"$ANSWER"
+
 echo "== a real pinentry-tty, on the caller's terminal, driven through tmux"
 kc unmount "$MP" >/dev/null 2>&1
 # scripts/install-deps installs both: missing, this part fails rather than passing unseen.

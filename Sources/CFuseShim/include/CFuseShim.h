@@ -11,7 +11,9 @@ struct fuse_session *kcfs_session_new(int argc, char **argv, const struct fuse_l
 /* Mounts with the session I/O that wipes libfuse's buffers, and the signal handlers. */
 int kcfs_session_mount(struct fuse_session *se, const char *mountpoint);
 /* Serves until unmounted: one worker at a time reads and answers (see shim.c). */
-int kcfs_session_loop(struct fuse_session *se);
+/* `ending(context)` runs once the session has ended, before the workers are joined: a worker
+ * waiting on something that only ends by itself (a prompt) is told to stop waiting. */
+int kcfs_session_loop(struct fuse_session *se, void (*ending)(void *), void *context);
 /* Called on a worker before it may wait (the user asked, a commit): another worker takes
  * over reading requests meanwhile. Does nothing on any other thread. */
 void kcfs_loop_pass_lead(void);
