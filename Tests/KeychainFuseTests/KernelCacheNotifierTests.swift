@@ -69,7 +69,9 @@ final class KernelCacheNotifierTests: XCTestCase {
     }
 
     func testChangesMadeThroughTheMountAreNotTold() throws {
-        let fs = FuseFileSystem(tree: try KeychainTree(keychain: try Self.keychain().keychain))
+        let (dir, keychain) = try Self.keychain()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let fs = FuseFileSystem(tree: try KeychainTree(keychain: keychain))
         let told = Counter()
         let notifier = KernelCacheNotifier(fileSystem: fs) { _ in told.value.withLock { $0 += 1 } }
         _ = fs.inodes.withLock { $0.lookedUp(InodeTable.root, "svc") }
