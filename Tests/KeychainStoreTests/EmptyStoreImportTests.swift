@@ -7,20 +7,6 @@ import XCTest
 
 /// `Keychain.importIntoEmptyStore`: a whole import in one transaction, its indexes built in order.
 final class EmptyStoreImportTests: StoreTestCase {
-    private func record(_ key: ItemKey, class c: AccessibilityClass = .default, label: String? = nil) -> ItemRecord {
-        ItemRecord(key: key, attributes: ItemAttributes(AttributeValues { $0.label = label }, accessible: c))
-    }
-
-    private func batch(_ items: [(ItemRecord, String)]) -> ItemBatch {
-        var b = ItemBatch()
-        for (r, s) in items { b.append(r, secret: secure(s)) }
-        return b
-    }
-
-    private func secret(_ key: ItemKey) throws -> String {
-        text(try k.secret(of: XCTUnwrap(try k.item(for: key))))
-    }
-
     private var schema: String {
         get throws { try store.sql("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name") }
     }

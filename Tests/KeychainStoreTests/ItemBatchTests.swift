@@ -6,21 +6,6 @@ import XCTest
 
 final class ItemBatchTests: StoreTestCase {
 
-    private func record(_ key: ItemKey, class c: AccessibilityClass = .default, label: String? = nil,
-                        created: Date = Date(timeIntervalSince1970: 1_000_000)) -> ItemRecord {
-        ItemRecord(key: key, attributes: ItemAttributes(AttributeValues { $0.label = label }, accessible: c, created: created))
-    }
-
-    private func batch(_ items: [(ItemRecord, String)]) -> ItemBatch {
-        var b = ItemBatch()
-        for (r, s) in items { b.append(r, secret: secure(s)) }
-        return b
-    }
-
-    private func secret(_ key: ItemKey) throws -> String {
-        text(try k.secret(of: XCTUnwrap(try k.item(for: key))))
-    }
-
     func testBatchAddsEveryItemWithItsSecretAndAttributes() throws {
         let keys = try (0..<300).map { try genericKey("svc\($0 % 7)", "acct\($0)") }
         let web = try internetKey("example.org", port: 8443, path: "a/b", account: "carol")

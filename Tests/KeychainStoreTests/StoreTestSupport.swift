@@ -130,6 +130,23 @@ class StoreTestCase: XCTestCase {
     var store: TempStore!
     var k: Keychain!
 
+    /// A record for batches and imports, with a fixed creation date unless given.
+    func record(_ key: ItemKey, class c: AccessibilityClass = .default, label: String? = nil,
+                created: Date = Date(timeIntervalSince1970: 1_000_000)) -> ItemRecord {
+        ItemRecord(key: key, attributes: ItemAttributes(AttributeValues { $0.label = label }, accessible: c, created: created))
+    }
+
+    func batch(_ items: [(ItemRecord, String)]) -> ItemBatch {
+        var b = ItemBatch()
+        for (r, s) in items { b.append(r, secret: secure(s)) }
+        return b
+    }
+
+    /// The stored secret of `key`, as text.
+    func secret(_ key: ItemKey) throws -> String {
+        text(try k.secret(of: XCTUnwrap(try k.item(for: key))))
+    }
+
     override func setUpWithError() throws {
         store = try TempStore()
         k = try store.create()
