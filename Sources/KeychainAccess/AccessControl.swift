@@ -123,34 +123,50 @@ package final class AccessControl: Sendable {
     }
 
     /// A FUSE request: the calling thread's id.
-    package func decide(threadID: pid_t, item: AccessItem, operation: AccessOperation, list: AccessList) -> AccessOutcome {
+    ///
+    /// `beforeWaiting` runs before anything that may wait (the FUSE binding passes its lead to
+    /// another worker there, so that other requests go on): identifying a process not known
+    /// yet (it reads `/proc` and may open and hash files), a prompt, a refusal (it writes the
+    /// log), and reading the memory of a known caller with more than one thread (`recheck`).
+    /// A known single-threaded caller allowed by an executable rule whose file was hashed
+    /// already (a process reading a guarded item again, the common case) is answered with none
+    /// of these, and without it: passing the lead costs two context switches per request.
+    package func decide(threadID: pid_t, item: @autoclosure () -> AccessItem, operation: AccessOperation, list: AccessList,
+                        beforeWaiting: () -> Void = {}) -> AccessOutcome {
         // An empty list is any program, today's behaviour: nothing to identify, nothing to pay.
         if list.isAnyProgram { return .allowed }
         // The calling thread waits in its request until it is answered (even a fatal signal
         // does not end the wait of a request the daemon has read): its process cannot exit or
         // exec meanwhile, so it is identified with no check afterwards.
-        return decide(item: item, operation: operation, list: list) { () throws(KeychainError) in try self.resolve(threadID: threadID, settled: true) }
+        return decide(item: item, operation: operation, list: list, beforeWaiting: beforeWaiting) { () throws(KeychainError) in
+            try self.resolve(threadID: threadID, settled: true, beforeWaiting: beforeWaiting)
+        }
     }
 
     /// A socket peer, pinned once per connection (`PinnedProcess.forSocketPeer`).
-    package func decide(process: PinnedProcess, item: AccessItem, operation: AccessOperation, list: AccessList) -> AccessOutcome {
+    package func decide(process: PinnedProcess, item: @autoclosure () -> AccessItem, operation: AccessOperation, list: AccessList,
+                        beforeWaiting: () -> Void = {}) -> AccessOutcome {
         if list.isAnyProgram { return .allowed }
-        return decide(item: item, operation: operation, list: list) { () throws(KeychainError) in try self.resolve(process: process) }
+        return decide(item: item, operation: operation, list: list, beforeWaiting: beforeWaiting) { () throws(KeychainError) in
+            try self.resolve(process: process, beforeWaiting: beforeWaiting)
+        }
     }
 
     /// Any caller (`AccessCaller`): what the gate calls for every channel.
     /// `prompting` false: a caller not listed is refused at once, for a channel whose thread
-    /// must not wait for the user (the D-Bus thread serves every client).
-    package func decide(_ caller: AccessCaller, item: AccessItem, operation: AccessOperation, list: AccessList,
-                        prompting: Bool = true) -> AccessOutcome {
+    /// must not wait for the user (the D-Bus thread serves every client). `beforeWaiting`: as
+    /// for `decide(threadID:)`.
+    package func decide(_ caller: AccessCaller, item: @autoclosure () -> AccessItem, operation: AccessOperation, list: AccessList,
+                        prompting: Bool = true, beforeWaiting: () -> Void = {}) -> AccessOutcome {
         if list.isAnyProgram { return .allowed }
-        if !prompting { return noPrompt.decide(caller, item: item, operation: operation, list: list) }
+        if !prompting { return noPrompt.decide(caller, item: item(), operation: operation, list: list, beforeWaiting: beforeWaiting) }
         switch caller {
         case .thread(let tid):
-            return decide(threadID: tid, item: item, operation: operation, list: list)
+            return decide(threadID: tid, item: item(), operation: operation, list: list, beforeWaiting: beforeWaiting)
         case .process(let process):
-            return decide(process: process, item: item, operation: operation, list: list)
+            return decide(process: process, item: item(), operation: operation, list: list, beforeWaiting: beforeWaiting)
         case .peer(let peer):
+            beforeWaiting()
             return decide(item: item, operation: operation, list: list) { () throws(KeychainError) -> Resolved in
                 // Identified at accept; the peer may be non-dumpable now, which hides its
                 // executable and layout, but not its status: a tracer is still seen. The
@@ -161,6 +177,7 @@ package final class AccessControl: Sendable {
                 return Resolved(entry: peer.entry, tracer: tracer == 0 ? nil : tracer)
             }
         case .unidentified(let why):
+            beforeWaiting()
             return decide(item: item, operation: operation, list: list) { () throws(KeychainError) -> Resolved in throw .io(why) }
         }
     }
@@ -195,17 +212,29 @@ package final class AccessControl: Sendable {
 
     // MARK: Deciding
 
-    private func decide(item: AccessItem, operation: AccessOperation, list: AccessList,
-                        resolve: () throws(KeychainError) -> Resolved) -> AccessOutcome {
+    /// `item` is made only when needed (a refusal, a prompt, an Allow once): the common case
+    /// does not build its path.
+    private func decide(item makeItem: () -> AccessItem, operation: AccessOperation, list: AccessList,
+                        beforeWaiting: () -> Void = {}, resolve: () throws(KeychainError) -> Resolved) -> AccessOutcome {
         let caller: Resolved
         do {
             caller = try resolve()
         } catch {
-            return refuse(nil, item, operation, reason: "cannot identify the caller: \(error)", allow: nil)
+            beforeWaiting()
+            return refuse(nil, makeItem(), operation, reason: "cannot identify the caller: \(error)", allow: nil)
         }
         // What every decision needs; the rest (`facts`) only for a refusal, a prompt or a
         // script or Flatpak rule.
         let core = caller.entry.core
+        // The common case, answered without waiting: nothing to refuse, and an executable rule
+        // matching a file hashed already.
+        if caller.tracer == nil, core.loaderVariables.isEmpty, !core.executableDeleted, !core.executableReplaced,
+           let exe = core.image.knownIdentity,
+           list.rules.contains(where: { if case .executable = $0.program { $0.executable == exe } else { false } }) {
+            return .allowed
+        }
+        beforeWaiting()
+        let item = makeItem()
         var facts: CallerFacts { caller.entry.facts }
         if let tracer = caller.tracer {
             return refuse(facts, item, operation, reason: "it is being traced by \(Self.describe(tracer))", allow: nil)
@@ -408,27 +437,29 @@ package final class AccessControl: Sendable {
         var tracer: pid_t?
     }
 
-    private func resolve(threadID tid: pid_t, settled: Bool) throws(KeychainError) -> Resolved {
+    private func resolve(threadID tid: pid_t, settled: Bool, beforeWaiting: () -> Void = {}) throws(KeychainError) -> Resolved {
         guard tid > 0 else { throw .invalidInput("no caller (pid \(tid))") }
         // A single-threaded caller (the common case: cat, head) is its own leader; its kept
         // status descriptor answers both "which process" and "traced?" in one read.
-        if let entry = processes.withLock({ $0.lookup(tid) }), let check = entry.recheck(), check.tgid == tid {
+        if let entry = processes.withLock({ $0.lookup(tid) }),
+           let check = entry.recheck(settled: settled, beforeReadingMemory: beforeWaiting), check.tgid == tid {
             return Resolved(entry: entry, tracer: check.tracer)
         }
+        beforeWaiting()
         // A leader not seen before (a new process's first open): its status is read once, by
         // the check after it is identified, not also here.
         if let leader = PinnedProcess.leader(tid) { return try resolveNew(leader, threadTracer: nil, settled: settled) }
         let status = ProcStatus(try ProcFile.read("/proc/\(tid)/status"))
         guard let tgid = status.tgid else { throw .io("/proc/\(tid)/status has no Tgid") }
         let threadTracer = (status.tracerPID ?? 0) != 0 ? status.tracerPID : nil
-        if let entry = processes.withLock({ $0.lookup(tgid) }), let check = entry.recheck(), check.tgid == tgid {
+        if let entry = processes.withLock({ $0.lookup(tgid) }), let check = entry.recheck(settled: settled), check.tgid == tgid {
             return Resolved(entry: entry, tracer: threadTracer ?? check.tracer)
         }
         return try resolveNew(PinnedProcess.forThread(tid, tgid: tgid), threadTracer: threadTracer, settled: settled)
     }
 
     /// A process not in the table: identified (outside the table's lock: it may hash a
-    /// binary), and its tracer as identifying it read it.
+    /// binary), and its tracer as identifying it read it. The caller has passed the lead.
     private func resolveNew(_ pin: PinnedProcess, threadTracer: pid_t?, settled: Bool) throws(KeychainError) -> Resolved {
         let fresh = try CachedProcess.identify(pin, settled: settled)
         // Two requests of one process may have identified it at once: they share one entry,
@@ -440,20 +471,21 @@ package final class AccessControl: Sendable {
         // Another request identified it at once: that entry's state is checked afresh, and
         // if it is of an image the process ran before, this one replaces it.
         if entry !== fresh {
-            if let check = entry.recheck() { return Resolved(entry: entry, tracer: threadTracer ?? check.tracer) }
+            if let check = entry.recheck(settled: settled) { return Resolved(entry: entry, tracer: threadTracer ?? check.tracer) }
             let replaced = processes.withLock { $0.replace(fresh) }
             withExtendedLifetime(replaced) {}
         }
         return Resolved(entry: fresh, tracer: threadTracer ?? fresh.identifiedTracer)
     }
 
-    private func resolve(process: PinnedProcess) throws(KeychainError) -> Resolved {
+    private func resolve(process: PinnedProcess, beforeWaiting: () -> Void = {}) throws(KeychainError) -> Resolved {
         // The cached entry is this process only while both pins live: a pid names one
         // running process at a time.
         if process.isAlive, let entry = processes.withLock({ $0.lookup(process.pid) }),
-           let check = entry.recheck(), check.tgid == process.pid {
+           let check = entry.recheck(settled: false, beforeReadingMemory: beforeWaiting), check.tgid == process.pid {
             return Resolved(entry: entry, tracer: check.tracer)
         }
+        beforeWaiting()
         return try resolveNew(process, threadTracer: nil, settled: false)
     }
 }
@@ -484,9 +516,10 @@ struct Grant: Hashable {
 }
 
 /// A process identified once, with descriptors kept open so that a later request checks it
-/// is still the same image in four system calls: the pidfd (alive?), the image witness
-/// (`ImageWitness`: the same address space, or the same layout), `/proc/PID/status` (tracer)
-/// and a stat of `/proc/PID/exe` (the image's file unchanged, not deleted or replaced since).
+/// is still the same image in three system calls (`recheck`): `/proc/PID/status` (tracer),
+/// the image witness (`ImageWitness`: the same address space, or the same layout) and an
+/// `fstat` of the image's file (unchanged, not deleted or replaced since); a caller that is
+/// not blocked in its request also polls its pidfd (alive?).
 // @unchecked Sendable: `facts` and the descriptors are set in init; `grants` and
 // `script` are changed only under AccessControl's `processes` lock (or its own).
 final class CachedProcess: @unchecked Sendable {
@@ -500,6 +533,14 @@ final class CachedProcess: @unchecked Sendable {
     private let statusFD: Int32
     private let witness: ImageWitness
     let exeKey: FileStatKey
+    /// The running image's file, opened through `/proc/PID/exe` at the first recheck (a
+    /// process that opens a guarded item once, as `head` does, never pays for it), or -1. Its
+    /// `fstat` is what a later request checks: the stat of `/proc/PID/exe` by path walks
+    /// `/proc` and follows the link at every request, about five times the cost. While the
+    /// witness holds, the process runs the same address space, whose executable is this file
+    /// (only the process's own code can repoint it: PR_SET_MM_EXE_FILE, and only once its
+    /// image is unmapped).
+    private let exeFD = Atomic<Int32>(-1)
     var grants: Set<Grant> = []
     var lastUse: UInt64 = 0
     private let script = Mutex<FileIdentity??>(nil)
@@ -656,21 +697,55 @@ final class CachedProcess: @unchecked Sendable {
     deinit {
         close(witness.descriptor)
         close(statusFD)
+        let exe = exeFD.load(ordering: .relaxed)
+        if exe >= 0 && exe != core.image.descriptor { close(exe) }
     }
 
     /// Nil when the process is gone or runs another image now; else its tgid and tracer.
-    func recheck() -> (tgid: pid_t, tracer: pid_t?)? {
-        guard pin.isAlive, witness.holds else { return nil }
-        // Deleting or replacing the file drops its link count and so changes its ctime.
-        var exe = stat()
-        // By path: the pidfd vouches for the pid.
-        guard kcfs_proc_stat(pin.pid, "exe", &exe) == 0, FileStatKey(exe) == exeKey,
-              exe.st_nlink > 0 || core.executableDeleted else { return nil }
-        // TracerPid is near the top; the rest of the file need not be copied out.
+    /// Every later request of a known process comes through here, so it makes three system
+    /// calls, each for a promise: the status (a tracer attached since; the one call no cheaper
+    /// file can answer, and most of the cost), the witness (an exec since) and an `fstat` of
+    /// the image's file (deleted, replaced or changed since).
+    ///
+    /// `settled`: the caller is blocked in its request (a FUSE caller), so it runs; the pidfd
+    /// is not polled. Should the pid be another process's now (the one identified exited and
+    /// was reaped), the status and the witness, both opened on the one identified, read nothing.
+    ///
+    /// `beforeReadingMemory` runs before the witness reads the process's memory (its
+    /// environment), which takes the lock of its memory map, unless the process has one thread:
+    /// that thread is blocked in this request, so none of its own holds that lock across a
+    /// request to this mount (a page fault on a mapped file of it) while another waits to
+    /// write it. The FUSE binding passes the lead to another worker there, so that such a
+    /// request is still answered.
+    func recheck(settled: Bool, beforeReadingMemory: () -> Void = {}) -> (tgid: pid_t, tracer: pid_t?)? {
+        guard settled || pin.isAlive else { return nil }
+        // TracerPid is near the top, Threads a little further; the rest need not be copied out.
         guard let status = ProcStatus.reread(statusFD) else { return nil }
         // Not found is not "untraced": fail closed.
         guard let tgid = status.tgid, let tracer = status.tracerPID else { return nil }
+        if status.threads != 1 { beforeReadingMemory() }
+        guard witness.holds else { return nil }
+        // Deleting or replacing the file drops its link count and so changes its ctime.
+        var exe = stat()
+        guard let fd = imageDescriptor(), fstat(fd, &exe) == 0, FileStatKey(exe) == exeKey,
+              exe.st_nlink > 0 || core.executableDeleted else { return nil }
         return (tgid, tracer == 0 ? nil : tracer)
+    }
+
+    /// The image's file: the one `ExecutableImage` holds, or one opened now through
+    /// `/proc/PID/exe` and kept. Opened after the witness held, so it is the file of the image
+    /// identified (a caller that is not settled may exec in between; its file then has
+    /// another key, or is the same file).
+    private func imageDescriptor() -> Int32? {
+        let known = exeFD.load(ordering: .acquiring)
+        if known >= 0 { return known }
+        let held = core.image.descriptor
+        let fd = held >= 0 ? held : kcfs_proc_open(pin.pid, "exe", O_RDONLY)
+        guard fd >= 0 else { return nil }
+        let (stored, current) = exeFD.compareExchange(expected: -1, desired: fd, ordering: .acquiringAndReleasing)
+        if stored { return fd }
+        if fd != held { close(fd) }
+        return current
     }
 
     /// The identity of the script the process names, read once (lazily: only a list with
@@ -696,9 +771,10 @@ private func recheckLayout(_ fd: Int32, _ layout: ProcStat) -> Bool {
 }
 
 /// The identified processes by pid. An entry whose process has gone or exec'd is dropped on
-/// its next lookup. Each entry holds three descriptors (pidfd, status, witness), so the table is
-/// small: past `capacity` the dead are swept, then the least recently used of those holding
-/// no Allow once (a grant is the user's answer; it is not dropped to make room).
+/// its next lookup. Each entry holds three descriptors (pidfd, status, witness), and a fourth
+/// (the image's file) once its process asks again, so the table is small: past `capacity` the
+/// dead are swept, then the least recently used of those holding no Allow once (a grant is the
+/// user's answer; it is not dropped to make room).
 struct ProcessTable {
     static let capacity = 128
     private(set) var entries: [pid_t: CachedProcess] = [:]

@@ -107,6 +107,8 @@ final class ExecutableImage: Sendable {
     let key: FileStatKey
     /// -1 when the identity was known at once.
     private let fd: Int32
+    /// The image's file held open, or -1 (its identity was known at once).
+    var descriptor: Int32 { fd }
     private let shown: String
     private let identified: Mutex<FileIdentity?>
 
@@ -145,6 +147,10 @@ final class ExecutableImage: Sendable {
     }
 
     deinit { if fd >= 0 { close(fd) } }
+
+    /// The identity if it is known already (hashed, or found in the digest cache when the
+    /// process was identified); nil when `identity()` would have to hash the file.
+    var knownIdentity: FileIdentity? { identified.withLock { $0 } }
 
     func identity() throws(KeychainError) -> FileIdentity {
         if let known = identified.withLock({ $0 }) { return known }

@@ -587,7 +587,8 @@ package final class ServedKeychain: Sendable {
 
     package func setBeforeWaiting(_ hook: (@Sendable () -> Void)?) { beforeWaiting.withLock { $0 = hook.map(Hook.init) } }
 
-    /// Called before a commit and before a program is decided on (the user may be asked).
+    /// Called before a commit, and by the access gate before anything that may wait (a new
+    /// caller to identify, a prompt, a refusal to log).
     package func willWait() { beforeWaiting.withLock { $0 }?.run() }
 
     /// The one lock, whoever asks (the idle timer, the CLI, a signal, the tree): takes the keys,
@@ -668,9 +669,11 @@ package final class ServedKeychain: Sendable {
                            prompting: Bool = true) throws(KeychainError) {
         guard let list = record.attributes.values.access, !list.isAnyProgram else { return }
         let item = record
-        let target = AccessItem(id: itemID, path: Self.treePath(item.key), key: item.key)
-        willWait()
-        switch access.decide(caller, item: target, operation: operation, list: list, prompting: prompting) {
+        // The gate calls `willWait` before anything that may wait (a new caller, a prompt, a
+        // refusal), and makes the item's description only then: a known caller it allows at
+        // once is answered without either.
+        switch access.decide(caller, item: AccessItem(id: itemID, path: Self.treePath(item.key), key: item.key),
+                             operation: operation, list: list, prompting: prompting, beforeWaiting: { willWait() }) {
         case .allowed: return
         case .refused(let why): throw .accessDenied(why)
         case .allowedAlways(let rule):

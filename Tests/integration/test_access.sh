@@ -203,6 +203,61 @@ expect_not_contains "$got" "again:scripted" "and read nothing"
 printf '\n# changed\n' >>"$W/allowed.py"
 refused_to "the allowed script once edited" $PY "$W/allowed.py" "$MP/py/item"
 
+echo "== a known process is checked again at every open: a tracer attached since, its binary replaced"
+# One process that opens the item at each line on its input: identified at its first open,
+# then found in the daemon's per-process cache, whose check must still see what changed.
+cat >"$W/rereader.c" <<'CEOF'
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char line[64], buf[256];
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    while (argc == 2 && fgets(line, sizeof line, stdin)) {
+        int fd = open(argv[1], O_RDONLY);
+        ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+        if (n < 0) { printf("err:%s\n", strerror(errno)); if (fd >= 0) close(fd); continue; }
+        close(fd);
+        buf[n] = 0;
+        printf("ok:%s\n", buf);
+    }
+    return 0;
+}
+CEOF
+gcc -O2 -o "$W/rereader" "$W/rereader.c" || fail "compile rereader.c"
+printf 'again' | kc add-generic-password -s re -a item -T "$W/rereader" >/dev/null
+mkfifo "$W/re.in" "$W/re.out"
+"$W/rereader" "$MP/re/item" <"$W/re.in" >"$W/re.out" 2>/dev/null &
+RP=$!
+on_exit_kill "$RP"
+exec 7>"$W/re.in" 8<"$W/re.out"
+# ask: one more open by the same process; prints its answer.
+ask() { echo >&7; IFS= read -r line <&8; printf '%s' "$line"; }
+tracer_of() { awk '/^TracerPid:/ { print $2 }' "/proc/$1/status" 2>/dev/null; }
+wait_tracer() {
+    i=0
+    while [ "$(tracer_of "$1")" != "$2" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
+}
+expect_eq "ok:again" "$(ask)" "a long-running allowed process reads"
+expect_eq "ok:again" "$(ask)" "and again, known to the daemon by now"
+strace -o /dev/null -p "$RP" 2>/dev/null &
+TP=$!
+on_exit_kill "$TP"
+wait_tracer "$RP" "$TP"
+expect_eq "$TP" "$(tracer_of "$RP")" "strace -p has attached to it"
+expect_eq "err:Permission denied" "$(ask)" "a tracer attached after its first reads: its next open is refused"
+kill "$TP"
+wait "$TP" 2>/dev/null
+wait_tracer "$RP" 0
+expect_eq "ok:again" "$(ask)" "once the tracer has gone it reads again"
+cp "$W/rereader" "$W/rereader.new" && mv "$W/rereader.new" "$W/rereader"
+expect_eq "err:Permission denied" "$(ask)" "its binary replaced since (by the same bytes, another file): its next open is refused"
+exec 7>&- 8<&-
+wait "$RP" 2>/dev/null
+expect_eq "err:Permission denied" "$(echo | "$W/rereader" "$MP/re/item" 2>&1)" "a new process of the replacing file too, until it is allowed again"
+
 echo "== the list survives remount and passwd"
 expect_exit 0 "unmount" kc unmount "$MP"
 NEWPASS="$TEST_ROOT/newpass"
