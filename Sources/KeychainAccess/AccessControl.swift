@@ -716,7 +716,11 @@ final class CachedProcess: @unchecked Sendable {
     /// that thread is blocked in this request, so none of its own holds that lock across a
     /// request to this mount (a page fault on a mapped file of it) while another waits to
     /// write it. The FUSE binding passes the lead to another worker there, so that such a
-    /// request is still answered.
+    /// request is still answered. Not counted: processes that share the address space without
+    /// being its threads (clone with CLONE_VM and no CLONE_THREAD; a vfork child's witness is
+    /// its layout, which takes no such lock). Two of them, one faulting on a mapped file of
+    /// this mount and one waiting to change the map, while a third opens a guarded item, would
+    /// stall the mount.
     func recheck(settled: Bool, beforeReadingMemory: () -> Void = {}) -> (tgid: pid_t, tracer: pid_t?)? {
         guard settled || pin.isAlive else { return nil }
         // TracerPid is near the top, Threads a little further; the rest need not be copied out.
