@@ -7,7 +7,11 @@
 // a rebuilt or replaced binary, or another script under an allowed interpreter is another
 // program. A caller is refused even when listed if it is being traced (TracerPid), if it
 // started with LD_PRELOAD, LD_AUDIT or LD_LIBRARY_PATH, or if its executable was deleted or
-// replaced since it started (those are refused outright, not prompted). For the rest a human
+// replaced since it started (those are refused outright, not prompted). A program rule
+// (executable, or interpreter plus script) matches only a caller in the daemon's own user
+// namespace: in one of its own, any process may repoint its /proc/PID/exe at any executable
+// (PR_SET_MM_MAP's exe_fd; Tests/integration/forge_exe.c), and none returns to a parent
+// namespace; a Flatpak rule still matches. For the rest a human
 // decides through a pinentry prompt; with no prompt, or none in time, the answer is no. Every
 // refusal and answer is logged. The check is made when a program opens an item or asks the
 // control socket; a handle opened while allowed keeps working, as with file permissions.
@@ -229,7 +233,7 @@ package final class AccessControl: Sendable {
         // The common case, answered without waiting: nothing to refuse, and an executable rule
         // matching a file hashed already.
         if caller.tracer == nil, core.loaderVariables.isEmpty, !core.executableDeleted, !core.executableReplaced,
-           let exe = core.image.knownIdentity,
+           !core.inAnotherUserNamespace, let exe = core.image.knownIdentity,
            list.rules.contains(where: { if case .executable = $0.program { $0.executable == exe } else { false } }) {
             return .allowed
         }
@@ -263,8 +267,12 @@ package final class AccessControl: Sendable {
         for rule in list.rules {
             switch rule.program {
             case .executable:
+                // In another user namespace its executable is its own word
+                // (`CallerFacts.inAnotherUserNamespace`); so for a script rule below.
+                guard !core.inAnotherUserNamespace else { continue }
                 if let exe = try? core.executableIdentity(), rule.executable == exe { return true }
             case .script:
+                guard !core.inAnotherUserNamespace else { continue }
                 if let exe = try? core.executableIdentity(), rule.executable == exe,
                    let script = entry.scriptIdentity(), script == rule.script { return true }
             case .flatpak(let id):
@@ -279,6 +287,9 @@ package final class AccessControl: Sendable {
     }
 
     private func notListedReason(_ facts: CallerFacts, _ list: AccessList) -> String {
+        if facts.inAnotherUserNamespace {
+            return "it runs in another user namespace, where a process can name any executable as its own: only a Flatpak rule can match it"
+        }
         let changed = list.rules.contains { rule in
             switch rule.program {
             case .executable(let p), .script(let p, _):
@@ -303,6 +314,8 @@ package final class AccessControl: Sendable {
     private func proposedRule(_ entry: CachedProcess) -> AccessRule? {
         let facts = entry.facts
         if let id = facts.flatpakAppID { return AccessRule(program: .flatpak(id), executable: nil, script: nil) }
+        // An executable rule would never match it: its executable is its own word there.
+        if facts.inAnotherUserNamespace { return nil }
         // No rule for an executable changed since the process was identified.
         guard let executable = try? facts.executableIdentity() else { return nil }
         if Self.isInterpreter(facts.executablePath) {
@@ -389,6 +402,8 @@ package final class AccessControl: Sendable {
         ]
         if let proposed {
             lines.append("Always allow adds: \(Shown.text(proposed.program.description))")
+        } else if facts.inAnotherUserNamespace {
+            lines.append("Always allow is not offered: in another user namespace a process names its own executable, so no rule for it would mean anything.")
         } else {
             lines.append("Always allow is not offered: no script was recognised, and the interpreter alone would allow every script.")
         }
@@ -596,7 +611,8 @@ final class CachedProcess: @unchecked Sendable {
     /// descriptor would cost an open and a close more than the lookups it saves): `status`
     /// (tracer; kept open for the checks of later requests), a stat and a readlink of `exe`,
     /// the environment (kept open as the witness), the executable's path stat'ed to see that
-    /// it still names the running file, and `stat` only where the witness must be the layout.
+    /// it still names the running file, its user namespace (an ioctl on the pidfd, an fstat
+    /// and a close), and `stat` only where the witness must be the layout.
     private init?(pin: PinnedProcess, settled: Bool) throws(KeychainError) {
         self.pin = pin
         let pid = pin.pid
@@ -620,6 +636,8 @@ final class CachedProcess: @unchecked Sendable {
             }
             throw fail(.io("/proc/\(pid)/exe: \(String(cString: strerror(code)))"))
         }
+        let foreignUserNamespace: Bool
+        do { foreignUserNamespace = try CallerFacts.inAnotherUserNamespace(pin) } catch { throw fail(error) }
         // Status once, through the descriptor kept for the checks (tgid, parent, tracer).
         guard let status = ProcStatus.reread(statusFD) else { throw fail(.io("/proc/\(pid)/status is unreadable")) }
         guard let tracer = status.tracerPID else { throw fail(.io("/proc/\(pid)/status has no TracerPid")) }
@@ -642,7 +660,8 @@ final class CachedProcess: @unchecked Sendable {
         guard environFD >= 0 else { throw fail(.io("/proc/\(pid)/environ: \(String(cString: strerror(errno)))")) }
         let facts: CallerFacts, environmentSize: Int
         do {
-            (facts, environmentSize) = try CallerFacts.read(pin, stat: layout, status: status, exe: exe, environ: environFD, settled: settled)
+            (facts, environmentSize) = try CallerFacts.read(pin, stat: layout, status: status, exe: exe, inAnotherUserNamespace: foreignUserNamespace,
+                                                           environ: environFD, settled: settled)
         } catch { throw fail(error) }
         // The facts were read after the layout and the executable's stat: if the process
         // exec'd in between they would belong to another image than the one those pin.

@@ -31,6 +31,12 @@ package struct CallerFacts: Sendable {
     package var executableDeleted: Bool
     /// The path now names a different file than the one running (replaced since it started).
     package var executableReplaced: Bool
+    /// The process runs in another user namespace than the daemon's. There it may hold
+    /// CAP_CHECKPOINT_RESTORE and repoint its own `/proc/PID/exe` at any executable it can
+    /// open (prctl PR_SET_MM_MAP's exe_fd, once its image is unmapped), so its executable
+    /// says nothing about the code it runs: no executable or script rule matches it. A
+    /// process cannot leave a user namespace for its parent, so this is read once.
+    package var inAnotherUserNamespace: Bool
     package var commandLine: [String]
     package var workingDirectory: String
     /// The controlling terminal (`/dev/pts/3`), if any.
@@ -55,7 +61,7 @@ package struct CallerFacts: Sendable {
     /// is the stat of its `/proc/PID/exe`, `environ` its environment opened, read here.
     /// `settled`: the process cannot change meanwhile (a FUSE caller, blocked in its request
     /// until the daemon answers), so what is read needs no check that it still runs.
-    static func read(_ process: PinnedProcess, stat: ProcStat?, status: ProcStatus, exe: stat,
+    static func read(_ process: PinnedProcess, stat: ProcStat?, status: ProcStatus, exe: stat, inAnotherUserNamespace: Bool,
                      environ: Int32, settled: Bool) throws(KeychainError) -> (facts: CallerFacts, environmentSize: Int) {
         let pid = process.pid
         guard status.tgid == pid else { throw .io("process \(pid) is not a thread group leader") }
@@ -81,6 +87,7 @@ package struct CallerFacts: Sendable {
             parent: "?", startTime: stat?.startTime ?? 0,
             executablePath: link, image: image, executableDeleted: deleted,
             executableReplaced: !deleted && Self.pathNamesAnotherFile(link, than: image.key, pid: pid),
+            inAnotherUserNamespace: inAnotherUserNamespace,
             commandLine: [], workingDirectory: "?",
             terminal: stat.flatMap { Self.terminalName($0.terminal) }, loaderVariables: loader, terminalType: term,
             scriptPath: nil, flatpakAppID: nil)
@@ -207,6 +214,26 @@ package struct CallerFacts: Sendable {
         return stat("/", &st) == 0 ? (st.st_dev, st.st_ino) : nil
     }()
     private static let ownMountNamespace: String? = try? ProcFile.readLink("/proc/self/ns/mnt")
+
+    /// Whether a pinned process runs in another user namespace than the daemon: the nsfs
+    /// inode of its namespace, through its pidfd (`kcfs_user_namespace`), on the path of every
+    /// new caller. Every thread of a process is in one namespace (only a single-threaded
+    /// process may change it). Fails when it cannot be read (the caller is refused).
+    static func inAnotherUserNamespace(_ process: PinnedProcess) throws(KeychainError) -> Bool {
+        var theirs = stat()
+        guard kcfs_user_namespace(process.pidfd, process.pid, &theirs) == 0 else {
+            throw .io("the user namespace of process \(process.pid): \(String(cString: strerror(errno)))")
+        }
+        guard let ours = ownUserNamespace else { throw .io("the daemon's own /proc/self/ns/user is unreadable") }
+        return theirs.st_dev != ours.device || theirs.st_ino != ours.inode
+    }
+
+    /// The daemon's own user namespace, read once: a process never returns to a parent one,
+    /// and the daemon does not unshare one.
+    private static let ownUserNamespace: (device: dev_t, inode: ino_t)? = {
+        var st = stat()
+        return stat("/proc/self/ns/user", &st) == 0 ? (st.st_dev, st.st_ino) : nil
+    }()
 
     private static func describeParent(_ ppid: pid_t) -> String {
         guard ppid > 0 else { return "none" }

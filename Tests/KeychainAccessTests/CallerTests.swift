@@ -20,6 +20,7 @@ final class CallerTests: AccessTestCase {
         XCTAssertTrue(facts.parent.hasPrefix("\(getpid()) ("), facts.parent)
         XCTAssertFalse(facts.executableDeleted)
         XCTAssertFalse(facts.executableReplaced)
+        XCTAssertFalse(facts.inAnotherUserNamespace)
         XCTAssertEqual(facts.loaderVariables, [])
         XCTAssertNil(facts.flatpakAppID)
         XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: try list("/usr/bin/head")), .allowed)
@@ -434,6 +435,46 @@ final class CallerTests: AccessTestCase {
         client.stop()
         XCTAssertFalse(peer.isAlive, "the pidfd sees the peer exit; its pid may now be anyone's")
         XCTAssertTrue(isRefused(access.decide(process: peer, item: item, operation: .read, list: try list("/usr/bin/python3"))))
+    }
+
+    /// In a user namespace of its own a process may name any executable as its own (prctl
+    /// PR_SET_MM_MAP's exe_fd; Tests/integration/forge_exe.c does it), so even the real head
+    /// there is not taken for head, and no Always allow is offered for it.
+    func testAProcessInAnotherUserNamespaceMatchesNoExecutableRule() throws {
+        let head = try TestProcess(["/usr/bin/unshare", "--user", "--map-current-user", "/usr/bin/head"], waitForExecutable: "/usr/bin/head")
+        let facts = try access.identify(threadID: head.pid)
+        XCTAssertEqual(facts.executablePath, "/usr/bin/head")
+        XCTAssertTrue(facts.inAnotherUserNamespace)
+        let outcome = access.decide(threadID: head.pid, item: item, operation: .read, list: try list("/usr/bin/head"))
+        XCTAssertTrue(isRefused(outcome, containing: "runs in another user namespace, where a process can name any executable as its own"), "\(outcome)")
+        let text = AccessControl.promptText(facts, item, .read, reason: "r", proposed: nil)
+        XCTAssertNil(text.alwaysAllow)
+        XCTAssertTrue(text.description.contains("in another user namespace"), text.description)
+        // The same program in the daemon's namespace still matches.
+        let plain = try TestProcess(["/usr/bin/head"], waitForExecutable: "/usr/bin/head")
+        XCTAssertEqual(access.decide(threadID: plain.pid, item: item, operation: .read, list: try list("/usr/bin/head")), .allowed)
+    }
+
+    /// A Flatpak app runs in a user namespace of its own; its app id, from a `/.flatpak-info`
+    /// the sandbox cannot change, still matches a Flatpak rule.
+    func testAFlatpakRuleMatchesInTheSandboxesOwnUserNamespace() throws {
+        let dir = directory()
+        let root = dir.path + "/root"
+        XCTAssertEqual(mkdir(root, 0o755), 0)
+        XCTAssertEqual(mkdir(root + "/usr", 0o755), 0)
+        for link in ["bin", "lib", "lib64"] { XCTAssertEqual(symlink("usr/" + link, root + "/" + link), 0) }
+        _ = try dir.write("[Application]\nname=org.example.Sandboxed\n", as: "root/.flatpak-info")
+        let sandboxed = try TestProcess(["/usr/bin/unshare", "--user", "--map-root-user", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                                         "mount --bind /usr '\(root)/usr' && exec chroot '\(root)' /usr/bin/head"])
+        try TestProcess.waitUntil("the sandboxed head runs") {
+            (try? ProcFile.readLink("/proc/\(sandboxed.pid)/root")) == root
+        }
+        let facts = try access.identify(threadID: sandboxed.pid)
+        XCTAssertTrue(facts.inAnotherUserNamespace)
+        XCTAssertEqual(facts.flatpakAppID, "org.example.Sandboxed")
+        XCTAssertEqual(access.decide(threadID: sandboxed.pid, item: item, operation: .read, list: try list("flatpak:org.example.Sandboxed")), .allowed)
+        let byPath = access.decide(threadID: sandboxed.pid, item: item, operation: .read, list: try list("/usr/bin/head"))
+        XCTAssertTrue(isRefused(byPath, containing: "another user namespace"), "\(byPath)")
     }
 
     func testAFlatpakAppIsKnownByItsSandboxInfo() throws {

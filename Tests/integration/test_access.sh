@@ -515,9 +515,13 @@ as_user mkdir -m 700 "$UH/run" "$UH/mnt"
 UMP="$UH/mnt"
 on_exit "nsenter -t $NS -m fusermount3 -u -z '$UMP' 2>/dev/null"
 expect_exit 0 "the user makes a store" as_user "$BIN" init --scrypt-log-n 10 --passphrase-file "$USERS_ROOT/pass"
-expect_exit 0 "the user mounts it" as_user "$BIN" mount "$UMP" --passphrase-file "$USERS_ROOT/pass"
+# Started with a low soft open-file limit: the daemon raises it to the hard one (it keeps
+# descriptors for each identified caller).
+expect_exit 0 "the user mounts it" as_user sh -c "ulimit -Sn 256 && exec '$BIN' mount '$UMP' --passphrase-file '$USERS_ROOT/pass'"
 UPID=$(as_user "$BIN" status --json 2>/dev/null | $PY -c 'import json, sys; print(json.load(sys.stdin).get("daemon", {}).get("pid", ""))')
 [ -n "$UPID" ] && on_exit_kill "$UPID"
+HARD=$(as_user sh -c 'ulimit -Hn')
+expect_eq "$HARD $HARD" "$(awk '/^Max open files/ { print $4, $5 }' "/proc/$UPID/limits" 2>&1)" "the daemon raised its open-file soft limit (started at 256) to the hard limit"
 expect_exit 0 "the user adds an item listing head" as_user sh -c "printf user-secret | '$BIN' add-generic-password -s svc -a acct -T /usr/bin/head"
 expect_eq "user-secret" "$(as_user head -c 100 "$UMP/svc/acct" 2>&1)" "as the user, head reads"
 expect_exit 1 "as the user, cat is refused" as_user cat "$UMP/svc/acct"
@@ -531,7 +535,30 @@ expect_exit 0 "the user's own binary on a list" as_user sh -c "printf mine | '$B
 expect_eq "mine" "$(as_user "$UH/myhead" -c 10 "$UMP/own/item" 2>&1)" "as the user, the allowed own binary reads"
 as_user cp /usr/bin/tail "$UH/myhead"
 expect_exit 1 "as the user, the replaced binary is refused" as_user "$UH/myhead" -c 10 "$UMP/own/item"
+echo "== as the user, a process in a user namespace of its own is not the program it names"
+# forge_exe unshares a user namespace, where it may repoint its own /proc/PID/exe
+# (PR_SET_MM_MAP's exe_fd) once its image is moved to anonymous memory: /proc then names
+# /usr/bin/head, file and content. Rules name programs only of the daemon's user namespace.
+FORGE="$USERS_ROOT/forge_exe"
+if gcc -O2 -o "$FORGE" "$TESTS_DIR/forge_exe.c" 2>"$ERR"; then
+    chmod 755 "$FORGE"
+    got=$(as_user "$FORGE" /usr/bin/head "$UMP/svc/acct" 2>"$W/forge.err")
+    rc=$?
+    case "$rc:$got" in
+        *user-secret*) fail "a process that names head as its executable from its own user namespace is refused" "it read the secret: $(cat "$W/forge.err")" ;;
+        1:*) expect_contains "$W/forge.err" "Permission denied" "a process that names head as its executable from its own user namespace is refused (EACCES)" ;;
+        *) fail "the forgery runs (unshare, mremap, PR_SET_MM_MAP)" "exit $rc: $(cat "$W/forge.err")" ;;
+    esac
+    expect_contains "$W/forge.err" "now names /usr/bin/head" "its /proc/PID/exe did name /usr/bin/head"
+else
+    fail "forge_exe.c builds" "$(cat "$ERR")"
+fi
+expect_exit 1 "as the user, head itself in a user namespace of its own is refused" as_user unshare --user --map-current-user head -c 100 "$UMP/svc/acct"
+expect_contains "$ERR" "Permission denied" "with EACCES"
+expect_exit 1 "as the user, head in a user namespace mapped to root is refused" as_user unshare --user --map-root-user head -c 100 "$UMP/svc/acct"
+expect_eq "user-secret" "$(as_user head -c 100 "$UMP/svc/acct" 2>&1)" "head in the daemon's user namespace still reads"
 expect_exit 0 "the user's access log" as_user "$BIN" access log
 expect_contains "$OUT" "refused /usr/bin/cat" "the user's log shows cat refused"
+expect_contains "$OUT" "another user namespace" "the user's log says why head in its own user namespace was refused"
 as_user "$BIN" unmount "$UMP" >/dev/null 2>&1
 finish

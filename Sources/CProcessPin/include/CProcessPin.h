@@ -28,6 +28,11 @@ int kcfs_proc_open(pid_t pid, const char *name, int flags);
 int kcfs_proc_stat(pid_t pid, const char *name, struct stat *st);
 ssize_t kcfs_proc_readlink(pid_t pid, const char *name, char *buffer, size_t size);
 
+/* The stat of the user namespace of the process `pidfd` pins (`pid`): its nsfs inode, as
+ * a stat of /proc/PID/ns/user gives it (which this falls back to on kernels without
+ * PIDFD_GET_USER_NAMESPACE). 0, or -1 with errno set (EACCES: not ours to inspect). */
+int kcfs_user_namespace(int pidfd, pid_t pid, struct stat *st);
+
 /* 1 when processes a and b share one address space (kcmp KCMP_VM: a vfork child and its
  * parent until the child execs), 0 when not, -1 when the kernel will not say (no kcmp, or
  * either process not ours to inspect). */
