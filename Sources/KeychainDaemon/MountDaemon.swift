@@ -56,6 +56,7 @@ package final class MountDaemon: Sendable {
         // Before any key is loaded.
         ProcessProtection.makeNotDumpable()
         reportLockedMemory()
+        raiseDescriptorLimit()
         var storeLock: Int32 = -1
         let owner: ServedKeychain, tree: KeychainTree, mount: FuseMount
         var secretService: SecretService?
@@ -131,6 +132,22 @@ package final class MountDaemon: Sendable {
         // libfuse's loop returns the signal that ended it; a stop signal (systemd's, a
         // Ctrl-C in the foreground) is a clean unmount, not a failure.
         return status == 0 || [SIGTERM, SIGINT, SIGHUP].contains(status) ? 0 : 1
+    }
+
+    /// RLIMIT_NOFILE's soft limit up to its hard one: per-program access keeps up to five
+    /// descriptors for each of up to 128 identified processes (a pidfd, its status, its image
+    /// witness, its executable, a held image), beside the store's, the FUSE session's and the
+    /// clients'; a soft limit of 1024 (the usual default) leaves too little room. The hard
+    /// limit is the administrator's (LimitNOFILE= under systemd).
+    private func raiseDescriptorLimit() {
+        var limit = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        let soft = limit.rlim_cur
+        limit.rlim_cur = limit.rlim_max
+        if setrlimit(resource, &limit) != 0 {
+            log.warning("cannot raise the open-file limit from \(soft) to \(limit.rlim_max): \(String(cString: strerror(errno)))")
+        }
     }
 
     /// Logs when the kernel starts refusing to lock pages of keys and secrets (RLIMIT_MEMLOCK),
