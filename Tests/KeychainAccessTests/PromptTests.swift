@@ -120,6 +120,18 @@ final class PromptTests: AccessTestCase {
         XCTAssertTrue(sent.contains("Always allow is not offered"))
     }
 
+    /// A listed program in a user namespace of its own is asked about with that reason, and
+    /// only Allow once is offered: a rule for it would never match there.
+    func testACallerInAnotherUserNamespaceIsAskedWithThatReasonAndNoAlwaysAllow() throws {
+        let (access, transcript) = try control("ok")
+        let head = try TestProcess(["/usr/bin/unshare", "--user", "--map-current-user", "/usr/bin/head"], waitForExecutable: "/usr/bin/head")
+        XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: try list("/usr/bin/head")), .allowed)
+        let sent = try String(contentsOfFile: transcript, encoding: .utf8).replacingOccurrences(of: "%0A", with: "\n")
+        XCTAssertTrue(sent.contains("Why asked: it runs in another user namespace, where a process can name any executable as its own"), sent)
+        XCTAssertFalse(sent.contains("SETNOTOK"), "no Always allow button")
+        XCTAssertEqual(confirms(transcript), 1)
+    }
+
     func testDenyAndTimeoutAndAFailedPromptRefuse() throws {
         let headOnly = try list("/usr/bin/head")
         let cat = try TestProcess(["/bin/cat"], waitForExecutable: "/usr/bin/cat")
