@@ -11,7 +11,10 @@
 // (executable, or interpreter plus script) matches only a caller in the daemon's own user
 // namespace: in one of its own, any process may repoint its /proc/PID/exe at any executable
 // (PR_SET_MM_MAP's exe_fd; Tests/integration/forge_exe.c), and none returns to a parent
-// namespace; a Flatpak rule still matches. For the rest a human
+// namespace; a Flatpak rule still matches. That closes the direct route only: a child that
+// shares the process's memory (CLONE_VM, not a thread) can do the same from a namespace of
+// its own for the process, which stays in ours (forge_exe --sharer); no /proc file tells
+// the daemon it happened. For the rest a human
 // decides through a pinentry prompt; with no prompt, or none in time, the answer is no. Every
 // refusal and answer is logged. The check is made when a program opens an item or asks the
 // control socket; a handle opened while allowed keeps working, as with file permissions.

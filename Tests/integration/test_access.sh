@@ -550,6 +550,15 @@ if gcc -O2 -o "$FORGE" "$TESTS_DIR/forge_exe.c" 2>"$ERR"; then
         *) fail "the forgery runs (unshare, mremap, PR_SET_MM_MAP)" "exit $rc: $(cat "$W/forge.err")" ;;
     esac
     expect_contains "$W/forge.err" "now names /usr/bin/head" "its /proc/PID/exe did name /usr/bin/head"
+    # The route the rule does not close: a child sharing the process's memory does the same
+    # from a namespace of its own, and the process stays in the daemon's. Shown, not hidden.
+    got=$(as_user "$FORGE" --sharer /usr/bin/head "$UMP/svc/acct" 2>"$W/forge.err")
+    case "$?:$got" in
+        *user-secret*) skip "a process whose memory a child in another user namespace shares is refused" \
+            "known gap, in the README (Only in the daemon's user namespace): it read the secret" ;;
+        1:*) pass "a process whose memory a child in another user namespace shares is refused" ;;
+        *) fail "forge_exe --sharer runs" "$(cat "$W/forge.err")" ;;
+    esac
 else
     fail "forge_exe.c builds" "$(cat "$ERR")"
 fi
