@@ -35,7 +35,22 @@ final class TestProcess {
         guard rc == 0 else { close(fds[1]); throw TestFailure("posix_spawn \(argv[0]): \(String(cString: strerror(rc)))") }
         self.pid = pid
         self.input = fds[1]
-        if let expected { try TestProcess.waitUntil("pid \(pid) runs \(expected)") { TestProcess.executable(of: pid) == expected } }
+        // Asleep as well: /proc/PID/exe names the new image before the kernel has set up its
+        // arguments, so a process caught right after exec shows an empty command line (and
+        // a script rule cannot match). Asleep, it waits on its input, past exec and start-up,
+        // as a FUSE caller waits in its request.
+        if let expected {
+            try TestProcess.waitUntil("pid \(pid) runs \(expected), waiting on its input") {
+                TestProcess.executable(of: pid) == expected && TestProcess.isAsleep(pid)
+            }
+        }
+    }
+
+    /// State `S` in /proc/PID/stat (the field after the parenthesised command name).
+    static func isAsleep(_ pid: pid_t) -> Bool {
+        guard let text = try? ProcFile.read("/proc/\(pid)/stat"), let close = text.lastIndex(of: UInt8(ascii: ")")),
+              close + 2 < text.count else { return false }
+        return text[close + 2] == UInt8(ascii: "S")
     }
 
     deinit { stop() }

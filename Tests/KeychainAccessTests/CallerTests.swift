@@ -458,17 +458,7 @@ final class CallerTests: AccessTestCase {
     /// A Flatpak app runs in a user namespace of its own; its app id, from a `/.flatpak-info`
     /// the sandbox cannot change, still matches a Flatpak rule.
     func testAFlatpakRuleMatchesInTheSandboxesOwnUserNamespace() throws {
-        let dir = directory()
-        let root = dir.path + "/root"
-        XCTAssertEqual(mkdir(root, 0o755), 0)
-        XCTAssertEqual(mkdir(root + "/usr", 0o755), 0)
-        for link in ["bin", "lib", "lib64"] { XCTAssertEqual(symlink("usr/" + link, root + "/" + link), 0) }
-        _ = try dir.write("[Application]\nname=org.example.Sandboxed\n", as: "root/.flatpak-info")
-        let sandboxed = try TestProcess(["/usr/bin/unshare", "--user", "--map-root-user", "--mount", "--propagation", "private", "/bin/sh", "-c",
-                                         "mount --bind /usr '\(root)/usr' && exec chroot '\(root)' /usr/bin/head"])
-        try TestProcess.waitUntil("the sandboxed head runs") {
-            (try? ProcFile.readLink("/proc/\(sandboxed.pid)/root")) == root
-        }
+        let sandboxed = try fakeFlatpakHead(unshare: ["--user", "--map-root-user"])
         let facts = try access.identify(threadID: sandboxed.pid)
         XCTAssertTrue(facts.inAnotherUserNamespace)
         XCTAssertEqual(facts.flatpakAppID, "org.example.Sandboxed")
@@ -477,19 +467,26 @@ final class CallerTests: AccessTestCase {
         XCTAssertTrue(isRefused(byPath, containing: "another user namespace"), "\(byPath)")
     }
 
-    func testAFlatpakAppIsKnownByItsSandboxInfo() throws {
-        try XCTSkipUnless(geteuid() == 0, "a fake sandbox root needs mount and chroot")
+    /// head in a fake Flatpak sandbox (app id org.example.Sandboxed): chrooted into a root with
+    /// /usr bound in and a `/.flatpak-info`, in a mount namespace of its own, plus `unshare`.
+    private func fakeFlatpakHead(unshare extra: [String]) throws -> TestProcess {
         let dir = directory()
         let root = dir.path + "/root"
         XCTAssertEqual(mkdir(root, 0o755), 0)
         XCTAssertEqual(mkdir(root + "/usr", 0o755), 0)
         for link in ["bin", "lib", "lib64"] { XCTAssertEqual(symlink("usr/" + link, root + "/" + link), 0) }
         _ = try dir.write("[Application]\nname=org.example.Sandboxed\n", as: "root/.flatpak-info")
-        let sandboxed = try TestProcess(["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+        let sandboxed = try TestProcess(["/usr/bin/unshare"] + extra + ["--mount", "--propagation", "private", "/bin/sh", "-c",
                                          "mount --bind /usr '\(root)/usr' && exec chroot '\(root)' /usr/bin/head"])
         try TestProcess.waitUntil("the sandboxed head runs") {
             (try? ProcFile.readLink("/proc/\(sandboxed.pid)/root")) == root
         }
+        return sandboxed
+    }
+
+    func testAFlatpakAppIsKnownByItsSandboxInfo() throws {
+        try XCTSkipUnless(geteuid() == 0, "a fake sandbox root needs mount and chroot")
+        let sandboxed = try fakeFlatpakHead(unshare: [])
         let facts = try access.identify(threadID: sandboxed.pid)
         XCTAssertEqual(facts.flatpakAppID, "org.example.Sandboxed")
         XCTAssertEqual(access.decide(threadID: sandboxed.pid, item: item, operation: .read, list: try list("flatpak:org.example.Sandboxed")), .allowed)
