@@ -351,7 +351,7 @@ extension Keychain {
                 let before = StoreFileState(storePath: path)
                 intact = rowsChecked.withLock { $0 } && before != nil && before == counter.recordedHere()
                 // A passphrase change by another process since this one unlocked: its keys are no longer the newest.
-                let stored = try Data.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE name = 'key_generation'"))
+                let stored = try StoreDatabase.metaBytes(db, sql: "SELECT value FROM meta WHERE name = 'key_generation'")
                     .flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
                 guard stored == generation else {
                     throw KeychainError.io("the store's keys changed since it was opened (passwd?); run the command again")
@@ -417,10 +417,10 @@ extension Keychain {
     }
 
     static func nextID(_ db: Database) throws -> Int64 {
-        let v = try Data.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE name = 'next_id'"))
+        let v = try StoreDatabase.metaBytes(db, sql: "SELECT value FROM meta WHERE name = 'next_id'")
             .flatMap { Int64(String(decoding: $0, as: UTF8.self)) } ?? 1
         // Ids are never reused, so an old row cannot pose as a later item with the same id.
-        try StoreDatabase.setMeta(db, "next_id", Data(String(v + 1).utf8))
+        try StoreDatabase.setMeta(db, "next_id", bytes: Array(String(v + 1).utf8))
         return v
     }
 
@@ -444,8 +444,7 @@ extension Keychain {
         guard db.changesCount == 1 else { throw KeychainError.itemNotFound }
         // The class is in the group index: set apart, and only when it changes, so that an
         // update of the secret alone rewrites no index page.
-        try db.cachedStatement(sql: "UPDATE items SET class = ? WHERE id = ? AND class IS NOT ?")
-            .execute(arguments: [sealed.classCode, sealed.id, sealed.classCode])
+        try sealed.setClass(with: db.cachedStatement(sql: "UPDATE items SET class = ?1 WHERE id = ?2 AND class IS NOT ?1"))
         changes.removed(sealed.id, previousVersion)
         changes.added(sealed.id, sealed.version)
         if !tagsKept { try writeAttributeTags(sealed, replacing: true, db) }

@@ -178,11 +178,10 @@ extension Keychain {
     /// it is gone.
     package func complete(_ item: KeychainItem) throws -> KeychainItem {
         guard item.isSummary else { return item }
-        let row = try select { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT \(SealedItem.columns) FROM items WHERE id = ?"), arguments: [item.id])
+        let found = try select { db in
+            try SealedItem.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE id = ?", id: item.id)
         }
-        guard let row else { throw KeychainError.itemNotFound }
-        let sealed = try SealedItem(row: row)
+        guard let sealed = found else { throw KeychainError.itemNotFound }
         guard sealed.version == item.sealed.version, sealed.classCode == item.sealed.classCode else { return try decode(sealed) }
         return KeychainItem(sealed: sealed, record: item.record)
     }

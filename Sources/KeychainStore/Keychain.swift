@@ -203,7 +203,7 @@ public final class Keychain: @unchecked Sendable {
     }
 
     private func setFailureRecord(_ failures: Int, _ time: Int) throws {
-        try database.queue.write { db in
+        try database.durable { db in
             for (k, v) in [("failed_unlocks", failures), ("last_failed_unlock", time)] {
                 try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
                                arguments: [k, Data(String(v).utf8)])

@@ -238,6 +238,17 @@ final class RollbackTests: XCTestCase {
         try store.sql("UPDATE meta SET value = zeroblob(80) WHERE name = 'rows_state'")
         assertKeychainError(isRollback, "integrity failure", try store.open())
     }
+
+    /// The ledger is read straight from SQLite: a value of another type is a damaged ledger,
+    /// never "no ledger yet", which would have the rows as they are taken for the truth.
+    func testALedgerOfAnotherTypeIsRefusedNotTakenAsMissing() throws {
+        let k = try store.create()
+        try add(k, genericKey("svc", "a"), "x")
+        try store.sql("UPDATE meta SET value = 7 WHERE name = 'rows_state'")
+        assertKeychainError(isRollback, "integrity failure", try store.open())
+        try store.sql("UPDATE meta SET value = 7.5 WHERE name = 'rows_state'")
+        assertKeychainError(isRollback, "integrity failure", try store.open())
+    }
 }
 
 /// Extras are sealed under the item key, like the secret.
