@@ -191,12 +191,16 @@ extension Keychain {
                                 wrappedKey: [], attributes: [], secret: [], generation: generation, extras: nil)
         let itemKey = scratch?.itemKey ?? SecureBytes(count: AESGCM.keyBytes)
         SecureRandom.fill(itemKey)
-        sealed.wrappedKey = try AESGCM.seal(itemKey, key: classKey, aad: sealed.aad("key"))
+        // The nonces of the row's seals in one draw: each RAND_bytes call cost more than an AES-GCM seal of a short secret.
+        let sealsExtras = (extras?.count ?? 0) > 0
+        let nonces = SecureRandom.array((sealsExtras ? 4 : 3) * AESGCM.nonceBytes)
+        func nonce(_ i: Int) -> ArraySlice<UInt8> { nonces[(i * AESGCM.nonceBytes)..<((i + 1) * AESGCM.nonceBytes)] }
+        sealed.wrappedKey = try AESGCM.seal(itemKey, key: classKey, aad: sealed.aad("key"), nonce: nonce(0))
         sealed.attributes = try AttributeEncoding.encode(record).withUnsafeBytes {
-            try AESGCM.seal($0, key: metadataKey, aad: sealed.aad("attrs"))
+            try AESGCM.seal($0, key: metadataKey, aad: sealed.aad("attrs"), nonce: nonce(1))
         }
-        sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"))
-        if let extras, extras.count > 0 { sealed.extras = try AESGCM.seal(extras, key: itemKey, aad: sealed.aad("extras")) }
+        sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"), nonce: nonce(2))
+        if let extras, sealsExtras { sealed.extras = try AESGCM.seal(extras, key: itemKey, aad: sealed.aad("extras"), nonce: nonce(3)) }
         if indexTags { sealed.attributeTags = try attributeTags(record.key, extras, mac: scratch?.mac) }
         return sealed
     }
