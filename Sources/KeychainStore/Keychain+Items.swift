@@ -236,7 +236,8 @@ extension Keychain {
         }
     }
 
-    /// Re-seals `item` as `record` (which may change its key, class or attributes) with `secret`,
+    /// Re-seals `item` (a summary too: its row is read in the same transaction) as `record`
+    /// (which may change its key, class or attributes) with `secret`,
     /// or with its current secret when nil; `extras` nil keeps its extras, empty removes them.
     /// `replacing`, if given, is deleted in the same transaction: that is how a rename onto
     /// an existing item is atomic. Returns once no earlier value of either is left in the store's files.
@@ -247,14 +248,19 @@ extension Keychain {
                        modified: Date = Date()) throws -> KeychainItem {
         var record = record
         record.attributes.modified = modified
-        let value = try secret ?? self.secret(of: item)
-        // A save through a temporary file renamed over the item keeps the item's extras.
-        let keptExtras = try extras ?? self.extras(of: item) ?? other.flatMap { try self.extras(of: $0) }
-        // The attribute index's entries follow from the key and the extras alone: with both as
-        // they were (a new secret, new dates), the row's entries stay, and their MACs and the
-        // read of the old ones are spared. (A row not yet indexed is `completeAttributeIndex`'s.)
-        let tagsKept = extras == nil && other == nil && record.key == item.key
         return try write(.removes) { db, changes in
+            // A summary's row is read here, in the commit's own transaction (as `complete`
+            // reads it): a read transaction of its own took two more locks of the store.
+            let item = try item.isSummary
+                ? completed(item, from: SealedItem.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE id = ?", id: item.id))
+                : item
+            // The attribute index's entries follow from the key and the extras alone: with both as
+            // they were (a new secret, new dates), the row's entries stay, and their MACs and the
+            // read of the old ones are spared. (A row not yet indexed is `completeAttributeIndex`'s.)
+            let tagsKept = extras == nil && other == nil && record.key == item.key
+            let value = try secret ?? self.secret(of: item)
+            // A save through a temporary file renamed over the item keeps the item's extras.
+            let keptExtras = try extras ?? self.extras(of: item) ?? other.flatMap { try self.extras(of: $0) }
             let sealed = try seal(record, secret: value, extras: keptExtras, id: item.id, version: item.sealed.version + 1,
                                   indexTags: !tagsKept)
             if let other, other.id != item.id { try Self.deleteRow(other.id, db, &changes) }

@@ -178,10 +178,15 @@ extension Keychain {
     /// it is gone.
     package func complete(_ item: KeychainItem) throws -> KeychainItem {
         guard item.isSummary else { return item }
-        let found = try select { db in
+        return try completed(item, from: select { db in
             try SealedItem.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE id = ?", id: item.id)
-        }
-        guard let sealed = found else { throw KeychainError.itemNotFound }
+        })
+    }
+
+    /// The summary `item` with its row as read now (`complete`'s rule): nil is `itemNotFound`,
+    /// and a newer version or another class is decoded afresh.
+    func completed(_ item: KeychainItem, from row: SealedItem?) throws -> KeychainItem {
+        guard let sealed = row else { throw KeychainError.itemNotFound }
         guard sealed.version == item.sealed.version, sealed.classCode == item.sealed.classCode else { return try decode(sealed) }
         return KeychainItem(sealed: sealed, record: item.record)
     }
