@@ -10,7 +10,10 @@ extension Keychain {
         guard let key = keybag.withLock({ $0.indexKey }) else {
             throw KeychainError.unavailable(.whenUnlocked)
         }
-        return HMACSHA256.authenticate(bytes, key: key)
+        if let known = recentBlinds.withLock({ $0.blind(of: bytes) }) { return known }
+        let blind = HMACSHA256.authenticate(bytes, key: key)
+        recentBlinds.withLock { $0.remember(bytes, blind) }
+        return blind
     }
 
     /// The item with exactly this primary key: one probe of the blind index.
@@ -486,4 +489,29 @@ public enum ItemOrder {
              i.authenticationType.code.text, i.securityDomain, i.accessGroup]
         }
     }
+}
+
+/// The last few blind indexes computed, by the bytes they blind. A create computes its name's
+/// and its group's twice (the kernel's lookup of the new name and the class rule, then the
+/// insert), and each update of a file seals the same two again: an HMAC each time. A blind
+/// depends on the bytes and the index key alone, which never changes for a store; the blinds
+/// are the store's own index columns, and the names are those the mount lists. Forgotten with
+/// the keys (`forgetKeys`).
+struct RecentBlinds {
+    private static let capacity = 4
+    private var entries: [(bytes: [UInt8], blind: [UInt8])] = []
+    private var next = 0
+
+    func blind(of bytes: [UInt8]) -> [UInt8]? { entries.first { $0.bytes == bytes }?.blind }
+
+    mutating func remember(_ bytes: [UInt8], _ blind: [UInt8]) {
+        if entries.count < Self.capacity {
+            entries.append((bytes, blind))
+        } else {
+            entries[next] = (bytes, blind)
+            next = (next + 1) % Self.capacity
+        }
+    }
+
+    mutating func forget() { entries.removeAll(); next = 0 }
 }

@@ -34,6 +34,8 @@ public final class Keychain: @unchecked Sendable {
     /// The ledger's bytes as this instance's last commit saved them (`RowLedger.load`): the
     /// next commit finds them unchanged unless another process committed meanwhile. Not secret.
     let ledgerWritten = Mutex<[UInt8]?>(nil)
+    /// `RecentBlinds`; a leaf lock.
+    let recentBlinds = Mutex(RecentBlinds())
 
     // MARK: opening
 
@@ -215,7 +217,10 @@ public final class Keychain: @unchecked Sendable {
     public func lock() { keybag.withLock { $0.lock() } }
 
     /// Forgets every key, as at unmount.
-    public func forgetKeys() { keybag.withLock { $0.forget() } }
+    public func forgetKeys() {
+        keybag.withLock { $0.forget() }
+        recentBlinds.withLock { $0.forget() }
+    }
 
     // MARK: generations
 
