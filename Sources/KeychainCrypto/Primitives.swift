@@ -31,7 +31,7 @@ package enum SecureRandom {
 /// AES-256-GCM with a random 96-bit nonce. Sealed form: nonce ‖ ciphertext ‖ 128-bit tag.
 package enum AESGCM {
     package static let keyBytes = 32
-    static let nonceBytes = 12
+    package static let nonceBytes = 12
     static let tagBytes = 16
     package static let overhead = nonceBytes + tagBytes
 
@@ -47,7 +47,18 @@ package enum AESGCM {
         try plaintext.withUnsafeBytes { try seal($0, key: key, aad: aad) }
     }
 
-    /// Deterministic nonce, for known-answer tests only.
+    /// With a given nonce: for known-answer tests, and for a caller that draws the random
+    /// nonces of several seals at once (`Keychain.seal`: RAND_bytes costs more per call than
+    /// per byte). A nonce must be fresh random bytes, never used before.
+    package static func seal(_ plaintext: UnsafeRawBufferPointer, key: SecureBytes, aad: [UInt8], nonce: ArraySlice<UInt8>) throws -> [UInt8] {
+        try seal(plaintext, key: key, aad: aad, nonce: Array(nonce))
+    }
+
+    package static func seal(_ plaintext: SecureBytes, key: SecureBytes, aad: [UInt8], nonce: ArraySlice<UInt8>) throws -> [UInt8] {
+        try plaintext.withUnsafeBytes { try seal($0, key: key, aad: aad, nonce: Array(nonce)) }
+    }
+
+    /// Deterministic nonce, for known-answer tests only (and the two above).
     package static func seal(_ plaintext: UnsafeRawBufferPointer, key: SecureBytes, aad: [UInt8], nonce: [UInt8]) throws -> [UInt8] {
         precondition(key.count == keyBytes && nonce.count == nonceBytes)
         guard let ctx = EVP_CIPHER_CTX_new() else { throw CryptoError.openSSL("EVP_CIPHER_CTX_new") }

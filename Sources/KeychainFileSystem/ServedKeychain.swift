@@ -291,7 +291,8 @@ package final class ServedKeychain: Sendable {
         /// Update: a new secret (and modification time) under the same name and attributes.
         func update(_ item: KeychainItem, secret: SecureBytes, modified: Date) throws -> KeychainItem {
             check()
-            let updated = try keychain.update(keychain.complete(item), to: item.record, secret: secret, modified: modified)
+            // A summary is completed in the update's own transaction.
+            let updated = try keychain.update(item, to: item.record, secret: secret, modified: modified)
             owner.state.withLock { $0.saved(updated) }
             note(.updated(updated.key))
             return updated
@@ -301,7 +302,7 @@ package final class ServedKeychain: Sendable {
         /// re-seals it).
         func setAttributes(_ item: KeychainItem, to record: ItemRecord) throws -> KeychainItem {
             check()
-            let updated = try keychain.update(keychain.complete(item), to: record)
+            let updated = try keychain.update(item, to: record)
             owner.state.withLock { $0.saved(updated) }
             note(updated.key == item.key ? .updated(updated.key) : .moved(from: item.key, to: updated.key))
             return updated

@@ -10,7 +10,10 @@ extension Keychain {
         guard let key = keybag.withLock({ $0.indexKey }) else {
             throw KeychainError.unavailable(.whenUnlocked)
         }
-        return HMACSHA256.authenticate(bytes, key: key)
+        if let known = recentBlinds.withLock({ $0.blind(of: bytes) }) { return known }
+        let blind = HMACSHA256.authenticate(bytes, key: key)
+        recentBlinds.withLock { $0.remember(bytes, blind) }
+        return blind
     }
 
     /// The item with exactly this primary key: one probe of the blind index.
@@ -191,12 +194,16 @@ extension Keychain {
                                 wrappedKey: [], attributes: [], secret: [], generation: generation, extras: nil)
         let itemKey = scratch?.itemKey ?? SecureBytes(count: AESGCM.keyBytes)
         SecureRandom.fill(itemKey)
-        sealed.wrappedKey = try AESGCM.seal(itemKey, key: classKey, aad: sealed.aad("key"))
+        // The nonces of the row's seals in one draw: each RAND_bytes call cost more than an AES-GCM seal of a short secret.
+        let sealsExtras = (extras?.count ?? 0) > 0
+        let nonces = SecureRandom.array((sealsExtras ? 4 : 3) * AESGCM.nonceBytes)
+        func nonce(_ i: Int) -> ArraySlice<UInt8> { nonces[(i * AESGCM.nonceBytes)..<((i + 1) * AESGCM.nonceBytes)] }
+        sealed.wrappedKey = try AESGCM.seal(itemKey, key: classKey, aad: sealed.aad("key"), nonce: nonce(0))
         sealed.attributes = try AttributeEncoding.encode(record).withUnsafeBytes {
-            try AESGCM.seal($0, key: metadataKey, aad: sealed.aad("attrs"))
+            try AESGCM.seal($0, key: metadataKey, aad: sealed.aad("attrs"), nonce: nonce(1))
         }
-        sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"))
-        if let extras, extras.count > 0 { sealed.extras = try AESGCM.seal(extras, key: itemKey, aad: sealed.aad("extras")) }
+        sealed.secret = try AESGCM.seal(secret, key: itemKey, aad: sealed.aad("secret"), nonce: nonce(2))
+        if let extras, sealsExtras { sealed.extras = try AESGCM.seal(extras, key: itemKey, aad: sealed.aad("extras"), nonce: nonce(3)) }
         if indexTags { sealed.attributeTags = try attributeTags(record.key, extras, mac: scratch?.mac) }
         return sealed
     }
@@ -232,7 +239,8 @@ extension Keychain {
         }
     }
 
-    /// Re-seals `item` as `record` (which may change its key, class or attributes) with `secret`,
+    /// Re-seals `item` (a summary too: its row is read in the same transaction) as `record`
+    /// (which may change its key, class or attributes) with `secret`,
     /// or with its current secret when nil; `extras` nil keeps its extras, empty removes them.
     /// `replacing`, if given, is deleted in the same transaction: that is how a rename onto
     /// an existing item is atomic. Returns once no earlier value of either is left in the store's files.
@@ -243,14 +251,19 @@ extension Keychain {
                        modified: Date = Date()) throws -> KeychainItem {
         var record = record
         record.attributes.modified = modified
-        let value = try secret ?? self.secret(of: item)
-        // A save through a temporary file renamed over the item keeps the item's extras.
-        let keptExtras = try extras ?? self.extras(of: item) ?? other.flatMap { try self.extras(of: $0) }
-        // The attribute index's entries follow from the key and the extras alone: with both as
-        // they were (a new secret, new dates), the row's entries stay, and their MACs and the
-        // read of the old ones are spared. (A row not yet indexed is `completeAttributeIndex`'s.)
-        let tagsKept = extras == nil && other == nil && record.key == item.key
         return try write(.removes) { db, changes in
+            // A summary's row is read here, in the commit's own transaction (as `complete`
+            // reads it): a read transaction of its own took two more locks of the store.
+            let item = try item.isSummary
+                ? completed(item, from: SealedItem.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE id = ?", id: item.id))
+                : item
+            // The attribute index's entries follow from the key and the extras alone: with both as
+            // they were (a new secret, new dates), the row's entries stay, and their MACs and the
+            // read of the old ones are spared. (A row not yet indexed is `completeAttributeIndex`'s.)
+            let tagsKept = extras == nil && other == nil && record.key == item.key
+            let value = try secret ?? self.secret(of: item)
+            // A save through a temporary file renamed over the item keeps the item's extras.
+            let keptExtras = try extras ?? self.extras(of: item) ?? other.flatMap { try self.extras(of: $0) }
             let sealed = try seal(record, secret: value, extras: keptExtras, id: item.id, version: item.sealed.version + 1,
                                   indexTags: !tagsKept)
             if let other, other.id != item.id { try Self.deleteRow(other.id, db, &changes) }
@@ -351,7 +364,7 @@ extension Keychain {
                 let before = StoreFileState(storePath: path)
                 intact = rowsChecked.withLock { $0 } && before != nil && before == counter.recordedHere()
                 // A passphrase change by another process since this one unlocked: its keys are no longer the newest.
-                let stored = try Data.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE name = 'key_generation'"))
+                let stored = try StoreDatabase.metaBytes(db, sql: "SELECT value FROM meta WHERE name = 'key_generation'")
                     .flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
                 guard stored == generation else {
                     throw KeychainError.io("the store's keys changed since it was opened (passwd?); run the command again")
@@ -417,10 +430,10 @@ extension Keychain {
     }
 
     static func nextID(_ db: Database) throws -> Int64 {
-        let v = try Data.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE name = 'next_id'"))
+        let v = try StoreDatabase.metaBytes(db, sql: "SELECT value FROM meta WHERE name = 'next_id'")
             .flatMap { Int64(String(decoding: $0, as: UTF8.self)) } ?? 1
         // Ids are never reused, so an old row cannot pose as a later item with the same id.
-        try StoreDatabase.setMeta(db, "next_id", Data(String(v + 1).utf8))
+        try StoreDatabase.setMeta(db, "next_id", bytes: Array(String(v + 1).utf8))
         return v
     }
 
@@ -444,8 +457,7 @@ extension Keychain {
         guard db.changesCount == 1 else { throw KeychainError.itemNotFound }
         // The class is in the group index: set apart, and only when it changes, so that an
         // update of the secret alone rewrites no index page.
-        try db.cachedStatement(sql: "UPDATE items SET class = ? WHERE id = ? AND class IS NOT ?")
-            .execute(arguments: [sealed.classCode, sealed.id, sealed.classCode])
+        try sealed.setClass(with: db.cachedStatement(sql: "UPDATE items SET class = ?1 WHERE id = ?2 AND class IS NOT ?1"))
         changes.removed(sealed.id, previousVersion)
         changes.added(sealed.id, sealed.version)
         if !tagsKept { try writeAttributeTags(sealed, replacing: true, db) }
@@ -477,4 +489,29 @@ public enum ItemOrder {
              i.authenticationType.code.text, i.securityDomain, i.accessGroup]
         }
     }
+}
+
+/// The last few blind indexes computed, by the bytes they blind. A create computes its name's
+/// and its group's twice (the kernel's lookup of the new name and the class rule, then the
+/// insert), and each update of a file seals the same two again: an HMAC each time. A blind
+/// depends on the bytes and the index key alone, which never changes for a store; the blinds
+/// are the store's own index columns, and the names are those the mount lists. Forgotten with
+/// the keys (`forgetKeys`).
+struct RecentBlinds {
+    private static let capacity = 4
+    private var entries: [(bytes: [UInt8], blind: [UInt8])] = []
+    private var next = 0
+
+    func blind(of bytes: [UInt8]) -> [UInt8]? { entries.first { $0.bytes == bytes }?.blind }
+
+    mutating func remember(_ bytes: [UInt8], _ blind: [UInt8]) {
+        if entries.count < Self.capacity {
+            entries.append((bytes, blind))
+        } else {
+            entries[next] = (bytes, blind)
+            next = (next + 1) % Self.capacity
+        }
+    }
+
+    mutating func forget() { entries.removeAll(); next = 0 }
 }

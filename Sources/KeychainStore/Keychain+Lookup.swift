@@ -104,25 +104,34 @@ extension Keychain {
         return try select { db in try Self.groupClasses(db, groupBlind: g) }
     }
 
-    /// `groupClasses` of the group with this blind, on `db`: one statement, the skip scan in a
-    /// recursive query, read straight from SQLite (each create runs it twice: a probe per
-    /// class through GRDB was a tenth of the daemon's time in a loop of creates).
+    /// `groupClasses` of the group with this blind, on `db`: a skip scan of the group index, one
+    /// probe per class (`GroupQuery.nextClass`) read straight from SQLite. (Each create runs it
+    /// twice: a probe per class through GRDB was a tenth of the daemon's time in a loop of
+    /// creates, and the same walk as one recursive statement cost SQLite three times the probes.)
+    /// A class that is not a number (a damaged row) sorts after every number and ends the walk.
     static func groupClasses(_ db: Database, groupBlind g: [UInt8]) throws -> Set<AccessibilityClass> {
-        let statement = try db.cachedStatement(sql: GroupQuery.classes)
-        let raw = statement.sqliteStatement
+        let raw = try db.cachedStatement(sql: GroupQuery.nextClass).sqliteStatement
         sqlite3_reset(raw)
         defer { sqlite3_reset(raw) }
-        let bound = g.withUnsafeBytes {
+        var rc = g.withUnsafeBytes {
             sqlite3_bind_blob(raw, 1, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count),
                               unsafeBitCast(-1, to: sqlite3_destructor_type.self))
         }
-        guard bound == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: bound)) }
+        if rc == SQLITE_OK { rc = sqlite3_bind_int64(raw, 2, Int64.min) }
+        guard rc == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
         var out: Set<AccessibilityClass> = []
         while true {
-            let rc = sqlite3_step(raw)
-            if rc == SQLITE_DONE { break }
-            guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
-            if let c = AccessibilityClass(code: Int(sqlite3_column_int64(raw, 0))) { out.insert(c) }
+            let step = sqlite3_step(raw)
+            if step == SQLITE_DONE { break }
+            guard step == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: step)) }
+            let type = sqlite3_column_type(raw, 0)
+            guard type == SQLITE_INTEGER || type == SQLITE_FLOAT else { break }
+            let integer = sqlite3_column_int64(raw, 0), real = sqlite3_column_double(raw, 0)
+            if let c = AccessibilityClass(code: Int(integer)) { out.insert(c) }
+            // A reset keeps the group's binding; the next probe starts above this class.
+            sqlite3_reset(raw)
+            let next = type == SQLITE_INTEGER ? sqlite3_bind_int64(raw, 2, integer) : sqlite3_bind_double(raw, 2, real)
+            guard next == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: next)) }
         }
         return out
     }
@@ -178,11 +187,15 @@ extension Keychain {
     /// it is gone.
     package func complete(_ item: KeychainItem) throws -> KeychainItem {
         guard item.isSummary else { return item }
-        let row = try select { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT \(SealedItem.columns) FROM items WHERE id = ?"), arguments: [item.id])
-        }
-        guard let row else { throw KeychainError.itemNotFound }
-        let sealed = try SealedItem(row: row)
+        return try completed(item, from: select { db in
+            try SealedItem.fetchOne(db, sql: "SELECT \(SealedItem.columns) FROM items WHERE id = ?", id: item.id)
+        })
+    }
+
+    /// The summary `item` with its row as read now (`complete`'s rule): nil is `itemNotFound`,
+    /// and a newer version or another class is decoded afresh.
+    func completed(_ item: KeychainItem, from row: SealedItem?) throws -> KeychainItem {
+        guard let sealed = row else { throw KeychainError.itemNotFound }
         guard sealed.version == item.sealed.version, sealed.classCode == item.sealed.classCode else { return try decode(sealed) }
         return KeychainItem(sealed: sealed, record: item.record)
     }
@@ -226,13 +239,7 @@ package enum GroupQuery {
     package static let pageHeads = AccessibilityClass.allCases.map {
         "SELECT * FROM (SELECT id, class, version, generation FROM items WHERE group_blind = ?1 AND class = \($0.code) AND id > ?2 ORDER BY id LIMIT ?3)"
     }.joined(separator: " UNION ALL ")
-    /// The classes of a group (?1): from the smallest, the next after each, in one statement,
-    /// a probe of the group index per class.
-    package static let classes = """
-        WITH RECURSIVE c(k) AS (
-            SELECT (SELECT MIN(class) FROM items WHERE group_blind = ?1)
-            UNION ALL
-            SELECT (SELECT class FROM items WHERE group_blind = ?1 AND class > c.k ORDER BY class LIMIT 1) FROM c WHERE c.k IS NOT NULL)
-        SELECT k FROM c WHERE k IS NOT NULL
-        """
+    /// The smallest class of a group (?1) above ?2: one probe of the group index, with which
+    /// `groupClasses` walks a group's classes from the smallest.
+    package static let nextClass = "SELECT class FROM items WHERE group_blind = ?1 AND class > ?2 ORDER BY class LIMIT 1"
 }

@@ -34,6 +34,8 @@ public final class Keychain: @unchecked Sendable {
     /// The ledger's bytes as this instance's last commit saved them (`RowLedger.load`): the
     /// next commit finds them unchanged unless another process committed meanwhile. Not secret.
     let ledgerWritten = Mutex<[UInt8]?>(nil)
+    /// `RecentBlinds`; a leaf lock.
+    let recentBlinds = Mutex(RecentBlinds())
 
     // MARK: opening
 
@@ -203,7 +205,7 @@ public final class Keychain: @unchecked Sendable {
     }
 
     private func setFailureRecord(_ failures: Int, _ time: Int) throws {
-        try database.queue.write { db in
+        try database.durable { db in
             for (k, v) in [("failed_unlocks", failures), ("last_failed_unlock", time)] {
                 try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
                                arguments: [k, Data(String(v).utf8)])
@@ -215,7 +217,10 @@ public final class Keychain: @unchecked Sendable {
     public func lock() { keybag.withLock { $0.lock() } }
 
     /// Forgets every key, as at unmount.
-    public func forgetKeys() { keybag.withLock { $0.forget() } }
+    public func forgetKeys() {
+        keybag.withLock { $0.forget() }
+        recentBlinds.withLock { $0.forget() }
+    }
 
     // MARK: generations
 

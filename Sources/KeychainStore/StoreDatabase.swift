@@ -71,10 +71,52 @@ struct StoreDatabase {
     /// Sets a meta value in place. `INSERT OR REPLACE` would delete the row and insert it again,
     /// which rewrites the page of the name index too: a page more in every commit.
     static func setMeta(_ db: Database, _ name: String, _ value: Data) throws {
-        try db.cachedStatement(sql: "UPDATE meta SET value = ? WHERE name = ?").execute(arguments: [value, name])
-        if db.changesCount == 0 {
-            try db.cachedStatement(sql: "INSERT INTO meta (name, value) VALUES (?, ?)").execute(arguments: [name, value])
+        try setMeta(db, name, bytes: [UInt8](value))
+    }
+
+    /// `setMeta`, bound straight to SQLite (every commit saves the ledger so: GRDB's
+    /// `StatementArguments` and `Data` were a thirtieth of a durable update's instructions).
+    static func setMeta(_ db: Database, _ name: String, bytes value: [UInt8]) throws {
+        func run(_ sql: String, value at: Int32, name nameAt: Int32) throws {
+            let raw = try db.cachedStatement(sql: sql).sqliteStatement
+            sqlite3_reset(raw)
+            // SQLITE_TRANSIENT: SQLite copies the bytes, so nothing bound must outlive the call.
+            let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+            var rc = value.withUnsafeBytes {
+                sqlite3_bind_blob(raw, at, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count), transient)
+            }
+            if rc == SQLITE_OK { rc = sqlite3_bind_text(raw, nameAt, name, -1, transient) }
+            guard rc == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
+            let step = sqlite3_step(raw)
+            sqlite3_reset(raw)
+            guard step == SQLITE_DONE else {
+                throw DatabaseError(resultCode: ResultCode(rawValue: step), message: String(cString: sqlite3_errmsg(db.sqliteConnection)))
+            }
         }
+        try run("UPDATE meta SET value = ? WHERE name = ?", value: 1, name: 2)
+        if sqlite3_changes(db.sqliteConnection) == 0 { try run("INSERT INTO meta (name, value) VALUES (?, ?)", value: 2, name: 1) }
+    }
+
+    /// The value of the meta row `sql` selects (`SELECT value FROM meta WHERE name = '...'`,
+    /// a fixed statement, kept compiled); nil if there is none. Straight from SQLite, for the
+    /// reads every commit makes.
+    static func metaBytes(_ db: Database, sql: String) throws -> [UInt8]? {
+        let raw = try db.cachedStatement(sql: sql).sqliteStatement
+        sqlite3_reset(raw)
+        defer { sqlite3_reset(raw) }
+        let rc = sqlite3_step(raw)
+        if rc == SQLITE_DONE { return nil }
+        guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
+        // As GRDB's `Data` decoding: a blob or a text's bytes, NULL as no value, and a number
+        // (a forged or damaged row) refused.
+        let type = sqlite3_column_type(raw, 0)
+        if type == SQLITE_NULL { return nil }
+        guard type == SQLITE_BLOB || type == SQLITE_TEXT else {
+            throw KeychainError.integrityFailure("a value in the store's meta table has the wrong type (\(sql))")
+        }
+        let count = Int(sqlite3_column_bytes(raw, 0))
+        guard count > 0, let base = sqlite3_column_blob(raw, 0) else { return [] }
+        return [UInt8](UnsafeRawBufferPointer(start: base, count: count))
     }
 
     /// Opens an existing store; `create` makes a new file instead.
@@ -202,6 +244,22 @@ package struct SealedItem: Sendable, Hashable {
         return out
     }
 
+    /// The row with this id from `sql` (a `SELECT \(columns) ... WHERE id = ?`), read straight
+    /// from the statement as `fetchAll` does; nil if there is none. Every update through the
+    /// mount reads its row so: GRDB's `Row` and the checks through it were an eighth of its instructions.
+    static func fetchOne(_ db: Database, sql: String, id: Int64) throws -> SealedItem? {
+        let raw = try db.cachedStatement(sql: sql).sqliteStatement
+        sqlite3_reset(raw)
+        guard sqlite3_bind_int64(raw, 1, id) == SQLITE_OK else { throw DatabaseError(resultCode: .SQLITE_MISUSE) }
+        // Reset before returning, so that no read transaction is left open on the statement.
+        defer { sqlite3_reset(raw) }
+        let rc = sqlite3_step(raw)
+        if rc == SQLITE_DONE { return nil }
+        guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
+        let rowID: Int64 = sqlite3_column_type(raw, 0) == SQLITE_INTEGER ? sqlite3_column_int64(raw, 0) : -1
+        return try SealedItem(statement: raw, id: rowID)
+    }
+
     struct DamagedRow: Error {
         var id: Int64
         var error: KeychainError
@@ -316,6 +374,21 @@ package struct SealedItem: Sendable, Hashable {
         bind(wrappedKey); bind(attributes); bind(secret); bind(generation)
         if let extras { bind(extras) } else { check(sqlite3_bind_null(raw, next())) }
         bind(id); bind(previousVersion)
+        guard rc == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
+        let step = sqlite3_step(raw)
+        sqlite3_reset(raw)
+        guard step == SQLITE_DONE else {
+            throw DatabaseError(resultCode: ResultCode(rawValue: step), message: String(cString: sqlite3_errmsg(sqlite3_db_handle(raw))))
+        }
+    }
+
+    /// Runs `statement`, `Keychain.replaceRow`'s change of class (`?1` the class, `?2` the id),
+    /// bound straight to SQLite as `update` binds.
+    func setClass(with statement: Statement) throws {
+        let raw = statement.sqliteStatement
+        sqlite3_reset(raw)
+        var rc = sqlite3_bind_int64(raw, 1, Int64(classCode))
+        if rc == SQLITE_OK { rc = sqlite3_bind_int64(raw, 2, id) }
         guard rc == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
         let step = sqlite3_step(raw)
         sqlite3_reset(raw)

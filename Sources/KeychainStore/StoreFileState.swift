@@ -56,15 +56,47 @@ struct StoreFileState: Equatable {
     }
 
     /// The record's text: "db <dev> <ino> <size> <mtime> <ctime> wal <the same, or empty>".
-    var text: String {
-        func describe(_ f: ArraySlice<UInt64>) -> String {
-            let i = f.startIndex
-            func signed(_ v: UInt64) -> Int64 { Int64(bitPattern: v) }
-            return "\(f[i]) \(f[i + 1]) \(signed(f[i + 2])) \(signed(f[i + 3])).\(signed(f[i + 4])) \(signed(f[i + 5])).\(signed(f[i + 6]))"
+    var text: String { String(decoding: textBytes, as: UTF8.self) }
+
+    /// `text` as bytes, written digit by digit: every commit records it, and string
+    /// interpolation of its 14 numbers was a fortieth of an update's instructions.
+    var textBytes: [UInt8] {
+        guard fields.count >= Self.perFile else { return [] }
+        var out: [UInt8] = []
+        out.reserveCapacity(StoreCounter.filesRecordWidth + 1)
+        func number(_ v: UInt64, signed: Bool) {
+            var magnitude = v
+            if signed && Int64(bitPattern: v) < 0 {
+                out.append(UInt8(ascii: "-"))
+                magnitude = Int64(bitPattern: v).magnitude
+            }
+            var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                          UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            var n = 0
+            withUnsafeMutableBytes(of: &digits) { d in
+                repeat {
+                    d[n] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                    magnitude /= 10
+                    n += 1
+                } while magnitude > 0
+                while n > 0 { n -= 1; out.append(d[n]) }
+            }
         }
-        guard fields.count >= Self.perFile else { return "" }
-        let wal = fields.count >= 2 * Self.perFile ? describe(fields[Self.perFile..<2 * Self.perFile]) : "empty"
-        return "db " + describe(fields[0..<Self.perFile]) + " wal " + wal
+        func describe(_ at: Int) {
+            number(fields[at], signed: false); out.append(UInt8(ascii: " "))
+            number(fields[at + 1], signed: false); out.append(UInt8(ascii: " "))
+            number(fields[at + 2], signed: true); out.append(UInt8(ascii: " "))
+            number(fields[at + 3], signed: true); out.append(UInt8(ascii: "."))
+            number(fields[at + 4], signed: true); out.append(UInt8(ascii: " "))
+            number(fields[at + 5], signed: true); out.append(UInt8(ascii: "."))
+            number(fields[at + 6], signed: true)
+        }
+        out.append(contentsOf: "db ".utf8)
+        describe(0)
+        out.append(contentsOf: " wal ".utf8)
+        if fields.count >= 2 * Self.perFile { describe(Self.perFile) } else { out.append(contentsOf: "empty".utf8) }
+        return out
     }
 
     private static func fields(_ s: stat) -> [UInt64] {
@@ -94,10 +126,10 @@ extension StoreCounter {
         }
         // Padded to one length (read back without the spaces, `line`), so that a shorter
         // state leaves nothing behind and the file needs no truncation.
-        var bytes = Array(state.text.utf8)
+        var bytes = state.textBytes
         if bytes.count < Self.filesRecordWidth { bytes += repeatElement(UInt8(ascii: " "), count: Self.filesRecordWidth - bytes.count) }
         bytes.append(10)
-        recorded.files.withDescriptor(filesPath, readable: false) { Self.overwrite($0, with: bytes) }
+        recorded.files.withDescriptor(filesPath, readable: false) { Self.overwrite($0, size: $1, with: bytes) }
     }
 
     /// The state this instance last recorded (nil: none, or it removed the record): what a
@@ -123,14 +155,22 @@ final class RecordDescriptor: Sendable {
 
     /// Runs `body` with the descriptor of the file at `path`, made if missing; nothing if it
     /// cannot be opened.
-    func withDescriptor(_ path: String, readable: Bool, _ body: (Int32) -> Void) {
+    /// `body` is given the file's size as the check of its name found it (nil when just
+    /// opened): a record written in place needs it, and a second `fstat` was one of an update's system calls.
+    func withDescriptor(_ path: String, readable: Bool, _ body: (Int32, off_t?) -> Void) {
         fd.withLock { fd in
-            if fd >= 0 && !Self.isNamed(fd) {
-                close(fd)
-                fd = -1
+            var size: off_t?
+            if fd >= 0 {
+                var st = stat()
+                if fstat(fd, &st) == 0 && st.st_nlink > 0 {
+                    size = st.st_size
+                } else {
+                    close(fd)
+                    fd = -1
+                }
             }
             if fd < 0 { fd = StoreCounter.openForWriting(path, readable: readable) ?? -1 }
-            if fd >= 0 { body(fd) }
+            if fd >= 0 { body(fd, size) }
         }
     }
 
@@ -143,13 +183,9 @@ final class RecordDescriptor: Sendable {
         }
     }
 
-    /// Whether the open file still has a name: one `fstat`, where an open and a close each
-    /// resolved the path. (A record written to a file with no name is lost, which only makes
-    /// the next open read every row, or the counter lag, as after a crash.)
-    private static func isNamed(_ fd: Int32) -> Bool {
-        var st = stat()
-        return fstat(fd, &st) == 0 && st.st_nlink > 0
-    }
+    // Whether the open file still has a name is one `fstat` (its link count), where an open and
+    // a close each resolved the path. (A record written to a file with no name is lost, which
+    // only makes the next open read every row, or the counter lag, as after a crash.)
 
     deinit { fd.withLock { if $0 >= 0 { close($0) } } }
 }

@@ -102,9 +102,7 @@ struct RowLedger: Equatable {
     /// saved last, are taken without checking their tag again: nobody wrote the ledger since,
     /// and another's bytes (a forgery, an older ledger put back) differ from them.
     static func load(_ db: Database, keys: Keys, storeID: [UInt8], written: [UInt8]?) throws -> (ledger: RowLedger, bytes: [UInt8])? {
-        let statement = try db.cachedStatement(sql: "SELECT value FROM meta WHERE name = 'rows_state'")
-        guard let data = try Data.fetchOne(statement) else { return nil }
-        let b = [UInt8](data)
+        guard let b = try StoreDatabase.metaBytes(db, sql: "SELECT value FROM meta WHERE name = 'rows_state'") else { return nil }
         guard b.count == 48 + 32, let digest = RowSetDigest(bytes: Array(b[16..<48])) else {
             throw KeychainError.integrityFailure("the store's record of its items is malformed")
         }
@@ -119,7 +117,7 @@ struct RowLedger: Equatable {
     @discardableResult
     func save(_ db: Database, keys: Keys, storeID: [UInt8]) throws -> [UInt8] {
         let bytes = body() + tag(keys, storeID: storeID)
-        try StoreDatabase.setMeta(db, "rows_state", Data(bytes))
+        try StoreDatabase.setMeta(db, "rows_state", bytes: bytes)
         return bytes
     }
 
@@ -186,9 +184,9 @@ struct StoreCounter {
     func record(_ value: UInt64, force: Bool = false) {
         let digits = Array(String(value).utf8)
         let bytes = Array(repeating: UInt8(ascii: "0"), count: max(0, 20 - digits.count)) + digits + [10]
-        recorded.counter.withDescriptor(path, readable: true) { fd in
+        recorded.counter.withDescriptor(path, readable: true) { fd, size in
             if !force, let current = Self.line(fd: fd).flatMap({ UInt64($0) }), current >= value { return }
-            Self.overwrite(fd, with: bytes)
+            Self.overwrite(fd, size: size, with: bytes)
         }
     }
 
@@ -232,13 +230,18 @@ struct StoreCounter {
         return fd >= 0 ? fd : nil
     }
 
-    /// Writes `bytes` over the open file `fd` from its start.
-    static func overwrite(_ fd: Int32, with bytes: [UInt8]) {
+    /// Writes `bytes` over the open file `fd` from its start; `size`, the file's size before,
+    /// if known (else it is asked for).
+    static func overwrite(_ fd: Int32, size: off_t? = nil, with bytes: [UInt8]) {
         _ = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
         // Only when the file was longer: an ftruncate is a journalled change of the inode
         // even to the same size, and every commit rewrites these records (two ftruncates of
         // the eight system calls that touch metadata in a durable update).
-        var st = stat()
-        if fstat(fd, &st) != 0 || st.st_size > off_t(bytes.count) { _ = ftruncate(fd, off_t(bytes.count)) }
+        var before = size ?? -1
+        if size == nil {
+            var st = stat()
+            before = fstat(fd, &st) == 0 ? st.st_size : off_t.max
+        }
+        if before > off_t(bytes.count) { _ = ftruncate(fd, off_t(bytes.count)) }
     }
 }

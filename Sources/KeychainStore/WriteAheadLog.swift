@@ -20,7 +20,9 @@ import Synchronization
 /// the commit, then the same two); should the checkpoint not finish, one `fdatasync` of the
 /// WAL (`syncFrames`). A commit that only adds, with no checkpoint pending, stays at `FULL`,
 /// whose commit is one `fdatasync` of the WAL. The first commit into an emptied WAL costs one
-/// more: SQLite syncs the new WAL's header before its frames. Everything else keeps `FULL`.
+/// more: SQLite syncs the new WAL's header before its frames. Every other write transaction
+/// commits at `FULL` (`StoreDatabase.durable`). The level is switched only when a commit needs
+/// the other one, so a run of updates, or of creates, switches it no more.
 ///
 /// An empty WAL needs new disk blocks for the next commit, so a full disk would refuse even a
 /// delete. A small reserve file beside the store is given up for a delete that meets a full
@@ -39,6 +41,21 @@ final class WriteAheadLog: Sendable {
     }
 
     var isPending: Bool { pending.withLock { $0 } }
+
+    /// Whether the writer's connection is at `synchronous = NORMAL` (it opens at `FULL`). The
+    /// level is switched only when a commit needs the other one: switched there and back at
+    /// every erasing commit, the two pragmas (each compiled again at every run, as a change of
+    /// level expires them) were a twentieth of a durable update's instructions.
+    private let relaxed = Mutex(false)
+
+    /// Puts the writer's connection at `NORMAL` or at `FULL`, outside any transaction. Every
+    /// write transaction says which it needs first: `StoreDatabase.write`, and `durable` for the rest.
+    func setSynchronous(_ db: Database, normal: Bool) throws {
+        guard relaxed.withLock({ $0 }) != normal else { return }
+        let rc = sqlite3_exec(db.sqliteConnection, normal ? "PRAGMA synchronous = NORMAL" : "PRAGMA synchronous = FULL", nil, nil, nil)
+        guard rc == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
+        relaxed.withLock { $0 = normal }
+    }
 
     var bytesAtLastCheckpoint: Int { checkpointedBytes.withLock { $0 } }
 
@@ -110,9 +127,28 @@ extension StoreDatabase {
         }
     }
 
-    private static func setSynchronous(_ db: Database, _ level: String) throws {
-        let rc = sqlite3_exec(db.sqliteConnection, "PRAGMA synchronous = \(level)", nil, nil, nil)
-        guard rc == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: rc)) }
+    /// GRDB's `inTransaction`, with the BEGIN and COMMIT compiled once per connection instead
+    /// of at every commit. A failure rolls back, as there.
+    private static func immediateTransaction<T>(_ db: Database, _ body: () throws -> T) throws -> T {
+        try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+        do {
+            let result = try body()
+            try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+            return result
+        } catch {
+            if !db.isInsideTransaction { throw error }
+            try? db.rollback()
+            throw error
+        }
+    }
+
+    /// A write transaction outside `write`'s rules (no sealed value replaced), at `FULL`: its
+    /// commit is durable when it returns.
+    func durable<T>(_ body: (Database) throws -> T) throws -> T {
+        try queue.writeWithoutTransaction { db in
+            try log.setSynchronous(db, normal: false)
+            return try Self.immediateTransaction(db) { try body(db) }
+        }
     }
 
     /// The commit is durable when this returns: synced by the checkpoint, or else by
@@ -123,16 +159,10 @@ extension StoreDatabase {
             // SQLite syncs the WAL's frames itself, on the descriptor it holds (an open, a sync
             // and a close of ours, and two switches of the level, fewer per create).
             let checkpoints = effect != .addsOnly || log.isPending
-            // Straight to SQLite: through GRDB each was a statement compiled and checked at every commit.
-            if checkpoints { try Self.setSynchronous(db, "NORMAL") }
-            defer { if checkpoints { try? Self.setSynchronous(db, "FULL") } }
-            var result: T?
-            try db.inTransaction(.immediate) {
-                result = try body(db)
-                return .commit
-            }
+            try log.setSynchronous(db, normal: checkpoints)
+            let result = try Self.immediateTransaction(db) { try body(db) }
             if checkpoints && !log.truncate(db) { try log.syncFrames() }
-            return result!
+            return result
         }
     }
 }

@@ -8,6 +8,21 @@ import XCTest
 /// The blind index of Secret Service attribute pairs: written in the transaction of every row
 /// write, answering an exact pair with the matching ids only, and never holding a value in clear.
 final class AttributeIndexTests: XCTestCase {
+    /// Blinds come from a small cache of the last ones computed (`RecentBlinds`): each is the
+    /// HMAC of its own bytes, through evictions, and none is given once the keys are forgotten.
+    func testBlindsFromTheCacheAreEachKeysOwn() throws {
+        let k = try store.create()
+        let keys = try (0..<6).map { try genericKey("svc\($0)", "a").canonicalBytes }
+        let first = try keys.map { try k.blind($0) }
+        let again = try keys.reversed().map { try k.blind($0) }
+        XCTAssertEqual(first, Array(again.reversed()))
+        XCTAssertEqual(Set(first).count, keys.count)
+        let other = try store.openUnlocked()
+        XCTAssertEqual(try keys.map { try other.blind($0) }, first, "the same as computed afresh")
+        k.forgetKeys()
+        assertKeychainError(.unavailable(.whenUnlocked), try k.blind(keys[5]))
+    }
+
     var store: TempStore!
     override func setUpWithError() throws { store = try TempStore() }
     override func tearDown() { store = nil }

@@ -238,10 +238,42 @@ final class RollbackTests: XCTestCase {
         try store.sql("UPDATE meta SET value = zeroblob(80) WHERE name = 'rows_state'")
         assertKeychainError(isRollback, "integrity failure", try store.open())
     }
+
+    /// The ledger is read straight from SQLite: a value of another type is a damaged ledger,
+    /// never "no ledger yet", which would have the rows as they are taken for the truth.
+    func testALedgerOfAnotherTypeIsRefusedNotTakenAsMissing() throws {
+        let k = try store.create()
+        try add(k, genericKey("svc", "a"), "x")
+        try store.sql("UPDATE meta SET value = 7 WHERE name = 'rows_state'")
+        assertKeychainError(isRollback, "integrity failure", try store.open())
+        try store.sql("UPDATE meta SET value = 7.5 WHERE name = 'rows_state'")
+        assertKeychainError(isRollback, "integrity failure", try store.open())
+    }
 }
 
 /// Extras are sealed under the item key, like the secret.
 final class ExtrasTests: StoreTestCase {
+    /// A row's nonces are drawn together (one RAND_bytes call per seal of a row): every seal,
+    /// of every row and every version, still has its own.
+    func testEverySealHasItsOwnNonce() throws {
+        let key = try internetKey("git.example", account: "dev")
+        try k.save(key, secret: secure("pw"), extras: secure("e1"), updateExisting: false)
+        try add(k, genericKey("svc", "a"), "x")
+        var nonces: [String] = []
+        for round in 0..<3 {
+            try k.save(key, secret: secure("pw\(round)"), updateExisting: true)
+            let rows = try store.sql("""
+                SELECT hex(substr(wrapped_key, 1, 12)), hex(substr(attributes, 1, 12)), hex(substr(secret, 1, 12)),
+                       coalesce(hex(substr(extras, 1, 12)), '') FROM items
+                """)
+            for field in rows.split(whereSeparator: { $0 == "|" || $0 == "\n" }) where !field.isEmpty { nonces.append(String(field)) }
+        }
+        // 3 rounds x (the internet item's 4 seals + the generic item's 3); the generic row is the same each round.
+        XCTAssertEqual(nonces.count, 3 * 7)
+        XCTAssertEqual(Set(nonces).count, 3 * 4 + 3, "\(nonces)")
+        XCTAssertTrue(nonces.allSatisfy { $0.count == 24 })
+    }
+
     func testExtrasFollowTheSecretsLockState() throws {
         let key = try internetKey("git.example", account: "dev")
         try k.save(key, secret: secure("pw"), extras: secure("oauth_refresh_token=tok\n"), updateExisting: false)

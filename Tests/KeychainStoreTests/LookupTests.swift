@@ -67,13 +67,17 @@ final class LookupTests: XCTestCase {
         XCTAssertEqual(try k.groupClasses(kind: .generic, name: "none"), [])
         // Before first unlock names are unreadable; the class column still answers.
         XCTAssertEqual(try store.open().groupClasses(kind: .generic, name: "mail").count, 3)
+        // A damaged class (not a number) ends the walk of the group's classes, after every
+        // number: the walk neither fails nor loops.
+        try store.sql("UPDATE items SET class = 'x' WHERE id = (SELECT MIN(id) FROM items)")
+        XCTAssertEqual(try k.groupClasses(kind: .generic, name: "mail"), [.always, .whenUnlocked, .afterFirstUnlockThisDeviceOnly])
     }
 
     /// Every group read is an index search: no pass over the table, no sort of a group's rows,
     /// so that it costs the same in a service of any size (the class rule runs at every create).
     func testGroupQueriesSearchTheGroupIndex() throws {
         _ = try store.create()
-        for sql in [GroupQuery.rows, GroupQuery.firstRow, GroupQuery.nextGroup, GroupQuery.classes, GroupQuery.page] {
+        for sql in [GroupQuery.rows, GroupQuery.firstRow, GroupQuery.nextGroup, GroupQuery.nextClass, GroupQuery.page] {
             let plan = try store.sql("EXPLAIN QUERY PLAN " + sql.replacing(/\?[0-9]*/, with: "x'00'"))
             XCTAssertTrue(plan.contains("SEARCH items USING") && plan.contains("INDEX items_group_class"), "\(sql): \(plan)")
             // A page's subqueries are co-routines, each one a search ("SCAN (subquery-N)" reads its output).
