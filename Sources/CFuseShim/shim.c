@@ -69,12 +69,14 @@ static ssize_t kcfs_io_writev(int fd, struct iovec *iov, int count, void *userda
 }
 
 /*
- * SIGTERM, SIGINT and SIGHUP end the loop, so the daemon unmounts and wipes its keys. The
- * handler ends the session and wakes the loop's main thread through a pipe. libfuse's own
- * handler only ends the session, and the main thread then slept on until the next request:
- * a process-directed signal runs on any thread that does not block it (the kernel passes the
- * main thread by when it already has a signal pending), and one that came between the main
- * thread's check and its wait was lost. The mount stayed up and answered no one meanwhile.
+ * SIGTERM, SIGINT and SIGHUP stop the daemon as an unmount does. The handler only wakes the
+ * loop's main thread through a pipe; that thread runs the binding's `stopping` while the
+ * workers still serve (the keys are forgotten and the kernel's cached pages of items dropped,
+ * which needs a worker to answer the reads those pages wait on), then ends the session.
+ * libfuse's own handler ended the session at once: the pages stayed in a private mapping after
+ * the daemon was gone, and the main thread slept on until the next request when the signal
+ * ran on another thread (the kernel passes the main thread by when it already has one
+ * pending) or came between the thread's check and its wait, with the mount up meanwhile.
  * One session per process takes the signals, as with libfuse's handlers; the pipe lives as
  * long as the process, since a handler may still be writing to it on another thread.
  */
@@ -90,14 +92,15 @@ static void kcfs_make_stop_pipe(void) {
 static void kcfs_stop_handler(int sig) {
     (void) sig;
     int saved = errno;
-    struct fuse_session *se = kcfs_stop_session;
-    if (se != NULL) {
-        fuse_session_exit(se);
-        /* Non-blocking: a full pipe already wakes the loop. */
-        char byte = 0;
-        (void) !write(kcfs_stop_pipe[1], &byte, 1);
-    }
+    /* Non-blocking: a full pipe already wakes the loop. */
+    char byte = 0;
+    (void) !write(kcfs_stop_pipe[1], &byte, 1);
     errno = saved;
+}
+
+static void kcfs_drain(int fd) {
+    char drain[64];
+    while (read(fd, drain, sizeof drain) > 0) {}
 }
 
 /* Installs the handler where the signal is not already handled or ignored (as libfuse does:
@@ -105,6 +108,8 @@ static void kcfs_stop_handler(int sig) {
 static int kcfs_set_stop_handlers(struct fuse_session *se) {
     pthread_once(&kcfs_stop_pipe_once, kcfs_make_stop_pipe);
     if (kcfs_stop_pipe[0] < 0) return -1;
+    /* A signal that came after an earlier session of this process ended is not for this one. */
+    kcfs_drain(kcfs_stop_pipe[0]);
     kcfs_stop_session = se;
     struct sigaction sa = { .sa_handler = kcfs_stop_handler, .sa_flags = SA_RESTART };
     sigemptyset(&sa.sa_mask);
@@ -279,7 +284,7 @@ static void *kcfs_worker(void *arg) {
     return NULL;
 }
 
-int kcfs_session_loop(struct fuse_session *se, void (*ending)(void *), void *context) {
+int kcfs_session_loop(struct fuse_session *se, void (*stopping)(void *), void (*ending)(void *), void *context) {
     struct kcfs_loop l = { .se = se, .ended = eventfd(0, EFD_CLOEXEC) };
     if (l.ended < 0) return -errno;
     pthread_mutex_init(&l.lock, NULL);
@@ -288,14 +293,15 @@ int kcfs_session_loop(struct fuse_session *se, void (*ending)(void *), void *con
     int started = kcfs_start_worker(&l);
     pthread_mutex_unlock(&l.lock);
     if (started != 0) { close(l.ended); return -EAGAIN; }
-    /* The session ends by a worker (unmounted) or by a stop signal; both write before this
+    /* The session ends by a worker (unmounted) or by a stop signal; each writes before this
      * thread looks again, so neither is missed between the look and the wait. */
     struct pollfd wake[2] = { { .fd = l.ended, .events = POLLIN }, { .fd = -1, .events = POLLIN } };
     if (kcfs_stop_session == se) wake[1].fd = kcfs_stop_pipe[0];
     while (!fuse_session_exited(se)) {
-        if (poll(wake, 2, -1) <= 0) continue;
-        char drain[64];
-        if (wake[1].revents & POLLIN) while (read(wake[1].fd, drain, sizeof drain) > 0) {}
+        if (poll(wake, 2, -1) <= 0 || !(wake[1].revents & POLLIN)) continue;
+        kcfs_drain(wake[1].fd);
+        if (stopping) stopping(context);
+        fuse_session_exit(se);
     }
     /* Outside l.lock: a worker in a prompt answers its caller and comes back to take it. */
     if (ending) ending(context);
