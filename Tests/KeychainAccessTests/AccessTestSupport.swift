@@ -55,6 +55,18 @@ final class TestProcess {
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
     }
 
+    /// Waits for it to exit by itself and returns its wait status. Reaped here, it is never
+    /// signalled afterwards: its pid may already be another process's.
+    @discardableResult
+    func wait() -> Int32 {
+        guard input >= 0 else { return -1 }
+        close(input)
+        input = -1
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        return status
+    }
+
     static func executable(of pid: pid_t) -> String? {
         try? ProcFile.readLink("/proc/\(pid)/exe")
     }

@@ -233,9 +233,7 @@ final class PromptTests: AccessTestCase {
         let socketName = "kcfs-access-\(getpid())"
         func tmux(_ args: [String]) throws -> String {
             let out = dir.path + "/tmux.out"
-            let p = try TestProcess(["/bin/sh", "-c", "exec /usr/bin/tmux -L \(socketName) \"$@\" > '\(out)' 2>&1", "tmux"] + args)
-            var status: Int32 = 0
-            waitpid(p.pid, &status, 0)
+            try TestProcess(["/bin/sh", "-c", "exec /usr/bin/tmux -L \(socketName) \"$@\" > '\(out)' 2>&1", "tmux"] + args).wait()
             return ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
         }
         // The pane runs the caller (`sleep`), so the prompt goes to the caller's own terminal.
