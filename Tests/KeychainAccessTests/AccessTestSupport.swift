@@ -35,7 +35,7 @@ final class TestProcess {
         guard rc == 0 else { close(fds[1]); throw TestFailure("posix_spawn \(argv[0]): \(String(cString: strerror(rc)))") }
         self.pid = pid
         self.input = fds[1]
-        if let expected { try TestProcess.waitUntil("pid \(pid) runs \(expected)") { TestProcess.executable(of: pid) == expected } }
+        if let expected { try TestProcess.waitUntil("pid \(pid) runs \(expected)") { TestProcess.runs(pid, expected) } }
     }
 
     deinit { stop() }
@@ -69,6 +69,17 @@ final class TestProcess {
 
     static func executable(of pid: pid_t) -> String? {
         try? ProcFile.readLink("/proc/\(pid)/exe")
+    }
+
+    /// The process runs `expected` and its execve is over. /proc shows the new executable
+    /// as soon as the new address space is in place (posix_spawn returns then), but argv and
+    /// the environment only once the image is laid out, later; under load much later. The
+    /// tests ask the gate as a FUSE request does (`decide(threadID:)`, a caller that cannot
+    /// be inside an execve), so they must not ask before: an environment read as empty missed
+    /// TERM and the loader variables.
+    static func runs(_ pid: pid_t, _ expected: String) -> Bool {
+        guard executable(of: pid) == expected, let stat = try? ProcFile.read("/proc/\(pid)/stat") else { return false }
+        return ProcStat(stat)?.isSettled == true
     }
 
     static func children(of pid: pid_t) -> [pid_t] {

@@ -299,7 +299,7 @@ final class CallerTests: AccessTestCase {
         let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: pythonExecutable)
         XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: rule), .allowed)
         process.send("go")
-        try TestProcess.waitUntil("it execs head") { TestProcess.executable(of: process.pid) == "/usr/bin/head" }
+        try TestProcess.waitUntil("it execs head") { TestProcess.runs(process.pid, "/usr/bin/head") }
         let outcome = access.decide(threadID: process.pid, item: item, operation: .read, list: rule)
         XCTAssertTrue(isRefused(outcome, containing: "not on the item's access list"), "same pid, same pidfd, another program: \(outcome)")
         XCTAssertEqual(try access.identify(threadID: process.pid).executablePath, "/usr/bin/head")

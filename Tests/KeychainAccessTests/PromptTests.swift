@@ -77,7 +77,7 @@ final class PromptTests: AccessTestCase {
         let sshOnly = try list("/usr/bin/tail")
         XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: sshOnly), .allowed)
         process.send("go")
-        try TestProcess.waitUntil("it execs head") { TestProcess.executable(of: process.pid) == "/usr/bin/head" }
+        try TestProcess.waitUntil("it execs head") { TestProcess.runs(process.pid, "/usr/bin/head") }
         XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: sshOnly), .allowed)
         XCTAssertEqual(confirms(transcript), 2, "the grant went with the old image")
     }
