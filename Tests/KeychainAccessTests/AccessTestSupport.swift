@@ -78,7 +78,11 @@ final class TestProcess {
     /// be inside an execve), so they must not ask before: an environment read as empty missed
     /// TERM and the loader variables.
     static func runs(_ pid: pid_t, _ expected: String) -> Bool {
-        guard executable(of: pid) == expected, let stat = try? ProcFile.read("/proc/\(pid)/stat") else { return false }
+        executable(of: pid) == expected && isLaidOut(pid)
+    }
+
+    static func isLaidOut(_ pid: pid_t) -> Bool {
+        guard let stat = try? ProcFile.read("/proc/\(pid)/stat") else { return false }
         return ProcStat(stat)?.isSettled == true
     }
 

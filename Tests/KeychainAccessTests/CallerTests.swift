@@ -399,6 +399,7 @@ final class CallerTests: AccessTestCase {
                                          "mount --bind /usr '\(root)/usr' && exec chroot '\(root)' /usr/bin/head"])
         try TestProcess.waitUntil("the sandboxed head runs") {
             (try? ProcFile.readLink("/proc/\(sandboxed.pid)/root")) == root
+                && TestProcess.executable(of: sandboxed.pid)?.hasSuffix("/usr/bin/head") == true && TestProcess.isLaidOut(sandboxed.pid)
         }
         let facts = try access.identify(threadID: sandboxed.pid)
         XCTAssertEqual(facts.flatpakAppID, "org.example.Sandboxed")
