@@ -35,9 +35,14 @@ for line in open("/proc/self/mountinfo"):
 PY
 }
 
-# ended PID: the process has ended: gone, or a zombie (a daemon is an orphan, and when its
-# reaper collects it is the reaper's business: this machine's init does so every 2 s or so).
-ended() { ! kill -0 "$1" 2>/dev/null || [ "$(awk '/^State:/ {print $2}' /proc/"$1"/status 2>/dev/null)" = Z ]; }
+# ended PID: the process has ended: gone, or a zombie with no thread left (a daemon is an
+# orphan, and when its reaper collects it is the reaper's business: this machine's init does
+# so every 2 s or so). The main thread turns zombie before the others have closed the files
+# (a FUSE daemon's /dev/fuse), so a zombie leader alone is not the end.
+ended() {
+    ! kill -0 "$1" 2>/dev/null || { [ "$(awk '/^State:/ {print $2}' /proc/"$1"/status 2>/dev/null)" = Z ] &&
+        [ "$(ls /proc/"$1"/task 2>/dev/null | wc -l)" -le 1 ]; }
+}
 
 # wait_gone PID: waits up to 5 s for the process to end.
 wait_gone() {
