@@ -1,9 +1,12 @@
+#define _GNU_SOURCE /* pipe2 */
 #include "CFuseShim.h"
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
-#include <semaphore.h>
 #include <signal.h>
 #include <linux/fuse.h>
+#include <sys/eventfd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -65,13 +68,79 @@ static ssize_t kcfs_io_writev(int fd, struct iovec *iov, int count, void *userda
     return res;
 }
 
-/* SIGTERM, SIGINT and SIGHUP end the loop, so the daemon unmounts and wipes its keys. */
+/*
+ * SIGTERM, SIGINT and SIGHUP stop the daemon as an unmount does. The handler only wakes the
+ * loop's main thread through a pipe; that thread runs the binding's `stopping` while the
+ * workers still serve (the keys are forgotten and the kernel's cached pages of items dropped,
+ * which needs a worker to answer the reads those pages wait on), then ends the session.
+ * libfuse's own handler ended the session at once: the pages stayed in a private mapping after
+ * the daemon was gone, and the main thread slept on until the next request when the signal
+ * ran on another thread (the kernel passes the main thread by when it already has one
+ * pending) or came between the thread's check and its wait, with the mount up meanwhile.
+ * One session per process takes the signals, as with libfuse's handlers; the pipe lives as
+ * long as the process, since a handler may still be writing to it on another thread.
+ */
+static const int kcfs_stop_signals[] = { SIGTERM, SIGINT, SIGHUP };
+static struct fuse_session *volatile kcfs_stop_session;
+static int kcfs_stop_pipe[2] = { -1, -1 };
+static pthread_once_t kcfs_stop_pipe_once = PTHREAD_ONCE_INIT;
+
+static void kcfs_make_stop_pipe(void) {
+    if (pipe2(kcfs_stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) kcfs_stop_pipe[0] = kcfs_stop_pipe[1] = -1;
+}
+
+static void kcfs_stop_handler(int sig) {
+    (void) sig;
+    int saved = errno;
+    /* Non-blocking: a full pipe already wakes the loop. */
+    char byte = 0;
+    (void) !write(kcfs_stop_pipe[1], &byte, 1);
+    errno = saved;
+}
+
+static void kcfs_drain(int fd) {
+    char drain[64];
+    while (read(fd, drain, sizeof drain) > 0) {}
+}
+
+/* Installs the handler where the signal is not already handled or ignored (as libfuse does:
+ * `nohup` keeps SIGHUP ignored); SIGPIPE is ignored, a closed peer is an EPIPE. */
+static int kcfs_set_stop_handlers(struct fuse_session *se) {
+    pthread_once(&kcfs_stop_pipe_once, kcfs_make_stop_pipe);
+    if (kcfs_stop_pipe[0] < 0) return -1;
+    /* A signal that came after an earlier session of this process ended is not for this one. */
+    kcfs_drain(kcfs_stop_pipe[0]);
+    kcfs_stop_session = se;
+    struct sigaction sa = { .sa_handler = kcfs_stop_handler, .sa_flags = SA_RESTART };
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof kcfs_stop_signals / sizeof *kcfs_stop_signals; i++) {
+        struct sigaction old;
+        if (sigaction(kcfs_stop_signals[i], NULL, &old) != 0) return -1;
+        if (old.sa_handler == SIG_DFL && sigaction(kcfs_stop_signals[i], &sa, NULL) != 0) return -1;
+    }
+    struct sigaction pipe_old, ignore = { .sa_handler = SIG_IGN };
+    sigemptyset(&ignore.sa_mask);
+    if (sigaction(SIGPIPE, NULL, &pipe_old) == 0 && pipe_old.sa_handler == SIG_DFL) sigaction(SIGPIPE, &ignore, NULL);
+    return 0;
+}
+
+static void kcfs_remove_stop_handlers(struct fuse_session *se) {
+    struct sigaction dfl = { .sa_handler = SIG_DFL };
+    sigemptyset(&dfl.sa_mask);
+    for (size_t i = 0; i < sizeof kcfs_stop_signals / sizeof *kcfs_stop_signals; i++) {
+        struct sigaction old;
+        if (sigaction(kcfs_stop_signals[i], NULL, &old) == 0 && old.sa_handler == kcfs_stop_handler)
+            sigaction(kcfs_stop_signals[i], &dfl, NULL);
+    }
+    if (kcfs_stop_session == se) kcfs_stop_session = NULL;
+}
+
 int kcfs_session_mount(struct fuse_session *se, const char *mountpoint) {
     if (fuse_session_mount(se, mountpoint) != 0) return -1;
     /* No splice: it would copy requests and replies through pipes and buffers we do not see. */
     const struct fuse_custom_io io = { .read = kcfs_io_read, .writev = kcfs_io_writev };
     if (fuse_session_custom_io(se, &io, fuse_session_fd(se)) != 0) { fuse_session_unmount(se); return -1; }
-    if (fuse_set_signal_handlers(se) != 0) { fuse_session_unmount(se); return -1; }
+    if (kcfs_set_stop_handlers(se) != 0) { kcfs_remove_stop_handlers(se); fuse_session_unmount(se); return -1; }
     return 0;
 }
 
@@ -106,7 +175,7 @@ struct kcfs_loop {
     struct fuse_session *se;
     pthread_mutex_t lock;
     pthread_cond_t turn;   /* an idle worker may lead */
-    sem_t ended;           /* a worker saw the session end */
+    int ended;             /* eventfd: a worker saw the session end */
     int leading;           /* a worker reads, or answers what it read */
     int idle;              /* workers waiting in `turn` */
     int workers;
@@ -205,7 +274,8 @@ static void *kcfs_worker(void *arg) {
             fuse_session_exit(l->se);
             l->exit = 1;
             pthread_cond_broadcast(&l->turn);
-            sem_post(&l->ended);
+            uint64_t one = 1;
+            (void) !write(l->ended, &one, sizeof one);
             break;
         }
     }
@@ -214,17 +284,25 @@ static void *kcfs_worker(void *arg) {
     return NULL;
 }
 
-int kcfs_session_loop(struct fuse_session *se, void (*ending)(void *), void *context) {
-    struct kcfs_loop l = { .se = se };
+int kcfs_session_loop(struct fuse_session *se, void (*stopping)(void *), void (*ending)(void *), void *context) {
+    struct kcfs_loop l = { .se = se, .ended = eventfd(0, EFD_CLOEXEC) };
+    if (l.ended < 0) return -errno;
     pthread_mutex_init(&l.lock, NULL);
     pthread_cond_init(&l.turn, NULL);
-    sem_init(&l.ended, 0, 0);
     pthread_mutex_lock(&l.lock);
     int started = kcfs_start_worker(&l);
     pthread_mutex_unlock(&l.lock);
-    if (started != 0) return -EAGAIN;
-    /* A stop signal interrupts sem_wait here (the workers block them) and ends the session. */
-    while (!fuse_session_exited(se)) sem_wait(&l.ended);
+    if (started != 0) { close(l.ended); return -EAGAIN; }
+    /* The session ends by a worker (unmounted) or by a stop signal; each writes before this
+     * thread looks again, so neither is missed between the look and the wait. */
+    struct pollfd wake[2] = { { .fd = l.ended, .events = POLLIN }, { .fd = -1, .events = POLLIN } };
+    if (kcfs_stop_session == se) wake[1].fd = kcfs_stop_pipe[0];
+    while (!fuse_session_exited(se)) {
+        if (poll(wake, 2, -1) <= 0 || !(wake[1].revents & POLLIN)) continue;
+        kcfs_drain(wake[1].fd);
+        if (stopping) stopping(context);
+        fuse_session_exit(se);
+    }
     /* Outside l.lock: a worker in a prompt answers its caller and comes back to take it. */
     if (ending) ending(context);
     pthread_mutex_lock(&l.lock);
@@ -236,12 +314,12 @@ int kcfs_session_loop(struct fuse_session *se, void (*ending)(void *), void *con
     for (int i = 0; i < workers; i++) pthread_join(l.threads[i], NULL);
     pthread_cond_destroy(&l.turn);
     pthread_mutex_destroy(&l.lock);
-    sem_destroy(&l.ended);
+    close(l.ended);
     return l.error;
 }
 
 void kcfs_session_unmount_and_destroy(struct fuse_session *se) {
-    fuse_remove_signal_handlers(se);
+    kcfs_remove_stop_handlers(se);
     fuse_session_unmount(se);
     fuse_session_destroy(se);
 }

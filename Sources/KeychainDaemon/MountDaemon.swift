@@ -121,7 +121,14 @@ package final class MountDaemon: Sendable {
         SystemdNotify.send("READY=1\nSTATUS=serving \(settings.storePath) at \(settings.mountpoint)")
         ready(.success(()))
 
-        let status = mount.serve()
+        // A stop signal forgets the keys and drops the kernel's cached pages while the loop still
+        // serves (a private mapping would keep them past the daemon), as `unmount` drops them
+        // first; requests racing the stop are refused as after a lock.
+        let status = mount.serve(stopping: { [log, settings] in
+            log.info("stop signal: forgetting every key and unmounting \(settings.mountpoint)")
+            owner.forgetEverything()
+            mount.dropCachedPages(all: true)
+        })
         sync?.stop()
         secretService?.stop()
         server.stop()

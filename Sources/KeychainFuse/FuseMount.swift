@@ -77,16 +77,30 @@ package final class FuseMount: @unchecked Sendable {
         }
     }
 
-    /// Serves requests on the loop's worker threads (`kcfs_session_loop`) until unmounted.
-    package func serve() -> Int32 {
+    /// Serves requests on the loop's worker threads (`kcfs_session_loop`) until unmounted, or
+    /// until a stop signal: then `stopping` runs while the workers still answer (so the kernel's
+    /// cached pages can be dropped, as before an unmount), and the session ends.
+    package func serve(stopping: @escaping @Sendable () -> Void = {}) -> Int32 {
         guard let session else { return -1 }
         // At the end, an open prompt is ended: its worker would keep the daemon (and, after a
         // stop signal, the mount) until the prompt's timeout.
-        let status = kcfs_session_loop(session, { context in
-            Unmanaged<AccessControl>.fromOpaque(context!).takeUnretainedValue().endPrompts()
-        }, Unmanaged.passUnretained(tree.served.access).toOpaque())
+        let hooks = LoopHooks(stopping: stopping, access: tree.served.access)
+        let status = withExtendedLifetime(hooks) {
+            kcfs_session_loop(session, { context in
+                Unmanaged<LoopHooks>.fromOpaque(context!).takeUnretainedValue().stopping()
+            }, { context in
+                Unmanaged<LoopHooks>.fromOpaque(context!).takeUnretainedValue().access.endPrompts()
+            }, Unmanaged.passUnretained(hooks).toOpaque())
+        }
         live.withLock { $0 = nil }
         return status
+    }
+
+    /// What the loop's C callbacks reach through their one context pointer.
+    private final class LoopHooks: Sendable {
+        let stopping: @Sendable () -> Void
+        let access: AccessControl
+        init(stopping: @escaping @Sendable () -> Void, access: AccessControl) { self.stopping = stopping; self.access = access }
     }
 
     /// Unmounts (if still mounted) and frees libfuse's state.

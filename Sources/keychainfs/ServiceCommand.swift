@@ -102,6 +102,9 @@ struct UserService {
         KeychainError.invalidInput("").exitCode, KeychainError.storeBusy("").exitCode,
     ]
 
+    /// ExecStop's `-`: after a stop signal (`kill`, `systemctl kill`) the daemon has already
+    /// unmounted, and a busy mount is stopped by systemd's SIGTERM next, as cleanly; neither
+    /// failed `unmount` is a failure for Restart=on-failure to undo.
     var text: String {
         let exe = Self.quoted(executable)
         let storeArgument = store.map { " --store " + Self.quoted(KeychainLocations.absolute($0)) } ?? ""
@@ -118,7 +121,7 @@ struct UserService {
             Type=notify
             NotifyAccess=main
             \(environment)ExecStart=\(exe) mount --locked --foreground\(storeArgument)
-            ExecStop=\(exe) unmount\(storeArgument)
+            ExecStop=-\(exe) unmount\(storeArgument)
             Restart=on-failure
             RestartSec=2
             RestartPreventExitStatus=\(Self.noRestartStatuses.map(String.init).joined(separator: " "))

@@ -35,22 +35,7 @@ final class TestProcess {
         guard rc == 0 else { close(fds[1]); throw TestFailure("posix_spawn \(argv[0]): \(String(cString: strerror(rc)))") }
         self.pid = pid
         self.input = fds[1]
-        // Asleep as well: /proc/PID/exe names the new image before the kernel has set up its
-        // arguments, so a process caught right after exec shows an empty command line (and
-        // a script rule cannot match). Asleep, it waits on its input, past exec and start-up,
-        // as a FUSE caller waits in its request.
-        if let expected {
-            try TestProcess.waitUntil("pid \(pid) runs \(expected), waiting on its input") {
-                TestProcess.executable(of: pid) == expected && TestProcess.isAsleep(pid)
-            }
-        }
-    }
-
-    /// State `S` in /proc/PID/stat (the field after the parenthesised command name).
-    static func isAsleep(_ pid: pid_t) -> Bool {
-        guard let text = try? ProcFile.read("/proc/\(pid)/stat"), let close = text.lastIndex(of: UInt8(ascii: ")")),
-              close + 2 < text.count else { return false }
-        return text[close + 2] == UInt8(ascii: "S")
+        if let expected { try TestProcess.waitUntil("pid \(pid) runs \(expected)") { TestProcess.runs(pid, expected) } }
     }
 
     deinit { stop() }
@@ -70,8 +55,35 @@ final class TestProcess {
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
     }
 
+    /// Waits for it to exit by itself and returns its wait status. Reaped here, it is never
+    /// signalled afterwards: its pid may already be another process's.
+    @discardableResult
+    func wait() -> Int32 {
+        guard input >= 0 else { return -1 }
+        close(input)
+        input = -1
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        return status
+    }
+
     static func executable(of pid: pid_t) -> String? {
         try? ProcFile.readLink("/proc/\(pid)/exe")
+    }
+
+    /// The process runs `expected` and its execve is over. /proc shows the new executable
+    /// as soon as the new address space is in place (posix_spawn returns then), but argv and
+    /// the environment only once the image is laid out, later; under load much later. The
+    /// tests ask the gate as a FUSE request does (`decide(threadID:)`, a caller that cannot
+    /// be inside an execve), so they must not ask before: an environment read as empty missed
+    /// TERM and the loader variables.
+    static func runs(_ pid: pid_t, _ expected: String) -> Bool {
+        executable(of: pid) == expected && isLaidOut(pid)
+    }
+
+    static func isLaidOut(_ pid: pid_t) -> Bool {
+        guard let stat = try? ProcFile.read("/proc/\(pid)/stat") else { return false }
+        return ProcStat(stat)?.isSettled == true
     }
 
     static func children(of pid: pid_t) -> [pid_t] {

@@ -242,9 +242,7 @@ final class CallerTests: AccessTestCase {
         XCTAssertEqual(pwrite(fd, &byte, 1, off_t(before.st_size) - 1), 1)
         close(fd)
         let touch = try TestProcess(["/usr/bin/touch", "-d", "@\(before.st_mtim.tv_sec).\(String(format: "%09d", before.st_mtim.tv_nsec))", prog])
-        var status: Int32 = 0
-        waitpid(touch.pid, &status, 0)
-        XCTAssertEqual(status, 0)
+        XCTAssertEqual(touch.wait(), 0)
         var after = stat()
         XCTAssertEqual(stat(prog, &after), 0)
         XCTAssertEqual(after.st_size, before.st_size)
@@ -261,14 +259,10 @@ final class CallerTests: AccessTestCase {
         let dir = directory()
         let prog = try dir.copy("/usr/bin/head", as: "prog")
         let process = try TestProcess([prog], waitForExecutable: prog)
-        let mount = try TestProcess(["/bin/mount", "--bind", "/usr/bin/tail", prog])
-        defer { _ = try? TestProcess(["/bin/umount", prog]) }
-        var status: Int32 = 0
-        waitpid(mount.pid, &status, 0)
+        XCTAssertEqual(try TestProcess(["/bin/mount", "--bind", "/usr/bin/tail", prog]).wait(), 0)
+        defer { _ = try? TestProcess(["/bin/umount", prog]).wait() }
         let outcome = access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/usr/bin/tail", prog))
         XCTAssertTrue(isRefused(outcome, containing: "was replaced since it started"), "\(outcome)")
-        let umount = try TestProcess(["/bin/umount", prog])
-        waitpid(umount.pid, &status, 0)
     }
 
     func testInterpreterPlusScriptMatchesOnlyThatScript() throws {
@@ -349,7 +343,7 @@ final class CallerTests: AccessTestCase {
         let process = try TestProcess(["/usr/bin/python3", script], waitForExecutable: pythonExecutable)
         XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: rule), .allowed)
         process.send("go")
-        try TestProcess.waitUntil("it execs head") { TestProcess.executable(of: process.pid) == "/usr/bin/head" }
+        try TestProcess.waitUntil("it execs head") { TestProcess.runs(process.pid, "/usr/bin/head") }
         let outcome = access.decide(threadID: process.pid, item: item, operation: .read, list: rule)
         XCTAssertTrue(isRefused(outcome, containing: "not on the item's access list"), "same pid, same pidfd, another program: \(outcome)")
         XCTAssertEqual(try access.identify(threadID: process.pid).executablePath, "/usr/bin/head")
@@ -480,6 +474,7 @@ final class CallerTests: AccessTestCase {
                                          "mount --bind /usr '\(root)/usr' && exec chroot '\(root)' /usr/bin/head"])
         try TestProcess.waitUntil("the sandboxed head runs") {
             (try? ProcFile.readLink("/proc/\(sandboxed.pid)/root")) == root
+                && TestProcess.executable(of: sandboxed.pid)?.hasSuffix("/usr/bin/head") == true && TestProcess.isLaidOut(sandboxed.pid)
         }
         return sandboxed
     }

@@ -77,7 +77,7 @@ final class PromptTests: AccessTestCase {
         let sshOnly = try list("/usr/bin/tail")
         XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: sshOnly), .allowed)
         process.send("go")
-        try TestProcess.waitUntil("it execs head") { TestProcess.executable(of: process.pid) == "/usr/bin/head" }
+        try TestProcess.waitUntil("it execs head") { TestProcess.runs(process.pid, "/usr/bin/head") }
         XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: sshOnly), .allowed)
         XCTAssertEqual(confirms(transcript), 2, "the grant went with the old image")
     }
@@ -245,9 +245,7 @@ final class PromptTests: AccessTestCase {
         let socketName = "kcfs-access-\(getpid())"
         func tmux(_ args: [String]) throws -> String {
             let out = dir.path + "/tmux.out"
-            let p = try TestProcess(["/bin/sh", "-c", "exec /usr/bin/tmux -L \(socketName) \"$@\" > '\(out)' 2>&1", "tmux"] + args)
-            var status: Int32 = 0
-            waitpid(p.pid, &status, 0)
+            try TestProcess(["/bin/sh", "-c", "exec /usr/bin/tmux -L \(socketName) \"$@\" > '\(out)' 2>&1", "tmux"] + args).wait()
             return ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
         }
         // The pane runs the caller (`sleep`), so the prompt goes to the caller's own terminal.

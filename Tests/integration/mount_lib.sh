@@ -35,11 +35,20 @@ for line in open("/proc/self/mountinfo"):
 PY
 }
 
+# ended PID: the process has ended: gone, or a zombie with no thread left (a daemon is an
+# orphan, and when its reaper collects it is the reaper's business: this machine's init does
+# so every 2 s or so). The main thread turns zombie before the others have closed the files
+# (a FUSE daemon's /dev/fuse), so a zombie leader alone is not the end.
+ended() {
+    ! kill -0 "$1" 2>/dev/null || { [ "$(awk '/^State:/ {print $2}' /proc/"$1"/status 2>/dev/null)" = Z ] &&
+        [ "$(ls /proc/"$1"/task 2>/dev/null | wc -l)" -le 1 ]; }
+}
+
 # wait_gone PID: waits up to 5 s for the process to end.
 wait_gone() {
     i=0
-    while kill -0 "$1" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-    ! kill -0 "$1" 2>/dev/null
+    while ! ended "$1" && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    ended "$1"
 }
 
 # rename2 FROM TO FLAGS: renameat2(2), which coreutils does not expose; prints strerror on failure.

@@ -155,7 +155,7 @@ echo "== the unit file"
 expect_exit 0 "service show" kc service show
 cp "$OUT" "$TEST_ROOT/keychainfs.service"
 expect_contains "$OUT" "ExecStart=\"$(realpath "$KEYCHAINFS_BIN")\" mount --locked --foreground" "ExecStart runs this binary's mount --locked --foreground"
-expect_contains "$OUT" "ExecStop=\"$(realpath "$KEYCHAINFS_BIN")\" unmount" "ExecStop unmounts"
+expect_contains "$OUT" "ExecStop=-\"$(realpath "$KEYCHAINFS_BIN")\" unmount" "ExecStop unmounts (a failure, as after a stop signal, is not the unit's)"
 expect_contains "$OUT" "Restart=on-failure" "it restarts after a crash"
 expect_contains "$OUT" "Type=notify" "it is Type=notify"
 expect_contains "$OUT" "Environment=\"XDG_DATA_HOME=$XDG_DATA_HOME\"" "it keeps the shell's XDG directories"
@@ -480,6 +480,16 @@ expect_exit 0 "systemctl --user stop keychainfs" sd stop keychainfs.service
 expect_eq "inactive success" "$(prop ActiveState) $(prop Result)" "it stops cleanly"
 expect_exit 1 "nothing is left mounted" in_ns grep -q " $U1_HOME/Keychain " /proc/self/mountinfo
 expect_contains "$(journal)" "unmounted $U1_HOME/Keychain" "the unmount is in the journal"
+# systemd's SIGTERM itself (as when ExecStop could not unmount): a clean stop, not restarted.
+expect_exit 0 "systemctl --user start keychainfs again" sd start keychainfs.service
+restarts=$(prop NRestarts)
+unit_inactive() { [ "$(prop ActiveState)" = inactive ]; }
+expect_exit 0 "systemctl --user kill --signal=SIGTERM keychainfs" sd kill --signal=SIGTERM keychainfs.service
+wait_for 10 unit_inactive
+sleep 3   # past RestartSec=2
+expect_eq "inactive success $restarts" "$(prop ActiveState) $(prop Result) $(prop NRestarts)" "SIGTERM stops it cleanly, and systemd does not restart it"
+expect_exit 1 "nothing is left mounted after SIGTERM" in_ns grep -q " $U1_HOME/Keychain " /proc/self/mountinfo
+expect_contains "$(journal)" "stop signal: forgetting every key and unmounting $U1_HOME/Keychain" "the journal says the signal stopped it"
 
 # Log out (the manager stops) and log in again (a new manager starts default.target).
 kill "$MANAGER"

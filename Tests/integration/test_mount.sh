@@ -237,6 +237,97 @@ expect_exit 0 "unmount a foreground mount" kc unmount "$MP"
 expect_exit 0 "the foreground process exits at unmount" wait_gone "$fgpid"
 expect_exit 0 "mount again" mount_kc "$MP"
 
+echo "== a stop signal (systemctl stop, kill, Ctrl-C) stops the daemon as unmount does"
+kc unmount "$MP" >/dev/null
+S=$KEYCHAINFS_STORE
+# stop_by WHAT PID SEND...: runs SEND (which signals the daemon), then checks within 500 ms
+# that the daemon ended and the mountpoint is unmounted, and what the stop leaves behind.
+stop_by() {
+    what=$1 spid=$2
+    shift 2
+    start=$(date +%s%N)
+    "$@"
+    i=0
+    while { ! ended "$spid" || mountpoint -q "$MP"; } && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done
+    took=$((($(date +%s%N) - start) / 1000000))
+    if ended "$spid" && ! mountpoint -q "$MP" && [ "$took" -lt 500 ]; then
+        pass "$what: the daemon ended and the mount is gone in ${took} ms"
+    else
+        fail "$what: the daemon ended and the mount is gone within 500 ms" "after ${took} ms: $(ended "$spid" && echo ended || echo running), $(mountpoint -q "$MP" && echo mounted || echo unmounted)"
+    fi
+    [ ! -e "$S.sock" ] && [ ! -e "$S.daemon" ] && pass "$what: the socket and the record are removed" \
+        || fail "$what: the socket and the record are removed" "$(ls "$S".*)"
+    expect_exit 0 "$what: the store verifies" kc verify --passphrase-file "$PASSFILE"
+    expect_eq "" "$(grep -l "$stopped" "$S" "$S-wal" 2>/dev/null)" "$what: no plaintext in the store's files"
+}
+for sig in TERM INT HUP; do
+    expect_exit 0 "mount (SIG$sig)" mount_kc "$MP"
+    pid=$(daemon_pid "$MP")
+    stopped="stopped-by-$sig-$$"
+    printf '%s' "$stopped" >"$MP/github/stop"
+    stop_by "SIG$sig" "$pid" kill -"$sig" "$pid"
+    expect_exit 0 "after SIG$sig: mount again" mount_kc "$MP"
+    expect_eq "$stopped" "$(cat "$MP/github/stop")" "after SIG$sig: the item written before the signal reads back"
+    kc unmount "$MP" >/dev/null
+done
+
+# A process-directed signal runs on any thread that does not block it; the kernel passes the
+# main thread by when it already has a signal pending. Here one of the daemon's other threads
+# takes it (tgkill), as then.
+expect_exit 0 "mount (SIGTERM on another thread)" mount_kc "$MP"
+pid=$(daemon_pid "$MP")
+stopped="stopped-on-a-thread-$$"
+printf '%s' "$stopped" >"$MP/github/stop"
+tid=$(python3 - "$pid" <<'PY'
+import os, sys
+pid = sys.argv[1]
+for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int, reverse=True):
+    blocked = next(int(l.split()[1], 16) for l in open(f"/proc/{pid}/task/{tid}/status") if l.startswith("SigBlk:"))
+    if tid != pid and not blocked & (1 << 14):  # SIGTERM is 15
+        print(tid)
+        break
+PY
+)
+if [ -n "$tid" ]; then
+    stop_by "SIGTERM on thread $tid, not the main thread" "$pid" \
+        python3 -c 'import ctypes, sys; sys.exit(ctypes.CDLL(None).syscall(234, int(sys.argv[1]), int(sys.argv[2]), 15))' "$pid" "$tid"
+else
+    fail "a thread of the daemon besides the main one takes SIGTERM" "$(grep SigBlk /proc/"$pid"/task/*/status)"
+fi
+# Whatever happened, the next case starts from no daemon and no mount.
+ended "$pid" || { kill -9 "$pid"; wait_gone "$pid"; }
+fusermount3 -u -z "$MP" 2>/dev/null
+
+# A private mapping made while unlocked no longer shows the secret once a signal stopped the
+# daemon (the pages are dropped while the loop still serves, as before an unmount).
+expect_exit 0 "mount (a private mapping, then SIGTERM)" mount_kc "$MP"
+pid=$(daemon_pid "$MP")
+stopped="mapped-then-stopped-$$"
+printf '%s' "$stopped" >"$MP/github/mapped"
+FIFO="$TEST_ROOT/stop-fifo"
+mkfifo "$FIFO"
+python3 - "$MP/github/mapped" "$FIFO" >"$TEST_ROOT/stop-mmap.out" 2>&1 <<'PY' &
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+m = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+print("before", m[:].decode(), flush=True)
+open(sys.argv[2]).read()
+print("after", m[:].decode(errors="replace"), flush=True)
+PY
+holder=$!
+on_exit_kill "$holder"
+i=0
+while ! grep -q before "$TEST_ROOT/stop-mmap.out" && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+expect_eq "before $stopped" "$(cat "$TEST_ROOT/stop-mmap.out")" "a private mapping shows the secret while mounted"
+stop_by "SIGTERM with a private mapping held" "$pid" kill -TERM "$pid"
+# Read-write: the open does not wait for a holder that is gone.
+echo go 1<>"$FIFO"
+{ wait "$holder"; holder_status=$?; } 2>/dev/null
+expect_not_contains "$TEST_ROOT/stop-mmap.out" "after $stopped" "after SIGTERM the mapping no longer shows the secret"
+expect_eq "135" "$holder_status" "touching it gives SIGBUS (128 + 7)"
+fusermount3 -u -z "$MP" 2>/dev/null
+expect_exit 0 "mount again" mount_kc "$MP"
+
 echo "== a killed daemon"
 pid=$(daemon_pid "$MP")
 kill -9 "$pid"

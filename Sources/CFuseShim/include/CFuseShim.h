@@ -8,12 +8,14 @@
 #include <stdint.h>
 
 struct fuse_session *kcfs_session_new(int argc, char **argv, const struct fuse_lowlevel_ops *ops, void *user_data);
-/* Mounts with the session I/O that wipes libfuse's buffers, and the signal handlers. */
+/* Mounts with the session I/O that wipes libfuse's buffers, and the stop signals' handlers. */
 int kcfs_session_mount(struct fuse_session *se, const char *mountpoint);
-/* Serves until unmounted: one worker at a time reads and answers (see shim.c). */
-/* `ending(context)` runs once the session has ended, before the workers are joined: a worker
- * waiting on something that only ends by itself (a prompt) is told to stop waiting. */
-int kcfs_session_loop(struct fuse_session *se, void (*ending)(void *), void *context);
+/* Serves until unmounted or stopped by a signal: one worker at a time reads and answers (see
+ * shim.c). `stopping(context)` runs on a stop signal while the workers still serve, before the
+ * session ends. `ending(context)` runs once the session has ended, before the workers are
+ * joined: a worker waiting on something that only ends by itself (a prompt) is told to stop
+ * waiting. */
+int kcfs_session_loop(struct fuse_session *se, void (*stopping)(void *), void (*ending)(void *), void *context);
 /* Called on a worker before it may wait (the user asked, a commit): another worker takes
  * over reading requests meanwhile. Does nothing on any other thread. */
 void kcfs_loop_pass_lead(void);
