@@ -62,6 +62,33 @@ if libc.renameat2(-100, sys.argv[1].encode(), -100, sys.argv[2].encode(), int(sy
 PY
 }
 
+# hold_private_mapping FILE OUT: a python process maps FILE privately and writes "before
+# TEXT" to OUT, then waits for release_private_mapping and writes "after TEXT", touching the
+# mapping again. Sets $holder (ended at exit); waits up to 5 s for the first line.
+hold_private_mapping() {
+    mkfifo "$2.fifo"
+    python3 - "$1" "$2.fifo" >"$2" 2>&1 <<'PY' &
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+m = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+print("before", m[:].decode(), flush=True)
+open(sys.argv[2]).read()
+print("after", m[:].decode(errors="replace"), flush=True)
+PY
+    holder=$!
+    on_exit_kill "$holder"
+    i=0
+    while ! grep -q before "$2" && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+}
+
+# release_private_mapping OUT: lets the holder go on; sets $holder_status. The fifo is opened
+# read-write, so that this does not wait for a holder that is gone; the shell reports the
+# holder's SIGBUS on stderr, the status says it.
+release_private_mapping() {
+    echo go 1<>"$1.fifo"
+    { wait "$holder"; holder_status=$?; } 2>/dev/null
+}
+
 # state MOUNTPOINT: the root's user.keychain.state.
 state() { getfattr --only-values -n user.keychain.state "$1" 2>/dev/null; }
 

@@ -105,21 +105,8 @@ except OSError as e:
 PY
 expect_eq "No such device" "$(cat "$OUT")" "a shared mapping of an item is refused (direct I/O)"
 # A private mapping works and fills the page cache; its holder reads it again after the lock.
-FIFO="$TEST_ROOT/mmap-fifo"
-mkfifo "$FIFO"
 printf '%s' "$M5" >"$MP/svc/m5"
-python3 - "$MP/svc/m5" "$FIFO" >"$TEST_ROOT/mmap.out" 2>&1 <<'PY' &
-import mmap, os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY)
-m = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
-print("before", m[:].decode(), flush=True)
-open(sys.argv[2]).read()
-print("after", m[:].decode(errors="replace"), flush=True)
-PY
-holder=$!
-on_exit_kill "$holder"
-i=0
-while ! grep -q before "$TEST_ROOT/mmap.out" && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+hold_private_mapping "$MP/svc/m5" "$TEST_ROOT/mmap.out"
 expect_eq "before $M5" "$(cat "$TEST_ROOT/mmap.out")" "a private mapping of an item shows its secret while unlocked"
 
 echo "== after lock"
@@ -128,9 +115,7 @@ expect_absent "after lock no when-unlocked* secret is in the daemon's memory" "$
     "printf=$M1" "cp-300KB=$M2" "dd=$M3" "python-read=$M4" "mmap=$M5" "socket-add=$C1" "find-w=$C2" \
     "dump-d=$C3" "socket-update=$C4" "passcode-set=$C5"
 expect_present "the 'always' secret is still cached after lock (the scan can find secrets)" "$pid" "$K1"
-echo go >"$FIFO"
-# The shell reports the holder's SIGBUS on stderr; the status says it.
-{ wait "$holder"; holder_status=$?; } 2>/dev/null
+release_private_mapping "$TEST_ROOT/mmap.out"
 expect_not_contains "$TEST_ROOT/mmap.out" "after $M5" "a mapping made before the lock no longer shows the secret"
 expect_eq "135" "$holder_status" "touching it gives SIGBUS (128 + 7)"
 expect_errno "a new open after lock is refused" "Required key not available" cat "$MP/svc/m5"

@@ -304,25 +304,10 @@ expect_exit 0 "mount (a private mapping, then SIGTERM)" mount_kc "$MP"
 pid=$(daemon_pid "$MP")
 stopped="mapped-then-stopped-$$"
 printf '%s' "$stopped" >"$MP/github/mapped"
-FIFO="$TEST_ROOT/stop-fifo"
-mkfifo "$FIFO"
-python3 - "$MP/github/mapped" "$FIFO" >"$TEST_ROOT/stop-mmap.out" 2>&1 <<'PY' &
-import mmap, os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY)
-m = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
-print("before", m[:].decode(), flush=True)
-open(sys.argv[2]).read()
-print("after", m[:].decode(errors="replace"), flush=True)
-PY
-holder=$!
-on_exit_kill "$holder"
-i=0
-while ! grep -q before "$TEST_ROOT/stop-mmap.out" && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+hold_private_mapping "$MP/github/mapped" "$TEST_ROOT/stop-mmap.out"
 expect_eq "before $stopped" "$(cat "$TEST_ROOT/stop-mmap.out")" "a private mapping shows the secret while mounted"
 stop_by "SIGTERM with a private mapping held" "$pid" kill -TERM "$pid"
-# Read-write: the open does not wait for a holder that is gone.
-echo go 1<>"$FIFO"
-{ wait "$holder"; holder_status=$?; } 2>/dev/null
+release_private_mapping "$TEST_ROOT/stop-mmap.out"
 expect_not_contains "$TEST_ROOT/stop-mmap.out" "after $stopped" "after SIGTERM the mapping no longer shows the secret"
 expect_eq "135" "$holder_status" "touching it gives SIGBUS (128 + 7)"
 fusermount3 -u -z "$MP" 2>/dev/null
