@@ -258,6 +258,76 @@ exec 7>&- 8<&-
 wait "$RP" 2>/dev/null
 expect_eq "err:Permission denied" "$(echo | "$W/rereader" "$MP/re/item" 2>&1)" "a new process of the replacing file too, until it is allowed again"
 
+echo "== a known caller's memory map held locked by others does not stall the mount"
+# Another process may hold the lock of a caller's memory map across a slow fault: reading
+# /proc/PID/mem at an address mapped from a slow file system holds it (read) until the page
+# comes in. A third waiting to write it (clear_refs) makes every new reader wait. The exec
+# witness of a known caller reads its memory under that lock: were the FUSE lead kept across
+# that read, nothing would read the mount's requests until the slow page came, even for a
+# single-threaded caller, which cannot itself hold the lock. The caller's own open waits (as
+# would any fault of its own), nothing else does.
+cat >"$W/mapper.c" <<'CEOF'
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char line[64], buf[256];
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int m = argc == 3 ? open(argv[2], O_RDONLY) : -1;
+    void *p = m < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_SHARED, m, 0);
+    if (p == MAP_FAILED) { printf("map:%s\n", strerror(errno)); return 1; }
+    printf("%lu\n", (unsigned long) p);
+    while (fgets(line, sizeof line, stdin)) {
+        int fd = open(argv[1], O_RDONLY);
+        ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+        if (n < 0) { printf("err:%s\n", strerror(errno)); if (fd >= 0) close(fd); continue; }
+        close(fd);
+        buf[n] = 0;
+        printf("ok:%s\n", buf);
+    }
+    return 0;
+}
+CEOF
+gcc -O2 -o "$W/mapper" "$W/mapper.c" || fail "compile mapper.c"
+gcc -O2 -o "$W/slow_fuse" "$TESTS_DIR/slow_fuse.c" $(pkg-config --cflags --libs fuse3) || fail "compile slow_fuse.c"
+printf 'mapped' | kc add-generic-password -s map -a item -T "$W/mapper" >/dev/null
+mkdir -p "$W/slow"
+SLOW_RELEASE="$W/slow.release" "$W/slow_fuse" "$W/slow" -f 2>/dev/null &
+SFP=$!
+on_exit "touch '$W/slow.release'; umount -l '$W/slow' 2>/dev/null"
+on_exit_kill "$SFP"
+i=0
+while ! mountpoint -q "$W/slow" && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done
+mkfifo "$W/map.in" "$W/map.out"
+"$W/mapper" "$MP/map/item" "$W/slow/f" <"$W/map.in" >"$W/map.out" 2>/dev/null &
+MAPPER=$!
+on_exit_kill "$MAPPER"
+exec 7>"$W/map.in" 8<"$W/map.out"
+IFS= read -r MAPPED <&8
+expect_eq "ok:mapped" "$(ask)" "a single-threaded allowed process with a slow file mapped reads"
+expect_eq "ok:mapped" "$(ask)" "and again, known to the daemon by now"
+$PY -c 'import os, sys; os.pread(os.open(sys.argv[1], os.O_RDONLY), 1, int(sys.argv[2]))' "/proc/$MAPPER/mem" "$MAPPED" &
+HOLDER=$!
+on_exit_kill "$HOLDER"
+sleep 0.3
+sh -c "echo 5 >/proc/$MAPPER/clear_refs" &
+WRITER=$!
+on_exit_kill "$WRITER"
+sleep 0.3
+echo >&7
+sleep 0.3
+expect_eq "open-secret" "$(timeout 5 cat "$MP/svc/open" 2>&1)" "its next open waits on its locked memory map; another program's read is answered meanwhile"
+touch "$W/slow.release"
+got=$(timeout 5 sh -c 'IFS= read -r line; printf "%s" "$line"' <&8)
+expect_eq "ok:mapped" "$got" "once the slow page came in, its open is answered"
+wait "$HOLDER" "$WRITER"
+exec 7>&- 8<&-
+wait "$MAPPER" 2>/dev/null
+umount "$W/slow" 2>/dev/null
+
 echo "== the list survives remount and passwd"
 expect_exit 0 "unmount" kc unmount "$MP"
 NEWPASS="$TEST_ROOT/newpass"
