@@ -134,10 +134,10 @@ package final class AccessControl: Sendable {
     /// `beforeWaiting` runs before anything that may wait (the FUSE binding passes its lead to
     /// another worker there, so that other requests go on): identifying a process not known
     /// yet (it reads `/proc` and may open and hash files), a prompt, a refusal (it writes the
-    /// log), and reading the memory of a known caller with more than one thread (`recheck`).
-    /// A known single-threaded caller allowed by an executable rule whose file was hashed
-    /// already (a process reading a guarded item again, the common case) is answered with none
-    /// of these, and without it: passing the lead costs two context switches per request.
+    /// log), and reading the memory of a known caller (`recheck`: others may hold the lock of
+    /// its memory map across a request to this mount). A known caller allowed by an executable
+    /// rule whose file was hashed already (a process reading a guarded item again, the common
+    /// case) passes it there only, once: passing the lead costs two context switches.
     package func decide(threadID: pid_t, item: @autoclosure () -> AccessItem, operation: AccessOperation, list: AccessList,
                         beforeWaiting: () -> Void = {}) -> AccessOutcome {
         // An empty list is any program, today's behaviour: nothing to identify, nothing to pay.
@@ -582,6 +582,11 @@ final class CachedProcess: @unchecked Sendable {
             }
         }
 
+        /// Whether `holds` reads the process's memory, under the lock of its memory map.
+        var readsMemory: Bool {
+            if case .addressSpace = self { true } else { false }
+        }
+
         /// Whether the process runs the image it ran when the witness was taken.
         var holds: Bool {
             switch self {
@@ -734,22 +739,20 @@ final class CachedProcess: @unchecked Sendable {
     /// was reaped), the status and the witness, both opened on the one identified, read nothing.
     ///
     /// `beforeReadingMemory` runs before the witness reads the process's memory (its
-    /// environment), which takes the lock of its memory map, unless the process has one thread:
-    /// that thread is blocked in this request, so none of its own holds that lock across a
-    /// request to this mount (a page fault on a mapped file of it) while another waits to
-    /// write it. The FUSE binding passes the lead to another worker there, so that such a
-    /// request is still answered. Not counted: processes that share the address space without
-    /// being its threads (clone with CLONE_VM and no CLONE_THREAD; a vfork child's witness is
-    /// its layout, which takes no such lock). Two of them, one faulting on a mapped file of
-    /// this mount and one waiting to change the map, while a third opens a guarded item, would
-    /// stall the mount.
+    /// environment), which takes the lock of its memory map; a vfork child's witness is its
+    /// layout, which takes no such lock. The FUSE binding passes the lead to another worker
+    /// there. Even a single-threaded caller, blocked in this request, does not vouch for that
+    /// lock: another process may hold it across a slow page fault (reading `/proc/PID/mem` at
+    /// an address mapped from a slow file system, or from this mount) while a third waits to
+    /// write it (`/proc/PID/clear_refs`), and then every new reader waits; with the lead kept,
+    /// no request of this mount would be read meanwhile (test_access).
     func recheck(settled: Bool, beforeReadingMemory: () -> Void = {}) -> (tgid: pid_t, tracer: pid_t?)? {
         guard settled || pin.isAlive else { return nil }
-        // TracerPid is near the top, Threads a little further; the rest need not be copied out.
+        // TracerPid is near the top; the rest need not be copied out.
         guard let status = ProcStatus.reread(statusFD) else { return nil }
         // Not found is not "untraced": fail closed.
         guard let tgid = status.tgid, let tracer = status.tracerPID else { return nil }
-        if status.threads != 1 { beforeReadingMemory() }
+        if witness.readsMemory { beforeReadingMemory() }
         guard witness.holds else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()
