@@ -258,7 +258,7 @@ exec 7>&- 8<&-
 wait "$RP" 2>/dev/null
 expect_eq "err:Permission denied" "$(echo | "$W/rereader" "$MP/re/item" 2>&1)" "a new process of the replacing file too, until it is allowed again"
 
-echo "== a known caller's memory map held locked by others does not stall the mount"
+echo "== a known caller's memory map held locked by others, or its executable on a slow file system, does not stall the mount"
 # Another process may hold the lock of a caller's memory map across a slow fault: reading
 # /proc/PID/mem at an address mapped from a slow file system holds it (read) until the page
 # comes in. A third waiting to write it (clear_refs) makes every new reader wait. The exec
@@ -276,10 +276,12 @@ cat >"$W/mapper.c" <<'CEOF'
 int main(int argc, char **argv) {
     char line[64], buf[256];
     setvbuf(stdout, NULL, _IOLBF, 0);
-    int m = argc == 3 ? open(argv[2], O_RDONLY) : -1;
+    int m = argc >= 3 ? open(argv[2], O_RDONLY) : -1;
     void *p = m < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_SHARED, m, 0);
     if (p == MAP_FAILED) { printf("map:%s\n", strerror(errno)); return 1; }
     printf("%lu\n", (unsigned long) p);
+    /* "vfork": the reads are made by a vfork child, which shares its parent's address space. */
+    if (argc == 4 && vfork() != 0) _exit(0);
     while (fgets(line, sizeof line, stdin)) {
         int fd = open(argv[1], O_RDONLY);
         ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
@@ -288,6 +290,7 @@ int main(int argc, char **argv) {
         buf[n] = 0;
         printf("ok:%s\n", buf);
     }
+    if (argc == 4) _exit(0);
     return 0;
 }
 CEOF
@@ -295,9 +298,9 @@ gcc -O2 -o "$W/mapper" "$W/mapper.c" || fail "compile mapper.c"
 gcc -O2 -o "$W/slow_fuse" "$TESTS_DIR/slow_fuse.c" $(pkg-config --cflags --libs fuse3) || fail "compile slow_fuse.c"
 printf 'mapped' | kc add-generic-password -s map -a item -T "$W/mapper" >/dev/null
 mkdir -p "$W/slow"
-SLOW_RELEASE="$W/slow.release" "$W/slow_fuse" "$W/slow" -f 2>/dev/null &
+SLOW_RELEASE="$W/slow.release" SLOW_EXE="$W/mapper" SLOW_STAT_HOLD="$W/slow.hold" "$W/slow_fuse" "$W/slow" -f 2>/dev/null &
 SFP=$!
-on_exit "touch '$W/slow.release'; umount -l '$W/slow' 2>/dev/null"
+on_exit "touch '$W/slow.release'; rm -f '$W/slow.hold'; umount -l '$W/slow' 2>/dev/null"
 on_exit_kill "$SFP"
 i=0
 while ! mountpoint -q "$W/slow" && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done
@@ -324,6 +327,27 @@ touch "$W/slow.release"
 got=$(timeout 5 sh -c 'IFS= read -r line; printf "%s" "$line"' <&8)
 expect_eq "ok:mapped" "$got" "once the slow page came in, its open is answered"
 wait "$HOLDER" "$WRITER"
+exec 7>&- 8<&-
+wait "$MAPPER" 2>/dev/null
+# The same program run from the slow file system, whose attributes are held back: the check
+# of a known caller's executable (an fstat) waits on that file system, nothing else does.
+printf 'mapped' | kc add-generic-password -s map -a slow -T "$W/slow/exe" >/dev/null
+# A vfork child's exec witness is its layout, which reads no memory.
+"$W/slow/exe" "$MP/map/slow" "$W/slow/f" vfork <"$W/map.in" >"$W/map.out" 2>/dev/null &
+MAPPER=$!
+on_exit_kill "$MAPPER"
+exec 7>"$W/map.in" 8<"$W/map.out"
+IFS= read -r MAPPED <&8
+expect_eq "ok:mapped" "$(ask)" "an allowed program run from a slow file system reads (in a vfork child)"
+expect_eq "ok:mapped" "$(ask)" "and again, known to the daemon by now"
+touch "$W/slow.hold"
+sleep 0.3
+echo >&7
+sleep 0.3
+expect_eq "open-secret" "$(timeout 5 cat "$MP/svc/open" 2>&1)" "its next open waits on that file system; another program's read is answered meanwhile"
+rm -f "$W/slow.hold"
+got=$(timeout 5 sh -c 'IFS= read -r line; printf "%s" "$line"' <&8)
+expect_eq "ok:mapped" "$got" "once that file system answers, its open is answered"
 exec 7>&- 8<&-
 wait "$MAPPER" 2>/dev/null
 umount "$W/slow" 2>/dev/null
