@@ -134,10 +134,11 @@ package final class AccessControl: Sendable {
     /// `beforeWaiting` runs before anything that may wait (the FUSE binding passes its lead to
     /// another worker there, so that other requests go on): identifying a process not known
     /// yet (it reads `/proc` and may open and hash files), a prompt, a refusal (it writes the
-    /// log), and reading the memory of a known caller (`recheck`: others may hold the lock of
-    /// its memory map across a request to this mount). A known caller allowed by an executable
-    /// rule whose file was hashed already (a process reading a guarded item again, the common
-    /// case) passes it there only, once: passing the lead costs two context switches.
+    /// log), and the check of a known caller past its status (`recheck`: others may hold the
+    /// lock of its memory map across a request to this mount; its executable may live on a
+    /// slow file system). A known caller allowed by an executable rule whose file was hashed
+    /// already (a process reading a guarded item again, the common case) passes it there
+    /// only, once: passing the lead costs two context switches.
     package func decide(threadID: pid_t, item: @autoclosure () -> AccessItem, operation: AccessOperation, list: AccessList,
                         beforeWaiting: () -> Void = {}) -> AccessOutcome {
         // An empty list is any program, today's behaviour: nothing to identify, nothing to pay.
@@ -460,7 +461,7 @@ package final class AccessControl: Sendable {
         // A single-threaded caller (the common case: cat, head) is its own leader; its kept
         // status descriptor answers both "which process" and "traced?" in one read.
         if let entry = processes.withLock({ $0.lookup(tid) }),
-           let check = entry.recheck(settled: settled, beforeReadingMemory: beforeWaiting), check.tgid == tid {
+           let check = entry.recheck(settled: settled, beforeWaiting: beforeWaiting), check.tgid == tid {
             return Resolved(entry: entry, tracer: check.tracer)
         }
         beforeWaiting()
@@ -500,7 +501,7 @@ package final class AccessControl: Sendable {
         // The cached entry is this process only while both pins live: a pid names one
         // running process at a time.
         if process.isAlive, let entry = processes.withLock({ $0.lookup(process.pid) }),
-           let check = entry.recheck(settled: false, beforeReadingMemory: beforeWaiting), check.tgid == process.pid {
+           let check = entry.recheck(settled: false, beforeWaiting: beforeWaiting), check.tgid == process.pid {
             return Resolved(entry: entry, tracer: check.tracer)
         }
         beforeWaiting()
@@ -580,11 +581,6 @@ final class CachedProcess: @unchecked Sendable {
             switch self {
             case .addressSpace(let fd), .layout(let fd, _): fd
             }
-        }
-
-        /// Whether `holds` reads the process's memory, under the lock of its memory map.
-        var readsMemory: Bool {
-            if case .addressSpace = self { true } else { false }
         }
 
         /// Whether the process runs the image it ran when the witness was taken.
@@ -738,21 +734,21 @@ final class CachedProcess: @unchecked Sendable {
     /// is not polled. Should the pid be another process's now (the one identified exited and
     /// was reaped), the status and the witness, both opened on the one identified, read nothing.
     ///
-    /// `beforeReadingMemory` runs before the witness reads the process's memory (its
-    /// environment), which takes the lock of its memory map; a vfork child's witness is its
-    /// layout, which takes no such lock. The FUSE binding passes the lead to another worker
-    /// there. Even a single-threaded caller, blocked in this request, does not vouch for that
-    /// lock: another process may hold it across a slow page fault (reading `/proc/PID/mem` at
-    /// an address mapped from a slow file system, or from this mount) while a third waits to
-    /// write it (`/proc/PID/clear_refs`), and then every new reader waits; with the lead kept,
-    /// no request of this mount would be read meanwhile (test_access).
-    func recheck(settled: Bool, beforeReadingMemory: () -> Void = {}) -> (tgid: pid_t, tracer: pid_t?)? {
+    /// `beforeWaiting` runs once the status is read, before the witness and the `fstat`, each
+    /// of which may wait on what the caller and others do (the FUSE binding passes the lead to
+    /// another worker there, so that other requests go on). The environment witness takes the
+    /// lock of the caller's memory map, which another process may hold across a slow page
+    /// fault (reading `/proc/PID/mem` at an address mapped from a slow file system, or from
+    /// this mount) while a third waits to write it (`/proc/PID/clear_refs`): every new reader
+    /// waits then, even of a single-threaded caller blocked in this request. The `fstat` asks
+    /// the file system the executable lives on, which may be slow (FUSE, NFS). test_access.
+    func recheck(settled: Bool, beforeWaiting: () -> Void = {}) -> (tgid: pid_t, tracer: pid_t?)? {
         guard settled || pin.isAlive else { return nil }
         // TracerPid is near the top; the rest need not be copied out.
         guard let status = ProcStatus.reread(statusFD) else { return nil }
         // Not found is not "untraced": fail closed.
         guard let tgid = status.tgid, let tracer = status.tracerPID else { return nil }
-        if witness.readsMemory { beforeReadingMemory() }
+        beforeWaiting()
         guard witness.holds else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()

@@ -113,11 +113,11 @@ final class CallerTests: AccessTestCase {
         XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly), .allowed)
     }
 
-    /// A known caller allowed at once passes the FUSE lead (`beforeWaiting`) once, before its
-    /// memory is read (another process may hold its memory map's lock across a request to the
-    /// mount, however many threads it has: test_access); a new caller and a refusal pass it
-    /// too. And the cheap path still sees what it must: a tracer, an exec.
-    func testAKnownCallerAllowedAtOncePassesTheLeadOnceBeforeItsMemoryIsRead() throws {
+    /// A known caller allowed at once passes the FUSE lead (`beforeWaiting`) once, after its
+    /// status is read (its memory map's lock may be held by another process, however many
+    /// threads it has; its executable may be on a slow file system: test_access); a new
+    /// caller and a refusal pass it too. And the cheap path still sees what it must: a tracer, an exec.
+    func testAKnownCallerAllowedAtOncePassesTheLeadOnce() throws {
         var passed = 0
         func decide(_ pid: pid_t, _ list: AccessList) -> AccessOutcome {
             access.decide(threadID: pid, item: item, operation: .read, list: list, beforeWaiting: { passed += 1 })
@@ -127,7 +127,7 @@ final class CallerTests: AccessTestCase {
         XCTAssertEqual(decide(head.pid, headOnly), .allowed)
         XCTAssertEqual(passed, 1, "a process seen for the first time is identified after the lead is passed")
         for _ in 0..<3 { XCTAssertEqual(decide(head.pid, headOnly), .allowed) }
-        XCTAssertEqual(passed, 4, "a known single-threaded caller allowed at once passes it once a request, before its memory is read")
+        XCTAssertEqual(passed, 4, "a known single-threaded caller allowed at once passes it once a request")
         passed = 0
         XCTAssertTrue(isRefused(decide(head.pid, try list("/usr/bin/tail"))))
         XCTAssertGreaterThanOrEqual(passed, 1, "a refusal (logged) passes it")
