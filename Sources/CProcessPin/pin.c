@@ -132,27 +132,23 @@ static long line_value(const unsigned char *line, size_t n, const char *key) {
 
 void kcfs_parse_status(const unsigned char *text, size_t n, struct kcfs_status_ids *out) {
     out->tgid = out->ppid = out->tracer = -1;
-    out->threads = -1;
     size_t i = 0;
-    while (i < n && (out->tgid < 0 || out->ppid < 0 || out->tracer < 0 || out->threads < 0)) {
+    while (i < n && (out->tgid < 0 || out->ppid < 0 || out->tracer < 0)) {
         const unsigned char *nl = memchr(text + i, '\n', n - i);
         size_t end = nl ? (size_t)(nl - text) : n;
         long v;
         if ((v = line_value(text + i, end - i, "Tgid:")) >= 0) out->tgid = (pid_t)v;
         else if ((v = line_value(text + i, end - i, "PPid:")) >= 0) out->ppid = (pid_t)v;
         else if ((v = line_value(text + i, end - i, "TracerPid:")) >= 0) out->tracer = (pid_t)v;
-        else if ((v = line_value(text + i, end - i, "Threads:")) >= 0) out->threads = (int)v;
         i = end + 1;
     }
 }
 
 int kcfs_read_status_ids(int fd, struct kcfs_status_ids *out) {
     /* Tgid, PPid and TracerPid are its 4th to 8th lines, after Name (a 16-byte comm, escaped
-     * at most fourfold), Umask and State: well inside 512 bytes. Threads comes after the
-     * groups and the memory lines, about 600 bytes in; a long Groups line can push it out of
-     * the buffer, and then it is missing (-1: perhaps more than one thread). The kernel
-     * renders the whole file whatever is asked; only this much is copied out. */
-    unsigned char buffer[1536];
+     * at most fourfold), Umask and State: well inside 512 bytes. The kernel renders the whole
+     * file whatever is asked; only this much is copied out. */
+    unsigned char buffer[512];
     ssize_t n;
     do { n = pread(fd, buffer, sizeof buffer, 0); } while (n < 0 && errno == EINTR);
     if (n < 0) return -1;

@@ -219,8 +219,6 @@ struct ProcStatus {
     var tgid: pid_t?
     var parentPID: pid_t?
     var tracerPID: pid_t?
-    /// Nil when not read (past the buffer): it may be more than one.
-    var threads: Int32?
 
     init(_ text: [UInt8]) {
         self.init(text, count: text.count)
@@ -241,7 +239,6 @@ struct ProcStatus {
         tgid = ids.tgid >= 0 ? ids.tgid : nil
         parentPID = ids.ppid >= 0 ? ids.ppid : nil
         tracerPID = ids.tracer >= 0 ? ids.tracer : nil
-        threads = ids.threads >= 0 ? ids.threads : nil
     }
 
     /// Reread through an open descriptor (offset 0) with nothing allocated; nil when it reads

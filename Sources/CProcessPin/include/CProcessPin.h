@@ -38,10 +38,9 @@ int kcfs_user_namespace(int pidfd, pid_t pid, struct stat *st);
  * either process not ours to inspect). */
 int kcfs_shares_memory(pid_t a, pid_t b);
 
-/* The Tgid, PPid, TracerPid and Threads of a /proc/PID/status text; each -1 when missing
- * (missing is not zero: a caller checking for a tracer fails closed, and one asking whether
- * the process has one thread is told it may have more). */
-struct kcfs_status_ids { pid_t tgid, ppid, tracer; int threads; };
+/* The Tgid, PPid and TracerPid of a /proc/PID/status text; each -1 when missing (missing is
+ * not zero: a caller checking for a tracer fails closed). */
+struct kcfs_status_ids { pid_t tgid, ppid, tracer; };
 void kcfs_parse_status(const unsigned char *text, size_t n, struct kcfs_status_ids *out);
 /* The same of an open /proc/PID/status, reread from offset 0 into a stack buffer: every new
  * caller of a guarded item, and every later request of a known one, reads it. 0, or -1 with
