@@ -116,6 +116,24 @@ sqlite3 "$S" "DELETE FROM items WHERE id = (SELECT MAX(id) FROM items)"
 expect_exit 93 "a row silently removed is detected" kc verify --store "$S" --passphrase-file "$PASSFILE"
 expect_contains "$ERR" "not those the store recorded" "and says what"
 
+echo "== a damaged next item id: no id is reused, and the error says what"
+# Ids are never reused (an old row cannot pose as a later item with its id). A next id that is
+# not a number, or one behind the rows, is damage, not a duplicate item.
+new_store nextid
+kc add-generic-password --store "$S" -s svc -a first -w one --passphrase-file "$PASSFILE" >/dev/null
+kc add-generic-password --store "$S" -s svc -a second -w two --passphrase-file "$PASSFILE" >/dev/null
+kc delete-generic-password --store "$S" -s svc -a first --passphrase-file "$PASSFILE" >/dev/null
+ids=$(sqlite3 "$S" "SELECT group_concat(id) FROM items")
+sqlite3 "$S" "UPDATE meta SET value = CAST('x1' AS BLOB) WHERE name = 'next_id'"
+expect_exit 93 "a next id that is not a number fails a create" kc add-generic-password --store "$S" -s svc -a third -w three \
+    --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "next item id" "and says so"
+expect_eq "$ids" "$(sqlite3 "$S" "SELECT group_concat(id) FROM items")" "and no row took the deleted item's id"
+sqlite3 "$S" "UPDATE meta SET value = CAST('$ids' AS BLOB) WHERE name = 'next_id'"
+expect_exit 93 "a next id behind the rows fails a create as damage" kc add-generic-password --store "$S" -s svc -a third -w three \
+    --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "next item id" "not as a duplicate item"
+
 echo "== a whole store put back to an older copy"
 new_store whole
 kc add-generic-password --store "$S" -s svc -a a -w first --passphrase-file "$PASSFILE" >/dev/null
