@@ -112,12 +112,6 @@ extension Keychain {
         var replacedVersion: Int64?
     }
 
-    /// The next item id, without taking it (`nextID` takes one).
-    static func peekNextID(_ db: Database) throws -> Int64 {
-        try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'next_id'")
-            .flatMap { Int64(String(decoding: $0, as: UTF8.self)) } ?? 1
-    }
-
     /// Id and version of the rows that hold these blind indexes, in queries of a few hundred.
     private static func storedVersions(_ db: Database, blinds: [[UInt8]]) throws -> [[UInt8]: (id: Int64, version: Int64)] {
         var out: [[UInt8]: (id: Int64, version: Int64)] = [:]

@@ -400,6 +400,9 @@ extension Keychain {
             return try body()
         } catch let e as KeychainError {
             throw e
+        } catch let e as DatabaseError where e.resultCode == .SQLITE_CONSTRAINT && (e.message ?? "").hasSuffix("items.id") {
+            // A new row's id is taken: the next id is behind the rows, not a duplicate item.
+            throw KeychainError.integrityFailure("the store's next item id is behind its rows (\(e.message ?? "items.id")): changed behind keychainfs's back")
         } catch let e as DatabaseError where e.resultCode == .SQLITE_CONSTRAINT {
             throw KeychainError.duplicateItem
         } catch let e as DatabaseError where e.resultCode == .SQLITE_FULL {
@@ -430,10 +433,19 @@ extension Keychain {
     }
 
     static func nextID(_ db: Database) throws -> Int64 {
-        let v = try StoreDatabase.metaBytes(db, sql: "SELECT value FROM meta WHERE name = 'next_id'")
-            .flatMap { Int64(String(decoding: $0, as: UTF8.self)) } ?? 1
+        let v = try peekNextID(db)
         // Ids are never reused, so an old row cannot pose as a later item with the same id.
         try StoreDatabase.setMeta(db, "next_id", bytes: Array(String(v + 1).utf8))
+        return v
+    }
+
+    /// The next item id, without taking it (`nextID` takes one). Not a number is damage: a
+    /// fallback to 1 would hand out the ids of deleted items again.
+    static func peekNextID(_ db: Database) throws -> Int64 {
+        guard let bytes = try StoreDatabase.metaBytes(db, sql: "SELECT value FROM meta WHERE name = 'next_id'"),
+              let v = Int64(String(decoding: bytes, as: UTF8.self)), v > 0 else {
+            throw KeychainError.integrityFailure("the store's next item id is damaged (not a number)")
+        }
         return v
     }
 
