@@ -204,18 +204,29 @@ printf '\n# changed\n' >>"$W/allowed.py"
 refused_to "the allowed script once edited" $PY "$W/allowed.py" "$MP/py/item"
 
 echo "== a known process is checked again at every open: a tracer attached since, its binary replaced"
-# One process that opens the item at each line on its input: identified at its first open,
-# then found in the daemon's per-process cache, whose check must still see what changed.
-cat >"$W/rereader.c" <<'CEOF'
+# opener ITEM [MAPPED [vfork]]: one process that opens ITEM at each line on its input and
+# prints what it read: identified at its first open, then found in the daemon's per-process
+# cache, whose check must still see what changed. With MAPPED it first maps that file (and
+# prints the address); with vfork the opens are made by a vfork child.
+cat >"$W/opener.c" <<'CEOF'
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 int main(int argc, char **argv) {
     char line[64], buf[256];
     setvbuf(stdout, NULL, _IOLBF, 0);
-    while (argc == 2 && fgets(line, sizeof line, stdin)) {
+    if (argc >= 3) {
+        int m = open(argv[2], O_RDONLY);
+        void *p = m < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_SHARED, m, 0);
+        if (p == MAP_FAILED) { printf("map:%s\n", strerror(errno)); return 1; }
+        printf("%lu\n", (unsigned long) p);
+    }
+    /* A vfork child shares its parent's address space. */
+    if (argc == 4 && vfork() != 0) _exit(0);
+    while (fgets(line, sizeof line, stdin)) {
         int fd = open(argv[1], O_RDONLY);
         ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
         if (n < 0) { printf("err:%s\n", strerror(errno)); if (fd >= 0) close(fd); continue; }
@@ -223,10 +234,11 @@ int main(int argc, char **argv) {
         buf[n] = 0;
         printf("ok:%s\n", buf);
     }
+    if (argc == 4) _exit(0);
     return 0;
 }
 CEOF
-gcc -O2 -o "$W/rereader" "$W/rereader.c" || fail "compile rereader.c"
+gcc -O2 -o "$W/rereader" "$W/opener.c" || fail "compile opener.c"
 printf 'again' | kc add-generic-password -s re -a item -T "$W/rereader" >/dev/null
 mkfifo "$W/re.in" "$W/re.out"
 "$W/rereader" "$MP/re/item" <"$W/re.in" >"$W/re.out" 2>/dev/null &
@@ -266,35 +278,7 @@ echo "== a known caller's memory map held locked by others, or its executable on
 # that read, nothing would read the mount's requests until the slow page came, even for a
 # single-threaded caller, which cannot itself hold the lock. The caller's own open waits (as
 # would any fault of its own), nothing else does.
-cat >"$W/mapper.c" <<'CEOF'
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    char line[64], buf[256];
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    int m = argc >= 3 ? open(argv[2], O_RDONLY) : -1;
-    void *p = m < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_SHARED, m, 0);
-    if (p == MAP_FAILED) { printf("map:%s\n", strerror(errno)); return 1; }
-    printf("%lu\n", (unsigned long) p);
-    /* "vfork": the reads are made by a vfork child, which shares its parent's address space. */
-    if (argc == 4 && vfork() != 0) _exit(0);
-    while (fgets(line, sizeof line, stdin)) {
-        int fd = open(argv[1], O_RDONLY);
-        ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
-        if (n < 0) { printf("err:%s\n", strerror(errno)); if (fd >= 0) close(fd); continue; }
-        close(fd);
-        buf[n] = 0;
-        printf("ok:%s\n", buf);
-    }
-    if (argc == 4) _exit(0);
-    return 0;
-}
-CEOF
-gcc -O2 -o "$W/mapper" "$W/mapper.c" || fail "compile mapper.c"
+gcc -O2 -o "$W/mapper" "$W/opener.c" || fail "compile opener.c as mapper"
 gcc -O2 -o "$W/slow_fuse" "$TESTS_DIR/slow_fuse.c" $(pkg-config --cflags --libs fuse3) || fail "compile slow_fuse.c"
 printf 'mapped' | kc add-generic-password -s map -a item -T "$W/mapper" >/dev/null
 mkdir -p "$W/slow"
@@ -305,11 +289,16 @@ on_exit_kill "$SFP"
 i=0
 while ! mountpoint -q "$W/slow" && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done
 mkfifo "$W/map.in" "$W/map.out"
-"$W/mapper" "$MP/map/item" "$W/slow/f" <"$W/map.in" >"$W/map.out" 2>/dev/null &
-MAPPER=$!
-on_exit_kill "$MAPPER"
-exec 7>"$W/map.in" 8<"$W/map.out"
-IFS= read -r MAPPED <&8
+# start_mapper PROGRAM ARGS...: an opener with a slow file mapped, on descriptors 7 and 8
+# (as ask expects); sets MAPPER and MAPPED (its pid and the mapping's address).
+start_mapper() {
+    "$@" <"$W/map.in" >"$W/map.out" 2>/dev/null &
+    MAPPER=$!
+    on_exit_kill "$MAPPER"
+    exec 7>"$W/map.in" 8<"$W/map.out"
+    IFS= read -r MAPPED <&8
+}
+start_mapper "$W/mapper" "$MP/map/item" "$W/slow/f"
 expect_eq "ok:mapped" "$(ask)" "a single-threaded allowed process with a slow file mapped reads"
 expect_eq "ok:mapped" "$(ask)" "and again, known to the daemon by now"
 $PY -c 'import os, sys; os.pread(os.open(sys.argv[1], os.O_RDONLY), 1, int(sys.argv[2]))' "/proc/$MAPPER/mem" "$MAPPED" &
@@ -333,11 +322,7 @@ wait "$MAPPER" 2>/dev/null
 # of a known caller's executable (an fstat) waits on that file system, nothing else does.
 printf 'mapped' | kc add-generic-password -s map -a slow -T "$W/slow/exe" >/dev/null
 # A vfork child's exec witness is its layout, which reads no memory.
-"$W/slow/exe" "$MP/map/slow" "$W/slow/f" vfork <"$W/map.in" >"$W/map.out" 2>/dev/null &
-MAPPER=$!
-on_exit_kill "$MAPPER"
-exec 7>"$W/map.in" 8<"$W/map.out"
-IFS= read -r MAPPED <&8
+start_mapper "$W/slow/exe" "$MP/map/slow" "$W/slow/f" vfork
 expect_eq "ok:mapped" "$(ask)" "an allowed program run from a slow file system reads (in a vfork child)"
 expect_eq "ok:mapped" "$(ask)" "and again, known to the daemon by now"
 touch "$W/slow.hold"
