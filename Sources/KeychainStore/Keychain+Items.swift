@@ -12,7 +12,11 @@ extension Keychain {
         }
         if let known = recentBlinds.withLock({ $0.blind(of: bytes) }) { return known }
         let blind = HMACSHA256.authenticate(bytes, key: key)
-        recentBlinds.withLock { $0.remember(bytes, blind) }
+        // Remembered only while the key is still held, under its lock: a `forgetKeys` between
+        // the MAC and here would otherwise find the cache empty and leave this blind in it.
+        keybag.withLock { bag in
+            if bag.indexKey != nil { recentBlinds.withLock { $0.remember(bytes, blind) } }
+        }
         return blind
     }
 

@@ -34,7 +34,7 @@ public final class Keychain: @unchecked Sendable {
     /// The ledger's bytes as this instance's last commit saved them (`RowLedger.load`): the
     /// next commit finds them unchanged unless another process committed meanwhile. Not secret.
     let ledgerWritten = Mutex<[UInt8]?>(nil)
-    /// `RecentBlinds`; a leaf lock.
+    /// `RecentBlinds`; a leaf lock, taken inside `keybag`'s when a blind is remembered.
     let recentBlinds = Mutex(RecentBlinds())
 
     // MARK: opening
