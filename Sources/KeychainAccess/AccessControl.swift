@@ -535,10 +535,11 @@ struct Grant: Hashable {
 }
 
 /// A process identified once, with descriptors kept open so that a later request checks it
-/// is still the same image in three system calls (`recheck`): `/proc/PID/status` (tracer),
-/// the image witness (`ImageWitness`: the same address space, or the same layout) and an
-/// `fstat` of the image's file (unchanged, not deleted or replaced since); a caller that is
-/// not blocked in its request also polls its pidfd (alive?).
+/// is still the same image in two system calls (`recheck`): the image witness (`ImageWitness`:
+/// the same address space, or the same layout) and an `fstat` of the image's file (unchanged,
+/// not deleted or replaced since); a third, `/proc/PID/status` (tracer), at most once per
+/// `tracerRecheckInterval`; a caller that is not blocked in its request also polls its pidfd
+/// (alive?).
 // @unchecked Sendable: `facts` and the descriptors are set in init; `grants` and
 // `script` are changed only under AccessControl's `processes` lock (or its own).
 final class CachedProcess: @unchecked Sendable {
@@ -560,16 +561,31 @@ final class CachedProcess: @unchecked Sendable {
     /// (only the process's own code can repoint it: PR_SET_MM_EXE_FILE, and only once its
     /// image is unmapped).
     private let exeFD = Atomic<Int32>(-1)
+    /// Whether an `fstat` of `exeFD` is answered from memory (`kcfs_stat_is_local`): then a
+    /// recheck never waits, and keeps the FUSE lead. Set before `exeFD` is published.
+    private let exeStatIsLocal = Atomic<Bool>(false)
+    /// When the status last said the process was not traced (CLOCK_MONOTONIC ns; 0: not yet).
+    private let untracedAt = Atomic<UInt64>(0)
+    /// How long a status that said "not traced" is taken as still true. Rendering the status
+    /// costs the kernel about 6 µs, a fifth of a whole read of a secret; once in 10 ms it is
+    /// nothing. A tracer that attaches to a process already identified is seen by the requests
+    /// it makes from 10 ms later on. The check at an open never closed that window anyway: the
+    /// secret leaves at the read, after the open, and a tracer attached in between reads it
+    /// from the process (the threat model's "ptrace where yama allows it"). The check keeps a
+    /// program started under a tracer (`strace head`) out, and that one is read at its first
+    /// request, always.
+    static let tracerRecheckInterval: UInt64 = 10_000_000
     var grants: Set<Grant> = []
     var lastUse: UInt64 = 0
     private let script = Mutex<FileIdentity??>(nil)
 
     /// What tells a later request that the process still runs the image identified.
     private enum ImageWitness {
-        /// Its `/proc/PID/environ`, held open: it reads the address space it was opened on,
-        /// and once no process uses that space (the process exec'd or exited) it reads
-        /// nothing. Taken when the process shares its address space with no parent (a vfork
-        /// child shares its parent's, which outlives the child's exec) and has an environment.
+        /// Its `/proc/PID/pagemap`, held open on the address space it was opened on, which it
+        /// says is in use or not (`kcfs_address_space_in_use`) without taking the address
+        /// space's lock: once no process uses that space, the process exec'd or exited. Taken
+        /// when the process shares its address space with no parent (a vfork child shares its
+        /// parent's, which outlives the child's exec) and has an environment.
         /// A process that made a child share its address space and then exec'd would go
         /// unseen: that is the program's own code at work, as the threat model says.
         case addressSpace(Int32)
@@ -587,8 +603,7 @@ final class CachedProcess: @unchecked Sendable {
         var holds: Bool {
             switch self {
             case .addressSpace(let fd):
-                var byte: UInt8 = 0
-                return pread(fd, &byte, 1, 0) == 1
+                return kcfs_address_space_in_use(fd) == 1
             case .layout(let fd, let layout):
                 return recheckLayout(fd, layout)
             }
@@ -677,18 +692,19 @@ final class CachedProcess: @unchecked Sendable {
                 return nil
             }
         }
+        close(environFD)
+        environFD = -1
         if let layout, needsLayout || environmentSize == 0 {
-            close(environFD)
             witness = .layout(statFD, layout)
-        } else if environmentSize > 0 {
-            witness = .addressSpace(environFD)
+        } else if environmentSize > 0, let pagemap = Self.addressSpaceWitness(pid) {
+            // The caller is settled: the address space pagemap opens is the one just read.
+            witness = .addressSpace(pagemap)
         } else {
-            // An empty environment reads nothing either way: the layout, read now, is the
-            // witness. The caller is settled, so it is the layout of the image just read, if
-            // that image is laid out: a process inside an execve (one that opens its new
-            // program's interpreter from the mount) is not, and has no environment yet.
-            close(environFD)
-            environFD = -1
+            // An empty environment (or a pagemap that does not answer as `addressSpace`
+            // expects): the layout, read now, is the witness. The caller is settled, so it is
+            // the layout of the image just read, if that image is laid out: a process inside
+            // an execve (one that opens its new program's interpreter from the mount) is not,
+            // and has no environment yet.
             statFD = kcfs_proc_open(pid, "stat", O_RDONLY)
             guard statFD >= 0 else { throw fail(.io("/proc/\(pid)/stat: \(String(cString: strerror(errno)))")) }
             if buffer.isEmpty { buffer = [UInt8](repeating: 0, count: 2048) }
@@ -701,6 +717,16 @@ final class CachedProcess: @unchecked Sendable {
         self.exeKey = FileStatKey(exe)
         self.core = facts
         self.identifiedTracer = tracer == 0 ? nil : tracer
+        if tracer == 0 { untracedAt.store(kcfs_monotonic_ns(), ordering: .relaxed) }
+    }
+
+    /// `/proc/PID/pagemap`, open, if it says its address space is in use.
+    private static func addressSpaceWitness(_ pid: pid_t) -> Int32? {
+        let fd = kcfs_proc_open(pid, "pagemap", O_RDONLY)
+        guard fd >= 0 else { return nil }
+        if kcfs_address_space_in_use(fd) == 1 { return fd }
+        close(fd)
+        return nil
     }
 
     /// All the facts: `core` and the details, read once. Read while the process still runs
@@ -725,36 +751,48 @@ final class CachedProcess: @unchecked Sendable {
     }
 
     /// Nil when the process is gone or runs another image now; else its tgid and tracer.
-    /// Every later request of a known process comes through here, so it makes three system
-    /// calls, each for a promise: the status (a tracer attached since; the one call no cheaper
-    /// file can answer, and most of the cost), the witness (an exec since) and an `fstat` of
-    /// the image's file (deleted, replaced or changed since).
+    /// Every later request of a known process comes through here, so it makes two system
+    /// calls, each for a promise: the witness (an exec since) and an `fstat` of the image's
+    /// file (deleted, replaced or changed since); and, once per `tracerRecheckInterval`, a
+    /// third: the status (a tracer attached since; the one file that says so, and most of the
+    /// cost).
     ///
     /// `settled`: the caller is blocked in its request (a FUSE caller), so it runs; the pidfd
     /// is not polled. Should the pid be another process's now (the one identified exited and
     /// was reaped), the status and the witness, both opened on the one identified, read nothing.
     ///
-    /// `beforeWaiting` runs once the status is read, before the witness and the `fstat`, each
-    /// of which may wait on what the caller and others do (the FUSE binding passes the lead to
-    /// another worker there, so that other requests go on). The environment witness takes the
-    /// lock of the caller's memory map, which another process may hold across a slow page
-    /// fault (reading `/proc/PID/mem` at an address mapped from a slow file system, or from
-    /// this mount) while a third waits to write it (`/proc/PID/clear_refs`): every new reader
-    /// waits then, even of a single-threaded caller blocked in this request. The `fstat` asks
-    /// the file system the executable lives on, which may be slow (FUSE, NFS). test_access.
+    /// `beforeWaiting` runs before what may wait on what the caller and others do (the FUSE
+    /// binding passes the lead to another worker there, so that other requests go on; passing
+    /// it costs two context switches, a third of a read): the `fstat`, unless the executable's
+    /// file system answers it from memory (`kcfs_stat_is_local`; a FUSE or NFS one may be slow),
+    /// and the layout witness. The address-space witness takes no lock, so that a process
+    /// holding the caller's memory map (across a slow page fault: reading `/proc/PID/mem` at an
+    /// address mapped from a slow file system, or from this mount) cannot stall the requests
+    /// behind it. test_access.
     func recheck(settled: Bool, beforeWaiting: () -> Void = {}) -> (tgid: pid_t, tracer: pid_t?)? {
         guard settled || pin.isAlive else { return nil }
-        // TracerPid is near the top; the rest need not be copied out.
-        guard let status = ProcStatus.reread(statusFD) else { return nil }
-        // Not found is not "untraced": fail closed.
-        guard let tgid = status.tgid, let tracer = status.tracerPID else { return nil }
-        beforeWaiting()
+        let tracer: pid_t
+        let now = kcfs_monotonic_ns()
+        if now &- untracedAt.load(ordering: .relaxed) < Self.tracerRecheckInterval {
+            tracer = 0
+        } else {
+            // TracerPid is near the top; the rest need not be copied out.
+            guard let status = ProcStatus.reread(statusFD) else { return nil }
+            // Not found is not "untraced": fail closed. The status was opened on this process:
+            // any Tgid but its pid is another's.
+            guard let tgid = status.tgid, tgid == pin.pid, let read = status.tracerPID else { return nil }
+            tracer = read
+            if read == 0 { untracedAt.store(now, ordering: .relaxed) }
+        }
+        if case .layout = witness { beforeWaiting() }
         guard witness.holds else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()
-        guard let fd = imageDescriptor(), fstat(fd, &exe) == 0, FileStatKey(exe) == exeKey,
+        let known = exeFD.load(ordering: .acquiring)
+        if known < 0 || !exeStatIsLocal.load(ordering: .relaxed) { beforeWaiting() }
+        guard let fd = known >= 0 ? known : imageDescriptor(), fstat(fd, &exe) == 0, FileStatKey(exe) == exeKey,
               exe.st_nlink > 0 || core.executableDeleted else { return nil }
-        return (tgid, tracer == 0 ? nil : tracer)
+        return (pin.pid, tracer == 0 ? nil : tracer)
     }
 
     /// The image's file: the one `ExecutableImage` holds, or one opened now through
@@ -767,6 +805,7 @@ final class CachedProcess: @unchecked Sendable {
         let held = core.image.descriptor
         let fd = held >= 0 ? held : kcfs_proc_open(pin.pid, "exe", O_RDONLY)
         guard fd >= 0 else { return nil }
+        exeStatIsLocal.store(kcfs_stat_is_local(fd) == 1, ordering: .relaxed)
         let (stored, current) = exeFD.compareExchange(expected: -1, desired: fd, ordering: .acquiringAndReleasing)
         if stored { return fd }
         if fd != held { close(fd) }
