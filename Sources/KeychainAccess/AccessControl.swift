@@ -564,6 +564,13 @@ final class CachedProcess: @unchecked Sendable {
     /// Whether an `fstat` of `exeFD` is answered from memory (`kcfs_stat_is_local`): then a
     /// recheck never waits, and keeps the FUSE lead. Set before `exeFD` is published.
     private let exeStatIsLocal = Atomic<Bool>(false)
+    /// The address-space witness without a lock: the process's `/proc/PID/pagemap`, opened at
+    /// its first recheck (`imageHolds`), or -1. A 1-byte read of it is refused (EINVAL) while
+    /// the address space it was opened on is in use and reads nothing once the process exec'd
+    /// or exited (`kcfs_address_space_in_use`), touching no page and taking no lock: 0.2 µs,
+    /// where a byte of `environ` costs 1.2 µs and waits for whoever holds the memory map's
+    /// lock. Not opened at identification: most new callers (`head`) never ask again.
+    private let pagemapFD = Atomic<Int32>(-1)
     /// When the status last said the process was not traced (CLOCK_MONOTONIC ns; 0: not yet).
     private let untracedAt = Atomic<UInt64>(0)
     /// How long a status that said "not traced" is taken as still true. Rendering the status
@@ -581,11 +588,12 @@ final class CachedProcess: @unchecked Sendable {
 
     /// What tells a later request that the process still runs the image identified.
     private enum ImageWitness {
-        /// Its `/proc/PID/pagemap`, held open on the address space it was opened on, which it
-        /// says is in use or not (`kcfs_address_space_in_use`) without taking the address
-        /// space's lock: once no process uses that space, the process exec'd or exited. Taken
-        /// when the process shares its address space with no parent (a vfork child shares its
-        /// parent's, which outlives the child's exec) and has an environment.
+        /// Its `/proc/PID/environ`, held open: it reads the address space it was opened on,
+        /// and once no process uses that space (the process exec'd or exited) it reads
+        /// nothing. Taken when the process shares its address space with no parent (a vfork
+        /// child shares its parent's, which outlives the child's exec) and has an environment.
+        /// Its read takes the lock of the process's memory map, so the first recheck puts a
+        /// `pagemap` in its place (`pagemapFD`), which tells the same without it.
         /// A process that made a child share its address space and then exec'd would go
         /// unseen: that is the program's own code at work, as the threat model says.
         case addressSpace(Int32)
@@ -603,7 +611,8 @@ final class CachedProcess: @unchecked Sendable {
         var holds: Bool {
             switch self {
             case .addressSpace(let fd):
-                return kcfs_address_space_in_use(fd) == 1
+                var byte: UInt8 = 0
+                return pread(fd, &byte, 1, 0) == 1
             case .layout(let fd, let layout):
                 return recheckLayout(fd, layout)
             }
@@ -692,19 +701,18 @@ final class CachedProcess: @unchecked Sendable {
                 return nil
             }
         }
-        close(environFD)
-        environFD = -1
         if let layout, needsLayout || environmentSize == 0 {
+            close(environFD)
             witness = .layout(statFD, layout)
-        } else if environmentSize > 0, let pagemap = Self.addressSpaceWitness(pid) {
-            // The caller is settled: the address space pagemap opens is the one just read.
-            witness = .addressSpace(pagemap)
+        } else if environmentSize > 0 {
+            witness = .addressSpace(environFD)
         } else {
-            // An empty environment (or a pagemap that does not answer as `addressSpace`
-            // expects): the layout, read now, is the witness. The caller is settled, so it is
-            // the layout of the image just read, if that image is laid out: a process inside
-            // an execve (one that opens its new program's interpreter from the mount) is not,
-            // and has no environment yet.
+            // An empty environment reads nothing either way: the layout, read now, is the
+            // witness. The caller is settled, so it is the layout of the image just read, if
+            // that image is laid out: a process inside an execve (one that opens its new
+            // program's interpreter from the mount) is not, and has no environment yet.
+            close(environFD)
+            environFD = -1
             statFD = kcfs_proc_open(pid, "stat", O_RDONLY)
             guard statFD >= 0 else { throw fail(.io("/proc/\(pid)/stat: \(String(cString: strerror(errno)))")) }
             if buffer.isEmpty { buffer = [UInt8](repeating: 0, count: 2048) }
@@ -718,15 +726,6 @@ final class CachedProcess: @unchecked Sendable {
         self.core = facts
         self.identifiedTracer = tracer == 0 ? nil : tracer
         if tracer == 0 { untracedAt.store(kcfs_monotonic_ns(), ordering: .relaxed) }
-    }
-
-    /// `/proc/PID/pagemap`, open, if it says its address space is in use.
-    private static func addressSpaceWitness(_ pid: pid_t) -> Int32? {
-        let fd = kcfs_proc_open(pid, "pagemap", O_RDONLY)
-        guard fd >= 0 else { return nil }
-        if kcfs_address_space_in_use(fd) == 1 { return fd }
-        close(fd)
-        return nil
     }
 
     /// All the facts: `core` and the details, read once. Read while the process still runs
@@ -745,6 +744,8 @@ final class CachedProcess: @unchecked Sendable {
 
     deinit {
         close(witness.descriptor)
+        let pagemap = pagemapFD.load(ordering: .relaxed)
+        if pagemap >= 0 { close(pagemap) }
         close(statusFD)
         let exe = exeFD.load(ordering: .relaxed)
         if exe >= 0 && exe != core.image.descriptor { close(exe) }
@@ -765,7 +766,7 @@ final class CachedProcess: @unchecked Sendable {
     /// binding passes the lead to another worker there, so that other requests go on; passing
     /// it costs two context switches, a third of a read): the `fstat`, unless the executable's
     /// file system answers it from memory (`kcfs_stat_is_local`; a FUSE or NFS one may be slow),
-    /// and the layout witness. The address-space witness takes no lock, so that a process
+    /// and the first look at the witness (`imageHolds`). Later looks take no lock, so that a process
     /// holding the caller's memory map (across a slow page fault: reading `/proc/PID/mem` at an
     /// address mapped from a slow file system, or from this mount) cannot stall the requests
     /// behind it. test_access.
@@ -784,15 +785,37 @@ final class CachedProcess: @unchecked Sendable {
             tracer = read
             if read == 0 { untracedAt.store(now, ordering: .relaxed) }
         }
-        if case .layout = witness { beforeWaiting() }
-        guard witness.holds else { return nil }
+        // The lead is passed once at most.
+        var passed = false
+        func passLead() { if !passed { passed = true; beforeWaiting() } }
+        guard imageHolds(beforeWaiting: passLead) else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()
         let known = exeFD.load(ordering: .acquiring)
-        if known < 0 || !exeStatIsLocal.load(ordering: .relaxed) { beforeWaiting() }
+        if known < 0 || !exeStatIsLocal.load(ordering: .relaxed) { passLead() }
         guard let fd = known >= 0 ? known : imageDescriptor(), fstat(fd, &exe) == 0, FileStatKey(exe) == exeKey,
               exe.st_nlink > 0 || core.executableDeleted else { return nil }
         return (pin.pid, tracer == 0 ? nil : tracer)
+    }
+
+    /// Whether the process runs the image identified: through `pagemapFD` once it is open,
+    /// else through the witness (after `beforeWaiting`: it may wait), and then `pagemapFD` is
+    /// opened, kept only if the witness still holds after it (so it was opened on the same
+    /// address space).
+    private func imageHolds(beforeWaiting: () -> Void) -> Bool {
+        let pagemap = pagemapFD.load(ordering: .acquiring)
+        if pagemap >= 0 { return kcfs_address_space_in_use(pagemap) == 1 }
+        beforeWaiting()
+        guard witness.holds else { return false }
+        guard case .addressSpace = witness else { return true }
+        let fd = kcfs_proc_open(pin.pid, "pagemap", O_RDONLY)
+        guard fd >= 0 else { return true }
+        guard kcfs_address_space_in_use(fd) == 1, witness.holds,
+              pagemapFD.compareExchange(expected: -1, desired: fd, ordering: .acquiringAndReleasing).exchanged else {
+            close(fd)
+            return true
+        }
+        return true
     }
 
     /// The image's file: the one `ExecutableImage` holds, or one opened now through

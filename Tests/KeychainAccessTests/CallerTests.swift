@@ -380,6 +380,8 @@ final class CallerTests: AccessTestCase {
         for environment in [nil, []] as [[String]?] {
             let process = try TestProcess(["/usr/bin/python3", script], environment: environment, waitForExecutable: pythonExecutable)
             XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: rule), .allowed)
+            // A second request: with an environment, `pagemap` is the witness from here on.
+            XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: rule), .allowed)
             process.send("go")
             try TestProcess.waitUntil("it execs itself with LD_LIBRARY_PATH") {
                 let environ = (try? ProcFile.read("/proc/\(process.pid)/environ")) ?? []
