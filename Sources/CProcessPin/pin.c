@@ -8,6 +8,8 @@
 #include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/vfs.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -202,4 +204,37 @@ long kcfs_read_environment(int fd, struct kcfs_environment *out, unsigned char *
         }
     }
     return (long)n;
+}
+
+int kcfs_address_space_in_use(int pagemap) {
+    unsigned char byte;
+    ssize_t n;
+    do { n = pread(pagemap, &byte, 1, 0); } while (n < 0 && errno == EINTR);
+    if (n == 0) return 0;
+    if (n < 0 && errno == EINVAL) return 1;
+    if (n >= 0) errno = EPROTO;
+    return -1;
+}
+
+int kcfs_stat_is_local(int fd) {
+    struct statfs s;
+    if (fstatfs(fd, &s) != 0) return -1;
+    switch ((unsigned long)s.f_type) {
+    case 0xEF53UL:      /* ext2/3/4 */
+    case 0x58465342UL:  /* xfs */
+    case 0x9123683EUL:  /* btrfs */
+    case 0xF2F52010UL:  /* f2fs */
+    case 0x01021994UL:  /* tmpfs */
+    case 0x73717368UL:  /* squashfs */
+    case 0x858458F6UL:  /* ramfs */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+unsigned long long kcfs_monotonic_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (unsigned long long)t.tv_sec * 1000000000ULL + (unsigned long long)t.tv_nsec;
 }

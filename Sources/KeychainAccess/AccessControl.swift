@@ -535,10 +535,11 @@ struct Grant: Hashable {
 }
 
 /// A process identified once, with descriptors kept open so that a later request checks it
-/// is still the same image in three system calls (`recheck`): `/proc/PID/status` (tracer),
-/// the image witness (`ImageWitness`: the same address space, or the same layout) and an
-/// `fstat` of the image's file (unchanged, not deleted or replaced since); a caller that is
-/// not blocked in its request also polls its pidfd (alive?).
+/// is still the same image in two system calls (`recheck`): the image witness (`ImageWitness`:
+/// the same address space, or the same layout) and an `fstat` of the image's file (unchanged,
+/// not deleted or replaced since); a third, `/proc/PID/status` (tracer), at most once per
+/// `tracerRecheckInterval`; a caller that is not blocked in its request also polls its pidfd
+/// (alive?).
 // @unchecked Sendable: `facts` and the descriptors are set in init; `grants` and
 // `script` are changed only under AccessControl's `processes` lock (or its own).
 final class CachedProcess: @unchecked Sendable {
@@ -560,6 +561,27 @@ final class CachedProcess: @unchecked Sendable {
     /// (only the process's own code can repoint it: PR_SET_MM_EXE_FILE, and only once its
     /// image is unmapped).
     private let exeFD = Atomic<Int32>(-1)
+    /// Whether an `fstat` of `exeFD` is answered from memory (`kcfs_stat_is_local`): then a
+    /// recheck never waits, and keeps the FUSE lead. Set before `exeFD` is published.
+    private let exeStatIsLocal = Atomic<Bool>(false)
+    /// The address-space witness without a lock: the process's `/proc/PID/pagemap`, opened at
+    /// its first recheck (`imageHolds`), or -1. A 1-byte read of it is refused (EINVAL) while
+    /// the address space it was opened on is in use and reads nothing once the process exec'd
+    /// or exited (`kcfs_address_space_in_use`), touching no page and taking no lock: 0.2 µs,
+    /// where a byte of `environ` costs 1.2 µs and waits for whoever holds the memory map's
+    /// lock. Not opened at identification: most new callers (`head`) never ask again.
+    private let pagemapFD = Atomic<Int32>(-1)
+    /// When the status last said the process was not traced (CLOCK_MONOTONIC ns; 0: not yet).
+    private let untracedAt = Atomic<UInt64>(0)
+    /// How long a status that said "not traced" is taken as still true. Rendering the status
+    /// costs the kernel about 6 µs, a fifth of a whole read of a secret; once in 10 ms it is
+    /// nothing. A tracer that attaches to a process already identified is seen by the requests
+    /// it makes from 10 ms later on. The check at an open never closed that window anyway: the
+    /// secret leaves at the read, after the open, and a tracer attached in between reads it
+    /// from the process (the threat model's "ptrace where yama allows it"). The check keeps a
+    /// program started under a tracer (`strace head`) out, and that one is read at its first
+    /// request, always.
+    static let tracerRecheckInterval: UInt64 = 10_000_000
     var grants: Set<Grant> = []
     var lastUse: UInt64 = 0
     private let script = Mutex<FileIdentity??>(nil)
@@ -570,6 +592,8 @@ final class CachedProcess: @unchecked Sendable {
         /// and once no process uses that space (the process exec'd or exited) it reads
         /// nothing. Taken when the process shares its address space with no parent (a vfork
         /// child shares its parent's, which outlives the child's exec) and has an environment.
+        /// Its read takes the lock of the process's memory map, so the first recheck puts a
+        /// `pagemap` in its place (`pagemapFD`), which tells the same without it.
         /// A process that made a child share its address space and then exec'd would go
         /// unseen: that is the program's own code at work, as the threat model says.
         case addressSpace(Int32)
@@ -701,6 +725,7 @@ final class CachedProcess: @unchecked Sendable {
         self.exeKey = FileStatKey(exe)
         self.core = facts
         self.identifiedTracer = tracer == 0 ? nil : tracer
+        if tracer == 0 { untracedAt.store(kcfs_monotonic_ns(), ordering: .relaxed) }
     }
 
     /// All the facts: `core` and the details, read once. Read while the process still runs
@@ -719,42 +744,78 @@ final class CachedProcess: @unchecked Sendable {
 
     deinit {
         close(witness.descriptor)
+        let pagemap = pagemapFD.load(ordering: .relaxed)
+        if pagemap >= 0 { close(pagemap) }
         close(statusFD)
         let exe = exeFD.load(ordering: .relaxed)
         if exe >= 0 && exe != core.image.descriptor { close(exe) }
     }
 
     /// Nil when the process is gone or runs another image now; else its tgid and tracer.
-    /// Every later request of a known process comes through here, so it makes three system
-    /// calls, each for a promise: the status (a tracer attached since; the one call no cheaper
-    /// file can answer, and most of the cost), the witness (an exec since) and an `fstat` of
-    /// the image's file (deleted, replaced or changed since).
+    /// Every later request of a known process comes through here, so it makes two system
+    /// calls, each for a promise: the witness (an exec since) and an `fstat` of the image's
+    /// file (deleted, replaced or changed since); and, once per `tracerRecheckInterval`, a
+    /// third: the status (a tracer attached since; the one file that says so, and most of the
+    /// cost).
     ///
     /// `settled`: the caller is blocked in its request (a FUSE caller), so it runs; the pidfd
     /// is not polled. Should the pid be another process's now (the one identified exited and
     /// was reaped), the status and the witness, both opened on the one identified, read nothing.
     ///
-    /// `beforeWaiting` runs once the status is read, before the witness and the `fstat`, each
-    /// of which may wait on what the caller and others do (the FUSE binding passes the lead to
-    /// another worker there, so that other requests go on). The environment witness takes the
-    /// lock of the caller's memory map, which another process may hold across a slow page
-    /// fault (reading `/proc/PID/mem` at an address mapped from a slow file system, or from
-    /// this mount) while a third waits to write it (`/proc/PID/clear_refs`): every new reader
-    /// waits then, even of a single-threaded caller blocked in this request. The `fstat` asks
-    /// the file system the executable lives on, which may be slow (FUSE, NFS). test_access.
+    /// `beforeWaiting` runs before what may wait on what the caller and others do (the FUSE
+    /// binding passes the lead to another worker there, so that other requests go on; passing
+    /// it costs two context switches, a third of a read): the `fstat`, unless the executable's
+    /// file system answers it from memory (`kcfs_stat_is_local`; a FUSE or NFS one may be slow),
+    /// and the first look at the witness (`imageHolds`). Later looks take no lock, so that a process
+    /// holding the caller's memory map (across a slow page fault: reading `/proc/PID/mem` at an
+    /// address mapped from a slow file system, or from this mount) cannot stall the requests
+    /// behind it. test_access.
     func recheck(settled: Bool, beforeWaiting: () -> Void = {}) -> (tgid: pid_t, tracer: pid_t?)? {
         guard settled || pin.isAlive else { return nil }
-        // TracerPid is near the top; the rest need not be copied out.
-        guard let status = ProcStatus.reread(statusFD) else { return nil }
-        // Not found is not "untraced": fail closed.
-        guard let tgid = status.tgid, let tracer = status.tracerPID else { return nil }
-        beforeWaiting()
-        guard witness.holds else { return nil }
+        let tracer: pid_t
+        let now = kcfs_monotonic_ns()
+        if now &- untracedAt.load(ordering: .relaxed) < Self.tracerRecheckInterval {
+            tracer = 0
+        } else {
+            // TracerPid is near the top; the rest need not be copied out.
+            guard let status = ProcStatus.reread(statusFD) else { return nil }
+            // Not found is not "untraced": fail closed. The status was opened on this process:
+            // any Tgid but its pid is another's.
+            guard let tgid = status.tgid, tgid == pin.pid, let read = status.tracerPID else { return nil }
+            tracer = read
+            if read == 0 { untracedAt.store(now, ordering: .relaxed) }
+        }
+        // The lead is passed once at most.
+        var passed = false
+        func passLead() { if !passed { passed = true; beforeWaiting() } }
+        guard imageHolds(beforeWaiting: passLead) else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()
-        guard let fd = imageDescriptor(), fstat(fd, &exe) == 0, FileStatKey(exe) == exeKey,
+        let known = exeFD.load(ordering: .acquiring)
+        if known < 0 || !exeStatIsLocal.load(ordering: .relaxed) { passLead() }
+        guard let fd = known >= 0 ? known : imageDescriptor(), fstat(fd, &exe) == 0, FileStatKey(exe) == exeKey,
               exe.st_nlink > 0 || core.executableDeleted else { return nil }
-        return (tgid, tracer == 0 ? nil : tracer)
+        return (pin.pid, tracer == 0 ? nil : tracer)
+    }
+
+    /// Whether the process runs the image identified: through `pagemapFD` once it is open,
+    /// else through the witness (after `beforeWaiting`: it may wait), and then `pagemapFD` is
+    /// opened, kept only if the witness still holds after it (so it was opened on the same
+    /// address space).
+    private func imageHolds(beforeWaiting: () -> Void) -> Bool {
+        let pagemap = pagemapFD.load(ordering: .acquiring)
+        if pagemap >= 0 { return kcfs_address_space_in_use(pagemap) == 1 }
+        beforeWaiting()
+        guard witness.holds else { return false }
+        guard case .addressSpace = witness else { return true }
+        let fd = kcfs_proc_open(pin.pid, "pagemap", O_RDONLY)
+        guard fd >= 0 else { return true }
+        guard kcfs_address_space_in_use(fd) == 1, witness.holds,
+              pagemapFD.compareExchange(expected: -1, desired: fd, ordering: .acquiringAndReleasing).exchanged else {
+            close(fd)
+            return true
+        }
+        return true
     }
 
     /// The image's file: the one `ExecutableImage` holds, or one opened now through
@@ -767,6 +828,7 @@ final class CachedProcess: @unchecked Sendable {
         let held = core.image.descriptor
         let fd = held >= 0 ? held : kcfs_proc_open(pin.pid, "exe", O_RDONLY)
         guard fd >= 0 else { return nil }
+        exeStatIsLocal.store(kcfs_stat_is_local(fd) == 1, ordering: .relaxed)
         let (stored, current) = exeFD.compareExchange(expected: -1, desired: fd, ordering: .acquiringAndReleasing)
         if stored { return fd }
         if fd != held { close(fd) }

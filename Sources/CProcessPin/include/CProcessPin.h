@@ -62,3 +62,19 @@ void kcfs_scan_environment(const unsigned char *b, size_t n, struct kcfs_environ
 long kcfs_read_environment(int fd, struct kcfs_environment *out, unsigned char *term, size_t term_size, long *term_length);
 
 #endif
+
+/* Whether the address space a /proc/PID/pagemap descriptor was opened on is still in use: 1
+ * while it is (the process has not exec'd or exited), 0 once no process uses it, -1 with errno
+ * set on anything else. A 1-byte read is refused (EINVAL: pagemap reads 8-byte entries) after
+ * the kernel has taken a use of the address space, and reads nothing when it cannot: no page
+ * is touched and the address space's lock is not taken, so another process holding that lock
+ * cannot make the check wait. */
+int kcfs_address_space_in_use(int pagemap);
+
+/* 1 when fstat of a descriptor on this file system is answered from memory (local disk file
+ * systems and tmpfs), 0 when it may wait on something outside the kernel (FUSE, NFS, and any
+ * other not known), -1 with errno set. */
+int kcfs_stat_is_local(int fd);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+unsigned long long kcfs_monotonic_ns(void);
