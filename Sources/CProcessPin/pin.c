@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -202,4 +204,10 @@ long kcfs_read_environment(int fd, struct kcfs_environment *out, unsigned char *
         }
     }
     return (long)n;
+}
+
+int kcfs_idle_thread(const char *name) {
+    (void)pthread_setname_np(pthread_self(), name);
+    struct sched_param none = { .sched_priority = 0 };
+    return sched_setscheduler(0, SCHED_IDLE, &none);
 }
