@@ -865,7 +865,8 @@ final class DroppedProcesses: @unchecked Sendable {
     static let shared = DroppedProcesses()
     static let limit = ProcessTable.capacity
 
-    // Guards `pending`, `releasing` and `started`; nothing is released under it.
+    // Guards `pending`, `releasing` and `started`; a leaf, taken with no other lock held
+    // (the table's is let go of first), and nothing is released under it.
     private let condition = NSCondition()
     private var pending: [CachedProcess] = []
     private var releasing = false
