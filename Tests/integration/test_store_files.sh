@@ -22,7 +22,9 @@ nothing_recoverable() {
     fi
 }
 
-wal_size() { stat -c %s "$1-wal" 2>/dev/null || echo 0; }
+# The bytes of the WAL that are not zero: 0 once it is emptied (the store's VFS overwrites an
+# emptied WAL's frames with zeros, keeping its blocks, where SQLite would cut it to 0 bytes).
+wal_left() { tr -d '\000' <"$1-wal" 2>/dev/null | wc -c; }
 
 echo "== every route through the mount leaves nothing behind"
 init_store
@@ -36,7 +38,7 @@ sed -i 's/first/second/' "$MP/svc/one"
 expect_eq "second-one" "$(cat "$MP/svc/one")" "sed -i saved"
 # A create only adds (one commit, no earlier value to erase); a save that replaces one is
 # followed by the checkpoint that empties the WAL.
-expect_eq 0 "$(wal_size "$KEYCHAINFS_STORE")" "the WAL is empty once a write that replaced a value returns"
+expect_eq 0 "$(wal_left "$KEYCHAINFS_STORE")" "the WAL holds nothing once a write that replaced a value returns"
 nothing_recoverable "sed -i: neither the old value nor sed's temporary file is left"
 
 sh -c "printf 'second-two' > '$MP/svc/tmp.two'"
@@ -46,6 +48,17 @@ nothing_recoverable "mv tmp acct: the replaced value is gone"
 
 rm "$MP/svc/three"
 nothing_recoverable "rm: the deleted value is gone"
+
+# A create leaves the WAL as it is (its frames hold no earlier value); the next write that
+# replaces one empties it, the create's frames with the rest: the created value, replaced at
+# once, is in none of the files, though its pages sat in the WAL until then.
+sh -c "printf 'created-eight' > '$MP/svc/eight'"
+expect_eq 1 "$([ "$(wal_left "$KEYCHAINFS_STORE")" -gt 0 ] && echo 1)" "a create leaves its frames in the WAL"
+sh -c "printf 'updated-eight' > '$MP/svc/eight'"
+expect_eq "updated-eight" "$(cat "$MP/svc/eight")" "the new item updated at once"
+expect_eq 0 "$(wal_left "$KEYCHAINFS_STORE")" "the update empties the WAL, the create's frames too"
+nothing_recoverable "create then update of the same item: the created value is gone"
+expect_eq "" "$(grep -l 'created-eight' "$KEYCHAINFS_STORE" "$KEYCHAINFS_STORE-wal" 2>/dev/null)" "and no plaintext of it either"
 
 printf 'rotated-four' | kc add-generic-password -s svc -a four -U >/dev/null
 expect_eq "rotated-four" "$(cat "$MP/svc/four")" "rotation through the daemon"
@@ -175,7 +188,7 @@ if mount -t tmpfs -o size=3m tmpfs "$FS" 2>/dev/null; then
     rm -f "$FS/filler"
     sh -c "printf 'after' > '$MP/svc/d'"
     expect_eq "after" "$(cat "$MP/svc/d")" "with space again, writes work"
-    expect_eq 0 "$(wal_size "$S3")" "and the WAL is truncated"
+    expect_eq 0 "$(wal_left "$S3")" "and the WAL is emptied"
     expect_eq 1 "$(test -f "$S3-reserve" && echo 1)" "the reserve is back"
     nothing_recoverable "nothing recoverable once space returns" "$S3"
     kc unmount "$MP" >/dev/null
@@ -205,7 +218,7 @@ expect_eq "1 0" "$(syncs "printf 'new' > '$MP/svc/b'")" "a create: one sync of t
 expect_eq "1 1" "$(syncs "printf 'second' > '$MP/svc/a'")" "an update: one sync of the WAL, one of the database"
 # The WAL the update emptied starts afresh: SQLite syncs its new header before the frames.
 expect_eq "2 1" "$(syncs "rm '$MP/svc/b'")" "a delete after it: the same, and the new WAL's header"
-expect_eq 0 "$(wal_size "$TEST_ROOT/sync.db")" "and the WAL is empty after it"
+expect_eq 0 "$(wal_left "$TEST_ROOT/sync.db")" "and the WAL holds nothing after it"
 # The records beside the device key (counter, files' state) are rewritten in place at every
 # commit: an ftruncate would be one more journalled change of an inode per write.
 strace -f -y -e trace=ftruncate -o "$TEST_ROOT/trunc.trace" -p "$pid" 2>/dev/null &
