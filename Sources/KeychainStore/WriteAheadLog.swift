@@ -71,7 +71,14 @@ final class WriteAheadLog: Sendable {
         // (CStoreVFS) does the truncation as an overwrite of the WAL's frames with zeros, so
         // the WAL keeps its blocks and the next commits' syncs write over them.
         _ = kcfs_store_vfs_take_emptied()
-        let done = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil) == SQLITE_OK
+        var rc = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
+        // A commit may fit in the WAL's kept blocks on a full disk, and its checkpoint then find
+        // no room to grow the database (a new row's page): the reserve is given up for it, as
+        // for a delete's commit, so that no replaced or deleted value waits for space to return.
+        if rc & 0xff == SQLITE_FULL && releaseReserve() {
+            rc = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
+        }
+        let done = rc == SQLITE_OK
         let emptied = Int(kcfs_store_vfs_take_emptied())
         checkpointedBytes.withLock { $0 = emptied }
         pending.withLock { $0 = !done }

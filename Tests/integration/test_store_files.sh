@@ -59,6 +59,7 @@ expect_eq "updated-eight" "$(cat "$MP/svc/eight")" "the new item updated at once
 expect_eq 0 "$(wal_left "$KEYCHAINFS_STORE")" "the update empties the WAL, the create's frames too"
 nothing_recoverable "create then update of the same item: the created value is gone"
 expect_eq "" "$(grep -l 'created-eight' "$KEYCHAINFS_STORE" "$KEYCHAINFS_STORE-wal" 2>/dev/null)" "and no plaintext of it either"
+rm "$MP/svc/eight"
 
 printf 'rotated-four' | kc add-generic-password -s svc -a four -U >/dev/null
 expect_eq "rotated-four" "$(cat "$MP/svc/four")" "rotation through the daemon"
@@ -176,13 +177,19 @@ if mount -t tmpfs -o size=3m tmpfs "$FS" 2>/dev/null; then
     head -c 10000000 /dev/zero >>"$FS/filler" 2>/dev/null
     # head, not the shell's printf: a commit's error comes at close(2), which dash does not check.
     expect_errno "the disk is full" "No space left on device" sh -c "head -c 4096 /dev/zero > '$FS/probe'"
-    expect_errno "a save over an item fails" "No space left on device" sh -c "head -c 1 /dev/zero > '$MP/svc/d'"
-    expect_eq "kept-d" "$(cat "$MP/svc/d")" "and leaves it as it was"
-    expect_errno "a new file fails" "No space left on device" sh -c "head -c 1 /dev/zero > '$MP/svc/more'"
-    expect_eq "a b c d" "$(ls "$MP/svc" | tr '\n' ' ' | sed 's/ $//')" "and is not left behind"
+    # An emptied WAL keeps its blocks (zeroed): small commits still fit in them.
+    expect_exit 0 "a small save over an item fits in the blocks the emptied WAL kept" sh -c "head -c 1 /dev/zero > '$MP/svc/d'"
+    expect_eq 1 "$(stat -c %s "$MP/svc/d")" "and is stored"
+    expect_exit 0 "so does a small new file" sh -c "head -c 1 /dev/zero > '$MP/svc/more'"
+    # ... and one of 5 pages, which the database file has no room for until a checkpoint grows it.
+    expect_exit 0 "and a new file of 20 KB" sh -c "head -c 20000 /dev/urandom > '$MP/svc/mid'"
+    expect_errno "a write larger than them fails" "No space left on device" sh -c "head -c 400000 /dev/urandom > '$MP/svc/big'"
+    expect_eq "a b c d mid more" "$(ls "$MP/svc" | tr '\n' ' ' | sed 's/ $//')" "and is not left behind"
+    # The delete's checkpoint must grow the database by the new files' pages: it gives up the
+    # reserve, or the deleted value would stay in the database file until space returns.
     expect_exit 0 "rm works on a full disk" rm "$MP/svc/a"
     expect_exit 0 "delete-generic-password works on a full disk" kc delete-generic-password --store "$S3" -s svc -a b
-    expect_eq "c d" "$(ls "$MP/svc" | tr '\n' ' ' | sed 's/ $//')" "both are gone"
+    expect_eq "c d mid more" "$(ls "$MP/svc" | tr '\n' ' ' | sed 's/ $//')" "both are gone"
     expect_exit 0 "a second rm on the full disk" rm "$MP/svc/c"
     nothing_recoverable "on the full disk, nothing deleted is recoverable" "$S3"
     rm -f "$FS/filler"
