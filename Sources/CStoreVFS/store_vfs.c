@@ -89,19 +89,31 @@ static int framesEnd(sqlite3_file *real, sqlite3_int64 size, sqlite3_int64 *end)
 	unsigned magic = get32(head), pageSize = get32(head + 8);
 	if ((magic & 0xFFFFFFFE) != 0x377f0682 || pageSize < 512 || pageSize > 65536 || (pageSize & (pageSize - 1)))
 		return SQLITE_OK;
+	/* Read in runs of frames, not a read per frame: after a run of creates the WAL holds a
+	 * thousand frames. */
 	static const unsigned char zero[24];
 	sqlite3_int64 frame = 24 + (sqlite3_int64)pageSize;
-	for (sqlite3_int64 at = 32; at + 24 <= size; at += frame) {
-		unsigned char fh[24];
-		rc = real->pMethods->xRead(real, fh, 24, at);
-		if (rc != SQLITE_OK)
-			return rc;
-		if (memcmp(fh, zero, 24) == 0) {
-			*end = at;
-			return SQLITE_OK;
+	const sqlite3_int64 perRun = 64;
+	unsigned char *run = sqlite3_malloc64((sqlite3_uint64)(frame * perRun));
+	if (run == NULL)
+		return SQLITE_NOMEM;
+	for (sqlite3_int64 at = 32; at + 24 <= size; at += frame * perRun) {
+		sqlite3_int64 n = size - at < frame * perRun ? size - at : frame * perRun;
+		/* A short read fills the rest with zeros (SQLITE_IOERR_SHORT_READ): the end of the file. */
+		rc = real->pMethods->xRead(real, run, (int)n, at);
+		if (rc != SQLITE_OK && rc != SQLITE_IOERR_SHORT_READ)
+			break;
+		rc = SQLITE_OK;
+		for (sqlite3_int64 f = 0; f + 24 <= n; f += frame) {
+			if (memcmp(run + f, zero, 24) == 0) {
+				*end = at + f;
+				sqlite3_free(run);
+				return SQLITE_OK;
+			}
 		}
 	}
-	return SQLITE_OK;
+	sqlite3_free(run);
+	return rc;
 }
 
 static int storeTruncate(sqlite3_file *f, sqlite3_int64 size)
