@@ -12,10 +12,11 @@
  * off). The next commits write over the zeroed blocks. SQLite reads a WAL whose header is
  * not a valid header as an empty WAL, as it reads a WAL of zero bytes.
  *
- * The zeroing is as durable as the truncation it replaces (neither is synced by SQLite: the
- * next sync of the WAL, the next commit's, carries it), and it runs inside SQLite's
- * checkpoint, with the WAL's writer and reader locks held, so no connection of any process
- * reads or writes the WAL meanwhile.
+ * The header goes first, synced on its own (storeTruncate says why); the frames' zeros are
+ * then as durable as the truncation they replace (SQLite syncs neither: the next sync of the
+ * WAL, the next commit's, carries them). It runs inside SQLite's checkpoint, with the WAL's
+ * writer and reader locks held, so no connection of any process reads or writes the WAL
+ * meanwhile.
  *
  * Which bytes hold frames: SQLite writes a WAL's frames in order from its start, each frame a
  * 24-byte header whose first field, the page number, is never 0. So the frames end at the
@@ -134,7 +135,26 @@ static int storeTruncate(sqlite3_file *f, sqlite3_int64 size)
 		if (rc != SQLITE_OK)
 			return rc;
 	}
+	/* First the header, made durable on its own: frames zeroed on disk under the old header
+	 * still there (the page cache writes back in no set order, and a disk with a volatile
+	 * cache persists in none) would leave a shorter chain of the old frames, which recovery
+	 * after a power loss would replay over the newer pages the checkpoint wrote (SQLite syncs
+	 * a restarted WAL's new header before its frames for the same reason). With the header
+	 * gone first, no frame of the old generation can be read back, whatever else lands. */
 	static const unsigned char zeros[65536];
+	if (end >= 32) {
+		unsigned char head[32];
+		rc = real->pMethods->xRead(real, head, 32, 0);
+		if (rc != SQLITE_OK)
+			return rc;
+		if (memcmp(head, zeros, 32) != 0) {
+			rc = real->pMethods->xWrite(real, zeros, 32, 0);
+			if (rc == SQLITE_OK)
+				rc = real->pMethods->xSync(real, SQLITE_SYNC_NORMAL);
+			if (rc != SQLITE_OK)
+				return rc;
+		}
+	}
 	for (sqlite3_int64 at = 0; at < end; at += sizeof zeros) {
 		int n = end - at < (sqlite3_int64)sizeof zeros ? (int)(end - at) : (int)sizeof zeros;
 		rc = real->pMethods->xWrite(real, zeros, n, at);
