@@ -46,6 +46,8 @@ typedef struct StoreFile {
 	int isWAL;
 	/* No truncation through this handle yet: the WAL's bytes are those found at its open. */
 	int untouched;
+	/* The last write was a new WAL header over a header of zeros (storeWrite). */
+	int headerOverZeros;
 	sqlite3_file *real; /* follows this struct, in the same allocation */
 } StoreFile;
 
@@ -57,8 +59,44 @@ static sqlite3_io_methods storeMethods;
 
 static int storeClose(sqlite3_file *f) { return REAL(f)->pMethods->xClose(REAL(f)); }
 static int storeRead(sqlite3_file *f, void *b, int n, sqlite3_int64 o) { return REAL(f)->pMethods->xRead(REAL(f), b, n, o); }
-static int storeWrite(sqlite3_file *f, const void *b, int n, sqlite3_int64 o) { return REAL(f)->pMethods->xWrite(REAL(f), b, n, o); }
-static int storeSync(sqlite3_file *f, int flags) { return REAL(f)->pMethods->xSync(REAL(f), flags); }
+/*
+ * SQLite syncs a restarted WAL's new header before it writes the frames, so that frames
+ * landing on disk before the header cannot cut short the old generation's chain of frames
+ * (which recovery would replay over newer pages). Over a header that storeTruncate zeroed
+ * and synced, there is no old chain to cut: the old frames cannot be read back under any
+ * header, and the new frames are read only under the new one, each transaction once its
+ * last frame is there, as always. So that sync is left out there: the emptying's own sync of
+ * the header takes its place, and an erasing commit costs no more syncs than before.
+ * Zeros at the header's place are only ever a synced emptying's (or an empty file): SQLite
+ * writes a valid header there, and a truncation cuts the file, all or nothing.
+ */
+static int storeWrite(sqlite3_file *f, const void *b, int n, sqlite3_int64 o)
+{
+	StoreFile *p = (StoreFile *)f;
+	sqlite3_file *real = p->real;
+	p->headerOverZeros = 0;
+	if (p->isWAL && o == 0 && n == 32) {
+		static const unsigned char zero[32];
+		unsigned char head[32];
+		int rc = real->pMethods->xRead(real, head, 32, 0);
+		if ((rc == SQLITE_OK || rc == SQLITE_IOERR_SHORT_READ) && memcmp(head, zero, 32) == 0) {
+			rc = real->pMethods->xWrite(real, b, n, o);
+			p->headerOverZeros = rc == SQLITE_OK;
+			return rc;
+		}
+	}
+	return real->pMethods->xWrite(real, b, n, o);
+}
+
+static int storeSync(sqlite3_file *f, int flags)
+{
+	StoreFile *p = (StoreFile *)f;
+	if (p->headerOverZeros) {
+		p->headerOverZeros = 0;
+		return SQLITE_OK;
+	}
+	return REAL(f)->pMethods->xSync(REAL(f), flags);
+}
 static int storeFileSize(sqlite3_file *f, sqlite3_int64 *s) { return REAL(f)->pMethods->xFileSize(REAL(f), s); }
 static int storeLock(sqlite3_file *f, int l) { return REAL(f)->pMethods->xLock(REAL(f), l); }
 static int storeUnlock(sqlite3_file *f, int l) { return REAL(f)->pMethods->xUnlock(REAL(f), l); }
@@ -121,6 +159,7 @@ static int storeTruncate(sqlite3_file *f, sqlite3_int64 size)
 {
 	StoreFile *p = (StoreFile *)f;
 	sqlite3_file *real = p->real;
+	p->headerOverZeros = 0;
 	if (!p->isWAL || size != 0)
 		return real->pMethods->xTruncate(real, size);
 	sqlite3_int64 have = 0, end = 0;
@@ -151,8 +190,11 @@ static int storeTruncate(sqlite3_file *f, sqlite3_int64 size)
 			rc = real->pMethods->xWrite(real, zeros, 32, 0);
 			if (rc == SQLITE_OK)
 				rc = real->pMethods->xSync(real, SQLITE_SYNC_NORMAL);
-			if (rc != SQLITE_OK)
+			if (rc != SQLITE_OK) {
+				/* Zeros there must always be synced ones (storeWrite relies on it). */
+				real->pMethods->xWrite(real, head, 32, 0);
 				return rc;
+			}
 		}
 	}
 	for (sqlite3_int64 at = 0; at < end; at += sizeof zeros) {

@@ -207,7 +207,9 @@ echo "== each write is synced before it returns, with as few syncs as that takes
 # A create is made durable by one fdatasync of the WAL; a replacing write by the checkpoint
 # that empties the WAL: one sync of the WAL, one of the database (SQLite's FULL took one more),
 # then one of the WAL's zeroed header before its frames are zeroed (CStoreVFS: zeroed frames
-# under an old header could give recovery a shorter chain of old frames to replay).
+# under an old header could give recovery a shorter chain of old frames to replay). The next
+# commit's new header, written over that synced one, needs no sync of its own (SQLite's, for
+# a WAL restarted over old frames, is left out there).
 init_store --store "$TEST_ROOT/sync.db"
 mount_kc "$MP" --store "$TEST_ROOT/sync.db"
 mkdir "$MP/svc"
@@ -225,8 +227,22 @@ syncs() {
 }
 expect_eq "1 0" "$(syncs "printf 'new' > '$MP/svc/b'")" "a create: one sync of the WAL"
 expect_eq "2 1" "$(syncs "printf 'second' > '$MP/svc/a'")" "an update: two syncs of the WAL (its frames, its zeroed header), one of the database"
-# The WAL the update emptied starts afresh: SQLite syncs its new header before the frames.
-expect_eq "3 1" "$(syncs "rm '$MP/svc/b'")" "a delete after it: the same, and the new WAL's header"
+# In that order: after the database's sync, the WAL's header alone is zeroed and synced, and
+# only then are its frames zeroed.
+strace -f -y -e trace=pwrite64,fdatasync -o "$TEST_ROOT/order.trace" -p "$pid" 2>/dev/null &
+tracer=$!
+sleep 0.5
+sh -c "printf 'third' > '$MP/svc/a'"
+sleep 0.3
+kill "$tracer"; wait "$tracer" 2>/dev/null
+order=$(awk '/sync.db>/ && /fdatasync/ { seen = 1; next }
+    seen && /sync.db-wal>/ { n++; if (n == 1) first = ($0 ~ /pwrite64\(.*, 32, 0\)/) ? "header" : $0;
+                              if (n == 2) second = ($0 ~ /fdatasync/) ? "sync" : $0;
+                              if (n == 3) third = ($0 ~ /pwrite64/) ? "frames" : $0 }
+    END { print first, second, third }' "$TEST_ROOT/order.trace")
+expect_eq "header sync frames" "$order" "the emptying zeroes and syncs the WAL's header before its frames"
+# The WAL the update emptied starts afresh, its new header over the synced zeros.
+expect_eq "2 1" "$(syncs "rm '$MP/svc/b'")" "a delete after it: the same, no sync of the new WAL's header"
 expect_eq 0 "$(wal_left "$TEST_ROOT/sync.db")" "and the WAL holds nothing after it"
 # The records beside the device key (counter, files' state) are rewritten in place at every
 # commit: an ftruncate would be one more journalled change of an inode per write.
