@@ -114,8 +114,8 @@ static int storeUnfetch(sqlite3_file *f, sqlite3_int64 o, void *p) { return REAL
 static unsigned get32(const unsigned char *p) { return (unsigned)p[0] << 24 | (unsigned)p[1] << 16 | (unsigned)p[2] << 8 | p[3]; }
 
 /* Where the WAL's frames end: the offset of the first frame with an all-zero header, or
- * `size`. A header that is not a WAL's (zeros, or garbage) holds no frames SQLite would
- * read, but its bytes are zeroed all the same: `size` then. */
+ * `size`; 0 under a header of zeros. A header that is not a WAL's (garbage) holds no frames
+ * SQLite would read, but its bytes are zeroed all the same: `size` then. */
 static int framesEnd(sqlite3_file *real, sqlite3_int64 size, sqlite3_int64 *end)
 {
 	unsigned char head[32];
@@ -125,6 +125,13 @@ static int framesEnd(sqlite3_file *real, sqlite3_int64 size, sqlite3_int64 *end)
 	int rc = real->pMethods->xRead(real, head, 32, 0);
 	if (rc != SQLITE_OK)
 		return rc;
+	/* A header of zeros is an emptying's, and nothing was written since (a commit writes a
+	 * header first): there is nothing to zero. */
+	static const unsigned char zeroHeader[32];
+	if (memcmp(head, zeroHeader, 32) == 0) {
+		*end = 0;
+		return SQLITE_OK;
+	}
 	unsigned magic = get32(head), pageSize = get32(head + 8);
 	if ((magic & 0xFFFFFFFE) != 0x377f0682 || pageSize < 512 || pageSize > 65536 || (pageSize & (pageSize - 1)))
 		return SQLITE_OK;
