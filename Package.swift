@@ -52,8 +52,10 @@ let package = Package(
         .target(name: "KeychainModel", dependencies: ["KeychainErrors"]),
         .target(name: "KeychainCrypto", dependencies: ["COpenSSL", "CHardening"]),
         .target(name: "KeychainBatch", dependencies: ["KeychainModel", "KeychainCrypto"]),
+        // The store's SQLite VFS: the system's, with a WAL's truncation done as an overwrite with zeros.
+        .target(name: "CStoreVFS"),
         .target(name: "KeychainStore", dependencies: [
-            "KeychainModel", "KeychainCrypto", "KeychainBatch",
+            "KeychainModel", "KeychainCrypto", "KeychainBatch", "CStoreVFS",
             .product(name: "GRDB", package: "GRDB.swift"),
             .product(name: "GRDBSQLite", package: "GRDB.swift"),
             .product(name: "Logging", package: "swift-log"),

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import GRDBSQLite
 import KeychainCrypto
+import CStoreVFS
 
 /// The SQLite file: schema, migrations and the few statements the keychain runs.
 /// Nothing here is plaintext but the item kind, class number and version.
@@ -121,6 +122,8 @@ struct StoreDatabase {
 
     /// Opens an existing store; `create` makes a new file instead.
     init(path: String, create: Bool) throws {
+        // Every connection of this process through the store's VFS (WriteAheadLog).
+        guard kcfs_store_vfs_install() == SQLITE_OK else { throw KeychainError.io("cannot install the store's SQLite VFS") }
         var config = Configuration()
         config.prepareDatabase { db in
             try db.execute(sql: "PRAGMA secure_delete = ON")

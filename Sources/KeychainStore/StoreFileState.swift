@@ -6,8 +6,8 @@ import KeychainModel
 /// and modification and change times to the nanosecond. Any write to either file, a copy put
 /// in its place or a rename over it gives another state; the change time cannot be set from
 /// user space, and the kernel gives a file that was looked at since its last change a
-/// fine-grained one at the next. An empty or missing WAL counts as the same state: it holds
-/// nothing.
+/// fine-grained one at the next. An empty, emptied (zeroed, `StoreFiles.walHoldsFrames`) or
+/// missing WAL counts as the same state: it holds nothing.
 ///
 /// Kept beside the commit counter after each commit and each check of the rows, it lets an
 /// open skip reading every row when the files are as this machine's keychainfs left them
@@ -24,7 +24,9 @@ struct StoreFileState: Equatable {
         guard stat(storePath, &db) == 0 else { return nil }
         var fields = Self.fields(db)
         var wal = stat()
-        if stat(storePath + "-wal", &wal) == 0 && wal.st_size > 0 { fields += Self.fields(wal) }
+        if stat(storePath + "-wal", &wal) == 0 && wal.st_size > 0 && StoreFiles.walHoldsFrames(storePath: storePath) {
+            fields += Self.fields(wal)
+        }
         self.fields = fields
     }
 

@@ -43,6 +43,18 @@ enum StoreFiles {
         return made
     }
 
+    /// Whether the WAL may hold frames: not when it is missing, empty, or emptied by the store's
+    /// VFS, which overwrites an emptied WAL's header and frames with zeros (CStoreVFS); its
+    /// header is then no WAL's, and SQLite reads it as an empty WAL.
+    static func walHoldsFrames(storePath: String) -> Bool {
+        let fd = open(storePath + "-wal", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var header = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+        let n = withUnsafeMutableBytes(of: &header) { pread(fd, $0.baseAddress, 32, 0) }
+        return n != 0 && !(n == 32 && header == (0, 0, 0, 0))
+    }
+
     /// Makes `-wal` and `-shm`, empty and 0600, where they are missing. Again after a
     /// connection closed (the read-only format probe): the last one to close deletes them.
     static func makeMissingWAL(storePath path: String) throws -> [String] {

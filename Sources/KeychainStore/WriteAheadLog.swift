@@ -2,14 +2,17 @@ import Foundation
 import GRDB
 import GRDBSQLite
 import Synchronization
+import CStoreVFS
 
 /// Keeps the store's files free of earlier sealed values.
 ///
 /// With `secure_delete` on, SQLite zeroes a deleted value in the pages it writes, but in WAL
 /// mode the pages as they were stay in the `-wal` file until it is overwritten: a copy of it
 /// would give back deleted and replaced secrets. So after every commit that removes a sealed
-/// value, the WAL is checkpointed and truncated to zero bytes (`wal_checkpoint(TRUNCATE)`,
-/// which syncs the database file first, so durability is kept). A checkpoint that could not
+/// value, the WAL is checkpointed and emptied (`wal_checkpoint(TRUNCATE)`, which syncs the
+/// database file first, so durability is kept): every frame it held is overwritten with
+/// zeros, the file keeping its blocks (the store's VFS, CStoreVFS), so that the next commits
+/// write over them instead of growing the file, whose sync then also commits ext4's journal. A checkpoint that could not
 /// finish (a full disk, another process reading) is retried after the next commit and at the
 /// next open.
 ///
@@ -32,7 +35,7 @@ final class WriteAheadLog: Sendable {
     let walPath: String
     let reservePath: String
     private let pending = Mutex(false)
-    /// Bytes the WAL held before the last checkpoint: what the commits since the one before wrote.
+    /// The bytes of header and frames the last checkpoint emptied: what the commits since the one before wrote.
     private let checkpointedBytes = Mutex(0)
 
     init(storePath: String) {
@@ -63,16 +66,21 @@ final class WriteAheadLog: Sendable {
     /// the commit before it stands.
     @discardableResult
     func truncate(_ db: Database) -> Bool {
-        var done = false
-        var before = stat()
-        let size = stat(walPath, &before) == 0 ? Int(before.st_size) : 0
-        checkpointedBytes.withLock { $0 = size }
         // As `PRAGMA wal_checkpoint(TRUNCATE)`, without a statement to prepare at every commit:
-        // SQLITE_BUSY when a reader or writer kept it from finishing.
-        if sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil) == SQLITE_OK {
-            var st = stat()
-            done = stat(walPath, &st) != 0 || st.st_size == 0
+        // SQLITE_BUSY when a reader or writer kept it from finishing. The store's VFS
+        // (CStoreVFS) does the truncation as an overwrite of the WAL's frames with zeros, so
+        // the WAL keeps its blocks and the next commits' syncs write over them.
+        _ = kcfs_store_vfs_take_emptied()
+        var rc = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
+        // A commit may fit in the WAL's kept blocks on a full disk, and its checkpoint then find
+        // no room to grow the database (a new row's page): the reserve is given up for it, as
+        // for a delete's commit, so that no replaced or deleted value waits for space to return.
+        if rc & 0xff == SQLITE_FULL && releaseReserve() {
+            rc = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
         }
+        let done = rc == SQLITE_OK
+        let emptied = Int(kcfs_store_vfs_take_emptied())
+        checkpointedBytes.withLock { $0 = emptied }
         pending.withLock { $0 = !done }
         if done { keepReserve() }
         return done

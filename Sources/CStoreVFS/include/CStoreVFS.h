@@ -1,0 +1,16 @@
+#ifndef CSTOREVFS_H
+#define CSTOREVFS_H
+
+/* Makes the store's SQLite VFS the process's default (once; later calls do nothing):
+ * the system's own, except that a WAL "truncated" by a TRUNCATE checkpoint keeps its
+ * blocks, its frames overwritten with zeros (see store_vfs.c). Returns an SQLite code. */
+int kcfs_store_vfs_install(void);
+
+/* The bytes the truncations of WALs by this thread overwrote with zeros (their headers and
+ * frames) since the last call; taken before and after a checkpoint, on its thread. */
+long long kcfs_store_vfs_take_emptied(void);
+
+/* The most bytes of a WAL that a truncation keeps (zeroed); the rest is cut off. */
+extern const long long kcfs_wal_kept_bytes;
+
+#endif
