@@ -536,11 +536,10 @@ struct Grant: Hashable {
 }
 
 /// A process identified once, with descriptors kept open so that a later request checks it
-/// is still the same image in two system calls (`recheck`): the image witness (`ImageWitness`:
-/// the same address space, or the same layout) and an `fstat` of the image's file (unchanged,
-/// not deleted or replaced since); a third, `/proc/PID/status` (tracer), at most once per
-/// `tracerRecheckInterval`; a caller that is not blocked in its request also polls its pidfd
-/// (alive?).
+/// is still the same image (`recheck`): `/proc/PID/status` (tracer), the image witness
+/// (`ImageWitness`: the same address space, or the same layout) and an `fstat` of the image's
+/// file (unchanged, not deleted or replaced since); within `recheckInterval` of such a check,
+/// the witness alone. A caller that is not blocked in its request also polls its pidfd (alive?).
 // @unchecked Sendable: `facts` and the descriptors are set in init; `grants` and
 // `script` are changed only under AccessControl's `processes` lock (or its own).
 final class CachedProcess: @unchecked Sendable {
@@ -572,17 +571,23 @@ final class CachedProcess: @unchecked Sendable {
     /// where a byte of `environ` costs 1.2 µs and waits for whoever holds the memory map's
     /// lock. Not opened at identification: most new callers (`head`) never ask again.
     private let pagemapFD = Atomic<Int32>(-1)
-    /// When the status last said the process was not traced (CLOCK_MONOTONIC ns; 0: not yet).
-    private let untracedAt = Atomic<UInt64>(0)
-    /// How long a status that said "not traced" is taken as still true. Rendering the status
-    /// costs the kernel about 6 µs, a fifth of a whole read of a secret; once in 10 ms it is
-    /// nothing. A tracer that attaches to a process already identified is seen by the requests
-    /// it makes from 10 ms later on. The check at an open never closed that window anyway: the
-    /// secret leaves at the read, after the open, and a tracer attached in between reads it
-    /// from the process (the threat model's "ptrace where yama allows it"). The check keeps a
-    /// program started under a tracer (`strace head`) out, and that one is read at its first
-    /// request, always.
-    static let tracerRecheckInterval: UInt64 = 10_000_000
+    /// When a recheck last found the process untraced and its executable, on a local file
+    /// system, unchanged (CLOCK_MONOTONIC ns; 0: not yet).
+    private let checkedAt = Atomic<UInt64>(0)
+    /// How long such a recheck is taken as still true, while the witness holds. The status
+    /// costs the kernel about 6 µs (it renders all of it), a fifth of a whole read of a
+    /// secret, and the `fstat` 0.5 µs; once in 10 ms they are nothing, and the witness (0.3 µs)
+    /// is what a read of a known caller adds. A tracer that attaches to a process already
+    /// identified is seen by the requests it makes from 10 ms later on. The check at an open
+    /// never closed that window anyway: the secret leaves at the read, after the open, and a
+    /// tracer attached in between reads it from the process (the threat model's "ptrace where
+    /// yama allows it"). A program started under a tracer (`strace head`) is seen at its first
+    /// request, always. An executable deleted or replaced since is seen 10 ms later too; the
+    /// process runs the code it was allowed with all the same, as the running file cannot be
+    /// written (ETXTBSY) and its address space is the one the witness holds; on a file system
+    /// that does not answer `fstat` from memory (FUSE, NFS), where another machine may write
+    /// it, every request checks it.
+    static let recheckInterval: UInt64 = 10_000_000
     var grants: Set<Grant> = []
     var lastUse: UInt64 = 0
     private let script = Mutex<FileIdentity??>(nil)
@@ -726,7 +731,6 @@ final class CachedProcess: @unchecked Sendable {
         self.exeKey = FileStatKey(exe)
         self.core = facts
         self.identifiedTracer = tracer == 0 ? nil : tracer
-        if tracer == 0 { untracedAt.store(kcfs_monotonic_ns(), ordering: .relaxed) }
     }
 
     /// All the facts: `core` and the details, read once. Read while the process still runs
@@ -753,11 +757,11 @@ final class CachedProcess: @unchecked Sendable {
     }
 
     /// Nil when the process is gone or runs another image now; else its tgid and tracer.
-    /// Every later request of a known process comes through here, so it makes two system
-    /// calls, each for a promise: the witness (an exec since) and an `fstat` of the image's
-    /// file (deleted, replaced or changed since); and, once per `tracerRecheckInterval`, a
-    /// third: the status (a tracer attached since; the one file that says so, and most of the
-    /// cost).
+    /// Every later request of a known process comes through here. It reads the status (a
+    /// tracer attached since; the one file that says so, and most of the cost), the witness
+    /// (an exec since) and an `fstat` of the image's file (deleted, replaced or changed since);
+    /// within `recheckInterval` of a check that found nothing, the witness alone: one system
+    /// call.
     ///
     /// `settled`: the caller is blocked in its request (a FUSE caller), so it runs; the pidfd
     /// is not polled. Should the pid be another process's now (the one identified exited and
@@ -767,25 +771,22 @@ final class CachedProcess: @unchecked Sendable {
     /// binding passes the lead to another worker there, so that other requests go on; passing
     /// it costs two context switches, a third of a read): the `fstat`, unless the executable's
     /// file system answers it from memory (`kcfs_stat_is_local`; a FUSE or NFS one may be slow),
-    /// and the first look at the witness (`imageHolds`). Later looks take no lock, so that a process
-    /// holding the caller's memory map (across a slow page fault: reading `/proc/PID/mem` at an
-    /// address mapped from a slow file system, or from this mount) cannot stall the requests
-    /// behind it. test_access.
+    /// and the first look at the witness (`imageHolds`). Later looks take no lock, so that a
+    /// process holding the caller's memory map (across a slow page fault: reading
+    /// `/proc/PID/mem` at an address mapped from a slow file system, or from this mount)
+    /// cannot stall the requests behind it. test_access.
     func recheck(settled: Bool, beforeWaiting: () -> Void = {}) -> (tgid: pid_t, tracer: pid_t?)? {
         guard settled || pin.isAlive else { return nil }
-        let tracer: pid_t
         let now = kcfs_monotonic_ns()
-        if now &- untracedAt.load(ordering: .relaxed) < Self.tracerRecheckInterval {
-            tracer = 0
-        } else {
-            // TracerPid is near the top; the rest need not be copied out.
-            guard let status = ProcStatus.reread(statusFD) else { return nil }
-            // Not found is not "untraced": fail closed. The status was opened on this process:
-            // any Tgid but its pid is another's.
-            guard let tgid = status.tgid, tgid == pin.pid, let read = status.tracerPID else { return nil }
-            tracer = read
-            if read == 0 { untracedAt.store(now, ordering: .relaxed) }
+        if now &- checkedAt.load(ordering: .relaxed) < Self.recheckInterval {
+            let pagemap = pagemapFD.load(ordering: .acquiring)
+            if pagemap >= 0 { return kcfs_address_space_in_use(pagemap) == 1 ? (pin.pid, nil) : nil }
         }
+        // TracerPid is near the top; the rest need not be copied out.
+        guard let status = ProcStatus.reread(statusFD) else { return nil }
+        // Not found is not "untraced": fail closed. The status was opened on this process:
+        // any Tgid but its pid is another's.
+        guard let tgid = status.tgid, tgid == pin.pid, let tracer = status.tracerPID else { return nil }
         // The lead is passed once at most.
         var passed = false
         func passLead() { if !passed { passed = true; beforeWaiting() } }
@@ -796,6 +797,7 @@ final class CachedProcess: @unchecked Sendable {
         if known < 0 || !exeStatIsLocal.load(ordering: .relaxed) { passLead() }
         guard let fd = known >= 0 ? known : imageDescriptor(), fstat(fd, &exe) == 0, FileStatKey(exe) == exeKey,
               exe.st_nlink > 0 || core.executableDeleted else { return nil }
+        if tracer == 0 && exeStatIsLocal.load(ordering: .relaxed) { checkedAt.store(now, ordering: .relaxed) }
         return (pin.pid, tracer == 0 ? nil : tracer)
     }
 

@@ -131,7 +131,7 @@ final class CallerTests: AccessTestCase {
         XCTAssertEqual(access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly), .allowed)
         let tracer = try TestProcess(["/usr/bin/strace", "-o", "/dev/null", "-p", String(head.pid)])
         try TestProcess.waitUntil("strace attaches") { (try? self.tracerPid(head.pid)) == tracer.pid }
-        waitOutTheTracerInterval()
+        waitOutTheRecheckInterval()
         XCTAssertTrue(isRefused(access.decide(threadID: head.pid, item: item, operation: .read, list: headOnly), containing: "traced"))
         tracer.stop()
         try TestProcess.waitUntil("strace detaches") { (try? self.tracerPid(head.pid)) == 0 }
@@ -160,7 +160,7 @@ final class CallerTests: AccessTestCase {
         XCTAssertEqual(decide(head.pid, headOnly), .allowed)
         XCTAssertEqual(passed, 2, "its first recheck opens its executable, after the lead is passed")
         for _ in 0..<3 { XCTAssertEqual(decide(head.pid, headOnly), .allowed) }
-        waitOutTheTracerInterval()
+        waitOutTheRecheckInterval()
         XCTAssertEqual(decide(head.pid, headOnly), .allowed)
         XCTAssertEqual(passed, 2, "a known single-threaded caller allowed at once keeps it, its status read or not")
         passed = 0
@@ -169,7 +169,7 @@ final class CallerTests: AccessTestCase {
 
         let tracer = try TestProcess(["/usr/bin/strace", "-o", "/dev/null", "-p", String(head.pid)])
         try TestProcess.waitUntil("strace attaches") { (try? self.tracerPid(head.pid)) == tracer.pid }
-        waitOutTheTracerInterval()
+        waitOutTheRecheckInterval()
         XCTAssertTrue(isRefused(decide(head.pid, headOnly), containing: "traced"), "a tracer attached since is seen by the cheap path")
         XCTAssertTrue(isRefused(decide(head.pid, headOnly), containing: "traced"), "a traced process's status is read at every request")
         tracer.stop()
@@ -247,6 +247,24 @@ final class CallerTests: AccessTestCase {
         // Allowed again: removed from the list and added back, which pins the new file.
         let again = try allowed.setting([]).setting([.executable(prog)])
         XCTAssertEqual(access.decide(threadID: after.pid, item: item, operation: .read, list: again), .allowed)
+    }
+
+    /// A process that has read twice is checked in full once per `recheckInterval` (between
+    /// checks, only that it runs the same address space): its binary replaced since, or a
+    /// tracer attached since, is seen once the interval has passed.
+    func testAKnownCallerIsCheckedInFullOncePerInterval() throws {
+        let dir = directory()
+        let prog = try dir.copy("/usr/bin/head", as: "prog")
+        let allowed = try list(prog)
+        let process = try TestProcess([prog], waitForExecutable: prog)
+        for _ in 0..<3 { XCTAssertEqual(access.decide(threadID: process.pid, item: item, operation: .read, list: allowed), .allowed) }
+        let staged = try dir.copy("/usr/bin/head", as: "staged")
+        XCTAssertEqual(rename(staged, prog), 0)
+        waitOutTheRecheckInterval()
+        let stale = access.decide(threadID: process.pid, item: item, operation: .read, list: allowed)
+        XCTAssertTrue(isRefused(stale, containing: "was deleted since it started"), "\(stale)")
+        XCTAssertTrue(isRefused(access.decide(threadID: process.pid, item: item, operation: .read, list: allowed)),
+                      "a refused process is checked in full at every request")
     }
 
     func testABinaryChangedInPlaceIsAnotherProgram() throws {
@@ -580,9 +598,9 @@ final class CallerTests: AccessTestCase {
                      cached, syscalls, status, firstSight, cold, unguarded))
     }
 
-    /// A status that said "not traced" counts for `tracerRecheckInterval`.
-    private func waitOutTheTracerInterval() {
-        usleep(UInt32(CachedProcess.tracerRecheckInterval / 1000) + 2000)
+    /// A recheck that found nothing counts for `recheckInterval`.
+    private func waitOutTheRecheckInterval() {
+        usleep(UInt32(CachedProcess.recheckInterval / 1000) + 2000)
     }
 
     private func tracerPid(_ pid: pid_t) throws -> pid_t {

@@ -259,12 +259,15 @@ TP=$!
 on_exit_kill "$TP"
 wait_tracer "$RP" "$TP"
 expect_eq "$TP" "$(tracer_of "$RP")" "strace -p has attached to it"
+# A known process is checked in full once per 10 ms (CachedProcess.recheckInterval).
+sleep 0.02
 expect_eq "err:Permission denied" "$(ask)" "a tracer attached after its first reads: its next open is refused"
 kill "$TP"
 wait "$TP" 2>/dev/null
 wait_tracer "$RP" 0
 expect_eq "ok:again" "$(ask)" "once the tracer has gone it reads again"
 cp "$W/rereader" "$W/rereader.new" && mv "$W/rereader.new" "$W/rereader"
+sleep 0.02
 expect_eq "err:Permission denied" "$(ask)" "its binary replaced since (by the same bytes, another file): its next open is refused"
 exec 7>&- 8<&-
 wait "$RP" 2>/dev/null
