@@ -564,13 +564,9 @@ final class CachedProcess: @unchecked Sendable {
     /// Whether an `fstat` of `exeFD` is answered from memory (`kcfs_stat_is_local`): then a
     /// recheck never waits, and keeps the FUSE lead. Set before `exeFD` is published.
     private let exeStatIsLocal = Atomic<Bool>(false)
-    /// The address-space witness without a lock: the process's `/proc/PID/pagemap`, opened at
-    /// its first recheck (`imageHolds`), or -1. A 1-byte read of it is refused (EINVAL) while
-    /// the address space it was opened on is in use and reads nothing once the process exec'd
-    /// or exited (`kcfs_address_space_in_use`), touching no page and taking no lock: 0.2 µs,
-    /// where a byte of `environ` costs 1.2 µs and waits for whoever holds the memory map's
-    /// lock. Not opened at identification: most new callers (`head`) never ask again.
-    private let pagemapFD = Atomic<Int32>(-1)
+    /// The address-space witness without a lock, set at the process's first recheck
+    /// (`imageHolds`): not at its identification, as most new callers (`head`) never ask again.
+    private let addressSpace = AtomicLazyReference<AddressSpaceWitness>()
     /// When a recheck last found the process untraced and its executable, on a local file
     /// system, unchanged (CLOCK_MONOTONIC ns; 0: not yet).
     private let checkedAt = Atomic<UInt64>(0)
@@ -599,7 +595,7 @@ final class CachedProcess: @unchecked Sendable {
         /// nothing. Taken when the process shares its address space with no parent (a vfork
         /// child shares its parent's, which outlives the child's exec) and has an environment.
         /// Its read takes the lock of the process's memory map, so the first recheck puts a
-        /// `pagemap` in its place (`pagemapFD`), which tells the same without it.
+        /// `AddressSpaceWitness` in its place, which tells the same without it.
         /// A process that made a child share its address space and then exec'd would go
         /// unseen: that is the program's own code at work, as the threat model says.
         case addressSpace(Int32)
@@ -749,8 +745,6 @@ final class CachedProcess: @unchecked Sendable {
 
     deinit {
         close(witness.descriptor)
-        let pagemap = pagemapFD.load(ordering: .relaxed)
-        if pagemap >= 0 { close(pagemap) }
         close(statusFD)
         let exe = exeFD.load(ordering: .relaxed)
         if exe >= 0 && exe != core.image.descriptor { close(exe) }
@@ -779,8 +773,7 @@ final class CachedProcess: @unchecked Sendable {
         guard settled || pin.isAlive else { return nil }
         let now = kcfs_monotonic_ns()
         if now &- checkedAt.load(ordering: .relaxed) < Self.recheckInterval {
-            let pagemap = pagemapFD.load(ordering: .acquiring)
-            if pagemap >= 0 { return kcfs_address_space_in_use(pagemap) == 1 ? (pin.pid, nil) : nil }
+            if let space = addressSpace.load() { return space.inUse ? (pin.pid, nil) : nil }
         }
         // TracerPid is near the top; the rest need not be copied out.
         guard let status = ProcStatus.reread(statusFD) else { return nil }
@@ -801,23 +794,16 @@ final class CachedProcess: @unchecked Sendable {
         return (pin.pid, tracer == 0 ? nil : tracer)
     }
 
-    /// Whether the process runs the image identified: through `pagemapFD` once it is open,
-    /// else through the witness (after `beforeWaiting`: it may wait), and then `pagemapFD` is
-    /// opened, kept only if the witness still holds after it (so it was opened on the same
-    /// address space).
+    /// Whether the process runs the image identified: through `addressSpace` once it is set
+    /// (its address space in use, and its layout unchanged), else through the witness (after
+    /// `beforeWaiting`: it may wait), and then `addressSpace` is set, kept only if the witness
+    /// still holds after it (so it was opened on the same address space).
     private func imageHolds(beforeWaiting: () -> Void) -> Bool {
-        let pagemap = pagemapFD.load(ordering: .acquiring)
-        if pagemap >= 0 { return kcfs_address_space_in_use(pagemap) == 1 }
+        if let space = addressSpace.load() { return space.inUse && space.sameLayout }
         beforeWaiting()
         guard witness.holds else { return false }
         guard case .addressSpace = witness else { return true }
-        let fd = kcfs_proc_open(pin.pid, "pagemap", O_RDONLY)
-        guard fd >= 0 else { return true }
-        guard kcfs_address_space_in_use(fd) == 1, witness.holds,
-              pagemapFD.compareExchange(expected: -1, desired: fd, ordering: .acquiringAndReleasing).exchanged else {
-            close(fd)
-            return true
-        }
+        if let space = AddressSpaceWitness(pin.pid), witness.holds { _ = addressSpace.storeIfNil(space) }
         return true
     }
 
@@ -858,6 +844,44 @@ private func recheckLayout(_ fd: Int32, _ layout: ProcStat) -> Bool {
     let n = ProcFile.reread(fd, into: &buffer)
     guard n > 0, let now = ProcStat(buffer, count: n) else { return false }
     return now.startTime == layout.startTime && now.imageLayout == layout.imageLayout
+}
+
+/// A process's address space, told apart from the next without taking its lock. `pagemap`
+/// says whether the address space it was opened on is still in use (`kcfs_address_space_in_use`:
+/// a 1-byte read is refused, EINVAL, while it is, and reads nothing once no process uses it;
+/// 0.3 µs, where a byte of `environ` costs 1.2 µs and waits for whoever holds the memory map's
+/// lock). Another process can keep that address space in use after the process exec'd: any
+/// process, of any user, reading its `/proc/PID/cmdline` into a page of a slow file system
+/// holds it for as long as the page takes (`test_access_exec`). So the full check also reads
+/// the layout (`/proc/PID/stat`: the addresses an execve sets afresh, which follow the
+/// process's current address space) against the one read with `pagemap`.
+final class AddressSpaceWitness: @unchecked Sendable {
+    private let pagemap: Int32
+    private let stat: Int32
+    private let layout: ProcStat
+
+    /// Nil when either file cannot be read as expected, or the process is mid-exec.
+    init?(_ pid: pid_t) {
+        pagemap = kcfs_proc_open(pid, "pagemap", O_RDONLY)
+        stat = kcfs_proc_open(pid, "stat", O_RDONLY)
+        var buffer = [UInt8](repeating: 0, count: 2048)
+        let n = stat >= 0 ? ProcFile.reread(stat, into: &buffer) : -1
+        guard pagemap >= 0, n > 0, let read = ProcStat(buffer, count: n), read.isSettled,
+              kcfs_address_space_in_use(pagemap) == 1 else {
+            if pagemap >= 0 { close(pagemap) }
+            if stat >= 0 { close(stat) }
+            return nil
+        }
+        layout = read
+    }
+
+    deinit {
+        close(pagemap)
+        close(stat)
+    }
+
+    var inUse: Bool { kcfs_address_space_in_use(pagemap) == 1 }
+    var sameLayout: Bool { recheckLayout(stat, layout) }
 }
 
 /// The identified processes by pid. An entry whose process has gone or exec'd is dropped on
