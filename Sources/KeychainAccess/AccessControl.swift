@@ -885,8 +885,8 @@ final class AddressSpaceWitness: @unchecked Sendable {
 }
 
 /// The identified processes by pid. An entry whose process has gone or exec'd is dropped on
-/// its next lookup. Each entry holds three descriptors (pidfd, status, witness), and two more
-/// (the image's file, its pagemap) once its process asks again, so the table is small: past `capacity` the
+/// its next lookup. Each entry holds three descriptors (pidfd, status, witness), and three more
+/// (the image's file, its pagemap and stat) once its process asks again, so the table is small: past `capacity` the
 /// dead are swept, then the least recently used of those holding no Allow once (a grant is the
 /// user's answer; it is not dropped to make room).
 struct ProcessTable {

@@ -141,9 +141,9 @@ package final class MountDaemon: Sendable {
         return status == 0 || [SIGTERM, SIGINT, SIGHUP].contains(status) ? 0 : 1
     }
 
-    /// RLIMIT_NOFILE's soft limit up to its hard one: per-program access keeps up to six
+    /// RLIMIT_NOFILE's soft limit up to its hard one: per-program access keeps up to seven
     /// descriptors for each of up to 128 identified processes (a pidfd, its status, its image
-    /// witness, its pagemap, its executable, a held image), and as many for up to 128 more dropped from
+    /// witness, its pagemap and stat, its executable, a held image), and as many for up to 128 more dropped from
     /// its table and not yet closed (`DroppedProcesses`), beside the store's, the FUSE
     /// session's and the clients'; a soft limit of 1024 (the usual default) leaves too little
     /// room. The hard limit is the administrator's (LimitNOFILE= under systemd).
