@@ -282,15 +282,8 @@ echo "== a known caller's memory map held locked by others, or its executable on
 # single-threaded caller, which cannot itself hold the lock. The caller's own open waits (as
 # would any fault of its own), nothing else does.
 gcc -O2 -o "$W/mapper" "$W/opener.c" || fail "compile opener.c as mapper"
-gcc -O2 -o "$W/slow_fuse" "$TESTS_DIR/slow_fuse.c" $(pkg-config --cflags --libs fuse3) || fail "compile slow_fuse.c"
 printf 'mapped' | kc add-generic-password -s map -a item -T "$W/mapper" >/dev/null
-mkdir -p "$W/slow"
-SLOW_RELEASE="$W/slow.release" SLOW_EXE="$W/mapper" SLOW_STAT_HOLD="$W/slow.hold" "$W/slow_fuse" "$W/slow" -f 2>/dev/null &
-SFP=$!
-on_exit "touch '$W/slow.release'; rm -f '$W/slow.hold'; umount -l '$W/slow' 2>/dev/null"
-on_exit_kill "$SFP"
-i=0
-while ! mountpoint -q "$W/slow" && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done
+start_slow_fuse "$W/mapper"
 mkfifo "$W/map.in" "$W/map.out"
 # start_mapper PROGRAM ARGS...: an opener with a slow file mapped, on descriptors 7 and 8
 # (as ask expects); sets MAPPER and MAPPED (its pid and the mapping's address).

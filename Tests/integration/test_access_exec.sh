@@ -52,15 +52,8 @@ int main(int argc, char **argv) {
 CEOF
 gcc -O2 -o "$W/execer" "$W/execer.c" || fail "compile execer.c"
 gcc -O2 -o "$W/holder" "$W/holder.c" || fail "compile holder.c"
-gcc -O2 -o "$W/slow_fuse" "$TESTS_DIR/slow_fuse.c" $(pkg-config --cflags --libs fuse3) || fail "compile slow_fuse.c"
 printf 'hunter2' | kc add-generic-password -s ex -a item -T "$W/execer" >/dev/null
-mkdir -p "$W/slow"
-SLOW_RELEASE="$W/slow.release" SLOW_EXE="$W/execer" SLOW_STAT_HOLD="$W/slow.hold" "$W/slow_fuse" "$W/slow" -f 2>/dev/null &
-SFP=$!
-on_exit "touch '$W/slow.release'; umount -l '$W/slow' 2>/dev/null"
-on_exit_kill "$SFP"
-i=0
-while ! mountpoint -q "$W/slow" && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done
+start_slow_fuse "$W/execer" || finish
 
 # run_execer HOLD: the execer reads twice (known, witness in place), then execs cat; prints
 # what cat printed. With HOLD, a holder pins the execer's address space before the exec.

@@ -215,26 +215,26 @@ mount_kc "$MP" --store "$TEST_ROOT/sync.db"
 mkdir "$MP/svc"
 sh -c "printf 'first' > '$MP/svc/a'"
 pid=$(daemon_pid "$MP")
-# syncs NAME COMMAND: the daemon's fdatasync calls while COMMAND runs, as "wal db" counts.
-syncs() {
-    strace -f -y -e trace=fdatasync,fsync -o "$TEST_ROOT/sync.trace" -p "$pid" 2>/dev/null &
+# trace_daemon CALLS OUT COMMAND: the daemon's system calls CALLS (strace -y: with the files
+# named) while COMMAND runs, into OUT.
+trace_daemon() {
+    strace -f -y -e trace="$1" -o "$2" -p "$pid" 2>/dev/null &
     tracer=$!
     sleep 0.5
-    sh -c "$1"
+    sh -c "$3"
     sleep 0.3
     kill "$tracer"; wait "$tracer" 2>/dev/null
+}
+# syncs COMMAND: the daemon's fdatasync calls while COMMAND runs, as "wal db" counts.
+syncs() {
+    trace_daemon fdatasync,fsync "$TEST_ROOT/sync.trace" "$1"
     echo "$(grep -c 'sync.db-wal>' "$TEST_ROOT/sync.trace") $(grep -c 'sync.db>' "$TEST_ROOT/sync.trace")"
 }
 expect_eq "1 0" "$(syncs "printf 'new' > '$MP/svc/b'")" "a create: one sync of the WAL"
 expect_eq "2 1" "$(syncs "printf 'second' > '$MP/svc/a'")" "an update: two syncs of the WAL (its frames, its zeroed header), one of the database"
 # In that order: after the database's sync, the WAL's header alone is zeroed and synced, and
 # only then are its frames zeroed.
-strace -f -y -e trace=pwrite64,fdatasync -o "$TEST_ROOT/order.trace" -p "$pid" 2>/dev/null &
-tracer=$!
-sleep 0.5
-sh -c "printf 'third' > '$MP/svc/a'"
-sleep 0.3
-kill "$tracer"; wait "$tracer" 2>/dev/null
+trace_daemon pwrite64,fdatasync "$TEST_ROOT/order.trace" "printf 'third' > '$MP/svc/a'"
 order=$(awk '/sync.db>/ && /fdatasync/ { seen = 1; next }
     seen && /sync.db-wal>/ { n++; if (n == 1) first = ($0 ~ /pwrite64\(.*, 32, 0\)/) ? "header" : $0;
                               if (n == 2) second = ($0 ~ /fdatasync/) ? "sync" : $0;
