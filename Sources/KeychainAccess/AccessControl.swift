@@ -594,7 +594,7 @@ final class CachedProcess: @unchecked Sendable {
         /// and once no process uses that space (the process exec'd or exited) it reads
         /// nothing. Taken when the process shares its address space with no parent (a vfork
         /// child shares its parent's, which outlives the child's exec) and has an environment.
-        /// Its read takes the lock of the process's memory map, so the first recheck puts a
+        /// Its read takes the lock of the process's memory map, so the first recheck puts an
         /// `AddressSpaceWitness` in its place, which tells the same without it.
         /// A process that made a child share its address space and then exec'd would go
         /// unseen: that is the program's own code at work, as the threat model says.
@@ -885,10 +885,10 @@ final class AddressSpaceWitness: @unchecked Sendable {
 }
 
 /// The identified processes by pid. An entry whose process has gone or exec'd is dropped on
-/// its next lookup. Each entry holds three descriptors (pidfd, status, witness), and three more
-/// (the image's file, its pagemap and stat) once its process asks again, so the table is small: past `capacity` the
-/// dead are swept, then the least recently used of those holding no Allow once (a grant is the
-/// user's answer; it is not dropped to make room).
+/// its next lookup. Each entry holds three descriptors (pidfd, status, witness), and three
+/// more (the image's file, its pagemap and stat) once its process asks again, so the table is
+/// small: past `capacity` the dead are swept, then the least recently used of those holding no
+/// Allow once (a grant is the user's answer; it is not dropped to make room).
 struct ProcessTable {
     static let capacity = 128
     private(set) var entries: [pid_t: CachedProcess] = [:]

@@ -12,9 +12,9 @@ import CStoreVFS
 /// value, the WAL is checkpointed and emptied (`wal_checkpoint(TRUNCATE)`, which syncs the
 /// database file first, so durability is kept): every frame it held is overwritten with
 /// zeros, the file keeping its blocks (the store's VFS, CStoreVFS), so that the next commits
-/// write over them instead of growing the file, whose sync then also commits ext4's journal. A checkpoint that could not
-/// finish (a full disk, another process reading) is retried after the next commit and at the
-/// next open.
+/// write over them instead of growing the file, whose sync then also commits ext4's journal.
+/// A checkpoint that could not finish (a full disk, another process reading) is retried after
+/// the next commit and at the next open.
 ///
 /// Durability, with as few syncs as that needs: a write that erases (`StoreDatabase.write`)
 /// commits with `synchronous = NORMAL`, which writes the WAL without syncing it, and then makes the commit
@@ -35,7 +35,8 @@ final class WriteAheadLog: Sendable {
     let walPath: String
     let reservePath: String
     private let pending = Mutex(false)
-    /// The bytes of header and frames the last checkpoint emptied: what the commits since the one before wrote.
+    /// The bytes of header and frames the last checkpoint emptied: what the commits since the
+    /// one before wrote.
     private let checkpointedBytes = Mutex(0)
 
     init(storePath: String) {
