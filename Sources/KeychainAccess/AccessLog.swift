@@ -137,24 +137,26 @@ package final class AccessLog: Sendable {
 
 /// The command that gives an item a list, for the log and the prompt.
 package enum AllowCommand {
-    /// `keychainfs add-generic-password -s S -a A -U -T P...`: the item's whole list with
-    /// `program` added, so that it says the same whether `-T` replaces the list or adds to it.
+    /// `keychainfs access set-generic -s S -a A -T P...`: the item's whole list with `program`
+    /// added. That command changes the list alone, vouched for by the store's passphrase, so
+    /// it works where the refusal happened: with no prompt, or in a store whose listed
+    /// programs cannot change lists (an `add -U` would also replace the secret, and be refused
+    /// to the CLI as to any program not on the list).
     package static func line(for key: ItemKey, list: AccessList, adding program: AccessProgram) -> String {
         var programs = list.rules.map(\.program).filter { $0 != program }
         programs.append(program)
-        var words = ["keychainfs"]
+        var words = ["keychainfs", "access"]
         switch key {
         case .generic(let g):
-            words += ["add-generic-password", "-s", g.service, "-a", g.account]
+            words += ["set-generic", "-s", g.service, "-a", g.account]
         case .internet(let i):
-            words += ["add-internet-password", "-s", i.server, "-P", String(i.port)]
+            words += ["set-internet", "-s", i.server, "-P", String(i.port)]
             if !i.path.isEmpty { words += ["-p", i.path] }
             words += ["-r", i.protocol.name]
             if i.authenticationType != .default { words += ["-t", i.authenticationType.name] }
             if !i.securityDomain.isEmpty { words += ["-d", i.securityDomain] }
             words += ["-a", i.account]
         }
-        words.append("-U")
         for p in programs { words += ["-T", p.description] }
         return words.map(Shown.shellWord).joined(separator: " ")
     }

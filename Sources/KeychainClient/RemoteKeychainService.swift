@@ -136,6 +136,12 @@ package final class RemoteKeychainService: KeychainService {
         return record
     }
 
+    package func setAccess(key: ItemKey, list: AccessList, passphrase: SecureBytes) throws -> ItemRecord {
+        let r = try call(.setAccess(key: key, list: list, passphrase: passphrase))
+        guard case .saved(let record) = r else { throw Self.unexpected(r) }
+        return record
+    }
+
     private func items(_ request: ControlRequest) throws -> [FoundItem] {
         var items: [FoundItem] = []
         let r = try call(request) { items.append($0) }

@@ -148,6 +148,10 @@ package final class ServedKeychainService: KeychainService {
         owner.lock(origin: .control)
     }
 
+    package func setAccess(key: ItemKey, list: AccessList, passphrase: SecureBytes) throws -> ItemRecord {
+        try owner.setAccessList(key, to: list, authorizedBy: passphrase)
+    }
+
     package func unlock(passphrase: SecureBytes?) throws {
         defer { passphrase?.wipe() }
         try owner.unlock(passphrase: passphrase, origin: .control)

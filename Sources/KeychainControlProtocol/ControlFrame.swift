@@ -19,7 +19,7 @@ package enum ControlProtocol {
     /// Version 6 added the daemon's `identified` frame that opens every connection, and the
     /// access-denied error. Version 7 added the synchronizable attribute (tag 40), the
     /// not-synchronizable error and the `sync` request (issue 20).)
-    package static let version: UInt16 = 7
+    package static let version: UInt16 = 8
     /// keychainfs's own version, which a mismatch reports to the user.
     package static let softwareVersion = "0.1.0"
 }

@@ -26,13 +26,15 @@ package enum ControlRequest {
     case importItems(batch: ItemBatch, overwrite: Bool)
     case exportItems(afterID: Int64, limit: Int)
     case sync(action: SyncAction, folder: String?, passphrase: SecureBytes?, scryptLogN: UInt8?)
+    case setAccess(key: ItemKey, list: AccessList, passphrase: SecureBytes)
 
-    /// The frame kinds of requests. Never renumber. (10 is left for another request.)
+    /// The frame kinds of requests. Never renumber.
     package enum Kind: UInt16, CaseIterable {
         case save = 1, find = 2, delete = 3, dump = 4, verify = 5, status = 6, lock = 7, unlock = 8, unmount = 9
         case setLockAfter = 10
         case importItems = 11, exportItems = 12
         case sync = 13
+        case setAccess = 14
     }
 
     package var kind: Kind {
@@ -50,6 +52,7 @@ package enum ControlRequest {
         case .importItems: .importItems
         case .exportItems: .exportItems
         case .sync: .sync
+        case .setAccess: .setAccess
         }
     }
 
@@ -87,6 +90,10 @@ package enum ControlRequest {
             case .exportItems(let afterID, let limit):
                 w.field(.afterID, UInt64(bitPattern: afterID))
                 w.field(.limit, UInt64(max(limit, 0)))
+            case .setAccess(let key, let list, let passphrase):
+                w.nested(.key) { WireItem.write(key, to: $0) }
+                w.nested(.changes) { WireItem.write(AttributeChanges { $0.access = list }, to: $0) }
+                w.field(.passphrase, secret: passphrase)
             case .verify, .status, .lock, .unmount:
                 break
             }
@@ -132,6 +139,12 @@ package enum ControlRequest {
             }
             self = .sync(action: action, folder: try f.string(.syncFolder), passphrase: try f.secret(.passphrase),
                          scryptLogN: try f.integer(.scryptLogN, as: UInt8.self))
+        case .setAccess:
+            guard let list = try WireItem.changes(f.nested(required: .changes)).values.access else {
+                throw KeychainError.invalidInput("an access list change without a list")
+            }
+            guard let passphrase = try f.secret(.passphrase) else { throw KeychainError.wrongPassphrase }
+            self = .setAccess(key: try WireItem.newKey(f.nested(required: .key)), list: list, passphrase: passphrase)
         }
     }
 }

@@ -53,6 +53,11 @@ package protocol KeychainService: Sendable {
     /// every class but `*-this-device-only`, in id order after `afterID`.
     func exportItems(afterID: Int64, limit: Int) throws -> ExportPage
 
+    /// Per-program access: sets the item's access list (empty: any program), vouched for by
+    /// the store's passphrase instead of by the list, so no program on it is needed. A wrong
+    /// passphrase is `wrongPassphrase` and counts towards the unlock backoff.
+    func setAccess(key: ItemKey, list: AccessList, passphrase: SecureBytes) throws -> ItemRecord
+
     /// Lock, unlock, unmount and the lock-after setting act on a mount; without a daemon,
     /// all but unlock throw `notMounted`.
     func lock() throws

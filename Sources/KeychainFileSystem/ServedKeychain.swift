@@ -698,6 +698,32 @@ package final class ServedKeychain: Sendable {
         }
     }
 
+    /// Sets the item's list to `list`, vouched for by the store's passphrase instead of by the
+    /// list itself: how the user lets in a program the list refuses when no prompt is
+    /// configured (the access log's "to allow" command), and how a list is changed at all in a
+    /// store that only its listed programs may touch. The passphrase is checked one attempt at
+    /// a time, as `unlock` checks it. Programs already listed keep the file they were allowed
+    /// with; new ones are pinned as `list` pinned them. An empty list allows any program.
+    package func setAccessList(_ key: ItemKey, to list: AccessList, authorizedBy passphrase: SecureBytes) throws -> ItemRecord {
+        defer { passphrase.wipe() }
+        // Scrypt: long enough to let other requests go on.
+        willWait()
+        try unlocking.withLock { (_: inout Void) throws -> Void in
+            do { try keychain.checkPassphrase(passphrase) } catch {
+                Self.log.warning("access list change refused: \((error as? KeychainError)?.description ?? "\(error)")")
+                throw error
+            }
+        }
+        return try change(origin: .control) { c throws -> ItemRecord in
+            guard let current = try keychain.item(for: key) else { throw KeychainError.itemNotFound }
+            var record = current.record
+            let now = record.attributes.values.access ?? .anyProgram
+            let kept = AccessList(rules: list.rules.map { r in now.rules.first { $0.program == r.program } ?? r })
+            record.attributes.values.access = kept.isAnyProgram ? nil : kept
+            return try c.setAttributes(current, to: record).record
+        }
+    }
+
     // MARK: the default access list of a directory
 
     /// A service directory (generic) or a server directory (internet).

@@ -260,20 +260,28 @@ struct Keybag {
         if metadataKeys[id] == nil { metadataKeys[id] = try? HKDF.deriveKey(from: key, info: "keychainfs metadata") }
     }
 
+    /// Throws `wrongPassphrase` unless `passphraseKey` opens this generation's verifier (the
+    /// passphrase-wrapped index key); installs nothing.
+    func checkPassphrase(_ passphraseKey: SecureBytes, wrapped: [WrappedKey]) throws {
+        try Self.checkPolicy(wrapped, generation: generation, hasPassphrase: hasPassphrase)
+        // The index key is always passphrase-wrapped in such a store: it is the verifier.
+        guard let check = wrapped.first(where: { $0.generation == generation && $0.name == Self.indexKeyName && $0.wrapping == .passphrase }) else {
+            throw KeychainError.notAKeychain("the store's keybag has no passphrase entry")
+        }
+        guard (try? AESGCM.open(check.blob, key: passphraseKey, aad: aad(check))) != nil else {
+            throw KeychainError.wrongPassphrase
+        }
+    }
+
     /// Unwraps every key the passphrase (and the device key, if present) opens.
     /// Throws `wrongPassphrase` without changing anything if the passphrase is wrong.
     mutating func unlock(passphraseKey: SecureBytes?, wrapped: [WrappedKey]) throws {
-        try Self.checkPolicy(wrapped, generation: generation, hasPassphrase: hasPassphrase)
         let current = wrapped.filter { $0.generation == generation }
         if hasPassphrase {
             guard let passphraseKey else { throw KeychainError.wrongPassphrase }
-            // The index key is always passphrase-wrapped in such a store: it is the verifier.
-            guard let check = current.first(where: { $0.name == Self.indexKeyName && $0.wrapping == .passphrase }) else {
-                throw KeychainError.notAKeychain("the store's keybag has no passphrase entry")
-            }
-            guard (try? AESGCM.open(check.blob, key: passphraseKey, aad: aad(check))) != nil else {
-                throw KeychainError.wrongPassphrase
-            }
+            try checkPassphrase(passphraseKey, wrapped: wrapped)
+        } else {
+            try Self.checkPolicy(wrapped, generation: generation, hasPassphrase: hasPassphrase)
         }
         // A device key from another machine (the store was copied) opens nothing here: treat it
         // as absent, so that the passphrase still opens everything that does not need this device.

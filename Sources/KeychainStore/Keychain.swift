@@ -158,20 +158,9 @@ public final class Keychain: @unchecked Sendable {
         var passphraseKey: SecureBytes?
         if hasPassphrase {
             guard let passphrase else { throw KeychainError.wrongPassphrase }
-            let (failures, last) = try failureRecord()
-            let wait = last + Self.backoffDelay(failures: failures) - clock()
-            if wait > 0 { throw KeychainError.tooManyAttempts(retryAfter: wait) }
-            // Damaged parameters, salt or verifier are reported as such and count no attempt.
-            let record = try read { db in try KDFRecord.load(db, generation: self.keyGeneration, path: self.path) }
-            let key = try Scrypt.deriveKey(passphrase: passphrase, salt: record.salt, parameters: record.parameters)
-            do {
+            passphraseKey = try attempt(passphrase, wrapped: wrapped) { key in
                 try keybag.withLock { try $0.unlock(passphraseKey: key, wrapped: wrapped) }
-            } catch KeychainError.wrongPassphrase {
-                try setFailureRecord(failures + 1, clock())
-                throw KeychainError.wrongPassphrase
             }
-            if failures != 0 { try setFailureRecord(0, 0) }
-            passphraseKey = key
         } else {
             try keybag.withLock { try $0.unlock(passphraseKey: nil, wrapped: wrapped) }
         }
@@ -182,6 +171,40 @@ public final class Keychain: @unchecked Sendable {
             forgetKeys()
             throw error
         }
+    }
+
+    /// Proves that whoever asks knows the passphrase, as `unlock` checks it (a backoff in force
+    /// refuses at once; a wrong one counts towards it), and changes nothing else: no key is
+    /// installed or forgotten. For a change that a program's access list does not allow
+    /// (`ServedKeychain.setAccessList`): a program of the user cannot type the passphrase.
+    public func checkPassphrase(_ passphrase: SecureBytes) throws {
+        guard hasPassphrase else {
+            throw KeychainError.invalidInput("\(path) has no passphrase (it is protected by the device key only), so none can vouch for this change")
+        }
+        let wrapped = try wrappedKeys()
+        _ = try attempt(passphrase, wrapped: wrapped) { key in
+            try keybag.withLock { try $0.checkPassphrase(key, wrapped: wrapped) }
+        }
+    }
+
+    /// One passphrase attempt: waits out no backoff (refuses while one is in force), derives
+    /// the key and runs `opening` with it; `wrongPassphrase` from it is recorded. Returns the key.
+    private func attempt(_ passphrase: SecureBytes, wrapped: [WrappedKey],
+                         _ opening: (SecureBytes) throws -> Void) throws -> SecureBytes {
+        let (failures, last) = try failureRecord()
+        let wait = last + Self.backoffDelay(failures: failures) - clock()
+        if wait > 0 { throw KeychainError.tooManyAttempts(retryAfter: wait) }
+        // Damaged parameters, salt or verifier are reported as such and count no attempt.
+        let record = try read { db in try KDFRecord.load(db, generation: self.keyGeneration, path: self.path) }
+        let key = try Scrypt.deriveKey(passphrase: passphrase, salt: record.salt, parameters: record.parameters)
+        do {
+            try opening(key)
+        } catch KeychainError.wrongPassphrase {
+            try setFailureRecord(failures + 1, clock())
+            throw KeychainError.wrongPassphrase
+        }
+        if failures != 0 { try setFailureRecord(0, 0) }
+        return key
     }
 
     package static let wallClock: @Sendable () -> Int = { Int(Date().timeIntervalSince1970) }

@@ -1,14 +1,15 @@
 import ArgumentParser
 import Foundation
 import KeychainAccess
+import KeychainControl
 import KeychainModel
 
 /// `keychainfs access log`: what the per-program gate decided (issue 17).
 struct AccessCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "access",
-        abstract: "Per-program access: what the daemon refused, asked and allowed.",
-        subcommands: [AccessLogCommand.self])
+        abstract: "Per-program access: what the daemon refused, asked and allowed, and changing an item's list.",
+        subcommands: [AccessLogCommand.self, AccessSetGeneric.self, AccessSetInternet.self])
 }
 
 struct AccessLogCommand: ParsableCommand {
@@ -28,6 +29,75 @@ struct AccessLogCommand: ParsableCommand {
         Output.write(AccessLog.render(entries, json: json))
         if unreadable > 0 {
             FileHandle.standardError.write(Data("keychainfs: \(unreadable) line\(unreadable == 1 ? "" : "s") of \(AccessLog.defaultPath) could not be read\n".utf8))
+        }
+    }
+}
+
+private let setDiscussion = """
+    Replaces the item's whole list: -T PROGRAM for each program that may use it (repeatable; \
+    pinned by its file as it is now, while a program already on the list keeps the file it was \
+    allowed with), or -A for any program. The store's passphrase vouches for the change, also \
+    when a daemon serves the store: no program on the list is needed, so this is how a refused \
+    program is let in with no prompt configured (the command 'keychainfs access log' shows). \
+    A wrong passphrase counts as a failed unlock. The secret is not touched.
+    """
+
+struct AccessSetGeneric: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "set-generic",
+        abstract: "Set a generic password's access list; the store's passphrase vouches for it.",
+        discussion: setDiscussion)
+
+    @Option(name: .customShort("s"), help: ArgumentHelp("The service.", valueName: "service"))
+    var service = ""
+    @Option(name: .customShort("a"), help: ArgumentHelp("The account.", valueName: "account"))
+    var account = ""
+    @OptionGroup var programs: AccessListOptions
+
+    func run() throws {
+        try programs.apply(to: ModelInput.parse { ItemKey.generic(try GenericPasswordKey(service: service, account: account)) })
+    }
+}
+
+struct AccessSetInternet: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "set-internet",
+        abstract: "Set an internet password's access list; the store's passphrase vouches for it.",
+        discussion: setDiscussion + " The item is named as by add-internet-password: protocol https and its well-known port when left out.")
+
+    @OptionGroup var item: InternetKeyOptions
+    @OptionGroup var programs: AccessListOptions
+
+    func run() throws { try programs.apply(to: try item.key()) }
+}
+
+/// The new list of `access set-*`, and the change itself.
+struct AccessListOptions: ParsableArguments {
+    @Option(name: .customShort("T"), help: ArgumentHelp(
+        "A program that may use the item (repeatable): an absolute path, an interpreter and its script, or flatpak:APP-ID.",
+        valueName: "program"))
+    var trusted: [String] = []
+    @Flag(name: .customShort("A"), help: "Any program of the user may use the item (an empty list).")
+    var anyProgram = false
+    @OptionGroup var storeOptions: StoreOptions
+    @OptionGroup var passphrase: PassphraseOptions
+
+    func validate() throws {
+        if anyProgram == !trusted.isEmpty { throw ValidationError("give the new list: -T PROGRAM (repeatable), or -A for any program") }
+    }
+
+    func apply(to key: ItemKey) throws {
+        // Pinned before the passphrase is asked: a program that cannot be read fails first.
+        let list = anyProgram ? AccessList.anyProgram : try AccessList.anyProgram.setting(try trusted.map { try AccessProgram(parsing: $0) })
+        let path = storeOptions.path
+        // Asked on either route: a daemon needs no passphrase to serve, but this change does.
+        _ = try passphrase.withRetries(prompt: "Passphrase for \(path): ") { read in
+            let given = try read()
+            defer { given.wipe() }
+            let service = try KeychainEndpoint.connect(storePath: path, defaultClass: StoreOptions.configuredDefaultClass,
+                                                       defaultSynchronizable: StoreOptions.configuredDefaultSynchronizable,
+                                                       passphraseSource: { given.copy() })
+            return try service.setAccess(key: key, list: list, passphrase: given.copy())
         }
     }
 }

@@ -151,14 +151,14 @@ final class AccessListTests: AccessTestCase {
     func testAllowCommandCarriesTheWholeList() throws {
         let current = try list("/usr/bin/ssh")
         let generic = AllowCommand.line(for: genericItem("github", "bob").key, list: current, adding: .executable("/usr/bin/head"))
-        XCTAssertEqual(generic, "keychainfs add-generic-password -s github -a bob -U -T /usr/bin/ssh -T /usr/bin/head")
+        XCTAssertEqual(generic, "keychainfs access set-generic -s github -a bob -T /usr/bin/ssh -T /usr/bin/head")
         let spaced = AllowCommand.line(for: genericItem("my svc", "it's").key, list: .anyProgram,
                                        adding: .script(interpreter: "/usr/bin/python3", script: "/home/me/a b.py"))
-        XCTAssertEqual(spaced, "keychainfs add-generic-password -s 'my svc' -a 'it'\\''s' -U -T '/usr/bin/python3 /home/me/a%20b.py'")
+        XCTAssertEqual(spaced, "keychainfs access set-generic -s 'my svc' -a 'it'\\''s' -T '/usr/bin/python3 /home/me/a%20b.py'")
         let key = try InternetPasswordKey(server: "example.com", port: 8443, path: "api/v1", protocol: .init(parsing: "https"),
                                           securityDomain: "realm", account: "carol")
         XCTAssertEqual(AllowCommand.line(for: .internet(key), list: .anyProgram, adding: .flatpak("org.example.App")),
-                       "keychainfs add-internet-password -s example.com -P 8443 -p api/v1 -r https -d realm -a carol -U -T flatpak:org.example.App")
+                       "keychainfs access set-internet -s example.com -P 8443 -p api/v1 -r https -d realm -a carol -T flatpak:org.example.App")
     }
 
     func testSettingsCheckTheirValues() throws {

@@ -92,6 +92,17 @@ private final class MemoryKeychain: KeychainService {
 
     func unmount() throws { state.withLock { $0.calls.append("unmount") } }
 
+    /// As the store: only the passphrase "right" vouches for the change.
+    func setAccess(key: ItemKey, list: AccessList, passphrase: SecureBytes) throws -> ItemRecord {
+        try state.withLock { s in
+            s.calls.append("setAccess")
+            guard passphrase.unprotectedArray == Array("right".utf8) else { throw KeychainError.wrongPassphrase }
+            guard let (id, entry) = s.items.first(where: { $0.value.record.key == key }) else { throw KeychainError.itemNotFound }
+            s.items[id]?.record.attributes.values.access = list.isAnyProgram ? nil : list
+            return s.items[id]?.record ?? entry.record
+        }
+    }
+
     func setLockAfter(_ seconds: Int?) throws { state.withLock { $0.lockAfter = seconds; $0.calls.append("setLockAfter") } }
     /// Echoes what arrived: the folder, the passphrase's bytes as a refusal, the action and cost as counts.
     func sync(_ action: SyncAction, folder: String?, passphrase: SecureBytes?, scryptLogN: UInt8?) throws -> SyncOutcome {
@@ -283,6 +294,31 @@ final class ControlServerTests: XCTestCase {
         let bad = try ControlFrame.encode(kind: ControlRequest.Kind.sync.rawValue) { $0.field(.syncAction, UInt8(9)) }
         guard case .failed(let e)? = try exchange(bad.unprotectedArray) else { return XCTFail("an unknown action is refused") }
         XCTAssertEqual(e.exitCode, 65)
+    }
+
+    func testAnAccessListChangeCarriesItsPassphraseAndPinnedProgramsThroughTheSocket() throws {
+        let k = try key("guarded")
+        _ = try client.save(key: k, secret: SecureBytes(copying: Array("s".utf8)), changes: AttributeChanges(), updateExisting: false)
+        let list = try AccessList.anyProgram.setting([try AccessProgram(parsing: "/bin/sh")])
+        XCTAssertThrowsError(try client.setAccess(key: k, list: list, passphrase: SecureBytes(copying: Array("wrong".utf8)))) {
+            XCTAssertEqual($0 as? KeychainError, .wrongPassphrase)
+        }
+        let record = try client.setAccess(key: k, list: list, passphrase: SecureBytes(copying: Array("right".utf8)))
+        // The rule arrives as the client pinned it: its file's identity too.
+        XCTAssertEqual(record.attributes.values.access, list)
+        XCTAssertEqual(try client.setAccess(key: k, list: .anyProgram, passphrase: SecureBytes(copying: Array("right".utf8)))
+            .attributes.values.access, nil)
+        XCTAssertThrowsError(try client.setAccess(key: try key("absent"), list: list, passphrase: SecureBytes(copying: Array("right".utf8)))) {
+            XCTAssertEqual($0 as? KeychainError, .itemNotFound)
+        }
+        // A request with no passphrase is refused by the daemon before the keychain sees it.
+        let bare = try ControlFrame.encode(kind: ControlRequest.Kind.setAccess.rawValue) { w in
+            w.nested(.key) { WireItem.write(k, to: $0) }
+            w.nested(.changes) { WireItem.write(AttributeChanges { $0.access = list }, to: $0) }
+        }
+        guard case .failed(let e)? = try exchange(bare.unprotectedArray) else { return XCTFail("no passphrase is refused") }
+        XCTAssertEqual(e, .wrongPassphrase)
+        XCTAssertEqual(keychain.calls.filter { $0 == "setAccess" }.count, 4)
     }
 
     func testAnImportTooLargeForOneFrameIsSentInParts() throws {

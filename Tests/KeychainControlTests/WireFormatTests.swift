@@ -304,7 +304,7 @@ final class WireFormatTests: XCTestCase {
         XCTAssertEqual(ControlRequest.Kind.exportItems.rawValue, 12)
         XCTAssertEqual(ControlReply.Kind.imported.rawValue, 0x8008)
         XCTAssertEqual(ControlReply.Kind.identified.rawValue, 0x800B)
-        XCTAssertEqual(ControlProtocol.version, 7)
+        XCTAssertEqual(ControlProtocol.version, 8)
     }
 
     func testTheHeaderLayoutIsFrozen() throws {

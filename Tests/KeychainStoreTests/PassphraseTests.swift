@@ -126,6 +126,23 @@ final class BackoffTests: XCTestCase {
         }
     }
 
+    /// What vouches for an access list change: the passphrase, checked as `unlock` checks it,
+    /// with no key installed or forgotten.
+    func testCheckingThePassphraseCountsFailuresAndChangesNoKeys() throws {
+        let k = try open()
+        XCTAssertNoThrow(try k.checkPassphrase(secure(TempStore.passphrase)))
+        XCTAssertEqual(k.state, .beforeFirstUnlock, "a right passphrase unlocks nothing")
+        for _ in 0..<3 { assertKeychainError(.wrongPassphrase, try k.checkPassphrase(secure("wrong"))) }
+        XCTAssertEqual(try k.failureRecord().failures, 3)
+        XCTAssertEqual(try waitAsked(k), 5, "unlock waits after three wrong checks")
+        assertKeychainError(.tooManyAttempts(retryAfter: 5), try k.checkPassphrase(secure(TempStore.passphrase)))
+        clock.advance(5)
+        try k.unlock(passphrase: secure(TempStore.passphrase))
+        XCTAssertNoThrow(try k.checkPassphrase(secure(TempStore.passphrase)))
+        XCTAssertEqual(k.state, .unlocked, "nor does a check lock")
+        XCTAssertEqual(try k.failureRecord().failures, 0)
+    }
+
     func testThreeFailuresBlockEvenTheRightPassphrase() throws {
         let k = try open()
         fail(k, times: 3)

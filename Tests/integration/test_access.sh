@@ -500,7 +500,7 @@ expect_eq "hunter2" "$("$W/myhead2" -c 100 "$ITEM" 2>&1)" "and it reads without 
 
 echo "== the access log"
 expect_exit 0 "keychainfs access log" kc access log
-for what in "refused /usr/bin/cat" "allowed-once" "always-allowed" "denied" "timed-out" "to allow: keychainfs add-generic-password -s svc -a acct -U -T /usr/bin/head"; do
+for what in "refused /usr/bin/cat" "allowed-once" "always-allowed" "denied" "timed-out" "to allow: keychainfs access set-generic -s svc -a acct -T /usr/bin/head"; do
     expect_contains "$OUT" "$what" "the log shows: $what"
 done
 expect_exit 0 "keychainfs access log --json" kc access log --json
