@@ -48,15 +48,10 @@ struct AccessSetGeneric: ParsableCommand {
         abstract: "Set a generic password's access list; the store's passphrase vouches for it.",
         discussion: setDiscussion)
 
-    @Option(name: .customShort("s"), help: ArgumentHelp("The service.", valueName: "service"))
-    var service = ""
-    @Option(name: .customShort("a"), help: ArgumentHelp("The account.", valueName: "account"))
-    var account = ""
-    @OptionGroup var programs: AccessListOptions
+    @OptionGroup var item: GenericKeyOptions
+    @OptionGroup var change: AccessListChange
 
-    func run() throws {
-        try programs.apply(to: ModelInput.parse { ItemKey.generic(try GenericPasswordKey(service: service, account: account)) })
-    }
+    func run() throws { try change.apply(to: try item.key()) }
 }
 
 struct AccessSetInternet: ParsableCommand {
@@ -66,29 +61,24 @@ struct AccessSetInternet: ParsableCommand {
         discussion: setDiscussion + " The item is named as by add-internet-password: protocol https and its well-known port when left out.")
 
     @OptionGroup var item: InternetKeyOptions
-    @OptionGroup var programs: AccessListOptions
+    @OptionGroup var change: AccessListChange
 
-    func run() throws { try programs.apply(to: try item.key()) }
+    func run() throws { try change.apply(to: try item.key()) }
 }
 
 /// The new list of `access set-*`, and the change itself.
-struct AccessListOptions: ParsableArguments {
-    @Option(name: .customShort("T"), help: ArgumentHelp(
-        "A program that may use the item (repeatable): an absolute path, an interpreter and its script, or flatpak:APP-ID.",
-        valueName: "program"))
-    var trusted: [String] = []
-    @Flag(name: .customShort("A"), help: "Any program of the user may use the item (an empty list).")
-    var anyProgram = false
+struct AccessListChange: ParsableArguments {
+    @OptionGroup var access: AccessListFlags
     @OptionGroup var storeOptions: StoreOptions
     @OptionGroup var passphrase: PassphraseOptions
 
     func validate() throws {
-        if anyProgram == !trusted.isEmpty { throw ValidationError("give the new list: -T PROGRAM (repeatable), or -A for any program") }
+        if !access.isGiven { throw ValidationError("give the new list: -T PROGRAM (repeatable), or -A for any program") }
     }
 
     func apply(to key: ItemKey) throws {
         // Pinned before the passphrase is asked: a program that cannot be read fails first.
-        let list = anyProgram ? AccessList.anyProgram : try AccessList.anyProgram.setting(try trusted.map { try AccessProgram(parsing: $0) })
+        let list = try access.list() ?? .anyProgram
         let path = storeOptions.path
         // Asked on either route: a daemon needs no passphrase to serve, but this change does.
         _ = try passphrase.withRetries(prompt: "Passphrase for \(path): ") { read in

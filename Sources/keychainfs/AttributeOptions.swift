@@ -13,13 +13,7 @@ struct AttributeOptions: ParsableArguments {
         valueName: "class"), completion: .accessibilityClasses)
     var accessible: String?
 
-    @Option(name: .customShort("T"), help: ArgumentHelp(
-        "A program that may use the item without a prompt (repeatable): an absolute path, an interpreter and its script ('/usr/bin/python3 /home/me/sync.py'), or flatpak:APP-ID. Each is pinned by its file as it is now. With -U, replaces the item's list.",
-        valueName: "program"))
-    var trusted: [String] = []
-
-    @Flag(name: .customShort("A"), help: "Any program of the user may use the item (an empty access list, the default); with -U, clears the list.")
-    var anyProgram = false
+    @OptionGroup var access: AccessListFlags
 
     @Flag(inversion: .prefixedNo, help: ArgumentHelp(
         "Whether the item travels to your other devices through the sync folder (default: config.toml's default-synchronizable, else no). Never for a this-device-only class (exit 78)."))
@@ -28,13 +22,31 @@ struct AttributeOptions: ParsableArguments {
     /// Bad values are `invalidInput` (exit 65), not usage errors, as for every name.
     func changes() throws -> AttributeChanges {
         var values = try flags.values()
-        if anyProgram && !trusted.isEmpty { throw KeychainError.invalidInput("-A (any program) and -T (these programs) exclude each other") }
-        if anyProgram { values.access = .anyProgram }
+        if let list = try access.list() { values.access = list }
         if let synchronizable { values.synchronizable = synchronizable }
-        if !trusted.isEmpty {
-            values.access = try AccessList.anyProgram.setting(try trusted.map { try AccessProgram(parsing: $0) })
-        }
         return AttributeChanges(values, accessible: try accessible.map { a in try ModelInput.parse { try AccessibilityClass(parsing: a) } })
+    }
+}
+
+/// `-T` and `-A`: an item's whole access list, on the add commands (with -U it replaces the
+/// item's) and on `access set-*`.
+struct AccessListFlags: ParsableArguments {
+    @Option(name: .customShort("T"), help: ArgumentHelp(
+        "A program that may use the item without a prompt (repeatable): an absolute path, an interpreter and its script ('/usr/bin/python3 /home/me/sync.py'), or flatpak:APP-ID. Each is pinned by its file as it is now. The programs given replace the item's list.",
+        valueName: "program"))
+    var trusted: [String] = []
+
+    @Flag(name: .customShort("A"), help: "Any program of the user may use the item (an empty access list, the default); clears the item's list.")
+    var anyProgram = false
+
+    var isGiven: Bool { anyProgram || !trusted.isEmpty }
+
+    /// The list given, each program pinned now; nil when neither flag is.
+    func list() throws -> AccessList? {
+        if anyProgram && !trusted.isEmpty { throw KeychainError.invalidInput("-A (any program) and -T (these programs) exclude each other") }
+        if anyProgram { return .anyProgram }
+        if trusted.isEmpty { return nil }
+        return try AccessList.anyProgram.setting(try trusted.map { try AccessProgram(parsing: $0) })
     }
 }
 

@@ -15,14 +15,21 @@ struct AddGenericPassword: ParsableCommand {
             standard input is the safe way in scripts: printf '%s' "$pw" | keychainfs add-generic-password -s S -a A
             """ + MacOSDifferences.addGeneric)
 
+    @OptionGroup var item: GenericKeyOptions
+    @OptionGroup var saving: SaveOptions
+
+    func run() throws { try saving.save(try item.key()) }
+}
+
+/// `-s` and `-a` naming one generic password (add, and `access set-generic`).
+struct GenericKeyOptions: ParsableArguments {
     @Option(name: .customShort("s"), help: ArgumentHelp("The service (required, not empty).", valueName: "service"))
     var service = ""
     @Option(name: .customShort("a"), help: ArgumentHelp("The account.", valueName: "account"))
     var account = ""
-    @OptionGroup var saving: SaveOptions
 
-    func run() throws {
-        try saving.save(ModelInput.parse { ItemKey.generic(try GenericPasswordKey(service: service, account: account)) })
+    func key() throws -> ItemKey {
+        try ModelInput.parse { ItemKey.generic(try GenericPasswordKey(service: service, account: account)) }
     }
 }
 

@@ -56,7 +56,7 @@ expect_eq "hunter2" "$(cat "$ITEM" 2>&1)" "cat, newly listed, reads it"
 
 echo "== bad input"
 expect_exit 64 "neither -T nor -A is a usage error" kc access set-generic -s svc -a acct --passphrase-file "$PASSFILE"
-expect_exit 64 "both -T and -A is a usage error" kc access set-generic -s svc -a acct -A -T /usr/bin/cat --passphrase-file "$PASSFILE"
+expect_exit 65 "both -T and -A is refused, as by add" kc access set-generic -s svc -a acct -A -T /usr/bin/cat --passphrase-file "$PASSFILE"
 expect_exit 44 "an item that does not exist" kc access set-generic -s svc -a nobody -A --passphrase-file "$PASSFILE"
 expect_exit 65 "a program that is not an absolute path" kc access set-generic -s svc -a acct -T cat --passphrase-file "$PASSFILE"
 expect_eq "$W/myhead
