@@ -22,7 +22,8 @@
  * 24-byte header whose first field, the page number, is never 0. So the frames end at the
  * first frame whose header is all zeros (or at the end of the file), and everything after it
  * was zeroed by an earlier truncation (or the file was cut there). A WAL found at its open
- * (a crash may have left anything) is zeroed whole at its first truncation.
+ * (a crash may have left anything), or one whose emptying failed part way (a write error), is
+ * zeroed whole at its next truncation.
  */
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -44,7 +45,9 @@ long long kcfs_store_vfs_take_emptied(void)
 typedef struct StoreFile {
 	sqlite3_file base;
 	int isWAL;
-	/* No truncation through this handle yet: the WAL's bytes are those found at its open. */
+	/* The WAL may hold frames after its first frame header of zeros, where framesEnd stops
+	 * looking: its bytes are those found at its open (no truncation through this handle yet),
+	 * or an emptying failed part way through its frames. The next emptying zeroes all it keeps. */
 	int untouched;
 	/* The last write was a new WAL header over a header of zeros (storeWrite). */
 	int headerOverZeros;
@@ -207,8 +210,12 @@ static int storeTruncate(sqlite3_file *f, sqlite3_int64 size)
 	for (sqlite3_int64 at = 0; at < end; at += sizeof zeros) {
 		int n = end - at < (sqlite3_int64)sizeof zeros ? (int)(end - at) : (int)sizeof zeros;
 		rc = real->pMethods->xWrite(real, zeros, n, at);
-		if (rc != SQLITE_OK)
+		if (rc != SQLITE_OK) {
+			/* The frames before `at` are zeros now, the ones after it are not: the next
+			 * emptying would stop at the first and leave the rest for good. */
+			p->untouched = 1;
 			return rc;
+		}
 	}
 	if (have > keep) {
 		rc = real->pMethods->xTruncate(real, keep);

@@ -203,6 +203,43 @@ else
     fail "mount a small tmpfs (needs root)"
 fi
 
+echo "== a write error while the WAL's frames are zeroed"
+# The emptying zeroes the WAL's frames in 64 KiB writes, and each later emptying stops at the
+# first frame header of zeros. One of those writes failing part way (ENOSPC on a full disk
+# whose file system copies on write, EIO) must not leave the frames after it for good.
+S4="$TEST_ROOT/zeroing/k.db"
+init_store --store "$S4"
+mount_kc "$MP" --store "$S4"
+mkdir "$MP/svc"
+pid=$(daemon_pid "$MP")
+# fill TAG: creates whose frames stay in the WAL (some 300 KB), each secret with overflow pages.
+fill() { for i in 1 2 3 4 5 6 7 8 9 10 11 12; do head -c 3000 /dev/urandom | base64 -w0 >"$MP/svc/$1$i"; done; }
+# wal_writes OUT COMMAND: the daemon's writes to the WAL while COMMAND runs, one a line.
+wal_writes() {
+    strace -f -P "$S4-wal" -e trace=pwrite64 ${3:-} -o "$1" -p "$pid" 2>/dev/null &
+    tracer=$!
+    sleep 0.5
+    sh -c "$2"
+    sleep 0.3
+    kill "$tracer"; wait "$tracer" 2>/dev/null
+}
+fill dry
+# A first update, traced: which of its writes to the WAL zeroes the second 64 KiB of frames.
+wal_writes "$TEST_ROOT/dry.trace" "head -c 10 /dev/urandom | base64 >'$MP/svc/dry12'"
+second=$(grep 'pwrite64(' "$TEST_ROOT/dry.trace" | awk '/, 65536, 65536\)/ { print NR; exit }')
+expect_eq 1 "$([ -n "$second" ] && echo 1)" "an update's emptying zeroes the WAL in 64 KiB writes"
+fill doomed
+# The same update again, its second write of zeros failing with ENOSPC.
+wal_writes "$TEST_ROOT/fault.trace" "head -c 10 /dev/urandom | base64 >'$MP/svc/doomed12'" \
+    "-e inject=pwrite64:error=ENOSPC:when=${second:-1}"
+expect_contains "$TEST_ROOT/fault.trace" "65536, 65536) = -1 ENOSPC (No space left on device) (INJECTED)" \
+    "the write of zeros over the second 64 KiB of frames failed"
+expect_eq 0 "$(wal_left "$S4")" "the update returns with the WAL emptied all the same"
+rm "$MP"/svc/doomed*
+sh -c "printf 'x' >'$MP/svc/dry1'"
+nothing_recoverable "the deleted items' frames after the failed write are gone" "$S4"
+kc unmount "$MP" >/dev/null
+
 echo "== each write is synced before it returns, with as few syncs as that takes"
 # A create is made durable by one fdatasync of the WAL; a replacing write by the checkpoint
 # that empties the WAL: one sync of the WAL, one of the database (SQLite's FULL took one more),
