@@ -116,7 +116,7 @@ public final class Keychain: @unchecked Sendable {
     /// open need not read every row (`checkRows`).
     deinit {
         let intact = rowsChecked.withLock { $0 } && StoreFileState(storePath: path) == counter.readFiles()
-        try? database.queue.close()
+        try? database.close()
         if intact { counter.recordFiles(StoreFileState(storePath: path)) }
     }
 

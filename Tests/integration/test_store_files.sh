@@ -240,6 +240,33 @@ sh -c "printf 'x' >'$MP/svc/dry1'"
 nothing_recoverable "the deleted items' frames after the failed write are gone" "$S4"
 kc unmount "$MP" >/dev/null
 
+echo "== the disk under the store"
+# SQLite deletes the WAL when the last connection closes (every command run without a
+# daemon): the blocks of a deleted file go back to the file system as they are, and the page
+# cache drops its pages not yet written. The store's own file system, scanned block by block
+# once the items are deleted, holds none of them.
+IMG="$TEST_ROOT/disk.img"
+DISK="$TEST_ROOT/disk"
+mkdir -p "$DISK"
+truncate -s 16M "$IMG"
+if mkfs.ext4 -q "$IMG" 2>/dev/null && mount -o loop "$IMG" "$DISK" 2>/dev/null; then
+    on_exit "umount -l '$DISK'"
+    S5="$DISK/k.db"
+    init_store --store "$S5"
+    for a in 1 2 3 4 5 6; do
+        kc add-generic-password --store "$S5" --passphrase-file "$PASSFILE" -s svc -a "a$a" -w "on-disk-$a" >/dev/null
+    done
+    for a in 1 2 3 4 5; do kc delete-generic-password --store "$S5" --passphrase-file "$PASSFILE" -s svc -a "a$a" >/dev/null 2>&1; done
+    expect_eq "on-disk-6" "$(kc find-generic-password --store "$S5" --passphrase-file "$PASSFILE" -s svc -a a6 -w)" \
+        "the item left reads"
+    umount "$DISK"
+    mount -o loop,ro "$IMG" "$DISK"
+    nothing_recoverable "no block of the store's file system holds a deleted item" "$S5" --disk "$IMG"
+    umount "$DISK"
+else
+    fail "make and mount an ext4 image (needs mkfs.ext4 and root)"
+fi
+
 echo "== each write is synced before it returns, with as few syncs as that takes"
 # A create is made durable by one fdatasync of the WAL; a replacing write by the checkpoint
 # that empties the WAL: one sync of the WAL, one of the database (SQLite's FULL took one more),
