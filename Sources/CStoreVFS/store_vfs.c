@@ -42,6 +42,18 @@ long long kcfs_store_vfs_take_emptied(void)
 	return n;
 }
 
+/* Linux reports a failed write-back once, to the descriptors open when it failed: a later
+ * sync of the same pages through a new descriptor succeeds though they never reached the
+ * disk. A failed sync of the WAL is remembered here for the caller of the checkpoint. */
+static __thread int walSyncFailed;
+
+int kcfs_store_vfs_take_wal_sync_failed(void)
+{
+	int failed = walSyncFailed;
+	walSyncFailed = 0;
+	return failed;
+}
+
 typedef struct StoreFile {
 	sqlite3_file base;
 	int isWAL;
@@ -98,7 +110,10 @@ static int storeSync(sqlite3_file *f, int flags)
 		p->headerOverZeros = 0;
 		return SQLITE_OK;
 	}
-	return REAL(f)->pMethods->xSync(REAL(f), flags);
+	int rc = REAL(f)->pMethods->xSync(REAL(f), flags);
+	if (rc != SQLITE_OK && p->isWAL)
+		walSyncFailed = 1;
+	return rc;
 }
 static int storeFileSize(sqlite3_file *f, sqlite3_int64 *s) { return REAL(f)->pMethods->xFileSize(REAL(f), s); }
 static int storeLock(sqlite3_file *f, int l) { return REAL(f)->pMethods->xLock(REAL(f), l); }

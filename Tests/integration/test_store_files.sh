@@ -238,7 +238,34 @@ expect_eq 0 "$(wal_left "$S4")" "the update returns with the WAL emptied all the
 rm "$MP"/svc/doomed*
 sh -c "printf 'x' >'$MP/svc/dry1'"
 nothing_recoverable "the deleted items' frames after the failed write are gone" "$S4"
+# A sync of the WAL that fails (EIO) may have lost the commit's frames: the writer is told, not
+# reassured by a second sync through another descriptor, which the kernel answers with success
+# once it has reported the write-back error.
+wal_syncs() {
+    strace -f -P "$S4-wal" -e trace=fdatasync -e inject=fdatasync:error=EIO:when=1 -o "$TEST_ROOT/eio.trace" -p "$pid" 2>/dev/null &
+    tracer=$!
+    sleep 0.5
+    python3 -c 'import sys
+f = open(sys.argv[1], "w")
+f.write("unsure")
+try:
+    f.close()
+    print("closed")
+except OSError as e:
+    print(e.strerror)' "$MP/svc/dry2"
+    sleep 0.3
+    kill "$tracer"; wait "$tracer" 2>/dev/null
+}
+expect_eq "Input/output error" "$(wal_syncs)" "an update whose sync of the WAL fails: close(2) fails with EIO"
+expect_contains "$TEST_ROOT/eio.trace" "= -1 EIO (Input/output error) (INJECTED)" "the WAL's first sync failed"
+# The commit stands (it is in the WAL, and on disk unless the disk lost it): it reads, and the
+# next writes go on from it.
+expect_eq "unsure" "$(cat "$MP/svc/dry2")" "the value whose sync failed reads back"
+sh -c "printf 'sure' >'$MP/svc/dry2'"
+expect_eq "sure" "$(cat "$MP/svc/dry2")" "and the item takes the next write"
+nothing_recoverable "nothing earlier is left after it" "$S4"
 kc unmount "$MP" >/dev/null
+expect_exit 0 "and the store verifies after them" kc verify --store "$S4" --passphrase-file "$PASSFILE"
 
 echo "== the disk under the store"
 # SQLite deletes the WAL when the last connection closes (every command run without a
