@@ -83,14 +83,16 @@ static int storeRead(sqlite3_file *f, void *b, int n, sqlite3_int64 o) { return 
  * last frame is there, as always. So that sync is left out there: the emptying's own sync of
  * the header takes its place, and an erasing commit costs no more syncs than before.
  * Zeros at the header's place are only ever a synced emptying's (or an empty file): SQLite
- * writes a valid header there, and a truncation cuts the file, all or nothing.
+ * writes a valid header there, and a truncation cuts the file, all or nothing. Zeros found at
+ * the open are not trusted until this handle's first emptying has written and synced them
+ * (a process killed before its sync left them in the page cache only).
  */
 static int storeWrite(sqlite3_file *f, const void *b, int n, sqlite3_int64 o)
 {
 	StoreFile *p = (StoreFile *)f;
 	sqlite3_file *real = p->real;
 	p->headerOverZeros = 0;
-	if (p->isWAL && o == 0 && n == 32) {
+	if (p->isWAL && o == 0 && n == 32 && !p->untouched) {
 		static const unsigned char zero[32];
 		unsigned char head[32];
 		int rc = real->pMethods->xRead(real, head, 32, 0);
@@ -211,7 +213,9 @@ static int storeTruncate(sqlite3_file *f, sqlite3_int64 size)
 		rc = real->pMethods->xRead(real, head, 32, 0);
 		if (rc != SQLITE_OK)
 			return rc;
-		if (memcmp(head, zeros, 32) != 0) {
+		/* Zeros found at the open may be a killed process's, never synced: written again
+		 * and synced, as if they were the old header. */
+		if (memcmp(head, zeros, 32) != 0 || p->untouched) {
 			rc = real->pMethods->xWrite(real, zeros, 32, 0);
 			if (rc == SQLITE_OK)
 				rc = real->pMethods->xSync(real, SQLITE_SYNC_NORMAL);

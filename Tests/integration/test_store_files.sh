@@ -267,6 +267,36 @@ nothing_recoverable "nothing earlier is left after it" "$S4"
 kc unmount "$MP" >/dev/null
 expect_exit 0 "and the store verifies after them" kc verify --store "$S4" --passphrase-file "$PASSFILE"
 
+echo "== a crash while the WAL is emptied"
+# The daemon killed between zeroing the WAL's header and syncing it: the zeros are in the page
+# cache, the old header may still be on disk. The next open's emptying must not take those
+# zeros for synced ones: frames zeroed under an old header left on disk would give recovery
+# after a power loss a shorter chain of old frames to replay over the newer pages.
+S6="$TEST_ROOT/crash/k.db"
+init_store --store "$S6"
+mount_kc "$MP" --store "$S6"
+mkdir "$MP/svc"
+for a in 1 2 3 4 5 6; do sh -c "printf 'first-$a' >'$MP/svc/$a'"; done
+pid=$(daemon_pid "$MP")
+# The WAL's syncs in an update: the checkpoint's of the frames, then the emptying's of the zeroed header.
+strace -f -P "$S6-wal" -e trace=fdatasync,pwrite64 -e inject=fdatasync:signal=KILL:when=2 -o "$TEST_ROOT/kill.trace" -p "$pid" 2>/dev/null &
+tracer=$!
+sleep 0.5
+sh -c "printf 'second-1' >'$MP/svc/1'" 2>/dev/null
+wait_gone "$pid"
+kill "$tracer" 2>/dev/null; wait "$tracer" 2>/dev/null
+fusermount3 -u -z "$MP" 2>/dev/null
+expect_eq "32, 0) = 32" "$(grep pwrite64 "$TEST_ROOT/kill.trace" | tail -1 | sed 's/.*, \(32, 0) = 32\).*/\1/')" \
+    "the daemon was killed at the sync of the WAL's zeroed header"
+strace -f -P "$S6-wal" -e trace=fdatasync,pwrite64 -o "$TEST_ROOT/open.trace" \
+    "$KEYCHAINFS_BIN" verify --store "$S6" --passphrase-file "$PASSFILE" >"$OUT" 2>"$ERR"
+expect_eq 0 $? "the store verifies after the crash"
+order=$(awk '/pwrite64\(.*, 32, 0\) = 32/ && !h { h = NR } /fdatasync/ && h && !s { s = NR }
+    /pwrite64\(.*, [0-9]+, 0\) = [0-9]+/ && !/, 32, 0\)/ && !z { z = NR }
+    END { print (h && s && z && h < s && s < z) ? "header sync frames" : "h=" h " s=" s " z=" z }' "$TEST_ROOT/open.trace")
+expect_eq "header sync frames" "$order" "the open writes and syncs the WAL's zero header again before zeroing its frames"
+nothing_recoverable "and leaves nothing earlier in the files" "$S6"
+
 echo "== the disk under the store"
 # SQLite deletes the WAL when the last connection closes (every command run without a
 # daemon): the blocks of a deleted file go back to the file system as they are, and the page
