@@ -138,42 +138,62 @@ struct StoreDatabase {
         var madeFiles = try StoreFiles.prepare(storePath: path, create: create)
         var opened = false
         defer { if !opened { StoreFiles.removeUnused(madeFiles) } }
-        do {
-            if !create {
-                // Check the format through SQLite, read-only, before anything writes to the file: a foreign
-                // file must be left as it was. (Not with FileHandle: closing it would drop the POSIX locks
-                // that other connections in this process hold on the file, and another process could
-                // then delete the WAL under them.)
-                var probeConfig = Configuration()
-                probeConfig.readonly = true
-                probeConfig.busyMode = .timeout(10)
-                let probe = try DatabaseQueue(path: path, configuration: probeConfig)
-                let ok = try probe.read { db in
-                    try db.tableExists("meta")
-                        && (try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'format'")) == Data(Self.format.utf8)
+        let wal = WriteAheadLog(storePath: path)
+        var reserveReleased = false
+        while true {
+            do {
+                if !create {
+                    // Check the format through SQLite, read-only, before anything writes to the file: a foreign
+                    // file must be left as it was. (Not with FileHandle: closing it would drop the POSIX locks
+                    // that other connections in this process hold on the file, and another process could
+                    // then delete the WAL under them.)
+                    var probeConfig = Configuration()
+                    probeConfig.readonly = true
+                    probeConfig.busyMode = .timeout(10)
+                    let probe = try DatabaseQueue(path: path, configuration: probeConfig)
+                    let ok = try probe.read { db in
+                        try db.tableExists("meta")
+                            && (try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'format'")) == Data(Self.format.utf8)
+                    }
+                    try probe.close()
+                    guard ok else { throw KeychainError.notAKeychain("\(path) is not a keychainfs store") }
+                    try StoreFiles.checkDatabase(path)
+                    madeFiles += try StoreFiles.makeMissingWAL(storePath: path)
                 }
-                try probe.close()
-                guard ok else { throw KeychainError.notAKeychain("\(path) is not a keychainfs store") }
-                try StoreFiles.checkDatabase(path)
+                let queue = try DatabaseQueue(path: path, configuration: config)
+                try queue.writeWithoutTransaction { db in _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") }
+                try Self.migrator().migrate(queue)
+                // A crash (or a full disk) may have left old frames in the WAL: fold them in and empty it.
+                try queue.writeWithoutTransaction { db in wal.truncate(db) }
+                wal.keepReserve()
+                self.queue = queue
+                log = wal
+                stateAfterOpen = StoreFileState(storePath: path)
+                opened = true
+                return
+            } catch let e as KeychainError {
+                throw e
+            } catch let e as DatabaseError where !reserveReleased && Self.needsRoomToOpen(e) && wal.releaseReserve() {
+                // SQLite makes the -shm anew at every open after the last close deleted it, and a
+                // full disk has no 32 KiB for it: the reserve gives it room, so that a command can
+                // still read the store and delete from it (made again once there is room).
+                reserveReleased = true
                 madeFiles += try StoreFiles.makeMissingWAL(storePath: path)
+                continue
+            } catch let e as DatabaseError where Self.needsRoomToOpen(e) {
+                throw KeychainError.diskFull
+            } catch let e as DatabaseError where e.resultCode == .SQLITE_NOTADB || e.resultCode == .SQLITE_CORRUPT {
+                throw KeychainError.notAKeychain("\(path) is corrupt or not a keychainfs store: \(e.message ?? "\(e)")")
+            } catch {
+                throw KeychainError.io("cannot open \(path): \(error)")
             }
-            queue = try DatabaseQueue(path: path, configuration: config)
-            try queue.writeWithoutTransaction { db in _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") }
-            try Self.migrator().migrate(queue)
-            // A crash (or a full disk) may have left old frames in the WAL: fold them in and empty it.
-            let wal = WriteAheadLog(storePath: path)
-            try queue.writeWithoutTransaction { db in wal.truncate(db) }
-            wal.keepReserve()
-            log = wal
-            stateAfterOpen = StoreFileState(storePath: path)
-            opened = true
-        } catch let e as KeychainError {
-            throw e
-        } catch let e as DatabaseError where e.resultCode == .SQLITE_NOTADB || e.resultCode == .SQLITE_CORRUPT {
-            throw KeychainError.notAKeychain("\(path) is corrupt or not a keychainfs store: \(e.message ?? "\(e)")")
-        } catch {
-            throw KeychainError.io("cannot open \(path): \(error)")
         }
+    }
+
+    /// An open that failed for want of disk space: the -shm could not be sized, or a write found no room.
+    private static func needsRoomToOpen(_ e: DatabaseError) -> Bool {
+        e.resultCode == .SQLITE_FULL || [ResultCode.SQLITE_IOERR_SHMSIZE, .SQLITE_IOERR_SHMOPEN, .SQLITE_IOERR_SHMMAP]
+            .contains(e.extendedResultCode)
     }
 }
 

@@ -199,6 +199,20 @@ if mount -t tmpfs -o size=3m tmpfs "$FS" 2>/dev/null; then
     expect_eq 1 "$(test -f "$S3-reserve" && echo 1)" "the reserve is back"
     nothing_recoverable "nothing recoverable once space returns" "$S3"
     kc unmount "$MP" >/dev/null
+    # Without a daemon: the command opens the store itself, and SQLite makes its -shm (32 KiB)
+    # anew at every open, as the last close deleted it. The reserve makes the room for it.
+    P3="--store $S3 --passphrase-file $PASSFILE"
+    kc find-generic-password $P3 -s svc -a d -w >/dev/null
+    expect_eq "" "$(ls "$S3"-shm "$S3"-wal 2>/dev/null)" "a command's close deleted the -wal and -shm"
+    head -c 10000000 /dev/zero >"$FS/filler" 2>/dev/null
+    expect_errno "the disk is full again" "No space left on device" sh -c "head -c 4096 /dev/zero > '$FS/probe'"
+    expect_exit 0 "a command deletes an item on the full disk, without a daemon" kc delete-generic-password $P3 -s svc -a mid
+    expect_eq "after" "$(kc find-generic-password $P3 -s svc -a d -w 2>"$ERR")" "and another reads"
+    nothing_recoverable "nothing deleted by the command is recoverable" "$S3"
+    head -c 10000000 /dev/zero >>"$FS/filler" 2>/dev/null
+    expect_exit 73 "with no reserve left, a command that cannot open the store for want of room says the disk is full" \
+        kc find-generic-password $P3 -s svc -a d -w
+    rm -f "$FS/filler"
 else
     fail "mount a small tmpfs (needs root)"
 fi
