@@ -10,6 +10,8 @@ struct StoreDatabase {
     static let format = "keychainfs-store"
     let queue: DatabaseQueue
     let log: WriteAheadLog
+    /// The database's path with its links resolved (`StoreFiles.resolved`): its side files are beside it.
+    let path: String
     /// The files before this open touched them, and after its checkpoint.
     let stateAtOpen: StoreFileState?
     let stateAfterOpen: StoreFileState?
@@ -121,7 +123,11 @@ struct StoreDatabase {
     }
 
     /// Opens an existing store; `create` makes a new file instead.
-    init(path: String, create: Bool) throws {
+    init(path given: String, create: Bool) throws {
+        let path = StoreFiles.resolved(given)
+        self.path = path
+        // The directory of a link to the store too: whoever can write there can point it elsewhere.
+        if path != KeychainLocations.absolute(given) { try StoreFiles.checkDirectory(of: given) }
         // Every connection of this process through the store's VFS (WriteAheadLog).
         guard kcfs_store_vfs_install() == SQLITE_OK else { throw KeychainError.io("cannot install the store's SQLite VFS") }
         var config = Configuration()

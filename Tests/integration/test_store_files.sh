@@ -394,6 +394,32 @@ expect_eq "fourth" "$(kc find-generic-password --store "$TEST_ROOT/sync.db" --pa
     "what was written is in the store after unmount"
 expect_exit 0 "and the store opens with its records so written" kc verify --store "$TEST_ROOT/sync.db" --passphrase-file "$PASSFILE"
 
+echo "== a store reached through a symbolic link"
+# SQLite resolves the link and keeps the -wal and -shm beside the store itself; keychainfs must
+# make, check and watch those files, not names beside the link. A WAL forged there (an older
+# copy of a row put back, under the current ledger) would otherwise go unseen by the check of
+# the files' state, and the older value be served.
+REAL="$TEST_ROOT/real/k.db"
+LINK="$TEST_ROOT/link/k.db"
+mkdir -p "$TEST_ROOT/real" "$TEST_ROOT/link"
+chmod 700 "$TEST_ROOT/real" "$TEST_ROOT/link"
+init_store --store "$REAL"
+ln -s "$REAL" "$LINK"
+PL="--store $LINK --passphrase-file $PASSFILE"
+kc add-generic-password $PL -s svc -a x -w first >/dev/null
+kc add-generic-password $PL -s svc -a y -w other >/dev/null
+cp "$REAL" "$TEST_ROOT/older.db"
+kc add-generic-password $PL -s svc -a x -w second -U >/dev/null
+expect_eq "second" "$(kc find-generic-password $PL -s svc -a x -w)" "the store reads through the link"
+expect_eq "k.db" "$(ls "$TEST_ROOT/link")" "no side file is made beside the link"
+page=$(python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT rootpage FROM sqlite_master WHERE name = ?", ("items",)).fetchone()[0])' "$TEST_ROOT/older.db")
+python3 "$TESTS_DIR/forge_wal.py" "$TEST_ROOT/older.db" "$page" "$REAL" "$REAL-wal"
+chmod 600 "$REAL-wal"
+rm -f "$REAL-shm"
+expect_exit 93 "a row put back by a forged WAL beside the store is an integrity failure" \
+    kc find-generic-password $PL -s svc -a x -w
+expect_not_contains "$OUT" "first" "and the older value is not served"
+
 echo "== init changes only directories it made"
 SHARED="$TEST_ROOT/shared"
 mkdir -p "$SHARED"
