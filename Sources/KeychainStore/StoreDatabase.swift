@@ -210,14 +210,17 @@ extension StoreDatabase {
     /// the commits since the last emptying (a create's, whose value a later delete removes)
     /// would stay on the disk's free blocks.
     func close() throws {
-        try queue.writeWithoutTransaction { db in
-            // Without waiting for another connection (a reader would hold the close for the
-            // whole busy timeout): while one is open, SQLite does not delete the WAL either.
-            sqlite3_busy_timeout(db.sqliteConnection, 0)
-            // Synced whatever this emptying found: an earlier one's zeros may not be written yet.
-            if log.truncate(db) { try log.syncFrames() }
+        let emptied = Result {
+            try queue.writeWithoutTransaction { db in
+                // Without waiting for another connection (a reader would hold the close for the
+                // whole busy timeout): while one is open, SQLite does not delete the WAL either.
+                sqlite3_busy_timeout(db.sqliteConnection, 0)
+                // Synced whatever this emptying found: an earlier one's zeros may not be written yet.
+                if log.truncate(db) { try log.syncFrames() }
+            }
         }
         try queue.close()
+        try emptied.get()
     }
 }
 
