@@ -22,7 +22,8 @@
  * 24-byte header whose first field, the page number, is never 0. So the frames end at the
  * first frame whose header is all zeros (or at the end of the file), and everything after it
  * was zeroed by an earlier truncation (or the file was cut there). A WAL found at its open
- * (a crash may have left anything) is zeroed whole at its first truncation.
+ * (a crash may have left anything), or one whose emptying failed part way (a write error), is
+ * zeroed whole at its next truncation.
  */
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -41,10 +42,24 @@ long long kcfs_store_vfs_take_emptied(void)
 	return n;
 }
 
+/* Linux reports a failed write-back once, to the descriptors open when it failed: a later
+ * sync of the same pages through a new descriptor succeeds though they never reached the
+ * disk. A failed sync of the WAL is remembered here for the caller of the checkpoint. */
+static __thread int walSyncFailed;
+
+int kcfs_store_vfs_take_wal_sync_failed(void)
+{
+	int failed = walSyncFailed;
+	walSyncFailed = 0;
+	return failed;
+}
+
 typedef struct StoreFile {
 	sqlite3_file base;
 	int isWAL;
-	/* No truncation through this handle yet: the WAL's bytes are those found at its open. */
+	/* The WAL may hold frames after its first frame header of zeros, where framesEnd stops
+	 * looking: its bytes are those found at its open (no truncation through this handle yet),
+	 * or an emptying failed part way through its frames. The next emptying zeroes all it keeps. */
 	int untouched;
 	/* The last write was a new WAL header over a header of zeros (storeWrite). */
 	int headerOverZeros;
@@ -68,14 +83,16 @@ static int storeRead(sqlite3_file *f, void *b, int n, sqlite3_int64 o) { return 
  * last frame is there, as always. So that sync is left out there: the emptying's own sync of
  * the header takes its place, and an erasing commit costs no more syncs than before.
  * Zeros at the header's place are only ever a synced emptying's (or an empty file): SQLite
- * writes a valid header there, and a truncation cuts the file, all or nothing.
+ * writes a valid header there, and a truncation cuts the file, all or nothing. Zeros found at
+ * the open are not trusted until this handle's first emptying has written and synced them
+ * (a process killed before its sync left them in the page cache only).
  */
 static int storeWrite(sqlite3_file *f, const void *b, int n, sqlite3_int64 o)
 {
 	StoreFile *p = (StoreFile *)f;
 	sqlite3_file *real = p->real;
 	p->headerOverZeros = 0;
-	if (p->isWAL && o == 0 && n == 32) {
+	if (p->isWAL && o == 0 && n == 32 && !p->untouched) {
 		static const unsigned char zero[32];
 		unsigned char head[32];
 		int rc = real->pMethods->xRead(real, head, 32, 0);
@@ -95,7 +112,10 @@ static int storeSync(sqlite3_file *f, int flags)
 		p->headerOverZeros = 0;
 		return SQLITE_OK;
 	}
-	return REAL(f)->pMethods->xSync(REAL(f), flags);
+	int rc = REAL(f)->pMethods->xSync(REAL(f), flags);
+	if (rc != SQLITE_OK && p->isWAL)
+		walSyncFailed = 1;
+	return rc;
 }
 static int storeFileSize(sqlite3_file *f, sqlite3_int64 *s) { return REAL(f)->pMethods->xFileSize(REAL(f), s); }
 static int storeLock(sqlite3_file *f, int l) { return REAL(f)->pMethods->xLock(REAL(f), l); }
@@ -193,7 +213,9 @@ static int storeTruncate(sqlite3_file *f, sqlite3_int64 size)
 		rc = real->pMethods->xRead(real, head, 32, 0);
 		if (rc != SQLITE_OK)
 			return rc;
-		if (memcmp(head, zeros, 32) != 0) {
+		/* Zeros found at the open may be a killed process's, never synced: written again
+		 * and synced, as if they were the old header. */
+		if (memcmp(head, zeros, 32) != 0 || p->untouched) {
 			rc = real->pMethods->xWrite(real, zeros, 32, 0);
 			if (rc == SQLITE_OK)
 				rc = real->pMethods->xSync(real, SQLITE_SYNC_NORMAL);
@@ -207,8 +229,12 @@ static int storeTruncate(sqlite3_file *f, sqlite3_int64 size)
 	for (sqlite3_int64 at = 0; at < end; at += sizeof zeros) {
 		int n = end - at < (sqlite3_int64)sizeof zeros ? (int)(end - at) : (int)sizeof zeros;
 		rc = real->pMethods->xWrite(real, zeros, n, at);
-		if (rc != SQLITE_OK)
+		if (rc != SQLITE_OK) {
+			/* The frames before `at` are zeros now, the ones after it are not: the next
+			 * emptying would stop at the first and leave the rest for good. */
+			p->untouched = 1;
 			return rc;
+		}
 	}
 	if (have > keep) {
 		rc = real->pMethods->xTruncate(real, keep);

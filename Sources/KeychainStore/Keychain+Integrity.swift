@@ -42,7 +42,7 @@ extension Keychain {
         try read { db in
             // The first read pins this transaction's view; the files are looked at after it.
             _ = try Int.fetchOne(db, sql: "SELECT 1 FROM meta LIMIT 1")
-            let state = StoreFileState(storePath: path)
+            let state = StoreFileState(storePath: database.path)
             let readRows = recorded == nil || state != recorded
             var problems: [String] = []
             var stored: RowLedger?

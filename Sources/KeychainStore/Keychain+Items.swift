@@ -365,7 +365,7 @@ extension Keychain {
                 // record is taken as this instance last wrote it (`recordedHere`), not read back:
                 // a commit by another process since changed the files, so that breaks the chain
                 // either way, and at worst the next open reads every row.
-                let before = StoreFileState(storePath: path)
+                let before = StoreFileState(storePath: database.path)
                 intact = rowsChecked.withLock { $0 } && before != nil && before == counter.recordedHere()
                 // A passphrase change by another process since this one unlocked: its keys are no longer the newest.
                 let stored = try StoreDatabase.metaBytes(db, sql: "SELECT value FROM meta WHERE name = 'key_generation'")
@@ -394,7 +394,7 @@ extension Keychain {
         // A commit on files that were as the last commit or check left them keeps the ledger true to
         // the rows: the files as it leaves them need no reading at the next open. Any other change
         // since breaks that chain, and the next open reads every row.
-        counter.recordFiles(intact ? StoreFileState(storePath: path) : nil)
+        counter.recordFiles(intact ? StoreFileState(storePath: database.path) : nil)
         return result
     }
 

@@ -115,9 +115,9 @@ public final class Keychain: @unchecked Sendable {
     /// machine's last commit or check left them, they still are after the close, so the next
     /// open need not read every row (`checkRows`).
     deinit {
-        let intact = rowsChecked.withLock { $0 } && StoreFileState(storePath: path) == counter.readFiles()
-        try? database.queue.close()
-        if intact { counter.recordFiles(StoreFileState(storePath: path)) }
+        let intact = rowsChecked.withLock { $0 } && StoreFileState(storePath: database.path) == counter.readFiles()
+        try? database.close()
+        if intact { counter.recordFiles(StoreFileState(storePath: database.path)) }
     }
 
     static func fetchWrapped(_ db: Database) throws -> [WrappedKey] {

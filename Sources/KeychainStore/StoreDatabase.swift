@@ -10,6 +10,8 @@ struct StoreDatabase {
     static let format = "keychainfs-store"
     let queue: DatabaseQueue
     let log: WriteAheadLog
+    /// The database's path with its links resolved (`StoreFiles.resolved`): its side files are beside it.
+    let path: String
     /// The files before this open touched them, and after its checkpoint.
     let stateAtOpen: StoreFileState?
     let stateAfterOpen: StoreFileState?
@@ -121,7 +123,11 @@ struct StoreDatabase {
     }
 
     /// Opens an existing store; `create` makes a new file instead.
-    init(path: String, create: Bool) throws {
+    init(path given: String, create: Bool) throws {
+        let path = StoreFiles.resolved(given)
+        self.path = path
+        // The directory of a link to the store too: whoever can write there can point it elsewhere.
+        if path != KeychainLocations.absolute(given) { try StoreFiles.checkDirectory(of: given) }
         // Every connection of this process through the store's VFS (WriteAheadLog).
         guard kcfs_store_vfs_install() == SQLITE_OK else { throw KeychainError.io("cannot install the store's SQLite VFS") }
         var config = Configuration()
@@ -138,42 +144,83 @@ struct StoreDatabase {
         var madeFiles = try StoreFiles.prepare(storePath: path, create: create)
         var opened = false
         defer { if !opened { StoreFiles.removeUnused(madeFiles) } }
-        do {
-            if !create {
-                // Check the format through SQLite, read-only, before anything writes to the file: a foreign
-                // file must be left as it was. (Not with FileHandle: closing it would drop the POSIX locks
-                // that other connections in this process hold on the file, and another process could
-                // then delete the WAL under them.)
-                var probeConfig = Configuration()
-                probeConfig.readonly = true
-                probeConfig.busyMode = .timeout(10)
-                let probe = try DatabaseQueue(path: path, configuration: probeConfig)
-                let ok = try probe.read { db in
-                    try db.tableExists("meta")
-                        && (try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'format'")) == Data(Self.format.utf8)
+        let wal = WriteAheadLog(storePath: path)
+        var reserveReleased = false
+        while true {
+            do {
+                if !create {
+                    // Check the format through SQLite, read-only, before anything writes to the file: a foreign
+                    // file must be left as it was. (Not with FileHandle: closing it would drop the POSIX locks
+                    // that other connections in this process hold on the file, and another process could
+                    // then delete the WAL under them.)
+                    var probeConfig = Configuration()
+                    probeConfig.readonly = true
+                    probeConfig.busyMode = .timeout(10)
+                    let probe = try DatabaseQueue(path: path, configuration: probeConfig)
+                    let ok = try probe.read { db in
+                        try db.tableExists("meta")
+                            && (try Data.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'format'")) == Data(Self.format.utf8)
+                    }
+                    try probe.close()
+                    guard ok else { throw KeychainError.notAKeychain("\(path) is not a keychainfs store") }
+                    try StoreFiles.checkDatabase(path)
+                    madeFiles += try StoreFiles.makeMissingWAL(storePath: path)
                 }
-                try probe.close()
-                guard ok else { throw KeychainError.notAKeychain("\(path) is not a keychainfs store") }
-                try StoreFiles.checkDatabase(path)
+                let queue = try DatabaseQueue(path: path, configuration: config)
+                try queue.writeWithoutTransaction { db in _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") }
+                try Self.migrator().migrate(queue)
+                // A crash (or a full disk) may have left old frames in the WAL: fold them in and empty it.
+                try queue.writeWithoutTransaction { db in wal.truncate(db) }
+                wal.keepReserve()
+                self.queue = queue
+                log = wal
+                stateAfterOpen = StoreFileState(storePath: path)
+                opened = true
+                return
+            } catch let e as KeychainError {
+                throw e
+            } catch let e as DatabaseError where !reserveReleased && Self.needsRoomToOpen(e) && wal.releaseReserve() {
+                // SQLite makes the -shm anew at every open after the last close deleted it, and a
+                // full disk has no 32 KiB for it: the reserve gives it room, so that a command can
+                // still read the store and delete from it (made again once there is room).
+                reserveReleased = true
                 madeFiles += try StoreFiles.makeMissingWAL(storePath: path)
+                continue
+            } catch let e as DatabaseError where Self.needsRoomToOpen(e) {
+                throw KeychainError.diskFull
+            } catch let e as DatabaseError where e.resultCode == .SQLITE_NOTADB || e.resultCode == .SQLITE_CORRUPT {
+                throw KeychainError.notAKeychain("\(path) is corrupt or not a keychainfs store: \(e.message ?? "\(e)")")
+            } catch {
+                throw KeychainError.io("cannot open \(path): \(error)")
             }
-            queue = try DatabaseQueue(path: path, configuration: config)
-            try queue.writeWithoutTransaction { db in _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") }
-            try Self.migrator().migrate(queue)
-            // A crash (or a full disk) may have left old frames in the WAL: fold them in and empty it.
-            let wal = WriteAheadLog(storePath: path)
-            try queue.writeWithoutTransaction { db in wal.truncate(db) }
-            wal.keepReserve()
-            log = wal
-            stateAfterOpen = StoreFileState(storePath: path)
-            opened = true
-        } catch let e as KeychainError {
-            throw e
-        } catch let e as DatabaseError where e.resultCode == .SQLITE_NOTADB || e.resultCode == .SQLITE_CORRUPT {
-            throw KeychainError.notAKeychain("\(path) is corrupt or not a keychainfs store: \(e.message ?? "\(e)")")
-        } catch {
-            throw KeychainError.io("cannot open \(path): \(error)")
         }
+    }
+
+    /// An open that failed for want of disk space: the -shm could not be sized, or a write found no room.
+    private static func needsRoomToOpen(_ e: DatabaseError) -> Bool {
+        e.resultCode == .SQLITE_FULL || [ResultCode.SQLITE_IOERR_SHMSIZE, .SQLITE_IOERR_SHMOPEN, .SQLITE_IOERR_SHMMAP]
+            .contains(e.extendedResultCode)
+    }
+}
+
+extension StoreDatabase {
+    /// Closes the store with its WAL emptied and the zeros on disk. The last connection to close
+    /// deletes the WAL (every command run without a daemon), and the file system takes its
+    /// blocks back as they are, dropping the pages not yet written: without this, the frames of
+    /// the commits since the last emptying (a create's, whose value a later delete removes)
+    /// would stay on the disk's free blocks.
+    func close() throws {
+        let emptied = Result {
+            try queue.writeWithoutTransaction { db in
+                // Without waiting for another connection (a reader would hold the close for the
+                // whole busy timeout): while one is open, SQLite does not delete the WAL either.
+                sqlite3_busy_timeout(db.sqliteConnection, 0)
+                // Synced whatever this emptying found: an earlier one's zeros may not be written yet.
+                if log.truncate(db) { try log.syncFrames() }
+            }
+        }
+        try queue.close()
+        try emptied.get()
     }
 }
 

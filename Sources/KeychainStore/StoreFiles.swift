@@ -43,6 +43,23 @@ enum StoreFiles {
         return made
     }
 
+    /// The path SQLite gives the database, with every symbolic link resolved: its side files
+    /// (`-wal`, `-shm`, `-journal`) are made beside that, not beside a link to the store, and
+    /// keychainfs must make, check and watch those same files. A store not yet made resolves by
+    /// its directory.
+    static func resolved(_ path: String) -> String {
+        let absolute = KeychainLocations.absolute(path)
+        if let real = realpath(absolute, nil) {
+            defer { free(real) }
+            return String(cString: real)
+        }
+        let parent = PathText.parent(absolute)
+        guard parent != absolute, let real = realpath(parent, nil) else { return absolute }
+        defer { free(real) }
+        let directory = String(cString: real)
+        return (directory == "/" ? "" : directory) + "/" + PathText.lastComponent(absolute)
+    }
+
     /// Whether the WAL may hold frames: not when it is missing, empty, or emptied by the store's
     /// VFS, which overwrites an emptied WAL's header and frames with zeros (CStoreVFS); its
     /// header is then no WAL's, and SQLite reads it as an empty WAL.

@@ -19,7 +19,7 @@ package struct StoreProbe: Sendable {
         // that has none, and leaves them. Without a WAL, or with an empty one, the database
         // file holds everything, and `immutable` reads it alone. A WAL with frames (a crash, or
         // another command writing now) is read as SQLite reads it, which changes neither file.
-        let uri = "file:" + Self.uriEscaped(path) + (StoreFiles.walHoldsFrames(storePath: path) ? "?mode=ro" : "?mode=ro&immutable=1")
+        let uri = "file:" + Self.uriEscaped(path) + (StoreFiles.walHoldsFrames(storePath: StoreFiles.resolved(path)) ? "?mode=ro" : "?mode=ro&immutable=1")
         let rc = sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nil)
         defer { sqlite3_close_v2(db) }
         guard rc == SQLITE_OK, let db else { throw Self.failure(path, db, rc) }

@@ -67,6 +67,18 @@ final class WriteAheadLog: Sendable {
     /// the commit before it stands.
     @discardableResult
     func truncate(_ db: Database) -> Bool {
+        truncateReportingSync(db).done
+    }
+
+    /// `truncate`, and whether a sync of the WAL failed on the way (then its frames, the last
+    /// commit's included, may not be on disk, whatever a later sync says).
+    func truncateReportingSync(_ db: Database) -> (done: Bool, syncFailed: Bool) {
+        _ = kcfs_store_vfs_take_wal_sync_failed()
+        let done = checkpoint(db)
+        return (done, kcfs_store_vfs_take_wal_sync_failed() != 0)
+    }
+
+    private func checkpoint(_ db: Database) -> Bool {
         // As `PRAGMA wal_checkpoint(TRUNCATE)`, without a statement to prepare at every commit:
         // SQLITE_BUSY when a reader or writer kept it from finishing. The store's VFS
         // (CStoreVFS) does the truncation as an overwrite of the WAL's frames with zeros, so
@@ -170,7 +182,13 @@ extension StoreDatabase {
             let checkpoints = effect != .addsOnly || log.isPending
             try log.setSynchronous(db, normal: checkpoints)
             let result = try Self.immediateTransaction(db) { try body(db) }
-            if checkpoints && !log.truncate(db) { try log.syncFrames() }
+            if checkpoints {
+                let emptied = log.truncateReportingSync(db)
+                if emptied.syncFailed {
+                    throw KeychainError.io("cannot sync \(log.walPath): the last commit may not be on disk")
+                }
+                if !emptied.done { try log.syncFrames() }
+            }
             return result
         }
     }

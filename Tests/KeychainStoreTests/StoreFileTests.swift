@@ -199,6 +199,37 @@ final class ErasedValueTests: StoreTestCase {
         XCTAssertEqual(text(try k.secret(of: XCTUnwrap(try k.item(for: genericKey("svc", "a"))))), "updated")
     }
 
+    /// The salts of the WAL's frames, in file order, up to the first frame header of zeros.
+    func walFrameSalts() -> [UInt64] {
+        let wal = [UInt8](FileManager.default.contents(atPath: store.path + "-wal") ?? Data())
+        guard wal.count >= 32 else { return [] }
+        func be32(_ at: Int) -> UInt64 { wal[at..<at + 4].reduce(0) { $0 << 8 | UInt64($1) } }
+        let frame = 24 + Int(be32(8))
+        var salts: [UInt64] = []
+        var at = 32
+        while at + 24 <= wal.count, wal[at..<at + 24].contains(where: { $0 != 0 }) {
+            salts.append(be32(at + 8) << 32 | be32(at + 12))
+            at += frame
+        }
+        return salts
+    }
+
+    func testAWALThatWrappedIsEmptiedWholeWithTheOlderFramesBeyondItsEnd() throws {
+        // Past SQLite's automatic checkpoint (1,000 pages), the next commit starts the WAL
+        // again from its start under new salts: the frames of the earlier pass stay after the
+        // new ones, and hold the first items' rows.
+        var first: [KeychainItem] = []
+        for i in 0..<400 {
+            let item = try add(k, genericKey("svc", "item\(i)"), "value-\(i)")
+            if i < 20 { first.append(item) }
+        }
+        let salts = walFrameSalts()
+        XCTAssertGreaterThan(Set(salts).count, 1, "the WAL wrapped: frames of an earlier pass follow the current ones")
+        XCTAssertNotNil(filesBytes().range(of: Data(first[0].sealed.secret)), "the test sees a first item's row in the files")
+        try k.delete(first)
+        assertGone(first.map(\.sealed.secret), "delete after the WAL wrapped")
+    }
+
     func testReplacedDeletedAndReclassedValuesAreGoneFromTheFiles() throws {
         let a = try add(k, genericKey("svc", "a"), "first")
         let b = try add(k, genericKey("svc", "b"), "doomed")

@@ -199,8 +199,143 @@ if mount -t tmpfs -o size=3m tmpfs "$FS" 2>/dev/null; then
     expect_eq 1 "$(test -f "$S3-reserve" && echo 1)" "the reserve is back"
     nothing_recoverable "nothing recoverable once space returns" "$S3"
     kc unmount "$MP" >/dev/null
+    # Without a daemon: the command opens the store itself, and SQLite makes its -shm (32 KiB)
+    # anew at every open, as the last close deleted it. The reserve makes the room for it.
+    P3="--store $S3 --passphrase-file $PASSFILE"
+    kc find-generic-password $P3 -s svc -a d -w >/dev/null
+    expect_eq "" "$(ls "$S3"-shm "$S3"-wal 2>/dev/null)" "a command's close deleted the -wal and -shm"
+    head -c 10000000 /dev/zero >"$FS/filler" 2>/dev/null
+    expect_errno "the disk is full again" "No space left on device" sh -c "head -c 4096 /dev/zero > '$FS/probe'"
+    expect_exit 0 "a command deletes an item on the full disk, without a daemon" kc delete-generic-password $P3 -s svc -a mid
+    expect_eq "after" "$(kc find-generic-password $P3 -s svc -a d -w 2>"$ERR")" "and another reads"
+    nothing_recoverable "nothing deleted by the command is recoverable" "$S3"
+    head -c 10000000 /dev/zero >>"$FS/filler" 2>/dev/null
+    expect_exit 73 "with no reserve left, a command that cannot open the store for want of room says the disk is full" \
+        kc find-generic-password $P3 -s svc -a d -w
+    rm -f "$FS/filler"
 else
     fail "mount a small tmpfs (needs root)"
+fi
+
+echo "== a write error while the WAL's frames are zeroed"
+# The emptying zeroes the WAL's frames in 64 KiB writes, and each later emptying stops at the
+# first frame header of zeros. One of those writes failing part way (ENOSPC on a full disk
+# whose file system copies on write, EIO) must not leave the frames after it for good.
+S4="$TEST_ROOT/zeroing/k.db"
+init_store --store "$S4"
+mount_kc "$MP" --store "$S4"
+mkdir "$MP/svc"
+pid=$(daemon_pid "$MP")
+# fill TAG: creates whose frames stay in the WAL (some 300 KB), each secret with overflow pages.
+fill() { for i in 1 2 3 4 5 6 7 8 9 10 11 12; do head -c 3000 /dev/urandom | base64 -w0 >"$MP/svc/$1$i"; done; }
+# wal_writes OUT COMMAND: the daemon's writes to the WAL while COMMAND runs, one a line.
+wal_writes() {
+    strace -f -P "$S4-wal" -e trace=pwrite64 ${3:-} -o "$1" -p "$pid" 2>/dev/null &
+    tracer=$!
+    sleep 0.5
+    sh -c "$2"
+    sleep 0.3
+    kill "$tracer"; wait "$tracer" 2>/dev/null
+}
+fill dry
+# A first update, traced: which of its writes to the WAL zeroes the second 64 KiB of frames.
+wal_writes "$TEST_ROOT/dry.trace" "head -c 10 /dev/urandom | base64 >'$MP/svc/dry12'"
+second=$(grep 'pwrite64(' "$TEST_ROOT/dry.trace" | awk '/, 65536, 65536\)/ { print NR; exit }')
+expect_eq 1 "$([ -n "$second" ] && echo 1)" "an update's emptying zeroes the WAL in 64 KiB writes"
+fill doomed
+# The same update again, its second write of zeros failing with ENOSPC.
+wal_writes "$TEST_ROOT/fault.trace" "head -c 10 /dev/urandom | base64 >'$MP/svc/doomed12'" \
+    "-e inject=pwrite64:error=ENOSPC:when=${second:-1}"
+expect_contains "$TEST_ROOT/fault.trace" "65536, 65536) = -1 ENOSPC (No space left on device) (INJECTED)" \
+    "the write of zeros over the second 64 KiB of frames failed"
+expect_eq 0 "$(wal_left "$S4")" "the update returns with the WAL emptied all the same"
+rm "$MP"/svc/doomed*
+sh -c "printf 'x' >'$MP/svc/dry1'"
+nothing_recoverable "the deleted items' frames after the failed write are gone" "$S4"
+# A sync of the WAL that fails (EIO) may have lost the commit's frames: the writer is told, not
+# reassured by a second sync through another descriptor, which the kernel answers with success
+# once it has reported the write-back error.
+wal_syncs() {
+    strace -f -P "$S4-wal" -e trace=fdatasync -e inject=fdatasync:error=EIO:when=1 -o "$TEST_ROOT/eio.trace" -p "$pid" 2>/dev/null &
+    tracer=$!
+    sleep 0.5
+    python3 -c 'import sys
+f = open(sys.argv[1], "w")
+f.write("unsure")
+try:
+    f.close()
+    print("closed")
+except OSError as e:
+    print(e.strerror)' "$MP/svc/dry2"
+    sleep 0.3
+    kill "$tracer"; wait "$tracer" 2>/dev/null
+}
+expect_eq "Input/output error" "$(wal_syncs)" "an update whose sync of the WAL fails: close(2) fails with EIO"
+expect_contains "$TEST_ROOT/eio.trace" "= -1 EIO (Input/output error) (INJECTED)" "the WAL's first sync failed"
+# The commit stands (it is in the WAL, and on disk unless the disk lost it): it reads, and the
+# next writes go on from it.
+expect_eq "unsure" "$(cat "$MP/svc/dry2")" "the value whose sync failed reads back"
+sh -c "printf 'sure' >'$MP/svc/dry2'"
+expect_eq "sure" "$(cat "$MP/svc/dry2")" "and the item takes the next write"
+nothing_recoverable "nothing earlier is left after it" "$S4"
+kc unmount "$MP" >/dev/null
+expect_exit 0 "and the store verifies after them" kc verify --store "$S4" --passphrase-file "$PASSFILE"
+
+echo "== a crash while the WAL is emptied"
+# The daemon killed between zeroing the WAL's header and syncing it: the zeros are in the page
+# cache, the old header may still be on disk. The next open's emptying must not take those
+# zeros for synced ones: frames zeroed under an old header left on disk would give recovery
+# after a power loss a shorter chain of old frames to replay over the newer pages.
+S6="$TEST_ROOT/crash/k.db"
+init_store --store "$S6"
+mount_kc "$MP" --store "$S6"
+mkdir "$MP/svc"
+for a in 1 2 3 4 5 6; do sh -c "printf 'first-$a' >'$MP/svc/$a'"; done
+pid=$(daemon_pid "$MP")
+# The WAL's syncs in an update: the checkpoint's of the frames, then the emptying's of the zeroed header.
+strace -f -P "$S6-wal" -e trace=fdatasync,pwrite64 -e inject=fdatasync:signal=KILL:when=2 -o "$TEST_ROOT/kill.trace" -p "$pid" 2>/dev/null &
+tracer=$!
+sleep 0.5
+sh -c "printf 'second-1' >'$MP/svc/1'" 2>/dev/null
+wait_gone "$pid"
+kill "$tracer" 2>/dev/null; wait "$tracer" 2>/dev/null
+fusermount3 -u -z "$MP" 2>/dev/null
+expect_eq "32, 0) = 32" "$(grep pwrite64 "$TEST_ROOT/kill.trace" | tail -1 | sed 's/.*, \(32, 0) = 32\).*/\1/')" \
+    "the daemon was killed at the sync of the WAL's zeroed header"
+strace -f -P "$S6-wal" -e trace=fdatasync,pwrite64 -o "$TEST_ROOT/open.trace" \
+    "$KEYCHAINFS_BIN" verify --store "$S6" --passphrase-file "$PASSFILE" >"$OUT" 2>"$ERR"
+expect_eq 0 $? "the store verifies after the crash"
+order=$(awk '/pwrite64\(.*, 32, 0\) = 32/ && !h { h = NR } /fdatasync/ && h && !s { s = NR }
+    /pwrite64\(.*, [0-9]+, 0\) = [0-9]+/ && !/, 32, 0\)/ && !z { z = NR }
+    END { print (h && s && z && h < s && s < z) ? "header sync frames" : "h=" h " s=" s " z=" z }' "$TEST_ROOT/open.trace")
+expect_eq "header sync frames" "$order" "the open writes and syncs the WAL's zero header again before zeroing its frames"
+nothing_recoverable "and leaves nothing earlier in the files" "$S6"
+
+echo "== the disk under the store"
+# SQLite deletes the WAL when the last connection closes (every command run without a
+# daemon): the blocks of a deleted file go back to the file system as they are, and the page
+# cache drops its pages not yet written. The store's own file system, scanned block by block
+# once the items are deleted, holds none of them.
+IMG="$TEST_ROOT/disk.img"
+DISK="$TEST_ROOT/disk"
+mkdir -p "$DISK"
+truncate -s 16M "$IMG"
+if mkfs.ext4 -q "$IMG" 2>/dev/null && mount -o loop "$IMG" "$DISK" 2>/dev/null; then
+    on_exit "umount -l '$DISK'"
+    S5="$DISK/k.db"
+    init_store --store "$S5"
+    for a in 1 2 3 4 5 6; do
+        kc add-generic-password --store "$S5" --passphrase-file "$PASSFILE" -s svc -a "a$a" -w "on-disk-$a" >/dev/null
+    done
+    for a in 1 2 3 4 5; do kc delete-generic-password --store "$S5" --passphrase-file "$PASSFILE" -s svc -a "a$a" >/dev/null 2>&1; done
+    expect_eq "on-disk-6" "$(kc find-generic-password --store "$S5" --passphrase-file "$PASSFILE" -s svc -a a6 -w)" \
+        "the item left reads"
+    umount "$DISK"
+    mount -o loop,ro "$IMG" "$DISK"
+    nothing_recoverable "no block of the store's file system holds a deleted item" "$S5" --disk "$IMG"
+    umount "$DISK"
+else
+    fail "make and mount an ext4 image (needs mkfs.ext4 and root)"
 fi
 
 echo "== each write is synced before it returns, with as few syncs as that takes"
@@ -258,6 +393,32 @@ kc unmount "$MP" >/dev/null
 expect_eq "fourth" "$(kc find-generic-password --store "$TEST_ROOT/sync.db" --passphrase-file "$PASSFILE" -s svc -a a -w 2>/dev/null)" \
     "what was written is in the store after unmount"
 expect_exit 0 "and the store opens with its records so written" kc verify --store "$TEST_ROOT/sync.db" --passphrase-file "$PASSFILE"
+
+echo "== a store reached through a symbolic link"
+# SQLite resolves the link and keeps the -wal and -shm beside the store itself; keychainfs must
+# make, check and watch those files, not names beside the link. A WAL forged there (an older
+# copy of a row put back, under the current ledger) would otherwise go unseen by the check of
+# the files' state, and the older value be served.
+REAL="$TEST_ROOT/real/k.db"
+LINK="$TEST_ROOT/link/k.db"
+mkdir -p "$TEST_ROOT/real" "$TEST_ROOT/link"
+chmod 700 "$TEST_ROOT/real" "$TEST_ROOT/link"
+init_store --store "$REAL"
+ln -s "$REAL" "$LINK"
+PL="--store $LINK --passphrase-file $PASSFILE"
+kc add-generic-password $PL -s svc -a x -w first >/dev/null
+kc add-generic-password $PL -s svc -a y -w other >/dev/null
+cp "$REAL" "$TEST_ROOT/older.db"
+kc add-generic-password $PL -s svc -a x -w second -U >/dev/null
+expect_eq "second" "$(kc find-generic-password $PL -s svc -a x -w)" "the store reads through the link"
+expect_eq "k.db" "$(ls "$TEST_ROOT/link")" "no side file is made beside the link"
+page=$(python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT rootpage FROM sqlite_master WHERE name = ?", ("items",)).fetchone()[0])' "$TEST_ROOT/older.db")
+python3 "$TESTS_DIR/forge_wal.py" "$TEST_ROOT/older.db" "$page" "$REAL" "$REAL-wal"
+chmod 600 "$REAL-wal"
+rm -f "$REAL-shm"
+expect_exit 93 "a row put back by a forged WAL beside the store is an integrity failure" \
+    kc find-generic-password $PL -s svc -a x -w
+expect_not_contains "$OUT" "first" "and the older value is not served"
 
 echo "== init changes only directories it made"
 SHARED="$TEST_ROOT/shared"

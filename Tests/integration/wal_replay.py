@@ -11,7 +11,10 @@ files (db, -wal, -shm, -journal, -reserve) and recovers every sealed row they st
 It fails (exit 1) if a sealed secret or sealed extras blob found anywhere is not in the
 current state, or, with --classes, if any row ever held has a class outside the given list.
 
-usage: wal_replay.py STORE [--classes 4,5,6,7] [--quiet]
+With --disk IMAGE, the bytes of IMAGE (the file system the store is on, unmounted) are
+scanned too: the blocks of files deleted or cut, the WAL's included.
+
+usage: wal_replay.py STORE [--classes 4,5,6,7] [--disk IMAGE] [--quiet]
 """
 import os
 import shutil
@@ -154,6 +157,11 @@ def main():
         i = args.index("--classes")
         classes = {int(c) for c in args[i + 1].split(",")}
         del args[i:i + 2]
+    disk = None
+    if "--disk" in args:
+        i = args.index("--disk")
+        disk = args[i + 1]
+        del args[i:i + 2]
     if len(args) != 1:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
@@ -205,6 +213,12 @@ def main():
         for s, raw in files.items():
             for r in records_in(raw, usable):
                 found.append(("bytes of keychain.db%s at offset %d" % (s, r["where"]), r))
+
+        if disk is not None:
+            with open(disk, "rb") as f:
+                raw = f.read()
+            for r in records_in(raw, usable):
+                found.append(("bytes of the disk %s at offset %d" % (os.path.basename(disk), r["where"]), r))
 
         problems = []
         for source, r in found:

@@ -10,6 +10,10 @@ int kcfs_store_vfs_install(void);
  * frames) since the last call; taken before and after a checkpoint, on its thread. */
 long long kcfs_store_vfs_take_emptied(void);
 
+/* Whether a sync of a WAL that SQLite asked for on this thread failed since the last call
+ * (its frames may not be on disk; a sync through another descriptor would not say so). */
+int kcfs_store_vfs_take_wal_sync_failed(void);
+
 /* The most bytes of a WAL that a truncation keeps (zeroed); the rest is cut off. */
 extern const long long kcfs_wal_kept_bytes;
 
