@@ -41,7 +41,7 @@ struct MountTarget: ParsableArguments {
     }
 
     func notMounted(store: String) -> KeychainError {
-        guard let stale = staleMounts(store: store).first else { return notMounted }
+        guard let stale = staleMounts(store: store).first else { return notMountedMountIt }
         return .notMounted("\(stale.mountpoint) is a stale mount of \(store): its daemon is gone. Run 'keychainfs "
             + "unmount \(stale.mountpoint)' to detach it, or 'keychainfs mount \(stale.mountpoint)' to mount it again.")
     }
@@ -49,6 +49,15 @@ struct MountTarget: ParsableArguments {
     var notMounted: KeychainError {
         if let mountpoint { return .notMounted("no keychainfs daemon serves \(mountpoint)") }
         return .notMounted("\(storeOptions.path) is not mounted")
+    }
+
+    /// `notMounted`, saying how to mount it: for the commands that need a mount to act on
+    /// (lock, unlock, set-keychain-settings), not for unmount.
+    var notMountedMountIt: KeychainError {
+        let message = notMounted.description
+        if mountpoint != nil { return notMounted }
+        let mount = storeOptions.store == nil ? "keychainfs mount" : "keychainfs mount MOUNTPOINT --store \(storeOptions.path)"
+        return .notMounted(message + "; '\(mount)' mounts it")
     }
 }
 
@@ -111,7 +120,7 @@ struct SetKeychainSettingsCommand: ParsableCommand {
     @OptionGroup var target: MountTarget
 
     func run() throws {
-        if let timeout, timeout <= 0 { throw KeychainError.invalidInput("-t must be a positive number of seconds") }
+        if let timeout, timeout <= 0 { throw KeychainError.invalidInput("-t must be a positive number of seconds; for never, give -u alone") }
         try target.daemon().1.setLockAfter(timeout)
     }
 }

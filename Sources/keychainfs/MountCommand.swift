@@ -89,7 +89,12 @@ struct MountCommand: ParsableCommand {
         let hasPassphrase: Bool
         switch try DaemonLocator.route(forStore: storePath) {
         case .daemon(_, let live):
-            throw KeychainError.alreadyServed(storePath, at: live.mountpoint)
+            // Say what to do next: nothing, if it is mounted where asked; else unmount it there.
+            let at = live.mountpoint
+            if MountRegistry.canonicalPath(at) == mp {
+                throw KeychainError.storeBusy("\(storePath) is already mounted at \(at) ('keychainfs status' shows its state)")
+            }
+            throw KeychainError.storeBusy("\(KeychainError.alreadyServed(storePath, at: at).description); to mount it at \(mountpoint), unmount it first: keychainfs unmount \(at)")
         case .direct(let lease):
             hasPassphrase = try withExtendedLifetime(lease) { try StoreProbe(readingAt: storePath).hasPassphrase }
         }
