@@ -101,7 +101,12 @@ struct MountCommand: ParsableCommand {
         // A killed daemon's mount of this store elsewhere is cleaned up too.
         try StaleMount.detachAll(ofStore: storePath)
         var st = stat()
-        guard stat(mp, &st) == 0 else { throw KeychainError.mountFailed("\(mountpoint): \(String(cString: strerror(errno)))") }
+        guard stat(mp, &st) == 0 else {
+            let code = errno
+            // Only the configured mountpoint is made here; one named on the command line is the user's to make.
+            let hint = code == ENOENT ? "; make the directory first: mkdir -p \(mountpoint)" : ""
+            throw KeychainError.mountFailed("\(mountpoint): \(String(cString: strerror(code)))\(hint)")
+        }
         guard st.st_mode & S_IFMT == S_IFDIR else { throw KeychainError.mountFailed("\(mountpoint) is not a directory") }
         if MountTable.isMountpoint(mp) { throw KeychainError.mountFailed("\(mountpoint) is already mounted") }
         if let problem = FuseDevice.problem() { throw KeychainError.mountFailed(problem) }

@@ -328,6 +328,8 @@ expect_eq "pw-one" "$(cat "$MP/filt/one")" "which still reads"
 kc init --store "$T/second.db" --scrypt-log-n 10 $P >/dev/null
 MP2="$T/mnt2"
 mkdir -p "$MP2"
+expect_exit 70 "mount at a directory that does not exist: 70" kc mount "$T/mnt3" --store "$T/second.db" $P
+expect_contains "$ERR" "No such file or directory; make the directory first: mkdir -p $T/mnt3" "and it says to make it"
 expect_exit 0 "mount a second store" mount_kc "$MP2" --store "$T/second.db"
 mkdir -p "$T/mnt3"
 expect_exit 75 "mount of a store served elsewhere: 75" kc mount "$T/mnt3" --store "$T/second.db" $P
