@@ -27,7 +27,7 @@ expect_exit 0 "add --synchronizable" kc add-generic-password $P -s mail -a alice
 expect_contains "$(kc find-generic-password $P -s mail -a alice)" "synchronizable: yes" "find prints synchronizable: yes"
 expect_exit 78 "--synchronizable on a this-device-only item: 78" \
     kc add-generic-password $P -s mail -a local -w x --synchronizable --accessible when-unlocked-this-device-only
-expect_contains "$ERR" "cannot be synchronizable" "the refusal says why"
+expect_contains "$ERR" "an item of class 'when-unlocked-this-device-only' cannot be synchronizable" "the refusal says why"
 expect_exit 44 "nothing was added" kc find-generic-password $P -s mail -a local
 kc add-generic-password $P -s mail -a local -w 'local-only-secret' --accessible when-unlocked-this-device-only
 expect_exit 78 "-U --synchronizable on a this-device-only item: 78" \
