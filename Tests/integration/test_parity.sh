@@ -203,6 +203,9 @@ done
 expect_exit 0 "add-internet-password --help" kc add-internet-password --help
 expect_contains "$(flat <"$OUT")" "the protocol defaults to https" "add-internet-password --help: the default protocol"
 expect_contains "$(flat <"$REPO/README.md")" "visible to other users in the process list" "the README says -w VALUE is visible"
+expect_exit 0 "keychainfs --help" kc --help
+expect_contains "$(flat <"$OUT")" "default-synchronizable, allow-root, secret-service, access" "--help names every config.toml key"
+expect_contains "$OUT" "find it with fuser -vm" "--help's exit 16 names fuser -vm, as the README and the error do"
 
 echo "== passphrases at a terminal"
 BS="--store $T/tty.db"
