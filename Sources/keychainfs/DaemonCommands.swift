@@ -25,7 +25,10 @@ struct MountTarget: ParsableArguments {
     /// to run) without one; `storeBusy` when a daemon holds the store but does not answer.
     func daemon() throws -> (MountRecord, RemoteKeychainService) {
         let store = try storePath()
-        guard FileManager.default.fileExists(atPath: store) else { throw notMounted }
+        guard FileManager.default.fileExists(atPath: store) else {
+            let create = storeOptions.store == nil ? "keychainfs init" : "keychainfs init --store \(store)"
+            throw KeychainError.notMounted("\(store) is not mounted: there is no store there (create one with '\(create)')")
+        }
         guard let (service, record) = try DaemonLocator.daemon(forStore: store),
               canonicalMountpoint == nil || canonicalMountpoint == record.mountpoint else {
             throw notMounted(store: store)

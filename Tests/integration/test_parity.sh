@@ -285,6 +285,8 @@ expect_contains "$ERR" "for never, give -u alone" "-t 0 says how to turn lock-af
 expect_exit 64 "-t abc: 64" kc set-keychain-settings -t abc
 expect_exit 69 "a store that is not mounted: 69" kc set-keychain-settings -t 5 --store "$T/tty.db"
 expect_contains "$ERR" "is not mounted; 'keychainfs mount MOUNTPOINT --store $T/tty.db' mounts it" "and says how to mount it"
+expect_exit 69 "unlock of a store that does not exist: 69" kc unlock --store "$T/none.db"
+expect_contains "$ERR" "there is no store there (create one with 'keychainfs init --store $T/none.db')" "and it says so, and how to make one"
 expect_exit 0 "setfattr lock-after 120" setfattr -n user.keychain.lock-after -v 120 "$MP"
 expect_exit 0 "status" kc status
 expect_contains "$OUT" "lock-after: 120 s" "setfattr changes the setting"
