@@ -76,6 +76,10 @@ package struct KeychainConfig: Equatable, Sendable {
         func fail(_ key: String, _ message: String) -> KeychainError {
             .invalidInput("\(path):\(lines.line(ofKey: key)): \(message)")
         }
+        // A key of [access] is reported on its own line, not its table's header.
+        func failAccess(_ name: String, _ message: String) -> KeychainError {
+            .invalidInput("\(path):\(lines.line(ofKey: name, inTable: "access")): \(message)")
+        }
         var config = KeychainConfig()
         for key in table.keys.sorted(by: { lines.line(ofKey: $0) < lines.line(ofKey: $1) }) {
             guard let value = table[key] else { continue }
@@ -109,16 +113,16 @@ package struct KeychainConfig: Equatable, Sendable {
                     switch name {
                     case "pinentry":
                         guard let s = v.string, s.hasPrefix("/") else {
-                            throw fail(key, "access.pinentry must be the absolute path of a pinentry program, not \(v.debugDescription)")
+                            throw failAccess(name, "access.pinentry must be the absolute path of a pinentry program, not \(v.debugDescription)")
                         }
                         config.pinentry = s
                     case "prompt-timeout":
                         guard let n = v.int, n > 0, n <= 3600 else {
-                            throw fail(key, "access.prompt-timeout must be a whole number of seconds from 1 to 3600, not \(v.debugDescription)")
+                            throw failAccess(name, "access.prompt-timeout must be a whole number of seconds from 1 to 3600, not \(v.debugDescription)")
                         }
                         config.promptTimeout = n
                     default:
-                        throw fail(key, "unknown key 'access.\(name)' (known: pinentry, prompt-timeout)")
+                        throw failAccess(name, "unknown key 'access.\(name)' (known: pinentry, prompt-timeout)")
                     }
                 }
             default:
@@ -159,6 +163,23 @@ struct SourceLines {
             }
         }
         return 1
+    }
+
+    /// 1-based; the line of `key = ...` below the header `[table]` and before the next
+    /// header, else the header's line (`table.key = ...` and inline tables are found there).
+    func line(ofKey key: String, inTable table: String) -> Int {
+        let header = line(ofKey: table)
+        var i = header
+        while i < lines.count {
+            let line = lines[i].drop { $0 == " " || $0 == "\t" }
+            if line.hasPrefix("[") { break }
+            for form in [key, "\"\(key)\"", "'\(key)'"] where line.hasPrefix(form) {
+                let rest = line.dropFirst(form.count).drop { $0 == " " || $0 == "\t" }
+                if rest.hasPrefix("=") { return i + 1 }
+            }
+            i += 1
+        }
+        return header
     }
 }
 
@@ -238,7 +259,7 @@ enum TOMLPrecheck {
                     if at(j) == UInt8(ascii: "[") { j += 1 }
                     while isBlank(at(j)) { j += 1 }
                     guard isKeyStart(at(j)) else {
-                        throw fail("a table header needs a name (the configuration has no tables; keys: "
+                        throw fail("a table header needs a name (the one table is [access]; keys: "
                             + KeychainConfig.keys.joined(separator: ", ") + ")")
                     }
                 }

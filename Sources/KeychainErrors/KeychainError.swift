@@ -99,7 +99,7 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     package static let exitCodeTable: [(code: Int32, meaning: String)] = [
         (0, "success"),
         (1, "other failure"),
-        (16, "mountpoint busy: a process still uses the mount (find it with fuser -m)"),
+        (16, "mountpoint busy: a process still uses the mount (find it with fuser -vm)"),
         (36, "locked: the item's accessibility class is not available now"),
         (44, "item not found"),
         (45, "duplicate item"),

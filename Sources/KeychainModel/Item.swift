@@ -204,7 +204,7 @@ public struct ItemAttributes: Hashable, Codable, Sendable {
     /// synchronizable; `notSynchronizable` (exit 78) otherwise.
     package func checkSynchronizable() throws(KeychainError) {
         if values.synchronizable == true && accessible.isThisDeviceOnly {
-            throw .notSynchronizable("a '\(accessible.rawValue)' item cannot be synchronizable: this-device-only items never leave the device; nothing was changed")
+            throw .notSynchronizable("an item of class '\(accessible.rawValue)' cannot be synchronizable: this-device-only items never leave the device; nothing was changed")
         }
     }
 

@@ -166,7 +166,8 @@ enum FullTool {
             execv(path, argv)
         }
         let why = String(cString: strerror(errno))
-        let line = "keychainfs: cannot run \(candidates[0]) or \(candidates[1]): \(why)\n"
+        let line = "keychainfs: cannot run \(candidates[0]) or \(candidates[1]): \(why); "
+            + "install keychainfs-full in one of them (scripts/run puts it in ~/.local/libexec/keychainfs)\n"
         line.utf8CString.withUnsafeBytes { _ = write(2, $0.baseAddress, $0.count - 1) }
         exit(KeychainError.io("").exitCode)
     }

@@ -1,8 +1,10 @@
 import ArgumentParser
 import Foundation
 import KeychainAccess
+import KeychainClient
 import KeychainControl
 import KeychainModel
+import KeychainStore
 
 /// `keychainfs access log`: what the per-program gate decided (issue 17).
 struct AccessCommand: ParsableCommand {
@@ -80,6 +82,12 @@ struct AccessListChange: ParsableArguments {
         // Pinned before the passphrase is asked: a program that cannot be read fails first.
         let list = try access.list() ?? .anyProgram
         let path = storeOptions.path
+        // No passphrase to vouch: say so, and what can change the list, before asking for one.
+        if try !Self.hasPassphrase(path) {
+            throw KeychainError.invalidInput("\(path) has no passphrase (it is protected by the device key only), so none "
+                + "can vouch for this change: change the list with a program on it (setfattr -n user.keychain.access), "
+                + "through the prompt's Always allow, or give the store a passphrase first ('keychainfs passwd --add')")
+        }
         // Asked on either route: a daemon needs no passphrase to serve, but this change does.
         _ = try passphrase.withRetries(prompt: "Passphrase for \(path): ") { read in
             let given = try read()
@@ -88,6 +96,14 @@ struct AccessListChange: ParsableArguments {
                                                        defaultSynchronizable: StoreOptions.configuredDefaultSynchronizable,
                                                        passphraseSource: { given.copy() })
             return try service.setAccess(key: key, list: list, passphrase: given.copy())
+        }
+    }
+
+    /// Read from the daemon serving the store, else from the store itself (read-only, under its lease).
+    private static func hasPassphrase(_ path: String) throws -> Bool {
+        switch try DaemonLocator.route(forStore: path) {
+        case .daemon(let service, _): return try service.status().hasPassphrase
+        case .direct(let lease): return try withExtendedLifetime(lease) { try StoreProbe(readingAt: path).hasPassphrase }
         }
     }
 }

@@ -25,7 +25,10 @@ struct MountTarget: ParsableArguments {
     /// to run) without one; `storeBusy` when a daemon holds the store but does not answer.
     func daemon() throws -> (MountRecord, RemoteKeychainService) {
         let store = try storePath()
-        guard FileManager.default.fileExists(atPath: store) else { throw notMounted }
+        guard FileManager.default.fileExists(atPath: store) else {
+            let create = storeOptions.store == nil ? "keychainfs init" : "keychainfs init --store \(store)"
+            throw KeychainError.notMounted("\(store) is not mounted: there is no store there (create one with '\(create)')")
+        }
         guard let (service, record) = try DaemonLocator.daemon(forStore: store),
               canonicalMountpoint == nil || canonicalMountpoint == record.mountpoint else {
             throw notMounted(store: store)
@@ -41,7 +44,7 @@ struct MountTarget: ParsableArguments {
     }
 
     func notMounted(store: String) -> KeychainError {
-        guard let stale = staleMounts(store: store).first else { return notMounted }
+        guard let stale = staleMounts(store: store).first else { return notMountedMountIt }
         return .notMounted("\(stale.mountpoint) is a stale mount of \(store): its daemon is gone. Run 'keychainfs "
             + "unmount \(stale.mountpoint)' to detach it, or 'keychainfs mount \(stale.mountpoint)' to mount it again.")
     }
@@ -49,6 +52,15 @@ struct MountTarget: ParsableArguments {
     var notMounted: KeychainError {
         if let mountpoint { return .notMounted("no keychainfs daemon serves \(mountpoint)") }
         return .notMounted("\(storeOptions.path) is not mounted")
+    }
+
+    /// `notMounted`, saying how to mount it: for the commands that need a mount to act on
+    /// (lock, unlock, set-keychain-settings), not for unmount.
+    var notMountedMountIt: KeychainError {
+        let message = notMounted.description
+        if mountpoint != nil { return notMounted }
+        let mount = storeOptions.store == nil ? "keychainfs mount" : "keychainfs mount MOUNTPOINT --store \(storeOptions.path)"
+        return .notMounted(message + "; '\(mount)' mounts it")
     }
 }
 
@@ -111,7 +123,7 @@ struct SetKeychainSettingsCommand: ParsableCommand {
     @OptionGroup var target: MountTarget
 
     func run() throws {
-        if let timeout, timeout <= 0 { throw KeychainError.invalidInput("-t must be a positive number of seconds") }
+        if let timeout, timeout <= 0 { throw KeychainError.invalidInput("-t must be a positive number of seconds; for never, give -u alone") }
         try target.daemon().1.setLockAfter(timeout)
     }
 }

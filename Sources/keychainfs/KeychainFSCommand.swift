@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainConfig
 import KeychainControl
 import KeychainStore
 
@@ -73,7 +74,7 @@ enum ExitStatusHelp {
             through its daemon and need no passphrase. A passphrase is never taken from the \
             command line: it comes from --passphrase-fd N, --passphrase-file PATH (first line), \
             or the terminal. 'mount' takes its defaults from $XDG_CONFIG_HOME/keychainfs/config.toml \
-            (mountpoint, lock-after, default-accessible, allow-root).
+            (keys: \(KeychainConfig.keys.joined(separator: ", "))).
 
             EXIT STATUS
             """ + "\n" + rows.joined(separator: "\n")

@@ -89,14 +89,24 @@ struct MountCommand: ParsableCommand {
         let hasPassphrase: Bool
         switch try DaemonLocator.route(forStore: storePath) {
         case .daemon(_, let live):
-            throw KeychainError.alreadyServed(storePath, at: live.mountpoint)
+            // Say what to do next: nothing, if it is mounted where asked; else unmount it there.
+            let at = live.mountpoint
+            if MountRegistry.canonicalPath(at) == mp {
+                throw KeychainError.storeBusy("\(storePath) is already mounted at \(at) ('keychainfs status' shows its state)")
+            }
+            throw KeychainError.storeBusy("\(KeychainError.alreadyServed(storePath, at: at).description); to mount it at \(mountpoint), unmount it first: keychainfs unmount \(at)")
         case .direct(let lease):
             hasPassphrase = try withExtendedLifetime(lease) { try StoreProbe(readingAt: storePath).hasPassphrase }
         }
         // A killed daemon's mount of this store elsewhere is cleaned up too.
         try StaleMount.detachAll(ofStore: storePath)
         var st = stat()
-        guard stat(mp, &st) == 0 else { throw KeychainError.mountFailed("\(mountpoint): \(String(cString: strerror(errno)))") }
+        guard stat(mp, &st) == 0 else {
+            let code = errno
+            // Only the configured mountpoint is made here; one named on the command line is the user's to make.
+            let hint = code == ENOENT ? "; make the directory first: mkdir -p \(mountpoint)" : ""
+            throw KeychainError.mountFailed("\(mountpoint): \(String(cString: strerror(code)))\(hint)")
+        }
         guard st.st_mode & S_IFMT == S_IFDIR else { throw KeychainError.mountFailed("\(mountpoint) is not a directory") }
         if MountTable.isMountpoint(mp) { throw KeychainError.mountFailed("\(mountpoint) is already mounted") }
         if let problem = FuseDevice.problem() { throw KeychainError.mountFailed(problem) }

@@ -104,6 +104,13 @@ struct SyncInitCommand: ParsableCommand {
         try tombstones.check()
         let scrypt = scryptLogN.map { ScryptParameters(logN: $0) } ?? .default
         guard (10...22).contains(scrypt.logN) else { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
+        // Refused before a new sync passphrase is asked for, and with the next step.
+        let envelope = SyncFolder(path: dir).envelopePath
+        if FileManager.default.fileExists(atPath: envelope) {
+            FileHandle.standardError.write(Data(("keychainfs: \(KeychainLocations.absolute(dir)) is a sync folder already (it has \(envelope)); "
+                + "to sync this keychain with it: keychainfs sync join \(dir)\n").utf8))
+            throw ExitCode(KeychainError.storeExists(envelope).exitCode)
+        }
         let service = try owner.service()
         let o = try service.sync(.initialize, folder: KeychainLocations.absolute(dir), passphrase: try syncPassphrase.read(new: true),
                                  scryptLogN: scrypt.logN)

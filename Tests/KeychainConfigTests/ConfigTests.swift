@@ -54,6 +54,12 @@ final class ConfigTests: XCTestCase {
         XCTAssertTrue(failure("[access]\nprompt-timeout = 0").contains("prompt-timeout"))
         XCTAssertTrue(failure("[access]\nbogus = 1").contains("unknown key 'access.bogus'"))
         XCTAssertTrue(failure("access = 1").contains("access must be a table"))
+        // A key of [access] is named on its own line, not the header's.
+        XCTAssertTrue(failure("lock-after = 5\n[access]\n\nprompt-timeout = 9\npinentry = \"pinentry-tty\"\n")
+            .hasPrefix("config.toml:5: access.pinentry must be the absolute path"))
+        XCTAssertTrue(failure("[access]\npinentry = \"/usr/bin/pinentry-tty\"\n  prompt-timeout = 0\n")
+            .hasPrefix("config.toml:3: access.prompt-timeout"))
+        XCTAssertTrue(failure("[access]\n'bogus' = 1").hasPrefix("config.toml:2: unknown key 'access.bogus'"))
     }
 
     func testQuotedKeysAndZeroLockAfter() throws {

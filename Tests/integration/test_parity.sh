@@ -203,6 +203,9 @@ done
 expect_exit 0 "add-internet-password --help" kc add-internet-password --help
 expect_contains "$(flat <"$OUT")" "the protocol defaults to https" "add-internet-password --help: the default protocol"
 expect_contains "$(flat <"$REPO/README.md")" "visible to other users in the process list" "the README says -w VALUE is visible"
+expect_exit 0 "keychainfs --help" kc --help
+expect_contains "$(flat <"$OUT")" "default-synchronizable, allow-root, secret-service, access" "--help names every config.toml key"
+expect_contains "$OUT" "find it with fuser -vm" "--help's exit 16 names fuser -vm, as the README and the error do"
 
 echo "== passphrases at a terminal"
 BS="--store $T/tty.db"
@@ -278,8 +281,12 @@ kc set-keychain-settings -t 300 >/dev/null
 expect_exit 0 "set-keychain-settings with no option" kc set-keychain-settings
 expect_eq "off" "$(getfattr --only-values -n user.keychain.lock-after "$MP" 2>/dev/null)" "no -t: never, as on macOS"
 expect_exit 65 "-t 0: 65" kc set-keychain-settings -t 0
+expect_contains "$ERR" "for never, give -u alone" "-t 0 says how to turn lock-after off"
 expect_exit 64 "-t abc: 64" kc set-keychain-settings -t abc
 expect_exit 69 "a store that is not mounted: 69" kc set-keychain-settings -t 5 --store "$T/tty.db"
+expect_contains "$ERR" "is not mounted; 'keychainfs mount MOUNTPOINT --store $T/tty.db' mounts it" "and says how to mount it"
+expect_exit 69 "unlock of a store that does not exist: 69" kc unlock --store "$T/none.db"
+expect_contains "$ERR" "there is no store there (create one with 'keychainfs init --store $T/none.db')" "and it says so, and how to make one"
 expect_exit 0 "setfattr lock-after 120" setfattr -n user.keychain.lock-after -v 120 "$MP"
 expect_exit 0 "status" kc status
 expect_contains "$OUT" "lock-after: 120 s" "setfattr changes the setting"
@@ -326,7 +333,15 @@ expect_eq "pw-one" "$(cat "$MP/filt/one")" "which still reads"
 kc init --store "$T/second.db" --scrypt-log-n 10 $P >/dev/null
 MP2="$T/mnt2"
 mkdir -p "$MP2"
+expect_exit 70 "mount at a directory that does not exist: 70" kc mount "$T/mnt3" --store "$T/second.db" $P
+expect_contains "$ERR" "No such file or directory; make the directory first: mkdir -p $T/mnt3" "and it says to make it"
 expect_exit 0 "mount a second store" mount_kc "$MP2" --store "$T/second.db"
+mkdir -p "$T/mnt3"
+expect_exit 75 "mount of a store served elsewhere: 75" kc mount "$T/mnt3" --store "$T/second.db" $P
+expect_contains "$ERR" "to mount it at $T/mnt3, unmount it first: keychainfs unmount $MP2" "and it says how to move it"
+expect_exit 75 "mount of a store already mounted there: 75" kc mount "$MP2" --store "$T/second.db" $P
+expect_contains "$ERR" "is already mounted at $MP2 ('keychainfs status'" "and it says that is where it is"
+expect_exit 32 "neither mounted it again" mountpoint -q "$T/mnt3"
 expect_exit 0 "lock -a" in_own_mounts "$KEYCHAINFS_BIN" lock -a
 expect_eq "locked" "$(state "$MP")" "the first mount is locked"
 expect_eq "locked" "$(state "$MP2")" "the second mount is locked"
@@ -335,6 +350,23 @@ expect_exit 64 "lock -a with --store: 64" kc lock -a --store "$T/second.db"
 kc unmount "$MP2" >/dev/null 2>&1
 kc unmount "$MP" >/dev/null 2>&1
 expect_exit 0 "lock -a with nothing mounted" in_own_mounts "$KEYCHAINFS_BIN" lock -a
+
+echo "== access set-* on a store with no passphrase says so before asking for one"
+kc init --no-passphrase --store "$T/nopass.db" >/dev/null
+printf 'v' | kc add-generic-password --store "$T/nopass.db" -s np -a item -T /usr/bin/cat >/dev/null
+for route in direct daemon; do
+    if [ $route = daemon ]; then
+        mkdir -p "$T/mnt-nopass"
+        expect_exit 0 "mount the store with no passphrase" mount_kc "$T/mnt-nopass" --store "$T/nopass.db"
+    fi
+    expect_exit 65 "access set-generic, $route: 65" kc access set-generic --store "$T/nopass.db" -s np -a item -A </dev/null
+    expect_contains "$ERR" "has no passphrase" "it says the store has none ($route)"
+    expect_contains "$ERR" "passwd --add" "and what can change the list instead ($route)"
+    expect_not_contains "$ERR" "no terminal" "without asking for a passphrase first ($route)"
+    expect_exit 0 "find, $route" kc find-generic-password --store "$T/nopass.db" -s np -a item
+    expect_contains "$OUT" "access: /usr/bin/cat" "the list is unchanged ($route)"
+done
+kc unmount "$T/mnt-nopass" >/dev/null 2>&1
 
 echo "== man pages"
 for page in keychainfs git-credential-keychainfs; do

@@ -27,7 +27,7 @@ expect_exit 0 "add --synchronizable" kc add-generic-password $P -s mail -a alice
 expect_contains "$(kc find-generic-password $P -s mail -a alice)" "synchronizable: yes" "find prints synchronizable: yes"
 expect_exit 78 "--synchronizable on a this-device-only item: 78" \
     kc add-generic-password $P -s mail -a local -w x --synchronizable --accessible when-unlocked-this-device-only
-expect_contains "$ERR" "cannot be synchronizable" "the refusal says why"
+expect_contains "$ERR" "an item of class 'when-unlocked-this-device-only' cannot be synchronizable" "the refusal says why"
 expect_exit 44 "nothing was added" kc find-generic-password $P -s mail -a local
 kc add-generic-password $P -s mail -a local -w 'local-only-secret' --accessible when-unlocked-this-device-only
 expect_exit 78 "-U --synchronizable on a this-device-only item: 78" \
@@ -62,6 +62,9 @@ expect_exit 0 "sync init" kc sync init "$FOLDER" $P $S --scrypt-log-n 10
 expect_eq "700" "$(stat -c %a "$FOLDER")" "the folder sync init makes is private (0700)"
 expect_eq "600" "$(stat -c %a "$FOLDER/sync.key")" "its key envelope is 0600"
 expect_exit 48 "sync init on a folder that has a key envelope: 48" kcb sync init "$FOLDER" $P $S --scrypt-log-n 10
+expect_contains "$ERR" "is a sync folder already" "it says what the folder is"
+expect_contains "$ERR" "keychainfs sync join $FOLDER" "and that it is joined instead"
+expect_exit 48 "sync init on it with no terminal and no sync passphrase: 48, not asked" kcb sync init "$FOLDER" $P </dev/null
 printf 'wrong\n' >"$T/wrong-pass"
 expect_exit 51 "sync join with a wrong passphrase: 51" kcb sync join "$FOLDER" $P --sync-passphrase-file "$T/wrong-pass"
 expect_exit 69 "and B does not sync" kcb sync status $P
