@@ -33,13 +33,24 @@ package struct PromptText: Sendable, Equatable {
         self.description = description
         self.prompt = prompt
     }
+
+    /// The second prompt of Always allow (`Pinentry.ask`): the same question, where OK
+    /// (labelled as Always allow was) adds the program for good and there is no "not OK".
+    var confirmingAlwaysAllow: PromptText {
+        var t = PromptText(title: title, description: description + "\n\nAdd this program to the item's access list for good?",
+                           prompt: prompt)
+        t.allowOnce = alwaysAllow ?? "_Always allow"
+        t.alwaysAllow = nil
+        t.deny = deny
+        return t
+    }
 }
 
 /// Asks through a pinentry program (gpg's prompt: `pinentry-tty`, `-curses`, `-gnome3`,
 /// `-qt`), speaking its Assuan protocol over a socket pair: SETTITLE, SETDESC, SETPROMPT,
 /// SETOK/SETNOTOK/SETCANCEL name the three buttons, CONFIRM shows them. OK is Allow once,
-/// "not OK" (GPG_ERR_NOT_CONFIRMED) is Always allow, Cancel (GPG_ERR_CANCELED) is Deny.
-/// Anything else, and the timeout, is no.
+/// "not OK" (GPG_ERR_NOT_CONFIRMED) is Always allow once a second prompt confirms it with
+/// OK, Cancel (GPG_ERR_CANCELED) is Deny. Anything else, and the timeout, is no.
 package struct Pinentry: Sendable {
     package var path: String
     package var timeout: Duration
@@ -59,6 +70,20 @@ package struct Pinentry: Sendable {
     /// killed then, by its pid.
     package func ask(_ text: PromptText, terminal: String?, terminalType: String?) -> PromptAnswer {
         let deadline = ContinuousClock.now + timeout
+        let first = session(text, deadline: deadline, terminal: terminal, terminalType: terminalType)
+        guard first == .alwaysAllow else { return first }
+        // Pinentry answers "not OK" for that button and also when it cannot prompt at all
+        // (pinentry-tty given no terminal answers every CONFIRM so). Always allow changes the
+        // list for good, so it is confirmed in a prompt of its own whose only yes is OK.
+        switch session(text.confirmingAlwaysAllow, deadline: deadline, terminal: terminal, terminalType: terminalType) {
+        case .allowOnce: return .alwaysAllow
+        case .alwaysAllow, .deny: return .deny
+        case let other: return other
+        }
+    }
+
+    /// One pinentry, from its start to its end, asked `text` until `deadline`.
+    private func session(_ text: PromptText, deadline: ContinuousClock.Instant, terminal: String?, terminalType: String?) -> PromptAnswer {
         var fds: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
             return .unavailable("socketpair: \(String(cString: strerror(errno)))")
@@ -74,7 +99,7 @@ package struct Pinentry: Sendable {
         }
         close(fds[1])
         var session = AssuanSession(fd: ours, deadline: deadline, ending: ending)
-        let answer = converse(&session, text, terminal: terminal, terminalType: terminalType)
+        let answer = converse(&session, text, deadline: deadline, terminal: terminal, terminalType: terminalType)
         if answer == .timedOut || answer == .ended { reap(pid, force: true) } else {
             _ = session.send("BYE")
             reap(pid, force: false)
@@ -82,13 +107,15 @@ package struct Pinentry: Sendable {
         return answer
     }
 
-    private func converse(_ s: inout AssuanSession, _ text: PromptText, terminal: String?, terminalType: String?) -> PromptAnswer {
+    private func converse(_ s: inout AssuanSession, _ text: PromptText, deadline: ContinuousClock.Instant,
+                          terminal: String?, terminalType: String?) -> PromptAnswer {
         do {
             try s.expectOK()
             // Options a pinentry does not know answer ERR; they are hints, not requirements.
             if let terminal { _ = try s.command("OPTION ttyname=" + terminal) }
             if let terminalType { _ = try s.command("OPTION ttytype=" + terminalType) }
-            let seconds = max(1, Int(timeout.components.seconds) + (timeout.components.attoseconds > 0 ? 1 : 0))
+            let left = deadline - ContinuousClock.now
+            let seconds = max(1, Int(left.components.seconds) + (left.components.attoseconds > 0 ? 1 : 0))
             _ = try s.command("SETTIMEOUT \(seconds)")
             var settings = [("SETTITLE", text.title), ("SETPROMPT", text.prompt), ("SETOK", text.allowOnce),
                             ("SETCANCEL", text.deny), ("SETDESC", text.description)]

@@ -153,21 +153,26 @@ final class TestDirectory {
 }
 
 /// A pinentry stand-in that speaks Assuan and gives one scripted answer to CONFIRM
-/// (`ok`, `slow-ok`, `notok`, `cancel`, `never`, `garbage`, `exit`), writing what it was sent to a file.
+/// (`ok`, `slow-ok`, `notok` (then OK to Always allow's confirmation, which has no "not OK"
+/// button), `notok-always` (every CONFIRM, as pinentry-tty with no terminal), `cancel`,
+/// `never`, `garbage`, `exit`), writing what it was sent to a file.
 func scriptedPinentry(in dir: TestDirectory, answer: String) throws -> (path: String, transcript: String) {
     let transcript = dir.path + "/transcript-\(answer)"
     let script = """
     #!/bin/sh
     for f in /proc/$$/fd/*; do echo "FD $(readlink "$f")"; done >> '\(transcript)'
     echo "OK Pleased to meet you"
+    notok_button=
     while IFS= read -r line; do
       printf '%s\\n' "$line" >> '\(transcript)'
       case "$line" in
+        SETNOTOK*) notok_button=1; echo OK ;;
         CONFIRM*)
           case '\(answer)' in
             ok) echo OK ;;
             slow-ok) sleep 0.5; echo OK ;;
-            notok) echo "ERR 83886194 Not confirmed <Pinentry>" ;;
+            notok) if [ -n "$notok_button" ]; then echo "ERR 83886194 Not confirmed <Pinentry>"; else echo OK; fi ;;
+            notok-always) echo "ERR 83886194 Not confirmed <Pinentry>" ;;
             cancel) echo "ERR 83886179 Operation cancelled <Pinentry>" ;;
             never) exec sleep 1000 ;;
             garbage) echo "HELLO THERE" ;;

@@ -99,6 +99,30 @@ final class PromptTests: AccessTestCase {
         XCTAssertEqual(confirms(transcript), 0)
     }
 
+    /// Pinentry answers "not OK" for that button and also when it cannot prompt at all:
+    /// pinentry-tty given no terminal answers every CONFIRM so. That is never Always allow.
+    func testAPinentryThatAnswersNotOKToEveryPromptAllowsNothing() throws {
+        let (access, transcript) = try control("notok-always")
+        let cat = try TestProcess(["/bin/cat"], waitForExecutable: "/usr/bin/cat")
+        let outcome = access.decide(threadID: cat.pid, item: item, operation: .read, list: try list("/usr/bin/head"))
+        XCTAssertTrue(isRefused(outcome), "no program is added unasked: \(outcome)")
+        XCTAssertEqual(confirms(transcript), 2, "Always allow is confirmed in a second prompt")
+        let sent = try String(contentsOfFile: transcript, encoding: .utf8)
+        XCTAssertTrue(sent.contains("for good?"), "the second prompt asks whether to add it for good")
+    }
+
+    func testAlwaysAllowIsConfirmedWithOKInAPromptWithoutANotOKButton() throws {
+        let (access, transcript) = try control("notok")
+        let cat = try TestProcess(["/bin/cat"], waitForExecutable: "/usr/bin/cat")
+        guard case .allowedAlways = access.decide(threadID: cat.pid, item: item, operation: .read, list: try list("/usr/bin/head")) else {
+            return XCTFail("not OK, then OK to the confirmation, is Always allow")
+        }
+        let sent = try String(contentsOfFile: transcript, encoding: .utf8)
+        XCTAssertEqual(confirms(transcript), 2)
+        XCTAssertEqual(sent.components(separatedBy: "SETNOTOK").count - 1, 1, "only the first prompt has a not-OK button")
+        XCTAssertTrue(sent.contains("SETOK _Always allow"), "the confirmation's OK is labelled Always allow")
+    }
+
     func testAlwaysAllowForAnInterpreterAddsItsScriptNotTheInterpreter() throws {
         let (access, _) = try control("notok")
         let script = try dir.write("import sys\nsys.stdin.read()\n", as: "sync.py")
@@ -111,7 +135,7 @@ final class PromptTests: AccessTestCase {
     }
 
     func testAnInterpreterWithoutARecognisedScriptIsNotOfferedAlwaysAllow() throws {
-        let (access, transcript) = try control("notok")
+        let (access, transcript) = try control("notok-always")
         let process = try TestProcess(["/usr/bin/python3", "-c", "import sys; sys.stdin.read()"], waitForExecutable: pythonExecutable)
         let outcome = access.decide(threadID: process.pid, item: item, operation: .read, list: try list("/usr/bin/head"))
         XCTAssertTrue(isRefused(outcome), "the interpreter alone is never added: \(outcome)")
@@ -235,6 +259,20 @@ final class PromptTests: AccessTestCase {
         wait(for: [prompted], timeout: 10)
     }
 
+    /// The real pinentry-tty, for a caller with no terminal: it answers "not OK" to every
+    /// prompt it cannot show, which must add nothing to the list.
+    func testRealPinentryTtyForACallerWithNoTerminalAllowsNothing() throws {
+        guard access("/usr/bin/pinentry-tty", X_OK) == 0 else {
+            return XCTFail("/usr/bin/pinentry-tty is missing: run scripts/install-deps")
+        }
+        let loner = try TestProcess(["/usr/bin/setsid", "/bin/cat"], waitForExecutable: "/usr/bin/cat")
+        let settings = try AccessSettings(pinentry: "/usr/bin/pinentry-tty", promptTimeoutSeconds: 5)
+        let gate = AccessControl(settings: settings, log: nil)
+        XCTAssertNil(try gate.identify(threadID: loner.pid).terminal)
+        let outcome = gate.decide(threadID: loner.pid, item: item, operation: .read, list: try list("/usr/bin/head"))
+        XCTAssertTrue(isRefused(outcome), "no answer, no access: \(outcome)")
+    }
+
     /// The real thing: pinentry-tty on a tmux pane's terminal, answered with keys.
     func testRealPinentryTtyInTmux() throws {
         // scripts/install-deps installs both: missing, the test fails rather than passing unseen.
@@ -273,6 +311,13 @@ final class PromptTests: AccessTestCase {
             let screen = try tmux(["capture-pane", "-p", "-t", "p"])
             XCTAssertTrue(screen.contains("Program: /usr/bin/sleep"), screen)
             _ = try tmux(["send-keys", "-t", "p", key])
+            if key == "a" {
+                // Always allow is confirmed in a second prompt, whose OK is Always allow.
+                try TestProcess.waitUntil("Always allow's confirmation shows") {
+                    ((try? tmux(["capture-pane", "-p", "-S", "-", "-t", "p"])) ?? "").contains("for good?")
+                }
+                _ = try tmux(["send-keys", "-t", "p", "a"])
+            }
             wait(for: [answered], timeout: 10)
             switch (expected, result.withLock { $0 }) {
             case ("allowed", .allowed?), ("refused", .refused?): break

@@ -86,10 +86,12 @@ final class AccessGateTests: XCTestCase {
         try """
             #!/bin/sh
             echo "OK"
+            notok_button=
             while IFS= read -r line; do
                 case "$line" in
+                    SETNOTOK*) notok_button=1; echo OK ;;
                     CONFIRM*) case "$(cat '\(answer)')" in
-                        notok) echo "ERR 83886194 Not confirmed" ;;
+                        notok) if [ -n "$notok_button" ]; then echo "ERR 83886194 Not confirmed"; else echo OK; fi ;;
                         *) echo "ERR 83886179 Operation cancelled" ;;
                     esac ;;
                     BYE*) echo OK; exit 0 ;;

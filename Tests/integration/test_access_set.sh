@@ -4,7 +4,8 @@
 # vouched for by the store's passphrase (no program on the list needed), through the daemon
 # and without one; it leaves the secret as it was; a wrong passphrase changes nothing and
 # counts towards the unlock backoff; a listed program already on the list keeps the file it
-# was allowed with. Through a real mount and real programs.
+# was allowed with. And a prompt that cannot be shown (pinentry-tty, no terminal) adds no
+# program. Through a real mount and real programs.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/mount_lib.sh"
 
@@ -80,6 +81,18 @@ expect_exit 0 "-A: any program, the store opened here" kc access set-generic -s 
 mount_kc "$MP" || fail "mount again" "$(cat "$ERR")"
 expect_eq "" "$(list_of "$ITEM")" "the list is empty"
 expect_eq "hunter2" "$(tail -c 100 "$ITEM" 2>&1)" "any program reads it"
+
+echo "== a prompt that cannot be shown adds nothing"
+# pinentry-tty given no terminal answers "not OK", its Always allow button, to every prompt.
+have setsid && [ -x /usr/bin/pinentry-tty ] || fail "setsid and pinentry-tty (scripts/install-deps)"
+mkdir -p "$XDG_CONFIG_HOME/keychainfs"
+printf '[access]\npinentry = "/usr/bin/pinentry-tty"\nprompt-timeout = 5\n' >"$XDG_CONFIG_HOME/keychainfs/config.toml"
+kc unmount "$MP" >/dev/null 2>&1
+mount_kc "$MP" || fail "mount with pinentry-tty" "$(cat "$ERR")"
+expect_exit 0 "an item that lists only head" sh -c "printf nt-secret | '$KEYCHAINFS_BIN' add-generic-password -s nt -a item -T /usr/bin/head"
+expect_eq "" "$(setsid cat "$MP/nt/item" </dev/null 2>/dev/null)" "cat with no terminal gets no secret"
+expect_eq "/usr/bin/head" "$(list_of "$MP/nt/item")" "and is not added to the list"
+rm "$XDG_CONFIG_HOME/keychainfs/config.toml"
 
 echo "== the backoff counts these attempts"
 for i in 1 2 3; do kc access set-generic -s svc -a acct -A --passphrase-file "$WRONG" >/dev/null 2>&1; done
