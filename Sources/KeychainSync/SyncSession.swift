@@ -232,6 +232,20 @@ package final class SyncSession: Sendable {
             }
         }
 
+        // 2a. A device that left (`sync leave`: its directory gone after this one merged it)
+        // took its files with it, and no one else publishes what it wrote: the items whose
+        // version here is its are published again, so that a device that joins later still
+        // gets them. By one device only, the smallest id still in the folder, since two would
+        // make concurrent versions of one value (a conflict copy of it everywhere).
+        let listed = Set(folder.devices())
+        let departed = Set(state.seen.keys.compactMap { try? DeviceID(hex: $0) }).subtracting(listed)
+        if !departed.isEmpty && listed.allSatisfy({ $0 >= state.device }) {
+            for (hex, s) in state.synced where s.digest != nil && departed.contains(s.version.device) {
+                state.synced[hex]?.digest = Self.republish
+            }
+            for d in departed { state.seen[d.hex] = nil; state.seenDigest[d.hex] = nil }
+        }
+
         // 2. Own directory: a file of ours missing or altered (a rolled-back directory) is published again.
         if let (mine, _) = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys) {
             if mine.seq < state.seq {

@@ -406,6 +406,34 @@ final class SyncSessionTests: XCTestCase {
         }
     }
 
+    /// What a device wrote does not leave with it: after `sync leave`, one device still in
+    /// the folder (only one: no conflict copies) publishes it again, so a device that joins
+    /// later gets it.
+    func testItemsWrittenByADeviceThatLeftReachADeviceThatJoinsLater() throws {
+        let (a, b) = try pair()
+        let d = try device("d")
+        _ = try d.join(folder: folder, passphrase: passphrase)
+        try put(b, "fromB", "written on b"); try put(a, "fromA", "written on a")
+        for _ in 0..<2 { for s in [b, a, d] { try s.exchange() } }
+        XCTAssertEqual(try secret(d, "fromB"), "written on b")
+        _ = try b.leave()
+        var copies = 0
+        for _ in 0..<2 { for s in [a, d] { copies += try s.exchange().conflictCopies } }
+        let c = try device("c")
+        _ = try c.join(folder: folder, passphrase: passphrase)
+        for _ in 0..<2 { for s in [c, a, d] { copies += try s.exchange().conflictCopies } }
+        for s in [a, c, d] {
+            XCTAssertEqual(try secret(s, "fromB"), "written on b", "the left device's item is everywhere")
+            XCTAssertEqual(try secret(s, "fromA"), "written on a")
+            XCTAssertEqual(try s.owner.items(matching: ItemQuery(kind: .generic, service: "mail")).filter { $0.key.account.contains(".conflict-") }.count, 0)
+        }
+        XCTAssertEqual(copies, 0, "one device published it again, not two")
+        // A later change on one of them goes on as usual.
+        try put(c, "fromB", "changed on c")
+        for _ in 0..<2 { for s in [c, a, d] { try s.exchange() } }
+        for s in [a, c, d] { XCTAssertEqual(try secret(s, "fromB"), "changed on c") }
+    }
+
     func testThreeDevicesConvergeAndTombstonesExpireOnceEveryDeviceHasSeenThem() throws {
         let (a, b) = try pair()
         let c = try device("c")

@@ -203,10 +203,26 @@ expect_exit 0 "sync now on B after passwd" kcb sync now --passphrase-file "$T/ne
 expect_eq "carol-secret" "$(kcb find-generic-password --passphrase-file "$T/new-pass" -s mail -a carol -w)" "sync still works"
 
 echo "== leave"
+kcb add-generic-password --passphrase-file "$T/new-pass" -s mail -a fromb -w 'written-on-b' --synchronizable
+kcb sync now --passphrase-file "$T/new-pass" >/dev/null
+kc sync now $P >/dev/null
 expect_exit 0 "sync leave on B" kcb sync leave --passphrase-file "$T/new-pass"
 expect_eq "1" "$(ls "$FOLDER/devices" | wc -l | tr -d ' ')" "only A's directory is left"
 expect_exit 69 "B does not sync any more" kcb sync status --passphrase-file "$T/new-pass"
 expect_eq "carol-secret" "$(kcb find-generic-password --passphrase-file "$T/new-pass" -s mail -a carol -w)" "B's items stay"
+# A device that joins after B left still gets what B wrote: A publishes it again.
+mkdir -p "$T/c/home" "$T/c/data" "$T/c/state" "$T/c/config" "$T/c/run"
+chmod 700 "$T/c/run"
+kcc() {
+    HOME="$T/c/home" XDG_DATA_HOME="$T/c/data" XDG_STATE_HOME="$T/c/state" XDG_CONFIG_HOME="$T/c/config" \
+        XDG_RUNTIME_DIR="$T/c/run" KEYCHAINFS_STORE="$T/c/data/keychainfs/keychain.db" "$KEYCHAINFS_BIN" "$@"
+}
+kcc init --scrypt-log-n 10 $P >/dev/null
+expect_exit 0 "sync now on A after B left" kc sync now $P
+expect_exit 0 "C joins after B left" kcc sync join "$FOLDER" $P $S
+expect_exit 0 "sync now on C" kcc sync now $P
+expect_eq "written-on-b" "$(kcc find-generic-password $P -s mail -a fromb -w)" "C gets the item B wrote before it left"
+expect_exit 0 "C leaves" kcc sync leave $P
 
 # wait_for NAME CMD...: CMD succeeds within 10 s.
 wait_for() {
