@@ -138,7 +138,7 @@ package final class AccessLog: Sendable {
 /// The command that gives an item a list, for the log and the prompt.
 package enum AllowCommand {
     /// `keychainfs access set-generic -s S -a A -T P...`: the item's whole list with `program`
-    /// added. That command changes the list alone, vouched for by the store's passphrase, so
+    /// added, or with `--repin` pinned anew when it is listed already (its file changed). That command changes the list alone, vouched for by the store's passphrase, so
     /// it works where the refusal happened: with no prompt, or in a store whose listed
     /// programs cannot change lists (an `add -U` would also replace the secret, and be refused
     /// to the CLI as to any program not on the list).
@@ -158,6 +158,8 @@ package enum AllowCommand {
             words += ["-a", i.account]
         }
         for p in programs { words += ["-T", p.description] }
+        // Listed already, and refused: its file changed since it was allowed.
+        if list.rules.contains(where: { $0.program == program }) { words += ["--repin", program.description] }
         return words.map(Shown.shellWord).joined(separator: " ")
     }
 }

@@ -136,8 +136,8 @@ package final class RemoteKeychainService: KeychainService {
         return record
     }
 
-    package func setAccess(key: ItemKey, list: AccessList, passphrase: SecureBytes) throws -> ItemRecord {
-        let r = try call(.setAccess(key: key, list: list, passphrase: passphrase))
+    package func setAccess(key: ItemKey, list: AccessList, repin: [AccessProgram], passphrase: SecureBytes) throws -> ItemRecord {
+        let r = try call(.setAccess(key: key, list: list, repin: repin, passphrase: passphrase))
         guard case .saved(let record) = r else { throw Self.unexpected(r) }
         return record
     }

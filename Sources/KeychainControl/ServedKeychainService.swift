@@ -148,8 +148,8 @@ package final class ServedKeychainService: KeychainService {
         owner.lock(origin: .control)
     }
 
-    package func setAccess(key: ItemKey, list: AccessList, passphrase: SecureBytes) throws -> ItemRecord {
-        try owner.setAccessList(key, to: list, authorizedBy: passphrase)
+    package func setAccess(key: ItemKey, list: AccessList, repin: [AccessProgram], passphrase: SecureBytes) throws -> ItemRecord {
+        try owner.setAccessList(key, to: list, repinning: repin, authorizedBy: passphrase)
     }
 
     package func unlock(passphrase: SecureBytes?) throws {

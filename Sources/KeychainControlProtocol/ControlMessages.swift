@@ -26,7 +26,8 @@ package enum ControlRequest {
     case importItems(batch: ItemBatch, overwrite: Bool)
     case exportItems(afterID: Int64, limit: Int)
     case sync(action: SyncAction, folder: String?, passphrase: SecureBytes?, scryptLogN: UInt8?)
-    case setAccess(key: ItemKey, list: AccessList, passphrase: SecureBytes)
+    /// `repin`: programs of `list` pinned as they are now even if listed before.
+    case setAccess(key: ItemKey, list: AccessList, repin: [AccessProgram], passphrase: SecureBytes)
 
     /// The frame kinds of requests. Never renumber.
     package enum Kind: UInt16, CaseIterable {
@@ -90,9 +91,12 @@ package enum ControlRequest {
             case .exportItems(let afterID, let limit):
                 w.field(.afterID, UInt64(bitPattern: afterID))
                 w.field(.limit, UInt64(max(limit, 0)))
-            case .setAccess(let key, let list, let passphrase):
+            case .setAccess(let key, let list, let repin, let passphrase):
                 w.nested(.key) { WireItem.write(key, to: $0) }
                 w.nested(.changes) { WireItem.write(AttributeChanges { $0.access = list }, to: $0) }
+                // The programs as rules of the list (their pins go unused): one encoding of programs.
+                let again = AccessList(rules: list.rules.filter { repin.contains($0.program) })
+                if !again.isAnyProgram { w.nested(.repin) { WireItem.write(AttributeChanges { $0.access = again }, to: $0) } }
                 w.field(.passphrase, secret: passphrase)
             case .verify, .status, .lock, .unmount:
                 break
@@ -144,7 +148,8 @@ package enum ControlRequest {
                 throw KeychainError.invalidInput("an access list change without a list")
             }
             guard let passphrase = try f.secret(.passphrase) else { throw KeychainError.wrongPassphrase }
-            self = .setAccess(key: try WireItem.newKey(f.nested(required: .key)), list: list, passphrase: passphrase)
+            let repin = try f.nested(.repin).map { try WireItem.changes($0).values.access?.rules.map(\.program) ?? [] } ?? []
+            self = .setAccess(key: try WireItem.newKey(f.nested(required: .key)), list: list, repin: repin, passphrase: passphrase)
         }
     }
 }

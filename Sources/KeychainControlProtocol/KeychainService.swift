@@ -55,8 +55,9 @@ package protocol KeychainService: Sendable {
 
     /// Per-program access: sets the item's access list (empty: any program), vouched for by
     /// the store's passphrase instead of by the list, so no program on it is needed. A wrong
-    /// passphrase is `wrongPassphrase` and counts towards the unlock backoff.
-    func setAccess(key: ItemKey, list: AccessList, passphrase: SecureBytes) throws -> ItemRecord
+    /// passphrase is `wrongPassphrase` and counts towards the unlock backoff. A program
+    /// listed before keeps the file it was allowed with, unless it is in `repin`.
+    func setAccess(key: ItemKey, list: AccessList, repin: [AccessProgram], passphrase: SecureBytes) throws -> ItemRecord
 
     /// Lock, unlock, unmount and the lock-after setting act on a mount; without a daemon,
     /// all but unlock throw `notMounted`.

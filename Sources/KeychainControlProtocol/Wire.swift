@@ -93,6 +93,9 @@ package enum WireTag: UInt16, CaseIterable {
     case refusal = 118               // nested, repeated: message
     case syncDevice = 119            // string
 
+    // Access lists.
+    case repin = 120                 // nested attributes: the programs `setAccess` pins anew
+
     // Errors.
     case errorCase = 80             // u16: `WireError` case
     case message = 81               // string: the case's text (a path, a reason)

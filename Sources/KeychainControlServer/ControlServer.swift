@@ -326,8 +326,8 @@ package final class ControlServer: Sendable {
             case .sync(let action, let folder, let passphrase, let scryptLogN):
                 defer { passphrase?.wipe() }
                 try send(.synced(try service.sync(action, folder: folder, passphrase: passphrase, scryptLogN: scryptLogN)))
-            case .setAccess(let key, let list, let passphrase):
-                try send(.saved(try service.setAccess(key: key, list: list, passphrase: passphrase)))
+            case .setAccess(let key, let list, let repin, let passphrase):
+                try send(.saved(try service.setAccess(key: key, list: list, repin: repin, passphrase: passphrase)))
             case .exportItems(let afterID, let limit):
                 let page = try service.exportItems(afterID: afterID, limit: limit)
                 for part in page.batch.slices(maxItems: Self.exportFrameItems, maxSecretBytes: Self.exportFrameSecretBytes) {

@@ -703,8 +703,10 @@ package final class ServedKeychain: Sendable {
     /// configured (the access log's "to allow" command), and how a list is changed at all in a
     /// store that only its listed programs may touch. The passphrase is checked one attempt at
     /// a time, as `unlock` checks it. Programs already listed keep the file they were allowed
-    /// with; new ones are pinned as `list` pinned them. An empty list allows any program.
-    package func setAccessList(_ key: ItemKey, to list: AccessList, authorizedBy passphrase: SecureBytes) throws -> ItemRecord {
+    /// with, but those in `repinning` (a program upgraded since); the others are pinned as
+    /// `list` pinned them. An empty list allows any program.
+    package func setAccessList(_ key: ItemKey, to list: AccessList, repinning: [AccessProgram] = [],
+                               authorizedBy passphrase: SecureBytes) throws -> ItemRecord {
         defer { passphrase.wipe() }
         // Scrypt: long enough to let other requests go on.
         willWait()
@@ -718,7 +720,9 @@ package final class ServedKeychain: Sendable {
             guard let current = try keychain.item(for: key) else { throw KeychainError.itemNotFound }
             var record = current.record
             let now = record.attributes.values.access ?? .anyProgram
-            let kept = AccessList(rules: list.rules.map { r in now.rules.first { $0.program == r.program } ?? r })
+            let kept = AccessList(rules: list.rules.map { r in
+                repinning.contains(r.program) ? r : now.rules.first { $0.program == r.program } ?? r
+            })
             record.attributes.values.access = kept.isAnyProgram ? nil : kept
             return try c.setAttributes(current, to: record).record
         }

@@ -38,7 +38,7 @@ struct AccessLogCommand: ParsableCommand {
 private let setDiscussion = """
     Replaces the item's whole list: -T PROGRAM for each program that may use it (repeatable; \
     pinned by its file as it is now, while a program already on the list keeps the file it was \
-    allowed with), or -A for any program. The store's passphrase vouches for the change, also \
+    allowed with, unless named with --repin), or -A for any program. The store's passphrase vouches for the change, also \
     when a daemon serves the store: no program on the list is needed, so this is how a refused \
     program is let in with no prompt configured (the command 'keychainfs access log' shows). \
     A wrong passphrase counts as a failed unlock. The secret is not touched.
@@ -71,6 +71,10 @@ struct AccessSetInternet: ParsableCommand {
 /// The new list of `access set-*`, and the change itself.
 struct AccessListChange: ParsableArguments {
     @OptionGroup var access: AccessListFlags
+    @Option(name: .customLong("repin"), help: ArgumentHelp(
+        "A program of the -T list to pin anew, as its file is now, though it was listed before (repeatable): one upgraded or rebuilt since.",
+        valueName: "program"))
+    var repin: [String] = []
     @OptionGroup var storeOptions: StoreOptions
     @OptionGroup var passphrase: PassphraseOptions
 
@@ -81,6 +85,10 @@ struct AccessListChange: ParsableArguments {
     func apply(to key: ItemKey) throws {
         // Pinned before the passphrase is asked: a program that cannot be read fails first.
         let list = try access.list() ?? .anyProgram
+        let again = try repin.map { try AccessProgram(parsing: $0) }
+        for p in again where !list.rules.contains(where: { $0.program == p }) {
+            throw KeychainError.invalidInput("--repin \(p): it is not among the -T programs")
+        }
         let path = storeOptions.path
         // No passphrase to vouch: say so, and what can change the list, before asking for one.
         if try !Self.hasPassphrase(path) {
@@ -95,7 +103,7 @@ struct AccessListChange: ParsableArguments {
             let service = try KeychainEndpoint.connect(storePath: path, defaultClass: StoreOptions.configuredDefaultClass,
                                                        defaultSynchronizable: StoreOptions.configuredDefaultSynchronizable,
                                                        passphraseSource: { given.copy() })
-            return try service.setAccess(key: key, list: list, passphrase: given.copy())
+            return try service.setAccess(key: key, list: list, repin: again, passphrase: given.copy())
         }
     }
 

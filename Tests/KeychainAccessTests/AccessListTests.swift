@@ -152,6 +152,9 @@ final class AccessListTests: AccessTestCase {
         let current = try list("/usr/bin/ssh")
         let generic = AllowCommand.line(for: genericItem("github", "bob").key, list: current, adding: .executable("/usr/bin/head"))
         XCTAssertEqual(generic, "keychainfs access set-generic -s github -a bob -T /usr/bin/ssh -T /usr/bin/head")
+        // Listed already and refused: its file changed, so the command pins it anew.
+        XCTAssertEqual(AllowCommand.line(for: genericItem("github", "bob").key, list: try list("/usr/bin/ssh", "/usr/bin/head"), adding: .executable("/usr/bin/ssh")),
+                       "keychainfs access set-generic -s github -a bob -T /usr/bin/head -T /usr/bin/ssh --repin /usr/bin/ssh")
         let spaced = AllowCommand.line(for: genericItem("my svc", "it's").key, list: .anyProgram,
                                        adding: .script(interpreter: "/usr/bin/python3", script: "/home/me/a b.py"))
         XCTAssertEqual(spaced, "keychainfs access set-generic -s 'my svc' -a 'it'\\''s' -T '/usr/bin/python3 /home/me/a%20b.py'")

@@ -93,12 +93,13 @@ private final class MemoryKeychain: KeychainService {
     func unmount() throws { state.withLock { $0.calls.append("unmount") } }
 
     /// As the store: only the passphrase "right" vouches for the change.
-    func setAccess(key: ItemKey, list: AccessList, passphrase: SecureBytes) throws -> ItemRecord {
+    func setAccess(key: ItemKey, list: AccessList, repin: [AccessProgram], passphrase: SecureBytes) throws -> ItemRecord {
         try state.withLock { s in
             s.calls.append("setAccess")
             guard passphrase.unprotectedArray == Array("right".utf8) else { throw KeychainError.wrongPassphrase }
             guard let (id, entry) = s.items.first(where: { $0.value.record.key == key }) else { throw KeychainError.itemNotFound }
             s.items[id]?.record.attributes.values.access = list.isAnyProgram ? nil : list
+            s.calls.append("repin " + repin.map(\.description).joined(separator: ","))
             return s.items[id]?.record ?? entry.record
         }
     }
@@ -300,15 +301,15 @@ final class ControlServerTests: XCTestCase {
         let k = try key("guarded")
         _ = try client.save(key: k, secret: SecureBytes(copying: Array("s".utf8)), changes: AttributeChanges(), updateExisting: false)
         let list = try AccessList.anyProgram.setting([try AccessProgram(parsing: "/bin/sh")])
-        XCTAssertThrowsError(try client.setAccess(key: k, list: list, passphrase: SecureBytes(copying: Array("wrong".utf8)))) {
+        XCTAssertThrowsError(try client.setAccess(key: k, list: list, repin: [], passphrase: SecureBytes(copying: Array("wrong".utf8)))) {
             XCTAssertEqual($0 as? KeychainError, .wrongPassphrase)
         }
-        let record = try client.setAccess(key: k, list: list, passphrase: SecureBytes(copying: Array("right".utf8)))
+        let record = try client.setAccess(key: k, list: list, repin: [], passphrase: SecureBytes(copying: Array("right".utf8)))
         // The rule arrives as the client pinned it: its file's identity too.
         XCTAssertEqual(record.attributes.values.access, list)
-        XCTAssertEqual(try client.setAccess(key: k, list: .anyProgram, passphrase: SecureBytes(copying: Array("right".utf8)))
+        XCTAssertEqual(try client.setAccess(key: k, list: .anyProgram, repin: [], passphrase: SecureBytes(copying: Array("right".utf8)))
             .attributes.values.access, nil)
-        XCTAssertThrowsError(try client.setAccess(key: try key("absent"), list: list, passphrase: SecureBytes(copying: Array("right".utf8)))) {
+        XCTAssertThrowsError(try client.setAccess(key: try key("absent"), list: list, repin: [], passphrase: SecureBytes(copying: Array("right".utf8)))) {
             XCTAssertEqual($0 as? KeychainError, .itemNotFound)
         }
         // A request with no passphrase is refused by the daemon before the keychain sees it.
@@ -319,6 +320,8 @@ final class ControlServerTests: XCTestCase {
         guard case .failed(let e)? = try exchange(bare.unprotectedArray) else { return XCTFail("no passphrase is refused") }
         XCTAssertEqual(e, .wrongPassphrase)
         XCTAssertEqual(keychain.calls.filter { $0 == "setAccess" }.count, 4)
+        _ = try client.setAccess(key: k, list: list, repin: [.executable("/bin/sh")], passphrase: SecureBytes(copying: Array("right".utf8)))
+        XCTAssertEqual(keychain.calls.last, "repin /bin/sh", "the programs to pin anew arrive")
     }
 
     func testAnImportTooLargeForOneFrameIsSentInParts() throws {

@@ -54,14 +54,21 @@ expect_exit 0 "list myhead again (and cat) after it was replaced" \
     kc access set-generic -s svc -a acct -T "$W/myhead" -T /usr/bin/cat --passphrase-file "$PASSFILE"
 expect_exit 1 "the replaced myhead stays refused: it was kept as first allowed" "$W/myhead" -c 100 "$ITEM"
 expect_eq "hunter2" "$(cat "$ITEM" 2>&1)" "cat, newly listed, reads it"
+hint=$(kc access log 2>/dev/null | sed -n 's/^ *to allow: //p' | tail -n 1)
+expect_eq "keychainfs access set-generic -s svc -a acct -T /usr/bin/cat -T $W/myhead --repin $W/myhead" "$hint" \
+    "for a listed program whose file changed, the log's command pins it anew"
+expect_exit 65 "--repin of a program not among -T" kc access set-generic -s svc -a acct -T /usr/bin/cat --repin "$W/myhead" --passphrase-file "$PASSFILE"
+# shellcheck disable=SC2086
+expect_exit 0 "run it" kc ${hint#keychainfs } --passphrase-file "$PASSFILE"
+expect_eq "hunter2" "$("$W/myhead" -c 100 "$ITEM" 2>&1)" "the replaced myhead reads it now"
 
 echo "== bad input"
 expect_exit 64 "neither -T nor -A is a usage error" kc access set-generic -s svc -a acct --passphrase-file "$PASSFILE"
 expect_exit 65 "both -T and -A is refused, as by add" kc access set-generic -s svc -a acct -A -T /usr/bin/cat --passphrase-file "$PASSFILE"
 expect_exit 44 "an item that does not exist" kc access set-generic -s svc -a nobody -A --passphrase-file "$PASSFILE"
 expect_exit 65 "a program that is not an absolute path" kc access set-generic -s svc -a acct -T cat --passphrase-file "$PASSFILE"
-expect_eq "$W/myhead
-/usr/bin/cat" "$(list_of "$ITEM")" "none of these changed the list"
+expect_eq "/usr/bin/cat
+$W/myhead" "$(list_of "$ITEM")" "none of these changed the list"
 
 echo "== an internet password"
 expect_exit 0 "an internet item that lists only head" \
