@@ -783,7 +783,7 @@ final class CachedProcess: @unchecked Sendable {
         // The lead is passed once at most.
         var passed = false
         func passLead() { if !passed { passed = true; beforeWaiting() } }
-        guard imageHolds(beforeWaiting: passLead) else { return nil }
+        guard imageHolds(beforeWaiting: passLead), runsIdentifiedExecutable() else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()
         let known = exeFD.load(ordering: .acquiring)
@@ -805,6 +805,20 @@ final class CachedProcess: @unchecked Sendable {
         guard case .addressSpace = witness else { return true }
         if let space = AddressSpaceWitness(pin.pid), witness.holds { _ = addressSpace.storeIfNil(space) }
         return true
+    }
+
+    /// Whether `/proc/PID/exe` still names the executable identified, from the user namespace
+    /// the process was identified in. The witnesses say the address space identified is in
+    /// use and laid out as it was, which another process (holding it) and the new program
+    /// (PR_SET_MM_MAP sets its layout, unprivileged) can make true after an exec: the link is
+    /// the current image's own, and only a process in a user namespace of its own can repoint
+    /// it (PR_SET_MM_MAP's exe_fd), which it cannot leave (test_access_exec). A readlink and
+    /// the namespace's inode through the pidfd: neither takes the memory map's lock nor asks
+    /// the executable's file system. An exec of the same executable is not told apart here.
+    private func runsIdentifiedExecutable() -> Bool {
+        guard case .success(let link) = ProcFile.readLinkResult(of: pin.pid, "exe"),
+              link == (core.executableDeleted ? core.executablePath + " (deleted)" : core.executablePath) else { return false }
+        return core.inAnotherUserNamespace || (try? CallerFacts.inAnotherUserNamespace(pin)) == false
     }
 
     /// The image's file: the one `ExecutableImage` holds, or one opened now through
