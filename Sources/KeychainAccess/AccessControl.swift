@@ -33,7 +33,9 @@
 // and then execs keeps its identity, by its own code's doing. A
 // Flatpak rule trusts `/.flatpak-info`, which a sandbox cannot change but an unsandboxed
 // process of the user can fake in a namespace of its own, as it can for
-// xdg-desktop-portal. The same holds for every same-user design on Linux. To go further,
+// xdg-desktop-portal. A D-Bus caller is the process that connected to the bus (all the bus
+// vouches for): one that keeps its connection in a child and execs a listed program lends the
+// child its identity. The same holds for every same-user design on Linux. To go further,
 // run the program as its own systemd unit (another uid, or DynamicUser) or in a sandbox.
 //
 // What it cannot see. A process that is not dumpable (setuid programs, and any that made
@@ -753,7 +755,8 @@ final class CachedProcess: @unchecked Sendable {
     /// Nil when the process is gone or runs another image now; else its tgid and tracer.
     /// Every later request of a known process comes through here. It reads the status (a
     /// tracer attached since; the one file that says so, and most of the cost), the witness
-    /// (an exec since) and an `fstat` of the image's file (deleted, replaced or changed since);
+    /// and `/proc/PID/exe` with the user namespace (an exec since: `runsIdentifiedExecutable`)
+    /// and an `fstat` of the image's file (deleted, replaced or changed since);
     /// within `recheckInterval` of a check that found nothing, the witness alone: one system
     /// call.
     ///
