@@ -196,18 +196,27 @@ package final class AccessControl: Sendable {
     /// the daemon's `identified` before it makes itself non-dumpable (which hides its /proc
     /// entries from the daemon). A peer that is already non-dumpable is the process identified
     /// by an earlier connection if that process still runs (its pidfd says so): a client that
-    /// makes several calls hardens after its first. An exec since then is not seen, as a
-    /// hardened process's image cannot be read; the exec'd program inherits the identity.
+    /// makes several calls hardens after its first. Only while it uses the address space it
+    /// was identified in: the descriptors of its witness, opened while it was dumpable, are
+    /// read without a permission check. An exec is seen, unless another process holds the old
+    /// address space in use (`test_access_exec`'s holder): a hardened process's executable and
+    /// layout cannot be read to tell.
     package func identifyPeer(_ socket: Int32) -> AccessCaller {
         let pin: PinnedProcess
         do { pin = try PinnedProcess.forSocketPeer(socket) } catch { return .unidentified("the peer: \(error.description)") }
         do throws(KeychainError) {
             let resolved = try resolve(process: pin)
-            // The details too, now: once the client hardens they cannot be read.
+            // The details too, now: once the client hardens they cannot be read. So for the
+            // witness of its address space, which it cannot hide once opened.
             _ = resolved.entry.facts
+            resolved.entry.armAddressSpace()
             return .peer(IdentifiedPeer(entry: resolved.entry))
         } catch {
-            if let entry = processes.withLock({ $0.lookup(pin.pid) }), entry.pin.isAlive { return .peer(IdentifiedPeer(entry: entry)) }
+            // Hardened since it was identified (by the mount or an earlier connection): the
+            // process identified, if it has not exec'd since (test_access_socket).
+            if let entry = processes.withLock({ $0.lookup(pin.pid) }), entry.pin.isAlive, entry.usesIdentifiedAddressSpace {
+                return .peer(IdentifiedPeer(entry: entry))
+            }
             return .unidentified(error.description)
         }
     }
@@ -808,6 +817,23 @@ final class CachedProcess: @unchecked Sendable {
         guard case .addressSpace = witness else { return true }
         if let space = AddressSpaceWitness(pin.pid), witness.holds { _ = addressSpace.storeIfNil(space) }
         return true
+    }
+
+    /// For a process that has since made itself non-dumpable (its executable and layout hidden
+    /// from the daemon): whether it still uses the address space identified, through the
+    /// witness's descriptors, opened while it was dumpable.
+    var usesIdentifiedAddressSpace: Bool {
+        if let space = addressSpace.load() { return space.inUse }
+        if case .addressSpace = witness { return witness.holds }
+        return false
+    }
+
+    /// Opens the address-space witness now, for a control-socket peer, which may harden before
+    /// its next connection (`AccessControl.identifyPeer`); kept only if the process still runs
+    /// the image identified.
+    func armAddressSpace() {
+        guard addressSpace.load() == nil, let space = AddressSpaceWitness(pin.pid), witness.holds, runsIdentifiedExecutable() else { return }
+        _ = addressSpace.storeIfNil(space)
     }
 
     /// Whether `/proc/PID/exe` still names the executable identified, from the user namespace

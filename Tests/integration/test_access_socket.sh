@@ -119,4 +119,93 @@ expect_exit 0 "find-generic-password -w of an item listing the CLI" kc find-gene
 expect_contains "$OUT" "cli-secret" "it prints the secret"
 expect_exit 77 "and of one that does not: exit 77" kc find-generic-password -s svc -a acct -w
 touch "$W/slow.release"
+
+if [ "$(id -u)" -ne 0 ]; then
+    skip "the normal-user part" "it needs root to make the user and the namespace"
+    finish
+fi
+for tool in nsenter setpriv useradd userdel unshare; do have "$tool" || finish; done
+U=kcfsaccess2
+make_test_users "$U"
+UH="$USERS_ROOT/$U"
+UW="$USERS_ROOT/work"
+mkdir -m 755 "$UW"
+BIN="$USERS_ROOT/keychainfs"
+for b in keychainfs keychainfs-full; do cp "$(dirname "$KEYCHAINFS_BIN")/$b" "$USERS_ROOT/$b" && chmod 755 "$USERS_ROOT/$b"; done
+printf '%s\n' "$PASSPHRASE" >"$USERS_ROOT/pass"
+chown "$U:" "$USERS_ROOT/pass" && chmod 600 "$USERS_ROOT/pass"
+make_fuse_namespace
+as_user() {
+    nsenter -t "$NS" -m setpriv --reuid="$U" --regid="$U" --init-groups \
+        env -i HOME="$UH" USER="$U" LOGNAME="$U" PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$UH/run" "$@"
+}
+as_user mkdir -m 700 "$UH/run" "$UH/mnt"
+UMP="$UH/mnt"
+on_exit "nsenter -t $NS -m fusermount3 -u -z '$UMP' 2>/dev/null"
+expect_exit 0 "the user makes a store" as_user "$BIN" init --scrypt-log-n 10 --passphrase-file "$USERS_ROOT/pass"
+expect_exit 0 "the user mounts it" as_user "$BIN" mount "$UMP" --passphrase-file "$USERS_ROOT/pass"
+UPID=$(as_user "$BIN" status --json 2>/dev/null | $PY -c 'import json, sys; print(json.load(sys.stdin).get("daemon", {}).get("pid", ""))')
+[ -n "$UPID" ] && on_exit_kill "$UPID"
+USOCK=$($PY -c 'import json, glob, sys; print(json.load(open(glob.glob(sys.argv[1] + "/.local/share/keychainfs/*.daemon")[0]))["socketPath"])' "$UH")
+echo "== a listed program that execs another, which hides itself (non-dumpable) and connects"
+# A client that is no longer dumpable is known by the process identified before (the CLI
+# hardens after its first connection), but only while that process runs the address space it
+# was identified in: not once it has exec'd another program. A daemon of a normal user cannot
+# read a non-dumpable process's executable (root's can), so this runs as one.
+cat >"$W/readexec.c" <<'CEOF'
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+/* readexec ITEM PROGRAM ARG...: reads ITEM once (and prints it), then execs PROGRAM (same pid). */
+int main(int argc, char **argv) {
+    char buf[256];
+    int fd = open(argv[1], O_RDONLY);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    buf[n < 0 ? 0 : n] = 0;
+    printf("read:%s\n", n < 0 ? "refused" : buf);
+    fflush(stdout);
+    execv(argv[2], argv + 2);
+    return 1;
+}
+CEOF
+cat >"$W/hardened.py" <<'PYEOF'
+import ctypes, socket, struct, sys
+def field(tag, value): return struct.pack(">HI", tag, len(value)) + value
+def frame(kind, payload): return b"KCFS" + struct.pack(">HHI", 7, kind, len(payload)) + payload
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: /proc/PID/exe and environ hidden from the daemon
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+query = field(10, b"\x01") + field(12, sys.argv[3].encode()) + field(13, sys.argv[2].encode())
+s.sendall(frame(2, field(52, query) + field(57, b"\x01")))
+data = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk: break
+    data += chunk
+print("reply:" + data.decode("latin-1"), flush=True)
+PYEOF
+gcc -O2 -o "$UW/readexec" "$W/readexec.c" || fail "compile readexec.c"
+cp "$W/hardened.py" "$UW/hardened.py"
+chmod 755 "$UW/readexec" && chmod 644 "$UW/hardened.py"
+expect_exit 0 "the user adds an item listing readexec" as_user sh -c "printf exec-secret | '$BIN' add-generic-password -s rx -a acct -T '$UW/readexec'"
+got=$(as_user "$UW/readexec" "$UMP/rx/acct" $PY "$UW/hardened.py" "$USOCK" rx acct 2>&1)
+expect_contains "$got" "read:exec-secret" "the listed program reads the item through the mount"
+case "$got" in
+    *"reply:"*exec-secret*) fail "the non-dumpable program it execs is refused through the socket" "$got" ;;
+    *"reply:"*) pass "the non-dumpable program it execs is refused through the socket" ;;
+    *) fail "the program it execs asks the socket" "$got" ;;
+esac
+
+echo "== as the user, a listed client that hardens and connects again is still known"
+# The git helper connects, hardens (non-dumpable), then asks: known by its first connection.
+cp "$(dirname "$KEYCHAINFS_BIN")/git-credential-keychainfs" "$USERS_ROOT/git-credential-keychainfs"
+chmod 755 "$USERS_ROOT/git-credential-keychainfs"
+GH="$USERS_ROOT/git-credential-keychainfs"
+printf 'protocol=https\nhost=example.com\nusername=u\npassword=git-secret\n\n' | as_user "$GH" store
+expect_exit 0 "the item the helper stored is listed for the helper alone" \
+    as_user setfattr -n user.keychain.access -v "$GH" "$UMP/internet/example.com/443/u"
+got=$(printf 'protocol=https\nhost=example.com\nusername=u\n\n' | as_user "$GH" get 2>&1)
+expect_contains "$got" "password=git-secret" "the listed helper, hardened after it connected, gets the password"
+expect_exit 1 "as the user, cat is refused the item" as_user cat "$UMP/internet/example.com/443/u"
+as_user "$BIN" unmount "$UMP" >/dev/null 2>&1
 finish
