@@ -182,6 +182,9 @@ package final class AccessControl: Sendable {
                 // executable and layout, but not its status: a tracer is still seen. The
                 // pidfd says the pid is still that process.
                 guard peer.entry.pin.isAlive else { throw .io("process \(peer.entry.pin.pid) exited") }
+                guard peer.entry.runsIdentifiedImageAsPeer else {
+                    throw .io("process \(peer.entry.pin.pid) runs another program than the one that connected")
+                }
                 let status = ProcStatus(try ProcFile.read("/proc/\(peer.entry.pin.pid)/status"))
                 guard peer.entry.pin.isAlive, let tracer = status.tracerPID else { throw .io("process \(peer.entry.pin.pid) exited") }
                 return Resolved(entry: peer.entry, tracer: tracer == 0 ? nil : tracer)
@@ -844,11 +847,21 @@ final class CachedProcess: @unchecked Sendable {
     /// it (PR_SET_MM_MAP's exe_fd), which it cannot leave (test_access_exec). A readlink and
     /// the namespace's inode through the pidfd: neither takes the memory map's lock nor asks
     /// the executable's file system. An exec of the same executable is not told apart here.
-    private func runsIdentifiedExecutable() -> Bool {
-        guard case .success(let link) = ProcFile.readLinkResult(of: pin.pid, "exe"),
-              link == (core.executableDeleted ? core.executablePath + " (deleted)" : core.executablePath) else { return false }
+    private func runsIdentifiedExecutable(hiddenPasses: Bool = false) -> Bool {
+        switch ProcFile.readLinkResult(of: pin.pid, "exe") {
+        case .success(let link):
+            guard link == (core.executableDeleted ? core.executablePath + " (deleted)" : core.executablePath) else { return false }
+        case .failure(let e):
+            // Hidden (non-dumpable): so is its user namespace.
+            return hiddenPasses && (e.code == EACCES || e.code == EPERM)
+        }
         return core.inAnotherUserNamespace || (try? CallerFacts.inAnotherUserNamespace(pin)) == false
     }
+
+    /// For a control-socket peer's request: whether it still runs the image identified at
+    /// accept (a connection outlives an exec). A peer that has hardened since hides its
+    /// executable: then its address space says it.
+    var runsIdentifiedImageAsPeer: Bool { usesIdentifiedAddressSpace && runsIdentifiedExecutable(hiddenPasses: true) }
 
     /// The image's file: the one `ExecutableImage` holds, or one opened now through
     /// `/proc/PID/exe` and kept. Opened after the witness held, so it is the file of the image

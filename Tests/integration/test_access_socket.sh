@@ -112,6 +112,49 @@ expect_contains "$got" "not the process that connected" "the refusal names why"
 exec 7>&- 8<&-
 wait "$HP" 2>/dev/null
 
+echo "== a listed program that connects, then execs another that asks on the connection"
+cat >"$W/connexec.c" <<'CEOF'
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+/* connexec SOCKET PROGRAM ARG...: connects, waits for the daemon's first frame (identified),
+ * then execs PROGRAM with the connection on descriptor 3. */
+int main(int argc, char **argv) {
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    unsigned char header[12];
+    strncpy(a.sun_path, argv[1], sizeof a.sun_path - 1);
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) { perror("connect"); return 1; }
+    if (recv(s, header, sizeof header, MSG_WAITALL) != sizeof header) { perror("recv"); return 1; }
+    if (dup2(s, 3) != 3) return 1;
+    execv(argv[2], argv + 2);
+    return 1;
+}
+CEOF
+gcc -O2 -o "$W/connexec" "$W/connexec.c" || fail "compile connexec.c"
+printf 'conn-secret' | kc add-generic-password -s cx -a acct -T "$W/connexec" >/dev/null
+got=$("$W/connexec" "$SOCK" $PY -c '
+import socket, struct, sys
+def field(tag, value): return struct.pack(">HI", tag, len(value)) + value
+s = socket.socket(fileno=3)
+query = field(10, b"\x01") + field(12, b"acct") + field(13, b"cx")
+payload = field(52, query) + field(57, b"\x01")
+s.sendall(b"KCFS" + struct.pack(">HHI", 7, 2, len(payload)) + payload)
+data = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk: break
+    data += chunk
+print("reply:" + data.decode("latin-1"))
+' 2>&1)
+case "$got" in
+    *"reply:"*conn-secret*) fail "the program it execs is refused on the connection" "$got" ;;
+    *"reply:"*) pass "the program it execs is refused on the connection" ;;
+    *) fail "the program it execs asks on the connection" "$got" ;;
+esac
+
 echo "== the CLI itself, listed, still reads through the socket"
 FULL="$(dirname "$KEYCHAINFS_BIN")/keychainfs-full"
 printf 'cli-secret' | kc add-generic-password -s cli -a acct -T "$(realpath "$KEYCHAINFS_BIN")" -T "$(realpath "$FULL")" >/dev/null
