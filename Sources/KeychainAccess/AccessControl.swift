@@ -817,9 +817,25 @@ final class CachedProcess: @unchecked Sendable {
         if let space = addressSpace.load() { return space.inUse && space.sameLayout }
         beforeWaiting()
         guard witness.holds else { return false }
-        guard case .addressSpace = witness else { return true }
+        guard case .addressSpace(let environ) = witness else { return true }
+        // Held in use by another process, the first address space says nothing of an exec
+        // since: the environment the process shows now must be the one identified (the loader
+        // variables were read there). A program of another executable is seen after this
+        // (`runsIdentifiedExecutable`); this is the same one run again (test_access_exec).
+        guard environmentUnchanged(environ) else { return false }
         if let space = AddressSpaceWitness(pin.pid), witness.holds { _ = addressSpace.storeIfNil(space) }
         return true
+    }
+
+    /// Whether `/proc/PID/environ` reads now as through `environ`, opened when the process
+    /// was identified (on the address space it then ran). Read once per process: at its
+    /// first recheck.
+    private func environmentUnchanged(_ environ: Int32) -> Bool {
+        let fd = kcfs_proc_open(pin.pid, "environ", O_RDONLY)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        guard let identified = ProcFile.preadAll(environ, limit: 16 << 20), let now = ProcFile.preadAll(fd, limit: 16 << 20) else { return false }
+        return identified == now
     }
 
     /// For a process that has since made itself non-dumpable (its executable and layout hidden

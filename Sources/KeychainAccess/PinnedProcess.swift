@@ -122,6 +122,23 @@ enum ProcFile {
         }
     }
 
+    /// The whole file from offset 0 (the descriptor's offset untouched), or nil when it cannot
+    /// be read or is larger than `limit`.
+    static func preadAll(_ fd: Int32, limit: Int) -> [UInt8]? {
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while out.count <= limit {
+            let n = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(out.count)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return nil
+            }
+            if n == 0 { return out }
+            out += chunk[..<n]
+        }
+        return nil
+    }
+
     static func readAll(_ fd: Int32, path: String, limit: Int) throws(KeychainError) -> [UInt8] {
         var out: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)

@@ -85,13 +85,17 @@ run_execer() {
     cat "/proc/$EP/stat" >"$W/ex.stat"
     if [ "$hold" = hold ]; then
         rm -f "$W/slow.release"
-        "$W/holder" "$EP" "$W/slow/f" </dev/null >/dev/null 2>&1 &
+        "$W/holder" "$EP" "$W/slow/f" </dev/null >/dev/null 2>&1 7>&- 8<&- &
         HP=$!
         on_exit_kill "$HP"
     fi
     # Past the 10 ms within which a known caller is not checked in full.
     sleep 0.3
     echo x >&7
+    # One more line, for an exec'd program that reads the item at each (another execer); in a
+    # subshell, as one that has exited leaves the fifo without a reader (SIGPIPE).
+    sleep 0.3
+    (echo >&7) 2>/dev/null
     exec 7>&-
     got=$(timeout 5 cat <&8)
     exec 8<&-
@@ -196,4 +200,10 @@ printf 'hunter2' | kc add-generic-password -s ex -a one -T "$W/execer1" >/dev/nu
 got=$(run_execer hold 1 "$W/execer1" "$MP/ex/one")
 expect_eq "ok:hunter2" "$(cat "$W/ex.first")" "a listed program not run before reads once"
 refused "the cat it execs while another process holds its old address space is refused"
+# The same executable run again, with a loader variable: seen at its first open, which finds
+# another environment than the one identified.
+LIB=$(ldd /usr/bin/head | awk '/libc.so/ { print $3 }')
+got=$(run_execer hold 1 "$W/execer1" "$MP/ex/one" /usr/bin/env LD_PRELOAD="$LIB" "$W/execer1" "$MP/ex/one")
+expect_eq "ok:hunter2" "$(cat "$W/ex.first")" "the listed program reads once (again)"
+refused "itself, exec'd again with LD_PRELOAD while another process holds its old address space, is refused"
 finish
