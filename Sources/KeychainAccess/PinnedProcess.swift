@@ -360,6 +360,14 @@ package enum SocketSender {
         return cred.pid
     }
 
+    /// Whether bytes wait to be read: a client writes its request only once it has the
+    /// daemon's `identified` frame, so bytes waiting when it has been identified were written
+    /// before, perhaps by another program the process ran until an exec.
+    package static func hasWaitingBytes(_ socket: Int32) -> Bool {
+        var byte: UInt8 = 0
+        return recv(socket, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) > 0
+    }
+
     /// recv(2) into `buffer`, and the pid of the process that wrote those bytes (0: unknown).
     package static func receive(_ socket: Int32, into buffer: UnsafeMutableRawBufferPointer) -> (count: Int, sender: pid_t) {
         var sender: pid_t = 0

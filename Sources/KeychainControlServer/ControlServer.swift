@@ -136,6 +136,8 @@ package final class ControlServer: Sendable {
         let connector: pid_t?
         /// A process other than the connector that wrote part of the request, if any.
         var otherWriter: pid_t?
+        /// Part of the request was written before the connector was identified.
+        let writtenBefore: Bool
         let deadline: Deadline
         var header: [UInt8] = []
         var parsed: ControlFrame.Header?
@@ -143,10 +145,11 @@ package final class ControlServer: Sendable {
         var payload = SecureBytes()
         var received = 0
 
-        init(fd: Int32, caller: AccessCaller, connector: pid_t?) {
+        init(fd: Int32, caller: AccessCaller, connector: pid_t?, writtenBefore: Bool) {
             self.fd = fd
             self.caller = caller
             self.connector = connector
+            self.writtenBefore = writtenBefore
             deadline = .after(seconds: ControlServer.requestDeadline)
         }
 
@@ -155,9 +158,11 @@ package final class ControlServer: Sendable {
         }
 
         /// Who the request is answered as: the identified peer only if it wrote the request
-        /// itself. A connection handed to another process (a child that inherits it, while
-        /// the connector execs a listed program) is answered as no one.
+        /// itself, after it was identified. A connection handed to another process (a child
+        /// that inherits it, while the connector execs a listed program), or a request written
+        /// before the connector exec'd the program identified, is answered as no one.
         var requestCaller: AccessCaller {
+            if writtenBefore { return .unidentified("the request was written before the daemon identified its sender") }
             guard let writer = otherWriter else { return caller }
             return .unidentified("the request was written by process \(writer), not the process that connected (\(connector.map(String.init) ?? "unknown"))")
         }
@@ -224,13 +229,14 @@ package final class ControlServer: Sendable {
             }
             // Identified now, while the client waits for `identified` and is still dumpable.
             let caller = identify(fd)
+            let writtenBefore = SocketSender.hasWaitingBytes(fd)
             // A fresh connection's send buffer takes this small frame whole.
             guard let frame = try? ControlReply.identified.frame(),
                   frame.withUnsafeBytes({ Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }) == frame.count else {
                 close(fd)
                 continue
             }
-            pending.append(Pending(fd: fd, caller: caller, connector: SocketSender.connector(fd)))
+            pending.append(Pending(fd: fd, caller: caller, connector: SocketSender.connector(fd), writtenBefore: writtenBefore))
         }
     }
 

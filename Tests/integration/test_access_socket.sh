@@ -41,9 +41,11 @@ CEOF
 gcc -O2 -o "$W/connector" "$W/connector.c" || fail "compile connector.c"
 start_slow_fuse "$W/connector" || finish
 
-# handoff.py SOCKET: connects, forks; the parent execs head (listed; it waits on a pipe that
-# stays open, and reads nothing from the mount), the child sends find-generic-password -w
-# svc/acct on the connection once head runs, and prints the reply.
+# handoff.py SOCKET WHO: connects, forks; the parent execs head (listed; it waits on a pipe
+# that stays open, and reads nothing from the mount), the child prints the reply to a
+# find-generic-password -w svc/acct on the connection. WHO "child": the child writes it once
+# head runs and the daemon has said it identified the peer; "early": the parent writes it
+# before it execs head.
 cat >"$W/handoff.py" <<'PYEOF'
 import os, socket, struct, sys, time
 def field(tag, value): return struct.pack(">HI", tag, len(value)) + value
@@ -57,6 +59,10 @@ def read_exactly(s, n):
     return data
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
+query = field(10, b"\x01") + field(12, b"acct") + field(13, b"svc")
+request = frame(2, field(52, query) + field(57, b"\x01"))
+if sys.argv[2] == "early":
+    s.sendall(request)
 r, w = os.pipe()
 parent = os.getpid()
 if os.fork() != 0:
@@ -67,10 +73,13 @@ for _ in range(500):
     if os.readlink("/proc/%d/exe" % parent) == "/usr/bin/head": break
     time.sleep(0.01)
 print("exec'd", flush=True)
-# Sent at once: the bytes wait in the socket until the daemon reads them.
-query = field(10, b"\x01") + field(12, b"acct") + field(13, b"svc")
-s.sendall(frame(2, field(52, query) + field(57, b"\x01")))
 out = []
+if sys.argv[2] == "child":
+    # As a client does: once the daemon has identified the connection's peer (head by now).
+    header = read_exactly(s, 12)
+    out.append("%#x" % struct.unpack(">4sHHI", header)[2])
+    read_exactly(s, struct.unpack(">4sHHI", header)[3])
+    s.sendall(request)
 while True:
     header = read_exactly(s, 12)
     if header is None: break
@@ -81,36 +90,51 @@ print(" | ".join(out) if out else "closed", flush=True)
 os.close(w)
 PYEOF
 
-echo "== a connection handed to a child, its connector exec'ing a listed program"
 mkfifo "$W/dec.in" "$W/dec.out"
 "$W/slow/exe" "$SOCK" <"$W/dec.in" >"$W/dec.out" 2>&1 &
 DP=$!
 on_exit_kill "$DP"
 exec 7>"$W/dec.in" 8<"$W/dec.out"
-# Its executable's attributes held back (cached 0.1 s): the daemon identifying it waits.
-touch "$W/slow.hold"
-sleep 0.3
-echo >&7
-IFS= read -r line <&8
-expect_eq "connected" "$line" "a client run from the slow file system connects (the daemon's accept waits on it)"
-$PY "$W/handoff.py" "$SOCK" >"$W/handoff.out" 2>&1 &
-HP=$!
-on_exit_kill "$HP"
-i=0
-while ! grep -q "exec'd" "$W/handoff.out" && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
-expect_contains "$W/handoff.out" "exec'd" "the connector has exec'd head, its child holds the connection"
-rm -f "$W/slow.hold"
-i=0
-while [ "$(wc -l <"$W/handoff.out")" -lt 2 ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
-got=$(cat "$W/handoff.out")
+# handoff WHO: the daemon's accept held back by a client run from the slow file system (its
+# executable's attributes held back, cached 0.1 s: the daemon identifying it waits), while
+# handoff.py WHO connects and execs head; then let go. Sets $got to what the child printed.
+handoff() {
+    touch "$W/slow.hold"
+    sleep 0.3
+    echo >&7
+    IFS= read -r line <&8
+    expect_eq "connected" "$line" "a client run from the slow file system connects (the daemon's accept waits on it)"
+    $PY "$W/handoff.py" "$SOCK" "$1" >"$W/handoff.out" 2>&1 &
+    HP=$!
+    on_exit_kill "$HP"
+    i=0
+    while ! grep -q "exec'd" "$W/handoff.out" && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
+    expect_contains "$W/handoff.out" "exec'd" "the connector has exec'd head, its child holds the connection"
+    rm -f "$W/slow.hold"
+    i=0
+    while [ "$(wc -l <"$W/handoff.out")" -lt 2 ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
+    got=$(cat "$W/handoff.out")
+    wait "$HP" 2>/dev/null
+}
+echo "== a connection handed to a child, its connector exec'ing a listed program"
+handoff child
 case "$got" in
     *hunter2*) fail "the child's request on the handed connection is refused" "it read the secret: $got" ;;
     *"0x80ff"*) pass "the child's request on the handed connection is refused" ;;
     *) fail "the child's request is answered with a refusal" "$got" ;;
 esac
 expect_contains "$got" "not the process that connected" "the refusal names why"
+echo "== a request written by the connector before it exec'd a listed program"
+# Clients send their request only once the daemon has identified them (the `identified`
+# frame): one already waiting when it has was written by whatever the process ran before.
+handoff early
+case "$got" in
+    *hunter2*) fail "the request written before the exec is refused" "it read the secret: $got" ;;
+    *"0x80ff"*) pass "the request written before the exec is refused" ;;
+    *) fail "the request written before the exec is answered with a refusal" "$got" ;;
+esac
+expect_contains "$got" "before the daemon identified" "the refusal names why"
 exec 7>&- 8<&-
-wait "$HP" 2>/dev/null
 
 echo "== a listed program that connects, then execs another that asks on the connection"
 cat >"$W/connexec.c" <<'CEOF'
