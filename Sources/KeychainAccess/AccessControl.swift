@@ -852,6 +852,8 @@ final class CachedProcess: @unchecked Sendable {
     /// the image identified.
     func armAddressSpace() {
         guard addressSpace.load() == nil, let space = AddressSpaceWitness(pin.pid), witness.holds, runsIdentifiedExecutable() else { return }
+        // As at a first look (`imageHolds`): the first address space may be held by another.
+        if case .addressSpace(let environ) = witness, !environmentUnchanged(environ) { return }
         _ = addressSpace.storeIfNil(space)
     }
 
