@@ -41,6 +41,23 @@ int kcfs_peer_pidfd(int socket) {
     return pidfd;
 }
 
+ssize_t kcfs_recv_sender(int socket, void *buffer, size_t size, pid_t *sender) {
+    struct iovec iov = { .iov_base = buffer, .iov_len = size };
+    union { struct cmsghdr align; char bytes[CMSG_SPACE(sizeof(struct ucred))]; } control;
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes };
+    *sender = 0;
+    ssize_t n = recvmsg(socket, &m, MSG_CMSG_CLOEXEC);
+    if (n <= 0) return n;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+            struct ucred cred;
+            memcpy(&cred, CMSG_DATA(c), sizeof cred);
+            *sender = cred.pid;
+        }
+    }
+    return n;
+}
+
 int kcfs_pidfd_alive(int pidfd) {
     struct pollfd p = { .fd = pidfd, .events = POLLIN, .revents = 0 };
     int n;

@@ -33,7 +33,9 @@
 // and then execs keeps its identity, by its own code's doing. A
 // Flatpak rule trusts `/.flatpak-info`, which a sandbox cannot change but an unsandboxed
 // process of the user can fake in a namespace of its own, as it can for
-// xdg-desktop-portal. The same holds for every same-user design on Linux. To go further,
+// xdg-desktop-portal. A D-Bus caller is the process that connected to the bus (all the bus
+// vouches for): one that keeps its connection in a child and execs a listed program lends the
+// child its identity. The same holds for every same-user design on Linux. To go further,
 // run the program as its own systemd unit (another uid, or DynamicUser) or in a sandbox.
 //
 // What it cannot see. A process that is not dumpable (setuid programs, and any that made
@@ -180,6 +182,9 @@ package final class AccessControl: Sendable {
                 // executable and layout, but not its status: a tracer is still seen. The
                 // pidfd says the pid is still that process.
                 guard peer.entry.pin.isAlive else { throw .io("process \(peer.entry.pin.pid) exited") }
+                guard peer.entry.runsIdentifiedImageAsPeer else {
+                    throw .io("process \(peer.entry.pin.pid) runs another program than the one that connected")
+                }
                 let status = ProcStatus(try ProcFile.read("/proc/\(peer.entry.pin.pid)/status"))
                 guard peer.entry.pin.isAlive, let tracer = status.tracerPID else { throw .io("process \(peer.entry.pin.pid) exited") }
                 return Resolved(entry: peer.entry, tracer: tracer == 0 ? nil : tracer)
@@ -194,18 +199,27 @@ package final class AccessControl: Sendable {
     /// the daemon's `identified` before it makes itself non-dumpable (which hides its /proc
     /// entries from the daemon). A peer that is already non-dumpable is the process identified
     /// by an earlier connection if that process still runs (its pidfd says so): a client that
-    /// makes several calls hardens after its first. An exec since then is not seen, as a
-    /// hardened process's image cannot be read; the exec'd program inherits the identity.
+    /// makes several calls hardens after its first. Only while it uses the address space it
+    /// was identified in: the descriptors of its witness, opened while it was dumpable, are
+    /// read without a permission check. An exec is seen, unless another process holds the old
+    /// address space in use (`test_access_exec`'s holder): a hardened process's executable and
+    /// layout cannot be read to tell.
     package func identifyPeer(_ socket: Int32) -> AccessCaller {
         let pin: PinnedProcess
         do { pin = try PinnedProcess.forSocketPeer(socket) } catch { return .unidentified("the peer: \(error.description)") }
         do throws(KeychainError) {
             let resolved = try resolve(process: pin)
-            // The details too, now: once the client hardens they cannot be read.
+            // The details too, now: once the client hardens they cannot be read. So for the
+            // witness of its address space, which it cannot hide once opened.
             _ = resolved.entry.facts
+            resolved.entry.armAddressSpace()
             return .peer(IdentifiedPeer(entry: resolved.entry))
         } catch {
-            if let entry = processes.withLock({ $0.lookup(pin.pid) }), entry.pin.isAlive { return .peer(IdentifiedPeer(entry: entry)) }
+            // Hardened since it was identified (by the mount or an earlier connection): the
+            // process identified, if it has not exec'd since (test_access_socket).
+            if let entry = processes.withLock({ $0.lookup(pin.pid) }), entry.pin.isAlive, entry.usesIdentifiedAddressSpace {
+                return .peer(IdentifiedPeer(entry: entry))
+            }
             return .unidentified(error.description)
         }
     }
@@ -753,7 +767,8 @@ final class CachedProcess: @unchecked Sendable {
     /// Nil when the process is gone or runs another image now; else its tgid and tracer.
     /// Every later request of a known process comes through here. It reads the status (a
     /// tracer attached since; the one file that says so, and most of the cost), the witness
-    /// (an exec since) and an `fstat` of the image's file (deleted, replaced or changed since);
+    /// and `/proc/PID/exe` with the user namespace (an exec since: `runsIdentifiedExecutable`)
+    /// and an `fstat` of the image's file (deleted, replaced or changed since);
     /// within `recheckInterval` of a check that found nothing, the witness alone: one system
     /// call.
     ///
@@ -783,7 +798,7 @@ final class CachedProcess: @unchecked Sendable {
         // The lead is passed once at most.
         var passed = false
         func passLead() { if !passed { passed = true; beforeWaiting() } }
-        guard imageHolds(beforeWaiting: passLead) else { return nil }
+        guard imageHolds(beforeWaiting: passLead), runsIdentifiedExecutable() else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         var exe = stat()
         let known = exeFD.load(ordering: .acquiring)
@@ -802,10 +817,69 @@ final class CachedProcess: @unchecked Sendable {
         if let space = addressSpace.load() { return space.inUse && space.sameLayout }
         beforeWaiting()
         guard witness.holds else { return false }
-        guard case .addressSpace = witness else { return true }
+        guard case .addressSpace(let environ) = witness else { return true }
+        // Held in use by another process, the first address space says nothing of an exec
+        // since: the environment the process shows now must be the one identified (the loader
+        // variables were read there). A program of another executable is seen after this
+        // (`runsIdentifiedExecutable`); this is the same one run again (test_access_exec).
+        guard environmentUnchanged(environ) else { return false }
         if let space = AddressSpaceWitness(pin.pid), witness.holds { _ = addressSpace.storeIfNil(space) }
         return true
     }
+
+    /// Whether `/proc/PID/environ` reads now as through `environ`, opened when the process
+    /// was identified (on the address space it then ran). Read once per process: at its
+    /// first recheck.
+    private func environmentUnchanged(_ environ: Int32) -> Bool {
+        let fd = kcfs_proc_open(pin.pid, "environ", O_RDONLY)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        guard let identified = ProcFile.preadAll(environ, limit: 16 << 20), let now = ProcFile.preadAll(fd, limit: 16 << 20) else { return false }
+        return identified == now
+    }
+
+    /// For a process that has since made itself non-dumpable (its executable and layout hidden
+    /// from the daemon): whether it still uses the address space identified, through the
+    /// witness's descriptors, opened while it was dumpable.
+    var usesIdentifiedAddressSpace: Bool {
+        if let space = addressSpace.load() { return space.inUse }
+        if case .addressSpace = witness { return witness.holds }
+        return false
+    }
+
+    /// Opens the address-space witness now, for a control-socket peer, which may harden before
+    /// its next connection (`AccessControl.identifyPeer`); kept only if the process still runs
+    /// the image identified.
+    func armAddressSpace() {
+        guard addressSpace.load() == nil, let space = AddressSpaceWitness(pin.pid), witness.holds, runsIdentifiedExecutable() else { return }
+        // As at a first look (`imageHolds`): the first address space may be held by another.
+        if case .addressSpace(let environ) = witness, !environmentUnchanged(environ) { return }
+        _ = addressSpace.storeIfNil(space)
+    }
+
+    /// Whether `/proc/PID/exe` still names the executable identified, from the user namespace
+    /// the process was identified in. The witnesses say the address space identified is in
+    /// use and laid out as it was, which another process (holding it) and the new program
+    /// (PR_SET_MM_MAP sets its layout, unprivileged) can make true after an exec: the link is
+    /// the current image's own, and only a process in a user namespace of its own can repoint
+    /// it (PR_SET_MM_MAP's exe_fd), which it cannot leave (test_access_exec). A readlink and
+    /// the namespace's inode through the pidfd: neither takes the memory map's lock nor asks
+    /// the executable's file system. An exec of the same executable is not told apart here.
+    private func runsIdentifiedExecutable(hiddenPasses: Bool = false) -> Bool {
+        switch ProcFile.readLinkResult(of: pin.pid, "exe") {
+        case .success(let link):
+            guard link == (core.executableDeleted ? core.executablePath + " (deleted)" : core.executablePath) else { return false }
+        case .failure(let e):
+            // Hidden (non-dumpable): so is its user namespace.
+            return hiddenPasses && (e.code == EACCES || e.code == EPERM)
+        }
+        return core.inAnotherUserNamespace || (try? CallerFacts.inAnotherUserNamespace(pin)) == false
+    }
+
+    /// For a control-socket peer's request: whether it still runs the image identified at
+    /// accept (a connection outlives an exec). A peer that has hardened since hides its
+    /// executable: then its address space says it.
+    var runsIdentifiedImageAsPeer: Bool { usesIdentifiedAddressSpace && runsIdentifiedExecutable(hiddenPasses: true) }
 
     /// The image's file: the one `ExecutableImage` holds, or one opened now through
     /// `/proc/PID/exe` and kept. Opened after the witness held, so it is the file of the image

@@ -122,6 +122,23 @@ enum ProcFile {
         }
     }
 
+    /// The whole file from offset 0 (the descriptor's offset untouched), or nil when it cannot
+    /// be read or is larger than `limit`.
+    static func preadAll(_ fd: Int32, limit: Int) -> [UInt8]? {
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while out.count <= limit {
+            let n = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(out.count)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return nil
+            }
+            if n == 0 { return out }
+            out += chunk[..<n]
+        }
+        return nil
+    }
+
     static func readAll(_ fd: Int32, path: String, limit: Int) throws(KeychainError) -> [UInt8] {
         var out: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
@@ -320,5 +337,48 @@ extension String {
         while let f = s.first, f == " " || f == "\t" || f == "\n" { s.removeFirst() }
         while let l = s.last, l == " " || l == "\t" || l == "\n" { s.removeLast() }
         return String(s)
+    }
+}
+
+/// Who wrote a request on a control-socket connection. The connection's peer (SO_PEERCRED,
+/// SO_PEERPIDFD) is the process that connected, which need not be the one that writes: it may
+/// hand the connection to another process (a child that inherits it, or SCM_RIGHTS) and exec a
+/// listed program, which is then identified as the peer while the other asks. So every read of
+/// a request also takes the pid of its writer (SCM_CREDENTIALS), which must be the connector's.
+package enum SocketSender {
+    /// Asks the kernel to tell the writer of what each read returns.
+    package static func passCredentials(_ socket: Int32) -> Bool {
+        var on: Int32 = 1
+        return setsockopt(socket, SOL_SOCKET, SO_PASSCRED, &on, socklen_t(MemoryLayout<Int32>.size)) == 0
+    }
+
+    /// The pid of the process that connected (SO_PEERCRED), in our pid namespace.
+    package static func connector(_ socket: Int32) -> pid_t? {
+        var cred = Credentials()
+        var len = socklen_t(MemoryLayout<Credentials>.size)
+        guard getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, cred.pid > 0 else { return nil }
+        return cred.pid
+    }
+
+    /// Whether bytes wait to be read: a client writes its request only once it has the
+    /// daemon's `identified` frame, so bytes waiting when it has been identified were written
+    /// before, perhaps by another program the process ran until an exec.
+    package static func hasWaitingBytes(_ socket: Int32) -> Bool {
+        var byte: UInt8 = 0
+        return recv(socket, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) > 0
+    }
+
+    /// recv(2) into `buffer`, and the pid of the process that wrote those bytes (0: unknown).
+    package static func receive(_ socket: Int32, into buffer: UnsafeMutableRawBufferPointer) -> (count: Int, sender: pid_t) {
+        var sender: pid_t = 0
+        let n = kcfs_recv_sender(socket, buffer.baseAddress, buffer.count, &sender)
+        return (n, sender)
+    }
+
+    /// Linux's `struct ucred`.
+    private struct Credentials {
+        var pid: pid_t = 0
+        var uid: uid_t = 0
+        var gid: gid_t = 0
     }
 }

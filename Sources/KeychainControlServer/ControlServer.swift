@@ -132,6 +132,12 @@ package final class ControlServer: Sendable {
     private final class Pending {
         let fd: Int32
         let caller: AccessCaller
+        /// The process that connected (SO_PEERCRED), whom `caller` identifies.
+        let connector: pid_t?
+        /// A process other than the connector that wrote part of the request, if any.
+        var otherWriter: pid_t?
+        /// Part of the request was written before the connector was identified.
+        let writtenBefore: Bool
         let deadline: Deadline
         var header: [UInt8] = []
         var parsed: ControlFrame.Header?
@@ -139,10 +145,26 @@ package final class ControlServer: Sendable {
         var payload = SecureBytes()
         var received = 0
 
-        init(fd: Int32, caller: AccessCaller) {
+        init(fd: Int32, caller: AccessCaller, connector: pid_t?, writtenBefore: Bool) {
             self.fd = fd
             self.caller = caller
+            self.connector = connector
+            self.writtenBefore = writtenBefore
             deadline = .after(seconds: ControlServer.requestDeadline)
+        }
+
+        func noteWriter(_ writer: pid_t) {
+            if writer != connector, otherWriter == nil { otherWriter = writer }
+        }
+
+        /// Who the request is answered as: the identified peer only if it wrote the request
+        /// itself, after it was identified. A connection handed to another process (a child
+        /// that inherits it, while the connector execs a listed program), or a request written
+        /// before the connector exec'd the program identified, is answered as no one.
+        var requestCaller: AccessCaller {
+            if writtenBefore { return .unidentified("the request was written before the daemon identified its sender") }
+            guard let writer = otherWriter else { return caller }
+            return .unidentified("the request was written by process \(writer), not the process that connected (\(connector.map(String.init) ?? "unknown"))")
         }
     }
 
@@ -189,6 +211,11 @@ package final class ControlServer: Sendable {
                 return
             }
             Self.configure(fd)
+            // Before any read: each read then says who wrote what it returns (SocketSender).
+            guard SocketSender.passCredentials(fd) else {
+                close(fd)
+                continue
+            }
             let peer = UnixSocket.peerUID(fd)
             guard peer == getuid() else {
                 Self.log.warning("refused a control connection from uid \(peer.map(String.init) ?? "unknown")")
@@ -202,13 +229,14 @@ package final class ControlServer: Sendable {
             }
             // Identified now, while the client waits for `identified` and is still dumpable.
             let caller = identify(fd)
+            let writtenBefore = SocketSender.hasWaitingBytes(fd)
             // A fresh connection's send buffer takes this small frame whole.
             guard let frame = try? ControlReply.identified.frame(),
                   frame.withUnsafeBytes({ Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }) == frame.count else {
                 close(fd)
                 continue
             }
-            pending.append(Pending(fd: fd, caller: caller))
+            pending.append(Pending(fd: fd, caller: caller, connector: SocketSender.connector(fd), writtenBefore: writtenBefore))
         }
     }
 
@@ -217,9 +245,10 @@ package final class ControlServer: Sendable {
         while true {
             if p.parsed == nil {
                 var chunk = [UInt8](repeating: 0, count: ControlFrame.headerSize - p.header.count)
-                let n = recv(p.fd, &chunk, chunk.count, 0)
+                let (n, writer) = chunk.withUnsafeMutableBytes { SocketSender.receive(p.fd, into: $0) }
                 if n == 0 { return .closed }
                 if n < 0 { return errno == EAGAIN || errno == EINTR ? .waiting : .closed }
+                p.noteWriter(writer)
                 p.header += chunk[0..<n]
                 guard p.header.count == ControlFrame.headerSize else { continue }
                 let header: ControlFrame.Header
@@ -241,11 +270,12 @@ package final class ControlServer: Sendable {
             guard let header = p.parsed else { return .closed }
             if p.received == header.length { return .complete }
             if p.received == p.payload.count { p.payload.resize(to: min(header.length, p.payload.count * 2)) }
-            let n = p.payload.withUnsafeMutableBytes { raw in
-                recv(p.fd, raw.baseAddress! + p.received, raw.count - p.received, 0)
+            let (n, writer) = p.payload.withUnsafeMutableBytes { raw in
+                SocketSender.receive(p.fd, into: UnsafeMutableRawBufferPointer(rebasing: raw[p.received...]))
             }
             if n == 0 { return .closed }
             if n < 0 { return errno == EAGAIN || errno == EINTR ? .waiting : .closed }
+            p.noteWriter(writer)
             p.received += n
         }
     }
@@ -255,7 +285,7 @@ package final class ControlServer: Sendable {
             close(p.fd)
             return
         }
-        let request = ReceivedRequest(fd: p.fd, kind: header.kind, payload: p.payload, caller: p.caller)
+        let request = ReceivedRequest(fd: p.fd, kind: header.kind, payload: p.payload, caller: p.requestCaller)
         let urgent = kind == .lock || kind == .unmount
         inFlight.withLock { $0 += 1 }
         guard (urgent ? urgentRequests : requests).push(request, limit: Self.maxQueuedRequests) else {

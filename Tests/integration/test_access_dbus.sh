@@ -87,6 +87,52 @@ expect_eq "/usr/bin/head" "$(getfattr --only-values -n user.keychain.access "$MN
 expect_eq "made-over-dbus" "$(head -c 100 "$MNT/dbsvc/u")" "head reads it"
 expect_not_contains "$(secret-tool lookup service dbsvc username u 2>&1)" "made-over-dbus" "secret-tool, not on it, gets no secret"
 
+echo "== a bus connection handed to a child, its connector exec'ing a listed program"
+# The bus vouches for the process that connected (SO_PEERCRED at connect), not for the one that
+# writes a call: a program that connects, keeps the connection in a child and execs a listed
+# program lends the child that program's identity. Nothing the bus tells its peers says who
+# wrote a message, so the daemon cannot tell; the control socket can, and does
+# (test_access_socket). Shown, not hidden: the README names it.
+$PY - >"$OUT" 2>&1 <<'PY'
+import os, socket, time, types
+import jeepney.io.blocking as blocking
+from jeepney.bus import get_bus
+connected = socket.socket(socket.AF_UNIX)
+connected.connect(get_bus("SESSION"))
+r, w = os.pipe()
+parent = os.getpid()
+if os.fork() != 0:
+    os.dup2(r, 0)
+    os.execv("/usr/bin/head", ["head", "-c", "1"])
+os.close(r)
+for _ in range(500):
+    if os.readlink("/proc/%d/exe" % parent) == "/usr/bin/head":
+        break
+    time.sleep(0.01)
+print("exec'd", flush=True)
+class Connected(socket.socket):
+    def connect(self, address):
+        pass
+# jeepney authenticates and says Hello on the connection the parent made.
+blocking.socket = types.SimpleNamespace(socket=lambda *a, **k: Connected(fileno=os.dup(connected.fileno())),
+                                        timeout=socket.timeout, AF_UNIX=socket.AF_UNIX)
+import secretstorage
+c = secretstorage.get_default_collection(secretstorage.dbus_init())
+for item in c.search_items({"service": "svc", "username": "acct"}):
+    try:
+        print("secret:", item.get_secret().decode())
+    except Exception as e:
+        print("refused:", type(e).__name__, e)
+os.close(w)
+PY
+expect_contains "$OUT" "exec'd" "the connector has exec'd head, its child holds the connection"
+case "$(cat "$OUT")" in
+    *hunter2*) skip "the child's GetSecret on the handed connection is refused" \
+        "known gap, in the README (Secret Service, Per-program access): it read the secret" ;;
+    *AccessDenied*) pass "the child's GetSecret on the handed connection is refused" ;;
+    *) fail "the child's GetSecret runs" "$(cat "$OUT")" ;;
+esac
+
 echo "== prompts for D-Bus callers, through the scripted pinentry"
 expect_exit 0 "unmount" kc unmount "$MNT"
 W="$TEST_ROOT/work"

@@ -11,6 +11,12 @@
 int kcfs_pidfd_open(pid_t pid);
 int kcfs_peer_pidfd(int socket);
 
+/* recv(2) on a connected Unix stream socket with SO_PASSCRED set, and the pid of the process
+ * that sent what was read (SCM_CREDENTIALS: the kernel's record of the writer, which a sender
+ * can set to another process's pid only with CAP_SYS_ADMIN over that process's pid namespace; one read never joins two writers' bytes). *sender is 0
+ * when the kernel attached none. Returns what recvmsg returns. */
+ssize_t kcfs_recv_sender(int socket, void *buffer, size_t size, pid_t *sender);
+
 /* 1 while the process a pidfd refers to runs, 0 once it has exited (its pid may then be
  * anyone's), -1 on error. A pidfd becomes readable when its process exits. */
 int kcfs_pidfd_alive(int pidfd);
