@@ -536,6 +536,27 @@ package enum AccessCaller: Sendable {
     case unidentified(String)
 }
 
+/// This process as a caller of the gate, for a command that opens the store itself (no
+/// daemon): identified as a control-socket peer is, while its /proc entries are still its
+/// user's to read. Opening the store or reading a passphrase makes the process non-dumpable,
+/// and then its own environ and memory map are root's: identified only then, a normal
+/// user's CLI was refused every item whose list names it. So the CLI calls `identify()`
+/// before anything hardens it.
+package enum ThisProcess {
+    package static func identify() { _ = caller }
+
+    package static let caller: AccessCaller = {
+        do throws(KeychainError) {
+            let entry = try CachedProcess.identify(try PinnedProcess.forProcess(getpid()), settled: false)
+            _ = entry.facts
+            entry.armAddressSpace()
+            return .peer(IdentifiedPeer(entry: entry))
+        } catch {
+            return .unidentified(error.description)
+        }
+    }()
+}
+
 /// A control-socket peer as identified when its connection was accepted.
 package struct IdentifiedPeer: Sendable {
     let entry: CachedProcess

@@ -27,9 +27,8 @@ package final class ServedKeychainService: KeychainService {
         self.caller = caller ?? Self.ownProcess()
     }
 
-    private static func ownProcess() -> AccessCaller {
-        do { return .process(try PinnedProcess.forProcess(getpid())) } catch { return .unidentified(error.description) }
-    }
+    /// This process, identified before it hardened (`ThisProcess`).
+    private static func ownProcess() -> AccessCaller { ThisProcess.caller }
 
     /// The same service, answering for `caller`.
     package func serving(_ caller: AccessCaller) -> ServedKeychainService {

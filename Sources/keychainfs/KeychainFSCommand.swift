@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainAccess
 import KeychainConfig
 import KeychainControl
 import KeychainStore
@@ -27,6 +28,9 @@ struct KeychainFS: ParsableCommand {
     static func main() {
         do {
             var command = try parseAsRoot()
+            // A command may open the store itself, a program like any other to the items'
+            // access lists: known now, before reading a passphrase or the store hardens it.
+            if !(command is DaemonCommand) { ThisProcess.identify() }
             try command.run()
         } catch let error as KeychainError {
             FileHandle.standardError.write(Data("keychainfs: \(message(for: error))\n".utf8))

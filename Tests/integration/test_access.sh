@@ -676,4 +676,16 @@ expect_exit 0 "the user's access log" as_user "$BIN" access log
 expect_contains "$OUT" "refused /usr/bin/cat" "the user's log shows cat refused"
 expect_contains "$OUT" "another user namespace" "the user's log says why head in its own user namespace was refused"
 as_user "$BIN" unmount "$UMP" >/dev/null 2>&1
+echo "== as the user, with no daemon: the CLI is a program like any other, and known as one"
+# It opens the store itself and hardens (non-dumpable, which makes its own /proc/PID/environ
+# root's), so it identifies itself before: a listed CLI reads, exports; an unlisted one is refused.
+FULL_U="$USERS_ROOT/keychainfs-full"
+UP="--store $UH/cli.db --passphrase-file $USERS_ROOT/pass"
+expect_exit 0 "the user makes a second store" as_user "$FULL_U" init --scrypt-log-n 10 $UP
+expect_exit 0 "two items listing the CLI" as_user sh -c "printf cli-secret | '$FULL_U' add-generic-password -s cli -a item -T '$FULL_U' $UP && printf two | '$FULL_U' add-generic-password -s cli -a second -T '$FULL_U' $UP"
+expect_eq "cli-secret" "$(as_user "$FULL_U" find-generic-password -s cli -a item -w $UP 2>&1)" "the listed CLI reads it with no daemon"
+printf 'backup pass\n' >"$USERS_ROOT/bpass" && chown "$U:" "$USERS_ROOT/bpass"
+expect_exit 0 "the listed CLI exports both with no daemon" as_user "$FULL_U" export "$UH/b.kcb" $UP --backup-passphrase-file "$USERS_ROOT/bpass"
+expect_exit 0 "an item listing only head" as_user sh -c "printf head-only | '$FULL_U' add-generic-password -s cli -a headonly -T /usr/bin/head $UP"
+expect_exit 77 "the CLI, not listed, is refused it with no daemon" as_user "$FULL_U" find-generic-password -s cli -a headonly -w $UP
 finish
