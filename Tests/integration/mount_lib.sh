@@ -120,3 +120,34 @@ start_slow_fuse() {
     i=0
     while ! mountpoint -q "$W/slow" && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done
 }
+
+# prepare_user_store NAME: a normal user NAME (removed at exit), copies of keychainfs and
+# keychainfs-full it can run ($BIN and $USERS_ROOT/keychainfs-full), the test passphrase in
+# $USERS_ROOT/pass, a private mount namespace with a 0666 /dev/fuse ($NS), its runtime
+# directory and mountpoint $UMP (unmounted at exit), and a store made with the passphrase.
+# Then `as_user CMD...` runs CMD in the namespace as the user. Not root: the script's normal-user
+# part is skipped there, and it finishes.
+prepare_user_store() {
+    if [ "$(id -u)" -ne 0 ]; then
+        skip "the normal-user part" "it needs root to make the user and the namespace"
+        finish
+    fi
+    for tool in unshare nsenter setpriv useradd userdel; do have "$tool" || finish; done
+    U=$1
+    make_test_users "$U"
+    UH="$USERS_ROOT/$U"
+    BIN="$USERS_ROOT/keychainfs"
+    for b in keychainfs keychainfs-full; do cp "$(dirname "$KEYCHAINFS_BIN")/$b" "$USERS_ROOT/$b" && chmod 755 "$USERS_ROOT/$b"; done
+    printf '%s\n' "$PASSPHRASE" >"$USERS_ROOT/pass"
+    chown "$U:" "$USERS_ROOT/pass" && chmod 600 "$USERS_ROOT/pass"
+    make_fuse_namespace
+    as_user mkdir -m 700 "$UH/run" "$UH/mnt"
+    UMP="$UH/mnt"
+    on_exit "nsenter -t $NS -m fusermount3 -u -z '$UMP' 2>/dev/null"
+    expect_exit 0 "the user makes a store" as_user "$BIN" init --scrypt-log-n 10 --passphrase-file "$USERS_ROOT/pass"
+}
+
+as_user() {
+    nsenter -t "$NS" -m setpriv --reuid="$U" --regid="$U" --init-groups \
+        env -i HOME="$UH" USER="$U" LOGNAME="$U" PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$UH/run" "$@"
+}

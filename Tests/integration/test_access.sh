@@ -600,27 +600,7 @@ if [ "$have_real_pinentry" = yes ]; then
 fi
 
 echo "== as a normal user, in a private mount namespace with a 0666 /dev/fuse"
-if [ "$(id -u)" -ne 0 ]; then
-    skip "the normal-user part" "it needs root to make the user and the namespace"
-    finish
-fi
-for tool in unshare nsenter setpriv useradd userdel; do have "$tool" || finish; done
-U=kcfsaccess1
-make_test_users "$U"
-UH="$USERS_ROOT/$U"
-BIN="$USERS_ROOT/keychainfs"
-for b in keychainfs keychainfs-full; do cp "$(dirname "$KEYCHAINFS_BIN")/$b" "$USERS_ROOT/$b" && chmod 755 "$USERS_ROOT/$b"; done
-printf '%s\n' "$PASSPHRASE" >"$USERS_ROOT/pass"
-chown "$U:" "$USERS_ROOT/pass" && chmod 600 "$USERS_ROOT/pass"
-make_fuse_namespace
-as_user() {
-    nsenter -t "$NS" -m setpriv --reuid="$U" --regid="$U" --init-groups \
-        env -i HOME="$UH" USER="$U" LOGNAME="$U" PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$UH/run" "$@"
-}
-as_user mkdir -m 700 "$UH/run" "$UH/mnt"
-UMP="$UH/mnt"
-on_exit "nsenter -t $NS -m fusermount3 -u -z '$UMP' 2>/dev/null"
-expect_exit 0 "the user makes a store" as_user "$BIN" init --scrypt-log-n 10 --passphrase-file "$USERS_ROOT/pass"
+prepare_user_store kcfsaccess1
 # Started with a low soft open-file limit: the daemon raises it to the hard one (it keeps
 # descriptors for each identified caller).
 expect_exit 0 "the user mounts it" as_user sh -c "ulimit -Sn 256 && exec '$BIN' mount '$UMP' --passphrase-file '$USERS_ROOT/pass'"

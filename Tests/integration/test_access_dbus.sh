@@ -93,23 +93,14 @@ echo "== a bus connection handed to a child, its connector exec'ing a listed pro
 # program lends the child that program's identity. Nothing the bus tells its peers says who
 # wrote a message, so the daemon cannot tell; the control socket can, and does
 # (test_access_socket). Shown, not hidden: the README names it.
-$PY - >"$OUT" 2>&1 <<'PY'
-import os, socket, time, types
+PYTHONPATH="$TESTS_DIR" $PY - >"$OUT" 2>&1 <<'PY'
+import os, socket, types
 import jeepney.io.blocking as blocking
 from jeepney.bus import get_bus
+import exec_head
 connected = socket.socket(socket.AF_UNIX)
 connected.connect(get_bus("SESSION"))
-r, w = os.pipe()
-parent = os.getpid()
-if os.fork() != 0:
-    os.dup2(r, 0)
-    os.execv("/usr/bin/head", ["head", "-c", "1"])
-os.close(r)
-for _ in range(500):
-    if os.readlink("/proc/%d/exe" % parent) == "/usr/bin/head":
-        break
-    time.sleep(0.01)
-print("exec'd", flush=True)
+w = exec_head.exec_head_in_parent()
 class Connected(socket.socket):
     def connect(self, address):
         pass

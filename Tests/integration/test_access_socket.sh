@@ -16,6 +16,8 @@ mkdir -p "$W"
 init_store
 mount_kc "$MP" || { fail "mount" "$(cat "$ERR")"; finish; }
 SOCK=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["socketPath"])' "$KEYCHAINFS_STORE.daemon")
+# The control protocol's version, as the daemon's record gives it: frames written by hand carry it.
+PROTO=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["protocol"])' "$KEYCHAINFS_STORE.daemon")
 printf 'hunter2' | kc add-generic-password -s svc -a acct -T /usr/bin/head >/dev/null
 expect_eq "hunter2" "$(head -c 100 "$MP/svc/acct")" "head, on the list, reads the item"
 
@@ -47,9 +49,10 @@ start_slow_fuse "$W/connector" || finish
 # head runs and the daemon has said it identified the peer; "early": the parent writes it
 # before it execs head.
 cat >"$W/handoff.py" <<'PYEOF'
-import os, socket, struct, sys, time
+import os, socket, struct, sys
+import exec_head
 def field(tag, value): return struct.pack(">HI", tag, len(value)) + value
-def frame(kind, payload): return b"KCFS" + struct.pack(">HHI", 7, kind, len(payload)) + payload
+def frame(kind, payload): return b"KCFS" + struct.pack(">HHI", PROTO_VERSION, kind, len(payload)) + payload
 def read_exactly(s, n):
     data = b""
     while len(data) < n:
@@ -63,16 +66,7 @@ query = field(10, b"\x01") + field(12, b"acct") + field(13, b"svc")
 request = frame(2, field(52, query) + field(57, b"\x01"))
 if sys.argv[2] == "early":
     s.sendall(request)
-r, w = os.pipe()
-parent = os.getpid()
-if os.fork() != 0:
-    os.dup2(r, 0)
-    os.execv("/usr/bin/head", ["head", "-c", "1"])
-os.close(r)
-for _ in range(500):
-    if os.readlink("/proc/%d/exe" % parent) == "/usr/bin/head": break
-    time.sleep(0.01)
-print("exec'd", flush=True)
+w = exec_head.exec_head_in_parent()
 out = []
 if sys.argv[2] == "child":
     # As a client does: once the daemon has identified the connection's peer (head by now).
@@ -89,6 +83,7 @@ while True:
 print(" | ".join(out) if out else "closed", flush=True)
 os.close(w)
 PYEOF
+sed -i "s/PROTO_VERSION/$PROTO/" "$W/handoff.py"
 
 mkfifo "$W/dec.in" "$W/dec.out"
 "$W/slow/exe" "$SOCK" <"$W/dec.in" >"$W/dec.out" 2>&1 &
@@ -104,7 +99,7 @@ handoff() {
     echo >&7
     IFS= read -r line <&8
     expect_eq "connected" "$line" "a client run from the slow file system connects (the daemon's accept waits on it)"
-    $PY "$W/handoff.py" "$SOCK" "$1" >"$W/handoff.out" 2>&1 &
+    PYTHONPATH="$TESTS_DIR" $PY "$W/handoff.py" "$SOCK" "$1" >"$W/handoff.out" 2>&1 &
     HP=$!
     on_exit_kill "$HP"
     i=0
@@ -165,7 +160,7 @@ def field(tag, value): return struct.pack(">HI", tag, len(value)) + value
 s = socket.socket(fileno=3)
 query = field(10, b"\x01") + field(12, b"acct") + field(13, b"cx")
 payload = field(52, query) + field(57, b"\x01")
-s.sendall(b"KCFS" + struct.pack(">HHI", 7, 2, len(payload)) + payload)
+s.sendall(b"KCFS" + struct.pack(">HHI", '"$PROTO"', 2, len(payload)) + payload)
 data = b""
 while True:
     chunk = s.recv(65536)
@@ -187,29 +182,9 @@ expect_contains "$OUT" "cli-secret" "it prints the secret"
 expect_exit 77 "and of one that does not: exit 77" kc find-generic-password -s svc -a acct -w
 touch "$W/slow.release"
 
-if [ "$(id -u)" -ne 0 ]; then
-    skip "the normal-user part" "it needs root to make the user and the namespace"
-    finish
-fi
-for tool in nsenter setpriv useradd userdel unshare; do have "$tool" || finish; done
-U=kcfsaccess2
-make_test_users "$U"
-UH="$USERS_ROOT/$U"
+prepare_user_store kcfsaccess2
 UW="$USERS_ROOT/work"
 mkdir -m 755 "$UW"
-BIN="$USERS_ROOT/keychainfs"
-for b in keychainfs keychainfs-full; do cp "$(dirname "$KEYCHAINFS_BIN")/$b" "$USERS_ROOT/$b" && chmod 755 "$USERS_ROOT/$b"; done
-printf '%s\n' "$PASSPHRASE" >"$USERS_ROOT/pass"
-chown "$U:" "$USERS_ROOT/pass" && chmod 600 "$USERS_ROOT/pass"
-make_fuse_namespace
-as_user() {
-    nsenter -t "$NS" -m setpriv --reuid="$U" --regid="$U" --init-groups \
-        env -i HOME="$UH" USER="$U" LOGNAME="$U" PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$UH/run" "$@"
-}
-as_user mkdir -m 700 "$UH/run" "$UH/mnt"
-UMP="$UH/mnt"
-on_exit "nsenter -t $NS -m fusermount3 -u -z '$UMP' 2>/dev/null"
-expect_exit 0 "the user makes a store" as_user "$BIN" init --scrypt-log-n 10 --passphrase-file "$USERS_ROOT/pass"
 expect_exit 0 "the user mounts it" as_user "$BIN" mount "$UMP" --passphrase-file "$USERS_ROOT/pass"
 UPID=$(as_user "$BIN" status --json 2>/dev/null | $PY -c 'import json, sys; print(json.load(sys.stdin).get("daemon", {}).get("pid", ""))')
 [ -n "$UPID" ] && on_exit_kill "$UPID"
@@ -238,7 +213,7 @@ CEOF
 cat >"$W/hardened.py" <<'PYEOF'
 import ctypes, socket, struct, sys
 def field(tag, value): return struct.pack(">HI", tag, len(value)) + value
-def frame(kind, payload): return b"KCFS" + struct.pack(">HHI", 7, kind, len(payload)) + payload
+def frame(kind, payload): return b"KCFS" + struct.pack(">HHI", PROTO_VERSION, kind, len(payload)) + payload
 ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: /proc/PID/exe and environ hidden from the daemon
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
@@ -251,6 +226,7 @@ while True:
     data += chunk
 print("reply:" + data.decode("latin-1"), flush=True)
 PYEOF
+sed -i "s/PROTO_VERSION/$PROTO/" "$W/hardened.py"
 gcc -O2 -o "$UW/readexec" "$W/readexec.c" || fail "compile readexec.c"
 cp "$W/hardened.py" "$UW/hardened.py"
 chmod 755 "$UW/readexec" && chmod 644 "$UW/hardened.py"
