@@ -205,10 +205,7 @@ extension KeychainTree {
         try change(location, name: name, decided: Self.guardedOperation(short) != nil ? [decided] : nil) { record throws(FileSystemError) in
             if short == Self.accessName, let attribute = ItemAttribute.withXattrName(short) {
                 // Kept as it was pinned above, but for rules the item held: those keep their identity.
-                let kept = try newList.map { list throws(FileSystemError) -> AccessList in
-                    let now = record.attributes.values.access ?? .anyProgram
-                    return AccessList(rules: list.rules.map { r in now.rules.first { $0.program == r.program } ?? r })
-                }
+                let kept = newList?.keepingPins(of: record.attributes.values.access)
                 // An empty list is any program: the attribute goes, as `setfattr -x` does.
                 record.attributes.values[attribute] = kept.flatMap { $0.isAnyProgram ? nil : .programs($0) }
                 return

@@ -719,10 +719,7 @@ package final class ServedKeychain: Sendable {
         return try change(origin: .control) { c throws -> ItemRecord in
             guard let current = try keychain.item(for: key) else { throw KeychainError.itemNotFound }
             var record = current.record
-            let now = record.attributes.values.access ?? .anyProgram
-            let kept = AccessList(rules: list.rules.map { r in
-                repinning.contains(r.program) ? r : now.rules.first { $0.program == r.program } ?? r
-            })
+            let kept = list.keepingPins(of: record.attributes.values.access, repinning: repinning)
             record.attributes.values.access = kept.isAnyProgram ? nil : kept
             return try c.setAttributes(current, to: record).record
         }

@@ -145,6 +145,16 @@ package struct AccessList: Hashable, Sendable {
 
     /// The list with `rule` added, replacing a rule for the same program (Always allow of a
     /// changed binary pins its new identity).
+    /// This list as it replaces `current`: a program `current` already holds keeps the file it
+    /// was allowed with, unless it is in `repinning` (a program upgraded since); the others
+    /// keep the pins given here. A list change made for one program re-pins no other.
+    package func keepingPins(of current: AccessList?, repinning: [AccessProgram] = []) -> AccessList {
+        let now = current ?? .anyProgram
+        return AccessList(rules: rules.map { r in
+            repinning.contains(r.program) ? r : now.rules.first { $0.program == r.program } ?? r
+        })
+    }
+
     package func adding(_ rule: AccessRule) throws(KeychainError) -> AccessList {
         var out = rules.filter { $0.program != rule.program }
         out.append(rule)
