@@ -44,6 +44,15 @@ extension KeychainTree {
         case .uncached(let uncached): item = uncached
         }
         do { try served.authorize(caller, item, mode.writable ? .write : .read) } catch { throw .from(error) }
+        // Allowed, and its secret cached: found and the handle registered in one hold of
+        // `state`, as an unguarded item's (three holds were a tenth of what a guarded open added).
+        if readsStored, !item.isPending, let handle = try served.state.withLock({ s throws(FileSystemError) -> UInt64? in
+            guard let cached = s.plaintext.secret(item.id) else { return nil }
+            return try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode, contents: cached,
+                                         shared: true, modified: item.record.attributes.modified), in: &s)
+        }) {
+            return handle
+        }
         guard served.isAvailable(item.accessible) else { throw .keyUnavailable }
         let contents: SecureBytes?
         if !readsStored {

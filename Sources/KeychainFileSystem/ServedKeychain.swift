@@ -666,14 +666,14 @@ package final class ServedKeychain: Sendable {
 
     /// `authorize` for an item known by its record (an export page's); `itemID` is what an
     /// Allow once is granted for.
-    package func authorize(_ caller: AccessCaller, record: ItemRecord, itemID: String, _ operation: AccessOperation,
+    package func authorize(_ caller: AccessCaller, record: ItemRecord, itemID: @autoclosure () -> String, _ operation: AccessOperation,
                            prompting: Bool = true) throws(KeychainError) {
         guard let list = record.attributes.values.access, !list.isAnyProgram else { return }
         let item = record
         // The gate calls `willWait` before anything that may wait (a new caller, a prompt, a
         // refusal), and makes the item's description only then: a known caller it allows at
         // once is answered without either.
-        switch access.decide(caller, item: AccessItem(id: itemID, path: Self.treePath(item.key), key: item.key),
+        switch access.decide(caller, item: AccessItem(id: itemID(), path: Self.treePath(item.key), key: item.key),
                              operation: operation, list: list, prompting: prompting, beforeWaiting: { willWait() }) {
         case .allowed: return
         case .refused(let why): throw .accessDenied(why)
