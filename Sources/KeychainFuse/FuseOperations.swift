@@ -464,14 +464,18 @@ enum FuseOperations {
         _ = bytes.withUnsafeBytes { fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count) }
     }
 
+    /// The daemon's own ids, which its files show: read at the first request, after any change
+    /// of user at start. Two system calls per attribute reply were two of each `ls -l` entry's.
+    private static let owner = (uid: getuid(), gid: getgid())
+
     static func attributes(_ s: FileStat, _ ino: UInt64) -> stat {
         var st = stat()
         st.st_ino = UInt(ino)
         st.st_mode = s.mode
         st.st_nlink = UInt(s.links)
         st.st_size = s.size
-        st.st_uid = getuid()
-        st.st_gid = getgid()
+        st.st_uid = owner.uid
+        st.st_gid = owner.gid
         st.st_blksize = 4096
         st.st_blocks = (s.size + 511) / 512
         let seconds = s.modified.timeIntervalSince1970.rounded(.down)
