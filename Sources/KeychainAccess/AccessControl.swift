@@ -114,6 +114,8 @@ package final class AccessControl: Sendable {
     package let settings: AccessSettings
     private let log: AccessLog?
     private let logLine: (@Sendable (String) -> Void)?
+    /// Taken under ServedKeychain's `state` (`allowsAtOnce`), so nothing here calls out while
+    /// holding it; a process's `AddressSpaceSlot` is the one lock taken after it.
     private let processes = Mutex(ProcessTable())
     private let promptSlot = PromptSlot()
     /// Readable once the daemon ends (`endPrompts`): an open prompt stops waiting for its answer.
@@ -222,6 +224,18 @@ package final class AccessControl: Sendable {
             }
             return .unidentified(error.description)
         }
+    }
+
+    /// Whether a FUSE caller may use an item of `list` with nothing to wait for: `decide`'s
+    /// common case alone, for a process checked within `recheckInterval` (`holdsAtOnce`: one
+    /// 1-byte read of `pagemap`, no lock of the caller's, no log). Cheap enough to run under
+    /// the served keychain's `state`, so that an allowed open is one hold of it, as an open of
+    /// an unguarded item is. False says only "ask `decide`".
+    package func allowsAtOnce(_ caller: AccessCaller, list: AccessList) -> Bool {
+        if list.isAnyProgram { return true }
+        guard case .thread(let tid) = caller, let entry = processes.withLock({ $0.lookup(tid) }), entry.pin.pid == tid,
+              entry.refusesNothing, entry.holdsAtOnce, let exe = entry.core.image.knownIdentity else { return false }
+        return list.rules.contains(where: { if case .executable = $0.program { $0.executable == exe } else { false } })
     }
 
     /// Who a thread's process is now (read through the cache): for tests and `status`.
@@ -833,6 +847,15 @@ final class CachedProcess: @unchecked Sendable {
               exe.st_nlink > 0 || core.executableDeleted else { return nil }
         if tracer == 0 && exeStatIsLocal.load(ordering: .relaxed) { checkedAt.store(now, ordering: .relaxed) }
         return (pin.pid, tracer == 0 ? nil : tracer)
+    }
+
+    /// `recheck`'s first step alone, for a caller blocked in its request: a full check within
+    /// `recheckInterval` found nothing, and the address space it saw is still in use. False
+    /// when either is not known (then `recheck` looks further).
+    var holdsAtOnce: Bool {
+        guard kcfs_monotonic_ns() &- checkedAt.load(ordering: .relaxed) < Self.recheckInterval,
+              let space = addressSpace.load() else { return false }
+        return space.inUse
     }
 
     /// Whether the process runs the image identified: through `addressSpace` once it is set

@@ -32,8 +32,9 @@ extension KeychainTree {
         // registered with no decryption and no second look at the index.
         let found = try served.covering(location) { s throws(FileSystemError) -> OpenLookup in
             guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
-            // A guarded item is decided on outside `state`: the user may be asked.
-            if let list = item.record.attributes.values.access, !list.isAnyProgram { return .uncached(item) }
+            // A guarded item is decided on outside `state` (the user may be asked), but for a
+            // caller the gate allows at once (a process that opened it before).
+            if !served.allowsAtOnce(caller, item.record) { return .uncached(item) }
             guard readsStored, !item.isPending, let cached = s.plaintext.secret(item.id) else { return .uncached(item) }
             return .opened(try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode, contents: cached,
                                                  shared: true, modified: item.record.attributes.modified), in: &s))

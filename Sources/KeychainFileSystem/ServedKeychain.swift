@@ -22,6 +22,7 @@ import Synchronization
 /// Lock order: a thread holding one of these may take only those after it.
 ///
 ///     unlocking → committing → state → (the store's own keybag mutex)
+///                                  state → (the access gate's process table → a process's address-space slot)
 ///
 /// - `unlocking` runs passphrase attempts one at a time (key derivation, backoff record), so
 ///   the backoff holds however many arrive at once.
@@ -664,8 +665,15 @@ package final class ServedKeychain: Sendable {
         try authorize(caller, record: item.record, itemID: String(item.id), operation, prompting: prompting)
     }
 
+    /// Whether `caller` may open an item of `record` at once, under `state`: no list, or the
+    /// gate's common case (`AccessControl.allowsAtOnce`). False: `authorize` decides.
+    func allowsAtOnce(_ caller: AccessCaller, _ record: ItemRecord) -> Bool {
+        guard let list = record.attributes.values.access else { return true }
+        return access.allowsAtOnce(caller, list: list)
+    }
+
     /// `authorize` for an item known by its record (an export page's); `itemID` is what an
-    /// Allow once is granted for.
+    /// Allow once is granted for (made only when needed).
     package func authorize(_ caller: AccessCaller, record: ItemRecord, itemID: @autoclosure () -> String, _ operation: AccessOperation,
                            prompting: Bool = true) throws(KeychainError) {
         guard let list = record.attributes.values.access, !list.isAnyProgram else { return }
