@@ -233,9 +233,8 @@ package final class AccessControl: Sendable {
     /// an unguarded item is. False says only "ask `decide`".
     package func allowsAtOnce(_ caller: AccessCaller, list: AccessList) -> Bool {
         if list.isAnyProgram { return true }
-        guard case .thread(let tid) = caller, let entry = processes.withLock({ $0.lookup(tid) }), entry.pin.pid == tid,
-              entry.refusesNothing, entry.holdsAtOnce, let exe = entry.core.image.knownIdentity else { return false }
-        return list.rules.contains(where: { if case .executable = $0.program { $0.executable == exe } else { false } })
+        guard case .thread(let tid) = caller, let entry = processes.withLock({ $0.lookup(tid) }), entry.pin.pid == tid else { return false }
+        return entry.holdsAtOnce && entry.isListedWithNothingToAsk(list)
     }
 
     /// Who a thread's process is now (read through the cache): for tests and `status`.
@@ -259,15 +258,11 @@ package final class AccessControl: Sendable {
             beforeWaiting()
             return refuse(nil, makeItem(), operation, reason: "cannot identify the caller: \(error)", allow: nil)
         }
-        // What every decision needs; the rest (`facts`) only for a refusal, a prompt or a
+        // The common case, answered without waiting. (Read through the entry: a copy of its
+        // facts was a dozen reference counts per open.)
+        if caller.tracer == nil, caller.entry.isListedWithNothingToAsk(list) { return .allowed }
+        // What every other decision needs; the rest (`facts`) only for a refusal, a prompt or a
         // script or Flatpak rule.
-        // The common case, answered without waiting: nothing to refuse, and an executable rule
-        // matching a file hashed already. (Read through the entry: a copy of its facts was a
-        // dozen reference counts per open.)
-        if caller.tracer == nil, caller.entry.refusesNothing, let exe = caller.entry.core.image.knownIdentity,
-           list.rules.contains(where: { if case .executable = $0.program { $0.executable == exe } else { false } }) {
-            return .allowed
-        }
         let core = caller.entry.core
         beforeWaiting()
         let item = makeItem()
@@ -847,6 +842,13 @@ final class CachedProcess: @unchecked Sendable {
               exe.st_nlink > 0 || core.executableDeleted else { return nil }
         if tracer == 0 && exeStatIsLocal.load(ordering: .relaxed) { checkedAt.store(now, ordering: .relaxed) }
         return (pin.pid, tracer == 0 ? nil : tracer)
+    }
+
+    /// Nothing refuses the process and an executable rule of `list` names its file, hashed
+    /// already: the common case of a decision, which waits for nothing.
+    func isListedWithNothingToAsk(_ list: AccessList) -> Bool {
+        guard refusesNothing, let exe = core.image.knownIdentity else { return false }
+        return list.rules.contains(where: { if case .executable = $0.program { $0.executable == exe } else { false } })
     }
 
     /// `recheck`'s first step alone, for a caller blocked in its request: a full check within
