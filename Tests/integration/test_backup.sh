@@ -29,6 +29,9 @@ kc add-generic-password --store "$A" $P -s device -a two -w d2 --accessible when
 echo "== help"
 expect_exit 0 "export --help" kc export --help
 expect_contains "$OUT" "--backup-passphrase-file" "export --help names the backup passphrase options"
+expect_contains "$OUT" "-f, --force" "export --help names --force"
+expect_contains "$(kc --help)" "48  already exists" "keychainfs --help's exit table gives 48 its meaning"
+expect_contains "$(kc --help)" "39  mountpoint not empty" "and 39"
 expect_exit 0 "import --help" kc import --help
 expect_contains "$OUT" "-U" "import --help names -U"
 expect_exit 64 "import without a file: 64" kc import
