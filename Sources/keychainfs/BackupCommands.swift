@@ -17,7 +17,8 @@ struct ExportCommand: ParsableCommand {
             asked twice at a terminal; with --passphrase-fd and --backup-passphrase-fd on the same \
             descriptor, the store's passphrase comes first. FILE is written atomically, mode 0600; \
             an existing FILE is refused (exit 48, before any passphrase is asked, and left as it \
-            was) unless --force is given, which replaces it only with a complete backup. While the store is mounted, the items are read through its daemon, which must be unlocked.
+            was) unless --force is given, which replaces it only with a complete backup. While \
+            the store is mounted, the items are read through its daemon, which must be unlocked.
             """)
 
     @Argument(help: ArgumentHelp("The backup file to write.", valueName: "file"))
