@@ -862,19 +862,27 @@ final class CachedProcess: @unchecked Sendable {
 
     /// Whether the process runs the image identified: through `addressSpace` once it is set
     /// (its address space in use, and its layout unchanged), else through the witness (after
-    /// `beforeWaiting`: it may wait), and then `addressSpace` is set, kept only if the witness
-    /// still holds after it (so it was opened on the same address space).
+    /// `beforeWaiting`: it may wait), and then `addressSpace` is set (`keepAddressSpace`).
     private func imageHolds(beforeWaiting: () -> Void) -> Bool {
         if let space = addressSpace.load() { return space.inUse && space.sameLayout }
         beforeWaiting()
         guard witness.holds else { return false }
-        guard case .addressSpace(let environ) = witness else { return true }
-        // Held in use by another process, the first address space says nothing of an exec
-        // since: the environment the process shows now must be the one identified (the loader
-        // variables were read there). A program of another executable is seen after this
-        // (`runsIdentifiedExecutable`); this is the same one run again (test_access_exec).
-        guard environmentUnchanged(environ) else { return false }
-        if let space = AddressSpaceWitness(pin.pid), witness.holds { _ = addressSpace.storeIfNil(space) }
+        guard case .addressSpace = witness else { return true }
+        return keepAddressSpace()
+    }
+
+    /// Opens the address-space witness and sets `addressSpace`, kept only if the image witness
+    /// still holds after it (so it was opened on the same address space) and `alsoRequired`;
+    /// false when the environment says the process is no longer the one identified.
+    /// Held in use by another process, the first address space says nothing of an exec since:
+    /// the environment the process shows now must be the one identified (the loader variables
+    /// were read there). A program of another executable is seen apart from this
+    /// (`runsIdentifiedExecutable`); this is the same one run again (test_access_exec).
+    private func keepAddressSpace(alsoRequired: () -> Bool = { true }) -> Bool {
+        let space = AddressSpaceWitness(pin.pid)
+        let keep = space != nil && witness.holds && alsoRequired()
+        if case .addressSpace(let environ) = witness, !environmentUnchanged(environ) { return false }
+        if keep, let space { _ = addressSpace.storeIfNil(space) }
         return true
     }
 
@@ -902,10 +910,8 @@ final class CachedProcess: @unchecked Sendable {
     /// its next connection (`AccessControl.identifyPeer`); kept only if the process still runs
     /// the image identified.
     func armAddressSpace() {
-        guard addressSpace.load() == nil, let space = AddressSpaceWitness(pin.pid), witness.holds, runsIdentifiedExecutable() else { return }
-        // As at a first look (`imageHolds`): the first address space may be held by another.
-        if case .addressSpace(let environ) = witness, !environmentUnchanged(environ) { return }
-        _ = addressSpace.storeIfNil(space)
+        guard addressSpace.load() == nil else { return }
+        _ = keepAddressSpace(alsoRequired: { runsIdentifiedExecutable() })
     }
 
     /// Whether `/proc/PID/exe` still names the executable identified, from the user namespace

@@ -186,9 +186,11 @@ extension BackupFile {
     /// which holds the payload's item count, is kept until `finish`, then written in its place.
     /// Like `write`, it goes through a temporary file renamed over `path` (mode 0600), so an
     /// existing file is replaced only by a complete backup; a writer dropped before `finish`
-    /// removes its temporary file.
+    /// removes its temporary file. Not `replacing`, `finish` puts it in place only where no
+    /// file is (`fileExists` otherwise, the file left as it was), whatever appeared meanwhile.
     package final class Writer {
         private let path: String, temp: String, directory: String
+        private let replacing: Bool
         private let fd: Int32
         private let header: [UInt8]
         private let keys: Keys
@@ -200,7 +202,7 @@ extension BackupFile {
         private var finished = false
 
         package init(path: String, passphrase: SecureBytes, scrypt: ScryptParameters = .default,
-                    chunkBytes: Int = defaultChunkBytes) throws {
+                    chunkBytes: Int = defaultChunkBytes, replacing: Bool = true) throws {
             guard isAcceptable(scrypt) else { throw KeychainError.invalidInput("scrypt cost must be from 10 to 22") }
             precondition(chunkBytes >= 16 && chunkBytes <= maxChunkBytes)
             var header = magic
@@ -211,6 +213,7 @@ extension BackupFile {
             self.header = header
             self.chunkBytes = chunkBytes
             self.path = path
+            self.replacing = replacing
             directory = (KeychainLocations.absolute(path) as NSString).deletingLastPathComponent
             temp = directory + "/.\((path as NSString).lastPathComponent).\(getpid()).tmp"
             fd = Glibc.open(temp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -242,9 +245,31 @@ extension BackupFile {
             guard fsync(fd) == 0 else { throw Self.failure("write", path) }
             close(fd)
             finished = true
-            guard rename(temp, path) == 0 else { unlink(temp); throw Self.failure("replace", path) }
+            guard replacing ? rename(temp, path) == 0 : Self.renameNoReplace(temp, path) else {
+                let code = errno
+                unlink(temp)
+                if code == EEXIST { throw Self.exists(path) }
+                errno = code
+                throw Self.failure("replace", path)
+            }
             let dfd = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             if dfd >= 0 { fsync(dfd); close(dfd) }
+        }
+
+        /// The refusal of a backup over an existing file.
+        package static func exists(_ path: String) -> KeychainError {
+            .fileExists("\(path) exists; give --force to replace it (or choose another file name); nothing was written")
+        }
+
+        /// Puts `from` at `to` only if nothing is there (EEXIST otherwise): a hard link, which
+        /// never replaces, then the temporary name removed. A file system without hard links
+        /// (FAT) gets a rename after a look, which a file made in between would lose to.
+        private static func renameNoReplace(_ from: String, _ to: String) -> Bool {
+            if link(from, to) == 0 { unlink(from); return true }
+            guard errno == EPERM || errno == EOPNOTSUPP || errno == ENOSYS else { return false }
+            var st = stat()
+            guard lstat(to, &st) != 0, errno == ENOENT else { errno = EEXIST; return false }
+            return rename(from, to) == 0
         }
 
         private func add(_ bytes: UnsafeRawBufferPointer) throws {

@@ -590,6 +590,8 @@ package enum WireError {
         case .mountpointBusy(let m): (19, m, nil)
         case .accessDenied(let m): (20, m, nil)
         case .notSynchronizable(let m): (21, m, nil)
+        case .fileExists(let m): (22, m, nil)
+        case .mountpointNotEmpty(let m): (23, m, nil)
         case .syncEngine(let m): (40, m, nil)
         }
         w.field(.errorCase, code)
@@ -624,6 +626,8 @@ package enum WireError {
         case 19: return .mountpointBusy(text)
         case 20: return .accessDenied(text)
         case 21: return .notSynchronizable(text)
+        case 22: return .fileExists(text)
+        case 23: return .mountpointNotEmpty(text)
         case 40: return .syncEngine(text)
         default: return .io(try f.string(.errorText) ?? "the daemon failed (error \(code))")
         }

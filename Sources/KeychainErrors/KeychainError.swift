@@ -17,6 +17,9 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     /// The file is not a keychainfs store, or its header is damaged.
     case notAKeychain(String)
     case storeExists(String)
+    /// A file the command would write exists, and the command replaces none unasked
+    /// (`export FILE` without `--force`); the message names it and the way to replace it.
+    case fileExists(String)
     /// Another daemon serves this store (message names its mountpoint), or no daemon does.
     case storeBusy(String)
     case notMounted(String)
@@ -25,6 +28,8 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
     case mountFailed(String)
     /// The mountpoint cannot be unmounted: a process has a file open or its working directory there.
     case mountpointBusy(String)
+    /// The mountpoint holds files, which the mount would hide; the message names it.
+    case mountpointNotEmpty(String)
     case diskFull
     /// A program not on the item's access list (issue 17), or one refused even when listed
     /// (traced, started with a loader variable, a replaced executable); the text says why.
@@ -52,11 +57,13 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .noSuchStore(let p): "No keychain store at \(p) (create one with 'keychainfs init')."
         case .notAKeychain(let m): m
         case .storeExists(let p): "A keychain store already exists at \(p)."
+        case .fileExists(let m): m
         case .storeBusy(let m): m
         case .notMounted(let m): m
         case .daemonVersionMismatch(let v): "the running daemon is version \(v); unmount and mount again"
         case .mountFailed(let m): m
         case .mountpointBusy(let m): m
+        case .mountpointNotEmpty(let m): m
         case .diskFull: "The disk is full; nothing was changed."
         case .accessDenied(let m): "Access denied: \(m) (see 'keychainfs access log')."
         case .notSynchronizable(let m): m
@@ -81,12 +88,13 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         case .secretTooLarge: 67
         case .noSuchStore: 50
         case .notAKeychain: 49
-        case .storeExists: 48
+        case .storeExists, .fileExists: 48
         case .storeBusy: 75
         case .daemonVersionMismatch: 76
         case .notMounted: 69
         case .mountFailed: 70
         case .mountpointBusy: 16
+        case .mountpointNotEmpty: 39
         case .diskFull: 73
         case .accessDenied: 77
         case .notSynchronizable: 78
@@ -101,9 +109,10 @@ public enum KeychainError: Error, Equatable, Sendable, Codable, CustomStringConv
         (1, "other failure"),
         (16, "mountpoint busy: a process still uses the mount (find it with fuser -vm)"),
         (36, "locked: the item's accessibility class is not available now"),
+        (39, "mountpoint not empty: mounting would hide its files"),
         (44, "item not found"),
         (45, "duplicate item"),
-        (48, "store already exists"),
+        (48, "already exists: the store, a sync folder's key, or export's FILE (--force replaces it)"),
         (49, "not a keychainfs store, or a corrupt one"),
         (50, "no such store"),
         (51, "wrong passphrase"),

@@ -29,7 +29,7 @@ package struct FileSystemError: Error, Equatable, CustomStringConvertible {
     package init(_ error: KeychainError) {
         switch error {
         case .itemNotFound, .noSuchStore: self.init(ENOENT)
-        case .duplicateItem, .storeExists: self.init(EEXIST)
+        case .duplicateItem, .storeExists, .fileExists: self.init(EEXIST)
         case .wrongPassphrase, .accessDenied: self.init(EACCES)
         case .notSynchronizable: self.init(EPERM)
         case .tooManyAttempts: self.init(EAGAIN)
@@ -39,6 +39,7 @@ package struct FileSystemError: Error, Equatable, CustomStringConvertible {
         case .nameTooLong: self.init(ENAMETOOLONG)
         case .secretTooLarge: self.init(EFBIG)
         case .storeBusy, .mountpointBusy: self.init(EBUSY)
+        case .mountpointNotEmpty: self.init(ENOTEMPTY)
         case .notMounted: self.init(ENOTCONN)
         case .diskFull: self.init(ENOSPC)
         case .notAKeychain, .mountFailed, .daemonVersionMismatch, .io, .syncEngine: self.init(EIO)

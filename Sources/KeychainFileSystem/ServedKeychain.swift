@@ -684,7 +684,9 @@ package final class ServedKeychain: Sendable {
         switch access.decide(caller, item: AccessItem(id: itemID(), path: Self.treePath(item.key), key: item.key),
                              operation: operation, list: list, prompting: prompting, beforeWaiting: { willWait() }) {
         case .allowed: return
-        case .refused(let why): throw .accessDenied(why)
+        // Named by its path in the tree (names only, escaped): `dump-keychain -d` and `export`
+        // ask for many items, and the user must learn which one refused.
+        case .refused(let why): throw .accessDenied("\(Shown.text(Self.treePath(item.key))): \(why)")
         case .allowedAlways(let rule):
             do { try addToAccessList(item.key, rule) } catch {
                 throw .accessDenied("allowed, but adding the program to the list failed: \((error as? KeychainError)?.description ?? "\(error)")")

@@ -50,15 +50,15 @@ public enum KeychainLocations {
         return FileManager.default.currentDirectoryPath + "/" + path
     }
 
-    /// `mkdir -p`: the parents made get the default mode, `path` itself `lastMode` (both less
-    /// the umask). With mkdir(2), not FileManager, whose error text would link all of
-    /// Foundation into the small clients.
-    package static func makeDirectories(_ path: String, lastMode: mode_t = 0o777) throws {
+    /// `mkdir -p`: the parents made get `parentMode`, `path` itself `lastMode` (both less the
+    /// umask, which can narrow them, never widen). With mkdir(2), not FileManager, whose error
+    /// text would link all of Foundation into the small clients.
+    package static func makeDirectories(_ path: String, lastMode: mode_t = 0o777, parentMode: mode_t = 0o777) throws {
         var prefix = path.hasPrefix("/") ? "" : "."
         let parts = path.split(separator: "/")
         for (i, part) in parts.enumerated() {
             prefix += "/" + part
-            if mkdir(prefix, i == parts.count - 1 ? lastMode : 0o777) != 0 && errno != EEXIST {
+            if mkdir(prefix, i == parts.count - 1 ? lastMode : parentMode) != 0 && errno != EEXIST {
                 throw KeychainError.io("cannot create \(prefix): \(String(cString: strerror(errno)))")
             }
         }

@@ -84,7 +84,7 @@ package struct SyncFolder: Sendable {
         // Private when made here (an existing directory is the user's choice): in a directory
         // others may write, they could rename `devices/` away and plant their own.
         try KeychainLocations.makeDirectories(path, lastMode: 0o700)
-        try KeychainLocations.makeDirectories(devicesPath, lastMode: 0o700)
+        try makePrivateDirectories(devicesPath)
         let folderID = SyncHex.encode(SyncRandom.bytes(16))
         let key = SecureRandom.bytes(32)
         var payload = BackupPayload()
@@ -127,12 +127,19 @@ package struct SyncFolder: Sendable {
         return out
     }
 
+    /// A directory inside the folder, and any of its parents missing, made 0700 from their
+    /// creation: a device's directory made as the parent of its `items/` was 0755 (the umask's
+    /// mode), and Syncthing carries the mode to the other devices.
+    private func makePrivateDirectories(_ directory: String) throws {
+        try KeychainLocations.makeDirectories(directory, lastMode: 0o700, parentMode: 0o700)
+    }
+
     /// Seals `payload` (one item, `BackupPayload`'s layout; empty for a tombstone) for `entry`
     /// and writes it under the writer's directory; returns the file's SHA-256 for the manifest.
     package func writeItem(_ entry: SyncEntry, payload: SecureBytes, keys: SyncKeys) throws -> String {
         let (sealed, digest) = try Self.seal(entry, payload: payload, keys: keys)
-        try KeychainLocations.makeDirectories(devicePath(entry.version.device), lastMode: 0o700)
-        try KeychainLocations.makeDirectories(itemsPath(entry.version.device), lastMode: 0o700)
+        try makePrivateDirectories(devicePath(entry.version.device))
+        try makePrivateDirectories(itemsPath(entry.version.device))
         try SyncFiles.requireInside(itemsPath(entry.version.device), folder: self)
         try SyncFiles.write(sealed, to: itemPath(entry))
         return digest
@@ -149,7 +156,7 @@ package struct SyncFolder: Sendable {
     /// sync of thousands of items costs one flush, not one per file.
     package func writeItems(_ files: [(entry: SyncEntry, bytes: [UInt8])], device: DeviceID) throws {
         guard !files.isEmpty else { return }
-        try KeychainLocations.makeDirectories(itemsPath(device), lastMode: 0o700)
+        try makePrivateDirectories(itemsPath(device))
         try SyncFiles.requireInside(itemsPath(device), folder: self)
         try SyncFiles.writeBatch(files.map { (itemPath($0.entry), $0.bytes) })
     }
@@ -228,7 +235,7 @@ package struct SyncFolder: Sendable {
         encoder.outputFormatting = [.sortedKeys]
         let body = [UInt8](try encoder.encode(m))
         let mac = HMACSHA256.authenticate(body, key: try keys.manifestKey(m.device))
-        try KeychainLocations.makeDirectories(devicePath(m.device), lastMode: 0o700)
+        try makePrivateDirectories(devicePath(m.device))
         try SyncFiles.requireInside(devicePath(m.device), folder: self)
         try SyncFiles.write(mac + body, to: manifestPath(m.device))
         // What this device wrote is what its next exchange reads back (to find a rollback).

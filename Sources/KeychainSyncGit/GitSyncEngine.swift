@@ -87,9 +87,12 @@ package struct GitSyncEngine {
         // by Syncthing if both run): a commit taken meanwhile must not carry the half-written one.
         let ignore = folder + "/.gitignore"
         if !FileManager.default.fileExists(atPath: ignore) {
-            guard FileManager.default.createFile(atPath: ignore, contents: Data(Self.ignored.utf8)) else {
-                throw KeychainError.syncEngine("git: cannot write \(ignore)")
-            }
+            // 0600 from its creation, as every file of the folder is.
+            let fd = open(ignore, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            let bytes = Array(Self.ignored.utf8)
+            let written = fd >= 0 ? write(fd, bytes, bytes.count) : -1
+            if fd >= 0 { close(fd) }
+            guard written == bytes.count else { throw KeychainError.syncEngine("git: cannot write \(ignore)") }
         }
         // A machine with no git identity (a server) still syncs; the author says only that
         // keychainfs made the commit.
@@ -175,8 +178,11 @@ package struct GitSyncEngine {
     private func run(_ arguments: [String], _ environment: [String: String], failure: String,
                      allowed: Set<Int32>? = [0]) throws -> Result {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [git, "-C", folder] + arguments
+        // Under umask 077, whatever the user's: what git makes (`.git`, its objects, and the
+        // other devices' directories and files a merge checks out) is private from its creation,
+        // as the folder is (git keeps no modes but the executable bit).
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", "umask 077 && exec \"$@\"", "sh", git, "-C", folder] + arguments
         var env = ProcessInfo.processInfo.environment
         // Messages in English (they are shown to the user, and --porcelain is parsed), and no
         // editor or pager waiting for a terminal.

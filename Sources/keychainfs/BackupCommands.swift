@@ -15,14 +15,18 @@ struct ExportCommand: ParsableCommand {
             full backup is an export, or the store file plus device.key). Git's extras (expiry, \
             refresh token) go with their items. The backup passphrase is \
             asked twice at a terminal; with --passphrase-fd and --backup-passphrase-fd on the same \
-            descriptor, the store's passphrase comes first. FILE is replaced atomically, mode 0600. \
-            While the store is mounted, the items are read through its daemon, which must be unlocked.
+            descriptor, the store's passphrase comes first. FILE is written atomically, mode 0600; \
+            an existing FILE is refused (exit 48, before any passphrase is asked, and left as it \
+            was) unless --force is given, which replaces it only with a complete backup. While \
+            the store is mounted, the items are read through its daemon, which must be unlocked.
             """)
 
     @Argument(help: ArgumentHelp("The backup file to write.", valueName: "file"))
     var file: String
     @Option(help: ArgumentHelp("scrypt cost of the backup passphrase as log2(N), 10-22 (default \(ScryptParameters.default.logN)).", valueName: "n"))
     var scryptLogN: UInt8?
+    @Flag(name: [.customLong("force"), .customShort("f")], help: "Replace FILE if it exists (otherwise an existing FILE is refused).")
+    var force = false
     @OptionGroup var storeOptions: StoreOptions
     @OptionGroup var passphrase: PassphraseOptions
     @OptionGroup var backupPassphrase: BackupPassphraseOptions
@@ -33,11 +37,14 @@ struct ExportCommand: ParsableCommand {
     func run() throws {
         let scrypt = scryptLogN.map { ScryptParameters(logN: $0) } ?? .default
         guard BackupFile.isAcceptable(scrypt) else { throw KeychainError.invalidInput("--scrypt-log-n must be from 10 to 22") }
+        // Before any passphrase is asked; the writer refuses again at its rename, should one appear meanwhile.
+        var existing = stat()
+        if !force && lstat(file, &existing) == 0 { throw BackupFile.Writer.exists(file) }
         let service = try storeOptions.connect(passphrase)
         let key = try backupPassphrase.readNew()
         let progress = ProgressLine(verb: "exporting")
         // Each page is sealed into the file as it comes, so memory stays that of one page.
-        let writer = try BackupFile.Writer(path: file, passphrase: key, scrypt: scrypt)
+        let writer = try BackupFile.Writer(path: file, passphrase: key, scrypt: scrypt, replacing: force)
         var damaged = 0
         var afterID: Int64? = 0
         while let after = afterID {

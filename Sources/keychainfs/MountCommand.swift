@@ -22,7 +22,7 @@ struct MountCommand: ParsableCommand {
             systemd (Type=notify), --foreground reports readiness.
             """)
 
-    @Argument(help: "A directory to mount on; its contents are hidden while mounted (default: the configured mountpoint).",
+    @Argument(help: "An empty directory to mount on; one holding files is refused (exit 39) (default: the configured mountpoint).",
               completion: .directory)
     var mountpoint: String?
     @OptionGroup var store: StoreOptions
@@ -109,6 +109,10 @@ struct MountCommand: ParsableCommand {
         }
         guard st.st_mode & S_IFMT == S_IFDIR else { throw KeychainError.mountFailed("\(mountpoint) is not a directory") }
         if MountTable.isMountpoint(mp) { throw KeychainError.mountFailed("\(mountpoint) is already mounted") }
+        if let entry = Self.firstEntry(of: mp) {
+            throw KeychainError.mountpointNotEmpty("\(mountpoint) is not empty (it holds \(Printable.text(entry))); "
+                + "a mount there would hide its files: mount on an empty directory, or move them out first")
+        }
         if let problem = FuseDevice.problem() { throw KeychainError.mountFailed(problem) }
         let idle = (lockAfter ?? config.lockAfter).flatMap { $0 == 0 ? nil : $0 }
         var settings = MountSettings(storePath: storePath, mountpoint: mp, startLocked: locked, lockAfter: idle,
@@ -122,6 +126,20 @@ struct MountCommand: ParsableCommand {
             throw KeychainError.invalidInput("\(KeychainConfig.defaultPath): \(error.description)")
         }
         return (settings, hasPassphrase)
+    }
+
+    /// A name in `directory` other than `.` and `..`, if any. One that cannot be read is left
+    /// for the mount itself to judge.
+    static func firstEntry(of directory: String) -> String? {
+        guard let dir = opendir(directory) else { return nil }
+        defer { closedir(dir) }
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != "." && name != ".." { return name }
+        }
+        return nil
     }
 
     /// A keychainfs mount already at the mountpoint is detached if its daemon is gone, whenever

@@ -154,6 +154,28 @@ final class BackupFileTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), ["b.kcb"])
     }
 
+    /// `export` without --force looks before it asks for passphrases; a file that appears after
+    /// the look is not replaced either: the writer's rename refuses it and leaves it as it was.
+    func testAWriterNotReplacingLeavesAFileThatAppearedMeanwhile() throws {
+        let dir = NSTemporaryDirectory() + "kcfs-noreplace-\(getpid())"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = "\(dir)/b.kcb"
+        let writer = try BackupFile.Writer(path: path, passphrase: passphrase, scrypt: cheap, replacing: false)
+        try writer.append(try sample().0)
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("theirs".utf8)))
+        assertError({ if case .fileExists(let m) = $0 { m.contains(path) && m.contains("--force") } else { false } },
+                    "fileExists naming the file and --force", try writer.finish())
+        XCTAssertEqual(FileManager.default.contents(atPath: path), Data("theirs".utf8))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), ["b.kcb"], "no temporary file is left")
+        // Where nothing is, it is put in place.
+        let fresh = try BackupFile.Writer(path: "\(dir)/c.kcb", passphrase: passphrase, scrypt: cheap, replacing: false)
+        try fresh.append(try sample().0)
+        try fresh.finish()
+        let file = try BackupFile.read(from: "\(dir)/c.kcb")
+        XCTAssertEqual(try BackupFile.open(file, named: "c", passphrase: passphrase).count, try sample().0.count)
+    }
+
     func testAnEmptyBackupRoundTrips() throws {
         let file = try BackupFile.seal(BackupPayload(), passphrase: passphrase, scrypt: cheap)
         XCTAssertEqual(try BackupFile.open(file, named: "f", passphrase: passphrase).count, 0)

@@ -217,7 +217,7 @@ final class WireFormatTests: XCTestCase {
             .unavailable(className: "when-unlocked"), .integrityFailure("x"), .invalidInput("bad"), .nameTooLong("long"),
             .secretTooLarge(20_000_000), .noSuchStore("/s"), .notAKeychain("no"), .storeExists("/s"), .storeBusy("busy"),
             .notMounted("nm"), .daemonVersionMismatch(running: "9"), .mountFailed("mf"), .diskFull, .io("io"),
-            .accessDenied("cat is not on the list"),
+            .accessDenied("cat is not on the list"), .fileExists("/b.kcb exists"), .mountpointNotEmpty("/mnt is not empty"),
         ]
         for e in errors {
             guard case .failed(let got) = try roundTrip(.failed(e)) else { return XCTFail("failed") }

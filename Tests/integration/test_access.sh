@@ -177,6 +177,13 @@ expect_contains "$ERR" "Access denied" "it says access was denied"
 expect_exit 77 "find-generic-password -g: exit 77" kc find-generic-password -s svc -a acct -g
 expect_exit 0 "find without the secret is open" kc find-generic-password -s svc -a acct
 expect_exit 77 "dump-keychain -d: exit 77" kc dump-keychain -d
+# Several items refuse it; the message names the first one met, by its path in the tree.
+NAMED=$(sed -n 's/^keychainfs: Access denied: \(\/[^:]*\): .*/\1/p' "$ERR")
+if [ -n "$NAMED" ] && [ -f "$MP$NAMED" ] && [ -n "$(list_of "$MP$NAMED")" ]; then
+    pass "the refusal names the item refused ($NAMED), a guarded item of the mount"
+else fail "the refusal names the item refused, a guarded item of the mount" "$(cat "$ERR")"; fi
+expect_not_contains "$OUT" "hunter2" "and shows no secret"
+expect_not_contains "$ERR" "hunter2" "nor on stderr"
 expect_exit 0 "dump-keychain without secrets is open" kc dump-keychain
 expect_exit 77 "delete-generic-password: exit 77" kc delete-generic-password -s svc -a acct
 expect_exit 77 "add -U over it: exit 77" sh -c "printf new | '$KEYCHAINFS_BIN' add-generic-password -s svc -a acct -U"
@@ -393,6 +400,15 @@ printf 'exported' | kc add-generic-password --store "$STORE2" --passphrase-file 
 expect_exit 0 "export by a listed CLI" kc export "$BACKUP" --store "$STORE2" --passphrase-file "$PASSFILE" --backup-passphrase-file "$PASSFILE" --scrypt-log-n 10
 printf 'exported' | kc add-generic-password --store "$STORE3" --passphrase-file "$PASSFILE" -s other -a item -T /usr/bin/head >/dev/null
 expect_exit 77 "export by the CLI not on a list (no daemon): exit 77" kc export "$TEST_ROOT/b3" --store "$STORE3" --passphrase-file "$PASSFILE" --backup-passphrase-file "$PASSFILE" --scrypt-log-n 10
+expect_contains "$ERR" "Access denied: /other/item: " "the refusal names the item refused"
+[ -e "$TEST_ROOT/b3" ] && fail "a refused export leaves no file" || pass "a refused export leaves no file"
+STORE4="$TEST_ROOT/fourth.db"
+kc init --store "$STORE4" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+printf 'net-secret' | kc add-internet-password --store "$STORE4" --passphrase-file "$PASSFILE" -s net.example.org -a nina -p api/v1 -T /usr/bin/head >/dev/null
+expect_exit 77 "dump-keychain -d of an internet item not listing the CLI: exit 77" kc dump-keychain -d --store "$STORE4" --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "Access denied: /internet/net.example.org/443/api/v1/nina: " "the refusal names the internet item by its path"
+expect_not_contains "$ERR" "net-secret" "and shows no secret"
+expect_not_contains "$OUT" "net-secret" "nor on stdout"
 expect_exit 0 "import into another store" kc import "$BACKUP" --store "$STORE3" --passphrase-file "$PASSFILE" --backup-passphrase-file "$PASSFILE"
 MP3="$TEST_ROOT/mnt3"
 mkdir -p "$MP3"

@@ -29,6 +29,9 @@ kc add-generic-password --store "$A" $P -s device -a two -w d2 --accessible when
 echo "== help"
 expect_exit 0 "export --help" kc export --help
 expect_contains "$OUT" "--backup-passphrase-file" "export --help names the backup passphrase options"
+expect_contains "$OUT" "-f, --force" "export --help names --force"
+expect_contains "$(kc --help)" "48  already exists" "keychainfs --help's exit table gives 48 its meaning"
+expect_contains "$(kc --help)" "39  mountpoint not empty" "and 39"
 expect_exit 0 "import --help" kc import --help
 expect_contains "$OUT" "-U" "import --help names -U"
 expect_exit 64 "import without a file: 64" kc import
@@ -42,7 +45,20 @@ expect_eq "600" "$(stat -c %a "$T/a.kcb")" "the backup file is 0600"
 for needle in s3cret github alice example.com carol GitHub; do
     if grep -q "$needle" "$T/a.kcb"; then fail "no '$needle' in the backup file"; else pass "no '$needle' in the backup file"; fi
 done
-expect_exit 0 "export again replaces the file" kc export "$T/a.kcb" --store "$A" $P $B
+cp "$T/a.kcb" "$T/a.before"
+# Refused before any passphrase is asked: with none to read here, asking would exit 65.
+expect_exit 48 "export over an existing file is refused: 48" kc export "$T/a.kcb" --store "$A" </dev/null
+expect_contains "$ERR" "$T/a.kcb exists; give --force to replace it" "the refusal names the file and --force"
+cmp -s "$T/a.kcb" "$T/a.before" && pass "and the existing file is left intact" || fail "and the existing file is left intact"
+ln -s "$T/nowhere" "$T/dangling.kcb"
+expect_exit 48 "a dangling symlink counts as existing: 48" kc export "$T/dangling.kcb" --store "$A" $P $B
+[ -L "$T/dangling.kcb" ] && [ ! -e "$T/nowhere" ] && pass "the link is left as it was, and not followed" \
+    || fail "the link is left as it was, and not followed"
+expect_exit 0 "export --force replaces the file" kc export "$T/a.kcb" --force --store "$A" $P $B
+cmp -s "$T/a.kcb" "$T/a.before" && fail "the file was rewritten (a new salt)" || pass "the file was rewritten (a new salt)"
+expect_eq "600" "$(stat -c %a "$T/a.kcb")" "the replaced backup file is 0600"
+expect_exit 0 "-f is --force" kc export "$T/a.kcb" -f --store "$A" $P $B
+ls -a "$T" | grep -q '\.tmp$' && fail "no temporary file is left" || pass "no temporary file is left"
 expect_exit 65 "no terminal and no backup passphrase option: 65" kc export "$T/x.kcb" --store "$A" $P </dev/null
 expect_contains "$ERR" "--backup-passphrase-fd" "the message names the options to use instead"
 expect_exit 64 "both backup passphrase options: 64" kc export "$T/x.kcb" --store "$A" $P $B --backup-passphrase-fd 0

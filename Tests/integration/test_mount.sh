@@ -217,6 +217,21 @@ expect_exit 50 "mount of a missing store" kc mount "$MP" --store "$TEST_ROOT/non
 touch "$TEST_ROOT/plainfile"
 expect_exit 70 "mount on a file" kc mount "$TEST_ROOT/plainfile" --passphrase-file "$PASSFILE"
 expect_contains "$ERR" "not a directory" "the message says why"
+FULLDIR="$TEST_ROOT/full"
+mkdir -p "$FULLDIR" && printf 'mine' >"$FULLDIR/notes.txt"
+on_exit_unmount "$FULLDIR"
+expect_exit 39 "mount on a directory holding files is refused: 39" kc mount "$FULLDIR" --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "$FULLDIR is not empty (it holds notes.txt)" "the message names the directory and a file in it"
+expect_contains "$ERR" "would hide its files" "and says why"
+expect_exit 32 "nothing was mounted there" mountpoint -q "$FULLDIR"
+expect_eq "mine" "$(cat "$FULLDIR/notes.txt")" "its file is still there, not hidden"
+rm "$FULLDIR/notes.txt" && touch "$FULLDIR/.hidden"
+expect_exit 39 "a dot file alone counts too: 39" kc mount "$FULLDIR" --locked
+rm "$FULLDIR/.hidden"
+mkdir -p "$TEST_ROOT/cfg-home/Keychain" && touch "$TEST_ROOT/cfg-home/Keychain/left-over"
+expect_exit 39 "the configured mountpoint is refused the same when it holds files" \
+    env HOME="$TEST_ROOT/cfg-home" "$KEYCHAINFS_BIN" mount --locked
+expect_contains "$ERR" "left-over" "naming what it holds"
 expect_exit 0 "mount again" mount_kc "$MP"
 mkdir -p "$TEST_ROOT/mnt2"
 expect_exit 75 "a second daemon on the same store is refused" kc mount "$TEST_ROOT/mnt2" --passphrase-file "$PASSFILE"

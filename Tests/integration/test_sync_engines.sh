@@ -200,6 +200,8 @@ if st_share kc a "$ST_A" b "$ST_B" && wait_for 30 same_tree "$ST_A" "$ST_B"; the
 else
     fail "Syncthing carries A's sync folder to B" "$(same_tree "$ST_A" "$ST_B")"
 fi
+open=$(find "$ST_B/devices" "$ST_B/sync.key" -perm /077 -printf '%m %P\n' 2>&1 | head)
+expect_eq "" "$open" "what Syncthing made on B of A's folder is private (it carries the modes keychainfs made)"
 expect_exit 0 "B: sync join" kcd b sync join "$ST_B" $S
 mount_device b || fail "B mounted"
 expect_eq first-s3cret-v1 "$(cat "$(mnt b)/$SVC/$ACCT" 2>/dev/null)" "A's item is on B's mount"
