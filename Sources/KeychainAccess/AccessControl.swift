@@ -846,13 +846,36 @@ final class CachedProcess: @unchecked Sendable {
         // The lead is passed once at most.
         var passed = false
         func passLead() { if !passed { passed = true; beforeWaiting() } }
-        guard imageHolds(beforeWaiting: passLead), runsIdentifiedExecutable() else { return nil }
+        // What may wait on the caller (the first look at its witness takes its memory map's
+        // lock; its executable's file system may not answer) counts among the callers held
+        // (`CallerWaits`): past them, the process is not known now, and is refused.
+        if addressSpace.load() == nil {
+            passLead()
+            guard let held = CallerWaits.shared.enter() else { return nil }
+            let holds = imageHolds(beforeWaiting: {})
+            held.end()
+            guard holds else { return nil }
+        } else {
+            guard imageHolds(beforeWaiting: passLead) else { return nil }
+        }
+        guard runsIdentifiedExecutable() else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
-        var exe = stat()
         let known = exeFD.load(ordering: .acquiring)
-        if known < 0 || !exeStatIsLocal.load(ordering: .relaxed) { passLead() }
-        guard let fd = known >= 0 ? known : imageDescriptor(), fstat(fd, &exe) == 0, FileStatKey(exe) == exeKey,
-              exe.st_nlink > 0 || core.executableDeleted else { return nil }
+        func fileUnchanged() -> Bool {
+            var exe = stat()
+            guard let fd = known >= 0 ? known : imageDescriptor(), fstat(fd, &exe) == 0, FileStatKey(exe) == exeKey,
+                  exe.st_nlink > 0 || core.executableDeleted else { return false }
+            return true
+        }
+        if known < 0 || !exeStatIsLocal.load(ordering: .relaxed) {
+            passLead()
+            guard let held = CallerWaits.shared.enter() else { return nil }
+            let unchanged = fileUnchanged()
+            held.end()
+            guard unchanged else { return nil }
+        } else {
+            guard fileUnchanged() else { return nil }
+        }
         if tracer == 0 && exeStatIsLocal.load(ordering: .relaxed) { checkedAt.store(now, ordering: .relaxed) }
         return (pin.pid, tracer == 0 ? nil : tracer)
     }

@@ -27,16 +27,25 @@ cat >"$W/opener.c" <<'CEOF'
 #include <sys/un.h>
 #include <unistd.h>
 /* opener open|connect ITEM SOCKET GOFILE: once GOFILE exists, reads ITEM or connects to
- * SOCKET (and keeps the connection), prints what came of it, and waits to be killed. */
-int main(int argc, char **argv) {
+ * SOCKET (and keeps the connection), prints what came of it, and waits to be killed; for
+ * open, reads ITEM again once GOFILE.again exists. */
+static void readit(const char *item) {
     char buf[256];
+    int fd = open(item, O_RDONLY);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    if (n < 0) printf("refused:%s\n", strerror(errno)); else { buf[n] = 0; printf("read:%s\n", buf); }
+    if (fd >= 0) close(fd);
+}
+int main(int argc, char **argv) {
+    char again[4096];
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("ready\n");
     while (access(argv[4], F_OK) != 0) usleep(10000);
     if (!strcmp(argv[1], "open")) {
-        int fd = open(argv[2], O_RDONLY);
-        ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
-        if (n < 0) printf("refused:%s\n", strerror(errno)); else { buf[n] = 0; printf("read:%s\n", buf); }
+        readit(argv[2]);
+        snprintf(again, sizeof again, "%s.again", argv[4]);
+        while (access(again, F_OK) != 0) usleep(10000);
+        readit(argv[2]);
     } else {
         struct sockaddr_un a = { .sun_family = AF_UNIX };
         strncpy(a.sun_path, argv[3], sizeof a.sun_path - 1);
@@ -108,6 +117,26 @@ rm -f "$W/slow.hold"
 sleep 0.5
 expect_contains "$(cat "$W"/opener.open.*)" "refused:Permission denied" "the slow readers, not listed, are refused once they are identified"
 expect_eq "hunter2" "$(timeout 5 head -c 100 "$MP/svc/acct")" "head reads the item again once they have gone"
+stop_openers
+
+echo "== readers known already, whose executable's attributes then do not come: the mount goes on"
+# Identified at their first read (refused: not listed); their second looks at their
+# executable's attributes again, an executable on FUSE being checked at every request.
+start_openers 12 open known
+touch "$W/go.known"
+j=0
+while [ "$(cat "$W"/opener.known.* | grep -c refused:)" -lt 12 ] && [ $j -lt 100 ]; do sleep 0.1; j=$((j + 1)); done
+touch "$W/slow.hold"
+sleep 0.3
+touch "$W/go.known.again"
+sleep 0.5
+answered_within 5 "cat of an item with no list is answered meanwhile" cat "$MP/open/acct"
+expect_contains "$OUT" "open-secret" "cat reads it"
+answered_within 5 "ls of the mount is answered meanwhile" ls "$MP"
+rm -f "$W/slow.hold"
+j=0
+while [ "$(cat "$W"/opener.known.* | grep -c refused:)" -lt 24 ] && [ $j -lt 100 ]; do sleep 0.1; j=$((j + 1)); done
+expect_eq 24 "$(cat "$W"/opener.known.* | grep -c refused:)" "each of their reads is refused"
 stop_openers
 
 echo "== readers whose executable's bytes do not come: the mount goes on, they are refused in time"
