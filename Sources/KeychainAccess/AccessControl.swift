@@ -794,8 +794,17 @@ final class CachedProcess: @unchecked Sendable {
     /// All the facts: `core` and the details, read once. Read while the process still runs
     /// the image identified; if it does not, the details stay unknown ("?"), and a rule that
     /// needs them (Flatpak) does not match.
+    /// Reading them may wait on the process (its command line takes its memory map's lock),
+    /// so it counts among the callers held (`CallerWaits`); past them, `core` alone.
     var facts: CallerFacts {
         if let known = details.withLock({ $0 }) { return known }
+        guard let held = CallerWaits.shared.enter() else { return core }
+        let full = readFacts()
+        held.end()
+        return full
+    }
+
+    private func readFacts() -> CallerFacts {
         let proc = open("/proc/\(pin.pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard proc >= 0 else { return core }
         defer { close(proc) }
@@ -971,8 +980,19 @@ final class CachedProcess: @unchecked Sendable {
 
     /// The identity of the script the process names, read once (lazily: only a list with
     /// an interpreter-plus-script rule for its interpreter needs it).
+    /// The script's file may be on a file system that does not answer: reading it counts among
+    /// the callers held (`CallerWaits`); past them, nil (no script rule matches).
     func scriptIdentity() -> FileIdentity? {
         if let known = script.withLock({ $0 }) { return known }
+        // `facts` first: it takes a place among the callers held of its own.
+        let facts = self.facts
+        guard let held = CallerWaits.shared.enter() else { return nil }
+        let identity = readScriptIdentity(facts)
+        held.end()
+        return identity
+    }
+
+    private func readScriptIdentity(_ facts: CallerFacts) -> FileIdentity? {
         let proc = open("/proc/\(pin.pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard proc >= 0 else { return nil }
         defer { close(proc) }
