@@ -280,6 +280,13 @@ package final class AccessControl: Sendable {
             return refuse(facts, item, operation, reason: "its executable \(core.executablePath) was replaced since it started", allow: nil)
         }
         if matches(caller.entry, list) || hasGrant(caller.entry, item, operation) { return .allowed }
+        // An executable that cannot be hashed in time (huge, or on a slow file system) is
+        // refused with that reason, not prompted for: no rule could be proposed for it.
+        if !core.inAnotherUserNamespace, list.rules.contains(where: { if case .flatpak = $0.program { false } else { true } }) {
+            do { _ = try core.executableIdentity() } catch {
+                return refuse(facts, item, operation, reason: "it cannot be identified: \(error)", allow: nil)
+            }
+        }
         let reason = notListedReason(facts, list)
         let proposed = proposedRule(caller.entry)
         let allowCommand = proposed.map { AllowCommand.line(for: item.key, list: list, adding: $0.program) }
@@ -503,7 +510,10 @@ package final class AccessControl: Sendable {
     /// A process not in the table: identified (outside the table's lock: it may hash a
     /// binary), and its tracer as identifying it read it. The caller has passed the lead.
     private func resolveNew(_ pin: PinnedProcess, threadTracer: pid_t?, settled: Bool) throws(KeychainError) -> Resolved {
-        let fresh = try CachedProcess.identify(pin, settled: settled)
+        guard let held = CallerWaits.shared.enter() else { throw .io(CallerWaits.busyReason) }
+        let identified = Result { () throws(KeychainError) in try CachedProcess.identify(pin, settled: settled) }
+        held.end()
+        let fresh = try identified.get()
         // Two requests of one process may have identified it at once: they share one entry,
         // so that an Allow once given to either counts for both.
         // What the table drops is let go of after its lock, and off this request's path
@@ -711,6 +721,7 @@ final class CachedProcess: @unchecked Sendable {
             if code == EACCES || code == EPERM {
                 throw fail(.io("process \(pid) hides its executable from the daemon (it is not dumpable, or not the user's)"))
             }
+            if code == ENOENT, Self.leaderExited(pid) { throw fail(.io(Self.leaderExitedReason(pid))) }
             throw fail(.io("/proc/\(pid)/exe: \(String(cString: strerror(code)))"))
         }
         let foreignUserNamespace: Bool
@@ -778,11 +789,36 @@ final class CachedProcess: @unchecked Sendable {
         self.identifiedTracer = tracer == 0 ? nil : tracer
     }
 
+    /// Whether `pid`'s main thread has exited while others run (a zombie leader): the kernel
+    /// then shows no executable, environment or memory map for the process, and the pid and
+    /// pidfd that name it are those of the exited thread.
+    static func leaderExited(_ pid: pid_t) -> Bool {
+        guard let text = try? ProcFile.read("/proc/\(pid)/status", limit: 4096) else { return false }
+        return String(decoding: text, as: UTF8.self).contains("\nState:\tZ")
+    }
+
+    /// Why such a process is refused even when listed. Its other threads' `/proc/PID/task/TID/exe`
+    /// would name the executable, but the witnesses of an exec since (environ, the address
+    /// space) and the pidfd are the exited leader's; an exec by another thread makes it the
+    /// leader again, so the process could change program unseen between two requests.
+    static func leaderExitedReason(_ pid: pid_t) -> String {
+        "its main thread has exited (process \(pid) runs on in other threads): its executable cannot be read safely, so it is not identified"
+    }
+
     /// All the facts: `core` and the details, read once. Read while the process still runs
     /// the image identified; if it does not, the details stay unknown ("?"), and a rule that
     /// needs them (Flatpak) does not match.
+    /// Reading them may wait on the process (its command line takes its memory map's lock),
+    /// so it counts among the callers held (`CallerWaits`); past them, `core` alone.
     var facts: CallerFacts {
         if let known = details.withLock({ $0 }) { return known }
+        guard let held = CallerWaits.shared.enter() else { return core }
+        let full = readFacts()
+        held.end()
+        return full
+    }
+
+    private func readFacts() -> CallerFacts {
         let proc = open("/proc/\(pin.pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard proc >= 0 else { return core }
         defer { close(proc) }
@@ -833,13 +869,36 @@ final class CachedProcess: @unchecked Sendable {
         // The lead is passed once at most.
         var passed = false
         func passLead() { if !passed { passed = true; beforeWaiting() } }
-        guard imageHolds(beforeWaiting: passLead), runsIdentifiedExecutable() else { return nil }
+        // What may wait on the caller (the first look at its witness takes its memory map's
+        // lock; its executable's file system may not answer) counts among the callers held
+        // (`CallerWaits`): past them, the process is not known now, and is refused.
+        if addressSpace.load() == nil {
+            passLead()
+            guard let held = CallerWaits.shared.enter() else { return nil }
+            let holds = imageHolds(beforeWaiting: {})
+            held.end()
+            guard holds else { return nil }
+        } else {
+            guard imageHolds(beforeWaiting: passLead) else { return nil }
+        }
+        guard runsIdentifiedExecutable() else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
-        var exe = stat()
         let known = exeFD.load(ordering: .acquiring)
-        if known < 0 || !exeStatIsLocal.load(ordering: .relaxed) { passLead() }
-        guard let fd = known >= 0 ? known : imageDescriptor(), fstat(fd, &exe) == 0, FileStatKey(exe) == exeKey,
-              exe.st_nlink > 0 || core.executableDeleted else { return nil }
+        func fileUnchanged() -> Bool {
+            var exe = stat()
+            guard let fd = known >= 0 ? known : imageDescriptor(), fstat(fd, &exe) == 0, FileStatKey(exe) == exeKey,
+                  exe.st_nlink > 0 || core.executableDeleted else { return false }
+            return true
+        }
+        if known < 0 || !exeStatIsLocal.load(ordering: .relaxed) {
+            passLead()
+            guard let held = CallerWaits.shared.enter() else { return nil }
+            let unchanged = fileUnchanged()
+            held.end()
+            guard unchanged else { return nil }
+        } else {
+            guard fileUnchanged() else { return nil }
+        }
         if tracer == 0 && exeStatIsLocal.load(ordering: .relaxed) { checkedAt.store(now, ordering: .relaxed) }
         return (pin.pid, tracer == 0 ? nil : tracer)
     }
@@ -957,8 +1016,19 @@ final class CachedProcess: @unchecked Sendable {
 
     /// The identity of the script the process names, read once (lazily: only a list with
     /// an interpreter-plus-script rule for its interpreter needs it).
+    /// The script's file may be on a file system that does not answer: reading it counts among
+    /// the callers held (`CallerWaits`); past them, nil (no script rule matches).
     func scriptIdentity() -> FileIdentity? {
         if let known = script.withLock({ $0 }) { return known }
+        // `facts` first: it takes a place among the callers held of its own.
+        let facts = self.facts
+        guard let held = CallerWaits.shared.enter() else { return nil }
+        let identity = readScriptIdentity(facts)
+        held.end()
+        return identity
+    }
+
+    private func readScriptIdentity(_ facts: CallerFacts) -> FileIdentity? {
         let proc = open("/proc/\(pin.pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard proc >= 0 else { return nil }
         defer { close(proc) }
@@ -1151,6 +1221,44 @@ final class DroppedProcesses: @unchecked Sendable {
             releasing = false
             condition.unlock()
         }
+    }
+}
+
+/// Callers that hold the thread serving them on something they may make slow: identifying a
+/// new caller (its `/proc` files, a stat and an open of its executable: a caller can make
+/// them wait, with its executable on a file system that does not answer, or its memory map's
+/// lock held across a fault on one) and waiting for its executable's hash (`DigestJobs`).
+/// Those threads serve everyone (the mount's 10 workers, the control socket's 4), so at most
+/// `max` such callers at once; past it, a new caller is refused at once (and logged), and the
+/// threads left serve the rest. Two atomic operations per new caller; none for a known one.
+final class CallerWaits: Sendable {
+    static let shared = CallerWaits()
+    /// With the prompt's five (`PromptSlot`), 9 of the mount's 10 workers at most.
+    static let max = 4
+    private let held = Atomic<Int>(0)
+
+    /// Nil when `max` callers are held already.
+    func enter() -> CallerWaits.Held? {
+        var n = held.load(ordering: .relaxed)
+        while n < Self.max {
+            let (exchanged, current) = held.compareExchange(expected: n, desired: n + 1, ordering: .acquiringAndReleasing)
+            if exchanged { return Held(self) }
+            n = current
+        }
+        return nil
+    }
+
+    fileprivate func leave() { held.subtract(1, ordering: .releasing) }
+
+    /// Let go of with `end()`, once.
+    struct Held: ~Copyable {
+        private let waits: CallerWaits
+        fileprivate init(_ waits: CallerWaits) { self.waits = waits }
+        consuming func end() { waits.leave() }
+    }
+
+    static var busyReason: String {
+        "\(max) other callers are being identified or wait for their executables to be hashed (executables on a slow file system?)"
     }
 }
 

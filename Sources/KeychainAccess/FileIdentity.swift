@@ -1,5 +1,6 @@
 import COpenSSL
 import CProcessPin
+import Foundation
 import Glibc
 import KeychainErrors
 import KeychainModel
@@ -111,6 +112,8 @@ final class ExecutableImage: Sendable {
     var descriptor: Int32 { fd }
     private let shown: String
     private let identified: Mutex<FileIdentity?>
+    /// When the last try to hash the file failed or gave up (CLOCK_MONOTONIC ns; 0: never).
+    private let gaveUpAt = Atomic<UInt64>(0)
 
     /// The image of process `pid`, whose `/proc/PID/exe` stat'ed as `st` (the link followed).
     /// Opened only when its digest is not known under that stat.
@@ -154,7 +157,20 @@ final class ExecutableImage: Sendable {
 
     func identity() throws(KeychainError) -> FileIdentity {
         if let known = identified.withLock({ $0 }) { return known }
-        let identity = try FileIdentity.of(descriptor: fd, shownAs: shown)
+        // Bounded: a caller's executable may be huge (a sparse copy) or on a file system that
+        // never answers, and the thread asking serves other requests too.
+        // One decision asks more than once (the rules, then the log's reason): a caller that
+        // waited out the bound is not made to wait again for a while.
+        let now = kcfs_monotonic_ns()
+        let waited = gaveUpAt.load(ordering: .relaxed)
+        let mayWait = waited == 0 || now &- waited > DigestJobs.waitNanoseconds
+        let identity: FileIdentity
+        do {
+            identity = try DigestJobs.shared.identity(of: fd, key: key, shownAs: shown, waiting: mayWait)
+        } catch {
+            gaveUpAt.store(kcfs_monotonic_ns(), ordering: .relaxed)
+            throw error
+        }
         // The kernel moves ctime forward at every change: the same key after the hash means
         // the bytes hashed are those the process was identified with.
         var after = stat()
@@ -184,4 +200,99 @@ final class DigestCache: Sendable {
     }
 
     func removeAll() { digests.withLock { $0.removeAll() } }
+}
+
+/// Hashes of callers' executables not in `DigestCache` yet, each on a thread of its own, so
+/// that one caller's executable cannot hold the threads that serve everyone (the mount's 10
+/// workers, the control socket's 4). A caller waits for its executable's hash at most `wait`,
+/// and is refused past it (the hash goes on and is cached: a later request of the same file
+/// passes); one whose executable is over `sizeLimit` is refused without a read. At most
+/// `maxRunning` files are hashed at once, and callers wait for them within `CallerWaits`;
+/// past either, a caller that needs a new hash is refused at once. A file that never answers a read keeps
+/// its hashing thread for good: at most `maxRunning` such threads.
+final class DigestJobs: @unchecked Sendable {
+    static let shared = DigestJobs()
+    static let maxRunning = 4
+    static let wait: Double = 3
+    static let waitNanoseconds = UInt64(wait * 1e9)
+    /// Executables are tens of MiB; a binary of gigabytes takes seconds to hash (and a sparse
+    /// file of terabytes, hours).
+    static let sizeLimit: UInt64 = 1 << 30
+
+    // @unchecked Sendable: `result` is read and written under `condition` only.
+    private final class Job: @unchecked Sendable {
+        var result: Result<FileIdentity, KeychainError>?
+    }
+
+    // Guards `jobs`; a leaf: no other lock is taken under it, nothing read under it.
+    private let condition = NSCondition()
+    private var jobs: [FileStatKey: Job] = [:]
+
+    /// The identity of the file open as `fd`, whose stat key is `key`. `waiting` false: only
+    /// a hash done already counts (one is started if none runs).
+    func identity(of fd: Int32, key: FileStatKey, shownAs shown: String, waiting: Bool = true) throws(KeychainError) -> FileIdentity {
+        if let digest = DigestCache.shared.digest(for: key) { return key.identity(sha256: digest) }
+        guard key.size <= Self.sizeLimit else {
+            throw .io("its executable \(shown) is over \(Self.sizeLimit >> 20) MiB, too large to hash")
+        }
+        condition.lock()
+        let job: Job
+        if let running = jobs[key] {
+            job = running
+        } else {
+            guard jobs.count < Self.maxRunning else {
+                condition.unlock()
+                throw .io("\(Self.maxRunning) other executables are being hashed already (on a slow file system?)")
+            }
+            let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+            guard copy >= 0 else {
+                let why = String(cString: strerror(errno))
+                condition.unlock()
+                throw .io("cannot hash \(shown): \(why)")
+            }
+            job = Job()
+            jobs[key] = job
+            Thread.detachNewThread { [self] in hash(copy, key: key, shownAs: shown, into: job) }
+        }
+        let result: Result<FileIdentity, KeychainError>?
+        if let done = job.result {
+            result = done
+            condition.unlock()
+        } else if !waiting {
+            condition.unlock()
+            throw .io(Self.notInTime(shown))
+        } else {
+            guard let held = CallerWaits.shared.enter() else {
+                condition.unlock()
+                throw .io(CallerWaits.busyReason)
+            }
+            let deadline = Date(timeIntervalSinceNow: Self.wait)
+            while job.result == nil, condition.wait(until: deadline) {}
+            result = job.result
+            condition.unlock()
+            held.end()
+        }
+        guard let result else {
+            throw .io(Self.notInTime(shown))
+        }
+        return try result.get()
+    }
+
+    private static func notInTime(_ shown: String) -> String {
+        "its executable \(shown) could not be hashed within \(Int(wait)) s (a huge file, or a slow file system); it is still being hashed"
+    }
+
+    private func hash(_ fd: Int32, key: FileStatKey, shownAs shown: String, into job: Job) {
+        defer { close(fd) }
+        var result = Result { () throws(KeychainError) in try FileIdentity.of(descriptor: fd, shownAs: shown) }
+        // What was hashed must be the file the callers stat'ed (`of` stores it under its own key).
+        if case .success(let identity) = result, identity != key.identity(sha256: identity.sha256) {
+            result = .failure(.io("\(shown) changed while it was hashed"))
+        }
+        condition.lock()
+        job.result = result
+        jobs[key] = nil
+        condition.broadcast()
+        condition.unlock()
+    }
 }

@@ -36,12 +36,20 @@ package final class ControlServer: Sendable {
     /// that a reply (to `unmount`, say) is not cut off by the process exiting.
     private let inFlight = Mutex<Int>(0)
     private let requests = RequestQueue()
+    /// Connections identified off the reading thread, for it to take; `open` until it stops.
+    private let identified = Mutex<(open: Bool, ready: [Pending])>((true, []))
+    private let identifyingSlots = ThreadSlots(max: ControlServer.maxIdentifying)
     private let urgentRequests = RequestQueue()
 
     private static let log = Logger(label: "keychainfs.control")
 
     package static let maxPendingConnections = 64
-    package static let workerThreads = 4
+    /// Connections identified at once, each on a thread of its own; past it, a new connection
+    /// is served unidentified (refused by every item with an access list).
+    package static let maxIdentifying = 16
+    /// More than `CallerWaits.max`: callers that make their identification slow hold that many
+    /// at most, and the rest serve everyone else.
+    package static let workerThreads = 6
     package static let maxQueuedRequests = 32
     package static let requestDeadline: Double = 5
     package static let replyDeadline: Double = 30
@@ -129,7 +137,8 @@ package final class ControlServer: Sendable {
     // MARK: Reading requests
 
     /// A connection whose request is still arriving.
-    private final class Pending {
+    // @unchecked Sendable: made on an identifying thread, then used by the reading thread alone.
+    private final class Pending: @unchecked Sendable {
         let fd: Int32
         let caller: AccessCaller
         /// The process that connected (SO_PEERCRED), whom `caller` identifies.
@@ -176,6 +185,9 @@ package final class ControlServer: Sendable {
             for p in pending { close(p.fd) }
             close(listenFD)
         }
+        defer {
+            for p in identified.withLock({ h in h.open = false; return h.ready }) { close(p.fd) }
+        }
         while running.load(ordering: .sequentiallyConsistent) {
             var fds = [pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0),
                        pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)]
@@ -198,6 +210,17 @@ package final class ControlServer: Sendable {
                 }
             }
             pending = keep
+            if fds[0].revents != 0 {
+                var drain = [UInt8](repeating: 0, count: 64)
+                while Glibc.read(wakeFDs.read, &drain, drain.count) > 0 {}
+                pending += identified.withLock { h in defer { h.ready.removeAll() }; return h.ready }
+                // As at accept: the oldest waiting connections make room.
+                let excess = pending.count - Self.maxPendingConnections
+                if excess > 0 {
+                    for p in pending.prefix(excess) { close(p.fd) }
+                    pending.removeFirst(excess)
+                }
+            }
             if fds[1].revents != 0 { accept(into: &pending) }
         }
     }
@@ -227,17 +250,48 @@ package final class ControlServer: Sendable {
                 // `lock`, say) sends its request at once.
                 close(pending.removeFirst().fd)
             }
-            // Identified now, while the client waits for `identified` and is still dumpable.
-            let caller = identify(fd)
-            let writtenBefore = SocketSender.hasWaitingBytes(fd)
-            // A fresh connection's send buffer takes this small frame whole.
-            guard let frame = try? ControlReply.identified.frame(),
-                  frame.withUnsafeBytes({ Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }) == frame.count else {
-                close(fd)
+            // Identified on a thread of its own, while the client waits for `identified` and is
+            // still dumpable: identifying reads the client's /proc files and stats its
+            // executable, which the client can make slow (an executable on a file system that
+            // does not answer); only that client waits, this thread reads everyone's requests.
+            guard let slot = identifyingSlots.enter() else {
+                Self.log.warning("a control connection is not identified: \(Self.maxIdentifying) others are being identified already")
+                if let p = greet(fd, as: .unidentified("\(Self.maxIdentifying) other connections were being identified already (slow clients?)")) {
+                    pending.append(p)
+                }
                 continue
             }
-            pending.append(Pending(fd: fd, caller: caller, connector: SocketSender.connector(fd), writtenBefore: writtenBefore))
+            Thread.detachNewThread { [self] in
+                let p = greet(fd, as: identify(fd))
+                slot.end()
+                handOver(p)
+            }
         }
+    }
+
+    /// Sends `identified` to a fresh connection identified as `caller`; nil (and closed) if
+    /// it cannot be sent.
+    private func greet(_ fd: Int32, as caller: AccessCaller) -> Pending? {
+        let writtenBefore = SocketSender.hasWaitingBytes(fd)
+        // A fresh connection's send buffer takes this small frame whole.
+        guard let frame = try? ControlReply.identified.frame(),
+              frame.withUnsafeBytes({ Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }) == frame.count else {
+            close(fd)
+            return nil
+        }
+        return Pending(fd: fd, caller: caller, connector: SocketSender.connector(fd), writtenBefore: writtenBefore)
+    }
+
+    /// A connection identified off the reading thread, passed to it (woken through the wake
+    /// pipe); closed if the server has stopped reading.
+    private func handOver(_ p: Pending?) {
+        guard let p else { return }
+        let taken = identified.withLock { h in
+            guard h.open else { return false }
+            h.ready.append(p)
+            return true
+        }
+        if taken { _ = write(wakeFDs.write, "i", 1) } else { close(p.fd) }
     }
 
     /// Reads what has arrived on `p`; replies to a bad header and closes.
@@ -433,5 +487,28 @@ private final class RequestQueue: Sendable {
         }
         available.signal()
         return dropped
+    }
+}
+
+/// At most `max` holders at once.
+private final class ThreadSlots: Sendable {
+    private let max: Int
+    private let held = Atomic<Int>(0)
+
+    init(max: Int) { self.max = max }
+
+    func enter() -> Slot? {
+        var n = held.load(ordering: .relaxed)
+        while n < max {
+            let (exchanged, current) = held.compareExchange(expected: n, desired: n + 1, ordering: .acquiringAndReleasing)
+            if exchanged { return Slot(slots: self) }
+            n = current
+        }
+        return nil
+    }
+
+    struct Slot: Sendable {
+        let slots: ThreadSlots
+        func end() { slots.held.subtract(1, ordering: .releasing) }
     }
 }

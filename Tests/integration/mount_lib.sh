@@ -108,14 +108,16 @@ expect_errno() {
 
 # start_slow_fuse EXE: Tests/integration/slow_fuse.c, built into $W and mounted at $W/slow,
 # serving EXE as its executable `exe` and a file `f` whose pages come only once $W/slow.release
-# exists (and whose attributes are held back while $W/slow.hold exists). Its pid in SFP;
+# exists (and whose attributes are held back while $W/slow.hold exists, its reads while
+# $W/slow.readhold does). Its pid in SFP;
 # unmounted and ended on exit. Non-zero when it cannot be built.
 start_slow_fuse() {
     gcc -O2 -o "$W/slow_fuse" "$TESTS_DIR/slow_fuse.c" $(pkg-config --cflags --libs fuse3) || { fail "compile slow_fuse.c"; return 1; }
     mkdir -p "$W/slow"
-    SLOW_RELEASE="$W/slow.release" SLOW_EXE="$1" SLOW_STAT_HOLD="$W/slow.hold" "$W/slow_fuse" "$W/slow" -f 2>/dev/null &
+    SLOW_RELEASE="$W/slow.release" SLOW_EXE="$1" SLOW_STAT_HOLD="$W/slow.hold" SLOW_READ_HOLD="$W/slow.readhold" \
+        "$W/slow_fuse" "$W/slow" -f 2>/dev/null &
     SFP=$!
-    on_exit "touch '$W/slow.release'; rm -f '$W/slow.hold'; umount -l '$W/slow' 2>/dev/null"
+    on_exit "touch '$W/slow.release'; rm -f '$W/slow.hold' '$W/slow.readhold'; umount -l '$W/slow' 2>/dev/null"
     on_exit_kill "$SFP"
     i=0
     while ! mountpoint -q "$W/slow" && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done

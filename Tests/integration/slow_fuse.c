@@ -2,7 +2,9 @@
  * by $SLOW_RELEASE exists: a fault on a mapping of it holds the faulting address space's map
  * lock until then. /exe is the file named by $SLOW_EXE (an executable), whose attributes are
  * answered only while the file named by $SLOW_STAT_HOLD does not exist (attributes are cached
- * for 0.1 s). Usage: SLOW_RELEASE=PATH SLOW_EXE=PATH SLOW_STAT_HOLD=PATH slow_fuse MOUNTPOINT -f */
+ * for 0.1 s), and whose reads wait while the file named by $SLOW_READ_HOLD (if set) exists
+ * (its pages are kept cached across opens).
+ * Usage: SLOW_RELEASE=PATH SLOW_EXE=PATH SLOW_STAT_HOLD=PATH [SLOW_READ_HOLD=PATH] slow_fuse MOUNTPOINT -f */
 #define FUSE_USE_VERSION 31
 #include <errno.h>
 #include <fcntl.h>
@@ -33,13 +35,16 @@ static int slow_getattr(const char *p, struct stat *st, struct fuse_file_info *f
 }
 
 static int slow_open(const char *p, struct fuse_file_info *fi) {
-    (void)fi;
+    /* The pages of /exe that its processes run from stay cached when another opens it. */
+    fi->keep_cache = !strcmp(p, "/exe");
     return strcmp(p, "/f") && strcmp(p, "/exe") ? -ENOENT : 0;
 }
 
 static int slow_read(const char *p, char *b, size_t n, off_t off, struct fuse_file_info *fi) {
     (void)fi;
     if (!strcmp(p, "/exe")) {
+        const char *hold = getenv("SLOW_READ_HOLD");
+        while (hold && access(hold, F_OK) == 0) usleep(20000);
         int fd = open(getenv("SLOW_EXE"), O_RDONLY);
         if (fd < 0) return -errno;
         ssize_t r = pread(fd, b, n, off);

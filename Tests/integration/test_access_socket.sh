@@ -4,8 +4,9 @@
 # the connection in a child, and then execs a listed program (which never asks for anything):
 # were the connection's peer (SO_PEERPIDFD, SO_PEERCRED) the caller, the child's request would
 # be answered as the listed program once the daemon identifies the peer after the exec. The
-# daemon's accept is held back here (another client whose executable's attributes a slow file
-# system holds back) so that it does; on a busy machine it needs no help.
+# daemon's identification of the connection is held back here (the client runs from a slow
+# file system that holds back its executable's attributes) so that it does; on a busy machine
+# it needs no help.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/mount_lib.sh"
 
@@ -21,27 +22,10 @@ PROTO=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["protocol"]
 printf 'hunter2' | kc add-generic-password -s svc -a acct -T /usr/bin/head >/dev/null
 expect_eq "hunter2" "$(head -c 100 "$MP/svc/acct")" "head, on the list, reads the item"
 
-cat >"$W/connector.c" <<'CEOF'
-#include <stdio.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-/* connector SOCKET: at each input line, connects to SOCKET (and keeps the connection). */
-int main(int argc, char **argv) {
-    char line[64];
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
-    strncpy(a.sun_path, argv[1], sizeof a.sun_path - 1);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    while (fgets(line, sizeof line, stdin)) {
-        int s = socket(AF_UNIX, SOCK_STREAM, 0);
-        printf("%s\n", connect(s, (struct sockaddr *)&a, sizeof a) == 0 ? "connected" : "failed");
-    }
-    return 0;
-}
-CEOF
-gcc -O2 -o "$W/connector" "$W/connector.c" || fail "compile connector.c"
-start_slow_fuse "$W/connector" || finish
+# The daemon identifies each connection on a thread of its own; an attacker can hold that
+# back, as here: python run from a slow file system (its attributes held back while
+# $W/slow.hold exists) makes identifying it wait until after it has exec'd head.
+start_slow_fuse "$(realpath "$PY")" || finish
 
 # handoff.py SOCKET WHO: connects, forks; the parent execs head (listed; it waits on a pipe
 # that stays open, and reads nothing from the mount), the child prints the reply to a
@@ -49,7 +33,7 @@ start_slow_fuse "$W/connector" || finish
 # head runs and the daemon has said it identified the peer; "early": the parent writes it
 # before it execs head.
 cat >"$W/handoff.py" <<'PYEOF'
-import os, socket, struct, sys
+import os, socket, struct, sys, time
 import exec_head
 def field(tag, value): return struct.pack(">HI", tag, len(value)) + value
 def frame(kind, payload): return b"KCFS" + struct.pack(">HHI", PROTO_VERSION, kind, len(payload)) + payload
@@ -60,6 +44,8 @@ def read_exactly(s, n):
         if not chunk: return None
         data += chunk
     return data
+print("ready", flush=True)
+while not os.path.exists(sys.argv[3]): time.sleep(0.01)
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
 query = field(10, b"\x01") + field(12, b"acct") + field(13, b"svc")
@@ -85,30 +71,26 @@ os.close(w)
 PYEOF
 sed -i "s/PROTO_VERSION/$PROTO/" "$W/handoff.py"
 
-mkfifo "$W/dec.in" "$W/dec.out"
-"$W/slow/exe" "$SOCK" <"$W/dec.in" >"$W/dec.out" 2>&1 &
-DP=$!
-on_exit_kill "$DP"
-exec 7>"$W/dec.in" 8<"$W/dec.out"
-# handoff WHO: the daemon's accept held back by a client run from the slow file system (its
-# executable's attributes held back, cached 0.1 s: the daemon identifying it waits), while
-# handoff.py WHO connects and execs head; then let go. Sets $got to what the child printed.
+# handoff WHO: handoff.py WHO, run by python from the slow file system, connects once its
+# attributes are held back (identifying it waits on them), and execs head; then let go.
+# Sets $got to what the child printed.
 handoff() {
-    touch "$W/slow.hold"
-    sleep 0.3
-    echo >&7
-    IFS= read -r line <&8
-    expect_eq "connected" "$line" "a client run from the slow file system connects (the daemon's accept waits on it)"
-    PYTHONPATH="$TESTS_DIR" $PY "$W/handoff.py" "$SOCK" "$1" >"$W/handoff.out" 2>&1 &
+    rm -f "$W/go"
+    PYTHONHOME=/usr PYTHONPATH="$TESTS_DIR" "$W/slow/exe" "$W/handoff.py" "$SOCK" "$1" "$W/go" >"$W/handoff.out" 2>&1 &
     HP=$!
     on_exit_kill "$HP"
+    i=0
+    while ! grep -q ready "$W/handoff.out" && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
+    touch "$W/slow.hold"
+    sleep 0.3
+    touch "$W/go"
     i=0
     while ! grep -q "exec'd" "$W/handoff.out" && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
     expect_contains "$W/handoff.out" "exec'd" "the connector has exec'd head, its child holds the connection"
     rm -f "$W/slow.hold"
     i=0
-    while [ "$(wc -l <"$W/handoff.out")" -lt 2 ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
-    got=$(cat "$W/handoff.out")
+    while [ "$(wc -l <"$W/handoff.out")" -lt 3 ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
+    got=$(sed 1d "$W/handoff.out")
     wait "$HP" 2>/dev/null
 }
 echo "== a connection handed to a child, its connector exec'ing a listed program"
@@ -129,7 +111,6 @@ case "$got" in
     *) fail "the request written before the exec is answered with a refusal" "$got" ;;
 esac
 expect_contains "$got" "before the daemon identified" "the refusal names why"
-exec 7>&- 8<&-
 
 echo "== a listed program that connects, then execs another that asks on the connection"
 cat >"$W/connexec.c" <<'CEOF'
