@@ -1228,37 +1228,41 @@ final class DroppedProcesses: @unchecked Sendable {
 /// new caller (its `/proc` files, a stat and an open of its executable: a caller can make
 /// them wait, with its executable on a file system that does not answer, or its memory map's
 /// lock held across a fault on one) and waiting for its executable's hash (`DigestJobs`).
-/// Those threads serve everyone (the mount's 10 workers, the control socket's 4), so at most
+/// Those threads serve everyone (the mount's 10 workers, the control socket's 6), so at most
 /// `max` such callers at once; past it, a new caller is refused at once (and logged), and the
 /// threads left serve the rest. Two atomic operations per new caller; none for a known one.
-final class CallerWaits: Sendable {
-    static let shared = CallerWaits()
+enum CallerWaits {
     /// With the prompt's five (`PromptSlot`), 9 of the mount's 10 workers at most.
     static let max = 4
+    static let shared = HolderLimit(max: max)
+
+    static var busyReason: String {
+        "\(max) other callers are being identified or wait for their executables to be hashed (executables on a slow file system?)"
+    }
+}
+
+/// At most `max` holders at once, counted without a lock: past it, `enter` says no at once
+/// (the caller is refused or served otherwise, never queued).
+package final class HolderLimit: Sendable {
+    package let max: Int
     private let held = Atomic<Int>(0)
 
-    /// Nil when `max` callers are held already.
-    func enter() -> CallerWaits.Held? {
+    package init(max: Int) { self.max = max }
+
+    /// Nil when `max` are held already. The hold is given back with `end()`, once.
+    package func enter() -> Hold? {
         var n = held.load(ordering: .relaxed)
-        while n < Self.max {
+        while n < max {
             let (exchanged, current) = held.compareExchange(expected: n, desired: n + 1, ordering: .acquiringAndReleasing)
-            if exchanged { return Held(self) }
+            if exchanged { return Hold(limit: self) }
             n = current
         }
         return nil
     }
 
-    fileprivate func leave() { held.subtract(1, ordering: .releasing) }
-
-    /// Let go of with `end()`, once.
-    struct Held: ~Copyable {
-        private let waits: CallerWaits
-        fileprivate init(_ waits: CallerWaits) { self.waits = waits }
-        consuming func end() { waits.leave() }
-    }
-
-    static var busyReason: String {
-        "\(max) other callers are being identified or wait for their executables to be hashed (executables on a slow file system?)"
+    package struct Hold: Sendable {
+        fileprivate let limit: HolderLimit
+        package func end() { limit.held.subtract(1, ordering: .releasing) }
     }
 }
 

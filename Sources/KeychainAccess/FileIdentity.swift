@@ -204,7 +204,7 @@ final class DigestCache: Sendable {
 
 /// Hashes of callers' executables not in `DigestCache` yet, each on a thread of its own, so
 /// that one caller's executable cannot hold the threads that serve everyone (the mount's 10
-/// workers, the control socket's 4). A caller waits for its executable's hash at most `wait`,
+/// workers, the control socket's 6). A caller waits for its executable's hash at most `wait`,
 /// and is refused past it (the hash goes on and is cached: a later request of the same file
 /// passes); one whose executable is over `sizeLimit` is refused without a read. At most
 /// `maxRunning` files are hashed at once, and callers wait for them within `CallerWaits`;

@@ -38,7 +38,7 @@ package final class ControlServer: Sendable {
     private let requests = RequestQueue()
     /// Connections identified off the reading thread, for it to take; `open` until it stops.
     private let identified = Mutex<(open: Bool, ready: [Pending])>((true, []))
-    private let identifyingSlots = ThreadSlots(max: ControlServer.maxIdentifying)
+    private let identifyingSlots = HolderLimit(max: ControlServer.maxIdentifying)
     private let urgentRequests = RequestQueue()
 
     private static let log = Logger(label: "keychainfs.control")
@@ -487,28 +487,5 @@ private final class RequestQueue: Sendable {
         }
         available.signal()
         return dropped
-    }
-}
-
-/// At most `max` holders at once.
-private final class ThreadSlots: Sendable {
-    private let max: Int
-    private let held = Atomic<Int>(0)
-
-    init(max: Int) { self.max = max }
-
-    func enter() -> Slot? {
-        var n = held.load(ordering: .relaxed)
-        while n < max {
-            let (exchanged, current) = held.compareExchange(expected: n, desired: n + 1, ordering: .acquiringAndReleasing)
-            if exchanged { return Slot(slots: self) }
-            n = current
-        }
-        return nil
-    }
-
-    struct Slot: Sendable {
-        let slots: ThreadSlots
-        func end() { slots.held.subtract(1, ordering: .releasing) }
     }
 }
