@@ -33,7 +33,7 @@ extension KeychainTree {
         let found = try served.covering(location) { s throws(FileSystemError) -> OpenLookup in
             guard case .item(let item) = try node(location, s.index) else { throw .isDirectory }
             // A guarded item is decided on outside `state` (the user may be asked), but for a
-            // caller the gate allows at once (a process that opened it before).
+            // caller the gate allows at once (`allowsAtOnce`: one checked in the last 10 ms).
             if !served.allowsAtOnce(caller, item.record) { return .uncached(item) }
             guard readsStored, !item.isPending, let cached = s.plaintext.secret(item.id) else { return .uncached(item) }
             return .opened(try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode, contents: cached,
@@ -46,7 +46,7 @@ extension KeychainTree {
         }
         do { try served.authorize(caller, item, mode.writable ? .write : .read) } catch { throw .from(error) }
         // Allowed, and its secret cached: found and the handle registered in one hold of
-        // `state`, as an unguarded item's (three holds were a tenth of what a guarded open added).
+        // `state`, not one to find the secret and another to register the handle.
         if readsStored, !item.isPending, let handle = try served.state.withLock({ s throws(FileSystemError) -> UInt64? in
             guard let cached = s.plaintext.secret(item.id) else { return nil }
             return try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode, contents: cached,
