@@ -510,10 +510,9 @@ package final class AccessControl: Sendable {
     /// A process not in the table: identified (outside the table's lock: it may hash a
     /// binary), and its tracer as identifying it read it. The caller has passed the lead.
     private func resolveNew(_ pin: PinnedProcess, threadTracer: pid_t?, settled: Bool) throws(KeychainError) -> Resolved {
-        guard let held = CallerWaits.shared.enter() else { throw .io(CallerWaits.busyReason) }
-        let identified = Result { () throws(KeychainError) in try CachedProcess.identify(pin, settled: settled) }
-        held.end()
-        let fresh = try identified.get()
+        guard let fresh = try CallerWaits.shared.holding({ () throws(KeychainError) in try CachedProcess.identify(pin, settled: settled) }) else {
+            throw .io(CallerWaits.busyReason)
+        }
         // Two requests of one process may have identified it at once: they share one entry,
         // so that an Allow once given to either counts for both.
         // What the table drops is let go of after its lock, and off this request's path
@@ -812,10 +811,7 @@ final class CachedProcess: @unchecked Sendable {
     /// so it counts among the callers held (`CallerWaits`); past them, `core` alone.
     var facts: CallerFacts {
         if let known = details.withLock({ $0 }) { return known }
-        guard let held = CallerWaits.shared.enter() else { return core }
-        let full = readFacts()
-        held.end()
-        return full
+        return CallerWaits.shared.holding(readFacts) ?? core
     }
 
     private func readFacts() -> CallerFacts {
@@ -870,18 +866,15 @@ final class CachedProcess: @unchecked Sendable {
         var passed = false
         func passLead() { if !passed { passed = true; beforeWaiting() } }
         // What may wait on the caller (the first look at its witness takes its memory map's
-        // lock; its executable's file system may not answer) counts among the callers held
-        // (`CallerWaits`): past them, the process is not known now, and is refused.
-        if addressSpace.load() == nil {
+        // lock; its executable's file system may not answer) passes the lead first, and counts
+        // among the callers held (`CallerWaits`): past them, the process is not known now, and
+        // is refused.
+        func check(mayWait: Bool, _ body: () -> Bool) -> Bool {
+            guard mayWait else { return body() }
             passLead()
-            guard let held = CallerWaits.shared.enter() else { return nil }
-            let holds = imageHolds(beforeWaiting: {})
-            held.end()
-            guard holds else { return nil }
-        } else {
-            guard imageHolds(beforeWaiting: passLead) else { return nil }
+            return CallerWaits.shared.holding(body) ?? false
         }
-        guard runsIdentifiedExecutable() else { return nil }
+        guard check(mayWait: addressSpace.load() == nil, imageHolds), runsIdentifiedExecutable() else { return nil }
         // Deleting or replacing the file drops its link count and so changes its ctime.
         let known = exeFD.load(ordering: .acquiring)
         func fileUnchanged() -> Bool {
@@ -890,15 +883,7 @@ final class CachedProcess: @unchecked Sendable {
                   exe.st_nlink > 0 || core.executableDeleted else { return false }
             return true
         }
-        if known < 0 || !exeStatIsLocal.load(ordering: .relaxed) {
-            passLead()
-            guard let held = CallerWaits.shared.enter() else { return nil }
-            let unchanged = fileUnchanged()
-            held.end()
-            guard unchanged else { return nil }
-        } else {
-            guard fileUnchanged() else { return nil }
-        }
+        guard check(mayWait: known < 0 || !exeStatIsLocal.load(ordering: .relaxed), fileUnchanged) else { return nil }
         if tracer == 0 && exeStatIsLocal.load(ordering: .relaxed) { checkedAt.store(now, ordering: .relaxed) }
         return (pin.pid, tracer == 0 ? nil : tracer)
     }
@@ -920,11 +905,11 @@ final class CachedProcess: @unchecked Sendable {
     }
 
     /// Whether the process runs the image identified: through `addressSpace` once it is set
-    /// (its address space in use, and its layout unchanged), else through the witness (after
-    /// `beforeWaiting`: it may wait), and then `addressSpace` is set (`keepAddressSpace`).
-    private func imageHolds(beforeWaiting: () -> Void) -> Bool {
+    /// (its address space in use, and its layout unchanged), else through the witness (which
+    /// may wait: `recheck` passes the lead first), and then `addressSpace` is set
+    /// (`keepAddressSpace`).
+    private func imageHolds() -> Bool {
         if let space = addressSpace.load() { return space.inUse && space.sameLayout }
-        beforeWaiting()
         guard witness.holds else { return false }
         guard case .addressSpace = witness else { return true }
         return keepAddressSpace()
@@ -1022,10 +1007,7 @@ final class CachedProcess: @unchecked Sendable {
         if let known = script.withLock({ $0 }) { return known }
         // `facts` first: it takes a place among the callers held of its own.
         let facts = self.facts
-        guard let held = CallerWaits.shared.enter() else { return nil }
-        let identity = readScriptIdentity(facts)
-        held.end()
-        return identity
+        return CallerWaits.shared.holding { readScriptIdentity(facts) } ?? nil
     }
 
     private func readScriptIdentity(_ facts: CallerFacts) -> FileIdentity? {
@@ -1258,6 +1240,13 @@ package final class HolderLimit: Sendable {
             n = current
         }
         return nil
+    }
+
+    /// `body`'s result while holding a place, or nil when `max` are held already.
+    package func holding<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T? {
+        guard let hold = enter() else { return nil }
+        defer { hold.end() }
+        return try body()
     }
 
     package struct Hold: Sendable {
