@@ -226,14 +226,23 @@ package final class AccessControl: Sendable {
         }
     }
 
-    /// Whether a FUSE caller may use an item of `list` with nothing to wait for: `decide`'s
-    /// common case alone, for a process checked within `recheckInterval` (`holdsAtOnce`: one
-    /// 1-byte read of `pagemap`, no lock of the caller's, no log). Cheap enough to run under
-    /// the served keychain's `state`, so that an allowed open is one hold of it, as an open of
-    /// an unguarded item is. False says only "ask `decide`".
+    /// Whether a FUSE or D-Bus caller may use an item of `list` with nothing to wait for:
+    /// `decide`'s common case alone, for a process checked within `recheckInterval`
+    /// (`holdsAtOnce`: one 1-byte read of `pagemap`, no lock of the caller's, no log). Cheap
+    /// enough to run under the served keychain's `state`, so that an allowed open is one hold
+    /// of it, as an open of an unguarded item is; and on the D-Bus thread, which must not wait
+    /// on one client. False says only "ask `decide`".
     package func allowsAtOnce(_ caller: AccessCaller, list: AccessList) -> Bool {
         if list.isAnyProgram { return true }
-        guard case .thread(let tid) = caller, let entry = processes.withLock({ $0.lookup(tid) }), entry.pin.pid == tid else { return false }
+        let pid: pid_t
+        switch caller {
+        case .thread(let tid): pid = tid
+        // The entry's address space still in use (`holdsAtOnce`) says its process still runs,
+        // so the pid is not another's yet: the pinned process is that one.
+        case .process(let process): pid = process.pid
+        case .peer, .unidentified: return false
+        }
+        guard let entry = processes.withLock({ $0.lookup(pid) }), entry.pin.pid == pid else { return false }
         return entry.holdsAtOnce && entry.isListedWithNothingToAsk(list)
     }
 

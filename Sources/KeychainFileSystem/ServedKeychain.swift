@@ -667,7 +667,7 @@ package final class ServedKeychain: Sendable {
 
     /// Whether `caller` may open an item of `record` at once, under `state`: no list, or the
     /// gate's common case (`AccessControl.allowsAtOnce`). False: `authorize` decides.
-    func allowsAtOnce(_ caller: AccessCaller, _ record: ItemRecord) -> Bool {
+    package func allowsAtOnce(_ caller: AccessCaller, _ record: ItemRecord) -> Bool {
         guard let list = record.attributes.values.access else { return true }
         return access.allowsAtOnce(caller, list: list)
     }

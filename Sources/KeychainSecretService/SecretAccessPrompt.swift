@@ -6,9 +6,10 @@ import SDBus
 import Synchronization
 
 /// Per-program access for D-Bus callers, with the same prompt as the tree's and the control
-/// socket's. The bus has one thread for every client, so a call that names a guarded item,
-/// when a prompt is configured, is decided on a thread of its own: the call is answered later
-/// (`DeferredReply`) and the bus goes on serving everyone else while the user is asked.
+/// socket's. The bus has one thread for every client, so a call that names a guarded item is
+/// decided on a thread of its own unless the gate allows it at once: the call is answered later
+/// (`DeferredReply`), and the bus goes on serving everyone else while the caller is identified
+/// or the user is asked.
 extension SecretService {
     /// Decides whether the sender of `m` may `operation` `item`, then runs `answer` with the
     /// reply on the bus's thread. Refused: AccessDenied.
@@ -21,8 +22,8 @@ extension SecretService {
     }
 
     /// Decides for each of `items` (in order, one prompt at a time), then runs `answer` on the
-    /// bus's thread with the reply and each item's refusal (nil: allowed). Items with no
-    /// list, or every item when no prompt is configured, are decided here at once.
+    /// bus's thread with the reply and each item's refusal (nil: allowed); at once when
+    /// `decide` can.
     func whenDecided(_ m: BusMessage, reply r: BusMessage, _ items: [KeychainItem], _ operation: AccessOperation,
                      answer: @escaping (BusMessage, _ refusal: (KeychainItem) -> BusError?) throws -> Void) throws {
         let pending = DeferredReply(m)
@@ -37,30 +38,39 @@ extension SecretService {
     }
 
     /// The refusals (by item id) of `items` for the sender of `m`, decided at once; or nil, when
-    /// a guarded item needs the user's answer: then `later` gets them from a thread of its own.
+    /// the decision may wait: then `later` gets them from a thread of its own.
+    ///
+    /// Only items with no list, or a caller the gate knows and allows at once
+    /// (`allowsAtOnce`: checked within the last 10 ms), are decided on the bus's thread.
+    /// Anything else may wait, on the user (a prompt) or on the caller itself: identifying a
+    /// process reads its `/proc` files and stats and hashes its executable, and a client can
+    /// make each slow (its executable on a file system that does not answer, its memory map
+    /// held locked). That would hold every other client of the bus (`test_access_dos`).
     func decide(_ m: BusMessage, _ items: [KeychainItem], _ operation: AccessOperation,
                 later: @escaping @Sendable ([Int64: BusError]) -> Void) -> [Int64: BusError]? {
-        let caller = accessCaller(m)
         let keychain = owner
-        @Sendable func decideEach(prompting: Bool) -> [Int64: BusError] {
+        let guarded = items.filter { !($0.record.attributes.values.access?.isAnyProgram ?? true) }
+        guard !guarded.isEmpty else { return [:] }
+        let caller = accessCaller(m)
+        if guarded.allSatisfy({ keychain.allowsAtOnce(caller, $0.record) }) { return [:] }
+        let prompting = keychain.access.settings.prompt != nil
+        @Sendable func decideEach() -> [Int64: BusError] {
             var refused: [Int64: BusError] = [:]
-            for item in items {
+            for item in guarded {
                 do { try mapped { try keychain.authorize(caller, item, operation, prompting: prompting) } } catch {
                     refused[item.id] = error as? BusError ?? BusError.failed("\(error)")
                 }
             }
             return refused
         }
-        let guarded = items.contains { !($0.record.attributes.values.access?.isAnyProgram ?? true) }
-        // Each waiting decision holds a thread: past a bound (clients calling faster than the
-        // user answers), the rest are decided at once, with no prompt.
-        guard guarded, owner.access.settings.prompt != nil,
-              Self.waitingDecisions.add(1, ordering: .relaxed).newValue <= Self.maxWaitingDecisions else {
-            if guarded, owner.access.settings.prompt != nil { Self.waitingDecisions.subtract(1, ordering: .relaxed) }
-            return decideEach(prompting: false)
+        // Each waiting decision holds a thread: past a bound (clients calling faster than they
+        // can be identified or the user answers), the rest are refused at once.
+        guard Self.waitingDecisions.add(1, ordering: .relaxed).newValue <= Self.maxWaitingDecisions else {
+            Self.waitingDecisions.subtract(1, ordering: .relaxed)
+            return Dictionary(uniqueKeysWithValues: guarded.map { ($0.id, Self.tooManyWaiting) })
         }
         let thread = Thread {
-            let refused = decideEach(prompting: true)
+            let refused = decideEach()
             Self.waitingDecisions.subtract(1, ordering: .relaxed)
             later(refused)
         }
@@ -68,12 +78,43 @@ extension SecretService {
         thread.start()
         return nil
     }
+
+    /// `decide` for a call sd-bus answers on the spot (a property write): the bus's thread
+    /// waits for the decision at most `syncDecisionSeconds`, then refuses. So a client slow to
+    /// identify holds the bus for that long at most, and only until the gate's bound on
+    /// callers held on slow work refuses the next ones at once.
+    func decideNow(_ m: BusMessage, _ item: KeychainItem, _ operation: AccessOperation) throws {
+        let done = DispatchSemaphore(value: 0)
+        let outcome = DecisionOutcome()
+        let now = decide(m, [item], operation) { refused in
+            outcome.refused.withLock { $0 = refused }
+            done.signal()
+        }
+        let refused: [Int64: BusError]
+        if let now {
+            refused = now
+        } else if done.wait(timeout: .now() + .seconds(Self.syncDecisionSeconds)) == .success, let decided = outcome.refused.withLock({ $0 }) {
+            refused = decided
+        } else {
+            throw BusError("org.freedesktop.DBus.Error.AccessDenied",
+                           "the caller could not be identified within \(Self.syncDecisionSeconds) s (its executable or memory slow to read); try again")
+        }
+        if let error = refused[item.id] { throw error }
+    }
 }
 
 extension SecretService {
-    /// Calls waiting for an access decision on threads of their own (`whenDecided`).
+    /// Calls waiting for an access decision on threads of their own (`decide`).
     static let waitingDecisions = Atomic<Int>(0)
     static let maxWaitingDecisions = 32
+    static let tooManyWaiting = BusError("org.freedesktop.DBus.Error.AccessDenied",
+                                         "too many calls are waiting for an access decision; try again")
+    static let syncDecisionSeconds = 2
+}
+
+/// What a decision's thread found, for `decideNow`, which may have stopped waiting for it.
+private final class DecisionOutcome: Sendable {
+    let refused = Mutex<[Int64: BusError]?>(nil)
 }
 
 /// A closure of the bus's thread carried through another thread, which never calls it.

@@ -232,20 +232,24 @@ final class CollectionInterface: BusInterface {
             guard id != SecretCollections.login else {
                 throw BusError.notSupported("the login collection holds the keychain's own items (the tree's and the CLI's); delete its items instead")
             }
-            // Its items first, all or none, each as the gate allows (no prompt on this thread).
+            // Its items first, all or none, each as the gate allows (`answerLater`).
             let objects = try s.search([:], in: id)
             let items = try objects.map { o in
                 guard let item = o.item, !s.isLocked(o) else { throw SecretError.isLocked("an item of the collection") }
-                try mapped { try s.owner.authorize(accessCaller(m), item, .delete, prompting: false) }
                 return item
             }
-            if !items.isEmpty { try mapped { try s.owner.delete(items) } }
-            var registry = s.registry
-            registry.collections.removeAll { $0.id == id }
-            registry.aliases = registry.aliases.filter { $0.value != id }
-            try s.save(registry)
-            s.emitService("CollectionDeleted", id)
-            try r.append(objectPath: "/")
+            let owner = s.owner
+            try s.answerLater(m, deciding: items, .delete, { refusal in
+                if let refused = items.lazy.compactMap(refusal).first { throw refused }
+                if !items.isEmpty { try owner.delete(items) }
+            }, reply: { r, _ in
+                var registry = s.registry
+                registry.collections.removeAll { $0.id == id }
+                registry.aliases = registry.aliases.filter { $0.value != id }
+                try s.save(registry)
+                s.emitService("CollectionDeleted", id)
+                try r.append(objectPath: "/")
+            })
         case "SearchItems":
             guard let id = s.collection(at: path) else { throw SecretError.noSuchObject(path) }
             let query = try m.readDictionary(limit: s.limits.attributes, byteLimit: s.limits.attributeBytes)
@@ -395,7 +399,7 @@ final class ItemInterface: BusInterface {
         guard !s.isLocked(item) else { throw SecretError.isLocked("the item") }
         // Per-program access: changing a guarded item's label or attributes is decided like
         // changing its secret.
-        try mapped { try s.owner.authorize(accessCaller(value), item, .attributes, prompting: false) }
+        try s.decideNow(value, item, .attributes)
         switch property {
         case "Label":
             let label = try value.readString()
