@@ -8,10 +8,15 @@ import Synchronization
 
 extension FileIdentity {
     /// The identity of the file at an absolute path now (symbolic links followed, as exec
-    /// follows them): what `-T PATH` pins.
+    /// follows them): what `-T PATH` and the access xattr pin. Bounded as a caller's
+    /// executable is (`DigestJobs`): at most 1 GiB, read on a thread of its own and waited for
+    /// at most 3 s, since the path may be a huge file or on a file system that does not answer,
+    /// and in the daemon the thread asking serves other requests too.
     package static func of(path: String) throws(KeychainError) -> FileIdentity {
         guard path.hasPrefix("/") else { throw .invalidInput("'\(path)' is not an absolute path") }
-        return try of(openedAt: AT_FDCWD, path, shownAs: path)
+        return try PinningJobs.shared.run(shownAs: path) { () throws(KeychainError) in
+            try of(openedAt: AT_FDCWD, path, shownAs: path, sizeLimit: DigestJobs.sizeLimit)
+        }
     }
 
     /// Opens `name` under `directory` without blocking (a FIFO named on a command line must not
@@ -294,5 +299,42 @@ final class DigestJobs: @unchecked Sendable {
         jobs[key] = nil
         condition.broadcast()
         condition.unlock()
+    }
+}
+
+/// The files `FileIdentity.of(path:)` pins, each opened and hashed on a thread of its own, at
+/// most `DigestJobs.maxRunning` at once; the asking thread waits at most `DigestJobs.wait`,
+/// within `CallerWaits`. A file that never answers keeps its thread (and its place) until it
+/// does.
+final class PinningJobs: Sendable {
+    static let shared = PinningJobs()
+    private let running = HolderLimit(max: DigestJobs.maxRunning)
+
+    private final class Outcome: Sendable {
+        let result = Mutex<Result<FileIdentity, KeychainError>?>(nil)
+    }
+
+    func run(shownAs shown: String, _ body: @escaping @Sendable () throws(KeychainError) -> FileIdentity) throws(KeychainError) -> FileIdentity {
+        let outcome = Outcome()
+        let waited = CallerWaits.shared.holding { () -> Bool in
+            guard let place = running.enter() else { return false }
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                let result = Result { () throws(KeychainError) in try body() }
+                outcome.result.withLock { $0 = result }
+                place.end()
+                done.signal()
+            }
+            _ = done.wait(timeout: .now() + DigestJobs.wait)
+            return true
+        }
+        guard let waited else { throw .io(CallerWaits.busyReason) }
+        guard waited else {
+            throw .io("\(DigestJobs.maxRunning) other programs' files are being read already (on a slow file system?)")
+        }
+        guard let result = outcome.result.withLock({ $0 }) else {
+            throw .io("\(shown) could not be read within \(Int(DigestJobs.wait)) s (a huge file, or a slow file system)")
+        }
+        return try result.get()
     }
 }

@@ -167,6 +167,29 @@ answered_within 3 "a sparse 8 GiB copy of head is answered at once" "$W/bighead"
 expect_not_contains "$OUT" "hunter2" "and refused"
 expect_contains "$(kc access log)" "too large to hash" "the log says why"
 
+echo "== a program to pin whose file is huge, or does not answer: refused in time"
+# -T and the access xattr pin a program by its file's digest. The slow file system's f answers
+# no read until $W/slow.release exists (at exit).
+expect_exit 65 "-T naming an 8 GiB file is refused" timeout 5 "$KEYCHAINFS_BIN" add-generic-password -s pin -a big -T "$W/bighead" -w x
+expect_contains "$(cat "$ERR")" "is over 1073741824 bytes" "it says the file is too large"
+start=$(date +%s)
+timeout 10 "$KEYCHAINFS_BIN" add-generic-password -s pin -a slow -T "$W/slow/f" -w x >"$OUT" 2>"$ERR"
+rc=$?
+took=$(($(date +%s) - start))
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && pass "-T naming a file that does not answer is refused (exit $rc)" || fail "-T naming a file that does not answer is refused" "exit $rc"
+expect_contains "$(cat "$ERR")" "could not be read within 3 s" "it says why"
+[ "$took" -le 6 ] && pass "within the bound (${took} s)" || fail "-T: within the bound" "took $took s"
+expect_exit 44 "no item was made" "$KEYCHAINFS_BIN" find-generic-password -s pin -a slow
+for i in 1 2 3; do
+    timeout 10 setfattr -n user.keychain.access -v "$W/slow/f" "$MP/open/acct" 2>"$W/setfattr.$i" &
+    SETTERS="${SETTERS:-} $!"
+done
+sleep 0.5
+answered_within 5 "cat is answered while setfattr pins a file that does not answer" cat "$MP/open/acct"
+expect_contains "$OUT" "open-secret" "cat reads it"
+for p in $SETTERS; do wait "$p"; expect_eq 1 "$?" "setfattr naming it fails in time (not killed by timeout)"; done
+expect_eq "" "$(getfattr --only-values -n user.keychain.access "$MP/open/acct" 2>/dev/null)" "the item's list is unchanged"
+
 echo "== a process whose main thread has exited"
 cat >"$W/zombie.c" <<'CEOF'
 #include <fcntl.h>
