@@ -123,6 +123,43 @@ start_slow_fuse() {
     while ! mountpoint -q "$W/slow" && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done
 }
 
+# start_slow_clients N TAG ARGS...: N processes of the slow file system's executable (run
+# with ARGS and then $W/go.TAG, the file whose existence starts them), each writing to
+# $W/client.TAG.I, waited for until each says "ready". Their pids are added to SLOW_CLIENTS.
+start_slow_clients() {
+    n=$1 tag=$2
+    shift 2
+    i=0
+    while [ $i -lt "$n" ]; do
+        "$W/slow/exe" "$@" "$W/go.$tag" >"$W/client.$tag.$i" 2>&1 &
+        SLOW_CLIENTS="${SLOW_CLIENTS:-} $!"
+        on_exit_kill $!
+        i=$((i + 1))
+    done
+    for i in $(seq 0 $((n - 1))); do
+        j=0
+        while ! grep -q ready "$W/client.$tag.$i" 2>/dev/null && [ $j -lt 500 ]; do sleep 0.01; j=$((j + 1)); done
+    done
+}
+
+# stop_slow_clients: ends those start_slow_clients started.
+stop_slow_clients() {
+    for p in ${SLOW_CLIENTS:-}; do kill "$p" 2>/dev/null; done
+    for p in ${SLOW_CLIENTS:-}; do wait "$p" 2>/dev/null; done
+    SLOW_CLIENTS=""
+}
+
+# answered_within SECONDS NAME CMD...: CMD ends (with any status) within SECONDS; its output
+# in $OUT and $ERR.
+answered_within() {
+    limit=$1 name=$2
+    shift 2
+    timeout "$limit" "$@" >"$OUT" 2>"$ERR"
+    rc=$?
+    if [ $rc -eq 124 ]; then fail "$name" "still waiting after $limit s: $*"; else pass "$name"; fi
+    return $rc
+}
+
 # prepare_user_store NAME: a normal user NAME (removed at exit), copies of keychainfs and
 # keychainfs-full it can run ($BIN and $USERS_ROOT/keychainfs-full), the test passphrase in
 # $USERS_ROOT/pass, a private mount namespace with a 0666 /dev/fuse ($NS), its runtime

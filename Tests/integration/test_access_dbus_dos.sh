@@ -53,38 +53,10 @@ CEOF
 gcc -O2 -o "$W/busopener" "$W/busopener.c" $(pkg-config --cflags --libs libsystemd) || { fail "compile busopener.c"; finish; }
 start_slow_fuse "$W/busopener" || finish
 
-# start_busopeners N ACTION TAG: N clients run from the slow file system's executable, ready to
-# ACTION the guarded item once $W/go.TAG exists, each writing to $W/bus.TAG.I.
-start_busopeners() {
-    OPENERS=""
-    i=0
-    while [ $i -lt "$1" ]; do
-        "$W/slow/exe" "$2" "$ITEM" "$W/go.$3" >"$W/bus.$3.$i" 2>&1 &
-        OPENERS="$OPENERS $!"
-        on_exit_kill $!
-        i=$((i + 1))
-    done
-    for i in $(seq 0 $(($1 - 1))); do
-        j=0
-        while ! grep -q ready "$W/bus.$3.$i" 2>/dev/null && [ $j -lt 500 ]; do sleep 0.01; j=$((j + 1)); done
-    done
-}
-stop_busopeners() { for p in $OPENERS; do kill "$p" 2>/dev/null; done; for p in $OPENERS; do wait "$p" 2>/dev/null; done; }
-
-# answered_within SECONDS NAME CMD...: CMD ends (with any status) within SECONDS.
-answered_within() {
-    limit=$1 name=$2
-    shift 2
-    timeout "$limit" "$@" >"$OUT" 2>"$ERR"
-    rc=$?
-    if [ $rc -eq 124 ]; then fail "$name" "still waiting after $limit s: $*"; else pass "$name"; fi
-    return $rc
-}
-
 echo "== clients whose executable's attributes do not come: the bus goes on"
-start_busopeners 1 label label
-LABELER=$OPENERS
-start_busopeners 3 delete del
+start_slow_clients 1 label label "$ITEM"
+LABELER=$SLOW_CLIENTS
+start_slow_clients 3 del delete "$ITEM"
 touch "$W/slow.hold"
 sleep 0.3
 touch "$W/go.del"
@@ -93,15 +65,15 @@ answered_within 5 "secret-tool reads an item with no list meanwhile" secret-tool
 expect_eq "open-secret" "$(cat "$OUT")" "and gets its secret"
 answered_within 5 "secret-tool is answered about the guarded item meanwhile" secret-tool lookup service svc username acct
 expect_not_contains "$OUT" "hunter2" "and gets no secret"
-expect_eq "" "$(cat "$W"/bus.del.* | grep -v ready)" "the slow clients' Delete calls wait (for their identification)"
+expect_eq "" "$(cat "$W"/client.del.* | grep -v ready)" "the slow clients' Delete calls wait (for their identification)"
 
 echo "== a property write by a slow client: refused after a bounded wait"
 start=$(date +%s%N)
 touch "$W/go.label"
 j=0
-while ! grep -q "error:\|done" "$W/bus.label.0" 2>/dev/null && [ $j -lt 100 ]; do sleep 0.1; j=$((j + 1)); done
+while ! grep -q "error:\|done" "$W/client.label.0" 2>/dev/null && [ $j -lt 100 ]; do sleep 0.1; j=$((j + 1)); done
 took=$((($(date +%s%N) - start) / 1000000))
-expect_contains "$(cat "$W/bus.label.0")" "error:org.freedesktop.DBus.Error.AccessDenied:the caller could not be identified within 2 s" "the Label write is refused, saying why"
+expect_contains "$(cat "$W/client.label.0")" "error:org.freedesktop.DBus.Error.AccessDenied:the caller could not be identified within 2 s" "the Label write is refused, saying why"
 if [ "$took" -lt 6000 ]; then pass "within the bounded wait (${took} ms)"; else fail "within the bounded wait" "took ${took} ms"; fi
 answered_within 5 "secret-tool is answered right after it" secret-tool lookup service svc username open
 expect_eq "open-secret" "$(cat "$OUT")" "and gets its secret"
@@ -109,13 +81,11 @@ expect_eq "open-secret" "$(cat "$OUT")" "and gets its secret"
 echo "== the slow clients are refused once identified"
 rm -f "$W/slow.hold"
 j=0
-while [ "$(cat "$W"/bus.del.* | grep -c error:)" -lt 3 ] && [ $j -lt 100 ]; do sleep 0.1; j=$((j + 1)); done
-expect_eq 3 "$(cat "$W"/bus.del.* | grep -c 'error:org.freedesktop.DBus.Error.AccessDenied')" "each Delete is refused: AccessDenied"
+while [ "$(cat "$W"/client.del.* | grep -c error:)" -lt 3 ] && [ $j -lt 100 ]; do sleep 0.1; j=$((j + 1)); done
+expect_eq 3 "$(cat "$W"/client.del.* | grep -c 'error:org.freedesktop.DBus.Error.AccessDenied')" "each Delete is refused: AccessDenied"
 expect_eq "hunter2" "$(timeout 5 head -c 100 "$MP/svc/acct")" "the guarded item is still there, unchanged"
 expect_not_contains "$(secret-tool search --all service svc username acct 2>&1)" "label = changed" "its label is unchanged"
 expect_exit 0 "the access log" kc access log
 expect_contains "$OUT" "$W/slow/exe" "the log names the slow clients"
-kill $LABELER 2>/dev/null
-wait $LABELER 2>/dev/null
-stop_busopeners
+stop_slow_clients
 finish

@@ -59,34 +59,9 @@ CEOF
 gcc -O2 -o "$W/opener" "$W/opener.c" || { fail "compile opener.c"; finish; }
 start_slow_fuse "$W/opener" || finish
 
-# start_openers N ACTION TAG: N processes of the slow file system's executable, ready to
-# ACTION (open the guarded item, or connect) once $W/go.TAG exists, each writing to
-# $W/opener.TAG.I; their pids in OPENERS.
-start_openers() {
-    OPENERS=""
-    i=0
-    while [ $i -lt "$1" ]; do
-        "$W/slow/exe" "$2" "$MP/svc/acct" "$SOCK" "$W/go.$3" >"$W/opener.$3.$i" 2>&1 &
-        OPENERS="$OPENERS $!"
-        on_exit_kill $!
-        i=$((i + 1))
-    done
-    for i in $(seq 0 $(($1 - 1))); do
-        j=0
-        while ! grep -q ready "$W/opener.$3.$i" 2>/dev/null && [ $j -lt 500 ]; do sleep 0.01; j=$((j + 1)); done
-    done
-}
-stop_openers() { for p in $OPENERS; do kill "$p" 2>/dev/null; done; for p in $OPENERS; do wait "$p" 2>/dev/null; done; }
-
-# answered_within SECONDS NAME CMD...: CMD ends (with any status) within SECONDS.
-answered_within() {
-    limit=$1 name=$2
-    shift 2
-    timeout "$limit" "$@" >"$OUT" 2>"$ERR"
-    rc=$?
-    if [ $rc -eq 124 ]; then fail "$name" "still waiting after $limit s: $*"; else pass "$name"; fi
-    return $rc
-}
+# start_openers N ACTION TAG: N openers ready to ACTION the guarded item (or connect) once
+# $W/go.TAG exists (start_slow_clients), each writing to $W/client.TAG.I.
+start_openers() { start_slow_clients "$1" "$3" "$2" "$MP/svc/acct" "$SOCK"; }
 
 echo "== a client whose executable's attributes do not come: the control socket goes on"
 start_openers 20 connect connect
@@ -94,12 +69,12 @@ touch "$W/slow.hold"
 sleep 0.3
 touch "$W/go.connect"
 sleep 0.5
-expect_contains "$(cat "$W"/opener.connect.*)" "connected" "clients run from the slow file system connect (identifying them waits)"
+expect_contains "$(cat "$W"/client.connect.*)" "connected" "clients run from the slow file system connect (identifying them waits)"
 expect_exit 0 "another client is answered meanwhile" timeout 5 "$KEYCHAINFS_BIN" find-generic-password -s open -a acct -w
 expect_contains "$OUT" "open-secret" "it gets its secret"
 answered_within 5 "the CLI, listed or not, is answered about a guarded item meanwhile" "$KEYCHAINFS_BIN" find-generic-password -s svc -a acct -w
 rm -f "$W/slow.hold"
-stop_openers
+stop_slow_clients
 
 echo "== readers whose executable's attributes do not come: the mount goes on"
 start_openers 12 open open
@@ -115,9 +90,9 @@ expect_contains "$(kc access log)" "other callers are being identified or wait f
     "the log says why the callers beyond the bound were refused at once"
 rm -f "$W/slow.hold"
 sleep 0.5
-expect_contains "$(cat "$W"/opener.open.*)" "refused:Permission denied" "the slow readers, not listed, are refused once they are identified"
+expect_contains "$(cat "$W"/client.open.*)" "refused:Permission denied" "the slow readers, not listed, are refused once they are identified"
 expect_eq "hunter2" "$(timeout 5 head -c 100 "$MP/svc/acct")" "head reads the item again once they have gone"
-stop_openers
+stop_slow_clients
 
 echo "== readers known already, whose executable's attributes then do not come: the mount goes on"
 # Identified at their first read (refused: not listed); their second looks at their
@@ -125,7 +100,7 @@ echo "== readers known already, whose executable's attributes then do not come: 
 start_openers 12 open known
 touch "$W/go.known"
 j=0
-while [ "$(cat "$W"/opener.known.* | grep -c refused:)" -lt 12 ] && [ $j -lt 100 ]; do sleep 0.1; j=$((j + 1)); done
+while [ "$(cat "$W"/client.known.* | grep -c refused:)" -lt 12 ] && [ $j -lt 100 ]; do sleep 0.1; j=$((j + 1)); done
 touch "$W/slow.hold"
 sleep 0.3
 touch "$W/go.known.again"
@@ -135,9 +110,9 @@ expect_contains "$OUT" "open-secret" "cat reads it"
 answered_within 5 "ls of the mount is answered meanwhile" ls "$MP"
 rm -f "$W/slow.hold"
 j=0
-while [ "$(cat "$W"/opener.known.* | grep -c refused:)" -lt 24 ] && [ $j -lt 100 ]; do sleep 0.1; j=$((j + 1)); done
-expect_eq 24 "$(cat "$W"/opener.known.* | grep -c refused:)" "each of their reads is refused"
-stop_openers
+while [ "$(cat "$W"/client.known.* | grep -c refused:)" -lt 24 ] && [ $j -lt 100 ]; do sleep 0.1; j=$((j + 1)); done
+expect_eq 24 "$(cat "$W"/client.known.* | grep -c refused:)" "each of their reads is refused"
+stop_slow_clients
 
 echo "== readers whose executable's bytes do not come: the mount goes on, they are refused in time"
 # Another file as far as the digest cache knows (its size and ctime change), not hashed yet,
@@ -152,13 +127,13 @@ sleep 0.5
 answered_within 5 "cat of an item with no list is answered while its hash waits" cat "$MP/open/acct"
 expect_contains "$OUT" "open-secret" "cat reads it"
 j=0
-while [ "$(cat "$W"/opener.hash.* | grep -c refused)" -lt 12 ] && [ $j -lt 100 ]; do sleep 0.1; j=$((j + 1)); done
+while [ "$(cat "$W"/client.hash.* | grep -c refused)" -lt 12 ] && [ $j -lt 100 ]; do sleep 0.1; j=$((j + 1)); done
 took=$(($(date +%s) - start))
-expect_eq 12 "$(cat "$W"/opener.hash.* | grep -c refused:)" "every reader whose executable cannot be read is refused"
+expect_eq 12 "$(cat "$W"/client.hash.* | grep -c refused:)" "every reader whose executable cannot be read is refused"
 [ "$took" -le 6 ] && pass "within the hash's bound (${took} s)" || fail "within the hash's bound" "took $took s"
 expect_contains "$(kc access log)" "could not be hashed within 3 s" "the log says the executable could not be hashed in time"
 rm -f "$W/slow.readhold"
-stop_openers
+stop_slow_clients
 
 echo "== an executable too large to hash is refused at once"
 cp /usr/bin/head "$W/bighead"
