@@ -184,9 +184,21 @@ enum FuseOperations {
         }
     }
 
+    /// A service directory's listing is kept by the kernel (`cache_readdir`, across opens:
+    /// `keep_cache`), so an `ls` that finds nothing changed asks only for what it reads beyond
+    /// names. It stays true: the kernel drops it itself at a create, unlink, rename, mkdir or
+    /// rmdir in that directory (the directory's version moves on), and the daemon at every
+    /// other change of its names (`KernelCacheNotifier`: `notify_inval_inode` of the directory,
+    /// which drops its cached pages). Only service directories: in the internet tree an item's
+    /// name can change with another's (its variant name) or by an xattr (protocol, authtype,
+    /// domain), which the kernel does not count as a change of the directory.
     static func opendir(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
             fi!.pointee.fh = try fs.openListing(ino)
+            if case .service = try fs.location(ino) {
+                fi!.pointee.cache_readdir = 1
+                fi!.pointee.keep_cache = 1
+            }
             fuse_reply_open(req, fi)
         }
     }

@@ -81,6 +81,34 @@ printf 'fourth' >"$TEST_ROOT/f4" && cp "$TEST_ROOT/f4" "$MP/internet/label.examp
     && mv "$MP/internet/label.example/443/tmp" "$L"
 expect_eq "My label" "$(getfattr --absolute-names --only-values -n user.keychain.label "$L")" "and a rename over it"
 
+echo "== 6. a service directory's listing, which the kernel keeps, follows every change at once"
+# The listing is cached by the kernel (cache_readdir) once read whole; each change below must
+# show in the next listing with no sleep: those the kernel makes, and those the daemon tells it.
+mkdir "$MP/lst" && printf a >"$MP/lst/one" && printf b >"$MP/lst/two"
+listing() { ls "$MP/lst" | tr '\n' ' '; }
+expect_eq "one two " "$(listing)" "listed"
+expect_eq "one two " "$(listing)" "listed again (from the kernel's cache)"
+kc add-generic-password -s lst -a three -w c >/dev/null
+expect_eq "one three two " "$(listing)" "a name the CLI adds"
+kc delete-generic-password -s lst -a one >/dev/null 2>&1
+expect_eq "three two " "$(listing)" "a name the CLI deletes"
+printf 'over-dbus' | secret-tool store --label=x service lst username four >/dev/null 2>&1
+expect_eq "four three two " "$(listing)" "a name D-Bus adds"
+git_cred store protocol=https host=lst.example username=u password=p
+expect_eq "four three two " "$(listing)" "unchanged by a change elsewhere"
+mv "$MP/lst/two" "$MP/lst/five"
+expect_eq "five four three " "$(listing)" "a rename through the mount"
+rm "$MP/lst/three"
+expect_eq "five four " "$(listing)" "an unlink through the mount"
+printf d >"$MP/lst/six"
+expect_eq "five four six " "$(listing)" "a create through the mount"
+mkdir "$MP/lst2" && mv "$MP/lst/five" "$MP/lst2/five"
+expect_eq "four six " "$(listing)" "a move to another directory"
+expect_eq "five" "$(ls "$MP/lst2")" "listed there"
+kc add-generic-password -U -s lst -a six -w longer >/dev/null
+expect_eq "four six " "$(listing)" "a value changed through the CLI leaves the names"
+expect_eq "longer" "$(cat "$MP/lst/six")" "and is read at once"
+
 echo "== model test regressions (the shrunk steps, replayed)"
 # seed 1: cli_add(svc/a, 5 bytes); write(svc/a, b'', overwrite). An O_TRUNC with no write is
 # committed at the release, which the kernel sends after close(2) returns: a stat between the
