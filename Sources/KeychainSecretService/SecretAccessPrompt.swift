@@ -45,15 +45,16 @@ extension SecretService {
     /// Anything else may wait, on the user (a prompt) or on the caller itself: identifying a
     /// process reads its `/proc` files and stats and hashes its executable, and a client can
     /// make each slow (its executable on a file system that does not answer, its memory map
-    /// held locked). That would hold every other client of the bus (`test_access_dos`).
-    func decide(_ m: BusMessage, _ items: [KeychainItem], _ operation: AccessOperation,
+    /// held locked). That would hold every other client of the bus (`test_access_dbus_dos`).
+    /// `prompting` false: a caller not listed is refused without asking the user.
+    func decide(_ m: BusMessage, _ items: [KeychainItem], _ operation: AccessOperation, prompting: Bool = true,
                 later: @escaping @Sendable ([Int64: BusError]) -> Void) -> [Int64: BusError]? {
         let keychain = owner
         let guarded = items.filter { !($0.record.attributes.values.access?.isAnyProgram ?? true) }
         guard !guarded.isEmpty else { return [:] }
         let caller = accessCaller(m)
         if guarded.allSatisfy({ keychain.allowsAtOnce(caller, $0.record) }) { return [:] }
-        let prompting = keychain.access.settings.prompt != nil
+        let prompting = prompting && keychain.access.settings.prompt != nil
         @Sendable func decideEach() -> [Int64: BusError] {
             var refused: [Int64: BusError] = [:]
             for item in guarded {
@@ -79,14 +80,14 @@ extension SecretService {
         return nil
     }
 
-    /// `decide` for a call sd-bus answers on the spot (a property write): the bus's thread
-    /// waits for the decision at most `syncDecisionSeconds`, then refuses. So a client slow to
-    /// identify holds the bus for that long at most, and only until the gate's bound on
-    /// callers held on slow work refuses the next ones at once.
+    /// `decide` for a call sd-bus answers on the spot (a property write), with no prompt: the
+    /// bus's thread waits for the decision at most `syncDecisionSeconds`, then refuses. So a
+    /// client slow to identify holds the bus for that long at most, and only until the gate's
+    /// bound on callers held on slow work refuses the next ones at once.
     func decideNow(_ m: BusMessage, _ item: KeychainItem, _ operation: AccessOperation) throws {
         let done = DispatchSemaphore(value: 0)
         let outcome = DecisionOutcome()
-        let now = decide(m, [item], operation) { refused in
+        let now = decide(m, [item], operation, prompting: false) { refused in
             outcome.refused.withLock { $0 = refused }
             done.signal()
         }

@@ -150,6 +150,22 @@ expect_contains "$OUT" "AccessDenied" "Deny: secretstorage's GetSecret gets Acce
 expect_contains "$OUT" "delete refused" "Deny: Delete is refused"
 expect_eq "hunter2" "$(head -c 100 "$MNT/svc/acct")" "the item is still there"
 
+echo "-- a property write is never asked about (sd-bus answers it on the spot)"
+echo ok >"$W/answer"
+before=$(prompts)
+$PY - >"$OUT" 2>&1 <<'PY'
+import secretstorage
+bus = secretstorage.dbus_init()
+for item in secretstorage.get_default_collection(bus).search_items({"service": "svc", "username": "acct"}):
+    try:
+        item.set_label("relabelled")
+        print("label set")
+    except Exception as e:
+        print("label refused:", e)
+PY
+expect_contains "$OUT" "label refused: " "Label is refused, with a prompt configured that would allow"
+expect_eq "$before" "$(prompts)" "and no prompt was shown"
+
 echo "-- a waiting prompt stalls no other client"
 echo hang >"$W/answer"
 ( secret-tool lookup service svc username acct >"$W/waiting.out" 2>&1; echo "EXIT $?" >>"$W/waiting.out" ) &
