@@ -167,8 +167,11 @@ extension KeychainTree {
 
     /// The new access list from the xattr's text (one program a line; empty is any program),
     /// each new program pinned by its file now, those already listed as they were allowed.
+    /// Pinning reads and hashes files, for up to 3 s each (`FileIdentity.of(path:)`): the FUSE
+    /// lead is passed on first, so that other requests go on meanwhile.
     private func accessList(from value: [UInt8], replacing current: AccessList?) throws(FileSystemError) -> AccessList {
         guard let text = String(validating: value, as: UTF8.self) else { throw .invalid }
+        served.willWait()
         do throws(KeychainError) {
             return try (current ?? .anyProgram).setting(try AccessList.programs(parsing: text))
         } catch {
