@@ -155,6 +155,17 @@ init_store() {
     kc init --scrypt-log-n 10 --passphrase-file "$PASSFILE" "$@" >/dev/null
 }
 
+# mount_guarded_secret_service MOUNTPOINT: a new test store mounted there with the Secret
+# Service (unmounted at exit), holding svc/acct = hunter2 listing only /usr/bin/head, and
+# svc/open = open-secret with no list; for the per-program access tests over D-Bus.
+mount_guarded_secret_service() {
+    init_store
+    on_exit_unmount "$1"
+    expect_exit 0 "mount --secret-service" kc mount "$1" --secret-service --passphrase-file "$PASSFILE"
+    printf 'hunter2' | kc add-generic-password -s svc -a acct -T /usr/bin/head >/dev/null
+    printf 'open-secret' | kc add-generic-password -s svc -a open >/dev/null
+}
+
 # finish: prints the summary (scripts/test adds up these lines); the script exits non-zero if
 # anything failed.
 finish() {

@@ -11,11 +11,7 @@
 PY=/usr/bin/python3
 MNT="$TEST_ROOT/mnt"
 mkdir -p "$MNT"
-init_store
-on_exit_unmount "$MNT"
-expect_exit 0 "mount --secret-service" kc mount "$MNT" --secret-service --passphrase-file "$PASSFILE"
-printf 'hunter2' | kc add-generic-password -s svc -a acct -T /usr/bin/head >/dev/null
-printf 'open-secret' | kc add-generic-password -s svc -a open >/dev/null
+mount_guarded_secret_service "$MNT"
 expect_eq "hunter2" "$(head -c 100 "$MNT/svc/acct")" "head reads the guarded item"
 
 # The guarded item through secretstorage: GetSecret, SetSecret (with "set"), then Delete; each

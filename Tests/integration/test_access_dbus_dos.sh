@@ -14,11 +14,7 @@
 for tool in gcc pkg-config timeout secret-tool; do have "$tool" || finish; done
 W="$TEST_ROOT/work"
 mkdir -p "$W"
-init_store
-on_exit_unmount "$MP"
-expect_exit 0 "mount --secret-service" kc mount "$MP" --secret-service --passphrase-file "$PASSFILE"
-printf 'hunter2' | kc add-generic-password -s svc -a acct -T /usr/bin/head >/dev/null
-printf 'open-secret' | kc add-generic-password -s svc -a open >/dev/null
+mount_guarded_secret_service "$MP"
 SEARCH=$(secret-tool search --all service svc username acct 2>&1)
 # secret-tool prints the item's path within its collection: [/ID].
 ITEM=/org/freedesktop/secrets/collection/login$(printf "%s\n" "$SEARCH" | sed -n 's/^\[\(\/[0-9]*\)\]$/\1/p' | head -n 1)
