@@ -92,7 +92,7 @@ package struct Pinentry: Sendable {
         defer { close(ours) }
         let pid: pid_t
         do {
-            pid = try spawn(socket: fds[1])
+            pid = try Self.spawn(path, socket: fds[1])
         } catch {
             close(fds[1])
             return .unavailable("cannot run \(path): \(error.reason)")
@@ -100,9 +100,9 @@ package struct Pinentry: Sendable {
         close(fds[1])
         var session = AssuanSession(fd: ours, deadline: deadline, ending: ending)
         let answer = converse(&session, text, deadline: deadline, terminal: terminal, terminalType: terminalType)
-        if answer == .timedOut || answer == .ended { reap(pid, force: true) } else {
+        if answer == .timedOut || answer == .ended { Self.reap(pid, force: true) } else {
             _ = session.send("BYE")
-            reap(pid, force: false)
+            Self.reap(pid, force: false)
         }
         return answer
     }
@@ -161,7 +161,10 @@ package struct Pinentry: Sendable {
         }
     }
 
-    private func spawn(socket: Int32) throws(SpawnError) -> pid_t {
+    /// Runs the pinentry at `path` with `socket` as its standard input and output, and
+    /// nothing else of this process's: every other descriptor is closed in the child (the
+    /// daemon's FUSE device, store, sockets and pipes must not reach a prompt program).
+    package static func spawn(_ path: String, socket: Int32) throws(SpawnError) -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -178,11 +181,11 @@ package struct Pinentry: Sendable {
         return pid
     }
 
-    struct SpawnError: Error { var reason: String }
+    package struct SpawnError: Error { package var reason: String }
 
     /// Waits for the pinentry to end; one that does not end soon (or at all, after a timeout)
     /// is killed. Only our own child, by pid.
-    private func reap(_ pid: pid_t, force: Bool) {
+    package static func reap(_ pid: pid_t, force: Bool) {
         var status: Int32 = 0
         if !force {
             for _ in 0..<50 {

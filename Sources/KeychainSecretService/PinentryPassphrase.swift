@@ -1,9 +1,10 @@
 import Foundation
+import KeychainAccess
 import KeychainCrypto
 
 /// Asks for the keychain's passphrase through pinentry, the standard Linux prompt program,
-/// speaking its Assuan protocol on a pipe (`SETDESC`, `SETPROMPT`, `SETTIMEOUT`, `GETPIN`).
-/// The answer goes from the pipe into locked memory, never into a `String` or `Data`.
+/// speaking its Assuan protocol on a socket pair (`SETDESC`, `SETPROMPT`, `SETTIMEOUT`, `GETPIN`).
+/// The answer goes from the socket into locked memory, never into a `String` or `Data`.
 package struct PinentryPassphrase: Sendable {
     package var program: String
     package var timeout: Int
@@ -20,19 +21,28 @@ package struct PinentryPassphrase: Sendable {
     }
 
     /// Runs pinentry once; blocks the calling thread (never the bus's) until it answers.
+    /// Spawned as the access prompt's pinentry is (`Pinentry.spawn`: a socket pair, nothing
+    /// else of the daemon's inherited), and reaped by its pid.
     package func ask(description: String) -> Outcome {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: program)
-        let toChild = Pipe(), fromChild = Pipe()
-        process.standardInput = toChild
-        process.standardOutput = fromChild
-        process.standardError = FileHandle.nullDevice
-        do { try process.run() } catch { return .dismissed("cannot run \(program): \(error)") }
-        defer {
-            if process.isRunning { process.terminate() }
-            process.waitUntilExit()
+        var fds: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
+            return .dismissed("socketpair: \(String(cString: strerror(errno)))")
         }
-        let w = toChild.fileHandleForWriting.fileDescriptor, r = fromChild.fileHandleForReading.fileDescriptor
+        let pid: pid_t
+        do {
+            pid = try Pinentry.spawn(program, socket: fds[1])
+        } catch {
+            close(fds[0])
+            close(fds[1])
+            return .dismissed("cannot run \(program): \(error.reason)")
+        }
+        close(fds[1])
+        var answered = false
+        defer {
+            close(fds[0])
+            Pinentry.reap(pid, force: !answered)
+        }
+        let w = fds[0], r = fds[0]
         let deadline = Date().addingTimeInterval(TimeInterval(timeout + 5))
         let reader = LineReader(fd: r, deadline: deadline)
         guard reader.okLine() else { return .dismissed("\(program) did not greet") }
@@ -51,6 +61,7 @@ package struct PinentryPassphrase: Sendable {
                 line.withUnsafeBytes { Self.unescape($0.dropFirst(2), into: pin) }
             } else if starts("OK") {
                 Self.send(w, "BYE")
+                answered = true
                 return .passphrase(pin)
             } else if starts("ERR") {
                 pin.wipe()
@@ -59,9 +70,10 @@ package struct PinentryPassphrase: Sendable {
         }
     }
 
+    /// MSG_NOSIGNAL: a pinentry gone away is an error, not SIGPIPE.
     private static func send(_ fd: Int32, _ command: String) {
         let bytes = Array((command + "\n").utf8)
-        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 
     /// Assuan data escapes `%`, CR and LF.

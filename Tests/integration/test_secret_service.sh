@@ -143,6 +143,13 @@ expect_exit 0 "mount with [access] pinentry" kc mount "$MNT" --secret-service --
 run_py prompt
 kc unmount "$MNT" >/dev/null 2>&1
 rm "$XDG_CONFIG_HOME/keychainfs/config.toml"
+# Nothing of the daemon's reaches the prompt program: its standard input and output are its
+# own socket, the rest is the shell's (the script, the file it writes, a command
+# substitution's pipe).
+cat "$PINENTRY_DIR/fds" >"$OUT"
+expect_contains "$OUT" "stdin -> socket:" "the prompt program ran, on a socket of its own"
+expect_eq "" "$(grep -v '^stdin -> ' "$OUT" | grep -E 'socket:|/dev/fuse')" "it was given no socket or FUSE device of the daemon's"
+expect_eq "" "$(grep -v "$PINENTRY_DIR/" "$OUT" | grep "$TEST_ROOT/")" "nor any file of the store's"
 
 # A store with no passphrase: Unlock needs no prompt.
 STORE3="$TEST_ROOT/nopass.db"
