@@ -1264,6 +1264,27 @@ package final class HolderLimit: Sendable {
     }
 }
 
+/// A value one thread delivers and another waits for, with a deadline: the waiter may give up,
+/// and the deliverer still finishes (what it delivers then goes unread).
+package final class OneShot<T: Sendable>: @unchecked Sendable {
+    // @unchecked Sendable: `value` is a Mutex; DispatchSemaphore is thread-safe.
+    private let value = Mutex<T?>(nil)
+    private let done = DispatchSemaphore(value: 0)
+
+    package init() {}
+
+    package func deliver(_ v: T) {
+        value.withLock { $0 = v }
+        done.signal()
+    }
+
+    /// The value, or nil when none came within `seconds`.
+    package func wait(seconds: Double) -> T? {
+        guard done.wait(timeout: .now() + seconds) == .success else { return nil }
+        return value.withLock { $0 }
+    }
+}
+
 /// One prompt at a time, waited for with a deadline (pthread condition, which
 /// `Synchronization.Mutex` lacks). Only callers that need a prompt ever wait here.
 final class PromptSlot: @unchecked Sendable {

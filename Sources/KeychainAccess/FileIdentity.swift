@@ -310,31 +310,27 @@ final class PinningJobs: Sendable {
     static let shared = PinningJobs()
     private let running = HolderLimit(max: DigestJobs.maxRunning)
 
-    private final class Outcome: Sendable {
-        let result = Mutex<Result<FileIdentity, KeychainError>?>(nil)
+    private enum Waited {
+        case noPlace
+        case timedOut
+        case done(Result<FileIdentity, KeychainError>)
     }
 
     func run(shownAs shown: String, _ body: @escaping @Sendable () throws(KeychainError) -> FileIdentity) throws(KeychainError) -> FileIdentity {
-        let outcome = Outcome()
-        let waited = CallerWaits.shared.holding { () -> Bool in
-            guard let place = running.enter() else { return false }
-            let done = DispatchSemaphore(value: 0)
+        let waited = CallerWaits.shared.holding { () -> Waited in
+            guard let place = running.enter() else { return .noPlace }
+            let outcome = OneShot<Result<FileIdentity, KeychainError>>()
             Thread.detachNewThread {
-                let result = Result { () throws(KeychainError) in try body() }
-                outcome.result.withLock { $0 = result }
+                outcome.deliver(Result { () throws(KeychainError) in try body() })
                 place.end()
-                done.signal()
             }
-            _ = done.wait(timeout: .now() + DigestJobs.wait)
-            return true
+            return outcome.wait(seconds: DigestJobs.wait).map(Waited.done) ?? .timedOut
         }
-        guard let waited else { throw .io(CallerWaits.busyReason) }
-        guard waited else {
-            throw .io("\(DigestJobs.maxRunning) other programs' files are being read already (on a slow file system?)")
+        switch waited {
+        case nil: throw .io(CallerWaits.busyReason)
+        case .noPlace?: throw .io("\(DigestJobs.maxRunning) other programs' files are being read already (on a slow file system?)")
+        case .timedOut?: throw .io("\(shown) could not be read within \(Int(DigestJobs.wait)) s (a huge file, or a slow file system)")
+        case .done(let result)?: return try result.get()
         }
-        guard let result = outcome.result.withLock({ $0 }) else {
-            throw .io("\(shown) could not be read within \(Int(DigestJobs.wait)) s (a huge file, or a slow file system)")
-        }
-        return try result.get()
     }
 }

@@ -84,20 +84,9 @@ package struct Pinentry: Sendable {
 
     /// One pinentry, from its start to its end, asked `text` until `deadline`.
     private func session(_ text: PromptText, deadline: ContinuousClock.Instant, terminal: String?, terminalType: String?) -> PromptAnswer {
-        var fds: [Int32] = [-1, -1]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
-            return .unavailable("socketpair: \(String(cString: strerror(errno)))")
-        }
-        let ours = fds[0]
+        let ours: Int32, pid: pid_t
+        do { (ours, pid) = try Self.launch(path) } catch { return .unavailable(error.reason) }
         defer { close(ours) }
-        let pid: pid_t
-        do {
-            pid = try Self.spawn(path, socket: fds[1])
-        } catch {
-            close(fds[1])
-            return .unavailable("cannot run \(path): \(error.reason)")
-        }
-        close(fds[1])
         var session = AssuanSession(fd: ours, deadline: deadline, ending: ending)
         let answer = converse(&session, text, deadline: deadline, terminal: terminal, terminalType: terminalType)
         if answer == .timedOut || answer == .ended { Self.reap(pid, force: true) } else {
@@ -142,7 +131,7 @@ package struct Pinentry: Sendable {
     }
 
     /// `VERB arg` with Assuan's escapes (`%`, CR, LF), the argument cut to fit one line.
-    static func line(_ verb: String, _ value: String) -> String {
+    package static func line(_ verb: String, _ value: String) -> String {
         var scalars = Array(value.unicodeScalars)
         while true {
             var escaped = ""
@@ -161,10 +150,25 @@ package struct Pinentry: Sendable {
         }
     }
 
-    /// Runs the pinentry at `path` with `socket` as its standard input and output, and
-    /// nothing else of this process's: every other descriptor is closed in the child (the
-    /// daemon's FUSE device, store, sockets and pipes must not reach a prompt program).
-    package static func spawn(_ path: String, socket: Int32) throws(SpawnError) -> pid_t {
+    /// Starts the pinentry at `path` on one end of a socket pair, as its standard input and
+    /// output, with nothing else of this process's (every other descriptor is closed in the
+    /// child: the daemon's FUSE device, store, sockets and pipes must not reach a prompt
+    /// program). Returns the other end, which the caller closes, and the pid for `reap`.
+    package static func launch(_ path: String) throws(SpawnError) -> (fd: Int32, pid: pid_t) {
+        var fds: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
+            throw SpawnError(reason: "socketpair: \(String(cString: strerror(errno)))")
+        }
+        defer { close(fds[1]) }
+        do {
+            return (fds[0], try spawn(path, socket: fds[1]))
+        } catch {
+            close(fds[0])
+            throw SpawnError(reason: "cannot run \(path): \(error.reason)")
+        }
+    }
+
+    private static func spawn(_ path: String, socket: Int32) throws(SpawnError) -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }

@@ -90,7 +90,9 @@ final class FuseFileSystem: Sendable {
 
     /// Opens a listing of `ino`: a generic service's is read in pages as the reads come, any
     /// other directory's whole now.
-    func openListing(_ ino: UInt64) throws(FileSystemError) -> UInt64 {
+    /// The open directory's handle, and whether it is a service directory (paged, and kept by
+    /// the kernel: `FuseOperations.opendir`).
+    func openListing(_ ino: UInt64) throws(FileSystemError) -> (handle: UInt64, isService: Bool) {
         let location = try location(ino)
         let listing: OpenListing
         if case .service = location {
@@ -99,12 +101,14 @@ final class FuseFileSystem: Sendable {
         } else {
             listing = .whole(entries: try wholeListing(location), read: false)
         }
-        return listings.withLock { l in
+        let handle = listings.withLock { l in
             let id = l.next
             l.next += 1
             l.open[id] = listing
             return id
         }
+        if case .paged = listing { return (handle, true) }
+        return (handle, false)
     }
 
     private func wholeListing(_ location: TreeLocation) throws(FileSystemError) -> [DirectoryEntry] {

@@ -194,8 +194,9 @@ enum FuseOperations {
     /// domain), which the kernel does not count as a change of the directory.
     static func opendir(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
-            fi!.pointee.fh = try fs.openListing(ino)
-            if case .service = try fs.location(ino) {
+            let (handle, isService) = try fs.openListing(ino)
+            fi!.pointee.fh = handle
+            if isService {
                 fi!.pointee.cache_readdir = 1
                 fi!.pointee.keep_cache = 1
             }

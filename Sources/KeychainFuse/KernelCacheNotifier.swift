@@ -10,7 +10,8 @@ import KeychainModel
 /// hears "done":
 ///
 /// - a name added: `notify_inval_entry` on it (a dentry the kernel may hold for it, negative
-///   or stale, goes) and `notify_inval_inode` on its directory (nlink, mtime);
+///   or stale, goes) and `notify_inval_inode` on its directory (nlink, mtime, and the
+///   listing the kernel keeps of a service directory, `FuseOperations.opendir`);
 /// - a name removed: `notify_delete` where the kernel holds its inode (the dentry goes and the
 ///   inode is unlinked, as by unlink(2), so an open descriptor sees nlink 0), else
 ///   `notify_inval_entry`; the inode table forgets the name as at an unlink;

@@ -21,37 +21,25 @@ package struct PinentryPassphrase: Sendable {
     }
 
     /// Runs pinentry once; blocks the calling thread (never the bus's) until it answers.
-    /// Spawned as the access prompt's pinentry is (`Pinentry.spawn`: a socket pair, nothing
+    /// Started as the access prompt's pinentry is (`Pinentry.launch`: a socket pair, nothing
     /// else of the daemon's inherited), and reaped by its pid.
     package func ask(description: String) -> Outcome {
-        var fds: [Int32] = [-1, -1]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
-            return .dismissed("socketpair: \(String(cString: strerror(errno)))")
-        }
-        let pid: pid_t
-        do {
-            pid = try Pinentry.spawn(program, socket: fds[1])
-        } catch {
-            close(fds[0])
-            close(fds[1])
-            return .dismissed("cannot run \(program): \(error.reason)")
-        }
-        close(fds[1])
+        let fd: Int32, pid: pid_t
+        do { (fd, pid) = try Pinentry.launch(program) } catch { return .dismissed(error.reason) }
         var answered = false
         defer {
-            close(fds[0])
+            close(fd)
             Pinentry.reap(pid, force: !answered)
         }
-        let w = fds[0], r = fds[0]
         let deadline = Date().addingTimeInterval(TimeInterval(timeout + 5))
-        let reader = LineReader(fd: r, deadline: deadline)
+        let reader = LineReader(fd: fd, deadline: deadline)
         guard reader.okLine() else { return .dismissed("\(program) did not greet") }
-        for command in ["SETTITLE keychainfs", "SETDESC " + Self.escape(description), "SETPROMPT Passphrase:",
+        for command in ["SETTITLE keychainfs", Pinentry.line("SETDESC", description), "SETPROMPT Passphrase:",
                         "SETTIMEOUT \(timeout)"] {
-            Self.send(w, command)
+            Self.send(fd, command)
             guard reader.okLine() else { return .dismissed("\(program) refused \(command.prefix(10))") }
         }
-        Self.send(w, "GETPIN")
+        Self.send(fd, "GETPIN")
         let pin = SecureBytes()
         while true {
             guard let line = reader.line() else { return .dismissed("\(program) gave no answer") }
@@ -60,7 +48,7 @@ package struct PinentryPassphrase: Sendable {
             if starts("D ") {
                 line.withUnsafeBytes { Self.unescape($0.dropFirst(2), into: pin) }
             } else if starts("OK") {
-                Self.send(w, "BYE")
+                Self.send(fd, "BYE")
                 answered = true
                 return .passphrase(pin)
             } else if starts("ERR") {
@@ -74,12 +62,6 @@ package struct PinentryPassphrase: Sendable {
     private static func send(_ fd: Int32, _ command: String) {
         let bytes = Array((command + "\n").utf8)
         _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-    }
-
-    /// Assuan data escapes `%`, CR and LF.
-    private static func escape(_ s: String) -> String {
-        s.replacingOccurrences(of: "%", with: "%25").replacingOccurrences(of: "\n", with: "%0A")
-            .replacingOccurrences(of: "\r", with: "%0D")
     }
 
     private static func unescape(_ bytes: UnsafeRawBufferPointer.SubSequence, into out: SecureBytes) {

@@ -66,13 +66,12 @@ extension SecretService {
         }
         // Each waiting decision holds a thread: past a bound (clients calling faster than they
         // can be identified or the user answers), the rest are refused at once.
-        guard Self.waitingDecisions.add(1, ordering: .relaxed).newValue <= Self.maxWaitingDecisions else {
-            Self.waitingDecisions.subtract(1, ordering: .relaxed)
+        guard let place = Self.waitingDecisions.enter() else {
             return Dictionary(uniqueKeysWithValues: guarded.map { ($0.id, Self.tooManyWaiting) })
         }
         let thread = Thread {
             let refused = decideEach()
-            Self.waitingDecisions.subtract(1, ordering: .relaxed)
+            place.end()
             later(refused)
         }
         thread.name = "secret-service-access"
@@ -85,18 +84,9 @@ extension SecretService {
     /// client slow to identify holds the bus for that long at most, and only until the gate's
     /// bound on callers held on slow work refuses the next ones at once.
     func decideNow(_ m: BusMessage, _ item: KeychainItem, _ operation: AccessOperation) throws {
-        let done = DispatchSemaphore(value: 0)
-        let outcome = DecisionOutcome()
-        let now = decide(m, [item], operation, prompting: false) { refused in
-            outcome.refused.withLock { $0 = refused }
-            done.signal()
-        }
-        let refused: [Int64: BusError]
-        if let now {
-            refused = now
-        } else if done.wait(timeout: .now() + .seconds(Self.syncDecisionSeconds)) == .success, let decided = outcome.refused.withLock({ $0 }) {
-            refused = decided
-        } else {
+        let outcome = OneShot<[Int64: BusError]>()
+        let now = decide(m, [item], operation, prompting: false) { outcome.deliver($0) }
+        guard let refused = now ?? outcome.wait(seconds: Double(Self.syncDecisionSeconds)) else {
             throw BusError("org.freedesktop.DBus.Error.AccessDenied",
                            "the caller could not be identified within \(Self.syncDecisionSeconds) s (its executable or memory slow to read); try again")
         }
@@ -106,16 +96,10 @@ extension SecretService {
 
 extension SecretService {
     /// Calls waiting for an access decision on threads of their own (`decide`).
-    static let waitingDecisions = Atomic<Int>(0)
-    static let maxWaitingDecisions = 32
+    static let waitingDecisions = HolderLimit(max: 32)
     static let tooManyWaiting = BusError("org.freedesktop.DBus.Error.AccessDenied",
                                          "too many calls are waiting for an access decision; try again")
     static let syncDecisionSeconds = 2
-}
-
-/// What a decision's thread found, for `decideNow`, which may have stopped waiting for it.
-private final class DecisionOutcome: Sendable {
-    let refused = Mutex<[Int64: BusError]?>(nil)
 }
 
 /// A closure of the bus's thread carried through another thread, which never calls it.
