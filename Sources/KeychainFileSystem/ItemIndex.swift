@@ -97,6 +97,14 @@ struct ItemIndex {
     private(set) var absent: Set<ItemKey> = []
     /// The pending items (`KeychainItem.isPending`): not in the store until their first commit.
     private(set) var pending: Set<Int64> = []
+    /// The classes of every row of a generic service in the store, readable now or not
+    /// (`Keychain.groupClasses`), as a create there last read them: a shell loop creating
+    /// names in one directory reads them once (`ServedKeychain.newItemClass`). Each change
+    /// through the owner drops the services it touched, but for a create's own row, whose
+    /// class is added (`storedClassesChanged`). The commit of a create reads them again in
+    /// its own transaction all the same; a stale set could only show a pending file a class
+    /// other than the one it will be stored with.
+    private(set) var storedClasses: [String: Set<AccessibilityClass>] = [:]
     private let mounted: Date
     /// Use order for eviction: an item's last use, from a counter.
     private var used: [Int64: UInt64] = [:]
@@ -204,7 +212,7 @@ struct ItemIndex {
 
     mutating func removeAll() {
         items = [:]; ids = [:]; services = [:]; servers = [:]; used = [:]
-        complete = []; namesListed = false; absent = []; pending = []
+        complete = []; namesListed = false; absent = []; pending = []; storedClasses = [:]
     }
 
     // MARK: the cache
@@ -218,6 +226,14 @@ struct ItemIndex {
         }
         for item in found { install(item) }
         complete.insert(group)
+    }
+
+    /// A service directory mkdir made: its `covering` found no readable item of the group in
+    /// the store, so the index holds every one (none), and a shell loop creating names in it
+    /// looks none of them up in the store.
+    mutating func makeEmptyService(_ name: String, now: Date) {
+        makeService(name, now: now)
+        complete.insert(ItemGroup(kind: .generic, name: name))
     }
 
     /// The root's names read from the store; directories already known stay as they are.
@@ -251,6 +267,35 @@ struct ItemIndex {
         complete = []
         namesListed = false
         absent = []
+        storedClasses = [:]
+    }
+
+    /// `classes`, read from the store with no change put in since (`generation`); past
+    /// `limit` services, the others are forgotten.
+    mutating func noteStoredClasses(_ classes: Set<AccessibilityClass>, service: String, limit: Int) {
+        if storedClasses.count >= limit { storedClasses.removeAll(keepingCapacity: true) }
+        storedClasses[service] = classes
+    }
+
+    /// A change committed: the services it touched are read again, but a new row of
+    /// `added` class (a create's) joins what was read of its service.
+    mutating func storedClassesChanged(_ change: ItemChange, added: AccessibilityClass? = nil) {
+        guard !storedClasses.isEmpty else { return }
+        func service(_ key: ItemKey) -> String? {
+            if case .generic(let g) = key { g.service } else { nil }
+        }
+        switch change {
+        case .added(let key):
+            guard let s = service(key) else { return }
+            if let added { storedClasses[s]?.insert(added) } else { storedClasses[s] = nil }
+        case .removed(let key), .updated(let key):
+            service(key).map { storedClasses[$0] = nil }
+        case .moved(let from, let to):
+            service(from).map { storedClasses[$0] = nil }
+            service(to).map { storedClasses[$0] = nil }
+        case .lockStateChanged:
+            return
+        }
     }
 
     /// `key` is in no row of the store (`absent`); past `limit` such keys, the others are forgotten.

@@ -340,7 +340,11 @@ package final class KeychainTree: Sendable {
         try served.covering(location) { s throws(FileSystemError) in
             if (try? node(location, s.index)) != nil { throw .exists }
             try Self.checkNewDirectory(location, s.index)
-            Self.addDirectory(location, &s.index, now: Date())
+            if case .service(let name) = location {
+                s.index.makeEmptyService(name, now: Date())
+            } else {
+                Self.addDirectory(location, &s.index, now: Date())
+            }
         }
     }
 

@@ -241,9 +241,11 @@ package final class ServedKeychain: Sendable {
             return changes
         }
 
-        private func note(_ change: ItemChange) {
+        /// `addedClass`: the class of a create's new row (`ItemIndex.storedClassesChanged`).
+        private func note(_ change: ItemChange, addedClass: AccessibilityClass? = nil) {
             precondition(isOpen, "an ItemCommit used after its change ended")
             changes.append(change)
+            owner.state.withLock { $0.index.storedClassesChanged(change, added: addedClass) }
         }
 
         private func check() { precondition(isOpen, "an ItemCommit used after its change ended") }
@@ -285,7 +287,7 @@ package final class ServedKeychain: Sendable {
                 stored = try keychain.add(record, secret: secret)
             }
             owner.state.withLock { $0.stored(pending: item.id, as: stored) }
-            note(.added(stored.key))
+            note(.added(stored.key), addedClass: stored.accessible)
             return stored
         }
 
@@ -800,7 +802,16 @@ package final class ServedKeychain: Sendable {
         let stored: [AccessibilityClass]
         switch key {
         case .generic(let g):
-            stored = Array(try keychain.groupClasses(kind: .generic, name: g.service))
+            let (known, generation) = state.withLock { ($0.index.storedClasses[g.service], $0.generation) }
+            if let known {
+                stored = Array(known)
+            } else {
+                let read = try keychain.groupClasses(kind: .generic, name: g.service)
+                state.withLock { s in
+                    if s.generation == generation { s.index.noteStoredClasses(read, service: g.service, limit: s.indexLimit) }
+                }
+                stored = Array(read)
+            }
         case .internet(let i):
             // A server is read whole when first looked up, so its directory is usually in the
             // index already (as the tree's lookup of the new name put it there).

@@ -177,6 +177,46 @@ final class LazyIndexTests: XCTestCase {
         served.setAfterFillRead(nil)
     }
 
+    /// A directory mkdir made holds every readable item of its service (none): a shell loop
+    /// creating names in it reads no name from the store. The classes of the service's rows
+    /// are read at its first create, and every later change (another channel's, a delete, a
+    /// class set on a file) is seen by the next create's class, as when each create read them.
+    func testADirectoryMadeByMkdirReadsNoNameAndItsClassesFollowEveryChange() throws {
+        let served = try ServedKeychain(keychain: keychain)
+        let tree = KeychainTree(served: served)
+        let fills = Mutex(0)
+        served.setAfterFillRead { fills.withLock { $0 += 1 } }
+        try tree.makeDirectory("/fresh")
+        let afterMkdir = fills.withLock { $0 }
+        func accessible(_ path: String) throws -> String {
+            String(decoding: try tree.attribute(path, name: "user.keychain.accessible"), as: UTF8.self)
+        }
+        for name in ["a", "b"] {
+            XCTAssertThrowsError(try tree.stat("/fresh/\(name)")) { XCTAssertEqual($0 as? FileSystemError, .notFound) }
+            try tree.release(try tree.create("/fresh/\(name)", flags: O_WRONLY))
+            XCTAssertEqual(try accessible("/fresh/\(name)"), "when-unlocked")
+        }
+        XCTAssertEqual(fills.withLock { $0 }, afterMkdir, "no name was looked up in the store")
+        served.setAfterFillRead(nil)
+        XCTAssertEqual(served.state.withLock { $0.index.storedClasses["fresh"] }, [.whenUnlocked], "read once, then kept")
+
+        // Another channel stores a this-device-only item beside them: the next file takes its class.
+        _ = try served.save(try key("fresh", "strict"), secret: SecureBytes(copying: Array("x".utf8)),
+                            changes: AttributeChanges(accessible: .whenUnlockedThisDeviceOnly), updateExisting: false)
+        let h = try tree.create("/fresh/c", flags: O_WRONLY)
+        XCTAssertEqual(try accessible("/fresh/c"), "when-unlocked-this-device-only", "pending, it shows the stricter class")
+        try tree.release(h)
+        // Once the strict item is gone, new files take the default again: a delete drops what was read.
+        XCTAssertEqual(try served.delete(matching: .exactly(try key("fresh", "strict")), all: false).count, 1)
+        try tree.remove("/fresh/c")
+        try tree.release(try tree.create("/fresh/d", flags: O_WRONLY))
+        XCTAssertEqual(try accessible("/fresh/d"), "when-unlocked")
+        // A class set on an item is a change too.
+        try tree.setAttribute("/fresh/a", name: "user.keychain.accessible", value: Array("always-this-device-only".utf8))
+        try tree.release(try tree.create("/fresh/e", flags: O_WRONLY))
+        XCTAssertEqual(try accessible("/fresh/e"), "when-unlocked-this-device-only")
+    }
+
     func testBeforeFirstUnlockOnlyAlwaysNamesShowThenEveryNameAfterTheUnlock() throws {
         try fill("svc", count: 2, accessible: .always)
         try keychain.add(ItemRecord(key: try key("svc", "locked"), attributes: ItemAttributes(accessible: .whenUnlocked)),
