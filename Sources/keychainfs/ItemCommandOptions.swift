@@ -147,8 +147,8 @@ enum MacOSDifferences {
         """
     private static let add = """
         -w with a value is not needed (without -w or -X, standard input is read exactly); \
-        -A and -T do not exist (any process of the user may read a mounted item); --store, \
-        not an argument, chooses the keychain.
+        -T pins a program by its file and the prompt is pinentry, not a system dialog; \
+        --store, not an argument, chooses the keychain.
         """
     private static let find = """
         -w writes the password's exact bytes with no newline after them (macOS adds a newline \

@@ -7,13 +7,19 @@ import KeychainStore
 enum SecretInput {
     /// From standard input exactly as sent, no newline added or stripped, so binary secrets
     /// survive; when standard input is a terminal, or `preferTerminal` (a bare -w) and there is
-    /// one, typed twice without echo instead, as macOS asks.
+    /// one, typed twice without echo instead, as macOS asks. A bare -w with no terminal reads
+    /// standard input, but not nothing: an empty secret stored because no one was there to be
+    /// asked is refused.
     static func read(preferTerminal: Bool) throws -> SecureBytes {
         if isatty(0) == 1 || preferTerminal,
            let terminal = try? Terminal.open(purpose: "ask for the password", alternatives: "-w PASSWORD or standard input") {
             return try askTwice(terminal)
         }
-        return try readAll(fd: 0)
+        let secret = try readAll(fd: 0)
+        if preferTerminal && secret.count == 0 {
+            throw KeychainError.invalidInput("-w last asks for the password at a terminal, and there is none; standard input was empty too: give the password on standard input or as -w PASSWORD")
+        }
+        return secret
     }
 
     /// Up to three rounds: a mismatch is asked again.

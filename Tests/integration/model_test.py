@@ -487,7 +487,7 @@ class Coherence(RuleBasedStateMachine):
         r = self.cli("add", key, *(["-U"] if update else []), stdin=data)
         exists = key in self.items
         if exists and not update:
-            expect(r.returncode == 45, f"add of an existing item: exit {r.returncode}, want 45")
+            expect(r.returncode == 45, f"add of an existing item: exit {r.returncode}, want 45: {r.stderr!r}")
             return
         expect(r.returncode == 0, f"add: exit {r.returncode}: {r.stderr!r}")
         if exists:
@@ -503,7 +503,7 @@ class Coherence(RuleBasedStateMachine):
         self.touched = [key]
         r = self.cli("delete", key)
         want = 0 if key in self.items else 44
-        expect(r.returncode == want, f"delete: exit {r.returncode}, want {want}")
+        expect(r.returncode == want, f"delete: exit {r.returncode}, want {want}: {r.stderr!r}")
         self.items.pop(key, None)
 
     @precondition(running)

@@ -167,6 +167,10 @@ printf 'from-stdin' >"$T/secret"
 expect_exit 0 "a bare -w with no terminal reads standard input" \
     setsid -w "$KEYCHAINFS_BIN" add-generic-password -s w -a stdin $P -w <"$T/secret"
 expect_eq "from-stdin" "$(kc find-generic-password -s w -a stdin -w $P)" "the secret came from standard input"
+expect_exit 65 "a bare -w with no terminal and nothing on standard input: 65" \
+    setsid -w "$KEYCHAINFS_BIN" add-generic-password -s w -a nothing $P -w </dev/null
+expect_contains "$ERR" "standard input was empty" "it says why"
+expect_exit 44 "no empty secret was stored" kc find-generic-password -s w -a nothing $P
 printf 'second' >"$T/secret2"
 expect_exit 0 "-w followed by another option is bare too" \
     setsid -w "$KEYCHAINFS_BIN" add-generic-password -s w -a stdin -w -U $P <"$T/secret2"
