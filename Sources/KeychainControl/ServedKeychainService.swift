@@ -129,7 +129,8 @@ package final class ServedKeychainService: KeychainService {
         return KeychainStatus(state: owner.lockState, storePath: mount.storePath, mountpoint: mount.mountpoint,
                               lockAfter: owner.lockAfter, itemCounts: counts, hasPassphrase: owner.hasPassphrase,
                               daemonPID: getpid(), daemonVersion: ControlProtocol.softwareVersion,
-                              memoryLocked: SecureBytes.allLocked, allowRoot: mount.allowRoot, memory: memoryStatus())
+                              memoryLocked: SecureBytes.allLocked, allowRoot: mount.allowRoot, memory: memoryStatus(),
+                              passphraseWait: owner.lockState == .unlocked ? nil : try owner.passphraseWait())
     }
 
     private func memoryStatus() -> MemoryStatus {

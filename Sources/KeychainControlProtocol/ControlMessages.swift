@@ -523,6 +523,7 @@ package enum WireItem {
         w.field(.daemonVersion, ifPresent: s.daemonVersion)
         if let locked = s.memoryLocked { w.field(.memoryLocked, UInt8(locked ? 1 : 0)) }
         if let allowRoot = s.allowRoot { w.field(.allowRoot, UInt8(allowRoot ? 1 : 0)) }
+        if let wait = s.passphraseWait, wait > 0 { w.field(.passphraseWait, UInt64(wait)) }
         if let m = s.memory {
             w.nested(.memory) { n in
                 n.field(.lockedBytes, UInt64(max(m.lockedBytes, 0)))
@@ -560,7 +561,8 @@ package enum WireItem {
                               daemonVersion: try f.string(.daemonVersion),
                               memoryLocked: try f.integer(.memoryLocked, as: UInt8.self).map { $0 != 0 },
                               allowRoot: try f.integer(.allowRoot, as: UInt8.self).map { $0 != 0 },
-                              memory: try memory(f.nested(.memory)))
+                              memory: try memory(f.nested(.memory)),
+                              passphraseWait: try f.integer(.passphraseWait, as: UInt64.self).map { Int(clamping: $0) })
     }
 }
 

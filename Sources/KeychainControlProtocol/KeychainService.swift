@@ -161,15 +161,18 @@ package struct KeychainStatus: Codable, Sendable, Equatable {
     /// The daemon's locked memory and cache of secrets; nil without a daemon (or from a daemon
     /// of a version that did not report it).
     package var memory: MemoryStatus?
+    /// Seconds before a passphrase would be judged, after wrong ones in a row; nil when one
+    /// would be now (or from a daemon of a version that did not report it).
+    package var passphraseWait: Int?
 
     package init(state: LockState, storePath: String, mountpoint: String? = nil, lockAfter: Int? = nil,
                 itemCounts: [AccessibilityClass: Int], hasPassphrase: Bool, daemonPID: Int32? = nil,
                 daemonVersion: String? = nil, memoryLocked: Bool? = nil, allowRoot: Bool? = nil,
-                memory: MemoryStatus? = nil) {
+                memory: MemoryStatus? = nil, passphraseWait: Int? = nil) {
         self.state = state; self.storePath = storePath; self.mountpoint = mountpoint; self.lockAfter = lockAfter
         self.itemCounts = itemCounts; self.hasPassphrase = hasPassphrase
         self.daemonPID = daemonPID; self.daemonVersion = daemonVersion; self.memoryLocked = memoryLocked
-        self.allowRoot = allowRoot; self.memory = memory
+        self.allowRoot = allowRoot; self.memory = memory; self.passphraseWait = passphraseWait
     }
 }
 

@@ -62,6 +62,7 @@ package enum WireTag: UInt16, CaseIterable {
     case allowRoot = 73             // u8 0/1
     case all = 74                   // u8 0/1: a delete acts on every match, not the first
     case extras = 75                // secret bytes: git's expiry and refresh token, sealed like the secret
+    case passphraseWait = 76        // u64: seconds before a passphrase would be judged; absent when none
 
     // Backups.
     case batchItem = 90             // nested, repeated: record, secret and extras of one item

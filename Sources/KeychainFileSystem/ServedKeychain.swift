@@ -562,6 +562,7 @@ package final class ServedKeychain: Sendable {
 
     package var lockState: LockState { keychain.state }
     package var hasPassphrase: Bool { keychain.hasPassphrase }
+    package func passphraseWait() throws -> Int { try keychain.passphraseWait() }
     package var storePath: String { keychain.path }
     package func isAvailable(_ c: AccessibilityClass) -> Bool { keychain.isAvailable(c) }
 

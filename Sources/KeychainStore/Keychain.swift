@@ -209,6 +209,13 @@ public final class Keychain: @unchecked Sendable {
 
     package static let wallClock: @Sendable () -> Int = { Int(Date().timeIntervalSince1970) }
 
+    /// Seconds before a passphrase attempt would be judged (`attempt`), 0 when one would be
+    /// now: a command asks for the passphrase only once it would be heard.
+    package func passphraseWait() throws -> Int {
+        let (failures, last) = try failureRecord()
+        return max(0, last + Self.backoffDelay(failures: failures) - clock())
+    }
+
     /// Seconds to wait after `failures` wrong passphrases in a row: none for the first two,
     /// then 5 s, doubling up to an hour.
     package static func backoffDelay(failures: Int) -> Int {

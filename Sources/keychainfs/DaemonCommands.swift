@@ -156,6 +156,8 @@ struct UnlockCommand: ParsableCommand {
             Output.line("\(record.mountpoint) is already unlocked")
             return
         }
+        // Not asked only to be told to wait: the daemon would not judge it yet.
+        if status.hasPassphrase, let wait = status.passphraseWait, wait > 0 { throw KeychainError.tooManyAttempts(retryAfter: wait) }
         try passphrase.withRetries(prompt: "Passphrase for \(record.storePath): ") { read in
             try daemon.unlock(passphrase: status.hasPassphrase ? try read() : nil)
         }

@@ -62,6 +62,8 @@ struct StatusReport: Encodable {
     var allowRoot: Bool?
     var daemon: Daemon?
     var memory: MemoryStatus?
+    /// Seconds before a passphrase would be judged, after wrong ones in a row.
+    var passphraseWait: Int?
     var items: [String: Int]?
 
     static func gather(target: MountTarget) throws -> StatusReport {
@@ -105,6 +107,7 @@ struct StatusReport: Encodable {
                 report.lockAfter = s.lockAfter
                 report.allowRoot = s.allowRoot
                 report.memory = s.memory
+                report.passphraseWait = s.passphraseWait
                 report.daemon = Daemon(pid: s.daemonPID ?? record.pid, version: s.daemonVersion, memoryLocked: s.memoryLocked)
                 report.items = Dictionary(uniqueKeysWithValues: AccessibilityClass.allCases.map { ($0.rawValue, s.itemCounts[$0] ?? 0) })
                 return report
@@ -130,7 +133,8 @@ struct StatusReport: Encodable {
             out.append("store: \(store)")
             out.append("mountpoint: \(mountpoint ?? "?")")
             out.append("lock-after: \(lockAfter.map { "\($0) s" } ?? "never")")
-            out.append("passphrase: \(passphrase ?? "?")")
+            out.append("passphrase: \(passphrase ?? "?")"
+                + (passphraseWait.map { ", wrong ones in a row: the next is heard in \($0) s" } ?? ""))
             out.append("allow-root: \(allowRoot == true ? "yes" : "no")")
             if let daemon {
                 var parts = ["pid \(daemon.pid.map(String.init) ?? "?")"]

@@ -171,6 +171,7 @@ final class WireFormatTests: XCTestCase {
         for status in [
             KeychainStatus(state: .locked, storePath: "/s", mountpoint: "/m", lockAfter: 30,
                            itemCounts: [.always: 2, .whenUnlocked: 5], hasPassphrase: true),
+            KeychainStatus(state: .locked, storePath: "/s", itemCounts: [:], hasPassphrase: true, passphraseWait: 5),
             KeychainStatus(state: .beforeFirstUnlock, storePath: "/s", itemCounts: [:], hasPassphrase: false),
             KeychainStatus(state: .unlocked, storePath: "/s", mountpoint: "/m", itemCounts: [.whenUnlocked: 1], hasPassphrase: true,
                            memory: MemoryStatus(lockedBytes: 65536, unlockedBytes: 16384, limit: 1 << 20, refusals: 3,

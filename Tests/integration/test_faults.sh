@@ -75,6 +75,11 @@ echo wrong >"$TEST_ROOT/wrong"
 for i in 1 2 3; do kc unlock "$MP" --passphrase-file "$TEST_ROOT/wrong" >/dev/null 2>&1; done
 expect_exit 52 "after three wrong passphrases even the right one must wait" kc unlock "$MP" --passphrase-file "$PASSFILE"
 expect_contains "$ERR" "try again in" "and the message says how long"
+expect_exit 52 "at a terminal, unlock says how long before asking" timeout -k 5 20 python3 "$TESTS_DIR/terminal.py" -- "$KEYCHAINFS_BIN" unlock "$MP"
+expect_contains "$OUT" "try again in" "the wait is shown"
+expect_not_contains "$OUT" "Passphrase for" "and no passphrase is asked that would not be heard"
+kc status "$MP" >"$OUT" 2>&1
+expect_contains "$OUT" "the next is heard in" "status says how long too"
 expect_contains "$XDG_STATE_HOME/keychainfs/daemon.log" "unlock refused: The passphrase is wrong" "refused unlocks are logged"
 expect_eq "locked" "$(getfattr --only-values -n user.keychain.state "$MP" 2>/dev/null)" "nothing was unlocked"
 sleep 6
