@@ -81,7 +81,12 @@ package final class MountDaemon: Sendable {
             // Released, so that `mount --foreground` can try again with another passphrase.
             if storeLock >= 0 { close(storeLock) }
             let e = error as? KeychainError ?? .mountFailed("\(error)")
-            log.error("mount of \(settings.mountpoint) failed: \(e.description)")
+            if case .wrongPassphrase = e {
+                // At a terminal, `mount` asks again: this attempt failed, not the mount.
+                log.notice("mount of \(settings.mountpoint): the passphrase is wrong")
+            } else {
+                log.error("mount of \(settings.mountpoint) failed: \(e.description)")
+            }
             ready(.failure(e))
             return e.exitCode
         }

@@ -153,8 +153,8 @@ struct MountCommand: ParsableCommand {
         case .live:
             break  // Refused below: by its store if it is this one, else as a mountpoint in use.
         case .unresponsive(let pid):
-            throw KeychainError.storeBusy("\(mountpoint) is mounted by \(pid.map(ProcessState.describe) ?? "a process") "
-                + "that does not answer; run 'keychainfs unmount \(mountpoint)'")
+            throw KeychainError.storeBusy("\(mp) is mounted by \(pid.map(ProcessState.describe) ?? "a process") "
+                + "that does not answer; run 'keychainfs unmount \(mp)'")
         }
     }
 }

@@ -328,6 +328,17 @@ expect_eq "135" "$holder_status" "touching it gives SIGBUS (128 + 7)"
 fusermount3 -u -z "$MP" 2>/dev/null
 expect_exit 0 "mount again" mount_kc "$MP"
 
+echo "== a daemon that does not answer"
+pid=$(daemon_pid "$MP")
+kill -STOP "$pid"
+on_exit "kill -CONT $pid 2>/dev/null"
+expect_exit 75 "mounting another store over it is refused: 75" \
+    timeout 30 "$KEYCHAINFS_BIN" mount "$MP" --store "$TEST_ROOT/other.db" --passphrase-file "$PASSFILE"
+expect_contains "$ERR" "$MP is mounted by" "the message names the mountpoint"
+expect_contains "$ERR" "keychainfs unmount $MP'" "and the command to run"
+kill -CONT "$pid"
+expect_eq "fresh!" "$(cat "$MP/github/alice")" "once it runs again, it serves"
+
 echo "== a killed daemon"
 pid=$(daemon_pid "$MP")
 kill -9 "$pid"
