@@ -228,9 +228,9 @@ struct ItemIndex {
         complete.insert(group)
     }
 
-    /// A service directory mkdir made: its `covering` found no readable item of the group in
-    /// the store, so the index holds every one (none), and a shell loop creating names in it
-    /// looks none of them up in the store.
+    /// A service directory mkdir made where the store shows no item of the service
+    /// (`ServedKeychain.storeShowsService`): the index holds every one (none), and a shell loop
+    /// creating names in it looks none of them up in the store.
     mutating func makeEmptyService(_ name: String, now: Date) {
         makeService(name, now: now)
         complete.insert(ItemGroup(kind: .generic, name: name))

@@ -337,10 +337,13 @@ package final class KeychainTree: Sendable {
     }
 
     package func makeDirectory(_ location: TreeLocation) throws(FileSystemError) {
+        // Asked of the store, not of the index: an item stored meanwhile puts its directory in
+        // the index first (then this is EEXIST below).
+        let empty = if case .service(let name) = location { !served.storeShowsService(name) } else { false }
         try served.covering(location) { s throws(FileSystemError) in
             if (try? node(location, s.index)) != nil { throw .exists }
             try Self.checkNewDirectory(location, s.index)
-            if case .service(let name) = location {
+            if case .service(let name) = location, empty {
                 s.index.makeEmptyService(name, now: Date())
             } else {
                 Self.addDirectory(location, &s.index, now: Date())
@@ -495,11 +498,17 @@ package final class KeychainTree: Sendable {
                 (try node(src, s.index), try? node(dst, s.index))
             }
             guard case .item(var item) = source else {
+                // A service the index does not hold whole may have items in the store: under
+                // `committing`, none comes or goes before the rename below.
+                var stored: Set<String> = []
+                for case .service(let name) in [src, dst] where c.mayHoldUnseen(name) && served.storeShowsService(name) {
+                    stored.insert(name)
+                }
                 // Directories change only in the index: resolved again in the same section.
                 try served.state.withLock { s throws(FileSystemError) in
                     guard src != dst else { return }
                     try renameDirectory(try node(src, s.index), src, dst, target: try? node(dst, s.index),
-                                        noReplace: noReplace, &s.index)
+                                        noReplace: noReplace, storeHolds: stored, &s.index)
                 }
                 return
             }
@@ -534,8 +543,13 @@ package final class KeychainTree: Sendable {
     /// A directory moves only while empty (nothing is stored for it, so that is all a move
     /// is); a non-empty one answers EXDEV, so `mv` copies it item by item. Onto an existing
     /// directory, as rename(2): an empty one is replaced, a non-empty one is ENOTEMPTY.
+    /// `storeHolds`: services the store shows an item of that the index may not hold.
     private func renameDirectory(_ source: Node, _ src: TreeLocation, _ dst: TreeLocation, target: Node?,
-                                 noReplace: Bool, _ index: inout ItemIndex) throws(FileSystemError) {
+                                 noReplace: Bool, storeHolds: Set<String>, _ index: inout ItemIndex) throws(FileSystemError) {
+        func isEmpty(_ n: Node) -> Bool {
+            if case .service(let name) = n, storeHolds.contains(name) { return false }
+            return Self.isEmptyDirectory(n, index)
+        }
         for n in [source, target] {
             switch n {
             case .root?: throw FileSystemError(EBUSY)
@@ -546,9 +560,9 @@ package final class KeychainTree: Sendable {
         if let target {
             if case .item = target { throw .notDirectory }
             if noReplace { throw .exists }
-            guard Self.isEmptyDirectory(target, index) else { throw .notEmpty }
+            guard isEmpty(target) else { throw .notEmpty }
         }
-        guard Self.isEmptyDirectory(source, index) else { throw .crossDevice }
+        guard isEmpty(source) else { throw .crossDevice }
         guard !Self.isInside(dst, src) else { throw .invalid }
         if target == nil { try Self.checkNewDirectory(dst, index) }
         let now = Date()

@@ -258,6 +258,13 @@ package final class ServedKeychain: Sendable {
             return try owner.coveringInChange(locations, listing: listing, body)
         }
 
+        /// Whether the store may hold items of the service that the index does not: it holds
+        /// the service whole only once it is complete.
+        func mayHoldUnseen(_ service: String) -> Bool {
+            check()
+            return !owner.state.withLock { $0.index.complete.contains(ItemGroup(kind: .generic, name: service)) }
+        }
+
         /// Whether the store holds an item of this key, readable now or not, or the index a
         /// pending one.
         func isTaken(_ key: ItemKey) throws -> Bool {
@@ -563,6 +570,14 @@ package final class ServedKeychain: Sendable {
     package var lockState: LockState { keychain.state }
     package var hasPassphrase: Bool { keychain.hasPassphrase }
     package func passphraseWait() throws -> Int { try keychain.passphraseWait() }
+
+    /// Whether the store holds an item of the service that the tree shows (one row read). The
+    /// index knows a directory by its name before it holds its items, so only the store can
+    /// say that a service it does not hold whole is empty; a store that cannot tell (names of
+    /// a class locked) counts as holding one.
+    package func storeShowsService(_ name: String) -> Bool {
+        (try? keychain.groupIsShown(kind: .generic, name: name)) ?? true
+    }
     package var storePath: String { keychain.path }
     package func isAvailable(_ c: AccessibilityClass) -> Bool { keychain.isAvailable(c) }
 

@@ -217,6 +217,27 @@ final class LazyIndexTests: XCTestCase {
         XCTAssertEqual(try accessible("/fresh/e"), "when-unlocked-this-device-only")
     }
 
+    /// A service known by its name (the root listed) but not read whole is not empty for
+    /// rename: the store says so, and the move is EXDEV (mv then copies item by item). It was
+    /// moved as empty, and its items were left in the store under a name the tree no longer
+    /// showed; a mkdir of the old name then hid them until the next mount.
+    func testAServiceKnownOnlyByNameIsNotMovedAsEmpty() throws {
+        try fill("svcD", count: 1)
+        let tree = try KeychainTree(keychain: keychain)
+        XCTAssertEqual(try tree.list("/").map(\.name), ["internet", "svcD"])
+        XCTAssertThrowsError(try tree.rename("/svcD", to: "/svcE", noReplace: false, exchange: false)) {
+            XCTAssertEqual($0 as? FileSystemError, .crossDevice)
+        }
+        try tree.makeDirectory("/empty")
+        XCTAssertThrowsError(try tree.rename("/empty", to: "/svcD", noReplace: false, exchange: false)) {
+            XCTAssertEqual($0 as? FileSystemError, .notEmpty, "nor replaced as empty")
+        }
+        XCTAssertEqual(try tree.get("/svcD/a0"), "secret-svcD-0")
+        XCTAssertThrowsError(try tree.makeDirectory("/svcD")) { XCTAssertEqual($0 as? FileSystemError, .exists) }
+        try tree.rename("/empty", to: "/moved", noReplace: false, exchange: false)
+        XCTAssertEqual(try tree.list("/").map(\.name), ["internet", "moved", "svcD"])
+    }
+
     func testBeforeFirstUnlockOnlyAlwaysNamesShowThenEveryNameAfterTheUnlock() throws {
         try fill("svc", count: 2, accessible: .always)
         try keychain.add(ItemRecord(key: try key("svc", "locked"), attributes: ItemAttributes(accessible: .whenUnlocked)),
