@@ -228,9 +228,15 @@ struct ItemIndex {
         complete.insert(group)
     }
 
-    /// A service directory mkdir made where the store shows no item of the service
-    /// (`ServedKeychain.storeShowsService`): the index holds every one (none), and a shell loop
-    /// creating names in it looks none of them up in the store.
+    /// A group the store shows no item of (`IndexFill.shown`): the index holds every one (none).
+    mutating func noteNoneShown(_ group: ItemGroup) {
+        complete.insert(group)
+    }
+
+    /// A service directory mkdir made where none was: its `covering` found the store showing no
+    /// item of it (`noteNoneShown`), or the root's names were read without it (`namesListed`),
+    /// so the index holds every one (none), and a shell loop creating names in it looks none of
+    /// them up in the store.
     mutating func makeEmptyService(_ name: String, now: Date) {
         makeService(name, now: now)
         complete.insert(ItemGroup(kind: .generic, name: name))

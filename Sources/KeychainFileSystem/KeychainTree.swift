@@ -337,13 +337,10 @@ package final class KeychainTree: Sendable {
     }
 
     package func makeDirectory(_ location: TreeLocation) throws(FileSystemError) {
-        // Asked of the store, not of the index: an item stored meanwhile puts its directory in
-        // the index first (then this is EEXIST below).
-        let empty = if case .service(let name) = location { !served.storeShowsService(name) } else { false }
         try served.covering(location) { s throws(FileSystemError) in
             if (try? node(location, s.index)) != nil { throw .exists }
             try Self.checkNewDirectory(location, s.index)
-            if case .service(let name) = location, empty {
+            if case .service(let name) = location {
                 s.index.makeEmptyService(name, now: Date())
             } else {
                 Self.addDirectory(location, &s.index, now: Date())

@@ -446,7 +446,12 @@ package final class ServedKeychain: Sendable {
                             s.index.install(found)
                         }
                     case .shown(let g):
-                        guard try keychain.groupIsShown(kind: g.kind, name: g.name) else { continue }
+                        // None shown: the index holds all of them (none), and a name looked
+                        // up there later reads nothing.
+                        guard try keychain.groupIsShown(kind: g.kind, name: g.name) else {
+                            install(generation) { $0.index.noteNoneShown(g) }
+                            continue
+                        }
                         install(generation) { $0.index.makeService(g.name, now: nil) }
                     }
                 } catch KeychainError.unavailable {
@@ -573,8 +578,8 @@ package final class ServedKeychain: Sendable {
 
     /// Whether the store holds an item of the service that the tree shows (one row read). The
     /// index knows a directory by its name before it holds its items, so only the store can
-    /// say that a service it does not hold whole is empty; a store that cannot tell (names of
-    /// a class locked) counts as holding one.
+    /// say that a service it does not hold whole is empty (`rename`); a store that cannot tell
+    /// counts as holding one.
     package func storeShowsService(_ name: String) -> Bool {
         (try? keychain.groupIsShown(kind: .generic, name: name)) ?? true
     }

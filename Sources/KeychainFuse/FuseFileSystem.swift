@@ -95,11 +95,14 @@ final class FuseFileSystem: Sendable {
     func openListing(_ ino: UInt64) throws(FileSystemError) -> (handle: UInt64, isService: Bool) {
         let location = try location(ino)
         let listing: OpenListing
+        let isService: Bool
         if case .service = location {
             _ = try tree.stat(location)
             listing = .paged(location, listedPending: [])
+            isService = true
         } else {
             listing = .whole(entries: try wholeListing(location), read: false)
+            isService = false
         }
         let handle = listings.withLock { l in
             let id = l.next
@@ -107,8 +110,7 @@ final class FuseFileSystem: Sendable {
             l.open[id] = listing
             return id
         }
-        if case .paged = listing { return (handle, true) }
-        return (handle, false)
+        return (handle, isService)
     }
 
     private func wholeListing(_ location: TreeLocation) throws(FileSystemError) -> [DirectoryEntry] {

@@ -192,7 +192,7 @@ public final class Keychain: @unchecked Sendable {
     private func attempt(_ passphrase: SecureBytes, wrapped: [WrappedKey],
                          _ opening: (SecureBytes) throws -> Void) throws -> SecureBytes {
         let (failures, last) = try failureRecord()
-        let wait = last + Self.backoffDelay(failures: failures) - clock()
+        let wait = waitLeft(failures: failures, last: last)
         if wait > 0 { throw KeychainError.tooManyAttempts(retryAfter: wait) }
         // Damaged parameters, salt or verifier are reported as such and count no attempt.
         let record = try read { db in try KDFRecord.load(db, generation: self.keyGeneration, path: self.path) }
@@ -213,8 +213,10 @@ public final class Keychain: @unchecked Sendable {
     /// now: a command asks for the passphrase only once it would be heard.
     package func passphraseWait() throws -> Int {
         let (failures, last) = try failureRecord()
-        return max(0, last + Self.backoffDelay(failures: failures) - clock())
+        return max(0, waitLeft(failures: failures, last: last))
     }
+
+    private func waitLeft(failures: Int, last: Int) -> Int { last + Self.backoffDelay(failures: failures) - clock() }
 
     /// Seconds to wait after `failures` wrong passphrases in a row: none for the first two,
     /// then 5 s, doubling up to an hour.

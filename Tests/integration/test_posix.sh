@@ -260,4 +260,33 @@ expect "0 4 0 0" "a new file renamed while open" \
 expect_eq 1 "$(commits_since "$before" 1)" "is stored once, under its new name"
 expect_eq kept "$(cat "$MP/one/kept")" "with what was written"
 
+echo "== the class of a new file follows every change beside it (the daemon keeps a service's classes between creates)"
+cls() { getfattr --only-values -n user.keychain.accessible "$MP/classes/$1" 2>/dev/null; }
+mkdir "$MP/classes"
+printf a >"$MP/classes/first"
+expect_eq when-unlocked "$(cls first)" "a new directory's first file takes the mount's default"
+kc add-generic-password -s classes -a strict -w x --accessible when-unlocked-this-device-only >/dev/null
+printf b >"$MP/classes/second"
+expect_eq when-unlocked-this-device-only "$(cls second)" "after the CLI stores a this-device-only item beside it, the next file is too"
+kc delete-generic-password -s classes -a strict >/dev/null
+rm "$MP/classes/second"
+printf c >"$MP/classes/third"
+expect_eq when-unlocked "$(cls third)" "once the strict items are gone, the default again"
+setfattr -n user.keychain.accessible -v when-unlocked-this-device-only "$MP/classes/first"
+printf d >"$MP/classes/fourth"
+expect_eq when-unlocked-this-device-only "$(cls fourth)" "a class set on a file beside it counts too"
+
+echo "== a service the mount knows only by name moves item by item"
+kc unmount "$MP" >/dev/null
+expect_exit 0 "an item stored while unmounted" kc add-generic-password -s unread -a acct -w orig --passphrase-file "$PASSFILE"
+expect_exit 0 "mount again" mount_kc "$MP"
+ls "$MP" >/dev/null
+expect_exit 0 "mv of a service whose items the mount has not read" mv "$MP/unread" "$MP/moved"
+expect_eq orig "$(cat "$MP/moved/acct")" "its item went with it"
+expect_eq orig "$(kc find-generic-password -s moved -a acct -w)" "and the store has it under the new name"
+expect_exit 44 "none is left under the old one" kc find-generic-password -s unread -a acct
+expect_exit 0 "mkdir of the old name" mkdir "$MP/unread"
+printf new >"$MP/unread/acct"
+expect_eq new "$(kc find-generic-password -s unread -a acct -w)" "a write there is stored"
+
 finish
