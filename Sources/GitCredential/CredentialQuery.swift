@@ -32,12 +32,13 @@ package struct CredentialQuery: Equatable, Sendable {
 
     /// Only the canonical kind of item is git's: one with the default authentication type and
     /// no security domain, which is what `store` creates. Others belong to other programs.
+    /// Names match as bytes, as the store holds them (`ExactName`).
     package func matches(key: InternetPasswordKey) -> Bool {
         key.protocol == self.protocol
-            && key.server == server
+            && ExactName.equal(key.server, server)
             && key.port == port
-            && (path == nil || key.path == path)
-            && (account == nil || key.account == account)
+            && (path.map { ExactName.equal(key.path, $0) } ?? true)
+            && (account.map { ExactName.equal(key.account, $0) } ?? true)
             && key.authenticationType == .default
             && key.securityDomain.isEmpty
     }

@@ -2,12 +2,22 @@ import Foundation
 import KeychainModel
 import KeychainStore
 
-/// Identifies one internet password among those in the same directory.
+/// Identifies one internet password among those in the same directory; byte-exact (`ExactName`).
 struct VariantKey: Hashable {
     var account: String
     var `protocol`: InternetProtocol
     var authenticationType: AuthenticationType
     var securityDomain: String
+
+    static func == (a: Self, b: Self) -> Bool {
+        a.protocol == b.protocol && a.authenticationType == b.authenticationType
+            && ExactName.equal(a.account, b.account) && ExactName.equal(a.securityDomain, b.securityDomain)
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(`protocol`); hasher.combine(authenticationType)
+        ExactName.hash(account, into: &hasher); ExactName.hash(securityDomain, into: &hasher)
+    }
 
     init(_ k: InternetPasswordKey) {
         account = k.account; `protocol` = k.protocol; authenticationType = k.authenticationType; securityDomain = k.securityDomain
@@ -21,7 +31,7 @@ struct VariantKey: Hashable {
 /// A port directory or a directory below one: path segments and the items whose path ends here.
 // @unchecked Sendable because it is only reached through `ServedKeychain.state`, under its mutex.
 final class PathDirectory: @unchecked Sendable {
-    var directories: [String: PathDirectory] = [:]
+    var directories: [ExactName: PathDirectory] = [:]
     var items: [VariantKey: Int64] = [:]
     /// When an entry was last added or removed (or the directory made): its mtime and ctime.
     var modified: Date
@@ -31,7 +41,7 @@ final class PathDirectory: @unchecked Sendable {
 
 /// A generic service's directory: its accounts, and when one was last added or removed.
 struct ServiceDirectory {
-    var accounts: [String: Int64] = [:]
+    var accounts: [ExactName: Int64] = [:]
     var modified: Date
 }
 
@@ -60,6 +70,11 @@ struct ItemGroup: Hashable {
 
     init(kind: ItemKind, name: String) { self.kind = kind; self.name = name }
 
+    /// Byte-exact (`ExactName`).
+    static func == (a: Self, b: Self) -> Bool { a.kind == b.kind && ExactName.equal(a.name, b.name) }
+
+    func hash(into hasher: inout Hasher) { hasher.combine(kind); ExactName.hash(name, into: &hasher) }
+
     init(_ key: ItemKey) {
         switch key {
         case .generic(let g): self.init(kind: .generic, name: g.service)
@@ -82,8 +97,8 @@ struct ItemGroup: Hashable {
 struct ItemIndex {
     private(set) var items: [Int64: KeychainItem] = [:]
     private(set) var ids: [ItemKey: Int64] = [:]
-    private(set) var services: [String: ServiceDirectory] = [:]
-    private(set) var servers: [String: ServerDirectory] = [:]
+    private(set) var services: [ExactName: ServiceDirectory] = [:]
+    private(set) var servers: [ExactName: ServerDirectory] = [:]
     private(set) var rootModified: Date
     private(set) var internetModified: Date
     /// Groups whose every item readable now is in `items`: their directories list from memory.
@@ -104,7 +119,7 @@ struct ItemIndex {
     /// class is added (`storedClassesChanged`). The commit of a create reads them again in
     /// its own transaction all the same; a stale set could only show a pending file a class
     /// other than the one it will be stored with.
-    private(set) var storedClasses: [String: Set<AccessibilityClass>] = [:]
+    private(set) var storedClasses: [ExactName: Set<AccessibilityClass>] = [:]
     private let mounted: Date
     /// Use order for eviction: an item's last use, from a counter.
     private var used: [Int64: UInt64] = [:]
@@ -151,8 +166,8 @@ struct ItemIndex {
         switch item.key {
         case .generic(let g):
             makeService(g.service, now: now)
-            services[g.service]!.accounts[g.account] = item.id
-            if let now { services[g.service]!.modified = now }
+            services[g.service.exact]!.accounts[g.account.exact] = item.id
+            if let now { services[g.service.exact]!.modified = now }
         case .internet(let i):
             let dir = makeDirectory(server: i.server, port: i.port, path: InternetPath.segments(i.path), now: now)
             dir.items[VariantKey(i)] = item.id
@@ -171,8 +186,8 @@ struct ItemIndex {
         guard Self.isShown(old.key), entry(old.key) == id else { return }
         switch old.key {
         case .generic(let g):
-            services[g.service]!.accounts[g.account] = nil
-            if let now { services[g.service]!.modified = now }
+            services[g.service.exact]!.accounts[g.account.exact] = nil
+            if let now { services[g.service.exact]!.modified = now }
         case .internet(let i):
             let dir = directory(server: i.server, port: i.port, path: InternetPath.segments(i.path))!
             dir.items[VariantKey(i)] = nil
@@ -197,7 +212,7 @@ struct ItemIndex {
         ids[item.key] = item.id
         guard Self.isShown(item.key) else { return }
         switch item.key {
-        case .generic(let g): services[g.service]!.accounts[g.account] = item.id
+        case .generic(let g): services[g.service.exact]!.accounts[g.account.exact] = item.id
         case .internet(let i): directory(server: i.server, port: i.port, path: InternetPath.segments(i.path))!.items[VariantKey(i)] = item.id
         }
     }
@@ -205,7 +220,7 @@ struct ItemIndex {
     /// The id a shown name stands for in its directory.
     private func entry(_ key: ItemKey) -> Int64? {
         switch key {
-        case .generic(let g): services[g.service]?.accounts[g.account]
+        case .generic(let g): services[g.service.exact]?.accounts[g.account.exact]
         case .internet(let i): directory(server: i.server, port: i.port, path: InternetPath.segments(i.path))?.items[VariantKey(i)]
         }
     }
@@ -243,16 +258,16 @@ struct ItemIndex {
     }
 
     /// The root's names read from the store; directories already known stay as they are.
-    mutating func install(services names: Set<String>, servers serverNames: Set<String>) {
-        for name in names { makeService(name, now: nil) }
-        for name in serverNames { makeServer(name, now: nil) }
+    mutating func install(services names: Set<ExactName>, servers serverNames: Set<ExactName>) {
+        for name in names { makeService(name.text, now: nil) }
+        for name in serverNames { makeServer(name.text, now: nil) }
         namesListed = true
     }
 
     /// Whether nothing is `missing` for `location`; the item found there, if any, is marked
     /// used (what eviction goes by). The names of a known item are hashed once, not twice.
     mutating func covers(_ location: TreeLocation, listing: Bool) -> Bool {
-        if case .genericItem(let s, let a) = location, let id = services[s]?.accounts[a] {
+        if case .genericItem(let s, let a) = location, let id = services[s.exact]?.accounts[a.exact] {
             touch(id)
             return true
         }
@@ -280,15 +295,15 @@ struct ItemIndex {
     /// `limit` services, the others are forgotten.
     mutating func noteStoredClasses(_ classes: Set<AccessibilityClass>, service: String, limit: Int) {
         if storedClasses.count >= limit { storedClasses.removeAll(keepingCapacity: true) }
-        storedClasses[service] = classes
+        storedClasses[service.exact] = classes
     }
 
     /// A change committed: the services it touched are read again, but a new row of
     /// `added` class (a create's) joins what was read of its service.
     mutating func storedClassesChanged(_ change: ItemChange, added: AccessibilityClass? = nil) {
         guard !storedClasses.isEmpty else { return }
-        func service(_ key: ItemKey) -> String? {
-            if case .generic(let g) = key { g.service } else { nil }
+        func service(_ key: ItemKey) -> ExactName? {
+            if case .generic(let g) = key { g.service.exact } else { nil }
         }
         switch change {
         case .added(let key):
@@ -335,52 +350,52 @@ struct ItemIndex {
             return namesListed ? [] : [.names]
         case .service(let s):
             let g = ItemGroup(kind: .generic, name: s)
-            if listing { return group(g, known: services[s] != nil) }
-            return services[s] != nil || namesListed || complete.contains(g) ? [] : [.shown(g)]
+            if listing { return group(g, known: services[s.exact] != nil) }
+            return services[s.exact] != nil || namesListed || complete.contains(g) ? [] : [.shown(g)]
         case .genericItem(let s, let a):
             // The common case first, with no key built: a name already in its directory.
-            if services[s]?.accounts[a] != nil { return [] }
+            if services[s.exact]?.accounts[a.exact] != nil { return [] }
             let g = ItemGroup(kind: .generic, name: s)
             guard let key = try? ItemKey.generic(GenericPasswordKey(service: s, account: a)) else { return [] }
-            if ids[key] != nil || absent.contains(key) || complete.contains(g) || (namesListed && services[s] == nil) { return [] }
-            return services[s] != nil || namesListed ? [.item(key)] : [.item(key), .shown(g)]
+            if ids[key] != nil || absent.contains(key) || complete.contains(g) || (namesListed && services[s.exact] == nil) { return [] }
+            return services[s.exact] != nil || namesListed ? [.item(key)] : [.item(key), .shown(g)]
         case .server(let s), .port(let s, _), .internetEntry(let s, _, _, _):
-            return group(ItemGroup(kind: .internet, name: s), known: servers[s] != nil)
+            return group(ItemGroup(kind: .internet, name: s), known: servers[s.exact] != nil)
         }
     }
 
     // MARK: directories
 
     mutating func makeService(_ name: String, now: Date? = Date()) {
-        guard services[name] == nil else { return }
-        services[name] = ServiceDirectory(modified: now ?? mounted)
+        guard services[name.exact] == nil else { return }
+        services[name.exact] = ServiceDirectory(modified: now ?? mounted)
         if let now { rootModified = now }
     }
 
     mutating func removeService(_ name: String, now: Date = Date()) {
-        guard services.removeValue(forKey: name) != nil else { return }
+        guard services.removeValue(forKey: name.exact) != nil else { return }
         rootModified = now
     }
 
     mutating func makeServer(_ name: String, now: Date? = Date()) {
-        guard servers[name] == nil else { return }
-        servers[name] = ServerDirectory(modified: now ?? mounted)
+        guard servers[name.exact] == nil else { return }
+        servers[name.exact] = ServerDirectory(modified: now ?? mounted)
         if let now { internetModified = now }
     }
     mutating func removeServer(_ name: String, now: Date = Date()) {
-        guard servers.removeValue(forKey: name) != nil else { return }
+        guard servers.removeValue(forKey: name.exact) != nil else { return }
         internetModified = now
     }
 
     mutating func removePort(server: String, port: UInt16, now: Date = Date()) {
-        guard servers[server]?.ports.removeValue(forKey: port) != nil else { return }
-        servers[server]!.modified = now
+        guard servers[server.exact]?.ports.removeValue(forKey: port) != nil else { return }
+        servers[server.exact]!.modified = now
     }
 
     /// Removes the path directory `segment` below `server`/`port`/`parent`.
     mutating func removePathDirectory(server: String, port: UInt16, parent: [String], segment: String, now: Date = Date()) {
         guard let dir = directory(server: server, port: port, path: parent),
-              dir.directories.removeValue(forKey: segment) != nil else { return }
+              dir.directories.removeValue(forKey: segment.exact) != nil else { return }
         dir.modified = now
     }
 
@@ -390,17 +405,17 @@ struct ItemIndex {
     mutating func makeDirectory(server: String, port: UInt16, path: [String], now: Date? = Date()) -> PathDirectory {
         makeServer(server, now: now)
         var dir: PathDirectory
-        if let existing = servers[server]!.ports[port] {
+        if let existing = servers[server.exact]!.ports[port] {
             dir = existing
         } else {
             dir = PathDirectory(modified: now ?? mounted)
-            servers[server]!.ports[port] = dir
-            if let now { servers[server]!.modified = now }
+            servers[server.exact]!.ports[port] = dir
+            if let now { servers[server.exact]!.modified = now }
         }
         for segment in path {
-            if let next = dir.directories[segment] { dir = next; continue }
+            if let next = dir.directories[segment.exact] { dir = next; continue }
             let next = PathDirectory(modified: now ?? mounted)
-            dir.directories[segment] = next
+            dir.directories[segment.exact] = next
             if let now { dir.modified = now }
             dir = next
         }
@@ -408,9 +423,9 @@ struct ItemIndex {
     }
 
     func directory(server: String, port: UInt16, path: [String]) -> PathDirectory? {
-        guard var dir = servers[server]?.ports[port] else { return nil }
+        guard var dir = servers[server.exact]?.ports[port] else { return nil }
         for segment in path {
-            guard let next = dir.directories[segment] else { return nil }
+            guard let next = dir.directories[segment.exact] else { return nil }
             dir = next
         }
         return dir

@@ -106,7 +106,7 @@ extension KeychainTree {
 
     private func requireParent(of location: TreeLocation, _ index: ItemIndex) throws(FileSystemError) {
         switch location {
-        case .genericItem(let svc, _): if index.services[svc] == nil { throw .notFound }
+        case .genericItem(let svc, _): if index.services[svc.exact] == nil { throw .notFound }
         case .internetEntry(let server, let port, let parent, _):
             if index.directory(server: server, port: port, path: parent) == nil { throw .notFound }
         default: break

@@ -83,21 +83,21 @@ package final class KeychainTree: Sendable {
         case .root: return .root
         case .internetRoot: return .internetRoot
         case .service(let s):
-            guard index.services[s] != nil else { throw .notFound }
+            guard index.services[s.exact] != nil else { throw .notFound }
             return .service(s)
         case .genericItem(let s, let a):
-            guard let item = index.item(index.services[s]?.accounts[a]) else { throw .notFound }
+            guard let item = index.item(index.services[s.exact]?.accounts[a.exact]) else { throw .notFound }
             return .item(item)
         case .server(let s):
-            guard index.servers[s] != nil else { throw .notFound }
+            guard index.servers[s.exact] != nil else { throw .notFound }
             return .server(s)
         case .port(let s, let p):
-            guard index.servers[s]?.ports[p] != nil else { throw .notFound }
+            guard index.servers[s.exact]?.ports[p] != nil else { throw .notFound }
             return .port(s, p)
         case .internetEntry(let s, let p, let parent, let name):
             guard let dir = index.directory(server: s, port: p, path: parent) else { throw .notFound }
             if !name.contains(InternetVariantName.marker), let segment = TreeName.unescape(name),
-               let sub = dir.directories[segment] {
+               let sub = dir.directories[segment.exact] {
                 return .pathDirectory(sub)
             }
             guard let parsed = InternetVariantName.parse(name, port: p),
@@ -194,12 +194,12 @@ package final class KeychainTree: Sendable {
         switch n {
         case .root: .directory(modified: index.rootModified, subdirectories: 1 + index.services.count)
         case .internetRoot: .directory(modified: index.internetModified, subdirectories: index.servers.count)
-        case .service(let name): .directory(modified: index.services[name]?.modified ?? index.rootModified, subdirectories: 0)
+        case .service(let name): .directory(modified: index.services[name.exact]?.modified ?? index.rootModified, subdirectories: 0)
         case .server(let name):
-            .directory(modified: index.servers[name]?.modified ?? index.internetModified,
-                       subdirectories: index.servers[name]?.ports.count ?? 0)
+            .directory(modified: index.servers[name.exact]?.modified ?? index.internetModified,
+                       subdirectories: index.servers[name.exact]?.ports.count ?? 0)
         case .port(let server, let port):
-            index.servers[server]?.ports[port].map { .directory(modified: $0.modified, subdirectories: $0.directories.count) }
+            index.servers[server.exact]?.ports[port].map { .directory(modified: $0.modified, subdirectories: $0.directories.count) }
                 ?? .directory(modified: index.internetModified, subdirectories: 0)
         case .pathDirectory(let dir): .directory(modified: dir.modified, subdirectories: dir.directories.count)
         case .item: .file(size: 0, modified: index.rootModified)
@@ -229,15 +229,15 @@ package final class KeychainTree: Sendable {
             switch try node(location, index) {
             case .root:
                 return [DirectoryEntry(name: TreeLocation.internetName, isDirectory: true)]
-                    + index.services.keys.sorted().map { DirectoryEntry(name: TreeLocation.serviceFileName($0), isDirectory: true) }
+                    + index.services.keys.sorted().map { DirectoryEntry(name: TreeLocation.serviceFileName($0.text), isDirectory: true) }
             case .internetRoot:
-                return index.servers.keys.sorted().map { DirectoryEntry(name: TreeName.escape($0), isDirectory: true) }
+                return index.servers.keys.sorted().map { DirectoryEntry(name: TreeName.escape($0.text), isDirectory: true) }
             case .service(let svc):
-                return (index.services[svc]?.accounts ?? [:]).keys.sorted().map { DirectoryEntry(name: TreeName.escape($0), isDirectory: false) }
+                return (index.services[svc.exact]?.accounts ?? [:]).keys.sorted().map { DirectoryEntry(name: TreeName.escape($0.text), isDirectory: false) }
             case .server(let server):
-                return (index.servers[server]?.ports ?? [:]).keys.sorted().map { DirectoryEntry(name: String($0), isDirectory: true) }
+                return (index.servers[server.exact]?.ports ?? [:]).keys.sorted().map { DirectoryEntry(name: String($0), isDirectory: true) }
             case .port(let server, let port):
-                return Self.entries(of: index.servers[server]!.ports[port]!, index)
+                return Self.entries(of: index.servers[server.exact]!.ports[port]!, index)
             case .pathDirectory(let dir):
                 return Self.entries(of: dir, index)
             case .item:
@@ -277,7 +277,7 @@ package final class KeychainTree: Sendable {
     /// Up to about `limit` entries of `location` after `offset` (`ListingOffset`), empty at
     /// the end; nil when `location` is not listed in pages (only a generic service's
     /// directory is, the one kind that grows to 100,000 entries), so `list` lists it whole.
-    package func listPage(_ location: TreeLocation, after offset: Int64, listedPending: Set<String>,
+    package func listPage(_ location: TreeLocation, after offset: Int64, listedPending: Set<ExactName>,
                           limit: Int) throws(FileSystemError) -> [ListedEntry]? {
         guard case .service(let service) = location else { return nil }
         try served.covering(location) { s throws(FileSystemError) in _ = try node(location, s.index) }
@@ -292,7 +292,7 @@ package final class KeychainTree: Sendable {
             for item in served.pendingItems(service: service) where -item.id > listed {
                 guard case .generic(let g) = item.key else { continue }
                 let name = TreeName.escape(g.account)
-                listedPending.insert(name)
+                listedPending.insert(name.exact)
                 out.append(ListedEntry(entry: DirectoryEntry(name: name, isDirectory: false),
                                        offset: ListingOffset.pendingBase - item.id, isPending: true))
             }
@@ -305,7 +305,7 @@ package final class KeychainTree: Sendable {
             let page = try served.servicePage(service, after: after, limit: max(limit - out.count, 8))
             for e in page.entries {
                 let name = TreeName.escape(e.account)
-                if !listedPending.isEmpty, listedPending.contains(name) { continue }
+                if !listedPending.isEmpty, listedPending.contains(name.exact) { continue }
                 out.append(ListedEntry(entry: DirectoryEntry(name: name, isDirectory: false),
                                        offset: ListingOffset.storedBase + e.id, stat: e.stat))
             }
@@ -319,15 +319,15 @@ package final class KeychainTree: Sendable {
     /// A path directory's entries: sub-directories by name, items by their variant name,
     /// except that an item whose plain name a directory holds is listed by its tagged name.
     static func entries(of dir: PathDirectory, _ index: ItemIndex) -> [DirectoryEntry] {
-        var out = dir.directories.keys.sorted().map { DirectoryEntry(name: TreeName.escape($0), isDirectory: true) }
-        let dirNames = Set(dir.directories.keys.map(TreeName.escape))
+        var out = dir.directories.keys.sorted().map { DirectoryEntry(name: TreeName.escape($0.text), isDirectory: true) }
+        let dirNames = Set(dir.directories.keys.map { TreeName.escape($0.text).exact })
         for id in dir.items.values {
             guard let item = index.item(id), case .internet(let key) = item.key else { continue }
             var name = InternetVariantName.fileName(for: key)
-            if dirNames.contains(name) { name = InternetVariantName.taggedFileName(for: key) }
+            if dirNames.contains(name.exact) { name = InternetVariantName.taggedFileName(for: key) }
             out.append(DirectoryEntry(name: name, isDirectory: false))
         }
-        return out.sorted { $0.name < $1.name }
+        return out.sorted { $0.name.exact < $1.name.exact }
     }
 
     // MARK: directories
@@ -373,7 +373,7 @@ package final class KeychainTree: Sendable {
             guard !name.isEmpty else { throw .invalid }
         case .genericItem: throw .notPermitted
         case .port(let server, _):
-            guard index.servers[server] != nil else { throw .notFound }
+            guard index.servers[server.exact] != nil else { throw .notFound }
         case .internetEntry(let server, let port, let parent, let name):
             guard !name.contains(InternetVariantName.marker) else { throw .invalid }
             _ = try TreeLocation.segment(name)
@@ -411,9 +411,9 @@ package final class KeychainTree: Sendable {
         switch n {
         case .root, .item: false
         case .internetRoot: index.servers.isEmpty
-        case .service(let name): index.services[name]?.accounts.isEmpty ?? true
-        case .server(let name): index.servers[name]?.ports.isEmpty ?? true
-        case .port(let server, let port): index.servers[server]?.ports[port]?.isEmpty ?? true
+        case .service(let name): index.services[name.exact]?.accounts.isEmpty ?? true
+        case .server(let name): index.servers[name.exact]?.ports.isEmpty ?? true
+        case .port(let server, let port): index.servers[server.exact]?.ports[port]?.isEmpty ?? true
         case .pathDirectory(let dir): dir.isEmpty
         }
     }
@@ -497,9 +497,9 @@ package final class KeychainTree: Sendable {
             guard case .item(var item) = source else {
                 // A service the index does not hold whole may have items in the store: under
                 // `committing`, none comes or goes before the rename below.
-                var stored: Set<String> = []
+                var stored: Set<ExactName> = []
                 for case .service(let name) in [src, dst] where c.mayHoldUnseen(name) && served.storeShowsService(name) {
-                    stored.insert(name)
+                    stored.insert(name.exact)
                 }
                 // Directories change only in the index: resolved again in the same section.
                 try served.state.withLock { s throws(FileSystemError) in
@@ -542,9 +542,9 @@ package final class KeychainTree: Sendable {
     /// directory, as rename(2): an empty one is replaced, a non-empty one is ENOTEMPTY.
     /// `storeHolds`: services the store shows an item of that the index may not hold.
     private func renameDirectory(_ source: Node, _ src: TreeLocation, _ dst: TreeLocation, target: Node?,
-                                 noReplace: Bool, storeHolds: Set<String>, _ index: inout ItemIndex) throws(FileSystemError) {
+                                 noReplace: Bool, storeHolds: Set<ExactName>, _ index: inout ItemIndex) throws(FileSystemError) {
         func isEmpty(_ n: Node) -> Bool {
-            if case .service(let name) = n, storeHolds.contains(name) { return false }
+            if case .service(let name) = n, storeHolds.contains(name.exact) { return false }
             return Self.isEmptyDirectory(n, index)
         }
         for n in [source, target] {

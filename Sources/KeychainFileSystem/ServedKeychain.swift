@@ -499,7 +499,7 @@ package final class ServedKeychain: Sendable {
         if heads.heads.isEmpty { return ([], nil) }
         let held = state.withLock { s -> [ServiceEntry]? in
             guard s.generation == generation else { return nil }
-            let accounts = s.index.services[service]?.accounts
+            let accounts = s.index.services[service.exact]?.accounts
             let files = s.files
             var entries: [ServiceEntry] = []
             entries.reserveCapacity(heads.heads.count)
@@ -507,7 +507,7 @@ package final class ServedKeychain: Sendable {
                 guard let item = s.index.item(head.id), keychain.isCurrent(item, head) else { return nil }
                 guard case .generic(let g) = item.key, ItemIndex.isShown(item.key) else { continue }
                 entries.append(ServiceEntry(id: item.id, account: g.account,
-                                            stat: accounts?[g.account] == item.id ? KeychainTree.itemStat(item, openFiles: files) : nil))
+                                            stat: accounts?[g.account.exact] == item.id ? KeychainTree.itemStat(item, openFiles: files) : nil))
             }
             return entries
         }
@@ -538,12 +538,12 @@ package final class ServedKeychain: Sendable {
                 s.evict()
                 s.index.install(item)
             }
-            let accounts = s.index.services[service]?.accounts
+            let accounts = s.index.services[service.exact]?.accounts
             let files = s.files
             for item in shown {
                 guard case .generic(let g) = item.key else { continue }
                 entries.append(ServiceEntry(id: item.id, account: g.account,
-                                            stat: accounts?[g.account] == item.id ? KeychainTree.itemStat(item, openFiles: files) : nil))
+                                            stat: accounts?[g.account.exact] == item.id ? KeychainTree.itemStat(item, openFiles: files) : nil))
             }
         }
         if !installed {
@@ -560,7 +560,7 @@ package final class ServedKeychain: Sendable {
     package func pendingItems(service: String) -> [KeychainItem] {
         state.withLock { s in
             s.index.pending.compactMap { s.index.item($0) }.filter {
-                if case .generic(let g) = $0.key { g.service == service && ItemIndex.isShown($0.key) } else { false }
+                if case .generic(let g) = $0.key { ExactName.equal(g.service, service) && ItemIndex.isShown($0.key) } else { false }
             }.sorted { $0.id > $1.id }
         }
     }
@@ -765,6 +765,9 @@ package final class ServedKeychain: Sendable {
         package var kind: ItemKind
         package var name: String
         package init(kind: ItemKind, name: String) { self.kind = kind; self.name = name }
+        /// Byte-exact (`ExactName`).
+        package static func == (a: Self, b: Self) -> Bool { a.kind == b.kind && ExactName.equal(a.name, b.name) }
+        package func hash(into hasher: inout Hasher) { hasher.combine(kind); ExactName.hash(name, into: &hasher) }
         /// The directory whose default a new item of `key` takes.
         package init(of key: ItemKey) {
             switch key {
@@ -823,7 +826,7 @@ package final class ServedKeychain: Sendable {
         let stored: [AccessibilityClass]
         switch key {
         case .generic(let g):
-            let (known, generation) = state.withLock { ($0.index.storedClasses[g.service], $0.generation) }
+            let (known, generation) = state.withLock { ($0.index.storedClasses[g.service.exact], $0.generation) }
             if let known {
                 stored = Array(known)
             } else {
@@ -841,7 +844,7 @@ package final class ServedKeychain: Sendable {
                     .map { $0.items.values.compactMap { s.index.item($0)?.accessible } }
             }
             stored = try indexed ?? keychain.groupSummaries(kind: .internet, name: i.server).compactMap { item in
-                guard case .internet(let k) = item.key, k.port == i.port, k.path == i.path else { return nil }
+                guard case .internet(let k) = item.key, k.port == i.port, ExactName.equal(k.path, i.path) else { return nil }
                 return item.accessible
             }
         }
@@ -1062,8 +1065,8 @@ extension ItemKey {
     /// server, port and path.
     func isSibling(of other: ItemKey) -> Bool {
         switch (self, other) {
-        case (.generic(let a), .generic(let b)): a.service == b.service
-        case (.internet(let a), .internet(let b)): a.server == b.server && a.port == b.port && a.path == b.path
+        case (.generic(let a), .generic(let b)): ExactName.equal(a.service, b.service)
+        case (.internet(let a), .internet(let b)): a.port == b.port && ExactName.equal(a.server, b.server) && ExactName.equal(a.path, b.path)
         default: false
         }
     }

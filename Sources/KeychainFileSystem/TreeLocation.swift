@@ -12,6 +12,20 @@ package enum TreeLocation: Equatable, Sendable {
     /// `/internet/<server>/<port>/<parent…>/<name>`: a path directory or an item.
     case internetEntry(server: String, port: UInt16, parent: [String], name: String)
 
+    /// Byte-exact (`ExactName`): two forms of one name are two files.
+    package static func == (a: Self, b: Self) -> Bool {
+        let same = ExactName.equal
+        switch (a, b) {
+        case (.root, .root), (.internetRoot, .internetRoot): return true
+        case (.service(let x), .service(let y)), (.server(let x), .server(let y)): return same(x, y)
+        case (.genericItem(let s, let a), .genericItem(let t, let b)): return same(s, t) && same(a, b)
+        case (.port(let s, let p), .port(let t, let q)): return p == q && same(s, t)
+        case (.internetEntry(let s, let p, let parent, let n), .internetEntry(let t, let q, let otherParent, let m)):
+            return p == q && same(s, t) && same(n, m) && parent.count == otherParent.count && zip(parent, otherParent).allSatisfy(same)
+        default: return false
+        }
+    }
+
     /// The reserved root name, and how a generic service of that name is spelled.
     package static let internetName = "internet"
     package static let escapedInternetService = "%69nternet"

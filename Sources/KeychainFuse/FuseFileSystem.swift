@@ -1,5 +1,6 @@
 import CFuseShim
 import KeychainFileSystem
+import KeychainModel
 import Synchronization
 
 /// What the binding keeps besides the tree: the inodes the kernel holds, the listings of
@@ -47,7 +48,7 @@ final class FuseFileSystem: Sendable {
     /// the names it listed as pending items kept.
     enum OpenListing {
         case whole(entries: [DirectoryEntry], read: Bool)
-        case paged(TreeLocation, listedPending: Set<String>)
+        case paged(TreeLocation, listedPending: Set<ExactName>)
     }
 
     /// What `ino` names, from the inode table's parsed locations: no path string is built or
@@ -150,7 +151,7 @@ final class FuseFileSystem: Sendable {
     func listedPending(_ id: UInt64, _ name: String) {
         listings.withLock { l in
             guard case .paged(let location, var names) = l.open[id] else { return }
-            names.insert(name)
+            names.insert(name.exact)
             l.open[id] = .paged(location, listedPending: names)
         }
     }

@@ -1,4 +1,5 @@
 import KeychainFileSystem
+import KeychainModel
 
 /// The kernel names files by inode number and the tree by location: this table keeps the name
 /// and parent of every inode the kernel holds, until the kernel forgets it, its parsed
@@ -22,9 +23,15 @@ struct InodeTable {
         var linked = true
     }
 
+    /// Byte-exact (`ExactName`): the kernel hands names as bytes, and two forms of one name
+    /// are two files.
     private struct ChildKey: Hashable {
         var parent: UInt64
         var name: String
+
+        static func == (a: Self, b: Self) -> Bool { a.parent == b.parent && ExactName.equal(a.name, b.name) }
+
+        func hash(into hasher: inout Hasher) { hasher.combine(parent); ExactName.hash(name, into: &hasher) }
     }
 
     /// FUSE_ROOT_ID.

@@ -24,6 +24,15 @@ public struct GenericPasswordKey: Hashable, Codable, Sendable {
         self.account = account
         self.accessGroup = accessGroup
     }
+
+    /// Byte-exact, as the store tells items apart (`ExactName`).
+    public static func == (a: Self, b: Self) -> Bool {
+        ExactName.equal(a.service, b.service) && ExactName.equal(a.account, b.account) && ExactName.equal(a.accessGroup, b.accessGroup)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        ExactName.hash(service, into: &hasher); ExactName.hash(account, into: &hasher); ExactName.hash(accessGroup, into: &hasher)
+    }
 }
 
 /// Primary key of an internet password:
@@ -68,6 +77,18 @@ public struct InternetPasswordKey: Hashable, Codable, Sendable {
         self.accessGroup = accessGroup
         try TreeName.validate(InternetVariantName.fileName(for: self), as: "account with its variant suffix")
         try InternetTreePath.validate(self)
+    }
+
+    /// Byte-exact, as the store tells items apart (`ExactName`).
+    public static func == (a: Self, b: Self) -> Bool {
+        a.port == b.port && a.protocol == b.protocol && a.authenticationType == b.authenticationType
+            && ExactName.equal(a.server, b.server) && ExactName.equal(a.account, b.account) && ExactName.equal(a.path, b.path)
+            && ExactName.equal(a.securityDomain, b.securityDomain) && ExactName.equal(a.accessGroup, b.accessGroup)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(port); hasher.combine(`protocol`); hasher.combine(authenticationType)
+        for s in [server, account, path, securityDomain, accessGroup] { ExactName.hash(s, into: &hasher) }
     }
 
     /// The item an internet file made through the tree stands for: the port's protocol,

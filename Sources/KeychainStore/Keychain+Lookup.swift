@@ -146,10 +146,11 @@ extension Keychain {
         return try groupSummaries(blind: g).contains { $0.key.kind == kind && $0.key.accessGroup.isEmpty }
     }
 
-    /// The names of the groups that hold an item of the default access group readable now,
+    /// The names of the groups that hold an item of the default access group readable now (as
+    /// their bytes: two forms of one name are two groups in the store),
     /// by decrypting one row per group (the first); a group whose first row does not answer
     /// is read whole.
-    package func groupNames() throws -> (services: Set<String>, servers: Set<String>) {
+    package func groupNames() throws -> (services: Set<ExactName>, servers: Set<ExactName>) {
         // A skip scan of the group index: two probes per group, not a pass over every row
         // (a GROUP BY reads all 100,000 index entries of a store with one big service).
         let rows = try select { db in
@@ -163,12 +164,12 @@ extension Keychain {
             }
             return out
         }
-        var services = Set<String>(), servers = Set<String>()
+        var services = Set<ExactName>(), servers = Set<ExactName>()
         func add(_ key: ItemKey) {
             guard key.accessGroup.isEmpty else { return }
             switch key {
-            case .generic(let k): services.insert(k.service)
-            case .internet(let k): servers.insert(k.server)
+            case .generic(let k): services.insert(k.service.exact)
+            case .internet(let k): servers.insert(k.server.exact)
             }
         }
         for row in rows {

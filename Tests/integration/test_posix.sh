@@ -289,4 +289,30 @@ expect_exit 0 "mkdir of the old name" mkdir "$MP/unread"
 printf new >"$MP/unread/acct"
 expect_eq new "$(kc find-generic-password -s unread -a acct -w)" "a write there is stored"
 
+
+echo "== names that differ only in Unicode normalization are two files, as they are two items in the store"
+# é as one code point (NFC) and as e with a combining accent (NFD): equal as Swift strings.
+nfc=$(printf 'caf\303\251') nfd=$(printf 'cafe\314\201')
+kc unmount "$MP" >/dev/null
+kc add-generic-password -s "$nfc" -a "$nfd" -w one --passphrase-file "$PASSFILE" >/dev/null
+kc add-generic-password -s "$nfd" -a "$nfc" -w two --passphrase-file "$PASSFILE" >/dev/null
+kc add-generic-password -s "$nfc" -a "$nfc" -w three --passphrase-file "$PASSFILE" >/dev/null
+expect_exit 0 "mount again" mount_kc "$MP"
+expect_eq 2 "$(ls "$MP" | grep -c '^caf')" "the root lists both services"
+expect_eq "one three" "$(cat "$MP/$nfc/$nfd") $(cat "$MP/$nfc/$nfc")" "each form's items read their own secrets"
+expect_eq two "$(cat "$MP/$nfd/$nfc")" "in the other service too"
+expect_eq 2 "$(ls "$MP/$nfc" | wc -l)" "a service lists both accounts"
+expect_eq 1 "$(ls "$MP/$nfd" | wc -l)" "and the other its one"
+printf four >"$MP/$nfd/$nfd"
+expect_eq "four one" "$(kc find-generic-password -s "$nfd" -a "$nfd" -w) $(kc find-generic-password -s "$nfc" -a "$nfd" -w)" \
+    "a new file of one form is its own item, the other form's untouched"
+rm "$MP/$nfc/$nfd"
+expect_exit 44 "rm of one form deletes that item" kc find-generic-password -s "$nfc" -a "$nfd"
+expect_eq "four three" "$(cat "$MP/$nfd/$nfd") $(cat "$MP/$nfc/$nfc")" "and leaves the others"
+expect_exit 0 "mkdir of one form of a new name" mkdir "$MP/new$nfc"
+expect_exit 0 "mkdir of the other is another directory" mkdir "$MP/new$nfd"
+expect_exit 0 "mv from one form to the other" mv "$MP/$nfd/$nfd" "$MP/$nfd/$nfc"
+expect_eq "four" "$(kc find-generic-password -s "$nfd" -a "$nfc" -w)" "replaces the other form's item"
+expect_exit 44 "and leaves nothing under the old name" kc find-generic-password -s "$nfd" -a "$nfd"
+
 finish
