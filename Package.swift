@@ -87,7 +87,7 @@ let package = Package(
         // Per-program access (issue 17): who is asking (a pidfd-pinned process, its executable's
         // identity), access lists, pinentry prompts and the access log. Called by the gate.
         .target(name: "CProcessPin"),
-        .target(name: "KeychainAccess", dependencies: ["KeychainErrors", "KeychainModel", "CProcessPin", "COpenSSL"]),
+        .target(name: "KeychainAccess", dependencies: ["KeychainErrors", "KeychainModel", "KeychainCrypto", "CProcessPin", "COpenSSL"]),
         .target(name: "KeychainConfig", dependencies: [
             "KeychainModel",
             .product(name: "TOMLKit", package: "TOMLKit"),

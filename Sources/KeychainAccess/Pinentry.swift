@@ -1,5 +1,6 @@
 import CProcessPin
 import Glibc
+import KeychainCrypto
 
 /// The user's answer to an access prompt.
 package enum PromptAnswer: Sendable, Equatable {
@@ -208,18 +209,18 @@ package struct Pinentry: Sendable {
 }
 
 /// Pinentry's error line: `ERR <gpg-error code> <text>`.
-struct AssuanError: Error {
-    var code: UInt32
-    var text: String
+package struct AssuanError: Error {
+    package var code: UInt32
+    package var text: String
 }
 
-enum AssuanFailure: Error, CustomStringConvertible {
+package enum AssuanFailure: Error, CustomStringConvertible {
     case timedOut
     case ended
     case closed
     case protocolError(String)
 
-    var description: String {
+    package var description: String {
         switch self {
         case .timedOut: "no answer in time"
         case .ended: "the mount is ending"
@@ -229,22 +230,25 @@ enum AssuanFailure: Error, CustomStringConvertible {
     }
 }
 
-/// One Assuan client connection with a deadline on every wait.
-struct AssuanSession {
+/// One Assuan client connection with a deadline on every wait. What it reads waits in locked
+/// memory until it is parsed: a `D` line may be a passphrase (`GETPIN`, for the unlock prompt),
+/// which only `command(_:data:)` takes, unescaped, into the caller's locked buffer.
+package struct AssuanSession {
     let fd: Int32
     let deadline: ContinuousClock.Instant
     /// Readable when the wait must end at once; -1 for none.
     let ending: Int32
-    private var pending: [UInt8] = []
+    /// Read and not yet parsed; wiped as lines are taken from it.
+    private let pending = SecureBytes()
 
-    init(fd: Int32, deadline: ContinuousClock.Instant, ending: Int32 = -1) {
+    package init(fd: Int32, deadline: ContinuousClock.Instant, ending: Int32 = -1) {
         self.fd = fd
         self.deadline = deadline
         self.ending = ending
     }
 
     /// Sends a line; MSG_NOSIGNAL so that a pinentry gone away is an error, not SIGPIPE.
-    func send(_ line: String) -> Bool {
+    package func send(_ line: String) -> Bool {
         let bytes = Array((line + "\n").utf8)
         var sent = 0
         while sent < bytes.count {
@@ -256,41 +260,88 @@ struct AssuanSession {
         return true
     }
 
-    /// Sends a command and returns nil on OK, the error on ERR.
-    mutating func command(_ line: String) throws(AssuanFailure) -> AssuanError? {
+    /// Sends a command and returns nil on OK, the error on ERR. The data of its `D` lines is
+    /// appended to `data`, unescaped, when given, and dropped when not.
+    package mutating func command(_ line: String, data: SecureBytes? = nil) throws(AssuanFailure) -> AssuanError? {
         guard send(line) else { throw .closed }
-        return try response()
+        return try response(data: data)
     }
 
-    mutating func expectOK() throws(AssuanFailure) {
+    package mutating func expectOK() throws(AssuanFailure) {
         if let error = try response() { throw .protocolError("greeting: ERR \(error.code) \(error.text)") }
     }
 
-    /// Reads up to OK or ERR, skipping status (`S`), comment (`#`) and data (`D`) lines.
-    mutating func response() throws(AssuanFailure) -> AssuanError? {
+    /// Reads up to OK or ERR, skipping status (`S`) and comment (`#`) lines; `D` lines go to `data`.
+    private mutating func response(data: SecureBytes? = nil) throws(AssuanFailure) -> AssuanError? {
         while true {
             let line = try readLine()
-            if line == "OK" || line.hasPrefix("OK ") { return nil }
-            if line.hasPrefix("ERR ") {
-                let rest = line.dropFirst(4)
+            defer { line.wipe() }
+            func starts(_ prefix: String) -> Bool { line.withUnsafeBytes { $0.starts(with: prefix.utf8) } }
+            // Only a line that is not data is ever made a string.
+            func text() -> String { line.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } }
+            if starts("D ") {
+                if let data { line.withUnsafeBytes { Self.unescape($0.dropFirst(2), into: data) } }
+                continue
+            }
+            if line.count == 2 && starts("OK") || starts("OK ") { return nil }
+            if starts("ERR ") {
+                let rest = text().dropFirst(4)
                 let code = rest.prefix(while: { $0 != " " })
-                guard let value = UInt32(code) else { throw .protocolError("bad error line: \(line)") }
+                guard let value = UInt32(code) else { throw .protocolError("bad error line: \(text().prefix(80))") }
                 return AssuanError(code: value, text: String(rest.dropFirst(code.count)).trimmingSpaces)
             }
-            if line.hasPrefix("S ") || line.hasPrefix("#") || line.hasPrefix("D ") || line == "S" { continue }
-            if line.hasPrefix("INQUIRE") {
+            if starts("S ") || starts("#") || line.count == 1 && starts("S") { continue }
+            if starts("INQUIRE") {
                 guard send("CAN") else { throw .closed }
                 continue
             }
-            throw .protocolError("unexpected line: \(line.prefix(80))")
+            throw .protocolError("unexpected line: \(text().prefix(80))")
         }
     }
 
-    private mutating func readLine() throws(AssuanFailure) -> String {
+    /// Assuan's `%XX` escapes undone, straight into locked memory.
+    private static func unescape(_ bytes: UnsafeRawBufferPointer.SubSequence, into out: SecureBytes) {
+        let start = out.count
+        out.resize(to: start + bytes.count)
+        var n = start
+        out.withUnsafeMutableBytes { dst in
+            var i = bytes.startIndex
+            while i < bytes.endIndex {
+                var c = bytes[i]
+                if c == UInt8(ascii: "%"), i + 2 < bytes.endIndex, let v = hexValue(bytes[i + 1], bytes[i + 2]) {
+                    c = v
+                    i += 2
+                }
+                dst[n] = c
+                n += 1
+                i += 1
+            }
+        }
+        out.resize(to: n)
+    }
+
+    private static func hexValue(_ a: UInt8, _ b: UInt8) -> UInt8? {
+        func digit(_ x: UInt8) -> UInt8? {
+            switch x {
+            case 48...57: x - 48
+            case 65...70: x - 55
+            case 97...102: x - 87
+            default: nil
+            }
+        }
+        guard let h = digit(a), let l = digit(b) else { return nil }
+        return h << 4 | l
+    }
+
+    /// The next line, without its newline, in locked memory; the caller wipes it.
+    private mutating func readLine() throws(AssuanFailure) -> SecureBytes {
         while true {
-            if let nl = pending.firstIndex(of: 10) {
-                let line = String(decoding: pending[..<nl], as: UTF8.self)
-                pending.removeFirst(nl + 1)
+            if let nl = pending.withUnsafeBytes({ $0.firstIndex(of: 10) }) {
+                let line = pending.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[..<nl])) }
+                // The rest moves to the front; what it leaves behind is wiped by the resize.
+                let rest = pending.count - nl - 1
+                pending.withUnsafeMutableBytes { $0.baseAddress!.copyMemory(from: $0.baseAddress! + nl + 1, byteCount: rest) }
+                pending.resize(to: rest)
                 return line
             }
             guard pending.count <= 4 * Pinentry.maxLine else { throw .protocolError("a line over \(Pinentry.maxLine) bytes") }
@@ -306,11 +357,12 @@ struct AssuanSession {
             }
             if ready == 0 { continue }
             if ending >= 0 && p[1].revents != 0 { throw .ended }
-            var chunk = [UInt8](repeating: 0, count: 4096)
-            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            let have = pending.count
+            pending.resize(to: have + 4096)
+            let n = pending.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + have, 4096, 0) }
+            pending.resize(to: have + max(n, 0))
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { throw .closed }
-            pending += chunk[..<n]
         }
     }
 }
