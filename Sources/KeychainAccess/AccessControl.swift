@@ -372,7 +372,7 @@ package final class AccessControl: Sendable {
     /// Programs whose first argument is the code they run, so that allowing the program
     /// alone would allow every script.
     static func isInterpreter(_ path: String) -> Bool {
-        let name = path.split(separator: "/").last.map(String.init) ?? path
+        let name = PathText.lastComponent(path)
         let base = String(name.prefix(while: { !$0.isNumber && $0 != "." }))
         return ["python", "perl", "ruby", "node", "nodejs", "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish",
                 "lua", "luajit", "php", "tclsh", "Rscript", "pwsh", "deno", "bun", "awk", "gawk", "mawk"].contains(base)

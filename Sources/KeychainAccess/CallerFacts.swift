@@ -129,7 +129,7 @@ package struct CallerFacts: Sendable {
     static func scriptArgument(_ argv: [String], cwd: String, interpreter: String) -> String? {
         guard let index = scriptIndex(argv, interpreter: interpreter) else { return nil }
         let arg = argv[index]
-        return arg.hasPrefix("/") ? arg : (cwd.hasSuffix("/") ? cwd : cwd + "/") + arg
+        return arg.utf8.first == UInt8(ascii: "/") ? arg : (cwd.utf8.last == UInt8(ascii: "/") ? cwd : cwd + "/") + arg
     }
 
     static func scriptIndex(_ argv: [String], interpreter: String) -> Int? {
@@ -147,7 +147,7 @@ package struct CallerFacts: Sendable {
     /// Single-letter options of common interpreters that take no argument and run no code
     /// given on the command line or on standard input.
     private static func flagsWithoutCode(_ interpreter: String) -> Set<Character> {
-        let name = interpreter.split(separator: "/").last.map(String.init) ?? interpreter
+        let name = PathText.lastComponent(interpreter)
         let base = String(name.prefix(while: { !$0.isNumber && $0 != "." }))
         switch base {
         case "python": return Set("BbEIOqsSuv")
@@ -163,8 +163,10 @@ package struct CallerFacts: Sendable {
     func scriptIdentity(proc: Int32) -> FileIdentity? {
         guard scriptPath != nil, let index = Self.scriptIndex(commandLine, interpreter: executablePath) else { return nil }
         let arg = commandLine[index]
-        let base = arg.hasPrefix("/") ? "root" : "cwd"
-        let relative = arg.hasPrefix("/") ? String(arg.dropFirst()) : arg
+        // On bytes, as the kernel reads the path (`PathText`).
+        let absolute = arg.utf8.first == UInt8(ascii: "/")
+        let base = absolute ? "root" : "cwd"
+        let relative = absolute ? String(arg.utf8.dropFirst())! : arg
         let dir = openat(proc, base, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard dir >= 0 else { return nil }
         defer { close(dir) }

@@ -33,7 +33,7 @@ package enum TreeLocation: Equatable, Sendable {
     /// Parses an absolute mount path. Throws ENOENT-free errors only for names that cannot
     /// exist: invalid escapes (EINVAL), bad ports (EINVAL), over-long names (ENAMETOOLONG).
     package static func parse(_ path: String) throws(FileSystemError) -> TreeLocation {
-        let parts = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        let parts = PathText.split(path)
         guard let first = parts.first else { return .root }
         if first == internetName { return try parseInternet(Array(parts.dropFirst())) }
         let service = try decode(first)
@@ -86,7 +86,7 @@ package enum TreeLocation: Equatable, Sendable {
     /// A path segment: paths are split on `/`, so a segment can hold neither `/` nor nothing.
     static func segment(_ component: String) throws(FileSystemError) -> String {
         let s = try decode(component)
-        guard !s.isEmpty, !s.contains("/") else { throw .invalid }
+        guard !s.isEmpty, !s.utf8.contains(UInt8(ascii: "/")) else { throw .invalid }
         return s
     }
 

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import KeychainAccess
 import KeychainFileSystem
+import KeychainModel
 
 /// The libfuse low-level callbacks, one named function per operation as in libfuse's
 /// `passthrough_hp`. Each one translates: the inode into its parsed location (kept by the
@@ -302,7 +303,7 @@ enum FuseOperations {
     static func statfs(_ req: fuse_req_t?) {
         answer(req) { fs throws(FileSystemError) in
             let store = fs.tree.storePath
-            let dir = String(store.prefix(upTo: store.lastIndex(of: "/") ?? store.endIndex))
+            let dir = PathText.parent(store)
             var st = statvfs()
             if statvfs(dir.isEmpty ? "/" : dir, &st) != 0 { st = statvfs() }
             st.f_namemax = 255

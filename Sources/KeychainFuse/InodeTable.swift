@@ -137,7 +137,7 @@ struct InodeTable {
 
     /// A rename: whatever had the new name loses it (it was replaced), and the inode moves.
     mutating func move(_ parent: UInt64, _ name: String, to newParent: UInt64, _ newName: String) {
-        guard parent != newParent || name != newName else { return }
+        guard parent != newParent || !ExactName.equal(name, newName) else { return }
         pathChanges += 1
         let ino = children.removeValue(forKey: ChildKey(parent: parent, name: name))
         unlink(newParent, newName)

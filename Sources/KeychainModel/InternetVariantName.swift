@@ -41,7 +41,8 @@ package enum InternetVariantName {
             return Parsed(account: account, protocol: .forPort(port), authenticationType: .default, securityDomain: "")
         }
         guard let account = TreeName.unescape(String(fileName[..<r.lowerBound])) else { return nil }
-        let parts = fileName[r.upperBound...].split(separator: ",", maxSplits: 2, omittingEmptySubsequences: false)
+        // On bytes: a `,` followed by a combining mark is one character with it (`PathText`).
+        let parts = PathText.split(String(fileName[r.upperBound...]), on: UInt8(ascii: ","), maxSplits: 2, omittingEmpty: false)
         guard let p = parts.first, let proto = try? InternetProtocol(parsing: String(p)) else { return nil }
         var auth = AuthenticationType.default
         if parts.count > 1 {

@@ -118,7 +118,7 @@ package enum InternetPath {
     }
 
     package static func segments(_ path: String) -> [String] {
-        path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        PathText.split(path)
     }
 }
 

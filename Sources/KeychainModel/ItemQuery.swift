@@ -87,9 +87,12 @@ public struct ItemQuery: Codable, Sendable, Equatable {
     /// The service or server, which narrows a query through the group index.
     package var groupName: String? { kind == .generic ? service : server }
 
-    /// Whether `key` passes the key filters (port 0 as the well-known port); attribute filters need `matches(_: ItemRecord)`.
+    /// Whether `key` passes the key filters (port 0 as the well-known port); attribute filters
+    /// need `matches(_: ItemRecord)`. Names match as bytes, as the store holds them (`ExactName`):
+    /// a delete of one form of a name must not take the other.
     public func matches(_ key: ItemKey) -> Bool {
         func eq<T: Equatable>(_ want: T?, _ have: T) -> Bool { want.map { $0 == have } ?? true }
+        func eq(_ want: String?, _ have: String) -> Bool { want.map { ExactName.equal($0, have) } ?? true }
         switch key {
         case .generic(let g):
             return kind == .generic && eq(accessGroup, g.accessGroup) && eq(service, g.service) && eq(account, g.account)

@@ -55,7 +55,7 @@ public enum KeychainLocations {
     /// text would link all of Foundation into the small clients.
     package static func makeDirectories(_ path: String, lastMode: mode_t = 0o777, parentMode: mode_t = 0o777) throws {
         var prefix = path.hasPrefix("/") ? "" : "."
-        let parts = path.split(separator: "/")
+        let parts = PathText.split(path)
         for (i, part) in parts.enumerated() {
             prefix += "/" + part
             if mkdir(prefix, i == parts.count - 1 ? lastMode : parentMode) != 0 && errno != EEXIST {

@@ -314,5 +314,29 @@ expect_exit 0 "mkdir of the other is another directory" mkdir "$MP/new$nfd"
 expect_exit 0 "mv from one form to the other" mv "$MP/$nfd/$nfd" "$MP/$nfd/$nfc"
 expect_eq "four" "$(kc find-generic-password -s "$nfd" -a "$nfc" -w)" "replaces the other form's item"
 expect_exit 44 "and leaves nothing under the old name" kc find-generic-password -s "$nfd" -a "$nfd"
+mkdir "$MP/forms"
+printf first >"$MP/forms/$nfd"
+stat "$MP/forms/$nfd" >/dev/null
+expect_exit 0 "mv to the other form in the same directory" mv "$MP/forms/$nfd" "$MP/forms/$nfc"
+expect_eq first "$(cat "$MP/forms/$nfc")" "the new name opens at once (the kernel's cached name moved with it)"
+printf other >"$MP/forms/$nfd"
+expect "0 0 0 ENOENT" "a file renamed over the other form's open file: that one is unlinked, and the old name gone" \
+    open "$MP/forms/$nfc" O_RDONLY : rename "$MP/forms/$nfd" "$MP/forms/$nfc" : fstat 0 nlink : stat "$MP/forms/$nfd" size
+expect_eq other "$(cat "$MP/forms/$nfc")" "and the new name reads what was moved"
+printf A | kc add-generic-password -s cliforms -a "$nfc" >/dev/null
+printf B | kc add-generic-password -s cliforms -a "$nfd" >/dev/null
+printf C | kc add-generic-password -s cliforms2 -a "x$nfd" >/dev/null
+expect_exit 44 "the CLI's find by account alone does not take the other form" kc find-generic-password -a "x$nfc" -w
+kc delete-generic-password -a "$nfc" --all >"$OUT" 2>&1
+expect_eq "B" "$(kc find-generic-password -s cliforms -a "$nfd" -w)" "the CLI's delete --all by account leaves the other form"
+expect_exit 44 "and deletes its own" kc find-generic-password -s cliforms -a "$nfc"
+# A name that begins with a combining mark: a `/` or `,` before it is still a separator.
+ac=$(printf '\314\201')
+expect_exit 0 "mkdir -p of an internet path whose segment begins with a combining mark" mkdir -p "$MP/internet/marks/443/a/${ac}b"
+printf X >"$MP/internet/marks/443/a/${ac}b/u"
+expect_eq X "$(cat "$MP/internet/marks/443/a/${ac}b/u")" "a file in it reads back"
+expect_eq "X" "$(kc find-internet-password -s marks -P 443 -p "a/${ac}b" -a u -w)" "stored under that path"
+printf S | kc add-internet-password -s marks -P 443 -r https -t html-form -d "${ac}x" -a v >/dev/null
+expect_eq S "$(cat "$MP/internet/marks/443/v%~https,html-form,${ac}x")" "a variant whose security domain begins with a combining mark opens"
 
 finish
