@@ -9,7 +9,7 @@ package enum PathText {
     static let slash = UInt8(ascii: "/")
 
     /// `text` split at each `separator` byte (an ASCII one, so every part is whole UTF-8).
-    package static func split(_ text: String, on separator: UInt8 = slash, maxSplits: Int = .max,
+    package static func split(_ text: String, on separator: UInt8 = Self.slash, maxSplits: Int = .max,
                               omittingEmpty: Bool = true) -> [String] {
         text.utf8.split(separator: separator, maxSplits: maxSplits, omittingEmptySubsequences: omittingEmpty)
             .map { String(decoding: $0, as: UTF8.self) }
@@ -18,7 +18,7 @@ package enum PathText {
     /// "/a/b" → "/a", "/a/b/" → "/a", "/a" → "/", "/" → "/", "a" → "".
     package static func parent(_ path: String) -> String {
         let trimmed = withoutTrailingSlashes(path)
-        guard let slash = trimmed.utf8.lastIndex(of: slash) else { return "" }
+        guard let slash = trimmed.utf8.lastIndex(of: Self.slash) else { return "" }
         if slash == trimmed.startIndex { return "/" }
         return withoutTrailingSlashes(String(trimmed[..<slash]))
     }
@@ -26,7 +26,7 @@ package enum PathText {
     /// "/a/b" → "b", "/a/b/" → "b", "/" → "/".
     package static func lastComponent(_ path: String) -> String {
         let trimmed = withoutTrailingSlashes(path)
-        guard trimmed != "/", let slash = trimmed.utf8.lastIndex(of: slash) else { return trimmed }
+        guard trimmed != "/", let slash = trimmed.utf8.lastIndex(of: Self.slash) else { return trimmed }
         return String(trimmed[trimmed.utf8.index(after: slash)...])
     }
 

@@ -31,6 +31,17 @@ final class PathTextTests: XCTestCase {
         XCTAssertEqual(PathText.standardized("/"), "/")
     }
 
+    /// A `/` followed by a combining mark is one Swift character with it; the kernel splits there all the same.
+    func testPathsSplitOnBytesBeforeACombiningMark() {
+        let mark = "\u{301}"
+        XCTAssertEqual(PathText.split("/a/\(mark)b//c"), ["a", "\(mark)b", "c"])
+        XCTAssertEqual(PathText.split("x,\(mark)y,,z", on: UInt8(ascii: ","), maxSplits: 2, omittingEmpty: false), ["x", "\(mark)y", ",z"])
+        XCTAssertEqual(PathText.parent("/a/\(mark)b"), "/a")
+        XCTAssertEqual(PathText.lastComponent("/a/\(mark)b/"), "\(mark)b")
+        XCTAssertEqual(PathText.standardized("/a/\(mark)b/../c"), "/a/c")
+        XCTAssertEqual(PathText.parent("/\(mark)"), "/")
+    }
+
     func testHexIsPaddedLowercase() {
         XCTAssertEqual(PathText.hex(UInt8(0x0a), width: 2), "0a")
         XCTAssertEqual(PathText.hex(UInt64(0xfe), width: 2), "fe")
