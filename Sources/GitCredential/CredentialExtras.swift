@@ -5,6 +5,7 @@ import Glibc
 #else
 import Foundation
 #endif
+import KeychainModel
 
 /// Attributes git sends with a password that must come back with it on `get`. They are sealed
 /// with the password (the item's extras), as `key=value` lines, the form git uses for them;
@@ -29,10 +30,12 @@ package struct CredentialExtras: Equatable, Sendable {
     package init(decoding data: Data?) {
         self.init()
         guard let data, let text = String(data: data, encoding: .utf8) else { return }
-        for line in text.split(separator: "\n") {
-            guard let eq = line.firstIndex(of: "=") else { continue }
-            let value = Self.nonEmpty(String(line[line.index(after: eq)...]))
-            switch line[..<eq] {
+        // On bytes, as the request is read: a `=` followed by a combining mark is one
+        // character with it, and a value may begin with one (`PathText`).
+        for line in PathText.split(text, on: UInt8(ascii: "\n")) {
+            guard let eq = line.utf8.firstIndex(of: UInt8(ascii: "=")) else { continue }
+            let value = Self.nonEmpty(String(line[line.utf8.index(after: eq)...]))
+            switch String(line[..<eq]) {
             case "password_expiry_utc": passwordExpiryUTC = value
             case "oauth_refresh_token": oauthRefreshToken = value
             default: break

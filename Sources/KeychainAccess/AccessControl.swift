@@ -319,7 +319,7 @@ package final class AccessControl: Sendable {
                 if let exe = try? core.executableIdentity(), rule.executable == exe,
                    let script = entry.scriptIdentity(), script == rule.script { return true }
             case .flatpak(let id):
-                if entry.facts.flatpakAppID == id { return true }
+                if entry.facts.flatpakAppID.map({ $0.isSame(as: id) }) == true { return true }
             }
         }
         return false
@@ -336,7 +336,7 @@ package final class AccessControl: Sendable {
         let changed = list.rules.contains { rule in
             switch rule.program {
             case .executable(let p), .script(let p, _):
-                return rule.executable != (try? facts.executableIdentity()) && (p == facts.executablePath || Self.sameFile(p, facts.image.key))
+                return rule.executable != (try? facts.executableIdentity()) && (p.isSame(as: facts.executablePath) || Self.sameFile(p, facts.image.key))
             case .flatpak: return false
             }
         }
@@ -978,7 +978,8 @@ final class CachedProcess: @unchecked Sendable {
     private func runsIdentifiedExecutable(hiddenPasses: Bool = false) -> Bool {
         switch ProcFile.readLinkResult(of: pin.pid, "exe") {
         case .success(let link):
-            guard link == (core.executableDeleted ? core.executablePath + " (deleted)" : core.executablePath) else { return false }
+            // As bytes: a path canonically equivalent to the one identified is another file.
+            guard link.isSame(as: core.executableDeleted ? core.executablePath + " (deleted)" : core.executablePath) else { return false }
         case .failure(let e):
             // Hidden (non-dumpable): so is its user namespace.
             return hiddenPasses && (e.code == EACCES || e.code == EPERM)

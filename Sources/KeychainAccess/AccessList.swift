@@ -22,7 +22,8 @@ extension AccessList {
     package func setting(_ programs: [AccessProgram]) throws(KeychainError) -> AccessList {
         guard programs.count <= Self.maxRules else { throw .invalidInput("an access list holds at most \(Self.maxRules) programs") }
         var out: [AccessRule] = []
-        for program in programs {
+        // A program given twice is listed once, as the xattr's parsing does.
+        for program in programs where !out.contains(where: { $0.program == program }) {
             if let kept = rules.first(where: { $0.program == program }) { out.append(kept) } else { out.append(try .pinning(program)) }
         }
         return AccessList(rules: out)

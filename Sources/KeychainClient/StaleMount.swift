@@ -55,7 +55,7 @@ package enum MountTable {
         return String(decoding: out, as: UTF8.self)
     }
 
-    package static func isMountpoint(_ path: String) -> Bool { entries().contains { $0.mountpoint == path } }
+    package static func isMountpoint(_ path: String) -> Bool { entries().contains { $0.mountpoint.isSame(as: path) } }
 
     /// The keychainfs mounts that are this user's: the only entries of the table that anything
     /// here believes or acts on. Any user can mount a FUSE file system that names our store as
@@ -68,12 +68,12 @@ package enum MountTable {
 
     /// Our keychainfs mount at `mountpoint` (a real path), if any.
     package static func keychainfsMount(at mountpoint: String) -> MountEntry? {
-        ourKeychainfsMounts().last { $0.mountpoint == mountpoint }
+        ourKeychainfsMounts().last { $0.mountpoint.isSame(as: mountpoint) }
     }
 
     /// Our keychainfs mounts of a store (its real path).
     package static func keychainfsMounts(ofStore store: String) -> [MountEntry] {
-        ourKeychainfsMounts().filter { $0.source == store }
+        ourKeychainfsMounts().filter { $0.source.isSame(as: store) }
     }
 }
 
@@ -105,7 +105,7 @@ package enum StaleMount {
             let record = MountRegistry.record(forStore: store)
             guard StoreLock.isHeld(store) else { return .gone(pid: record?.pid) }
             if let record, ProcessState.isRunning(record.pid) {
-                guard record.mountpoint == entry.mountpoint else { return .gone(pid: nil) }
+                guard record.mountpoint.isSame(as: entry.mountpoint) else { return .gone(pid: nil) }
                 if let fd = try? RemoteKeychainService.connect(record.socketPath, deadline: .after(seconds: 1)) {
                     close(fd)
                     return .live(record)

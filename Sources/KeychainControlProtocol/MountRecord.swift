@@ -5,6 +5,7 @@ import Glibc
 #else
 import Foundation
 #endif
+import KeychainModel
 
 /// What a running daemon publishes about itself, as `<store>.daemon` beside the store (0600),
 /// removed when it exits. Paths are real paths. JSON with these keys; readers ignore keys they
@@ -18,6 +19,12 @@ package struct MountRecord: Encodable, Sendable, Equatable {
     package var version: String
     /// `ControlProtocol.version` of the daemon; a client of another one refuses to talk to it.
     package var protocolVersion: UInt16
+
+    /// Paths compare as bytes (`String.isSame`), as the kernel tells them apart.
+    package static func == (a: Self, b: Self) -> Bool {
+        a.pid == b.pid && a.storePath.isSame(as: b.storePath) && a.mountpoint.isSame(as: b.mountpoint)
+            && a.socketPath.isSame(as: b.socketPath) && a.version == b.version && a.protocolVersion == b.protocolVersion
+    }
 
     package init(pid: Int32, storePath: String, mountpoint: String, socketPath: String,
                 version: String = ControlProtocol.softwareVersion, protocolVersion: UInt16 = ControlProtocol.version) {

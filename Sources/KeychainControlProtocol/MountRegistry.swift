@@ -90,7 +90,7 @@ package enum MountRegistry {
         let store = canonicalPath(path)
         guard let bytes = TrustedPath.readOwnFile(store + ".daemon"),
               let record = MountRecord(json: bytes),
-              record.storePath == store else { return nil }
+              record.storePath.isSame(as: store) else { return nil }
         return record
     }
 }

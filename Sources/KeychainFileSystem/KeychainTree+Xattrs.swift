@@ -23,9 +23,12 @@ extension KeychainTree {
 
     private static let prefixBytes = Array(prefix.utf8CString.dropLast())
 
+    /// On bytes, as `isKeychainAttribute`: a `.` followed by a combining mark is one character with it.
+    private static func isOurs(_ name: String) -> Bool { name.utf8.starts(with: prefix.utf8) }
+
     private func attributeName(_ name: String) throws(FileSystemError) -> String {
-        guard name.hasPrefix(Self.prefix) else { throw .noData }
-        return String(name.dropFirst(Self.prefix.count))
+        guard Self.isOurs(name) else { throw .noData }
+        return String(name.utf8.dropFirst(Self.prefix.utf8.count))!
     }
 
     package func listAttributes(_ path: String) throws(FileSystemError) -> [String] {
@@ -183,7 +186,7 @@ extension KeychainTree {
                               caller: AccessCaller = untoldCaller) throws(FileSystemError) {
         // Other namespaces (ACLs, security labels) are not supported, so cp -p and install
         // fall back to plain chmod.
-        guard name.hasPrefix(Self.prefix) else { throw FileSystemError(EOPNOTSUPP) }
+        guard Self.isOurs(name) else { throw FileSystemError(EOPNOTSUPP) }
         if case .root = location, try attributeName(name) == "lock-after" {
             setLockAfter(try Self.parseLockAfter(value))
             return

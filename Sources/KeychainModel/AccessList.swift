@@ -17,6 +17,24 @@ package enum AccessProgram: Hashable, Sendable, CustomStringConvertible {
     package static let flatpakPrefix = "flatpak:"
     package static let maxPathBytes = 4096
 
+    /// Paths compare as bytes (`String.isSame`): two forms of one name, or `K` and the Kelvin
+    /// sign, are two files, so two programs.
+    package static func == (a: Self, b: Self) -> Bool {
+        switch (a, b) {
+        case (.executable(let x), .executable(let y)), (.flatpak(let x), .flatpak(let y)): x.isSame(as: y)
+        case (.script(let i, let s), .script(let j, let t)): i.isSame(as: j) && s.isSame(as: t)
+        default: false
+        }
+    }
+
+    package func hash(into hasher: inout Hasher) {
+        switch self {
+        case .executable(let p): hasher.combine(0); ExactName.hash(p, into: &hasher)
+        case .script(let i, let s): hasher.combine(1); ExactName.hash(i, into: &hasher); ExactName.hash(s, into: &hasher)
+        case .flatpak(let id): hasher.combine(2); ExactName.hash(id, into: &hasher)
+        }
+    }
+
     /// One line of `user.keychain.access`: fields separated by a space; a space, `%`, and
     /// control bytes inside a path are written `%XX`, as the tree escapes names.
     package var description: String {
@@ -38,7 +56,8 @@ package enum AccessProgram: Hashable, Sendable, CustomStringConvertible {
             self = .flatpak(id)
             return
         }
-        let fields = text.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+        // On bytes: a space followed by a combining mark is one character with it (`PathText`).
+        let fields = PathText.split(text, on: UInt8(ascii: " "))
         switch fields.count {
         case 1: self = .executable(try Self.path(fields[0]))
         case 2: self = .script(interpreter: try Self.path(fields[0]), script: try Self.path(fields[1]))
@@ -135,8 +154,8 @@ package struct AccessList: Hashable, Sendable {
     /// Parses the programs of `user.keychain.access` (blank lines ignored, repeats dropped).
     package static func programs(parsing text: String) throws(KeychainError) -> [AccessProgram] {
         var out: [AccessProgram] = []
-        for line in text.split(separator: "\n", omittingEmptySubsequences: true) where !String(line).trimmingASCIISpaces.isEmpty {
-            let program = try AccessProgram(parsing: String(line))
+        for line in PathText.split(text, on: UInt8(ascii: "\n")) where !line.trimmingASCIISpaces.isEmpty {
+            let program = try AccessProgram(parsing: line)
             if !out.contains(program) { out.append(program) }
         }
         guard out.count <= maxRules else { throw .invalidInput("an access list holds at most \(maxRules) programs") }

@@ -41,4 +41,11 @@ package struct ExactName: Hashable, Comparable, Sendable, CustomStringConvertibl
 extension String {
     /// This name as its bytes (`ExactName`), for a key.
     package var exact: ExactName { ExactName(self) }
+
+    /// Whether `other` is the same bytes: how the kernel and the store tell names and paths
+    /// apart, not Swift's canonical equivalence (`ExactName`).
+    package func isSame(as other: String) -> Bool { ExactName.equal(self, other) }
+
+    /// Whether `wanted` is nil (nothing asked for) or the same bytes as this.
+    package func matches(_ wanted: String?) -> Bool { wanted.map(isSame) ?? true }
 }

@@ -116,6 +116,29 @@ package enum AttributeValue: Hashable, Sendable {
     /// (0 or 1) in the store and backups.
     case flag(Bool)
 
+    /// Text compares as bytes (`String.isSame`), as names do: a search by a label in one form
+    /// does not find (or delete) the item labelled in the other.
+    package static func == (a: Self, b: Self) -> Bool {
+        switch (a, b) {
+        case (.text(let x), .text(let y)): x.isSame(as: y)
+        case (.bytes(let x), .bytes(let y)): x == y
+        case (.code(let x), .code(let y)): x == y
+        case (.programs(let x), .programs(let y)): x == y
+        case (.flag(let x), .flag(let y)): x == y
+        default: false
+        }
+    }
+
+    package func hash(into hasher: inout Hasher) {
+        switch self {
+        case .text(let v): hasher.combine(0); ExactName.hash(v, into: &hasher)
+        case .bytes(let v): hasher.combine(1); hasher.combine(v)
+        case .code(let v): hasher.combine(2); hasher.combine(v)
+        case .programs(let v): hasher.combine(3); hasher.combine(v)
+        case .flag(let v): hasher.combine(4); hasher.combine(v)
+        }
+    }
+
     package var asText: String? { if case .text(let v) = self { v } else { nil } }
     package var asData: Data? { if case .bytes(let v) = self { v } else { nil } }
     package var asCode: FourCharCode? { if case .code(let v) = self { v } else { nil } }

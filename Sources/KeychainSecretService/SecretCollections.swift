@@ -20,8 +20,8 @@ struct SecretCollections: Equatable {
     static let login = SecretAttributes.defaultCollection
 
     var collections: [Collection] = [Collection(id: login, label: "Login", created: 0, modified: 0)]
-    /// Alias → collection id.
-    var aliases: [String: String] = ["default": login, "login": login]
+    /// Alias → collection id; aliases compare as bytes (`ExactName`), as names do.
+    var aliases: [ExactName: String] = ["default": login, "login": login]
 
     func collection(_ id: String) -> Collection? { collections.first { $0.id == id } }
     var ids: [String] { collections.map(\.id) }
@@ -50,7 +50,7 @@ struct SecretCollections: Equatable {
             out += Array("c=".utf8) + field(c.id) + [0x09] + Array("\(c.created)\t\(c.modified)\t".utf8) + field(c.label) + [0x0A]
         }
         for (alias, id) in aliases.sorted(by: { $0.key < $1.key }) {
-            out += Array("a=".utf8) + field(alias) + [0x09] + field(id) + [0x0A]
+            out += Array("a=".utf8) + field(alias.text) + [0x09] + field(id) + [0x0A]
         }
         return SecureBytes(copying: out)
     }
@@ -69,7 +69,7 @@ struct SecretCollections: Equatable {
                     collections.append(Collection(id: fields[0], label: fields[3], created: UInt64(fields[1]) ?? 0,
                                                   modified: UInt64(fields[2]) ?? 0))
                 case (UInt8(ascii: "a"), 2):
-                    aliases[fields[0]] = fields[1]
+                    aliases[fields[0].exact] = fields[1]
                 default:
                     continue
                 }

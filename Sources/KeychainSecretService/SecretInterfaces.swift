@@ -118,7 +118,7 @@ final class ServiceInterface: BusInterface {
             let alias = try m.readString()
             guard alias.utf8.count <= 255 else { throw BusError.invalidArgs("an alias is at most 255 bytes") }
             // The specification: a collection that has the alias already is returned as it is.
-            if !alias.isEmpty, let existing = s.registry.aliases[alias] {
+            if !alias.isEmpty, let existing = s.registry.aliases[alias.exact] {
                 try r.append(objectPath: SecretService.collectionPath(existing))
                 try r.append(objectPath: "/")
                 return
@@ -128,7 +128,7 @@ final class ServiceInterface: BusInterface {
             let now = UInt64(max(0, Date().timeIntervalSince1970))
             let id = registry.newID(for: label ?? "")
             registry.collections.append(.init(id: id, label: label ?? "", created: now, modified: now))
-            if !alias.isEmpty { registry.aliases[alias] = id }
+            if !alias.isEmpty { registry.aliases[alias.exact] = id }
             try s.save(registry)
             s.emitService("CollectionCreated", id)
             try r.append(objectPath: SecretService.collectionPath(id))
@@ -168,18 +168,18 @@ final class ServiceInterface: BusInterface {
             }
         case "ReadAlias":
             let alias = try m.readString()
-            try r.append(objectPath: s.registry.aliases[alias].map(SecretService.collectionPath) ?? "/")
+            try r.append(objectPath: s.registry.aliases[alias.exact].map(SecretService.collectionPath) ?? "/")
         case "SetAlias":
             let alias = try m.readString()
             let target = try m.readObjectPath()
             guard !alias.isEmpty, alias.utf8.count <= 255 else { throw BusError.invalidArgs("an alias must be 1 to 255 bytes") }
             var registry = s.registry
             if target == "/" {
-                registry.aliases[alias] = nil
+                registry.aliases[alias.exact] = nil
             } else {
                 guard let collection = s.collection(at: target) else { throw SecretError.noSuchObject(target) }
-                guard registry.aliases.count < 256 || registry.aliases[alias] != nil else { throw BusError.limitsExceeded("too many aliases") }
-                registry.aliases[alias] = collection
+                guard registry.aliases.count < 256 || registry.aliases[alias.exact] != nil else { throw BusError.limitsExceeded("too many aliases") }
+                registry.aliases[alias.exact] = collection
             }
             if registry != s.registry { try s.save(registry) }
         default:

@@ -175,7 +175,7 @@ package final class SecretService: @unchecked Sendable {
         }
         if path.hasPrefix(Self.aliasPrefix + "/") {
             let alias = String(path.dropFirst(Self.aliasPrefix.count + 1))
-            return registry.aliases[alias]
+            return registry.aliases[alias.exact]
         }
         return nil
     }

@@ -497,12 +497,14 @@ public enum ItemOrder {
         items.map { (key: sortKey($0.key), item: $0) }.sorted { $0.key.lexicographicallyPrecedes($1.key) }.map(\.item)
     }
 
-    static func sortKey(_ k: ItemKey) -> [String] {
+    /// Names in byte order (`ExactName`): two forms of one name never tie, so "the first
+    /// match" is the same whatever order the items were stored in.
+    static func sortKey(_ k: ItemKey) -> [ExactName] {
         switch k {
-        case .generic(let g): ["1", g.service, g.account, g.accessGroup]
+        case .generic(let g): ["1", g.service.exact, g.account.exact, g.accessGroup.exact]
         case .internet(let i):
-            ["2", i.server, String(format: "%05d", i.port), i.path, i.account, i.protocol.code.text,
-             i.authenticationType.code.text, i.securityDomain, i.accessGroup]
+            ["2", i.server.exact, String(format: "%05d", i.port).exact, i.path.exact, i.account.exact, i.protocol.code.text.exact,
+             i.authenticationType.code.text.exact, i.securityDomain.exact, i.accessGroup.exact]
         }
     }
 }

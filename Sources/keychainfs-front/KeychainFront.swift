@@ -113,7 +113,7 @@ struct DaemonUnmount {
         }
         guard access(path, F_OK) == 0,
               let (keychain, record) = try? DaemonLocator.daemon(forStore: path),
-              canonicalMountpoint == nil || canonicalMountpoint == record.mountpoint else { return }
+              record.mountpoint.matches(canonicalMountpoint) else { return }
         do {
             try keychain.unmount()
         } catch let error as KeychainError {
@@ -181,7 +181,7 @@ enum FullTool {
     }
 
     private static func parent(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
+        guard path.utf8.contains(UInt8(ascii: "/")) else { return "." }
+        return PathText.parent(path)
     }
 }

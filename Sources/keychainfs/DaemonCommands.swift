@@ -30,7 +30,7 @@ struct MountTarget: ParsableArguments {
             throw KeychainError.notMounted("\(store) is not mounted: there is no store there (create one with '\(create)')")
         }
         guard let (service, record) = try DaemonLocator.daemon(forStore: store),
-              canonicalMountpoint == nil || canonicalMountpoint == record.mountpoint else {
+              record.mountpoint.matches(canonicalMountpoint) else {
             throw notMounted(store: store)
         }
         return (record, service)
@@ -39,7 +39,7 @@ struct MountTarget: ParsableArguments {
     /// The keychainfs mounts in question (at MOUNTPOINT, else every one of the store) whose daemon is gone.
     func staleMounts(store: String) -> [MountEntry] {
         MountTable.keychainfsMounts(ofStore: MountRegistry.canonicalPath(store))
-            .filter { canonicalMountpoint == nil || $0.mountpoint == canonicalMountpoint }
+            .filter { $0.mountpoint.matches(canonicalMountpoint) }
             .filter { if case .gone = StaleMount.owner(of: $0) { true } else { false } }
     }
 
@@ -87,7 +87,7 @@ struct LockCommand: ParsableCommand {
         // The mount table names each mount's store; a store mounted twice is locked once. A
         // mount whose daemon is gone (stale) has nothing to lock.
         var stores: [String] = []
-        for entry in MountTable.ourKeychainfsMounts() where !stores.contains(entry.source) {
+        for entry in MountTable.ourKeychainfsMounts() where !stores.contains(where: entry.source.isSame) {
             stores.append(entry.source)
         }
         for store in stores where FileManager.default.fileExists(atPath: store) {
@@ -175,7 +175,7 @@ struct UnmountCommand: ParsableCommand {
         let store = try target.storePath()
         do {
             if FileManager.default.fileExists(atPath: store), let (service, record) = try DaemonLocator.daemon(forStore: store),
-               target.canonicalMountpoint == nil || target.canonicalMountpoint == record.mountpoint {
+               record.mountpoint.matches(target.canonicalMountpoint) {
                 try service.unmount()
                 try Self.awaitExit(record.pid)
                 return
@@ -184,7 +184,7 @@ struct UnmountCommand: ParsableCommand {
             // A daemon that cannot be asked (it does not answer, or speaks another version) is
             // ended by detaching its mount: the one the mount table shows for this store.
             let mounts = MountTable.keychainfsMounts(ofStore: MountRegistry.canonicalPath(store))
-                .filter { target.canonicalMountpoint == nil || $0.mountpoint == target.canonicalMountpoint }
+                .filter { $0.mountpoint.matches(target.canonicalMountpoint) }
             guard !mounts.isEmpty else { throw error }
             let holder = MountRegistry.record(forStore: store)?.pid
             for entry in mounts { try Fusermount.unmount(entry.mountpoint) }

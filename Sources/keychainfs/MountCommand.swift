@@ -91,7 +91,7 @@ struct MountCommand: ParsableCommand {
         case .daemon(_, let live):
             // Say what to do next: nothing, if it is mounted where asked; else unmount it there.
             let at = live.mountpoint
-            if MountRegistry.canonicalPath(at) == mp {
+            if MountRegistry.canonicalPath(at).isSame(as: mp) {
                 throw KeychainError.storeBusy("\(storePath) is already mounted at \(at) ('keychainfs status' shows its state)")
             }
             throw KeychainError.storeBusy("\(KeychainError.alreadyServed(storePath, at: at).description); to mount it at \(mountpoint), unmount it first: keychainfs unmount \(at)")
