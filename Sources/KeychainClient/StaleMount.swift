@@ -25,14 +25,16 @@ package enum MountTable {
 
     package static func entries() -> [MountEntry] {
         guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
-        return text.split(separator: "\n").compactMap { line in
+        // Split on bytes (`PathText`): a source that another user's mount names may begin with
+        // a combining mark, which Swift would join to the space before it.
+        return PathText.split(text, on: UInt8(ascii: "\n")).compactMap { line in
             // "36 35 98:0 /root /mnt opts [optional fields...] - fstype source superopts"
-            let fields = line.split(separator: " ", omittingEmptySubsequences: false)
-            guard fields.count > 4, let dash = fields.firstIndex(of: "-"), dash + 2 < fields.count else { return nil }
-            let options = dash + 3 < fields.count ? fields[dash + 3].split(separator: ",") : []
-            let owner = options.first { $0.hasPrefix("user_id=") }.flatMap { uid_t($0.dropFirst("user_id=".count)) }
-            return MountEntry(mountpoint: unescape(fields[4]), fstype: String(fields[dash + 1]),
-                              source: unescape(fields[dash + 2]), ownerUID: owner)
+            let fields = PathText.split(line, on: UInt8(ascii: " "), omittingEmpty: false)
+            guard fields.count > 4, let dash = fields.firstIndex(where: { $0.isSame(as: "-") }), dash + 2 < fields.count else { return nil }
+            let options = dash + 3 < fields.count ? PathText.split(fields[dash + 3], on: UInt8(ascii: ",")) : []
+            let owner = options.first { $0.utf8.starts(with: "user_id=".utf8) }.flatMap { uid_t(String($0.utf8.dropFirst("user_id=".utf8.count))!) }
+            return MountEntry(mountpoint: unescape(Substring(fields[4])), fstype: fields[dash + 1],
+                              source: unescape(Substring(fields[dash + 2])), ownerUID: owner)
         }
     }
 
@@ -63,7 +65,7 @@ package enum MountTable {
     /// no one can set for another, says who mounted it.
     package static func ourKeychainfsMounts() -> [MountEntry] {
         let uid = getuid()
-        return entries().filter { $0.fstype == keychainfsType && $0.ownerUID == uid }
+        return entries().filter { $0.fstype.isSame(as: keychainfsType) && $0.ownerUID == uid }
     }
 
     /// Our keychainfs mount at `mountpoint` (a real path), if any.
