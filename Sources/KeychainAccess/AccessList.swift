@@ -20,10 +20,12 @@ extension AccessList {
     /// already holds, which keep the identity they were allowed with (setting the list again
     /// is not allowing a changed binary again; removing and re-adding the program is).
     package func setting(_ programs: [AccessProgram]) throws(KeychainError) -> AccessList {
-        guard programs.count <= Self.maxRules else { throw .invalidInput("an access list holds at most \(Self.maxRules) programs") }
-        var out: [AccessRule] = []
         // A program given twice is listed once, as the xattr's parsing does.
-        for program in programs where !out.contains(where: { $0.program == program }) {
+        var distinct: [AccessProgram] = []
+        for program in programs where !distinct.contains(program) { distinct.append(program) }
+        guard distinct.count <= Self.maxRules else { throw .invalidInput("an access list holds at most \(Self.maxRules) programs") }
+        var out: [AccessRule] = []
+        for program in distinct {
             if let kept = rules.first(where: { $0.program == program }) { out.append(kept) } else { out.append(try .pinning(program)) }
         }
         return AccessList(rules: out)

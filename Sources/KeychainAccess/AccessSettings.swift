@@ -21,7 +21,7 @@ package struct AccessSettings: Sendable, Equatable {
     /// Checks `[access]`'s values: an absolute path to an executable file, and 1–600 seconds.
     package init(pinentry: String?, promptTimeoutSeconds: Int? = nil) throws(KeychainError) {
         if let pinentry {
-            guard pinentry.hasPrefix("/") else {
+            guard PathText.isAbsolute(pinentry) else {
                 throw .invalidInput("[access] pinentry = \"\(pinentry)\": give an absolute path, like /usr/bin/pinentry-tty")
             }
             var st = stat()

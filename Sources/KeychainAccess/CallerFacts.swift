@@ -75,8 +75,10 @@ package struct CallerFacts: Sendable {
             throw .io("process \(pid) hides its executable from the daemon (it is not dumpable, or not the user's)")
         case .failure(let e): throw .io("/proc/\(pid)/exe: \(String(cString: strerror(e.code)))")
         }
-        let deleted = link.hasSuffix(" (deleted)")
-        if deleted { link.removeLast(" (deleted)".count) }
+        // On bytes: a path ending in a combining mark would join it to the suffix's space.
+        let suffix = " (deleted)".utf8
+        let deleted = link.utf8.count >= suffix.count && link.utf8.suffix(suffix.count).elementsEqual(suffix)
+        if deleted { link = String(link.utf8.dropLast(suffix.count))! }
         // A binary already hashed is known by its stat (`DigestCache`); another is held open
         // and hashed only when a rule needs its identity (`ExecutableImage`).
         let image = try ExecutableImage.of(pid: pid, stat: exe, shownAs: link)
@@ -129,13 +131,13 @@ package struct CallerFacts: Sendable {
     static func scriptArgument(_ argv: [String], cwd: String, interpreter: String) -> String? {
         guard let index = scriptIndex(argv, interpreter: interpreter) else { return nil }
         let arg = argv[index]
-        return arg.utf8.first == UInt8(ascii: "/") ? arg : (cwd.utf8.last == UInt8(ascii: "/") ? cwd : cwd + "/") + arg
+        return PathText.isAbsolute(arg) ? arg : (cwd.utf8.last == UInt8(ascii: "/") ? cwd : cwd + "/") + arg
     }
 
     static func scriptIndex(_ argv: [String], interpreter: String) -> Int? {
         let safe = Self.flagsWithoutCode(interpreter)
         var i = 1
-        while i < argv.count, argv[i].hasPrefix("-") {
+        while i < argv.count, argv[i].utf8.first == UInt8(ascii: "-") {
             let letters = argv[i].dropFirst()
             guard !letters.isEmpty, letters.allSatisfy({ safe.contains($0) }) else { return nil }
             i += 1
@@ -164,7 +166,7 @@ package struct CallerFacts: Sendable {
         guard scriptPath != nil, let index = Self.scriptIndex(commandLine, interpreter: executablePath) else { return nil }
         let arg = commandLine[index]
         // On bytes, as the kernel reads the path (`PathText`).
-        let absolute = arg.utf8.first == UInt8(ascii: "/")
+        let absolute = PathText.isAbsolute(arg)
         let base = absolute ? "root" : "cwd"
         let relative = absolute ? String(arg.utf8.dropFirst())! : arg
         let dir = openat(proc, base, O_RDONLY | O_DIRECTORY | O_CLOEXEC)

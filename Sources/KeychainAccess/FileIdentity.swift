@@ -13,7 +13,7 @@ extension FileIdentity {
     /// at most 3 s, since the path may be a huge file or on a file system that does not answer,
     /// and in the daemon the thread asking serves other requests too.
     package static func of(path: String) throws(KeychainError) -> FileIdentity {
-        guard path.hasPrefix("/") else { throw .invalidInput("'\(path)' is not an absolute path") }
+        guard PathText.isAbsolute(path) else { throw .invalidInput("'\(path)' is not an absolute path") }
         return try PinningJobs.shared.run(shownAs: path) { () throws(KeychainError) in
             try of(openedAt: AT_FDCWD, path, shownAs: path, sizeLimit: DigestJobs.sizeLimit)
         }

@@ -360,8 +360,9 @@ package struct AssuanSession {
             let have = pending.count
             pending.resize(to: have + 4096)
             let n = pending.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + have, 4096, 0) }
+            let failure = errno   // before the resize, which may allocate
             pending.resize(to: have + max(n, 0))
-            if n < 0 && errno == EINTR { continue }
+            if n < 0 && failure == EINTR { continue }
             if n <= 0 { throw .closed }
         }
     }

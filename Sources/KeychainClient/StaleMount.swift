@@ -24,23 +24,37 @@ package enum MountTable {
     package static let keychainfsType = "fuse.keychainfs"
 
     package static func entries() -> [MountEntry] {
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
-        // Split on bytes (`PathText`): a source that another user's mount names may begin with
-        // a combining mark, which Swift would join to the space before it.
-        return PathText.split(text, on: UInt8(ascii: "\n")).compactMap { line in
+        // Bytes, not text: the kernel escapes only space, tab, newline and backslash, so another
+        // user's mountpoint or source may be any bytes, which must not make the table unreadable
+        // (strict UTF-8 decoding of the whole file would), nor, beginning with a combining mark,
+        // be joined to the space before it (as splitting a Swift string would).
+        let fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        var text: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 16 << 10)
+        while true {
+            let n = read(fd, &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            text += buffer[0..<n]
+        }
+        return text.split(separator: UInt8(ascii: "\n")).compactMap { line in
             // "36 35 98:0 /root /mnt opts [optional fields...] - fstype source superopts"
-            let fields = PathText.split(line, on: UInt8(ascii: " "), omittingEmpty: false)
-            guard fields.count > 4, let dash = fields.firstIndex(where: { $0.isSame(as: "-") }), dash + 2 < fields.count else { return nil }
-            let options = dash + 3 < fields.count ? PathText.split(fields[dash + 3], on: UInt8(ascii: ",")) : []
-            let owner = options.first { $0.utf8.starts(with: "user_id=".utf8) }.flatMap { uid_t(String($0.utf8.dropFirst("user_id=".utf8.count))!) }
-            return MountEntry(mountpoint: unescape(Substring(fields[4])), fstype: fields[dash + 1],
-                              source: unescape(Substring(fields[dash + 2])), ownerUID: owner)
+            let fields = line.split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
+            guard fields.count > 4, let dash = fields.firstIndex(where: { $0.elementsEqual([UInt8(ascii: "-")]) }),
+                  dash + 2 < fields.count else { return nil }
+            let options = dash + 3 < fields.count ? fields[dash + 3].split(separator: UInt8(ascii: ",")) : []
+            let prefix = Array("user_id=".utf8)
+            let owner = options.first { $0.starts(with: prefix) }.flatMap { uid_t(String(decoding: $0.dropFirst(prefix.count), as: UTF8.self)) }
+            return MountEntry(mountpoint: unescape(fields[4]), fstype: String(decoding: fields[dash + 1], as: UTF8.self),
+                              source: unescape(fields[dash + 2]), ownerUID: owner)
         }
     }
 
     /// The kernel writes space, tab, newline and backslash as octal escapes (`\040`).
-    static func unescape(_ field: Substring) -> String {
-        let b = Array(field.utf8)
+    static func unescape(_ field: ArraySlice<UInt8>) -> String {
+        let b = Array(field)
         func octal(_ c: UInt8) -> UInt8? { c >= 0x30 && c <= 0x37 ? c - 0x30 : nil }
         var out: [UInt8] = []
         var i = 0

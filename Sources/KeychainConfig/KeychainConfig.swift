@@ -112,7 +112,7 @@ package struct KeychainConfig: Equatable, Sendable {
                     guard let v = access[name] else { continue }
                     switch name {
                     case "pinentry":
-                        guard let s = v.string, s.hasPrefix("/") else {
+                        guard let s = v.string, PathText.isAbsolute(s) else {
                             throw failAccess(name, "access.pinentry must be the absolute path of a pinentry program, not \(v.debugDescription)")
                         }
                         config.pinentry = s
@@ -136,7 +136,7 @@ package struct KeychainConfig: Equatable, Sendable {
     static func expand(_ path: String, home: String, fail: (String) -> KeychainError) throws -> String {
         if path == "~" { return home }
         if path.hasPrefix("~/") { return home + path.dropFirst(1) }
-        guard path.hasPrefix("/") else {
+        guard PathText.isAbsolute(path) else {
             throw fail("mountpoint must be an absolute path or start with ~/, not \"\(path)\"")
         }
         return path

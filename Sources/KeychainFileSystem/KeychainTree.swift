@@ -96,7 +96,7 @@ package final class KeychainTree: Sendable {
             return .port(s, p)
         case .internetEntry(let s, let p, let parent, let name):
             guard let dir = index.directory(server: s, port: p, path: parent) else { throw .notFound }
-            if !name.contains(InternetVariantName.marker), let segment = TreeName.unescape(name),
+            if InternetVariantName.markerRange(in: name) == nil, let segment = TreeName.unescape(name),
                let sub = dir.directories[segment.exact] {
                 return .pathDirectory(sub)
             }
@@ -375,7 +375,7 @@ package final class KeychainTree: Sendable {
         case .port(let server, _):
             guard index.servers[server.exact] != nil else { throw .notFound }
         case .internetEntry(let server, let port, let parent, let name):
-            guard !name.contains(InternetVariantName.marker) else { throw .invalid }
+            guard InternetVariantName.markerRange(in: name) == nil else { throw .invalid }
             _ = try TreeLocation.segment(name)
             guard index.directory(server: server, port: port, path: parent) != nil else { throw .notFound }
         }
@@ -571,7 +571,7 @@ package final class KeychainTree: Sendable {
     /// Whether `inner` lies below `outer` (a directory cannot move into itself).
     static func isInside(_ inner: TreeLocation, _ outer: TreeLocation) -> Bool {
         let a = components(inner), b = components(outer)
-        return a.count > b.count && Array(a.prefix(b.count)) == b
+        return a.count > b.count && zip(a, b).allSatisfy { $0.isSame(as: $1) }
     }
 
     /// A location as decoded names from the root, with the internet root apart from a service

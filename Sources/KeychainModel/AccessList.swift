@@ -293,7 +293,7 @@ private struct ByteReader {
 
     mutating func path() throws(KeychainError) -> String {
         let p = try text()
-        guard p.hasPrefix("/"), p.utf8.count <= AccessProgram.maxPathBytes, !p.utf8.contains(0) else {
+        guard PathText.isAbsolute(p), p.utf8.count <= AccessProgram.maxPathBytes, !p.utf8.contains(0) else {
             throw AccessList.corrupt("bad path")
         }
         return p

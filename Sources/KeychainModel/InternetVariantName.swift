@@ -34,9 +34,24 @@ package enum InternetVariantName {
         package var securityDomain: String
     }
 
+    /// Where the marker is, found on bytes: a character that prepends (U+0600 and others) is
+    /// one Swift character with the `%` after it, where a search by characters misses it.
+    package static func markerRange(in fileName: String) -> Range<String.Index>? {
+        let bytes = fileName.utf8
+        var i = bytes.startIndex
+        while i < bytes.endIndex {
+            let next = bytes.index(after: i)
+            if bytes[i] == UInt8(ascii: "%"), next < bytes.endIndex, bytes[next] == UInt8(ascii: "~") {
+                return i..<bytes.index(after: next)
+            }
+            i = next
+        }
+        return nil
+    }
+
     /// Splits a file name in a port or path directory; nil if it names nothing.
     package static func parse(_ fileName: String, port: UInt16) -> Parsed? {
-        guard let r = fileName.firstRange(of: marker) else {
+        guard let r = markerRange(in: fileName) else {
             guard let account = TreeName.unescape(fileName) else { return nil }
             return Parsed(account: account, protocol: .forPort(port), authenticationType: .default, securityDomain: "")
         }

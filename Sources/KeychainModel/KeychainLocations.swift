@@ -19,7 +19,7 @@ public enum KeychainLocations {
     }
 
     private static func xdg(_ name: String, _ fallback: String) -> String {
-        if let v = env(name), v.hasPrefix("/") { return v }
+        if let v = env(name), PathText.isAbsolute(v) { return v }
         return home + "/" + fallback
     }
 
@@ -41,12 +41,12 @@ public enum KeychainLocations {
 
     /// Control sockets and mount records, in a 0700 directory.
     package static var runtimeDirectory: String {
-        if let v = env("XDG_RUNTIME_DIR"), v.hasPrefix("/") { return v + "/keychainfs" }
+        if let v = env("XDG_RUNTIME_DIR"), PathText.isAbsolute(v) { return v + "/keychainfs" }
         return "/tmp/keychainfs-\(getuid())"
     }
 
     package static func absolute(_ path: String) -> String {
-        if path.hasPrefix("/") { return path }
+        if PathText.isAbsolute(path) { return path }
         return FileManager.default.currentDirectoryPath + "/" + path
     }
 
@@ -54,7 +54,7 @@ public enum KeychainLocations {
     /// umask, which can narrow them, never widen). With mkdir(2), not FileManager, whose error
     /// text would link all of Foundation into the small clients.
     package static func makeDirectories(_ path: String, lastMode: mode_t = 0o777, parentMode: mode_t = 0o777) throws {
-        var prefix = path.hasPrefix("/") ? "" : "."
+        var prefix = PathText.isAbsolute(path) ? "" : "."
         let parts = PathText.split(path)
         for (i, part) in parts.enumerated() {
             prefix += "/" + part

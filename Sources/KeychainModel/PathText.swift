@@ -15,6 +15,9 @@ package enum PathText {
             .map { String(decoding: $0, as: UTF8.self) }
     }
 
+    /// Whether `path` begins with `/`, as the kernel reads it.
+    package static func isAbsolute(_ path: String) -> Bool { path.utf8.first == slash }
+
     /// "/a/b" → "/a", "/a/b/" → "/a", "/a" → "/", "/" → "/", "a" → "".
     package static func parent(_ path: String) -> String {
         let trimmed = withoutTrailingSlashes(path)
@@ -41,7 +44,7 @@ package enum PathText {
             default: parts.append(part)
             }
         }
-        guard path.utf8.first == slash else { return parts.joined(separator: "/") }
+        guard isAbsolute(path) else { return parts.joined(separator: "/") }
         return "/" + parts.joined(separator: "/")
     }
 

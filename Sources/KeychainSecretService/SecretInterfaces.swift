@@ -409,7 +409,7 @@ final class ItemInterface: BusInterface {
             let contentType = s.contentType(of: item)
             let key = try mapped { try SecretItemMapping.key(for: attributes) }
             // The item keeps its name when the new map still maps to it.
-            let renamed = SecretItemMapping.attributes(of: item.key, stored: attributes) == attributes ? nil : key
+            let renamed = SecretItemMapping.same(SecretItemMapping.attributes(of: item.key, stored: attributes), attributes) ? nil : key
             _ = try mapped {
                 try s.owner.rename(item, to: renamed) { old in
                     SecretItemMapping.extras(attributes: attributes, contentType: contentType, collection: object.collection, keeping: old)

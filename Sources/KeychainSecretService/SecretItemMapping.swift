@@ -70,6 +70,14 @@ package enum SecretItemMapping {
         return "item-" + SHA256Digest.hash(bytes).prefix(6).map { String(format: "%02x", $0) }.joined()
     }
 
+    /// Whether two attribute maps are the same as bytes (`ExactName`): a dictionary's own `==`
+    /// takes two forms of a name for one.
+    package static func same(_ a: [String: String], _ b: [String: String]) -> Bool {
+        guard a.count == b.count else { return false }
+        let x = a.sorted { $0.key.exact < $1.key.exact }, y = b.sorted { $0.key.exact < $1.key.exact }
+        return zip(x, y).allSatisfy { $0.key.isSame(as: $1.key) && $0.value.isSame(as: $1.value) }
+    }
+
     /// The item's attributes: the map it was given, its name fields following its key; or, for
     /// an item made elsewhere, its natural attributes (the store's rule, which it indexes).
     package static func attributes(of key: ItemKey, stored: [String: String]?) -> [String: String] {

@@ -140,10 +140,11 @@ package enum SecretAttributes {
     /// one made distinct (`given (2)`, the mapping's rule for a map that differs from the item
     /// holding a name), so that the item keeps the attributes its client gave; else the name.
     static func account(_ name: String, given: String) -> String {
-        guard name.hasSuffix(")"), let open = name.lastIndex(of: "(") else { return name }
-        let digits = name[name.index(after: open)...].dropLast()
-        guard digits.allSatisfy(\.isASCII), let n = Int(digits), n >= 2 else { return name }
-        return name == distinct(given, n) ? given : name
+        // On bytes: a `(` after a prepending mark is one character with it.
+        guard name.utf8.last == UInt8(ascii: ")"), let open = name.utf8.lastIndex(of: UInt8(ascii: "(")) else { return name }
+        let digits = String(name[name.utf8.index(after: open)...].utf8.dropLast())!
+        guard digits.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let n = Int(digits), n >= 2 else { return name }
+        return name.isSame(as: distinct(given, n)) ? given : name
     }
 
     /// `name (n)`: the name cut short, by characters, so that it still fits in one file name

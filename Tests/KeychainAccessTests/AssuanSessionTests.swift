@@ -62,6 +62,30 @@ final class AssuanSessionTests: XCTestCase {
         }
     }
 
+    func testInquireIsCancelledAndABadErrorLineRefused() throws {
+        peer("OK\nINQUIRE PINENTRY_LAUNCHED 1\nOK\nERR nonsense\n")
+        var s = session()
+        try s.expectOK()
+        XCTAssertNil(try s.command("GETINFO"))
+        var sent = [UInt8](repeating: 0, count: 64)
+        let n = read(fds[1], &sent, sent.count)
+        XCTAssertEqual(String(decoding: sent[..<max(n, 0)], as: UTF8.self), "GETINFO\nCAN\n")
+        XCTAssertThrowsError(try s.command("CONFIRM")) { error in
+            guard case AssuanFailure.protocolError = error else { return XCTFail("\(error)") }
+        }
+    }
+
+    func testTheEndingDescriptorEndsTheWait() throws {
+        var ending: [Int32] = [-1, -1]
+        XCTAssertEqual(pipe(&ending), 0)
+        defer { ending.forEach { close($0) } }
+        var s = AssuanSession(fd: fds[0], deadline: .now + .seconds(5), ending: ending[0])
+        _ = write(ending[1], "x", 1)
+        XCTAssertThrowsError(try s.expectOK()) { error in
+            guard case AssuanFailure.ended = error else { return XCTFail("\(error)") }
+        }
+    }
+
     func testAClosedPeerAndTheDeadline() throws {
         var late = AssuanSession(fd: fds[0], deadline: .now + .milliseconds(100))
         XCTAssertThrowsError(try late.expectOK()) { error in

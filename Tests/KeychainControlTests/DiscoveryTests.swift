@@ -156,9 +156,9 @@ final class DiscoveryTests: XCTestCase {
     }
 
     func testMountTableEscapes() {
-        XCTAssertEqual(MountTable.unescape(#"/a\040b\134c\011d\012e"#), "/a b\\c\td\ne")
-        XCTAssertEqual(MountTable.unescape(#"/a\04"#), #"/a\04"#)
-        XCTAssertEqual(MountTable.unescape(#"/a\9999"#), #"/a\9999"#)
+        XCTAssertEqual(MountTable.unescape(ArraySlice(#"/a\040b\134c\011d\012e"#.utf8)), "/a b\\c\td\ne")
+        XCTAssertEqual(MountTable.unescape(ArraySlice(#"/a\04"#.utf8)), #"/a\04"#)
+        XCTAssertEqual(MountTable.unescape(ArraySlice(#"/a\9999"#.utf8)), #"/a\9999"#)
     }
 
     // MARK: The store's lock decides

@@ -32,5 +32,9 @@ final class ExactNameTests: XCTestCase {
         let b = try GenericPasswordKey(service: "a", account: "bc")
         XCTAssertNotEqual(a, b)
         XCTAssertEqual(Set([a, b]).count, 2)
+        // A Set falls back to == on a collision: the hashes themselves must differ.
+        XCTAssertNotEqual(a.hashValue, b.hashValue)
+        XCTAssertNotEqual(nfc.exact.hashValue, nfd.exact.hashValue)
+        XCTAssertEqual(nfc.exact.hashValue, "caf\u{E9}".exact.hashValue)
     }
 }

@@ -143,13 +143,19 @@ expect_exit 0 "mount with [access] pinentry" kc mount "$MNT" --secret-service --
 run_py prompt
 # The passphrase came through pinentry's D line (and through --passphrase-file at mount):
 # none of it is left anywhere in the daemon's memory (read as root reads any process's).
-pid=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' "$KEYCHAINFS_STORE.daemon")
-python3 "$TESTS_DIR/memscan.py" "$pid" --context "passphrase=$PASSPHRASE" "wrong=not%the" >"$OUT" 2>"$ERR"
-case $? in
-    0) pass "after a pinentry unlock, no passphrase it answered is in the daemon's memory" ;;
-    1) fail "after a pinentry unlock, no passphrase it answered is in the daemon's memory" "$(cat "$OUT")" ;;
-    *) fail "after a pinentry unlock, no passphrase it answered is in the daemon's memory" "the scan failed: $(cat "$ERR")" ;;
-esac
+# The wrong one is looked for as pinentry sent it (escaped) and as unescaped.
+scanned="after a pinentry unlock, no passphrase it answered is in the daemon's memory"
+if [ "$(id -u)" -ne 0 ]; then
+    skip "$scanned" "needs root: the daemon is not dumpable, so only root reads its memory"
+else
+    pid=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' "$KEYCHAINFS_STORE.daemon")
+    python3 "$TESTS_DIR/memscan.py" "$pid" --context "passphrase=$PASSPHRASE" "wrong=not%the" "sent=not%25the" >"$OUT" 2>"$ERR"
+    case $? in
+        0) pass "$scanned" ;;
+        1) fail "$scanned" "$(cat "$OUT")" ;;
+        *) fail "$scanned" "the scan failed: $(cat "$ERR")" ;;
+    esac
+fi
 kc unmount "$MNT" >/dev/null 2>&1
 rm "$XDG_CONFIG_HOME/keychainfs/config.toml"
 # Nothing of the daemon's reaches the prompt program: its standard input and output are its
