@@ -46,7 +46,12 @@ package struct AccessLogEntry: Codable, Sendable, Equatable {
     package var text: String {
         var out = "\(time.ISO8601Format()) \(decision.rawValue) \(Shown.text(program)) (pid \(pid)) \(operation) \(Shown.text(item)): \(Shown.text(reason))\n"
         out += "    command: \(Shown.commandLine(commandLine))\n"
-        if let allowCommand { out += "    to allow: \(Shown.text(allowCommand))\n" }
+        if let allowCommand {
+            // Printed to be pasted, so as it is, or not at all: `Shown.text`'s escapes would
+            // paste as other bytes.
+            out += "    to allow: " + (Shown.pasteable(allowCommand)
+                ?? "(not shown: a name in the command holds characters a terminal does not show as themselves)") + "\n"
+        }
         return out
     }
 
@@ -167,14 +172,24 @@ package enum AllowCommand {
 /// Text from a caller (its command line, its paths) made safe to show: it cannot add lines,
 /// move the cursor, reorder text (bidi controls) or hide itself in a prompt or a terminal.
 package enum Shown {
+    /// Control characters, and the marks that reorder or hide text on a terminal.
+    static func isHidden(_ c: Unicode.Scalar) -> Bool {
+        let v = c.value
+        return v < 0x20 || (0x7f...0x9f).contains(v) || v == 0x200e || v == 0x200f
+            || (0x202a...0x202e).contains(v) || (0x2066...0x2069).contains(v) || v == 0x2028 || v == 0x2029
+            || v == 0xfeff
+    }
+
+    /// `line` as it is, if a terminal shows every character of it as itself; nil if not.
+    package static func pasteable(_ line: String) -> String? {
+        line.unicodeScalars.contains(where: isHidden) ? nil : line
+    }
+
     package static func text(_ s: String) -> String {
         var out = ""
         for c in s.unicodeScalars {
             let v = c.value
-            let hidden = v < 0x20 || (0x7f...0x9f).contains(v) || v == 0x200e || v == 0x200f
-                || (0x202a...0x202e).contains(v) || (0x2066...0x2069).contains(v) || v == 0x2028 || v == 0x2029
-                || v == 0xfeff
-            if hidden {
+            if isHidden(c) {
                 out += v < 0x100 ? "\\x" + (v < 16 ? "0" : "") + String(v, radix: 16) : "\\u{" + String(v, radix: 16) + "}"
             } else if c == "\\" {
                 out += "\\\\"
@@ -190,7 +205,14 @@ package enum Shown {
         let safe = !s.isEmpty && s.unicodeScalars.allSatisfy {
             ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) || "_@%+=:,./-".unicodeScalars.contains($0)
         }
-        return safe ? s : "'" + s.replacingOccurrences(of: "'", with: "'\\''") + "'"
+        guard !safe else { return s }
+        // Scalar by scalar: Foundation's `replacingOccurrences` matches characters, and a `'`
+        // followed by a combining mark is one character with it, so it would be left unquoted.
+        var out = "'"
+        for c in s.unicodeScalars {
+            if c == "'" { out += "'\\''" } else { out.unicodeScalars.append(c) }
+        }
+        return out + "'"
     }
 
     package static func commandLine(_ argv: [String]) -> String {

@@ -151,8 +151,8 @@ extension BackupFile {
     /// the same directory, renamed over `path`, so an existing file is replaced only by a
     /// complete backup.
     package static func write(_ bytes: [UInt8], to path: String) throws {
-        let directory = (KeychainLocations.absolute(path) as NSString).deletingLastPathComponent
-        let temp = directory + "/.\((path as NSString).lastPathComponent).\(getpid()).tmp"
+        let directory = PathText.parent(KeychainLocations.absolute(path))
+        let temp = directory + "/.\(PathText.lastComponent(path)).\(getpid()).tmp"
         func failure(_ what: String) -> KeychainError {
             let code = errno
             return code == ENOSPC ? .diskFull : .io("cannot \(what) \(path): \(String(cString: strerror(code)))")
@@ -214,8 +214,8 @@ extension BackupFile {
             self.chunkBytes = chunkBytes
             self.path = path
             self.replacing = replacing
-            directory = (KeychainLocations.absolute(path) as NSString).deletingLastPathComponent
-            temp = directory + "/.\((path as NSString).lastPathComponent).\(getpid()).tmp"
+            directory = PathText.parent(KeychainLocations.absolute(path))
+            temp = directory + "/.\(PathText.lastComponent(path)).\(getpid()).tmp"
             fd = Glibc.open(temp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
             guard fd >= 0 else { throw Self.failure("write", path) }
         }

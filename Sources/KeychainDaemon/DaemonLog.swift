@@ -37,7 +37,7 @@ final class LogFile: Sendable {
     private let fd: Int32
 
     init?(path: String) {
-        try? FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent,
+        try? FileManager.default.createDirectory(atPath: PathText.parent(path),
                                                  withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { return nil }

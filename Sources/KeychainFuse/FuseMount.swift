@@ -36,8 +36,14 @@ package final class FuseMount: @unchecked Sendable {
     /// Mounts; after this returns the kernel routes the mountpoint to us, and `serve()` answers.
     package func mount() throws {
         // default_permissions: the kernel enforces our 0600/0700 modes, so other users get EACCES.
-        // libfuse splits options at commas; a backslash escapes the next character.
-        let fsname = source.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ",", with: "\\,")
+        // libfuse splits options at commas; a backslash escapes the next character. Scalar by
+        // scalar: `replacingOccurrences` matches characters, and would miss a `\` or `,` with a
+        // combining mark after it (a store path the mount table then misnames).
+        var fsname = ""
+        for c in source.unicodeScalars {
+            if c == "\\" || c == "," { fsname += "\\" }
+            fsname.unicodeScalars.append(c)
+        }
         // allow_root lets the kernel pass root's requests, and libfuse refuses those of any
         // other user but the owner.
         let options = "default_permissions,fsname=\(fsname),subtype=keychainfs" + (allowRoot ? ",allow_root" : "")

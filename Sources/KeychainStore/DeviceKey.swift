@@ -16,7 +16,7 @@ enum DeviceKey {
     /// Loads the key, creating it first if there is none.
     static func loadOrCreate(path: String) throws -> SecureBytes {
         if let key = load(path: path) { return key }
-        try KeychainLocations.makeDirectory((path as NSString).deletingLastPathComponent)
+        try KeychainLocations.makeDirectory(PathText.parent(path))
         let key = SecureRandom.bytes(AESGCM.keyBytes)
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else {

@@ -45,7 +45,7 @@ public final class Keychain: @unchecked Sendable {
         ProcessProtection.makeNotDumpable()
         guard scrypt.isAcceptable else { throw KeychainError.invalidInput("scrypt parameters out of range") }
         if FileManager.default.fileExists(atPath: path) { throw KeychainError.storeExists(path) }
-        try KeychainLocations.makeDirectory((path as NSString).deletingLastPathComponent, onlyIfNew: true)
+        try KeychainLocations.makeDirectory(PathText.parent(path), onlyIfNew: true)
         let deviceKey = try DeviceKey.loadOrCreate(path: deviceKeyPath)
         let salt = SecureRandom.array(KDFRecord.saltBytes)
         let passphraseKey = try passphrase.map { try Scrypt.deriveKey(passphrase: $0, salt: salt, parameters: scrypt) }
@@ -100,7 +100,7 @@ public final class Keychain: @unchecked Sendable {
             throw KeychainError.notAKeychain("\(path): the store's identity or key generation is damaged")
         }
         storeID = [UInt8](id)
-        counter = StoreCounter(stateDirectory: (deviceKeyPath as NSString).deletingLastPathComponent, storeID: storeID,
+        counter = StoreCounter(stateDirectory: PathText.parent(deviceKeyPath), storeID: storeID,
                                storePath: path)
         // The files were as this machine's last commit or check left them until this open: what
         // its checkpoint made of them (the WAL folded in) is then such a state too.

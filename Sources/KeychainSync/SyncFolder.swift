@@ -207,10 +207,11 @@ package struct SyncFolder: Sendable {
 
     /// `<64 lowercase hex>.<decimal>` (format 2) or `<64 lowercase hex>` (format 1).
     static func isItemFileName(_ name: String) -> Bool {
-        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        // ASCII bytes only: `Character.isHexDigit` takes fullwidth digits too.
+        let parts = name.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count <= 2, let id = parts.first, id.count == 64,
-              id.allSatisfy({ $0.isHexDigit && !$0.isUppercase }) else { return false }
-        return parts.count == 1 || (!parts[1].isEmpty && parts[1].allSatisfy { $0.isASCII && $0.isNumber })
+              id.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else { return false }
+        return parts.count == 1 || (!parts[1].isEmpty && parts[1].allSatisfy { (48...57).contains($0) })
     }
 
     /// Removes the temporary files that a writer killed mid-write left in a device's own
@@ -319,7 +320,7 @@ package enum SyncFiles {
     /// device, a FIFO (an exchange would block forever) or /dev/zero (read forever), any
     /// other non-regular file, or a file over `limit`.
     package static func read(_ path: String, inside folder: SyncFolder, limit: Int) throws -> [UInt8]? {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = PathText.parent(path)
         try requireInside(directory, folder: folder)
         func refused(_ why: String) -> KeychainError { .integrityFailure("\(path) \(why); refused") }
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
@@ -348,13 +349,16 @@ package enum SyncFiles {
     /// Refuses a directory of the folder reached through a symbolic link: reads would follow
     /// it out of the folder, and writes (of this device's own directory) would land there.
     static func requireInside(_ directory: String, folder: SyncFolder) throws {
-        guard directory.hasPrefix(folder.path + "/") else { return }
+        // On bytes: a folder path ending in a prepending character is one Swift character with
+        // the `/` after it, so counting characters would cut the rest of the path wrongly.
+        let prefix = (folder.path + "/").utf8
+        guard directory.utf8.starts(with: prefix) else { return }
         guard let root = realpath(folder.path, nil) else { return }
         defer { free(root) }
         guard let real = realpath(directory, nil) else { return }  // not there: nothing to read
         defer { free(real) }
-        let expected = String(cString: root) + "/" + directory.dropFirst(folder.path.count + 1)
-        guard String(cString: real) == expected else {
+        let expected = String(cString: root) + "/" + String(directory.utf8.dropFirst(prefix.count))!
+        guard String(cString: real).isSame(as: expected) else {
             throw KeychainError.integrityFailure("\(directory) is reached through a symbolic link; refused")
         }
     }
@@ -366,7 +370,7 @@ package enum SyncFiles {
         try writeTemporary(bytes, temp, for: path, sync: true)
         guard rename(temp, path) == 0 else { throw failure("replace", path) }
         ok = true
-        syncDirectory((path as NSString).deletingLastPathComponent)
+        syncDirectory(PathText.parent(path))
     }
 
     /// `write` for many files at once, with the same promise (a reader sees each old file or
@@ -383,7 +387,7 @@ package enum SyncFiles {
             temps.append(temp)
         }
         if let first = files.first {
-            let dfd = open((first.path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            let dfd = open(PathText.parent(first.path), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             guard dfd >= 0 else { throw failure("write", first.path) }
             let flushed = flushFileSystem(dfd) == 0
             close(dfd)
@@ -393,13 +397,13 @@ package enum SyncFiles {
         for (i, (path, _)) in files.enumerated() {
             guard rename(temps[i], path) == 0 else { throw failure("replace", path) }
             renamed = i + 1
-            directories.insert((path as NSString).deletingLastPathComponent)
+            directories.insert(PathText.parent(path))
         }
         for d in directories { syncDirectory(d) }
     }
 
     private static func temporaryPath(_ path: String) -> String {
-        (path as NSString).deletingLastPathComponent + "/.\((path as NSString).lastPathComponent).tmp-\(getpid())"
+        PathText.parent(path) + "/.\(PathText.lastComponent(path)).tmp-\(getpid())"
     }
 
     private static func failure(_ what: String, _ path: String) -> KeychainError {

@@ -92,7 +92,7 @@ struct UserService {
     var store: String?
     /// The keychainfs that was run, so the unit runs what was installed: the front passes its
     /// own real path as argv[0] when it runs this tool; run directly, this very binary.
-    var executable = CommandLine.arguments[0].hasPrefix("/") ? CommandLine.arguments[0]
+    var executable = PathText.isAbsolute(CommandLine.arguments[0]) ? CommandLine.arguments[0]
         : (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
 
     /// Exit statuses after which a restart cannot help: no store, a bad store, a bad
@@ -110,7 +110,7 @@ struct UserService {
         let storeArgument = store.map { " --store " + Self.quoted(KeychainLocations.absolute($0)) } ?? ""
         // The shell's XDG directories, so that the service finds the same store, device key and configuration.
         let environment = ["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "KEYCHAINFS_STORE"].compactMap { name in
-            ProcessInfo.processInfo.environment[name].flatMap { $0.hasPrefix("/") ? "Environment=" + Self.quoted("\(name)=\($0)", commandLine: false) + "\n" : nil }
+            ProcessInfo.processInfo.environment[name].flatMap { PathText.isAbsolute($0) ? "Environment=" + Self.quoted("\(name)=\($0)", commandLine: false) + "\n" : nil }
         }.joined()
         return """
             # Written by 'keychainfs service install'; 'keychainfs service uninstall' removes it.
@@ -135,15 +135,17 @@ struct UserService {
 
     /// One word of a systemd command line (or of Environment=, where `$` is not special):
     /// quoted, with `%`, `\`, `"` and on a command line `$` escaped.
+    /// Scalar by scalar: a `"` followed by a combining mark is one Swift character with it,
+    /// which a loop over characters would leave unescaped, ending the quoted word early.
     static func quoted(_ word: String, commandLine: Bool = true) -> String {
         var out = ""
-        for c in word {
+        for c in word.unicodeScalars {
             switch c {
             case "%": out += "%%"
             case "$" where commandLine: out += "$$"
             case "\\": out += "\\\\"
             case "\"": out += "\\\""
-            default: out.append(c)
+            default: out.unicodeScalars.append(c)
             }
         }
         return "\"" + out + "\""
@@ -164,7 +166,7 @@ struct UserService {
 
     /// What `systemctl --user enable` does, for when no user manager answers.
     static func linkIntoDefaultTarget() throws {
-        let dir = (wantsLink as NSString).deletingLastPathComponent
+        let dir = PathText.parent(wantsLink)
         try KeychainLocations.makeDirectory(dir, mode: 0o755)
         unlink(wantsLink)
         guard symlink(unitPath, wantsLink) == 0 else {

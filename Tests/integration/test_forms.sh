@@ -67,6 +67,31 @@ printf v >"$MP/acc/plain"
 setfattr -n user.keychain.zzz -v 1 "$MP/acc/plain" 2>"$OUT"
 setfattr -n "user.keychain.${ac}label" -v 1 "$MP/acc/plain" 2>"$ERR"
 expect_eq "$(sed 's/.*: //' "$OUT")" "$(sed 's/.*: //' "$ERR")" "a keychain attribute name with a mark after the prefix is refused as any unknown one"
+echo "== text written for a shell, systemd or libfuse is escaped scalar by scalar"
+# A quote or a backslash followed by a combining mark is one Swift character with it: escaped
+# by character, it was left as it was, and ended the quoted word early.
+# (No space in it: a space in a listed path is written %20, which would spoil the attack.)
+evil="$TEST_ROOT/evil/y'${ac};touch\${IFS}PWNED;'${ac}"
+mkdir -p "$TEST_ROOT/evil" "$TEST_ROOT/paste" "$TEST_ROOT/bin"
+cp "$(command -v cat)" "$evil"
+ln -s "$KEYCHAINFS_BIN" "$TEST_ROOT/bin/keychainfs"
+printf g | kc add-generic-password -s guard -a acc -T /usr/bin/head >/dev/null
+"$evil" "$MP/guard/acc" >/dev/null 2>&1
+hint=$(kc access log 2>/dev/null | sed -n 's/^ *to allow: //p' | tail -n 1)
+(cd "$TEST_ROOT/paste" && PATH="$TEST_ROOT/bin:$PATH" sh -c "$hint --passphrase-file '$PASSFILE'") >"$OUT" 2>"$ERR"
+expect_eq "" "$(ls "$TEST_ROOT/paste")" "pasting the access log's command for a program named with quotes runs nothing else"
+expect_eq g "$("$evil" "$MP/guard/acc" 2>&1)" "and allows that program"
+kc service show --store "/x/q\"${ac} --allow-root --store /tmp/evil.db \"${ac}y" >"$OUT" 2>&1
+expect_contains "$OUT" "q\\\"${ac} --allow-root" "a unit's store path keeps its quotes escaped"
+kc init --store "$TEST_ROOT/s,${ac}b.db" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+mkdir "$TEST_ROOT/mcomma"
+expect_exit 0 "a store whose path has a comma before a combining mark mounts" mount_kc "$TEST_ROOT/mcomma" --store "$TEST_ROOT/s,${ac}b.db"
+kc unmount "$TEST_ROOT/mcomma" >/dev/null 2>&1
+mkdir "$TEST_ROOT/out"
+expect_exit 0 "export to a file whose name begins with a combining mark" \
+    kc export "$TEST_ROOT/out/${ac}b.kcbk" --store "$STORE2" --scrypt-log-n 10 --passphrase-file "$PASSFILE" --backup-passphrase-file "$PASSFILE"
+expect_exit 0 "writes it in the directory named" test -s "$TEST_ROOT/out/${ac}b.kcbk"
+
 echo "== a mount whose path is not UTF-8 leaves the mount table readable"
 # The kernel escapes only space, tab, newline and backslash in /proc/self/mountinfo: another
 # user's FUSE mount (or any mount) at such a path was enough to hide every keychainfs mount.
