@@ -35,10 +35,10 @@ package struct CredentialQuery: Equatable, Sendable {
     /// Names match as bytes, as the store holds them (`ExactName`).
     package func matches(key: InternetPasswordKey) -> Bool {
         key.protocol == self.protocol
-            && ExactName.equal(key.server, server)
+            && key.server.isSame(as: server)
             && key.port == port
-            && (path.map { ExactName.equal(key.path, $0) } ?? true)
-            && (account.map { ExactName.equal(key.account, $0) } ?? true)
+            && key.path.matches(path)
+            && key.account.matches(account)
             && key.authenticationType == .default
             && key.securityDomain.isEmpty
     }

@@ -11,7 +11,7 @@ struct VariantKey: Hashable {
 
     static func == (a: Self, b: Self) -> Bool {
         a.protocol == b.protocol && a.authenticationType == b.authenticationType
-            && ExactName.equal(a.account, b.account) && ExactName.equal(a.securityDomain, b.securityDomain)
+            && a.account.isSame(as: b.account) && a.securityDomain.isSame(as: b.securityDomain)
     }
 
     func hash(into hasher: inout Hasher) {
@@ -71,7 +71,7 @@ struct ItemGroup: Hashable {
     init(kind: ItemKind, name: String) { self.kind = kind; self.name = name }
 
     /// Byte-exact (`ExactName`).
-    static func == (a: Self, b: Self) -> Bool { a.kind == b.kind && ExactName.equal(a.name, b.name) }
+    static func == (a: Self, b: Self) -> Bool { a.kind == b.kind && a.name.isSame(as: b.name) }
 
     func hash(into hasher: inout Hasher) { hasher.combine(kind); ExactName.hash(name, into: &hasher) }
 

@@ -560,7 +560,7 @@ package final class ServedKeychain: Sendable {
     package func pendingItems(service: String) -> [KeychainItem] {
         state.withLock { s in
             s.index.pending.compactMap { s.index.item($0) }.filter {
-                if case .generic(let g) = $0.key { ExactName.equal(g.service, service) && ItemIndex.isShown($0.key) } else { false }
+                if case .generic(let g) = $0.key { g.service.isSame(as: service) && ItemIndex.isShown($0.key) } else { false }
             }.sorted { $0.id > $1.id }
         }
     }
@@ -766,7 +766,7 @@ package final class ServedKeychain: Sendable {
         package var name: String
         package init(kind: ItemKind, name: String) { self.kind = kind; self.name = name }
         /// Byte-exact (`ExactName`).
-        package static func == (a: Self, b: Self) -> Bool { a.kind == b.kind && ExactName.equal(a.name, b.name) }
+        package static func == (a: Self, b: Self) -> Bool { a.kind == b.kind && a.name.isSame(as: b.name) }
         package func hash(into hasher: inout Hasher) { hasher.combine(kind); ExactName.hash(name, into: &hasher) }
         /// The directory whose default a new item of `key` takes.
         package init(of key: ItemKey) {
@@ -844,7 +844,7 @@ package final class ServedKeychain: Sendable {
                     .map { $0.items.values.compactMap { s.index.item($0)?.accessible } }
             }
             stored = try indexed ?? keychain.groupSummaries(kind: .internet, name: i.server).compactMap { item in
-                guard case .internet(let k) = item.key, k.port == i.port, ExactName.equal(k.path, i.path) else { return nil }
+                guard case .internet(let k) = item.key, k.port == i.port, k.path.isSame(as: i.path) else { return nil }
                 return item.accessible
             }
         }
@@ -1065,8 +1065,8 @@ extension ItemKey {
     /// server, port and path.
     func isSibling(of other: ItemKey) -> Bool {
         switch (self, other) {
-        case (.generic(let a), .generic(let b)): ExactName.equal(a.service, b.service)
-        case (.internet(let a), .internet(let b)): a.port == b.port && ExactName.equal(a.server, b.server) && ExactName.equal(a.path, b.path)
+        case (.generic(let a), .generic(let b)): a.service.isSame(as: b.service)
+        case (.internet(let a), .internet(let b)): a.port == b.port && a.server.isSame(as: b.server) && a.path.isSame(as: b.path)
         default: false
         }
     }

@@ -29,7 +29,7 @@ struct InodeTable {
         var parent: UInt64
         var name: String
 
-        static func == (a: Self, b: Self) -> Bool { a.parent == b.parent && ExactName.equal(a.name, b.name) }
+        static func == (a: Self, b: Self) -> Bool { a.parent == b.parent && a.name.isSame(as: b.name) }
 
         func hash(into hasher: inout Hasher) { hasher.combine(parent); ExactName.hash(name, into: &hasher) }
     }
@@ -137,7 +137,7 @@ struct InodeTable {
 
     /// A rename: whatever had the new name loses it (it was replaced), and the inode moves.
     mutating func move(_ parent: UInt64, _ name: String, to newParent: UInt64, _ newName: String) {
-        guard parent != newParent || !ExactName.equal(name, newName) else { return }
+        guard parent != newParent || !name.isSame(as: newName) else { return }
         pathChanges += 1
         let ino = children.removeValue(forKey: ChildKey(parent: parent, name: name))
         unlink(newParent, newName)

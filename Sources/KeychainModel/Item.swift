@@ -27,7 +27,7 @@ public struct GenericPasswordKey: Hashable, Codable, Sendable {
 
     /// Byte-exact, as the store tells items apart (`ExactName`).
     public static func == (a: Self, b: Self) -> Bool {
-        ExactName.equal(a.service, b.service) && ExactName.equal(a.account, b.account) && ExactName.equal(a.accessGroup, b.accessGroup)
+        a.service.isSame(as: b.service) && a.account.isSame(as: b.account) && a.accessGroup.isSame(as: b.accessGroup)
     }
 
     public func hash(into hasher: inout Hasher) {
@@ -82,8 +82,8 @@ public struct InternetPasswordKey: Hashable, Codable, Sendable {
     /// Byte-exact, as the store tells items apart (`ExactName`).
     public static func == (a: Self, b: Self) -> Bool {
         a.port == b.port && a.protocol == b.protocol && a.authenticationType == b.authenticationType
-            && ExactName.equal(a.server, b.server) && ExactName.equal(a.account, b.account) && ExactName.equal(a.path, b.path)
-            && ExactName.equal(a.securityDomain, b.securityDomain) && ExactName.equal(a.accessGroup, b.accessGroup)
+            && a.server.isSame(as: b.server) && a.account.isSame(as: b.account) && a.path.isSame(as: b.path)
+            && a.securityDomain.isSame(as: b.securityDomain) && a.accessGroup.isSame(as: b.accessGroup)
     }
 
     public func hash(into hasher: inout Hasher) {

@@ -92,7 +92,7 @@ public struct ItemQuery: Codable, Sendable, Equatable {
     /// a delete of one form of a name must not take the other.
     public func matches(_ key: ItemKey) -> Bool {
         func eq<T: Equatable>(_ want: T?, _ have: T) -> Bool { want.map { $0 == have } ?? true }
-        func eq(_ want: String?, _ have: String) -> Bool { want.map { ExactName.equal($0, have) } ?? true }
+        func eq(_ want: String?, _ have: String) -> Bool { have.matches(want) }
         switch key {
         case .generic(let g):
             return kind == .generic && eq(accessGroup, g.accessGroup) && eq(service, g.service) && eq(account, g.account)
