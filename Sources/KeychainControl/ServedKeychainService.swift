@@ -130,7 +130,7 @@ package final class ServedKeychainService: KeychainService {
                               lockAfter: owner.lockAfter, itemCounts: counts, hasPassphrase: owner.hasPassphrase,
                               daemonPID: getpid(), daemonVersion: ControlProtocol.softwareVersion,
                               memoryLocked: SecureBytes.allLocked, allowRoot: mount.allowRoot, memory: memoryStatus(),
-                              passphraseWait: owner.lockState == .unlocked ? nil : try? owner.passphraseWait())
+                              passphraseWait: try? owner.passphraseWait())
     }
 
     private func memoryStatus() -> MemoryStatus {

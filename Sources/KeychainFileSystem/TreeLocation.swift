@@ -58,7 +58,7 @@ package enum TreeLocation: Equatable, Sendable {
         case .genericItem:
             throw .notDirectory
         case .server(let server):
-            do { return .port(server: server, port: try InternetPort.parse(name)) } catch { throw .invalid }
+            do { return .port(server: server, port: try InternetPort.parseDirectoryName(name)) } catch { throw .invalid }
         case .port(let server, let port):
             guard name.utf8.count <= TreeName.maxBytes else { throw .nameTooLong }
             return .internetEntry(server: server, port: port, parent: [], name: name)
@@ -74,7 +74,7 @@ package enum TreeLocation: Equatable, Sendable {
         let server = try decode(serverName)
         guard parts.count > 1 else { return .server(server) }
         let port: UInt16
-        do { port = try InternetPort.parse(parts[1]) } catch { throw .invalid }
+        do { port = try InternetPort.parseDirectoryName(parts[1]) } catch { throw .invalid }
         guard parts.count > 2 else { return .port(server: server, port: port) }
         var parent: [String] = []
         for p in parts[2..<(parts.count - 1)] { parent.append(try segment(p)) }

@@ -108,6 +108,17 @@ package enum InternetPort {
         }
         return UInt16(n)
     }
+
+    /// A port directory's name: as `parse`, written as the tree lists it, without leading
+    /// zeros. `0443` would otherwise be a second name of `443`, whose files one could open but
+    /// never list.
+    package static func parseDirectoryName(_ name: String) throws(ModelError) -> UInt16 {
+        let port = try parse(name)
+        guard name.utf8.first != UInt8(ascii: "0") else {
+            throw .invalid("port directory '\(name)' has leading zeros (it is '\(port)')")
+        }
+        return port
+    }
 }
 
 /// Internet password paths are kept as segments joined by `/`, without a leading or trailing

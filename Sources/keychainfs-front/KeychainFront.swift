@@ -17,10 +17,12 @@ import KeychainModel
 @main
 enum KeychainFront {
     static func main() {
+        // An argument that is not UTF-8 would be changed by its decoding: the full tool refuses it.
+        if CommandArguments.firstNotUTF8() != nil { FullTool.exec() }
         let arguments = CommandLine.arguments
         if let lookup = SecretLookup(arguments: arguments.dropFirst()) { lookup.run() }
         if let unmount = DaemonUnmount(arguments: arguments.dropFirst()) { unmount.run() }
-        FullTool.exec(arguments)
+        FullTool.exec()
     }
 }
 
@@ -155,13 +157,14 @@ func writeAll(_ raw: UnsafeRawBufferPointer, to fd: Int32) {
 enum FullTool {
     static let name = "keychainfs-full"
 
-    /// argv[0] becomes this binary's real path, which the whole tool writes into the systemd
-    /// unit it installs: the unit then runs `keychainfs`, not the tool behind it.
-    static func exec(_ arguments: [String]) -> Never {
+    /// The arguments go as the kernel gave them, bytes and all (`CommandArguments`); argv[0]
+    /// becomes this binary's real path, which the whole tool writes into the systemd unit it
+    /// installs: the unit then runs `keychainfs`, not the tool behind it.
+    static func exec() -> Never {
         let own = ownPath()
         let directory = parent(of: own)
         let candidates = [directory + "/" + name, directory + "/../libexec/keychainfs/" + name]
-        let argv = ([own] + arguments.dropFirst()).map { strdup($0) } + [nil]
+        let argv = [strdup(own)] + (1..<Int(CommandLine.argc)).map { CommandLine.unsafeArgv[$0] } + [nil]
         for path in candidates where access(path, X_OK) == 0 {
             execv(path, argv)
         }

@@ -26,6 +26,10 @@ struct KeychainFS: ParsableCommand {
     /// The one place a `KeychainError` becomes a message and an exit status, whichever
     /// command (this file's or the mount's) threw it.
     static func main() {
+        if let position = CommandArguments.firstNotUTF8() {
+            FileHandle.standardError.write(Data("keychainfs: \(CommandArguments.notUTF8Message(position))\n".utf8))
+            Glibc.exit(KeychainError.invalidInput("").exitCode)
+        }
         do {
             var command = try parseAsRoot()
             // A command may open the store itself, a program like any other to the items'

@@ -104,6 +104,8 @@ rm "$XDG_CONFIG_HOME/keychainfs/config.toml"
 echo "== the backoff counts these attempts"
 for i in 1 2 3; do kc access set-generic -s svc -a acct -A --passphrase-file "$WRONG" >/dev/null 2>&1; done
 expect_exit 52 "after three wrong ones, the next waits" kc access set-generic -s svc -a acct -A --passphrase-file "$PASSFILE"
+expect_exit 0 "status while unlocked" kc status
+expect_contains "$OUT" "the next is heard in" "status shows the wait while unlocked too"
 kc lock >/dev/null 2>&1
 expect_exit 52 "and so does unlock" kc unlock --passphrase-file "$PASSFILE"
 

@@ -171,6 +171,16 @@ expect_exit 67 "a secret over 16 MiB from stdin: 67" kc add-generic-password -s 
 expect_contains "$ERR" "16777217 bytes" "the error gives the size"
 rm -f "$T/16mib"
 expect_exit 44 "the oversized item was not stored" kc find-generic-password -s big -a over $P
+# An argument that is not UTF-8 is refused whole: decoded, its bytes would become U+FFFD, and
+# x\376 and x\377 would be one name, stored as a third.
+bad_ff=$(printf 'x\377') bad_fe=$(printf 'x\376')
+expect_exit 65 "a service that is not UTF-8: 65" kc add-generic-password -s "$bad_ff" -a a -w x $P
+expect_contains "$ERR" "argument 3 is not UTF-8" "the refusal names the argument"
+expect_exit 65 "another one: 65, not a duplicate" kc add-generic-password -s "$bad_fe" -a a -w x $P
+expect_exit 44 "nothing was stored under U+FFFD" kc find-generic-password -s "x$(printf '\357\277\275')" -a a $P
+expect_exit 65 "a -w secret that is not UTF-8: 65" kc add-generic-password -s utf -a a -w "$bad_ff" $P
+expect_exit 44 "and it stored nothing" kc find-generic-password -s utf -a a $P
+expect_exit 65 "a --store path that is not UTF-8: 65" kc find-generic-password -s x --store "$T/$bad_ff" $P
 
 # --- stores that are not ours, or missing -------------------------------------------------
 
@@ -333,6 +343,11 @@ if [ -c /dev/fuse ] && have fusermount3; then
     cmp -s "$T/binary" "$OUT" && pass "binary secret round-trips through the daemon" || fail "binary secret round-trips through the daemon"
     expect_exit 45 "duplicate through the daemon: 45" kc add-generic-password $MS -s daemon -a cli -w x
     expect_exit 44 "not found through the daemon: 44" kc find-generic-password $MS -s daemon -a nobody
+    # keychainfs's front answers this lookup itself: a name that is not UTF-8 goes, bytes
+    # unchanged, to the full tool, which refuses it.
+    expect_exit 65 "a lookup of a name that is not UTF-8 through the daemon: 65" \
+        kc find-generic-password $MS -s "$(printf 'daemon\377')" -a cli -w
+    expect_contains "$ERR" "is not UTF-8" "the full tool's refusal"
     expect_exit 65 "bad input through the daemon: 65" kc add-generic-password $MS -s daemon -a p -w x --accessible nope
     expect_exit 0 "status" kc status $MS
     expect_contains "$OUT" "state: unlocked" "status: unlocked"

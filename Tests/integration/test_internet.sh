@@ -24,10 +24,15 @@ expect_eq "22 443" "$(list "$I/github.com")" "a server directory lists its ports
 expect_eq "git.example.org github.com mail.example.org" "$(list "$I")" "internet/ lists servers"
 
 echo "== ports"
-for p in 0 65536 abc -1 08x; do
+for p in 0 65536 abc -1 08x 0443 00443; do
     expect_errno "port directory '$p' is EINVAL" "Invalid argument" mkdir "$I/github.com/$p"
 done
 expect_errno "a path through a bad port is EINVAL" "Invalid argument" cat "$I/github.com/99999/alice"
+# A port written with leading zeros is no second name of the port: its items cannot be
+# opened, listed or stat'ed through it.
+expect_errno "a path through a port with leading zeros is EINVAL" "Invalid argument" cat "$I/github.com/0443/alice"
+expect_errno "stat of a port with leading zeros is EINVAL" "Invalid argument" stat "$I/github.com/0443"
+expect_eq "22 443" "$(list "$I/github.com")" "and the server still lists 22 and 443 only"
 mkdir -p "$I/example.com/8443"
 sh -c "printf alt > '$I/example.com/8443/alice'"
 expect_contains "$(kc find-internet-password -s example.com -P 8443 -a alice)" "https" "a port without a well-known protocol takes https"
