@@ -146,8 +146,13 @@ class Mount:
     def close(self):
         if getattr(self, "dbus", None) is not None:
             self.dbus.close()
-        subprocess.run([KC, "unmount", self.mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
-        subprocess.run(["fusermount3", "-u", "-z", self.mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Each step on its own: one that cannot even start (the binary being rebuilt:
+        # ETXTBSY) must not leave the mount and its daemon behind.
+        for argv, env in [([KC, "unmount", self.mp], self.env), (["fusermount3", "-u", "-z", self.mp], None)]:
+            try:
+                subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+            except OSError:
+                pass
         if self.pid:
             try:
                 os.kill(self.pid, 15)
