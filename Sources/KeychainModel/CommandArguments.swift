@@ -5,17 +5,18 @@
 /// differing only in such bytes would be one), a `-w` secret or a path silently changed. So
 /// the tools look at the raw arguments first and refuse, or pass on, what is not UTF-8.
 package enum CommandArguments {
-    /// The position (0 is the program) of the first argument that is not UTF-8, or nil.
+    /// The position (1 is the first after the program's own name, which is not looked at) of
+    /// the first argument that is not UTF-8, or nil.
     package static func firstNotUTF8() -> Int? {
-        for i in 0..<Int(CommandLine.argc) {
+        for i in 1..<max(1, Int(CommandLine.argc)) {
             guard let p = CommandLine.unsafeArgv[i] else { continue }
             if String(validatingCString: p) == nil { return i }
         }
         return nil
     }
 
-    /// The message and exit status (65) for such an argument.
+    /// The message for such an argument; the tool exits 65 (bad input).
     package static func notUTF8Message(_ position: Int) -> String {
-        "argument \(position) is not UTF-8: names, secrets given with -w and paths must be UTF-8 (give a secret that is not on standard input)"
+        "argument \(position) is not UTF-8: names, secrets given with -w and paths must be UTF-8 (give a secret that is not UTF-8 on standard input)"
     }
 }

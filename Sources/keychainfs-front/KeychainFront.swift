@@ -164,7 +164,7 @@ enum FullTool {
         let own = ownPath()
         let directory = parent(of: own)
         let candidates = [directory + "/" + name, directory + "/../libexec/keychainfs/" + name]
-        let argv = [strdup(own)] + (1..<Int(CommandLine.argc)).map { CommandLine.unsafeArgv[$0] } + [nil]
+        let argv = [strdup(own)] + (1..<max(1, Int(CommandLine.argc))).map { CommandLine.unsafeArgv[$0] } + [nil]
         for path in candidates where access(path, X_OK) == 0 {
             execv(path, argv)
         }

@@ -20,6 +20,15 @@ final class InternetPortTests: XCTestCase {
             }
         }
     }
+
+    /// A port directory has one name, the one the tree lists: `0443` is not `443` again.
+    func testAPortDirectoryNameHasNoLeadingZeros() throws {
+        XCTAssertEqual(try InternetPort.parseDirectoryName("443"), 443)
+        XCTAssertEqual(try InternetPort.parse("0443"), 443)
+        for bad in ["0443", "00443", "0", "00", "01"] {
+            XCTAssertThrowsError(try InternetPort.parseDirectoryName(bad), "'\(bad)' should be refused")
+        }
+    }
 }
 
 final class AccessibilityClassTests: XCTestCase {
