@@ -109,12 +109,12 @@ let package = Package(
         ], path: "Sources/keychainfs", linkerSettings: [
             // swiftc exports every symbol of an executable (-export-dynamic, for dladdr); in a PIE
             // each reference to an exported symbol is then a symbolic relocation that the loader
-            // looks up at every start: 1 MiB of the daemon's resident size (README, Performance).
+            // looks up at every start: 1 MiB of the daemon's resident size (docs/performance-notes.md).
             // Nothing here looks its own symbols up.
             .unsafeFlags(["-Xlinker", "--no-export-dynamic"]),
         ]),
         // A static executable: no dynamic loader, no libcrypto or libstdc++ to map and relocate.
-        // That was most of what a lookup's start-up cost (README, Performance). FoundationEssentials'
+        // That was most of what a lookup's start-up cost (docs/performance-notes.md). FoundationEssentials'
         // two support libraries are named because modules built without --static-swift-stdlib (a
         // debug build) do not ask for them.
         .executableTarget(name: "keychainfs", dependencies: [

@@ -70,7 +70,7 @@ struct FileLogHandler: LogHandler {
 
     /// ISO 8601 in UTC, `2026-11-25T23:54:28Z`, from `gmtime_r`: Foundation's date formatter
     /// loaded ICU's locale data and code for the first line, megabytes of the daemon's resident
-    /// size (README, Performance).
+    /// size (docs/performance-notes.md).
     static func timestamp(_ seconds: time_t) -> String {
         var t = tm()
         var s = seconds

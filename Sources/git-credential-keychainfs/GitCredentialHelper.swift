@@ -34,6 +34,10 @@ enum GitCredentialHelper {
         default: break
         }
         guard let action = CredentialAction(argument: argument) else { return }
+        // A store path from a variable that is not UTF-8 would be another store's.
+        if let name = CommandArguments.firstVariableNotUTF8() {
+            return note("the keychain was not asked: \(CommandArguments.variableNotUTF8Message(name))")
+        }
         // The daemon identifies this process as it accepts a connection (per-program access),
         // which it cannot once the process is non-dumpable: so the daemon is found (the
         // connection kept for the first call) before the helper hardens.

@@ -17,8 +17,9 @@ import KeychainModel
 @main
 enum KeychainFront {
     static func main() {
-        // An argument that is not UTF-8 would be changed by its decoding: the full tool refuses it.
-        if CommandArguments.firstNotUTF8() != nil { FullTool.exec() }
+        // An argument (or a path variable) that is not UTF-8 would be changed by its decoding:
+        // the full tool refuses it.
+        if CommandArguments.firstNotUTF8() != nil || CommandArguments.firstVariableNotUTF8() != nil { FullTool.exec() }
         let arguments = CommandLine.arguments
         if let lookup = SecretLookup(arguments: arguments.dropFirst()) { lookup.run() }
         if let unmount = DaemonUnmount(arguments: arguments.dropFirst()) { unmount.run() }
@@ -179,7 +180,7 @@ enum FullTool {
     private static func ownPath() -> String {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlink("/proc/self/exe", &buffer, Int(PATH_MAX))
-        guard n > 0 else { return CommandLine.arguments[0] }
+        guard n > 0 else { return "keychainfs" }
         return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 

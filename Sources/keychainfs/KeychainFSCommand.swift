@@ -30,6 +30,10 @@ struct KeychainFS: ParsableCommand {
             FileHandle.standardError.write(Data("keychainfs: \(CommandArguments.notUTF8Message(position))\n".utf8))
             Glibc.exit(KeychainError.invalidInput("").exitCode)
         }
+        if let name = CommandArguments.firstVariableNotUTF8() {
+            FileHandle.standardError.write(Data("keychainfs: \(CommandArguments.variableNotUTF8Message(name))\n".utf8))
+            Glibc.exit(KeychainError.invalidInput("").exitCode)
+        }
         do {
             var command = try parseAsRoot()
             // A command may open the store itself, a program like any other to the items'

@@ -181,6 +181,9 @@ expect_exit 44 "nothing was stored under U+FFFD" kc find-generic-password -s "x$
 expect_exit 65 "a -w secret that is not UTF-8: 65" kc add-generic-password -s utf -a a -w "$bad_ff" $P
 expect_exit 44 "and it stored nothing" kc find-generic-password -s utf -a a $P
 expect_exit 65 "a --store path that is not UTF-8: 65" kc find-generic-password -s x --store "$T/$bad_ff" $P
+expect_exit 65 "a KEYCHAINFS_STORE that is not UTF-8: 65" env KEYCHAINFS_STORE="$T/$bad_ff" "$KEYCHAINFS_BIN" find-generic-password -s x $P
+expect_contains "$ERR" "KEYCHAINFS_STORE is not UTF-8" "the refusal names the variable"
+expect_exit 65 "a HOME that is not UTF-8: 65" env HOME="$T/$bad_ff" "$KEYCHAINFS_BIN" status
 
 # --- stores that are not ours, or missing -------------------------------------------------
 

@@ -5,16 +5,18 @@
 # nothing: build fsx yourself, outside this repository (its one source file and a few
 # headers; no autotools):
 #
-#     git clone --depth 1 https://github.com/kdave/xfstests /tmp/xfstests-src
-#     cd /tmp/xfstests-src && printf '#define HAVE_ERR_H 1\n#define HAVE_LINUX_FALLOC_H 1\n' >src/config.h &&
-#     gcc -O2 -D_GNU_SOURCE -include getopt.h -include linux/falloc.h -include sys/param.h \
+#     git clone https://github.com/kdave/xfstests /tmp/xfstests-src   # run with 63a29724
+#     cd /tmp/xfstests-src && git checkout 63a29724 && printf '#define HAVE_ERR_H 1\n#define HAVE_LINUX_FALLOC_H 1\n' >src/config.h &&
+#     mkdir -p /tmp/xfstests && gcc -O2 -D_GNU_SOURCE -include getopt.h -include linux/falloc.h -include sys/param.h \
 #         -include assert.h -include unistd.h -include stdlib.h -include sys/stat.h \
 #         -include sys/ioctl.h -Iinclude -Isrc -o /tmp/xfstests/fsx ltp/fsx.c
 #
 # then run this script (FSX_BIN=/elsewhere if it is not /tmp/xfstests/fsx). Without it, it
 # says so and skips. Mapped reads and writes are off (-R -W: a shared mapping of a secret is
-# ENODEV, README "Documented, not silent"), and so are fallocate and its relatives, copy
-# and clone ranges (-F -H -z -C -I -E -K -u: keychainfs implements none of them).
+# ENODEV, README "Documented, not silent"), and so are fallocate and its modes (-F, -H punch
+# hole, -z zero range, -C collapse, -I insert, -K keep size, -u unshare) and copy_file_range
+# (-E): keychainfs implements none of them. Clone, dedupe and exchange ranges fsx probes
+# itself at its start and leaves out where they are not supported, as here.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/mount_lib.sh"
 

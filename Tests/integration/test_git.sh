@@ -329,6 +329,9 @@ expect_exit 0 "KEYCHAINFS_STORE unset: the default store (the same one here) is 
 kc init --store "$TEST_ROOT/other.db" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
 KEYCHAINFS_STORE="$TEST_ROOT/other.db" expect_noted "KEYCHAINFS_STORE naming an unmounted store: get answers nothing" \
     get "not mounted" protocol=https host=git.example
+# A store path that is not UTF-8 would be decoded to another path, another store's.
+KEYCHAINFS_STORE="$(printf '%s/other\377.db' "$TEST_ROOT")" expect_noted "KEYCHAINFS_STORE that is not UTF-8: get answers nothing, and says why" \
+    get "KEYCHAINFS_STORE is not UTF-8" protocol=https host=git.example
 
 echo "== locked"
 cred store protocol=https host=lock.example username=u password=before-lock
