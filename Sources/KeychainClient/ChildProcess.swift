@@ -131,14 +131,7 @@ package enum SecretHandover {
         // cannot be ruled out; refuse.
         guard fd >= 0 else { return true }
         defer { close(fd) }
-        var text = [UInt8]()
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = read(fd, &buffer, buffer.count)
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
-            text += buffer[0..<n]
-        }
+        let text = Descriptor.readToEnd(fd)
         for line in String(decoding: text, as: UTF8.self).split(separator: "\n") where line.hasPrefix("TracerPid:") {
             return line.dropFirst("TracerPid:".count).filter { $0 != " " && $0 != "\t" } != "0"
         }

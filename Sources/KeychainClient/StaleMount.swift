@@ -31,14 +31,7 @@ package enum MountTable {
         let fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return [] }
         defer { close(fd) }
-        var text: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 16 << 10)
-        while true {
-            let n = read(fd, &buffer, buffer.count)
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
-            text += buffer[0..<n]
-        }
+        let text = Descriptor.readToEnd(fd, chunk: 16 << 10)
         return text.split(separator: UInt8(ascii: "\n")).compactMap { line in
             // "36 35 98:0 /root /mnt opts [optional fields...] - fstype source superopts"
             let fields = line.split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)

@@ -48,7 +48,7 @@ enum GitCredentialHelper {
         // `store` reads a password from git, `get` receives one from the daemon: before either,
         // none of the user's other processes may read this one's memory.
         ProcessProtection.makeNotDumpable()
-        let input = StandardStream.readAll(0)
+        let input = Descriptor.readToEnd(0)
         // A request the helper would not serve anyway gets no note, but for an item too long to
         // keep: git would go on believing it saved.
         guard let request = try? CredentialRequest(parsing: input) else { return }
@@ -188,14 +188,4 @@ enum StandardStream {
         }
     }
 
-    static func readAll(_ fd: Int32) -> [UInt8] {
-        var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = read(fd, &buffer, buffer.count)
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return out }
-            out += buffer[0..<n]
-        }
-    }
 }

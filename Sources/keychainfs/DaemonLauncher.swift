@@ -62,15 +62,7 @@ enum DaemonLauncher {
     }
 
     private static func readAll(_ fd: Int32) -> String {
-        var out = [UInt8]()
-        var buf = [UInt8](repeating: 0, count: 512)
-        while true {
-            let n = read(fd, &buf, buf.count)
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
-            out += buf[0..<n]
-        }
-        return String(decoding: out, as: UTF8.self)
+        String(decoding: Descriptor.readToEnd(fd, chunk: 512), as: UTF8.self)
     }
 
     /// The child's side of the ready pipe.
