@@ -16,6 +16,13 @@ import PackageDescription
 // The Secret Service: SDBus (sd-bus from libsystemd, through CSystemd and CSDBusShim, in a small
 // Swift layer) → KeychainSecretService (the D-Bus API over the owner, KeychainFileSystem's
 // ServedKeychain) → KeychainDaemon, which starts it beside the mount.
+// The programs that hold secrets in memory resolve every symbol when they start (`-z now`, and
+// their relocations read-only after it). Lazily, the loader's resolver saves the vector
+// registers on the stack at each first call of a library function: registers that the last
+// copy of a secret went through (helper_memory.py found a password there, in the git helper,
+// below its stack pointer where nothing wipes it). The front is static and resolves nothing.
+let bindNow = ["-Xlinker", "-z", "-Xlinker", "now", "-Xlinker", "-z", "-Xlinker", "relro"]
+
 let package = Package(
     name: "keychainfs",
     platforms: [.macOS(.v15)],
@@ -72,7 +79,7 @@ let package = Package(
         .target(name: "KeychainControl", dependencies: [
             "KeychainStore", "KeychainFileSystem", "KeychainClient", "KeychainControlProtocol", "KeychainAccess", "KeychainSync",
         ]),
-        .target(name: "GitCredential", dependencies: ["KeychainModel"]),
+        .target(name: "GitCredential", dependencies: ["KeychainModel", "KeychainCrypto"]),
         // The git transport of a sync folder (issue 20): commit, fetch, merge, push, with the
         // keychain's merge called in between. It runs git; it knows nothing of the folder's files.
         .target(name: "KeychainSyncGit", dependencies: ["KeychainErrors"]),
@@ -111,7 +118,7 @@ let package = Package(
             // each reference to an exported symbol is then a symbolic relocation that the loader
             // looks up at every start: 1 MiB of the daemon's resident size (docs/performance-notes.md).
             // Nothing here looks its own symbols up.
-            .unsafeFlags(["-Xlinker", "--no-export-dynamic"]),
+            .unsafeFlags(["-Xlinker", "--no-export-dynamic"] + bindNow),
         ]),
         // A static executable: no dynamic loader, no libcrypto or libstdc++ to map and relocate.
         // That was most of what a lookup's start-up cost (docs/performance-notes.md). FoundationEssentials'
@@ -122,7 +129,8 @@ let package = Package(
         ], path: "Sources/keychainfs-front", linkerSettings: [
             .unsafeFlags(["-static-executable", "-l_FoundationCollections", "-l_FoundationCShims"]),
         ]),
-        .executableTarget(name: "git-credential-keychainfs", dependencies: ["KeychainModel", "KeychainClient", "GitCredential"]),
+        .executableTarget(name: "git-credential-keychainfs", dependencies: ["KeychainModel", "KeychainClient", "GitCredential"],
+                          linkerSettings: [.unsafeFlags(bindNow)]),
         // Test support: fills a store with many items at once (Tests/integration/test_memory.sh).
         .executableTarget(name: "keychainfs-fill", dependencies: ["KeychainStore", "KeychainBatch"], path: "Tests/Fill"),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
@@ -130,7 +138,7 @@ let package = Package(
         .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainStore"], exclude: ["Fixtures"]),
         .testTarget(name: "KeychainFileSystemTests", dependencies: ["KeychainFileSystem", "KeychainBatch", "KeychainAccess"]),
         .testTarget(name: "KeychainFuseTests", dependencies: ["KeychainFuse", "KeychainStore"]),
-        .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential"]),
+        .testTarget(name: "GitCredentialTests", dependencies: ["GitCredential", "KeychainCrypto", "KeychainModel"]),
         .testTarget(name: "KeychainSyncGitTests", dependencies: ["KeychainSyncGit", "KeychainErrors"]),
         .testTarget(name: "KeychainControlTests", dependencies: [
             "KeychainControlProtocol", "KeychainClient", "KeychainControlServer", "KeychainBatch", "KeychainAccess",

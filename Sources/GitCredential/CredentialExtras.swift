@@ -1,11 +1,10 @@
 // Not all of Foundation: it would link CoreFoundation and ICU into the small clients.
 #if canImport(FoundationEssentials)
 import FoundationEssentials
-import Glibc
 #else
 import Foundation
 #endif
-import KeychainModel
+import KeychainCrypto
 
 /// Attributes git sends with a password that must come back with it on `get`. They are sealed
 /// with the password (the item's extras), as `key=value` lines, the form git uses for them;
@@ -13,31 +12,44 @@ import KeychainModel
 package struct CredentialExtras: Equatable, Sendable {
     /// Unix time after which git discards the password; kept as git sent it.
     package var passwordExpiryUTC: String?
-    package var oauthRefreshToken: String?
+    /// A secret, kept as the password is.
+    package var oauthRefreshToken: SecureBytes?
 
-    package init(passwordExpiryUTC: String? = nil, oauthRefreshToken: String? = nil) {
+    package init(passwordExpiryUTC: String? = nil, oauthRefreshToken: SecureBytes? = nil) {
         self.passwordExpiryUTC = passwordExpiryUTC
         self.oauthRefreshToken = oauthRefreshToken
     }
 
     /// Empty values count as absent: git sends `key=` to clear an attribute.
     package init(request: CredentialRequest) {
-        self.init(passwordExpiryUTC: request.passwordExpiryUTC.flatMap(Self.nonEmpty),
-                  oauthRefreshToken: request.oauthRefreshToken.flatMap(Self.nonEmpty))
+        self.init(passwordExpiryUTC: request.passwordExpiryUTC.flatMap { $0.isEmpty ? nil : $0 },
+                  oauthRefreshToken: request.oauthRefreshToken.flatMap { $0.count == 0 ? nil : $0 })
     }
 
-    /// Tolerates anything: `generic` may have been written by another program.
-    package init(decoding data: Data?) {
+    /// The item's sealed extras. Tolerates anything, as `init(legacy:)`.
+    package init(decoding sealed: SecureBytes) {
         self.init()
-        guard let data, let text = String(data: data, encoding: .utf8) else { return }
-        // On bytes, as the request is read: a `=` followed by a combining mark is one
-        // character with it, and a value may begin with one (`PathText`).
-        for line in PathText.split(text, on: UInt8(ascii: "\n")) {
-            guard let eq = line.utf8.firstIndex(of: UInt8(ascii: "=")) else { continue }
-            let value = Self.nonEmpty(String(line[line.utf8.index(after: eq)...]))
-            switch String(line[..<eq]) {
-            case "password_expiry_utc": passwordExpiryUTC = value
-            case "oauth_refresh_token": oauthRefreshToken = value
+        sealed.withUnsafeBytes { decode($0) }
+    }
+
+    /// Extras an earlier version kept in the clear in `generic`, which another program may
+    /// have written: anything that is not a known line is skipped.
+    package init(legacy generic: Data?) {
+        self.init()
+        generic?.withUnsafeBytes { decode($0) }
+    }
+
+    /// On bytes, as the request is read: a `=` followed by a combining mark is one character
+    /// with it, and a value may begin with one.
+    private mutating func decode(_ bytes: UnsafeRawBufferPointer) {
+        for line in bytes.split(separator: UInt8(ascii: "\n")) {
+            guard let eq = line.firstIndex(of: UInt8(ascii: "=")) else { continue }
+            let value = UnsafeRawBufferPointer(rebasing: line[(eq + 1)...])
+            switch String(decoding: line[..<eq], as: UTF8.self) {
+            case "password_expiry_utc":
+                passwordExpiryUTC = value.isEmpty ? nil : String(validating: value, as: UTF8.self)
+            case "oauth_refresh_token":
+                oauthRefreshToken = value.isEmpty ? nil : SecureBytes(copying: value)
             default: break
             }
         }
@@ -45,14 +57,39 @@ package struct CredentialExtras: Equatable, Sendable {
 
     package var isEmpty: Bool { passwordExpiryUTC == nil && oauthRefreshToken == nil }
 
-    /// Nil when there is nothing to keep, so items without extras leave `generic` unset.
-    package func encode() -> Data? {
-        guard !isEmpty else { return nil }
-        var text = ""
-        if let passwordExpiryUTC { text += "password_expiry_utc=\(passwordExpiryUTC)\n" }
-        if let oauthRefreshToken { text += "oauth_refresh_token=\(oauthRefreshToken)\n" }
-        return Data(text.utf8)
+    /// The lines to seal; empty when there is nothing to keep (a store then drops earlier ones).
+    package func encode() -> SecureBytes {
+        let lines = LineWriter()
+        if let passwordExpiryUTC { lines.add("password_expiry_utc", passwordExpiryUTC) }
+        if let oauthRefreshToken { lines.add("oauth_refresh_token", oauthRefreshToken) }
+        return lines.bytes
     }
 
-    private static func nonEmpty(_ s: String) -> String? { s.isEmpty ? nil : s }
+    package static func == (a: Self, b: Self) -> Bool {
+        a.passwordExpiryUTC == b.passwordExpiryUTC && sameSecret(a.oauthRefreshToken, b.oauthRefreshToken)
+    }
+}
+
+/// `key=value` lines built in locked memory, as both a response and the sealed extras are.
+struct LineWriter {
+    let bytes = SecureBytes()
+
+    func add(_ key: String, _ value: String) {
+        Array(value.utf8).withUnsafeBytes { add(key, $0) }
+    }
+
+    func add(_ key: String, _ value: SecureBytes) {
+        value.withUnsafeBytes { add(key, $0) }
+    }
+
+    func add(_ key: String, _ value: UnsafeRawBufferPointer) {
+        let head = Array(key.utf8) + [UInt8(ascii: "=")]
+        let start = bytes.count
+        bytes.resize(to: start + head.count + value.count + 1)
+        bytes.withUnsafeMutableBytes { out in
+            UnsafeMutableRawBufferPointer(rebasing: out[start..<start + head.count]).copyBytes(from: head)
+            UnsafeMutableRawBufferPointer(rebasing: out[(start + head.count)...]).copyMemory(from: value)
+            out[out.count - 1] = UInt8(ascii: "\n")
+        }
+    }
 }

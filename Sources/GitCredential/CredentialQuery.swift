@@ -1,3 +1,4 @@
+import KeychainCrypto
 import KeychainModel
 
 /// The internet passwords a request can refer to, compared the way git's `credential_match`
@@ -57,17 +58,9 @@ extension CredentialRequest {
     /// Whether `erase` removes the item: it matches the query and, when git names the password
     /// it is rejecting, still holds that password, so a credential stored again in the meantime
     /// survives. A request the keychain cannot serve erases nothing.
-    package func erases(key: InternetPasswordKey, secret: some Collection<UInt8>) -> Bool {
+    package func erases(key: InternetPasswordKey, secret: SecureBytes?) -> Bool {
         guard let query = try? CredentialQuery(request: self), query.matches(key: key) else { return false }
         guard let password else { return true }
-        return constantTimeEqual(Array(password.utf8), Array(secret))
+        return secret.map(password.isEqual(to:)) ?? false
     }
-}
-
-/// Compares without an early exit, so timing does not reveal how much of a guess was right.
-private func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-    guard a.count == b.count else { return false }
-    var diff: UInt8 = 0
-    for i in a.indices { diff |= a[i] ^ b[i] }
-    return diff == 0
 }

@@ -1,20 +1,26 @@
+import KeychainCrypto
+
 /// The attributes git writes to a helper's stdin (git-credential(1), "INPUT/OUTPUT FORMAT").
+///
+/// The two secrets, `password` and `oauth_refresh_token`, go from the request's locked buffer
+/// straight into locked buffers of their own: never into a `String` or an array that nothing
+/// wipes. As bytes, they need not be UTF-8 (git's are C strings: anything but NUL and newline).
 package struct CredentialRequest: Equatable, Sendable {
     package var `protocol`: String?
     package var host: String?
     package var path: String?
     /// Nil when git sent no `username` line; `""` when it sent `username=`.
     package var username: String?
-    /// Nil when git sent no `password` line; `""` when it sent `password=`.
-    package var password: String?
+    /// Nil when git sent no `password` line; empty when it sent `password=`.
+    package var password: SecureBytes?
     package var passwordExpiryUTC: String?
-    package var oauthRefreshToken: String?
+    package var oauthRefreshToken: SecureBytes?
     /// Multi-valued attributes (`wwwauth[]`, `capability[]`, …), keyed without the `[]`.
     package var arrays: [String: [String]]
 
     package init(protocol: String? = nil, host: String? = nil, path: String? = nil,
-                username: String? = nil, password: String? = nil,
-                passwordExpiryUTC: String? = nil, oauthRefreshToken: String? = nil,
+                username: String? = nil, password: SecureBytes? = nil,
+                passwordExpiryUTC: String? = nil, oauthRefreshToken: SecureBytes? = nil,
                 arrays: [String: [String]] = [:]) {
         self.protocol = `protocol`
         self.host = host
@@ -30,22 +36,41 @@ package struct CredentialRequest: Equatable, Sendable {
     ///
     /// Only the text before a line's first `=` is its key, so no value, however long, can set
     /// another attribute. A later line wins over an earlier one with the same key, as in git.
-    package init(parsing input: some Sequence<UInt8>) throws(CredentialError) {
+    package init(parsing input: SecureBytes) throws(CredentialError) {
         self.init()
+        // `withUnsafeBytes` rethrows untyped errors, so the parse's comes out as a value.
+        var request = self
+        let failure = input.withUnsafeBytes { bytes -> CredentialError? in
+            do throws(CredentialError) { try request.parse(bytes) } catch { return error }
+            return nil
+        }
+        if let failure { throw failure }
+        self = request
+    }
+
+    private mutating func parse(_ bytes: UnsafeRawBufferPointer) throws(CredentialError) {
         var lineNumber = 0
-        for rawLine in Array(input).split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+        var start = 0
+        while start <= bytes.count {
             lineNumber += 1
-            var line = rawLine[...]
+            let newline = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) ?? bytes.count
+            var line = bytes[start..<newline]
+            start = newline + 1
             // git reads lines with strbuf_getline, which also accepts CRLF.
             if line.last == UInt8(ascii: "\r") { line = line.dropLast() }
             if line.isEmpty { break }
-            guard !line.contains(0),
-                  let eq = line.firstIndex(of: UInt8(ascii: "=")),
-                  let key = String(validating: line[..<eq], as: UTF8.self),
-                  let value = String(validating: line[(eq + 1)...], as: UTF8.self) else {
+            guard !line.contains(0), let eq = line.firstIndex(of: UInt8(ascii: "=")),
+                  let key = String(validating: line[..<eq], as: UTF8.self) else {
                 throw .malformedLine(lineNumber)
             }
-            set(key: key, value: value)
+            let value = UnsafeRawBufferPointer(rebasing: line[(eq + 1)...])
+            switch key {
+            case "password": password = SecureBytes(copying: value)
+            case "oauth_refresh_token": oauthRefreshToken = SecureBytes(copying: value)
+            default:
+                guard let text = String(validating: value, as: UTF8.self) else { throw .malformedLine(lineNumber) }
+                set(key: key, value: text)
+            }
         }
     }
 
@@ -61,10 +86,24 @@ package struct CredentialRequest: Equatable, Sendable {
         case "host": host = value
         case "path": path = value
         case "username": username = value
-        case "password": password = value
         case "password_expiry_utc": passwordExpiryUTC = value
-        case "oauth_refresh_token": oauthRefreshToken = value
         default: break  // Newer gits send attributes we don't know; they must not fail a request.
         }
+    }
+
+    /// Secrets compare in constant time.
+    package static func == (a: Self, b: Self) -> Bool {
+        a.protocol == b.protocol && a.host == b.host && a.path == b.path && a.username == b.username
+            && sameSecret(a.password, b.password) && a.passwordExpiryUTC == b.passwordExpiryUTC
+            && sameSecret(a.oauthRefreshToken, b.oauthRefreshToken) && a.arrays == b.arrays
+    }
+}
+
+/// Whether two optional secrets are both absent, or both present and equal (constant time).
+func sameSecret(_ a: SecureBytes?, _ b: SecureBytes?) -> Bool {
+    switch (a, b) {
+    case (nil, nil): true
+    case (let a?, let b?): a.isEqual(to: b)
+    default: false
     }
 }

@@ -3,12 +3,13 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import KeychainCrypto
 import KeychainModel
 
 /// What `store` writes: the item's key, its secret and the extras kept in its `generic` attribute.
-package struct CredentialStoreRequest: Equatable, Sendable {
+package struct CredentialStoreRequest: Sendable {
     package var key: InternetPasswordKey
-    package var password: String
+    package var password: SecureBytes
     package var extras: CredentialExtras
 
     /// Needs protocol, host, username and password, each present (username and password may be
@@ -32,6 +33,6 @@ package struct CredentialStoreRequest: Equatable, Sendable {
     /// except that extras an earlier version kept in the clear in `generic` are dropped.
     package func attributeChanges(updating existing: ItemAttributes?) -> AttributeChanges {
         guard let existing else { return AttributeChanges { $0.label = "\(key.server) (git)" } }
-        return AttributeChanges { $0.generic = CredentialExtras(decoding: existing.generic).isEmpty ? nil : Data() }
+        return AttributeChanges { $0.generic = CredentialExtras(legacy: existing.generic).isEmpty ? nil : Data() }
     }
 }

@@ -48,7 +48,14 @@ enum GitCredentialHelper {
         // `store` reads a password from git, `get` receives one from the daemon: before either,
         // none of the user's other processes may read this one's memory.
         ProcessProtection.makeNotDumpable()
-        let input = Descriptor.readToEnd(0)
+        // Into locked memory, wiped on exit: the request may hold a password.
+        let input: SecureBytes
+        switch Descriptor.readSecretToEnd(0, limit: maxRequestBytes) {
+        case .complete(let bytes): input = bytes
+        case .tooLarge(let total): return note("the request was not read: it is \(total) bytes, more than a password can be")
+        case .failed: return
+        }
+        defer { input.wipe() }
         // A request the helper would not serve anyway gets no note, but for an item too long to
         // keep: git would go on believing it saved.
         guard let request = try? CredentialRequest(parsing: input) else { return }
@@ -77,6 +84,9 @@ enum GitCredentialHelper {
         case .erase: erase(request, keychain)
         }
     }
+
+    /// A secret's limit and room for the rest of the request.
+    static let maxRequestBytes = maxSecretBytes + 64 * 1024
 
     static let usage = """
         usage: git-credential-keychainfs get|store|erase
@@ -129,24 +139,26 @@ enum GitCredentialHelper {
         guard let query = try? CredentialQuery(request: request),
               let item = candidates(query, keychain, withSecrets: true).first,
               let secret = try? item.secretBytes(),
-              let out = try? CredentialResponse.format(account: item.record.key.account, secret: secret.unprotectedArray,
+              let out = try? CredentialResponse.format(account: item.record.key.account, secret: secret,
                                                        extras: extras(of: item))
         else { return }
-        StandardStream.write(out, to: 1)
+        out.withUnsafeBytes { StandardStream.write($0, to: 1) }
+        out.wipe()
+        secret.wipe()
     }
 
     /// The sealed extras; an item stored by an earlier version kept them in `generic`.
     static func extras(of item: FoundItem) -> CredentialExtras {
-        if let sealed = item.extras { return CredentialExtras(decoding: Data(sealed.unprotectedArray)) }
-        return CredentialExtras(decoding: item.record.attributes.generic)
+        if let sealed = item.extras { return CredentialExtras(decoding: sealed) }
+        return CredentialExtras(legacy: item.record.attributes.generic)
     }
 
     static func store(_ request: CredentialRequest, _ keychain: KeychainService) {
         guard let stored = try? CredentialStoreRequest(request: request) else { return }
-        let secret = SecureBytes(copying: Array(stored.password.utf8))
+        let secret = stored.password
         // Extras are sealed like the password (empty drops earlier ones); `generic` is emptied of
         // any an earlier version kept there in the clear.
-        let extras = SecureBytes(copying: Array(stored.extras.encode() ?? Data()))
+        let extras = stored.extras.encode()
         let key = ItemKey.internet(stored.key)
         // An update changes the secret and the extras, and keeps every other attribute.
         do {
@@ -163,8 +175,8 @@ enum GitCredentialHelper {
         guard let query = try? CredentialQuery(request: request) else { return }
         for item in candidates(query, keychain, withSecrets: request.password != nil) {
             guard case .internet(let key) = item.record.key else { continue }
-            let secret = (try? item.secretBytes())?.unprotectedArray ?? []
-            if request.password != nil && item.secret == nil { continue }
+            let secret = try? item.secretBytes()
+            defer { secret?.wipe() }
             // The exact key matches at most this one item.
             if request.erases(key: key, secret: secret) {
                 _ = try? keychain.delete(query: .exactly(item.record.key), all: false)
@@ -176,15 +188,16 @@ enum GitCredentialHelper {
 /// Standard input and output with read(2) and write(2): FileHandle would link the whole of
 /// Foundation, and its start-up, into a helper git runs for every credential.
 enum StandardStream {
-    static func write(_ bytes: some Collection<UInt8>, to fd: Int32) {
-        let bytes = Array(bytes)
-        bytes.withUnsafeBytes { raw in
-            var offset = 0
-            while offset < raw.count {
-                let n = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
-                if n < 0 { if errno == EINTR { continue }; return }
-                offset += n
-            }
+    static func write(_ bytes: [UInt8], to fd: Int32) {
+        bytes.withUnsafeBytes { write($0, to: fd) }
+    }
+
+    static func write(_ raw: UnsafeRawBufferPointer, to fd: Int32) {
+        var offset = 0
+        while offset < raw.count {
+            let n = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
+            if n < 0 { if errno == EINTR { continue }; return }
+            offset += n
         }
     }
 

@@ -102,19 +102,10 @@ struct UnlockAtLoginCommand: ParsableCommand {
     }
 
     private func readAll(fd: Int32) throws -> SecureBytes {
-        let out = SecureBytes(count: 0)
-        let chunk = SecureBytes(count: 4096)
-        defer { chunk.wipe() }
-        while true {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; throw KeychainError.io("cannot read the password") }
-            if n == 0 { return out }
-            guard out.count + n <= LineReader.maxBytes else { throw KeychainError.invalidInput("the password is too long") }
-            let old = out.count
-            out.resize(to: old + n)
-            out.withUnsafeMutableBytes { dst in chunk.withUnsafeBytes { src in
-                (dst.baseAddress! + old).copyMemory(from: src.baseAddress!, byteCount: n)
-            } }
+        switch Descriptor.readSecretToEnd(fd, limit: LineReader.maxBytes) {
+        case .complete(let password): return password
+        case .tooLarge: throw KeychainError.invalidInput("the password is too long")
+        case .failed: throw KeychainError.io("cannot read the password")
         }
     }
 }

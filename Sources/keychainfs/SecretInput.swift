@@ -1,4 +1,5 @@
 import Foundation
+import KeychainClient
 import KeychainCrypto
 import KeychainModel
 import KeychainStore
@@ -34,39 +35,13 @@ enum SecretInput {
         throw KeychainError.invalidInput("the two passwords differed three times; nothing was saved")
     }
 
-    /// Reads to end of file into locked memory. Past the limit the rest is only counted, so
-    /// that the error can say how large the secret was.
+    /// Reads to end of file into locked memory.
     static func readAll(fd: Int32) throws -> SecureBytes {
-        let secret = SecureBytes(count: 0)
-        var chunk = 64 * 1024
-        while true {
-            let start = secret.count
-            secret.resize(to: start + chunk)
-            let n = secret.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + start, chunk) }
-            if n < 0 {
-                secret.resize(to: start)
-                if errno == EINTR { continue }
-                throw KeychainError.io("cannot read the secret from standard input: \(String(cString: strerror(errno)))")
-            }
-            secret.resize(to: start + n)
-            if n == 0 { return secret }
-            if secret.count > maxSecretBytes {
-                let total = secret.count + (try countRemaining(fd: fd))
-                secret.wipe()
-                throw KeychainError.secretTooLarge(total)
-            }
-            chunk = min(chunk * 2, 1 << 20)
-        }
-    }
-
-    private static func countRemaining(fd: Int32) throws -> Int {
-        let buffer = SecureBytes(count: 1 << 16)
-        var total = 0
-        while true {
-            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; return total }
-            if n == 0 { return total }
-            total += n
+        switch Descriptor.readSecretToEnd(fd, limit: maxSecretBytes) {
+        case .complete(let secret): return secret
+        case .tooLarge(let total): throw KeychainError.secretTooLarge(total)
+        case .failed(let code):
+            throw KeychainError.io("cannot read the secret from standard input: \(String(cString: strerror(code)))")
         }
     }
 }

@@ -1,13 +1,14 @@
 import XCTest
+import KeychainCrypto
 import KeychainModel
 @testable import GitCredential
 
 final class CredentialEraseTests: XCTestCase {
     private let item = try! InternetPasswordKey(server: "example.com", path: "repo.git", protocol: .https, account: "alice")
-    private let secret = Array("s3cret".utf8)
+    private let secret: SecureBytes = "s3cret"
 
     private func request(host: String = "example.com", path: String? = nil, username: String? = nil,
-                         password: String? = nil) -> CredentialRequest {
+                         password: SecureBytes? = nil) -> CredentialRequest {
         CredentialRequest(protocol: "https", host: host, path: path, username: username, password: password)
     }
 
@@ -28,7 +29,15 @@ final class CredentialEraseTests: XCTestCase {
     }
 
     func testEmptyPasswordErasesEmptySecret() {
-        XCTAssertTrue(request(password: "").erases(key: item, secret: [UInt8]()))
+        XCTAssertTrue(request(password: "").erases(key: item, secret: SecureBytes()))
+    }
+
+    /// A secret the keychain could not read (its class locked) never equals a password, not
+    /// even an empty one; without a password the match alone decides.
+    func testUnreadableSecret() {
+        XCTAssertFalse(request(password: "").erases(key: item, secret: nil))
+        XCTAssertFalse(request(password: "s3cret").erases(key: item, secret: nil))
+        XCTAssertTrue(request(username: "alice").erases(key: item, secret: nil))
     }
 
     func testKeepsNonMatchingItems() {
@@ -93,8 +102,13 @@ final class CredentialStoreRequestTests: XCTestCase {
 
     func testRequiredFields() {
         let cases: [(WritableKeyPath<CredentialRequest, String?>, String)] = [
-            (\.protocol, "protocol"), (\.host, "host"), (\.username, "username"), (\.password, "password"),
+            (\.protocol, "protocol"), (\.host, "host"), (\.username, "username"),
         ]
+        var noPassword = full()
+        noPassword.password = nil
+        XCTAssertThrowsError(try CredentialStoreRequest(request: noPassword)) {
+            XCTAssertEqual($0 as? CredentialError, .missingField("password"))
+        }
         for (field, name) in cases {
             var r = full()
             r[keyPath: field] = nil

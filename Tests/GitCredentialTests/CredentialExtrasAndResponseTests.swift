@@ -1,4 +1,5 @@
 import XCTest
+import KeychainCrypto
 @testable import GitCredential
 
 final class CredentialExtrasTests: XCTestCase {
@@ -13,43 +14,46 @@ final class CredentialExtrasTests: XCTestCase {
 
     func testEncodedForm() {
         let e = CredentialExtras(passwordExpiryUTC: "1700000000", oauthRefreshToken: "tok")
-        XCTAssertEqual(e.encode(), Data("password_expiry_utc=1700000000\noauth_refresh_token=tok\n".utf8))
+        XCTAssertEqual(e.encode().text, "password_expiry_utc=1700000000\noauth_refresh_token=tok\n")
     }
 
     func testNothingToEncode() {
-        XCTAssertNil(CredentialExtras().encode())
-        XCTAssertEqual(CredentialExtras(decoding: nil), CredentialExtras())
-        XCTAssertTrue(CredentialExtras(decoding: nil).isEmpty)
+        XCTAssertEqual(CredentialExtras().encode().count, 0)
+        XCTAssertEqual(CredentialExtras(legacy: nil), CredentialExtras())
+        XCTAssertTrue(CredentialExtras(legacy: nil).isEmpty)
+        XCTAssertTrue(CredentialExtras(decoding: SecureBytes()).isEmpty)
     }
 
     func testFromRequestTreatsEmptyAsAbsent() {
         let r = CredentialRequest(passwordExpiryUTC: "", oauthRefreshToken: "tok")
         XCTAssertEqual(CredentialExtras(request: r), CredentialExtras(oauthRefreshToken: "tok"))
-        XCTAssertNil(CredentialExtras(request: CredentialRequest()).encode())
+        XCTAssertEqual(CredentialExtras(request: CredentialRequest()).encode().count, 0)
     }
 
     func testDecodingToleratesForeignData() {
-        XCTAssertEqual(CredentialExtras(decoding: Data([0xff, 0x00, 0x12])), CredentialExtras())
-        XCTAssertEqual(CredentialExtras(decoding: Data("garbage\nfoo=bar\n\noauth_refresh_token=t".utf8)),
+        XCTAssertEqual(CredentialExtras(legacy: Data([0xff, 0x00, 0x12])), CredentialExtras())
+        XCTAssertEqual(CredentialExtras(legacy: Data("garbage\nfoo=bar\n\noauth_refresh_token=t".utf8)),
                        CredentialExtras(oauthRefreshToken: "t"))
+        XCTAssertEqual(CredentialExtras(decoding: SecureBytes(copying: Array("x\npassword_expiry_utc=\u{ff}=\n".utf8))),
+                       CredentialExtras(passwordExpiryUTC: "\u{ff}="))
     }
 }
 
 final class CredentialResponseTests: XCTestCase {
-    private func text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8.self) }
+    private func text(_ bytes: SecureBytes) -> String { bytes.text }
 
     func testUsernameAndPassword() throws {
-        let out = try CredentialResponse.format(account: "alice", secret: Array("s3cret".utf8))
+        let out = try CredentialResponse.format(account: "alice", secret: "s3cret")
         XCTAssertEqual(text(out), "username=alice\npassword=s3cret\n")
     }
 
     func testEmptyValuesArePrinted() throws {
-        let out = try CredentialResponse.format(account: "", secret: [UInt8]())
+        let out = try CredentialResponse.format(account: "", secret: SecureBytes())
         XCTAssertEqual(text(out), "username=\npassword=\n")
     }
 
     func testExtras() throws {
-        let out = try CredentialResponse.format(account: "a", secret: Array("p".utf8),
+        let out = try CredentialResponse.format(account: "a", secret: "p",
                                                 extras: CredentialExtras(passwordExpiryUTC: "1700000000",
                                                                          oauthRefreshToken: "tok"))
         XCTAssertEqual(text(out), "username=a\npassword=p\npassword_expiry_utc=1700000000\noauth_refresh_token=tok\n")
@@ -57,28 +61,28 @@ final class CredentialResponseTests: XCTestCase {
 
     func testSecretBytesPassThrough() throws {
         let secret: [UInt8] = [0xc3, 0xa9, 0x3d, 0xff]
-        let out = try CredentialResponse.format(account: "a", secret: secret)
-        XCTAssertEqual(out, Array("username=a\npassword=".utf8) + secret + [UInt8(ascii: "\n")])
+        let out = try CredentialResponse.format(account: "a", secret: SecureBytes(copying: secret))
+        XCTAssertEqual(out.unprotectedArray, Array("username=a\npassword=".utf8) + secret + [UInt8(ascii: "\n")])
     }
 
     func testResponseParsesBackAsTheSameCredential() throws {
-        let out = try CredentialResponse.format(account: "", secret: Array("x=y".utf8),
+        let out = try CredentialResponse.format(account: "", secret: "x=y",
                                                 extras: CredentialExtras(oauthRefreshToken: "t"))
         let r = try CredentialRequest(parsing: out)
         XCTAssertEqual(r, CredentialRequest(username: "", password: "x=y", oauthRefreshToken: "t"))
     }
 
     func testRefusesValuesThatWouldInjectLines() {
-        XCTAssertThrowsError(try CredentialResponse.format(account: "a", secret: Array("p\nhost=evil".utf8))) {
+        XCTAssertThrowsError(try CredentialResponse.format(account: "a", secret: "p\nhost=evil")) {
             XCTAssertEqual($0 as? CredentialError, .unprintable("password"))
         }
-        XCTAssertThrowsError(try CredentialResponse.format(account: "a\nb", secret: [UInt8]())) {
+        XCTAssertThrowsError(try CredentialResponse.format(account: "a\nb", secret: SecureBytes())) {
             XCTAssertEqual($0 as? CredentialError, .unprintable("username"))
         }
-        XCTAssertThrowsError(try CredentialResponse.format(account: "a", secret: [0x61, 0x00])) {
+        XCTAssertThrowsError(try CredentialResponse.format(account: "a", secret: SecureBytes(copying: [0x61, 0x00]))) {
             XCTAssertEqual($0 as? CredentialError, .unprintable("password"))
         }
-        XCTAssertThrowsError(try CredentialResponse.format(account: "a", secret: [UInt8](),
+        XCTAssertThrowsError(try CredentialResponse.format(account: "a", secret: SecureBytes(),
                                                            extras: CredentialExtras(oauthRefreshToken: "t\nx"))) {
             XCTAssertEqual($0 as? CredentialError, .unprintable("oauth_refresh_token"))
         }

@@ -1,9 +1,10 @@
 import XCTest
+import KeychainCrypto
 @testable import GitCredential
 
 final class CredentialRequestTests: XCTestCase {
     private func parse(_ text: String) throws -> CredentialRequest {
-        try CredentialRequest(parsing: Array(text.utf8))
+        try CredentialRequest(parsing: SecureBytes(copying: Array(text.utf8)))
     }
 
     func testParsesAllFields() throws {
@@ -114,16 +115,25 @@ final class CredentialRequestTests: XCTestCase {
     }
 
     func testNulByteIsMalformed() {
-        XCTAssertThrowsError(try CredentialRequest(parsing: Array("host=a\0b\n".utf8))) {
+        XCTAssertThrowsError(try parse("host=a\0b\n")) {
             XCTAssertEqual($0 as? CredentialError, .malformedLine(1))
         }
     }
 
     func testInvalidUTF8IsMalformed() {
-        let bytes = Array("protocol=https\npassword=".utf8) + [0xff, 0xfe] + [UInt8(ascii: "\n")]
-        XCTAssertThrowsError(try CredentialRequest(parsing: bytes)) {
+        let bytes = Array("protocol=https\nhost=".utf8) + [0xff, 0xfe] + [UInt8(ascii: "\n")]
+        XCTAssertThrowsError(try CredentialRequest(parsing: SecureBytes(copying: bytes))) {
             XCTAssertEqual($0 as? CredentialError, .malformedLine(2))
         }
+    }
+
+    /// The secrets are bytes, as git's are: kept whether or not they are UTF-8.
+    func testSecretsNeedNotBeUTF8() throws {
+        let raw: [UInt8] = [0xff, 0xfe, 0x3d]
+        let bytes = Array("protocol=https\npassword=".utf8) + raw + Array("\noauth_refresh_token=".utf8) + raw
+        let r = try CredentialRequest(parsing: SecureBytes(copying: bytes))
+        XCTAssertEqual(r.password?.unprotectedArray, raw)
+        XCTAssertEqual(r.oauthRefreshToken?.unprotectedArray, raw)
     }
 
     func testUTF8ValuesSurvive() throws {

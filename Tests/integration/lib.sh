@@ -126,6 +126,20 @@ expect_exit() {
     fi
 }
 
+# report_checks FILE WHAT: counts a helper script's own checks, its lines "ok NAME" and
+# "not ok NAME"; a script that printed none fails as WHAT.
+report_checks() {
+    n=0
+    while IFS= read -r line; do
+        case $line in
+            "ok "*) pass "${line#ok }"; n=$((n + 1)) ;;
+            "not ok "*) fail "${line#not ok }"; n=$((n + 1)) ;;
+        esac
+    done <"$1"
+    [ "$n" -gt 0 ] || { fail "$2" "it reported no check"; show_output; }
+    return 0
+}
+
 # expect_eq WANT GOT NAME
 expect_eq() {
     if [ "$1" = "$2" ]; then pass "$3"; else fail "$3" "expected: [$1]" "got:      [$2]"; fi
