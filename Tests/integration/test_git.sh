@@ -225,6 +225,15 @@ cred_file store "$TEST_ROOT/longpass"
 expect_eq "100000" "$(stat -c %s "$MP/internet/long.example/443/u")" "a 100,000-byte password is stored whole"
 cred get protocol=https host=long.example
 expect_eq "100021" "$(wc -c <"$OUT" | tr -d ' ')" "and comes back whole"
+{
+    printf 'protocol=https\nhost=huge.example\nusername=u\npassword='
+    head -c $((17 * 1024 * 1024)) /dev/zero | tr '\0' p
+    printf '\n'
+} >"$TEST_ROOT/hugepass"
+"$GIT_HELPER_BIN" store <"$TEST_ROOT/hugepass" >"$OUT" 2>"$ERR"
+expect_eq "0" "$?" "a request over the size of a secret: exit 0"
+expect_contains "$ERR" "the request was not read: it is 17825846 bytes" "and one line saying why"
+expect_exit 1 "nothing was stored" test -e "$MP/internet/huge.example"
 
 echo "== unknown keys and actions"
 cred store protocol=https host=unknown.example username=u password=p
