@@ -6,6 +6,10 @@ import KeychainModel
 /// One item in `dump-keychain --json`. Bytes (the generic attribute and the secret) are
 /// base64; a secret that could not be read is left out and `secretError` says why. The
 /// settable attributes are keys beside the others, one per row of `ItemAttribute.all`.
+///
+/// The encoder only ever sees a placeholder for the secret (`SecretSplice`): JSON text made by
+/// Foundation lives in buffers nothing wipes, so the secrets' base64 is put in its place
+/// afterwards, in locked memory.
 struct DumpedItem: Encodable {
     var fields: Fields
     var attributes: AttributeValues
@@ -26,11 +30,12 @@ struct DumpedItem: Encodable {
         var accessible: String
         var created: Date
         var modified: Date
-        var secret: Data?
+        /// `SecretSplice`'s placeholder.
+        var secret: String?
         var secretError: String?
     }
 
-    init(_ item: FoundItem) {
+    init(_ item: FoundItem, splice: SecretSplice) {
         let a = item.record.attributes
         var f = Fields(id: item.itemID, kind: "generic-password", account: item.record.key.account,
                        accessGroup: item.record.key.accessGroup, accessible: a.accessible.rawValue,
@@ -44,7 +49,7 @@ struct DumpedItem: Encodable {
             f.authenticationType = i.authenticationType.name; f.securityDomain = i.securityDomain
         }
         switch item.secret {
-        case .value(let bytes): f.secret = bytes.withUnsafeBytes { Data($0) }
+        case .value(let bytes): f.secret = splice.placeholder(for: bytes)
         case .unavailable(let c): f.secretError = "unavailable: '\(c.rawValue)' items are locked"
         case .damaged(let reason): f.secretError = "integrity failure: \(reason)"
         case nil: break
@@ -80,4 +85,84 @@ struct DumpedItem: Encodable {
 struct DumpDocument: Encodable {
     var store: String
     var items: [DumpedItem]
+}
+
+/// Puts secrets into encoded JSON without the encoder ever holding them: each secret is
+/// encoded as a placeholder string (a random run-wide nonce and its number, which no other
+/// value can hold by chance), and `splice` copies the JSON into locked memory with each
+/// placeholder replaced by the secret's base64.
+final class SecretSplice {
+    private let nonce: String
+    private var secrets: [SecureBytes] = []
+
+    init() {
+        // The system's generator: getrandom(2).
+        nonce = "secret-" + String(UInt64.random(in: .min ... .max), radix: 16) + String(UInt64.random(in: .min ... .max), radix: 16)
+    }
+
+    func placeholder(for secret: SecureBytes) -> String {
+        secrets.append(secret)
+        return "\(nonce)-\(secrets.count - 1)."
+    }
+
+    /// `json` with every placeholder replaced; the placeholders' quotes stay.
+    func splice(_ json: Data) -> SecureBytes {
+        let out = SecureBytes()
+        let marker = Array(nonce.utf8) + [UInt8(ascii: "-")]
+        json.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            var at = 0, copied = 0
+            while let found = Self.find(marker, in: raw, from: at) {
+                var end = found + marker.count, index = 0
+                while end < raw.count, let digit = raw[end].wholeNumberDigit { index = index * 10 + digit; end += 1 }
+                guard end < raw.count, raw[end] == UInt8(ascii: "."), index < secrets.count else { at = found + 1; continue }
+                Self.append(UnsafeRawBufferPointer(rebasing: raw[copied..<found]), to: out)
+                secrets[index].withUnsafeBytes { Base64.append($0, to: out) }
+                copied = end + 1
+                at = copied
+            }
+            Self.append(UnsafeRawBufferPointer(rebasing: raw[copied...]), to: out)
+        }
+        return out
+    }
+
+    private static func find(_ needle: [UInt8], in raw: UnsafeRawBufferPointer, from: Int) -> Int? {
+        guard raw.count >= needle.count, from <= raw.count - needle.count else { return nil }
+        for i in from...(raw.count - needle.count) where raw[i] == needle[0] {
+            if raw[i..<i + needle.count].elementsEqual(needle) { return i }
+        }
+        return nil
+    }
+
+    static func append(_ bytes: UnsafeRawBufferPointer, to out: SecureBytes) {
+        let start = out.count
+        out.resize(to: start + bytes.count)
+        out.withUnsafeMutableBytes { UnsafeMutableRawBufferPointer(rebasing: $0[start...]).copyMemory(from: bytes) }
+    }
+}
+
+/// Standard base64 (RFC 4648, with padding), written straight into locked memory.
+enum Base64 {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+
+    static func append(_ raw: UnsafeRawBufferPointer, to out: SecureBytes) {
+        let start = out.count
+        out.resize(to: start + (raw.count + 2) / 3 * 4)
+        out.withUnsafeMutableBytes { dst in
+            var o = start, i = 0
+            while i < raw.count {
+                let b0 = UInt32(raw[i]), b1 = i + 1 < raw.count ? UInt32(raw[i + 1]) : 0
+                let b2 = i + 2 < raw.count ? UInt32(raw[i + 2]) : 0
+                let n = b0 << 16 | b1 << 8 | b2
+                dst[o] = alphabet[Int(n >> 18 & 63)]
+                dst[o + 1] = alphabet[Int(n >> 12 & 63)]
+                dst[o + 2] = i + 1 < raw.count ? alphabet[Int(n >> 6 & 63)] : UInt8(ascii: "=")
+                dst[o + 3] = i + 2 < raw.count ? alphabet[Int(n & 63)] : UInt8(ascii: "=")
+                o += 4; i += 3
+            }
+        }
+    }
+}
+
+private extension UInt8 {
+    var wholeNumberDigit: Int? { self >= 0x30 && self <= 0x39 ? Int(self - 0x30) : nil }
 }

@@ -77,11 +77,11 @@ enum ItemPrinter {
         return out
     }
 
-    /// The secret line of `dump-keychain -d`: `"text"` when it is UTF-8 without control
-    /// characters, else `0x` and hex; or why it could not be read, in angle brackets.
+    /// The secret line of `dump-keychain -d` for a secret that could not be read: why, in
+    /// angle brackets. A secret that was read is `Printable.secretLine`'s.
     static func secretLine(_ secret: FoundSecret?) -> String? {
         switch secret {
-        case .value(let bytes): "secret: " + bytes.withUnsafeBytes { Printable.bytes($0) }
+        case .value: nil
         case .unavailable(let c): "secret: <unavailable: '\(c.rawValue)' items are locked>"
         case .damaged(let reason): "secret: <integrity failure: \(Printable.text(reason))>"
         case nil: nil

@@ -64,6 +64,41 @@ enum Printable {
 
     static func date(_ d: Date) -> String { d.formatted(.iso8601) }
 
+    /// `dump-keychain -d`'s line for a secret, as `bytes` shows it (`secret: "text"` or
+    /// `secret: 0x…`, and a newline), built in locked memory.
+    static func secretLine(_ secret: SecureBytes) -> SecureBytes {
+        secret.withUnsafeBytes { raw in
+            let asText = isPlainText(raw)
+            let head = Array((asText ? "secret: \"" : "secret: 0x").utf8)
+            let out = SecureBytes(count: head.count + (asText ? raw.count + 2 : 2 * raw.count + 1))
+            out.withUnsafeMutableBytes { dst in
+                var n = 0
+                func put(_ b: UInt8) { dst[n] = b; n += 1 }
+                head.forEach(put)
+                let digits = Array("0123456789abcdef".utf8)
+                for b in raw {
+                    if asText { put(b) } else { put(digits[Int(b >> 4)]); put(digits[Int(b & 15)]) }
+                }
+                if asText { put(UInt8(ascii: "\"")) }
+                put(UInt8(ascii: "\n"))
+            }
+            return out
+        }
+    }
+
+    /// UTF-8 without control characters, decoded scalar by scalar: no String holds the bytes.
+    private static func isPlainText(_ raw: UnsafeRawBufferPointer) -> Bool {
+        var iterator = raw.makeIterator()
+        var decoder = UTF8()
+        while true {
+            switch decoder.decode(&iterator) {
+            case .scalarValue(let scalar): if scalar.value < 0x20 || scalar.value == 0x7f { return false }
+            case .emptyInput: return true
+            case .error: return false
+            }
+        }
+    }
+
     /// macOS `security`'s print_buffer, which `find-*-password -g` uses for the password:
     /// `"text"` when every byte is printable ASCII other than `\`; otherwise `0x` and upper-case
     /// hex, then (if any byte is printable) two spaces and the text with the other bytes as

@@ -194,19 +194,26 @@ struct DumpKeychain: ParsableCommand {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
             encoder.dateEncodingStrategy = .iso8601
-            var data = try encoder.encode(DumpDocument(store: storeOptions.path, items: items.map(DumpedItem.init)))
+            let splice = SecretSplice()
+            var data = try encoder.encode(DumpDocument(store: storeOptions.path,
+                                                       items: items.map { DumpedItem($0, splice: splice) }))
             data.append(UInt8(ascii: "\n"))
-            let bytes = SecureBytes(copying: data)
-            data.resetBytes(in: 0..<data.count)
-            Output.write(bytes)
+            Output.write(splice.splice(data))
             try Self.failIfDamaged(items)
             return
         }
-        let blocks = items.map { item in
-            (ItemPrinter.lines(for: item, storePath: storeOptions.path) + [ItemPrinter.secretLine(item.secret)].compactMap { $0 })
-                .joined(separator: "\n")
+        // Item by item, each secret from its locked buffer: never joined into one String.
+        for (n, item) in items.enumerated() {
+            Output.write((n == 0 ? "" : "\n") + ItemPrinter.lines(for: item, storePath: storeOptions.path).joined(separator: "\n") + "\n")
+            switch item.secret {
+            case .value(let bytes):
+                let line = Printable.secretLine(bytes)
+                Output.write(line)
+                line.wipe()
+            default:
+                if let line = ItemPrinter.secretLine(item.secret) { Output.line(line) }
+            }
         }
-        if !blocks.isEmpty { Output.write(blocks.joined(separator: "\n\n") + "\n") }
         try Self.failIfDamaged(items)
     }
 

@@ -216,7 +216,7 @@ final class AttributeTableTests: XCTestCase {
             let item = FoundItem(itemID: 1, record: r, secret: nil, extras: nil)
             let encoder = JSONEncoder()
             encoder.dateEncodingStrategy = .iso8601
-            let json = try XCTUnwrap(JSONSerialization.jsonObject(with: encoder.encode(DumpedItem(item))) as? [String: Any])
+            let json = try XCTUnwrap(JSONSerialization.jsonObject(with: encoder.encode(DumpedItem(item, splice: SecretSplice()))) as? [String: Any])
             for a in ItemAttribute.all {
                 let value = r.attributes.values[a]
                 XCTAssertEqual(lines.contains { $0.hasPrefix("\(a.printTag): ") }, value != nil, "\(name): \(a) printed")
@@ -348,5 +348,27 @@ final class SynchronizableAttributeTests: XCTestCase {
         // Setting no, then the class, is allowed.
         try tree.setAttribute("/svc/other", name: "user.keychain.synchronizable", value: Array("no".utf8))
         try tree.setAttribute("/svc/other", name: "user.keychain.accessible", value: Array("always-this-device-only".utf8))
+    }
+}
+
+/// `dump-keychain --json`'s secrets are spliced into the encoder's text in locked memory.
+final class DumpSecretSpliceTests: XCTestCase {
+    func testBase64IsFoundations() {
+        for length in 0...40 {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255) }
+            let out = SecureBytes()
+            bytes.withUnsafeBytes { Base64.append($0, to: out) }
+            XCTAssertEqual(String(decoding: out.unprotectedArray, as: UTF8.self), Data(bytes).base64EncodedString(), "\(length) bytes")
+        }
+    }
+
+    func testEachPlaceholderBecomesItsSecret() throws {
+        let splice = SecretSplice()
+        let a = SecureBytes(copying: Array("first".utf8)), b = SecureBytes(copying: [0, 0xff, 0x10])
+        let text = "{\"a\":\"\(splice.placeholder(for: a))\",\"b\":\"\(splice.placeholder(for: b))\",\"c\":\"secret-1-0.\"}"
+        let out = String(decoding: splice.splice(Data(text.utf8)).unprotectedArray, as: UTF8.self)
+        let json = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: String])
+        XCTAssertEqual(json, ["a": Data("first".utf8).base64EncodedString(), "b": Data([0, 0xff, 0x10]).base64EncodedString(),
+                              "c": "secret-1-0."], "another run's placeholder, or text like one, stays as it is")
     }
 }

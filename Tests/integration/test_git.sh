@@ -314,21 +314,22 @@ oauth_refresh_token=sekret-refresh" protocol=https host=example.com username=use
 cred erase protocol=https host=example.com
 
 echo "== the helper's memory"
-# The password and the refresh token, caught in the helper while it waits (helper_memory.py):
+# The password and the refresh token, caught in the helper while it waits (client_memory.py):
 # never in memory that is not locked, as they were when read into an ordinary array and a String.
 if [ "$(id -u)" -eq 0 ]; then
     printf 'protocol=https\nhost=mem.example\nusername=m\npassword=%s\noauth_refresh_token=%s\n' \
         "pw-MEMSCAN-7f3a" "tok-MEMSCAN-c91e" >"$TEST_ROOT/memreq"
-    python3 "$TESTS_DIR/helper_memory.py" "$GIT_HELPER_BIN" "$(daemon_pid "$MP")" "$TESTS_DIR/memscan.py" \
-        store "$TEST_ROOT/memreq" "pw=pw-MEMSCAN-7f3a" "tok=tok-MEMSCAN-c91e" >"$OUT" 2>"$ERR"
+    python3 "$TESTS_DIR/client_memory.py" "store" "$(daemon_pid "$MP")" "$TESTS_DIR/memscan.py" \
+        --feed "$TEST_ROOT/memreq" "pw=pw-MEMSCAN-7f3a" "tok=tok-MEMSCAN-c91e" -- "$GIT_HELPER_BIN" store >"$OUT" 2>"$ERR"
     report_checks "$OUT" "store: the helper's memory"
     printf 'protocol=https\nhost=mem.example\nusername=m\n' >"$TEST_ROOT/memget"
-    python3 "$TESTS_DIR/helper_memory.py" "$GIT_HELPER_BIN" "$(daemon_pid "$MP")" "$TESTS_DIR/memscan.py" \
-        get "$TEST_ROOT/memget" "pw=pw-MEMSCAN-7f3a" "tok=tok-MEMSCAN-c91e" >"$OUT" 2>"$ERR"
+    python3 "$TESTS_DIR/client_memory.py" "get" "$(daemon_pid "$MP")" "$TESTS_DIR/memscan.py" \
+        --block 1 "pw=pw-MEMSCAN-7f3a" "tok=tok-MEMSCAN-c91e" -- sh -c 'exec "$0" get <"$1"' "$GIT_HELPER_BIN" "$TEST_ROOT/memget" \
+        >"$OUT" 2>"$ERR"
     report_checks "$OUT" "get: the helper's memory"
     cred erase protocol=https host=mem.example
 else
-    skip "the helper's memory: scanning a non-dumpable process needs root"
+    skip "the helper's memory" "scanning a non-dumpable process needs root"
 fi
 
 echo "== visible in the tree"

@@ -109,11 +109,33 @@ printf '%s' "$M5" >"$MP/svc/m5"
 hold_private_mapping "$MP/svc/m5" "$TEST_ROOT/mmap.out"
 expect_eq "before $M5" "$(cat "$TEST_ROOT/mmap.out")" "a private mapping of an item shows its secret while unlocked"
 
+echo "== the CLI caught holding a secret"
+# Each secret the CLI reads or prints, found only in its locked memory while it waits: on the
+# stopped daemon after reading it, or on a full pipe while printing it (client_memory.py).
+# test_git.sh does the same for the git helper.
+client_memory() {
+    python3 "$TESTS_DIR/client_memory.py" "$@" >"$OUT" 2>"$ERR"
+    report_checks "$OUT" "$1"
+}
+A1=$(marker)
+printf '%s' "$A1" >"$TEST_ROOT/a1"
+client_memory "add (secret on stdin)" "$pid" "$SCAN" --feed "$TEST_ROOT/a1" "$A1" -- \
+    "$KEYCHAINFS_BIN" add-generic-password -s cli -a a1
+expect_eq "$A1" "$(cat "$MP/cli/a1")" "and the add went through"
+client_memory "find -w (the front)" "$pid" "$SCAN" --block 1 "$C1" -- \
+    "$KEYCHAINFS_BIN" find-generic-password -s cli -a c1 -w
+client_memory "find -g (keychainfs-full, the password on stderr)" "$pid" "$SCAN" --block 2 "$C1" -- \
+    "$KEYCHAINFS_BIN" find-generic-password -s cli -a c1 -g
+client_memory "dump-keychain -d" "$pid" "$SCAN" --block 1 "$C3" "$C4" -- "$KEYCHAINFS_BIN" dump-keychain -d
+# --json's secrets are base64: the markers are looked for as that.
+B3=$(printf '%s' "$C3" | base64 -w0) B4=$(printf '%s' "$C4" | base64 -w0)
+client_memory "dump-keychain -d --json" "$pid" "$SCAN" --block 1 "$B3" "$B4" -- "$KEYCHAINFS_BIN" dump-keychain -d --json
+
 echo "== after lock"
 expect_exit 0 "lock" kc lock
 expect_absent "after lock no when-unlocked* secret is in the daemon's memory" "$pid" \
     "printf=$M1" "cp-300KB=$M2" "dd=$M3" "python-read=$M4" "mmap=$M5" "socket-add=$C1" "find-w=$C2" \
-    "dump-d=$C3" "socket-update=$C4" "passcode-set=$C5"
+    "dump-d=$C3" "socket-update=$C4" "passcode-set=$C5" "add-caught=$A1"
 expect_present "the 'always' secret is still cached after lock (the scan can find secrets)" "$pid" "$K1"
 release_private_mapping "$TEST_ROOT/mmap.out"
 expect_not_contains "$TEST_ROOT/mmap.out" "after $M5" "a mapping made before the lock no longer shows the secret"

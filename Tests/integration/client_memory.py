@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Catches a client (the git helper, the CLI) holding a secret and scans its memory, as root can.
+
+    client_memory.py NAME DAEMON_PID MEMSCAN --feed FILE [MARKER...] -- COMMAND...
+    client_memory.py NAME DAEMON_PID MEMSCAN --block FD [MARKER...] -- COMMAND...
+
+--feed: COMMAND's standard input is a pipe it waits on; once it blocks reading it, the daemon
+is stopped (SIGSTOP) and FILE (holding the secrets) is written, so the client reads it and then
+waits for the daemon's answer. --block FD: descriptor FD (1 or 2) of COMMAND is a pipe filled
+beforehand, with standard input from /dev/null, so the client blocks writing a secret it got.
+
+While it waits, memscan.py looks for each MARKER ([NAME=]BYTES) in the client's memory twice:
+in the regions that are not locked (where a copy could be swapped out, or left behind
+unwiped) it must find none; in all of its memory it must find each one at least once (so the
+scan sees the secret where it is kept, and the first check can fail). Prints one line per
+check, "ok ..." or "not ok ..."; exits 1 if a check failed, 2 if the client was never caught
+waiting.
+"""
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def syscall(pid):
+    """The client's current system call and its first argument, as /proc/PID/syscall shows."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            fields = f.read().split()
+    except OSError:
+        return None
+    return (fields[0], fields[1]) if len(fields) > 1 else (fields[0], "")
+
+
+def wait_for(pid, predicate, seconds=10):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        state = syscall(pid)
+        if state is not None and predicate(state):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def scan(memscan, pid, markers, unlocked_only):
+    args = [sys.executable, memscan, str(pid)] + (["--unlocked-only"] if unlocked_only else []) + markers
+    run = subprocess.run(args, capture_output=True, text=True)
+    return run.returncode, run.stdout.strip().replace("\n", "; ")
+
+
+def full_pipe():
+    """A pipe whose buffer is full, so that the next write to it blocks."""
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETFL, os.O_NONBLOCK)
+    try:
+        while True:
+            os.write(w, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    fcntl.fcntl(w, fcntl.F_SETFL, 0)
+    return r, w
+
+
+def main():
+    name, daemon, memscan, mode, arg = sys.argv[1:6]
+    rest = sys.argv[6:]
+    split = rest.index("--")
+    markers, command = rest[:split], rest[split + 1:]
+    daemon = int(daemon)
+    stopped = False
+    drain = None
+    if mode == "--feed":
+        with open(arg, "rb") as f:
+            body = f.read()
+        stdin_r, stdin_w = os.pipe()
+        child = subprocess.Popen(command, stdin=stdin_r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(stdin_r)
+        # read(2) is system call 0 on x86-64; its first argument the descriptor, 0.
+        caught = wait_for(child.pid, lambda s: s == ("0", "0x0"))
+        if caught:
+            os.kill(daemon, signal.SIGSTOP)
+            stopped = True
+        os.write(stdin_w, body)
+        os.close(stdin_w)
+        if caught:
+            # Then blocked again, now on its call to the stopped daemon.
+            caught = wait_for(child.pid, lambda s: s[0] != "running" and s != ("0", "0x0"))
+            time.sleep(0.2)
+    else:
+        fd = int(arg)
+        drain, w = full_pipe()
+        outputs = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        outputs["stdout" if fd == 1 else "stderr"] = w
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, **outputs)
+        os.close(w)
+        # write(2) is system call 1.
+        caught = wait_for(child.pid, lambda s: s == ("1", hex(fd)))
+    failed = False
+    try:
+        if not caught:
+            print(f"not ok {name}: the client was caught waiting")
+            return 2
+        rc, out = scan(memscan, child.pid, markers, unlocked_only=True)
+        ok = rc == 0
+        failed |= not ok
+        print(("ok" if ok else "not ok") + f" {name}: no secret in unlocked memory" + ("" if ok else f" ({out})"))
+        rc, out = scan(memscan, child.pid, markers, unlocked_only=False)
+        ok = rc == 1 and all(f"{m.rpartition('=')[0] or m} found" in out for m in markers)
+        failed |= not ok
+        print(("ok" if ok else "not ok") + f" {name}: each secret is in locked memory, where the scan sees it"
+              + ("" if ok else f" (memscan exited {rc}: {out})"))
+    finally:
+        if stopped:
+            os.kill(daemon, signal.SIGCONT)
+        if drain is not None:
+            # So that the client can finish its answer.
+            while os.read(drain, 65536):
+                pass
+            os.close(drain)
+        child.wait(timeout=30)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
