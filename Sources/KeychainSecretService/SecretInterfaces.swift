@@ -16,10 +16,7 @@ extension BusMessage {
         try open("r", "oayays")
         try append(objectPath: session)
         try append(bytes: parameters)
-        switch value {
-        case .clear(let s): try append(secret: s)
-        case .sealed(let bytes): try append(bytes: bytes)
-        }
+        try append(secret: value)
         try append(contentType)
         try close()
     }

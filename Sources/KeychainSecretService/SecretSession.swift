@@ -63,14 +63,15 @@ package enum SecretTransfer {
         return (serverPublic, .aes(key: key))
     }
 
-    /// The secret as the bus carries it: (parameters, value).
-    package func encode(_ secret: SecureBytes) throws -> (parameters: [UInt8], value: EncodedSecret) {
+    /// The secret as the bus carries it: (parameters, value). The ciphertext stays in locked
+    /// memory too: the session's key outlives a lock while its client is connected, and with
+    /// a ciphertext left in the heap it would give the secret back.
+    package func encode(_ secret: SecureBytes) throws -> (parameters: [UInt8], value: SecureBytes) {
         switch self {
-        case .plain: return ([], .clear(secret))
+        case .plain: return ([], secret)
         case .aes(let key):
             let iv = SecureRandom.array(16)
-            // The ciphertext is not secret: an array may hold it.
-            return (iv, .sealed(try Self.cbc(encrypt: true, key: key, iv: iv, secret).unprotectedArray))
+            return (iv, try Self.cbc(encrypt: true, key: key, iv: iv, secret))
         }
     }
 
@@ -106,10 +107,4 @@ package enum SecretTransfer {
         out.resize(to: Int(n + tail))
         return out
     }
-}
-
-/// A secret on its way out: in the clear only inside locked memory until the message takes it.
-package enum EncodedSecret {
-    case clear(SecureBytes)
-    case sealed([UInt8])
 }

@@ -319,6 +319,10 @@ private func setError(_ error: any Error, _ ret: UnsafeMutablePointer<sd_bus_err
 
 private let methodTrampoline: sd_bus_message_handler_t = { m, userdata, ret in
     guard let m else { return -EINVAL }
+    // Any call may carry a secret (SetSecret, CreateItem) or be answered with one (GetSecret):
+    // sd-bus then zeroes the call's buffers when it frees them, and its reply's, which it marks
+    // so too. Unmarked, both were left in freed heap, past a lock.
+    _ = sd_bus_message_sensitive(m)
     let message = BusMessage(m)
     var reply: OpaquePointer?
     let r = sd_bus_message_new_method_return(m, &reply)

@@ -118,14 +118,14 @@ struct SecretTransferTests {
         let clientSide = SecretTransfer.aes(key: try HKDF.deriveKey(from: ikm, info: "", length: 16))
 
         let secret = SecureBytes(copying: [0, 1, 2, 0x0A, 0xFF] + Array("a secret of some length".utf8))
-        let (iv, sealed) = try transfer.encode(secret)
-        guard case .sealed(let ciphertext) = sealed else { Issue.record("not sealed"); return }
+        let (iv, ciphertext) = try transfer.encode(secret)
         #expect(ciphertext.count % 16 == 0 && ciphertext.count > secret.count)
-        let opened = try clientSide.decode(parameters: iv, value: SecureBytes(copying: ciphertext))
+        #expect(!ciphertext.isEqual(to: secret) && !ciphertext.unprotectedArray.starts(with: secret.unprotectedArray))
+        let opened = try clientSide.decode(parameters: iv, value: ciphertext)
         #expect(opened.isEqual(to: secret))
         // A wrong key fails (padding), it does not return garbage silently.
         let wrong = SecretTransfer.aes(key: SecureBytes(copying: [UInt8](repeating: 7, count: 16)))
-        let garbled = try? wrong.decode(parameters: iv, value: SecureBytes(copying: ciphertext))
+        let garbled = try? wrong.decode(parameters: iv, value: ciphertext)
         #expect(garbled == nil || !garbled!.isEqual(to: secret))
     }
 

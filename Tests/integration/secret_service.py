@@ -565,7 +565,76 @@ def prompt():
     conn.close()
 
 
-{"secretstorage": secretstorage_api, "aliases": aliases, "plain": plain_session, "signals": signals,
+def memory():
+    """What crosses the bus is wiped (root: the daemon is not dumpable). Right after each call
+    of a plain session, no secret is in the daemon's unlocked memory (sd-bus's buffers of the
+    call and of its reply); after a lock, none is anywhere, nor the ciphertext a dh session
+    that stays open sent or got: with the session's key, which a lock keeps while its client is
+    connected, that would give the secret back."""
+    import json
+    from secretstorage.util import open_session, format_secret
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import memscan
+    with open(os.environ["KEYCHAINFS_STORE"] + ".daemon") as f:
+        pid = json.load(f)["pid"]
+
+    def marker():
+        return os.urandom(24).hex().encode()
+
+    def unlocked_after(name, secret):
+        found = memscan.scan(pid, [secret], True, True)
+        check(f"{name}: not in the daemon's unlocked memory after the call", not found,
+              [(r, hex(a), c) for hits in found.values() for r, a, c in hits])
+
+    conn = open_dbus_connection("SESSION")
+    _, session = call(conn, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+    coll = DBusAddress(COLLECTION, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Collection")
+    created, read, replaced = marker(), marker(), marker()
+    props = {"org.freedesktop.Secret.Item.Label": ("s", "mem"),
+             "org.freedesktop.Secret.Item.Attributes": ("a{ss}", {"service": "memsvc", "username": "created"})}
+    call(conn, coll, "CreateItem", "a{sv}(oayays)b", (props, (session, b"", created, "text/plain"), True))
+    unlocked_after("CreateItem (plain)", created)
+    # On standard input: a -w argument is in the command line, which anyone may read, and
+    # which the daemon reads to name its caller.
+    subprocess.run([KC, "add-generic-password", "-s", "memsvc", "-a", "read"], input=read, check=True)
+    item = secretstorage.search_items(secretstorage.dbus_init(), {"service": "memsvc", "account": "read"})
+    path = next(item).item_path
+    item_addr = DBusAddress(path, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Item")
+    (got,) = call(conn, item_addr, "GetSecret", "o", (session,))
+    check("GetSecret (plain) reads it", bytes(got[2]) == read, got)
+    unlocked_after("GetSecret (plain)", read)
+    call(conn, SERVICE, "GetSecrets", "aoo", ([path], session))
+    unlocked_after("GetSecrets (plain)", read)
+    call(conn, item_addr, "SetSecret", "(oayays)", ((session, b"", replaced, "text/plain"),))
+    unlocked_after("SetSecret (plain)", replaced)
+
+    # A dh session, kept open across the lock.
+    ss = secretstorage.dbus_init()
+    dh = open_session(ss)
+    sent, kept = marker(), marker()
+    subprocess.run([KC, "add-generic-password", "-s", "memsvc", "-a", "dh"], input=sent, check=True)
+    dh_path = next(secretstorage.search_items(ss, {"service": "memsvc", "account": "dh"})).item_path
+    dh_item = DBusAddress(dh_path, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Item")
+    # On the connection that opened the session: a session is its client's own.
+    (out,) = call(ss, dh_item, "GetSecret", "o", (dh.object_path,))
+    _, iv, ciphertext_in, _ = format_secret(dh, kept, "text/plain")
+    call(ss, dh_item, "SetSecret", "(oayays)", ((dh.object_path, iv, ciphertext_in, "text/plain"),))
+    ciphertext_out = bytes(out[2])
+    r = kc("lock")
+    check("lock", r.returncode == 0, r.stderr)
+    found = memscan.scan(pid, [created, read, replaced, sent, kept, ciphertext_out, ciphertext_in], False, False)
+    names = {created: "CreateItem", read: "GetSecret", replaced: "SetSecret", sent: "dh GetSecret",
+             kept: "dh SetSecret", ciphertext_out: "dh GetSecret's ciphertext", ciphertext_in: "dh SetSecret's ciphertext"}
+    check("after lock none of them is in the daemon's memory, nor the dh ciphertexts", not found,
+          [(names[m], len(h)) for m, h in found.items()])
+    kc("unlock", "--passphrase-file", os.environ["PASSFILE"])
+    for account in ("created", "read", "dh"):
+        subprocess.run([KC, "delete-generic-password", "-s", "memsvc", "-a", account], capture_output=True)
+    ss.close()
+    conn.close()
+
+
+{"secretstorage": secretstorage_api, "memory": memory, "aliases": aliases, "plain": plain_session, "signals": signals,
  "keyring": keyring_backend, "lock": lock_unlock, "concurrent": concurrent_search,
  "nopass": no_passphrase, "prompt": prompt, "collections": collections,
  "collections_after": collections_after, "busy": busy}[STEP]()

@@ -101,6 +101,11 @@ run_py keyring
 run_py concurrent
 run_py lock
 run_py busy
+if [ "$(id -u)" -eq 0 ]; then
+    run_py memory
+else
+    skip "memory: what crosses the bus is wiped" "needs root: the daemon is not dumpable, so only root reads its memory"
+fi
 run_py collections
 # Sealed: no collection label or alias, and no attribute value, in the store's files.
 for f in "$KEYCHAINFS_STORE" "$KEYCHAINFS_STORE-wal"; do
