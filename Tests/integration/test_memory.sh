@@ -130,6 +130,15 @@ client_memory "dump-keychain -d" "$pid" "$SCAN" --block 1 "$C3" "$C4" -- "$KEYCH
 # --json's secrets are base64: the markers are looked for as that.
 B3=$(printf '%s' "$C3" | base64 -w0) B4=$(printf '%s' "$C4" | base64 -w0)
 client_memory "dump-keychain -d --json" "$pid" "$SCAN" --block 1 "$B3" "$B4" -- "$KEYCHAINFS_BIN" dump-keychain -d --json
+BP=$(marker)
+printf '%s\n' "$BP" >"$TEST_ROOT/bp"
+client_memory "export (blocked on its last line)" "$pid" "$SCAN" --block 1 "passphrase=$BP" "$C1" -- \
+    "$KEYCHAINFS_BIN" export --backup-passphrase-file "$TEST_ROOT/bp" --scrypt-log-n 10 "$TEST_ROOT/mem.kcb"
+client_memory "import -U (blocked on its last line)" "$pid" "$SCAN" --block 1 "$C1" -- \
+    "$KEYCHAINFS_BIN" import -U --backup-passphrase-file "$TEST_ROOT/bp" "$TEST_ROOT/mem.kcb"
+# The import replaced the items, and with them the daemon's cached copies: the 'always' one is
+# read again, for the check after the lock that the scan finds a cached secret.
+expect_eq "$K1" "$(cat "$MP/cli/k1")" "the 'always' secret reads after the import"
 
 echo "== after lock"
 expect_exit 0 "lock" kc lock
