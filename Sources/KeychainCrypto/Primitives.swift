@@ -1,5 +1,6 @@
 import Glibc
 import COpenSSL
+import CScrypt
 
 package enum SecureRandom {
     package static func bytes(_ count: Int) -> SecureBytes {
@@ -163,25 +164,58 @@ public struct ScryptParameters: Codable, Equatable, Sendable {
     public var isAcceptable: Bool { logN >= 10 && logN <= 22 && r == 8 && p == 1 }
 }
 
+/// scrypt (RFC 7914), with the passphrase only ever in locked memory and in HMAC's padded key
+/// (on the stack, wiped) for the microseconds of the two PBKDF2 steps. OpenSSL's
+/// `EVP_PBE_scrypt` copied the passphrase into its own heap for the whole derivation (a third of
+/// a second at the default cost, seconds at the highest). The memory-hard middle, ROMix, is C
+/// (CScrypt), built optimised in every configuration.
 package enum Scrypt {
     package static func deriveKey(passphrase: SecureBytes, salt: [UInt8], parameters: ScryptParameters,
                                  length: Int = 32) throws -> SecureBytes {
-        let out = SecureBytes(count: length)
-        let n = UInt64(1) << UInt64(parameters.logN)
-        let maxmem = UInt64(parameters.r) * 128 * n * UInt64(parameters.p) + 64 * 1024 * 1024
-        // OpenSSL wants a non-null pointer even for an empty passphrase.
-        let empty: [CChar] = [0]
-        let rc = passphrase.withUnsafeBytes { pw in
-            empty.withUnsafeBufferPointer { e in
-                out.withUnsafeMutableBytes { o in
-                    EVP_PBE_scrypt(pw.baseAddress?.assumingMemoryBound(to: CChar.self) ?? e.baseAddress!, pw.count,
-                                   salt, salt.count, n, UInt64(parameters.r), UInt64(parameters.p), maxmem,
-                                   o.bindMemory(to: UInt8.self).baseAddress, length)
+        let r = Int(parameters.r), p = Int(parameters.p), logN = Int(parameters.logN)
+        // What a store, a backup or a sync folder can name is far inside this (`isAcceptable`).
+        guard r >= 1, p >= 1, logN >= 1, logN <= 30, r * p <= 1 << 16 else {
+            throw CryptoError.openSSL("scrypt: parameters out of range (log N \(logN), r \(r), p \(p))")
+        }
+        let blocks = SecureBytes(count: p * 128 * r)
+        defer { blocks.wipe() }
+        try salt.withUnsafeBytes { s in
+            try blocks.withUnsafeMutableBytes { b in
+                pbkdf2(passphrase, salt: s, into: b)
+                for k in 0..<p {
+                    guard kcfs_scrypt_romix(b.baseAddress!.assumingMemoryBound(to: UInt8.self) + k * 128 * r,
+                                            UInt32(r), UInt64(1) << UInt64(logN)) == 0 else {
+                        throw CryptoError.openSSL("scrypt: no memory for its \((128 * r << logN) >> 20) MiB (\(String(cString: strerror(errno))))")
+                    }
                 }
             }
         }
-        guard rc == 1 else { throw CryptoError.openSSL("EVP_PBE_scrypt") }
+        let out = SecureBytes(count: length)
+        blocks.withUnsafeBytes { b in out.withUnsafeMutableBytes { pbkdf2(passphrase, salt: b, into: $0) } }
         return out
+    }
+
+    /// PBKDF2-HMAC-SHA256 with one iteration, all that scrypt asks of it: output block i is
+    /// HMAC(passphrase, salt || INT32BE(i)). The message and each block stay in locked memory.
+    static func pbkdf2(_ passphrase: SecureBytes, salt: UnsafeRawBufferPointer, into out: UnsafeMutableRawBufferPointer) {
+        let message = SecureBytes(copying: salt)
+        message.resize(to: salt.count + 4)
+        let block = SecureBytes(count: 32)
+        defer { message.wipe(); block.wipe() }
+        var index: UInt32 = 1
+        var offset = 0
+        passphrase.withUnsafeBytes { key in
+            while offset < out.count {
+                message.withUnsafeMutableBytes { m in
+                    for k in 0..<4 { m[salt.count + k] = UInt8(truncatingIfNeeded: index >> (24 - 8 * UInt32(k))) }
+                }
+                message.withUnsafeBytes { m in block.withUnsafeMutableBytes { HMACSHA256.mac(key: key, data: m, into: $0.baseAddress!) } }
+                let n = min(32, out.count - offset)
+                block.withUnsafeBytes { (out.baseAddress! + offset).copyMemory(from: $0.baseAddress!, byteCount: n) }
+                offset += n
+                index += 1
+            }
+        }
     }
 }
 
@@ -205,9 +239,15 @@ package enum HMACSHA256 {
     /// key and the inner hash are wiped before return; OpenSSL wipes the digest's state as it
     /// frees it.
     static func mac(key: UnsafeRawBufferPointer, data: UnsafeRawBufferPointer) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        out.withUnsafeMutableBytes { mac(key: key, data: data, into: $0.baseAddress!) }
+        return out
+    }
+
+    /// The MAC, written to the 32 bytes at `result` (locked memory, for a key derived from it).
+    static func mac(key: UnsafeRawBufferPointer, data: UnsafeRawBufferPointer, into result: UnsafeMutableRawPointer) {
         guard let md = sha256, let ctx = EVP_MD_CTX_new() else { preconditionFailure("HMAC-SHA256: no SHA-256") }
         defer { EVP_MD_CTX_free(ctx) }
-        var out = [UInt8](repeating: 0, count: 32)
         withUnsafeTemporaryAllocation(byteCount: blockBytes + 32, alignment: 16) { scratch in
             defer { OPENSSL_cleanse(scratch.baseAddress, scratch.count) }
             let pad = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<blockBytes])
@@ -230,10 +270,9 @@ package enum HMACSHA256 {
                     && EVP_DigestFinal_ex(ctx, result.assumingMemoryBound(to: UInt8.self), &n) == 1 && n == 32
             }
             ok = ok && digest(0x36, data, into: inner.baseAddress!)
-            ok = ok && out.withUnsafeMutableBytes { o in digest(0x5c, UnsafeRawBufferPointer(inner), into: o.baseAddress!) }
+            ok = ok && digest(0x5c, UnsafeRawBufferPointer(inner), into: result)
             precondition(ok, "HMAC-SHA256 failed")
         }
-        return out
     }
 
     /// One key for many messages. The one-shot `authenticate` looks the algorithms up by name

@@ -23,6 +23,30 @@ final class ScryptTests: XCTestCase {
             """))
     }
 
+    /// The derivation is keychainfs's own (the passphrase stays in locked memory); every store,
+    /// backup and sync folder made with OpenSSL's must still open. Passphrases of every length
+    /// around HMAC's block (64 bytes: a longer one is hashed first), salts of the sizes used.
+    func testSameKeysAsOpenSSL() throws {
+        for (length, logN) in [(0, 10), (1, 11), (31, 10), (63, 10), (64, 12), (65, 10), (200, 10), (4096, 10)] {
+            let passphrase = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+            let salt = (0..<(length % 3 == 0 ? 16 : 32)).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+            let ours = try Scrypt.deriveKey(passphrase: SecureBytes(copying: passphrase), salt: salt,
+                                            parameters: ScryptParameters(logN: UInt8(logN)), length: 32 + length % 40)
+            var theirs = [UInt8](repeating: 0, count: 32 + length % 40)
+            // OpenSSL wants a non-null pointer even for an empty passphrase.
+            let padded = passphrase.map { CChar(bitPattern: $0) } + [0]
+            let rc = EVP_PBE_scrypt(padded, passphrase.count, salt, salt.count, 1 << UInt64(logN), 8, 1, 0,
+                                    &theirs, theirs.count)
+            XCTAssertEqual(rc, 1)
+            XCTAssertEqual(ours.unprotectedArray, theirs, "a \(length)-byte passphrase, log N \(logN)")
+        }
+    }
+
+    func testParametersOutOfRangeAreRefused() {
+        XCTAssertThrowsError(try Scrypt.deriveKey(passphrase: secure("pw"), salt: [1], parameters: ScryptParameters(logN: 40)))
+        XCTAssertThrowsError(try Scrypt.deriveKey(passphrase: secure("pw"), salt: [1], parameters: ScryptParameters(logN: 10, r: 0)))
+    }
+
     func testDefaultLengthIsAnAESKey() throws {
         let key = try Scrypt.deriveKey(passphrase: secure("pw"), salt: [1, 2, 3], parameters: ScryptParameters(logN: 10))
         XCTAssertEqual(key.count, AESGCM.keyBytes)

@@ -179,6 +179,46 @@ expect_eq "unlocked" "$(state "$MP2")" "mount --foreground serves"
 expect_absent "mount --foreground: the process holds no passphrase" "$fg" "passphrase=$P2"
 kc unmount "$MP2" >/dev/null 2>&1
 wait "$fg"
+
+echo "== the passphrase while scrypt runs"
+# The daemon is stopped in the middle of an unlock's derivation (its 128 MiB of scrypt mapped)
+# and scanned: the passphrase may be in locked memory only. OpenSSL's scrypt had copied it into
+# its own heap for the whole third of a second (a helper's audit found it there).
+P4=$(marker)
+printf '%s\n' "$P4" >"$TEST_ROOT/pass4"
+S4="$TEST_ROOT/slow.db"
+MP4="$TEST_ROOT/mnt4"
+mkdir "$MP4"
+kc init --store "$S4" --scrypt-log-n 17 --passphrase-file "$TEST_ROOT/pass4" >/dev/null
+on_exit_unmount "$MP4"
+expect_exit 0 "mount a store at scrypt log N 17" mount_kc "$MP4" --store "$S4" --passphrase-file "$TEST_ROOT/pass4"
+pid4=$(daemon_pid "$MP4")
+kc lock --store "$S4" >/dev/null
+python3 - "$pid4" "$KEYCHAINFS_BIN" "$S4" "$TEST_ROOT/pass4" "$SCAN" "$P4" <<'PY' >"$OUT" 2>&1
+import os, signal, subprocess, sys, time
+pid, kc, store, passfile, scan, marker = int(sys.argv[1]), *sys.argv[2:]
+def rss_kib():
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+base = rss_kib()
+unlock = subprocess.Popen([kc, "unlock", "--store", store, "--passphrase-file", passfile])
+deadline = time.monotonic() + 10
+while rss_kib() < base + 64 * 1024 and time.monotonic() < deadline:
+    time.sleep(0.002)
+os.kill(pid, signal.SIGSTOP)
+try:
+    caught = rss_kib() >= base + 64 * 1024
+    print(("ok" if caught else "not ok") + " the daemon is caught deriving (scrypt's memory mapped)")
+    run = subprocess.run([sys.executable, scan, str(pid), "--unlocked-only", f"passphrase={marker}"], capture_output=True, text=True)
+    print(("ok" if run.returncode == 0 else "not ok") + " mid-derivation, no passphrase in the daemon's unlocked memory"
+          + ("" if run.returncode == 0 else f" ({run.stdout.strip()})"))
+finally:
+    os.kill(pid, signal.SIGCONT)
+print(("ok" if unlock.wait(timeout=30) == 0 else "not ok") + " and the unlock completes")
+PY
+report_checks "$OUT" "the passphrase while scrypt runs"
+kc unmount "$MP4" >/dev/null 2>&1
 kc unmount "$MP" >/dev/null 2>&1
 
 # kib_of "LABEL: 123 KiB ..." FIELD: the number of KiB after FIELD in the status line.
