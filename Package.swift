@@ -19,7 +19,7 @@ import PackageDescription
 // The programs that hold secrets in memory resolve every symbol when they start (`-z now`, and
 // their relocations read-only after it). Lazily, the loader's resolver saves the vector
 // registers on the stack at each first call of a library function: registers that the last
-// copy of a secret went through (helper_memory.py found a password there, in the git helper,
+// copy of a secret went through (client_memory.py found a password there, in the git helper,
 // below its stack pointer where nothing wipes it). The front is static and resolves nothing.
 let bindNow = ["-Xlinker", "-z", "-Xlinker", "now", "-Xlinker", "-z", "-Xlinker", "relro"]
 

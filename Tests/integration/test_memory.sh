@@ -160,15 +160,21 @@ expect_exit 0 "unlock" kc unlock --passphrase-file "$PASS1"
 expect_absent "unlock: the daemon's memory holds no passphrase" "$pid" "passphrase=$P1"
 expect_eq "$M5" "$(cat "$MP/svc/m5")" "after unlock the item reads again"
 
+# new_marked_store STORE MOUNTPOINT LOG-N: a store whose passphrase is a new marker ($MARKED),
+# in STORE.pass, and an empty mountpoint for it, unmounted at exit.
+new_marked_store() {
+    MARKED=$(marker)
+    printf '%s\n' "$MARKED" >"$1.pass"
+    mkdir "$2"
+    kc init --store "$1" --scrypt-log-n "$3" --passphrase-file "$1.pass" >/dev/null
+    on_exit_unmount "$2"
+}
+
 echo "== the passphrase is wiped once the keys are derived: mount --foreground"
-P2=$(marker)
-PASS2="$TEST_ROOT/pass2"
-printf '%s\n' "$P2" >"$PASS2"
 S2="$TEST_ROOT/second.db"
 MP2="$TEST_ROOT/mnt2"
-mkdir "$MP2"
-kc init --store "$S2" --scrypt-log-n 10 --passphrase-file "$PASS2" >/dev/null
-on_exit_unmount "$MP2"
+new_marked_store "$S2" "$MP2" 10
+P2=$MARKED PASS2="$S2.pass"
 # Not through kc(): a function run in the background is a subshell, whose pid is not keychainfs's.
 "$KEYCHAINFS_BIN" mount --foreground --store "$S2" "$MP2" --passphrase-file "$PASS2" >/dev/null 2>&1 &
 fg=$!
@@ -184,17 +190,13 @@ echo "== the passphrase while scrypt runs"
 # The daemon is stopped in the middle of an unlock's derivation (its 128 MiB of scrypt mapped)
 # and scanned: the passphrase may be in locked memory only. OpenSSL's scrypt had copied it into
 # its own heap for the whole third of a second (a helper's audit found it there).
-P4=$(marker)
-printf '%s\n' "$P4" >"$TEST_ROOT/pass4"
 S4="$TEST_ROOT/slow.db"
 MP4="$TEST_ROOT/mnt4"
-mkdir "$MP4"
-kc init --store "$S4" --scrypt-log-n 17 --passphrase-file "$TEST_ROOT/pass4" >/dev/null
-on_exit_unmount "$MP4"
-expect_exit 0 "mount a store at scrypt log N 17" mount_kc "$MP4" --store "$S4" --passphrase-file "$TEST_ROOT/pass4"
+new_marked_store "$S4" "$MP4" 17
+expect_exit 0 "mount a store at scrypt log N 17" mount_kc "$MP4" --store "$S4" --passphrase-file "$S4.pass"
 pid4=$(daemon_pid "$MP4")
 kc lock --store "$S4" >/dev/null
-python3 - "$pid4" "$KEYCHAINFS_BIN" "$S4" "$TEST_ROOT/pass4" "$SCAN" "$P4" <<'PY' >"$OUT" 2>&1
+python3 - "$pid4" "$KEYCHAINFS_BIN" "$S4" "$S4.pass" "$SCAN" "$MARKED" <<'PY' >"$OUT" 2>&1
 import os, signal, subprocess, sys, time
 pid, kc, store, passfile, scan, marker = int(sys.argv[1]), *sys.argv[2:]
 def rss_kib():
