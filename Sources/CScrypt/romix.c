@@ -54,10 +54,23 @@ static void blockmix(const uint32_t *b, uint32_t *y, uint32_t r) {
     explicit_bzero(x, sizeof x);
 }
 
+__attribute__((noinline)) void kcfs_scrub_stack(void) {
+    uint8_t area[32 * 1024];
+    explicit_bzero(area, sizeof area);
+    __asm__ volatile("" : : "r"(area) : "memory");
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx"))
+        __asm__ volatile("vzeroall" : : : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
+                         "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+#endif
+}
+
 int kcfs_scrypt_romix(uint8_t *block, uint32_t r, uint64_t n) {
     size_t words = 32 * (size_t)r;
     size_t bytes = 128 * (size_t)r;
-    if (r == 0 || n < 2 || (n & (n - 1)) != 0 || n > SIZE_MAX / bytes) { errno = EINVAL; return -1; }
+    /* Integerify reads 32 bits, so N fits in them; V and the two blocks after it fit in size_t. */
+    if (r == 0 || r > (1u << 24) || n < 2 || (n & (n - 1)) != 0 || n > ((uint64_t)1 << 32)
+        || n > SIZE_MAX / bytes - 2) { errno = EINVAL; return -1; }
     size_t vbytes = bytes * n;
     /* V, then X and Y: all of it derived from the passphrase. */
     uint32_t *v = mmap(NULL, vbytes + 2 * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -83,13 +83,8 @@ struct LineWriter {
     }
 
     func add(_ key: String, _ value: UnsafeRawBufferPointer) {
-        let head = Array(key.utf8) + [UInt8(ascii: "=")]
-        let start = bytes.count
-        bytes.resize(to: start + head.count + value.count + 1)
-        bytes.withUnsafeMutableBytes { out in
-            UnsafeMutableRawBufferPointer(rebasing: out[start..<start + head.count]).copyBytes(from: head)
-            UnsafeMutableRawBufferPointer(rebasing: out[(start + head.count)...]).copyMemory(from: value)
-            out[out.count - 1] = UInt8(ascii: "\n")
-        }
+        (Array(key.utf8) + [UInt8(ascii: "=")]).withUnsafeBytes { bytes.append($0) }
+        bytes.append(value)
+        [UInt8(ascii: "\n")].withUnsafeBytes { bytes.append($0) }
     }
 }

@@ -67,12 +67,17 @@ package struct CredentialRequest: Equatable, Sendable {
             switch key {
             case "password": password = SecureBytes(copying: value)
             case "oauth_refresh_token": oauthRefreshToken = SecureBytes(copying: value)
-            default:
+            // Only the attributes kept become text: an unknown one may be a secret of a newer git
+            // (`credential=`, sent to helpers that declare `authtype`, which this one does not).
+            case _ where Self.textKeys.contains(key) || key.hasSuffix("[]"):
                 guard let text = String(validating: value, as: UTF8.self) else { throw .malformedLine(lineNumber) }
                 set(key: key, value: text)
+            default: break  // Newer gits send attributes we don't know; they must not fail a request.
             }
         }
     }
+
+    private static let textKeys: Set<String> = ["protocol", "host", "path", "username", "password_expiry_utc"]
 
     private mutating func set(key: String, value: String) {
         if key.hasSuffix("[]") {
@@ -87,7 +92,7 @@ package struct CredentialRequest: Equatable, Sendable {
         case "path": path = value
         case "username": username = value
         case "password_expiry_utc": passwordExpiryUTC = value
-        default: break  // Newer gits send attributes we don't know; they must not fail a request.
+        default: break
         }
     }
 

@@ -276,7 +276,7 @@ extension BackupFile {
             var rest = bytes
             if first.count < chunkBytes {
                 let n = min(chunkBytes - first.count, rest.count)
-                Self.append(UnsafeRawBufferPointer(rebasing: rest[..<n]), to: first)
+                first.append(UnsafeRawBufferPointer(rebasing: rest[..<n]))
                 rest = UnsafeRawBufferPointer(rebasing: rest[n...])
             }
             while !rest.isEmpty {
@@ -287,7 +287,7 @@ extension BackupFile {
                     current.resize(to: 0)
                 }
                 let n = min(chunkBytes - current.count, rest.count)
-                Self.append(UnsafeRawBufferPointer(rebasing: rest[..<n]), to: current)
+                current.append(UnsafeRawBufferPointer(rebasing: rest[..<n]))
                 rest = UnsafeRawBufferPointer(rebasing: rest[n...])
             }
         }
@@ -306,13 +306,6 @@ extension BackupFile {
                 }
                 done += n
             }
-        }
-
-        private static func append(_ bytes: UnsafeRawBufferPointer, to buffer: SecureBytes) {
-            guard !bytes.isEmpty else { return }
-            let start = buffer.count
-            buffer.resize(to: start + bytes.count)
-            buffer.withUnsafeMutableBytes { ($0.baseAddress! + start).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
         }
 
         private static func failure(_ what: String, _ path: String) -> KeychainError {

@@ -157,13 +157,7 @@ private struct ByteSink {
     let buffer: SecureBytes
     init(_ buffer: SecureBytes) { self.buffer = buffer }
 
-    func raw(_ bytes: UnsafeRawBufferPointer) {
-        let start = buffer.count
-        buffer.resize(to: start + bytes.count)
-        if bytes.count > 0 {
-            buffer.withUnsafeMutableBytes { ($0.baseAddress! + start).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
-        }
-    }
+    func raw(_ bytes: UnsafeRawBufferPointer) { buffer.append(bytes) }
 
     func u8(_ v: UInt8) { withUnsafeBytes(of: v) { raw($0) } }
     func u16(_ v: UInt16) { withUnsafeBytes(of: v.bigEndian) { raw($0) } }

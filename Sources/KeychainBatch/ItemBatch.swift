@@ -78,10 +78,7 @@ public struct ItemBatch: @unchecked Sendable {
 
     private func copy(_ bytes: UnsafeRawBufferPointer) -> Range<Int> {
         let start = secrets.count
-        secrets.resize(to: start + bytes.count)
-        if bytes.count > 0 {
-            secrets.withUnsafeMutableBytes { ($0.baseAddress! + start).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
-        }
+        secrets.append(bytes)
         return start..<start + bytes.count
     }
 

@@ -4,4 +4,6 @@ public enum CryptoError: Error, Equatable, Sendable {
     case authenticationFailed
     case malformed
     case openSSL(String)
+    /// The key derivation could not run: parameters out of range, or no memory for its work area.
+    case keyDerivation(String)
 }

@@ -173,9 +173,10 @@ package enum Scrypt {
     package static func deriveKey(passphrase: SecureBytes, salt: [UInt8], parameters: ScryptParameters,
                                  length: Int = 32) throws -> SecureBytes {
         let r = Int(parameters.r), p = Int(parameters.p), logN = Int(parameters.logN)
-        // What a store, a backup or a sync folder can name is far inside this (`isAcceptable`).
-        guard r >= 1, p >= 1, logN >= 1, logN <= 30, r * p <= 1 << 16 else {
-            throw CryptoError.openSSL("scrypt: parameters out of range (log N \(logN), r \(r), p \(p))")
+        // What a store, a backup or a sync folder can name is far inside this (`isAcceptable`);
+        // each bound alone first, so that their product cannot overflow.
+        guard (1...1 << 16).contains(r), (1...1 << 16).contains(p), r * p <= 1 << 16, (1...30).contains(logN) else {
+            throw CryptoError.keyDerivation("scrypt: parameters out of range (log N \(logN), r \(r), p \(p))")
         }
         let blocks = SecureBytes(count: p * 128 * r)
         defer { blocks.wipe() }
@@ -185,7 +186,7 @@ package enum Scrypt {
                 for k in 0..<p {
                     guard kcfs_scrypt_romix(b.baseAddress!.assumingMemoryBound(to: UInt8.self) + k * 128 * r,
                                             UInt32(r), UInt64(1) << UInt64(logN)) == 0 else {
-                        throw CryptoError.openSSL("scrypt: no memory for its \((128 * r << logN) >> 20) MiB (\(String(cString: strerror(errno))))")
+                        throw CryptoError.keyDerivation("scrypt: no memory for its \((128 * r << logN) >> 20) MiB (\(String(cString: strerror(errno))))")
                     }
                 }
             }
@@ -216,6 +217,7 @@ package enum Scrypt {
                 index += 1
             }
         }
+        kcfs_scrub_stack()
     }
 }
 

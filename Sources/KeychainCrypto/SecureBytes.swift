@@ -61,6 +61,14 @@ public final class SecureBytes: @unchecked Sendable {
         count = newCount
     }
 
+    /// Adds `bytes` at the end, growing as `resize` does.
+    public func append(_ bytes: UnsafeRawBufferPointer) {
+        guard !bytes.isEmpty else { return }
+        let start = count
+        resize(to: start + bytes.count)
+        (block!.base + start).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+    }
+
     /// Wipes the bytes now and leaves an empty buffer.
     public func wipe() {
         release()

@@ -293,6 +293,9 @@ private final class FilterBox {
 }
 
 private let filterTrampoline: sd_bus_message_handler_t = { m, userdata, _ in
+    // Every incoming message, first: a call refused here, or one sd-bus itself answers with an
+    // error (a wrong signature, an unknown member), never reaches `methodTrampoline`.
+    if let m { _ = sd_bus_message_sensitive(m) }
     guard let m, let userdata, sd_bus_message_is_method_call(m, nil, nil) > 0 else { return 0 }
     guard let error = Unmanaged<FilterBox>.fromOpaque(userdata).takeUnretainedValue().refuse(BusMessage(m)) else { return 0 }
     var e = sd_bus_error()
@@ -321,7 +324,8 @@ private let methodTrampoline: sd_bus_message_handler_t = { m, userdata, ret in
     guard let m else { return -EINVAL }
     // Any call may carry a secret (SetSecret, CreateItem) or be answered with one (GetSecret):
     // sd-bus then zeroes the call's buffers when it frees them, and its reply's, which it marks
-    // so too. Unmarked, both were left in freed heap, past a lock.
+    // so too. Unmarked, both were left in freed heap, past a lock. (The filter, where there is
+    // one, has marked it already; marking again is nothing.)
     _ = sd_bus_message_sensitive(m)
     let message = BusMessage(m)
     var reply: OpaquePointer?

@@ -52,7 +52,7 @@ enum GitCredentialHelper {
         let input: SecureBytes
         switch Descriptor.readSecretToEnd(0, limit: maxRequestBytes) {
         case .complete(let bytes): input = bytes
-        case .tooLarge(let total): return note("the request was not read: it is \(total) bytes, more than a password can be")
+        case .tooLarge(let total): return note("the request was not read: it is \(total) bytes, more than a secret can be (16 MiB)")
         case .failed: return
         }
         defer { input.wipe() }
@@ -63,6 +63,9 @@ enum GitCredentialHelper {
             try CredentialStoreRequest(request: request)
         }) {
             return note("the credential was not saved: \(why)")
+        }
+        if case .store = action, let password = request.password, password.count > maxSecretBytes {
+            return note("the credential was not saved: the password is \(password.count) bytes, more than a secret can be (16 MiB)")
         }
         guard isServable(request, action) else { return }
         guard case .success(let located) = found else { return }

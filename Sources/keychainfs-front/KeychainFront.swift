@@ -166,6 +166,11 @@ enum FullTool {
         let directory = parent(of: own)
         let candidates = [directory + "/" + name, directory + "/../libexec/keychainfs/" + name]
         let argv = [strdup(own)] + (1..<max(1, Int(CommandLine.argc))).map { CommandLine.unsafeArgv[$0] } + [nil]
+        // Every library of the full tool (and of the daemon it starts) binds its symbols at
+        // start, not lazily: the loader's lazy resolver saves the vector registers on the stack
+        // at each first call, and a copy of a secret may just have gone through them. Its own
+        // `-z now` covers only the executable's references; this covers libc's and the rest.
+        setenv("LD_BIND_NOW", "1", 1)
         for path in candidates where access(path, X_OK) == 0 {
             execv(path, argv)
         }

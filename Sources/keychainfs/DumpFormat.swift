@@ -112,15 +112,19 @@ final class SecretSplice {
         json.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
             var at = 0, copied = 0
             while let found = Self.find(marker, in: raw, from: at) {
-                var end = found + marker.count, index = 0
-                while end < raw.count, let digit = raw[end].wholeNumberDigit { index = index * 10 + digit; end += 1 }
-                guard end < raw.count, raw[end] == UInt8(ascii: "."), index < secrets.count else { at = found + 1; continue }
-                Self.append(UnsafeRawBufferPointer(rebasing: raw[copied..<found]), to: out)
+                let digitsStart = found + marker.count
+                var end = digitsStart, index = 0
+                while end < raw.count, end - digitsStart < 9, let digit = raw[end].wholeNumberDigit { index = index * 10 + digit; end += 1 }
+                guard end > digitsStart, end < raw.count, raw[end] == UInt8(ascii: "."), index < secrets.count else {
+                    at = found + 1
+                    continue
+                }
+                out.append(UnsafeRawBufferPointer(rebasing: raw[copied..<found]))
                 secrets[index].withUnsafeBytes { Base64.append($0, to: out) }
                 copied = end + 1
                 at = copied
             }
-            Self.append(UnsafeRawBufferPointer(rebasing: raw[copied...]), to: out)
+            out.append(UnsafeRawBufferPointer(rebasing: raw[copied...]))
         }
         return out
     }
@@ -131,12 +135,6 @@ final class SecretSplice {
             if raw[i..<i + needle.count].elementsEqual(needle) { return i }
         }
         return nil
-    }
-
-    static func append(_ bytes: UnsafeRawBufferPointer, to out: SecureBytes) {
-        let start = out.count
-        out.resize(to: start + bytes.count)
-        out.withUnsafeMutableBytes { UnsafeMutableRawBufferPointer(rebasing: $0[start...]).copyMemory(from: bytes) }
     }
 }
 

@@ -55,10 +55,7 @@ enum Printable {
 
     /// Bytes that are UTF-8 without control characters, as that text; anything else as 0x-prefixed hex.
     static func bytes(_ raw: UnsafeRawBufferPointer) -> String {
-        if let s = String(validating: raw, as: UTF8.self),
-           !s.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f }) {
-            return "\"" + s + "\""
-        }
+        if isPlainText(raw) { return "\"" + String(decoding: raw, as: UTF8.self) + "\"" }
         return "0x" + raw.map { String(format: "%02x", $0) }.joined()
     }
 
@@ -87,7 +84,7 @@ enum Printable {
     }
 
     /// UTF-8 without control characters, decoded scalar by scalar: no String holds the bytes.
-    private static func isPlainText(_ raw: UnsafeRawBufferPointer) -> Bool {
+    static func isPlainText(_ raw: UnsafeRawBufferPointer) -> Bool {
         var iterator = raw.makeIterator()
         var decoder = UTF8()
         while true {

@@ -371,4 +371,17 @@ final class DumpSecretSpliceTests: XCTestCase {
         XCTAssertEqual(json, ["a": Data("first".utf8).base64EncodedString(), "b": Data([0, 0xff, 0x10]).base64EncodedString(),
                               "c": "secret-1-0."], "another run's placeholder, or text like one, stays as it is")
     }
+
+    /// Text with this run's nonce that is no placeholder of it stays as it is: no number, a
+    /// number past the secrets or too long to be one, no closing dot.
+    func testOnlyWholePlaceholdersAreReplaced() throws {
+        let splice = SecretSplice()
+        let p = splice.placeholder(for: SecureBytes(copying: Array("s".utf8)))
+        let nonce = String(p.dropLast(2))  // "<nonce>-"
+        for text in [nonce + ".", nonce + "1.", nonce + "0", nonce + "99999999999999999999.", nonce + "x."] {
+            let out = String(decoding: splice.splice(Data(text.utf8)).unprotectedArray, as: UTF8.self)
+            XCTAssertEqual(out, text)
+        }
+        XCTAssertEqual(String(decoding: splice.splice(Data(("[" + p + "]").utf8)).unprotectedArray, as: UTF8.self), "[cw==]")
+    }
 }

@@ -63,6 +63,14 @@ final class CredentialRequestTests: XCTestCase {
         XCTAssertEqual(empty.password, "")
     }
 
+    /// An unknown attribute's value is never read as text (it may be a secret of a newer git),
+    /// so one that is not UTF-8 does not make the request malformed.
+    func testUnknownValuesAreNotRead() throws {
+        let bytes = Array("protocol=https\ncredential=".utf8) + [0xff, 0xfe] + Array("\nhost=h\n".utf8)
+        let r = try CredentialRequest(parsing: SecureBytes(copying: bytes))
+        XCTAssertEqual(r, CredentialRequest(protocol: "https", host: "h"))
+    }
+
     func testUnknownKeysAreIgnored() throws {
         let r = try parse("protocol=https\nquit=1\nephemeral=true\nurl=https://evil/\nhost=h\n")
         XCTAssertEqual(r, CredentialRequest(protocol: "https", host: "h"))

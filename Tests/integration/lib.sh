@@ -126,17 +126,24 @@ expect_exit() {
     fi
 }
 
-# report_checks FILE WHAT: counts a helper script's own checks, its lines "ok NAME" and
-# "not ok NAME"; a script that printed none fails as WHAT.
+# report_checks FILE WHAT RC: counts a helper script's own checks, its lines "ok NAME" and
+# "not ok NAME"; a script that printed none, or exited RC other than 0 with no check failed
+# (it died after its checks), fails as WHAT.
 report_checks() {
-    n=0
+    n=0 bad=0
     while IFS= read -r line; do
         case $line in
             "ok "*) pass "${line#ok }"; n=$((n + 1)) ;;
-            "not ok "*) fail "${line#not ok }"; n=$((n + 1)) ;;
+            "not ok "*) fail "${line#not ok }"; n=$((n + 1)) bad=$((bad + 1)) ;;
         esac
     done <"$1"
-    [ "$n" -gt 0 ] || { fail "$2" "it reported no check"; show_output; }
+    if [ "$n" -eq 0 ]; then
+        fail "$2" "it reported no check"
+        show_output
+    elif [ "$3" -ne 0 ] && [ "$bad" -eq 0 ]; then
+        fail "$2" "it exited $3 after its checks passed"
+        show_output
+    fi
     return 0
 }
 

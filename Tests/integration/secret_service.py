@@ -581,7 +581,11 @@ def memory():
     def marker():
         return os.urandom(24).hex().encode()
 
+    peer = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="org.freedesktop.DBus.Peer")
+
     def unlocked_after(name, secret):
+        # A round trip first: the daemon sends its answer before it frees the call.
+        call(conn, peer, "Ping")
         found = memscan.scan(pid, [secret], True, True)
         check(f"{name}: not in the daemon's unlocked memory after the call", not found,
               [(r, hex(a), c) for hits in found.values() for r, a, c in hits])

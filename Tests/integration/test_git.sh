@@ -234,6 +234,15 @@ expect_eq "100021" "$(wc -c <"$OUT" | tr -d ' ')" "and comes back whole"
 expect_eq "0" "$?" "a request over the size of a secret: exit 0"
 expect_contains "$ERR" "the request was not read: it is 17825846 bytes" "and one line saying why"
 expect_exit 1 "nothing was stored" test -e "$MP/internet/huge.example"
+{
+    printf 'protocol=https\nhost=huge.example\nusername=u\npassword='
+    head -c $((16 * 1024 * 1024 + 1)) /dev/zero | tr '\0' p
+    printf '\n'
+} >"$TEST_ROOT/hugepass"
+"$GIT_HELPER_BIN" store <"$TEST_ROOT/hugepass" >"$OUT" 2>"$ERR"
+expect_contains "$ERR" "the credential was not saved: the password is 16777217 bytes" \
+    "a password one byte over 16 MiB, in a request the helper reads: one line saying why"
+expect_exit 1 "and nothing was stored" test -e "$MP/internet/huge.example"
 
 echo "== unknown keys and actions"
 cred store protocol=https host=unknown.example username=u password=p
@@ -321,12 +330,12 @@ if [ "$(id -u)" -eq 0 ]; then
         "pw-MEMSCAN-7f3a" "tok-MEMSCAN-c91e" >"$TEST_ROOT/memreq"
     python3 "$TESTS_DIR/client_memory.py" "store" "$(daemon_pid "$MP")" "$TESTS_DIR/memscan.py" \
         --feed "$TEST_ROOT/memreq" "pw=pw-MEMSCAN-7f3a" "tok=tok-MEMSCAN-c91e" -- "$GIT_HELPER_BIN" store >"$OUT" 2>"$ERR"
-    report_checks "$OUT" "store: the helper's memory"
+    report_checks "$OUT" "store: the helper's memory" $?
     printf 'protocol=https\nhost=mem.example\nusername=m\n' >"$TEST_ROOT/memget"
     python3 "$TESTS_DIR/client_memory.py" "get" "$(daemon_pid "$MP")" "$TESTS_DIR/memscan.py" \
         --block 1 "pw=pw-MEMSCAN-7f3a" "tok=tok-MEMSCAN-c91e" -- sh -c 'exec "$0" get <"$1"' "$GIT_HELPER_BIN" "$TEST_ROOT/memget" \
         >"$OUT" 2>"$ERR"
-    report_checks "$OUT" "get: the helper's memory"
+    report_checks "$OUT" "get: the helper's memory" $?
     cred erase protocol=https host=mem.example
 else
     skip "the helper's memory" "scanning a non-dumpable process needs root"
