@@ -3,12 +3,15 @@
 
     client_memory.py NAME DAEMON_PID MEMSCAN --feed FILE [MARKER...] -- COMMAND...
     client_memory.py NAME DAEMON_PID MEMSCAN --block FD[:ROOM] [MARKER...] -- COMMAND...
+    client_memory.py NAME DAEMON_PID MEMSCAN --block-tty FD [MARKER...] -- COMMAND...
 
 --feed: COMMAND's standard input is a pipe it waits on; once it blocks reading it, the daemon
 is stopped (SIGSTOP) and FILE (holding the secrets) is written, so the client reads it and then
 waits for the daemon's answer. --block FD: descriptor FD (1 or 2) of COMMAND is a pipe filled
 beforehand, with standard input from /dev/null, so the client blocks writing a secret it got;
 with ROOM, that many bytes are left free, so that it blocks only after writing that much.
+--block-tty FD: the same with a terminal (a pty whose buffer is full), for what a client writes
+only at one, such as a progress line.
 
 While it waits, memscan.py looks for each MARKER ([NAME=]BYTES) in the client's memory twice:
 in the regions that are not locked (where a copy could be swapped out, or left behind
@@ -19,6 +22,7 @@ waiting.
 """
 import fcntl
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -61,6 +65,34 @@ def full_pipe(room):
     return r, w
 
 
+def full_terminal():
+    """A pty (master, slave) whose buffer is full: not even a byte more fits on the slave."""
+    master, slave = pty.openpty()
+    fcntl.fcntl(slave, fcntl.F_SETFL, os.O_NONBLOCK)
+    # Large writes, then single bytes; again after a pause, since the pty moves what was
+    # written into the other side's buffer a moment later, making room.
+    for size in (256, 1, 0, 256, 1, 0, 1):
+        if size == 0:
+            time.sleep(0.2)
+            continue
+        try:
+            while True:
+                os.write(slave, b"x" * size)
+        except BlockingIOError:
+            pass
+    fcntl.fcntl(slave, fcntl.F_SETFL, 0)
+    return master, slave
+
+
+def drain_all(fd):
+    try:
+        while os.read(fd, 65536):
+            pass
+    except OSError:  # a pty's master reads EIO once the slave is closed
+        pass
+    os.close(fd)
+
+
 def main():
     name, daemon, memscan, mode, arg = sys.argv[1:6]
     rest = sys.argv[6:]
@@ -84,7 +116,7 @@ def main():
     else:
         fd, _, room = arg.partition(":")
         fd = int(fd)
-        drain, w = full_pipe(int(room or 0))
+        drain, w = full_terminal() if mode == "--block-tty" else full_pipe(int(room or 0))
         outputs = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         outputs["stdout" if fd == 1 else "stderr"] = w
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, **outputs)
@@ -119,9 +151,7 @@ def main():
             os.kill(daemon, signal.SIGCONT)
         if drain is not None:
             # So that the client can finish its answer.
-            while os.read(drain, 65536):
-                pass
-            os.close(drain)
+            drain_all(drain)
         child.wait(timeout=30)
     return 1 if failed else 0
 

@@ -230,6 +230,23 @@ print(("ok" if unlock.wait(timeout=30) == 0 else "not ok") + " and the unlock co
 PY
 report_checks "$OUT" "the passphrase while scrypt runs" $?
 kc unmount "$MP4" >/dev/null 2>&1
+
+echo "== export at a terminal"
+# At a terminal export shows a progress line, caught here mid-export. With the libraries bound
+# lazily (a debug build's Swift runtime, started without the front's LD_BIND_NOW), the item
+# copied last before it, the generic one after two internet ones, was on its stack.
+S5="$TEST_ROOT/tty.db"
+MP5="$TEST_ROOT/mnt5"
+new_marked_store "$S5" "$MP5" 10
+expect_exit 0 "mount a store of three items" mount_kc "$MP5" --store "$S5" --passphrase-file "$S5.pass"
+I1=$(marker) I2=$(marker) E1=$(marker)
+printf '%s' "$I1" | kc add-internet-password --store "$S5" -s inet.example.com -a bob -r htps
+printf '%s' "$I2" | kc add-internet-password --store "$S5" -s inet2.example.com -a carol -r htps
+printf '%s' "$E1" | kc add-generic-password --store "$S5" -s exp -a e1
+client_memory "export (blocked on its progress line at a terminal)" "$(daemon_pid "$MP5")" "$SCAN" --block-tty 2 \
+    "?$I1" "?$I2" "$E1" -- "$KEYCHAINFS_BIN" export --store "$S5" --backup-passphrase-file "$S5.pass" \
+    --scrypt-log-n 10 "$TEST_ROOT/tty.kcb"
+kc unmount "$MP5" >/dev/null 2>&1
 kc unmount "$MP" >/dev/null 2>&1
 
 # kib_of "LABEL: 123 KiB ..." FIELD: the number of KiB after FIELD in the status line.
