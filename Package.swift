@@ -55,6 +55,8 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "CHardening"),
+        // realloc that wipes the block it leaves, for keychainfs-full only (wiping_realloc.c).
+        .target(name: "CWipingRealloc"),
         .target(name: "KeychainErrors"),
         .target(name: "KeychainModel", dependencies: ["KeychainErrors"]),
         // scrypt's memory-hard middle (ROMix), optimised even in a debug build: at -O0 an unlock
@@ -110,7 +112,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "keychainfs-full", dependencies: [
-            "KeychainDaemon",
+            "KeychainDaemon", "CWipingRealloc",
             "KeychainStore", "KeychainFileSystem", "KeychainFuse", "KeychainControl", "KeychainControlServer", "KeychainConfig",
             "KeychainAccess",
             "KeychainBackup", "KeychainSync", "KeychainSyncGit",

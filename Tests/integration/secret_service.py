@@ -609,6 +609,22 @@ def memory():
     unlocked_after("GetSecret (plain)", read)
     call(conn, SERVICE, "GetSecrets", "aoo", ([path], session))
     unlocked_after("GetSecrets (plain)", read)
+    # Several items: sd-bus grows the reply as it goes (realloc), so the first secrets were in
+    # smaller buffers that it gave back before the reply was sent. Secrets of a few KiB make
+    # the reply grow past each of them.
+    several = [marker() + os.urandom(1500 * (n + 1)).hex().encode() for n in range(4)]
+    paths = []
+    for n, secret in enumerate(several):
+        subprocess.run([KC, "add-generic-password", "-s", "memsvc", "-a", f"several{n}"], input=secret, check=True)
+        paths.append(next(secretstorage.search_items(secretstorage.dbus_init(),
+                                                     {"service": "memsvc", "account": f"several{n}"})).item_path)
+    (got,) = call(conn, SERVICE, "GetSecrets", "aoo", (paths, session))
+    check("GetSecrets (plain) of four items reads them", sorted(bytes(v[2]) for v in got.values()) == sorted(several),
+          len(got))
+    call(conn, peer, "Ping")
+    found = memscan.scan(pid, [s[:48] for s in several], True, True)
+    check("GetSecrets (plain) of four items: none in the daemon's unlocked memory after the call", not found,
+          [(r, hex(a), c) for hits in found.values() for r, a, c in hits])
     call(conn, item_addr, "SetSecret", "(oayays)", ((session, b"", replaced, "text/plain"),))
     unlocked_after("SetSecret (plain)", replaced)
 
@@ -624,15 +640,21 @@ def memory():
     _, iv, ciphertext_in, _ = format_secret(dh, kept, "text/plain")
     call(ss, dh_item, "SetSecret", "(oayays)", ((dh.object_path, iv, ciphertext_in, "text/plain"),))
     ciphertext_out = bytes(out[2])
+    # And several at once: their ciphertexts grew one reply, as the plain secrets above.
+    (outs,) = call(ss, SERVICE, "GetSecrets", "aoo", (paths, dh.object_path))
+    several_out = [bytes(v[2])[:48] for v in outs.values()]
+    check("GetSecrets (dh) of four items answers each", len(several_out) == 4, len(outs))
     r = kc("lock")
     check("lock", r.returncode == 0, r.stderr)
-    found = memscan.scan(pid, [created, read, replaced, sent, kept, ciphertext_out, ciphertext_in], False, False)
     names = {created: "CreateItem", read: "GetSecret", replaced: "SetSecret", sent: "dh GetSecret",
              kept: "dh SetSecret", ciphertext_out: "dh GetSecret's ciphertext", ciphertext_in: "dh SetSecret's ciphertext"}
+    names.update({s[:48]: f"GetSecrets' secret {n}" for n, s in enumerate(several)})
+    names.update({c: f"dh GetSecrets' ciphertext {n}" for n, c in enumerate(several_out)})
+    found = memscan.scan(pid, list(names), False, False)
     check("after lock none of them is in the daemon's memory, nor the dh ciphertexts", not found,
           [(names[m], len(h)) for m, h in found.items()])
     kc("unlock", "--passphrase-file", os.environ["PASSFILE"])
-    for account in ("created", "read", "dh"):
+    for account in ["created", "read", "dh"] + [f"several{n}" for n in range(4)]:
         subprocess.run([KC, "delete-generic-password", "-s", "memsvc", "-a", account], capture_output=True)
     ss.close()
     conn.close()
