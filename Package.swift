@@ -134,8 +134,10 @@ let package = Package(
         ], path: "Sources/keychainfs-front", linkerSettings: [
             .unsafeFlags(["-static-executable", "-l_FoundationCollections", "-l_FoundationCShims"]),
         ]),
+        // Static as the front, for the same start-up, and with no loader to bind symbols lazily:
+        // its resolver saved the vector registers, a password's bytes among them, on the stack.
         .executableTarget(name: "git-credential-keychainfs", dependencies: ["KeychainModel", "KeychainClient", "GitCredential"],
-                          linkerSettings: [.unsafeFlags(bindNow)]),
+                          linkerSettings: [.unsafeFlags(["-static-executable", "-l_FoundationCollections", "-l_FoundationCShims"])]),
         // Test support: fills a store with many items at once (Tests/integration/test_memory.sh).
         .executableTarget(name: "keychainfs-fill", dependencies: ["KeychainStore", "KeychainBatch"], path: "Tests/Fill"),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
