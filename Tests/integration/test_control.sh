@@ -17,7 +17,7 @@ store_sum() { cat "$1" "$1-wal" "$1-shm" 2>/dev/null | sha256sum | cut -c1-64; }
 
 echo "== layering: the git helper and the keychainfs front link neither GRDB nor SQLite"
 # SQLite is a system library, so ldd sees it whether the Swift runtime is linked in or not;
-# GRDB is Swift, linked in either way, so nm sees its symbols. The front is a static executable,
+# GRDB is Swift, linked in either way, so nm sees its symbols. Both are static executables,
 # which ldd cannot read: nm sees SQLite's symbols there, defined or not.
 KEYCHAINFS_FULL=$(dirname "$KEYCHAINFS_BIN")/keychainfs-full
 for helper in "$GIT_HELPER" "$KEYCHAINFS_BIN"; do

@@ -323,6 +323,10 @@ oauth_refresh_token=sekret-refresh" protocol=https host=example.com username=use
 cred erase protocol=https host=example.com
 
 echo "== the helper's memory"
+# No loader: one binding a symbol lazily saved the vector registers, a password's bytes among
+# them, on the stack.
+readelf -lW "$GIT_HELPER_BIN" | grep -q "Requesting program interpreter" \
+    && fail "the git helper is a static executable" || pass "the git helper is a static executable"
 # The password and the refresh token, caught in the helper while it waits (client_memory.py):
 # never in memory that is not locked, as they were when read into an ordinary array and a String.
 if [ "$(id -u)" -eq 0 ]; then
