@@ -24,6 +24,16 @@
  * was zeroed by an earlier truncation (or the file was cut there). A WAL found at its open
  * (a crash may have left anything), or one whose emptying failed part way (a write error), is
  * zeroed whole at its next truncation.
+ *
+ * A second change, for speed: a transaction's frames are written with one write. SQLite
+ * writes each frame as two writes (its 24-byte header, then its page), and on ext4 each write
+ * costs about 4 us whatever its size (16 writes of a 8-frame commit took 70 us here, one write
+ * of the same bytes 15). So a WAL's frames, which SQLite writes one after the other, are
+ * gathered (`pending`) and written when the transaction's last frame is complete (a commit
+ * frame's header names the database's size), before anything else is done with the file,
+ * or when the next write is elsewhere. Every frame of a commit is thus in the file, as it was,
+ * before SQLite publishes the commit in the WAL index (after its frames' writes, and after
+ * their sync when synchronous is FULL): a reader in another process sees no difference.
  */
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -63,6 +73,11 @@ typedef struct StoreFile {
 	int untouched;
 	/* The last write was a new WAL header over a header of zeros (storeWrite). */
 	int headerOverZeros;
+	/* Frames not written yet (see above): pendingLength bytes from pendingAt, in a buffer of
+	 * pendingCapacity; commitPageDue: the last of them is a commit frame's header. */
+	unsigned char *pending;
+	int pendingLength, pendingCapacity, commitPageDue;
+	sqlite3_int64 pendingAt;
 	sqlite3_file *real; /* follows this struct, in the same allocation */
 } StoreFile;
 
@@ -72,8 +87,71 @@ static sqlite3_io_methods storeMethods;
 
 #define REAL(f) (((StoreFile *)(f))->real)
 
-static int storeClose(sqlite3_file *f) { return REAL(f)->pMethods->xClose(REAL(f)); }
-static int storeRead(sqlite3_file *f, void *b, int n, sqlite3_int64 o) { return REAL(f)->pMethods->xRead(REAL(f), b, n, o); }
+/* The gathered frames, written. On an error they are dropped, as a failed write's bytes are:
+ * SQLite gives up the transaction. */
+static int writePending(StoreFile *p)
+{
+	if (p->pendingLength == 0)
+		return SQLITE_OK;
+	int rc = p->real->pMethods->xWrite(p->real, p->pending, p->pendingLength, p->pendingAt);
+	p->pendingLength = 0;
+	p->commitPageDue = 0;
+	return rc;
+}
+
+/* Larger than a commit of a few dozen frames; a transaction that writes more writes in runs.
+ * Below 128 KiB: the unix VFS's write keeps only the low 17 bits of a length (seekAndWriteFd),
+ * as SQLite never writes more at once. */
+#define PENDING_CAPACITY (120 * 1024)
+
+/* Gathers a frame's write (storeWrite decides which are), or writes it when it cannot join. */
+static int gatherFrameWrite(StoreFile *p, const void *b, int n, sqlite3_int64 o)
+{
+	if (p->pendingLength > 0 && (o != p->pendingAt + p->pendingLength || p->pendingLength + n > PENDING_CAPACITY)) {
+		int rc = writePending(p);
+		if (rc != SQLITE_OK)
+			return rc;
+	}
+	if (n > PENDING_CAPACITY)
+		return p->real->pMethods->xWrite(p->real, b, n, o);
+	if (p->pending == NULL) {
+		p->pending = sqlite3_malloc(PENDING_CAPACITY);
+		if (p->pending == NULL)
+			return p->real->pMethods->xWrite(p->real, b, n, o);
+		p->pendingCapacity = PENDING_CAPACITY;
+	}
+	if (p->pendingLength == 0)
+		p->pendingAt = o;
+	memcpy(p->pending + p->pendingLength, b, (size_t)n);
+	p->pendingLength += n;
+	if (p->commitPageDue)
+		return writePending(p);
+	/* A frame header (24 bytes) whose second field, the database's size after a commit, is not
+	 * 0: the next write, its page, ends the transaction. */
+	const unsigned char *h = b;
+	if (n == 24 && (h[4] | h[5] | h[6] | h[7]) != 0)
+		p->commitPageDue = 1;
+	return SQLITE_OK;
+}
+
+/* Whatever a method does with the file, the gathered frames are in it first. */
+#define WRITTEN_FIRST(f)                                    \
+	do {                                                    \
+		int pendingRC = writePending((StoreFile *)(f));     \
+		if (pendingRC != SQLITE_OK)                         \
+			return pendingRC;                               \
+	} while (0)
+
+static int storeClose(sqlite3_file *f)
+{
+	StoreFile *p = (StoreFile *)f;
+	int pendingRC = writePending(p);
+	sqlite3_free(p->pending);
+	p->pending = NULL;
+	int rc = p->real->pMethods->xClose(p->real);
+	return rc != SQLITE_OK ? rc : pendingRC;
+}
+static int storeRead(sqlite3_file *f, void *b, int n, sqlite3_int64 o) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xRead(REAL(f), b, n, o); }
 /*
  * SQLite syncs a restarted WAL's new header before it writes the frames, so that frames
  * landing on disk before the header cannot cut short the old generation's chain of frames
@@ -92,6 +170,10 @@ static int storeWrite(sqlite3_file *f, const void *b, int n, sqlite3_int64 o)
 	StoreFile *p = (StoreFile *)f;
 	sqlite3_file *real = p->real;
 	p->headerOverZeros = 0;
+	/* Frames follow the 32-byte header. */
+	if (p->isWAL && o >= 32)
+		return gatherFrameWrite(p, b, n, o);
+	WRITTEN_FIRST(f);
 	if (p->isWAL && o == 0 && n == 32 && !p->untouched) {
 		static const unsigned char zero[32];
 		unsigned char head[32];
@@ -108,6 +190,7 @@ static int storeWrite(sqlite3_file *f, const void *b, int n, sqlite3_int64 o)
 static int storeSync(sqlite3_file *f, int flags)
 {
 	StoreFile *p = (StoreFile *)f;
+	WRITTEN_FIRST(f);
 	if (p->headerOverZeros) {
 		p->headerOverZeros = 0;
 		return SQLITE_OK;
@@ -117,19 +200,19 @@ static int storeSync(sqlite3_file *f, int flags)
 		walSyncFailed = 1;
 	return rc;
 }
-static int storeFileSize(sqlite3_file *f, sqlite3_int64 *s) { return REAL(f)->pMethods->xFileSize(REAL(f), s); }
-static int storeLock(sqlite3_file *f, int l) { return REAL(f)->pMethods->xLock(REAL(f), l); }
-static int storeUnlock(sqlite3_file *f, int l) { return REAL(f)->pMethods->xUnlock(REAL(f), l); }
-static int storeCheckReservedLock(sqlite3_file *f, int *r) { return REAL(f)->pMethods->xCheckReservedLock(REAL(f), r); }
-static int storeFileControl(sqlite3_file *f, int op, void *a) { return REAL(f)->pMethods->xFileControl(REAL(f), op, a); }
+static int storeFileSize(sqlite3_file *f, sqlite3_int64 *s) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xFileSize(REAL(f), s); }
+static int storeLock(sqlite3_file *f, int l) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xLock(REAL(f), l); }
+static int storeUnlock(sqlite3_file *f, int l) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xUnlock(REAL(f), l); }
+static int storeCheckReservedLock(sqlite3_file *f, int *r) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xCheckReservedLock(REAL(f), r); }
+static int storeFileControl(sqlite3_file *f, int op, void *a) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xFileControl(REAL(f), op, a); }
 static int storeSectorSize(sqlite3_file *f) { return REAL(f)->pMethods->xSectorSize(REAL(f)); }
 static int storeDeviceCharacteristics(sqlite3_file *f) { return REAL(f)->pMethods->xDeviceCharacteristics(REAL(f)); }
-static int storeShmMap(sqlite3_file *f, int i, int sz, int ext, void volatile **p) { return REAL(f)->pMethods->xShmMap(REAL(f), i, sz, ext, p); }
-static int storeShmLock(sqlite3_file *f, int o, int n, int fl) { return REAL(f)->pMethods->xShmLock(REAL(f), o, n, fl); }
+static int storeShmMap(sqlite3_file *f, int i, int sz, int ext, void volatile **p) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xShmMap(REAL(f), i, sz, ext, p); }
+static int storeShmLock(sqlite3_file *f, int o, int n, int fl) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xShmLock(REAL(f), o, n, fl); }
 static void storeShmBarrier(sqlite3_file *f) { REAL(f)->pMethods->xShmBarrier(REAL(f)); }
-static int storeShmUnmap(sqlite3_file *f, int d) { return REAL(f)->pMethods->xShmUnmap(REAL(f), d); }
-static int storeFetch(sqlite3_file *f, sqlite3_int64 o, int n, void **p) { return REAL(f)->pMethods->xFetch(REAL(f), o, n, p); }
-static int storeUnfetch(sqlite3_file *f, sqlite3_int64 o, void *p) { return REAL(f)->pMethods->xUnfetch(REAL(f), o, p); }
+static int storeShmUnmap(sqlite3_file *f, int d) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xShmUnmap(REAL(f), d); }
+static int storeFetch(sqlite3_file *f, sqlite3_int64 o, int n, void **p) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xFetch(REAL(f), o, n, p); }
+static int storeUnfetch(sqlite3_file *f, sqlite3_int64 o, void *p) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xUnfetch(REAL(f), o, p); }
 
 static unsigned get32(const unsigned char *p) { return (unsigned)p[0] << 24 | (unsigned)p[1] << 16 | (unsigned)p[2] << 8 | p[3]; }
 
@@ -186,6 +269,7 @@ static int storeTruncate(sqlite3_file *f, sqlite3_int64 size)
 {
 	StoreFile *p = (StoreFile *)f;
 	sqlite3_file *real = p->real;
+	WRITTEN_FIRST(f);
 	p->headerOverZeros = 0;
 	if (!p->isWAL || size != 0)
 		return real->pMethods->xTruncate(real, size);

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import KeychainCrypto
 import KeychainModel
 import KeychainStore
@@ -72,6 +73,30 @@ final class StoreFileTests: XCTestCase {
         try store.sql("INSERT OR REPLACE INTO meta (name, value) VALUES ('failed_unlocks', CAST('7' AS BLOB))")
         XCTAssertEqual(try first.failureRecord().failures, 7, "the first connection no longer sees other processes' writes")
         XCTAssertEqual(try second.failureRecord().failures, 7)
+    }
+
+    /// The store's VFS gathers a transaction's WAL frames and writes them at its commit frame
+    /// (store_vfs.c). With no sync to write them (`synchronous = OFF`), another process that
+    /// reads the commit from the WAL index must still find its frames in the file.
+    func testCommittedFramesAreInTheWALBeforeAnotherProcessReadsThem() throws {
+        _ = try store.create() // installs the store's VFS as the process's default
+        let path = store.directory + "/plain.db"
+        let queue = try DatabaseQueue(path: path)
+        try queue.writeWithoutTransaction { db in
+            _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
+            try db.execute(sql: "PRAGMA synchronous = OFF")
+            try db.execute(sql: "CREATE TABLE t (n INTEGER PRIMARY KEY, v TEXT)")
+        }
+        for round in 0..<20 {
+            // A few pages per commit, and some commits larger than one gathered write.
+            let rows = round % 5 == 4 ? 400 : 3
+            try queue.write { db in
+                for i in 0..<rows { try db.execute(sql: "INSERT INTO t (v) VALUES (?)", arguments: ["\(round)-\(i)-" + String(repeating: "x", count: 300)]) }
+            }
+            let expected = try queue.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") } ?? -1
+            XCTAssertEqual(try runSQLite(path, "SELECT count(*) FROM t"), String(expected), "round \(round)")
+            XCTAssertEqual(try runSQLite(path, "PRAGMA quick_check"), "ok", "round \(round)")
+        }
     }
 
     func testCreatedKeychainSeesWritesOfOtherProcesses() throws {

@@ -366,6 +366,10 @@ syncs() {
     echo "$(grep -c 'sync.db-wal>' "$TEST_ROOT/sync.trace") $(grep -c 'sync.db>' "$TEST_ROOT/sync.trace")"
 }
 expect_eq "1 0" "$(syncs "printf 'new' > '$MP/svc/b'")" "a create: one sync of the WAL"
+# Its frames (a header and a page each, as SQLite writes them) go to the WAL as one write.
+trace_daemon pwrite64 "$TEST_ROOT/frames.trace" "printf 'new' > '$MP/svc/c'"
+expect_eq "1" "$(grep -c 'sync.db-wal>' "$TEST_ROOT/frames.trace")" "a create writes its WAL frames with one write"
+rm "$MP/svc/c"
 expect_eq "2 1" "$(syncs "printf 'second' > '$MP/svc/a'")" "an update: two syncs of the WAL (its frames, its zeroed header), one of the database"
 # In that order: after the database's sync, the WAL's header alone is zeroed and synced, and
 # only then are its frames zeroed.
