@@ -87,4 +87,20 @@ struct LineWriter {
         bytes.append(value)
         [UInt8(ascii: "\n")].withUnsafeBytes { bytes.append($0) }
     }
+
+    /// `add`, refusing a value that holds a newline or NUL: git would read an item's content
+    /// past it as attributes of its own (e.g. another `host`).
+    func addPrintable(_ key: String, _ value: String) throws(CredentialError) {
+        guard Self.isPrintable(value.utf8) else { throw .unprintable(key) }
+        add(key, value)
+    }
+
+    func addPrintable(_ key: String, _ value: SecureBytes) throws(CredentialError) {
+        guard value.withUnsafeBytes({ Self.isPrintable($0) }) else { throw .unprintable(key) }
+        add(key, value)
+    }
+
+    private static func isPrintable(_ value: some Sequence<UInt8>) -> Bool {
+        !value.contains(UInt8(ascii: "\n")) && !value.contains(0)
+    }
 }
