@@ -74,9 +74,9 @@ typedef struct StoreFile {
 	/* The last write was a new WAL header over a header of zeros (storeWrite). */
 	int headerOverZeros;
 	/* Frames not written yet (see above): pendingLength bytes from pendingAt, in a buffer of
-	 * pendingCapacity; commitPageDue: the last of them is a commit frame's header. */
+	 * PENDING_CAPACITY; commitPageDue: the last of them is a commit frame's header. */
 	unsigned char *pending;
-	int pendingLength, pendingCapacity, commitPageDue;
+	int pendingLength, commitPageDue;
 	sqlite3_int64 pendingAt;
 	sqlite3_file *real; /* follows this struct, in the same allocation */
 } StoreFile;
@@ -91,11 +91,11 @@ static sqlite3_io_methods storeMethods;
  * SQLite gives up the transaction. */
 static int writePending(StoreFile *p)
 {
+	p->commitPageDue = 0;
 	if (p->pendingLength == 0)
 		return SQLITE_OK;
 	int rc = p->real->pMethods->xWrite(p->real, p->pending, p->pendingLength, p->pendingAt);
 	p->pendingLength = 0;
-	p->commitPageDue = 0;
 	return rc;
 }
 
@@ -107,7 +107,11 @@ static int writePending(StoreFile *p)
 /* Gathers a frame's write (storeWrite decides which are), or writes it when it cannot join. */
 static int gatherFrameWrite(StoreFile *p, const void *b, int n, sqlite3_int64 o)
 {
-	if (p->pendingLength > 0 && (o != p->pendingAt + p->pendingLength || p->pendingLength + n > PENDING_CAPACITY)) {
+	int contiguous = p->pendingLength == 0 || o == p->pendingAt + p->pendingLength;
+	/* The commit frame's page follows its header; it is still due when the header ended a
+	 * full buffer, which is written now. */
+	int commitPage = p->commitPageDue && contiguous;
+	if (p->pendingLength > 0 && (!contiguous || p->pendingLength + n > PENDING_CAPACITY)) {
 		int rc = writePending(p);
 		if (rc != SQLITE_OK)
 			return rc;
@@ -118,13 +122,12 @@ static int gatherFrameWrite(StoreFile *p, const void *b, int n, sqlite3_int64 o)
 		p->pending = sqlite3_malloc(PENDING_CAPACITY);
 		if (p->pending == NULL)
 			return p->real->pMethods->xWrite(p->real, b, n, o);
-		p->pendingCapacity = PENDING_CAPACITY;
 	}
 	if (p->pendingLength == 0)
 		p->pendingAt = o;
 	memcpy(p->pending + p->pendingLength, b, (size_t)n);
 	p->pendingLength += n;
-	if (p->commitPageDue)
+	if (commitPage)
 		return writePending(p);
 	/* A frame header (24 bytes) whose second field, the database's size after a commit, is not
 	 * 0: the next write, its page, ends the transaction. */
