@@ -74,10 +74,13 @@ typedef struct StoreFile {
 	/* The last write was a new WAL header over a header of zeros (storeWrite). */
 	int headerOverZeros;
 	/* Frames not written yet (see above): pendingLength bytes from pendingAt, in a buffer of
-	 * PENDING_CAPACITY; commitPageDue: the last of them is a commit frame's header. */
+	 * PENDING_CAPACITY; commitPageDue: the last write was a commit frame's header. */
 	unsigned char *pending;
 	int pendingLength, commitPageDue;
 	sqlite3_int64 pendingAt;
+	/* Where the last frame write through this handle ended (32 after a new header): only a
+	 * write there, an append, is gathered. */
+	sqlite3_int64 appendEnd;
 	sqlite3_file *real; /* follows this struct, in the same allocation */
 } StoreFile;
 
@@ -104,37 +107,40 @@ static int writePending(StoreFile *p)
  * as SQLite never writes more at once. */
 #define PENDING_CAPACITY (120 * 1024)
 
-/* Gathers a frame's write (storeWrite decides which are), or writes it when it cannot join. */
+/* Gathers a frame's write (storeWrite decides which are), or writes it through. */
 static int gatherFrameWrite(StoreFile *p, const void *b, int n, sqlite3_int64 o)
 {
-	int contiguous = p->pendingLength == 0 || o == p->pendingAt + p->pendingLength;
-	/* The commit frame's page follows its header; it is still due when the header ended a
-	 * full buffer, which is written now. */
-	int commitPage = p->commitPageDue && contiguous;
-	if (p->pendingLength > 0 && (!contiguous || p->pendingLength + n > PENDING_CAPACITY)) {
-		int rc = writePending(p);
-		if (rc != SQLITE_OK)
-			return rc;
-	}
-	if (n > PENDING_CAPACITY)
-		return p->real->pMethods->xWrite(p->real, b, n, o);
-	if (p->pending == NULL) {
+	const unsigned char *h = b;
+	/* Set by the write before, a commit frame's header: this is its page, the transaction's last. */
+	int commitPage = p->commitPageDue;
+	sqlite3_int64 end = p->pendingLength > 0 ? p->pendingAt + p->pendingLength : p->appendEnd;
+	if (p->pending == NULL && o == end && n <= PENDING_CAPACITY)
 		p->pending = sqlite3_malloc(PENDING_CAPACITY);
-		if (p->pending == NULL)
-			return p->real->pMethods->xWrite(p->real, b, n, o);
+	int rc;
+	if (o != end || n > PENDING_CAPACITY || p->pending == NULL) {
+		/* Not an append after what this handle wrote: SQLite writing a frame's page or header
+		 * again in place (a page changed twice in a transaction that spilled, the checksums it
+		 * then rewrites up to the commit frame), or appending after another connection's
+		 * frames. Written through, after what is gathered. */
+		rc = writePending(p);
+		if (rc == SQLITE_OK)
+			rc = p->real->pMethods->xWrite(p->real, b, n, o);
+	} else {
+		rc = p->pendingLength + n > PENDING_CAPACITY ? writePending(p) : SQLITE_OK;
+		if (rc == SQLITE_OK) {
+			if (p->pendingLength == 0)
+				p->pendingAt = o;
+			memcpy(p->pending + p->pendingLength, b, (size_t)n);
+			p->pendingLength += n;
+			if (commitPage)
+				rc = writePending(p);
+		}
 	}
-	if (p->pendingLength == 0)
-		p->pendingAt = o;
-	memcpy(p->pending + p->pendingLength, b, (size_t)n);
-	p->pendingLength += n;
-	if (commitPage)
-		return writePending(p);
+	p->appendEnd = o + n;
 	/* A frame header (24 bytes) whose second field, the database's size after a commit, is not
 	 * 0: the next write, its page, ends the transaction. */
-	const unsigned char *h = b;
-	if (n == 24 && (h[4] | h[5] | h[6] | h[7]) != 0)
-		p->commitPageDue = 1;
-	return SQLITE_OK;
+	p->commitPageDue = rc == SQLITE_OK && n == 24 && (h[4] | h[5] | h[6] | h[7]) != 0;
+	return rc;
 }
 
 /* Whatever a method does with the file, the gathered frames are in it first. */
@@ -184,9 +190,12 @@ static int storeWrite(sqlite3_file *f, const void *b, int n, sqlite3_int64 o)
 		if ((rc == SQLITE_OK || rc == SQLITE_IOERR_SHORT_READ) && memcmp(head, zero, 32) == 0) {
 			rc = real->pMethods->xWrite(real, b, n, o);
 			p->headerOverZeros = rc == SQLITE_OK;
+			p->appendEnd = 32;
 			return rc;
 		}
 	}
+	if (p->isWAL && o == 0 && n == 32)
+		p->appendEnd = 32;
 	return real->pMethods->xWrite(real, b, n, o);
 }
 

@@ -77,20 +77,12 @@ final class StoreFileTests: XCTestCase {
 
     /// The store's VFS gathers a transaction's WAL frames and writes them at its commit frame
     /// (store_vfs.c). With no sync to write them (`synchronous = OFF`), another process that
-    /// reads the commit from the WAL index must still find its frames in the file: for every
+    /// reads the commit from the WAL index must still find its frames in the file, and a copy
+    /// of the files taken then (as a crash would leave them) must recover the commit: for every
     /// size of transaction from 1 to 70 pages, so that a commit frame's header also ends a full
     /// gathering buffer (120 KiB, 29 frames and a header) and its page starts the next.
     func testCommittedFramesAreInTheWALBeforeAnotherProcessReadsThem() throws {
-        _ = try store.create() // installs the store's VFS as the process's default
-        let path = store.directory + "/plain.db"
-        let queue = try DatabaseQueue(path: path)
-        try queue.writeWithoutTransaction { db in
-            _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
-            try db.execute(sql: "PRAGMA synchronous = OFF")
-            // Past the automatic checkpoint's 1,000 frames the WAL starts again from its
-            // start: the sweep crosses it, and each commit still reads back.
-            try db.execute(sql: "CREATE TABLE t (n INTEGER PRIMARY KEY, v BLOB)")
-        }
+        let (queue, path) = try plainWALDatabase()
         var expected = 0
         for rows in 1...70 {
             // A row of 3,000 bytes fills a page of its own: `rows` pages and the tree's.
@@ -99,8 +91,61 @@ final class StoreFileTests: XCTestCase {
             }
             expected += rows
             XCTAssertEqual(try runSQLite(path, "SELECT count(*) FROM t"), String(expected), "a commit of \(rows) rows")
+            XCTAssertEqual(try recovered(path, "SELECT count(*) FROM t"), String(expected), "a commit of \(rows) rows, recovered")
         }
         XCTAssertEqual(try runSQLite(path, "PRAGMA integrity_check"), "ok")
+    }
+
+    /// A transaction larger than SQLite's page cache spills frames before its commit; a page
+    /// changed again after that is written over its frame in place, and the frames' checksums
+    /// are rewritten up to the commit frame. Those writes are not appends: each must be in the
+    /// file when the commit returns, or recovery drops the commit (its frame's old checksum).
+    func testFramesWrittenAgainInPlaceAreInTheWALAtTheCommit() throws {
+        let (queue, path) = try plainWALDatabase()
+        try queue.write { db in
+            for i in 0..<20 { try db.execute(sql: "INSERT INTO t (n, v) VALUES (?, zeroblob(3000))", arguments: [i]) }
+        }
+        try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA cache_size = 5") }
+        try queue.write { db in
+            try db.execute(sql: "UPDATE t SET v = randomblob(3000)")
+            try db.execute(sql: "UPDATE t SET v = zeroblob(2999) WHERE n % 3 = 0")
+        }
+        let expected = "20|7"
+        let query = "SELECT count(*), sum(length(v) = 2999) FROM t"
+        XCTAssertEqual(try runSQLite(path, query), expected)
+        XCTAssertEqual(try recovered(path, query), expected, "the commit, recovered from a copy of the files")
+    }
+
+    /// A database of its own in WAL mode through the store's VFS, at `synchronous = OFF`: no sync
+    /// writes what the VFS gathered.
+    private func plainWALDatabase() throws -> (DatabaseQueue, String) {
+        _ = try store.create() // installs the store's VFS as the process's default
+        let path = store.directory + "/plain.db"
+        let queue = try DatabaseQueue(path: path)
+        try queue.writeWithoutTransaction { db in
+            _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
+            try db.execute(sql: "PRAGMA synchronous = OFF")
+            try db.execute(sql: "CREATE TABLE t (n INTEGER PRIMARY KEY, v BLOB)")
+        }
+        return (queue, path)
+    }
+
+    /// `statement` on a copy of the database and its WAL, without the WAL index: SQLite
+    /// recovers the WAL from its frames as after a crash. Copied by cp: a descriptor of the
+    /// database opened and closed in this process would drop the connection's POSIX locks, and
+    /// the sqlite3 tool would then checkpoint and delete the WAL under it.
+    private func recovered(_ path: String, _ statement: String) throws -> String {
+        let directory = store.directory + "/recovered"
+        try? FileManager.default.removeItem(atPath: directory)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        let cp = Process()
+        cp.executableURL = URL(fileURLWithPath: "/bin/cp")
+        cp.arguments = [path, path + "-wal", directory]
+        try cp.run()
+        cp.waitUntilExit()
+        XCTAssertEqual(cp.terminationStatus, 0, "cp of the database and its WAL")
+        let copy = directory + "/" + (path as NSString).lastPathComponent
+        return try runSQLite(copy, statement)
     }
 
     func testCreatedKeychainSeesWritesOfOtherProcesses() throws {
