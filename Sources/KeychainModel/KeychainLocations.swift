@@ -14,8 +14,39 @@ public enum KeychainLocations {
 
     /// The home directory of this user's passwd entry, for an environment without HOME.
     private static var passwdHome: String? {
+        // A static executable (the front, the git helper) reads /etc/passwd itself: glibc's
+        // getpwuid would load the NSS modules nsswitch.conf names (systemd's, and with it a
+        // second libc) into a process that has no loader, and crashed there for a user that
+        // only such a module knows (a DynamicUser service). Such a user needs HOME set.
+        if !hasLoader { return filesHome(getuid()) }
         guard let entry = getpwuid(getuid()), let dir = entry.pointee.pw_dir else { return nil }
         return String(cString: dir)
+    }
+
+    /// Whether a dynamic loader started this process: the auxiliary vector's AT_BASE (7), the
+    /// loader's address, is 0 in a static executable. Read from /proc: Swift's Glibc module
+    /// has no getauxval.
+    private static var hasLoader: Bool {
+        // Without /proc, as if static: /etc/passwd never crashes, NSS might.
+        let fd = open("/proc/self/auxv", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var pair = (UInt(0), UInt(0))
+        while withUnsafeMutableBytes(of: &pair, { read(fd, $0.baseAddress, $0.count) }) == MemoryLayout.size(ofValue: pair) {
+            if pair.0 == 0 { break }
+            if pair.0 == 7 { return pair.1 != 0 }
+        }
+        return false
+    }
+
+    /// `uid`'s home in /etc/passwd, read without NSS.
+    private static func filesHome(_ uid: uid_t) -> String? {
+        guard let file = fopen("/etc/passwd", "re") else { return nil }
+        defer { fclose(file) }
+        while let entry = fgetpwent(file) {
+            if entry.pointee.pw_uid == uid, let dir = entry.pointee.pw_dir { return String(cString: dir) }
+        }
+        return nil
     }
 
     private static func xdg(_ name: String, _ fallback: String) -> String {

@@ -327,6 +327,17 @@ echo "== the helper's memory"
 # them, on the stack.
 readelf -lW "$GIT_HELPER_BIN" | grep -q "Requesting program interpreter" \
     && fail "the git helper is a static executable" || pass "the git helper is a static executable"
+# With no HOME, a static program finds its home in /etc/passwd itself: glibc's getpwuid loaded
+# the NSS module that nsswitch.conf names after files (systemd's here, and with it a second
+# libc) and crashed, for a user only that module knows (a DynamicUser service, uid 4321 here).
+if [ "$(id -u)" -eq 0 ] && ! getent passwd 4321 >/dev/null; then
+    printf 'protocol=https\nhost=nss.example\n\n' |
+        setpriv --reuid 4321 --regid 4321 --clear-groups env -i PATH=/usr/bin:/bin "$GIT_HELPER_BIN" get >"$OUT" 2>"$ERR"
+    expect_eq 0 $? "the helper as a user with no passwd entry and no HOME (it crashed)"
+    expect_contains "$ERR" "not mounted" "and says the keychain is not mounted"
+else
+    skip "the helper as a user with no passwd entry" "needs root and a free uid 4321"
+fi
 # The password and the refresh token, caught in the helper while it waits (client_memory.py):
 # never in memory that is not locked, as they were when read into an ordinary array and a String.
 if [ "$(id -u)" -eq 0 ]; then
