@@ -8,11 +8,15 @@
  * message that way (a GetSecrets reply of several items grows once per item, and marking the
  * message sensitive wipes only its last buffer), and so do Foundation's Data and SQLite's
  * string builders. Defining the two functions in the executable replaces them for every
- * library the loader binds to it (libsystemd, libsqlite3, libcrypto) and for the statically
- * linked Swift runtime; glibc's own internal calls keep its realloc, and hold no secret.
+ * library the loader binds to it (libc's own calls through its PLT, libsystemd, libsqlite3,
+ * libcrypto, libfuse3) and for the statically linked Swift runtime.
  *
- * A block never moves without its old bytes being zeroed, and never shrinks: glibc would split
- * off and free the tail, unwiped. It is kept whole, as malloc_usable_size says.
+ * A block never moves without its old bytes being zeroed, and never shrinks in place: glibc
+ * would split off and free the tail, unwiped. A shrink that would give back at least half the
+ * block and a page moves it (copied, the old one zeroed); a smaller one keeps it whole.
+ * Growth copies every time, where glibc may extend in place or move an mmapped block's pages:
+ * a block grown by small steps costs more, one grown by doubling (Foundation, SQLite, sd-bus)
+ * about twice its size in copies.
  */
 #include <errno.h>
 #include <malloc.h>
@@ -28,10 +32,11 @@ void *realloc(void *old, size_t size) {
         free(old);
         return NULL;
     }
-    if (size <= have) return old;
+    if (size <= have && (have - size < 4096 || size >= have / 2)) return old;
     void *moved = malloc(size);
-    if (moved == NULL) return NULL; /* errno is ENOMEM; the old block stays, as realloc's must */
-    memcpy(moved, old, have);
+    /* errno is ENOMEM; the old block stays, as realloc's must. A shrink keeps it whole instead. */
+    if (moved == NULL) return size <= have ? old : NULL;
+    memcpy(moved, old, size < have ? size : have);
     explicit_bzero(old, have);
     free(old);
     return moved;

@@ -293,6 +293,19 @@ if ! id "$USER_NAME" >/dev/null 2>&1; then
 fi
 chmod 0711 "$TEST_ROOT"
 
+echo "== keychainfs-full's realloc"
+# Its semantics against glibc's, and its promise: a block that moves is zeroed (sd-bus grows a
+# GetSecrets reply so; test_secret_service.sh checks the daemon itself).
+if cc -O1 -Wno-use-after-free -o "$TEST_ROOT/wiping_realloc_check" "$TESTS_DIR/wiping_realloc_check.c" \
+        "$REPO/Sources/CWipingRealloc/wiping_realloc.c" 2>"$ERR"; then
+    "$TEST_ROOT/wiping_realloc_check" >"$OUT" 2>&1
+    report_checks "$OUT" "wiping_realloc_check" $?
+else
+    fail "wiping_realloc_check.c builds" "$(cat "$ERR")"
+fi
+nm "$(dirname "$KEYCHAINFS_BIN")/keychainfs-full" | grep -q ' T realloc$' \
+    && pass "keychainfs-full defines realloc" || fail "keychainfs-full defines realloc"
+
 echo "== locked memory as a user with ulimit -l 1024, reading 5,000 items"
 as_user 1024 limited
 rc=$?
