@@ -28,12 +28,14 @@
  * A second change, for speed: a transaction's frames are written with one write. SQLite
  * writes each frame as two writes (its 24-byte header, then its page), and on ext4 each write
  * costs about 4 us whatever its size (16 writes of a 8-frame commit took 70 us here, one write
- * of the same bytes 15). So a WAL's frames, which SQLite writes one after the other, are
- * gathered (`pending`) and written when the transaction's last frame is complete (a commit
- * frame's header names the database's size), before anything else is done with the file,
- * or when the next write is elsewhere. Every frame of a commit is thus in the file, as it was,
- * before SQLite publishes the commit in the WAL index (after its frames' writes, and after
- * their sync when synchronous is FULL): a reader in another process sees no difference.
+ * of the same bytes 15). So the frames SQLite appends one after the other are gathered
+ * (`pending`) and written when the transaction's last frame is complete (a commit frame's
+ * header names the database's size), before anything else is done with the file, when the
+ * next write does not continue them, or before the buffer would pass its size. A write that
+ * is not such an append (a frame written again in place) is written through. Every frame of a
+ * commit is thus in the file, as it was, before SQLite publishes the commit in the WAL index
+ * (after its frames' writes, and after their sync when synchronous is FULL): a reader in
+ * another process, or a recovery after a crash, sees no difference.
  */
 #include <sqlite3.h>
 #include <stdlib.h>
