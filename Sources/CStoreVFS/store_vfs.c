@@ -83,6 +83,12 @@ typedef struct StoreFile {
 	/* Where the last frame write through this handle ended (32 after a new header): only a
 	 * write there, an append, is gathered. */
 	sqlite3_int64 appendEnd;
+	/* A commit frame's header was gathered in the write transaction under way: whatever SQLite
+	 * writes after it (copies of the frame that pad a commit to a sector, a write split around
+	 * a sync) is written at once, before SQLite publishes the commit. */
+	int commitTail;
+	/* A database's handle: its WAL's; a WAL's: its database's (storeOpen links them). */
+	struct StoreFile *wal, *db;
 	sqlite3_file *real; /* follows this struct, in the same allocation */
 } StoreFile;
 
@@ -134,7 +140,7 @@ static int gatherFrameWrite(StoreFile *p, const void *b, int n, sqlite3_int64 o)
 				p->pendingAt = o;
 			memcpy(p->pending + p->pendingLength, b, (size_t)n);
 			p->pendingLength += n;
-			if (commitPage)
+			if (commitPage || p->commitTail)
 				rc = writePending(p);
 		}
 	}
@@ -142,7 +148,27 @@ static int gatherFrameWrite(StoreFile *p, const void *b, int n, sqlite3_int64 o)
 	/* A frame header (24 bytes) whose second field, the database's size after a commit, is not
 	 * 0: the next write, its page, ends the transaction. */
 	p->commitPageDue = rc == SQLITE_OK && n == 24 && (h[4] | h[5] | h[6] | h[7]) != 0;
+	p->commitTail |= p->commitPageDue;
 	return rc;
+}
+
+/*
+ * On the database's handle: its WAL's gathered frames are written before any lock of the WAL
+ * index (or of the database) changes. A write transaction ends with the release of the WAL's
+ * write lock, committed or rolled back: the frames of one rolled back after it spilled are
+ * still gathered then (SQLite only forgets them), and written later they would land over the
+ * frames another connection has written there since, under the same salts, and replace its
+ * commit. Written now, while the write lock is held, they land where SQLite itself would have
+ * put them, past the WAL's last frame. An error is returned when a lock is taken; a release
+ * cannot fail, and what it could not write was a rolled-back transaction's.
+ */
+static int walWrittenAtLockChange(sqlite3_file *f)
+{
+	StoreFile *wal = ((StoreFile *)f)->wal;
+	if (wal == NULL)
+		return SQLITE_OK;
+	wal->commitTail = 0;
+	return writePending(wal);
 }
 
 /* Whatever a method does with the file, the gathered frames are in it first. */
@@ -157,6 +183,10 @@ static int storeClose(sqlite3_file *f)
 {
 	StoreFile *p = (StoreFile *)f;
 	int pendingRC = writePending(p);
+	if (p->db != NULL)
+		p->db->wal = NULL;
+	if (p->wal != NULL)
+		p->wal->db = NULL;
 	sqlite3_free(p->pending);
 	p->pending = NULL;
 	int rc = p->real->pMethods->xClose(p->real);
@@ -215,14 +245,28 @@ static int storeSync(sqlite3_file *f, int flags)
 	return rc;
 }
 static int storeFileSize(sqlite3_file *f, sqlite3_int64 *s) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xFileSize(REAL(f), s); }
-static int storeLock(sqlite3_file *f, int l) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xLock(REAL(f), l); }
-static int storeUnlock(sqlite3_file *f, int l) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xUnlock(REAL(f), l); }
+static int storeLock(sqlite3_file *f, int l)
+{
+	int rc = walWrittenAtLockChange(f);
+	if (rc != SQLITE_OK)
+		return rc;
+	WRITTEN_FIRST(f);
+	return REAL(f)->pMethods->xLock(REAL(f), l);
+}
+static int storeUnlock(sqlite3_file *f, int l) { walWrittenAtLockChange(f); WRITTEN_FIRST(f); return REAL(f)->pMethods->xUnlock(REAL(f), l); }
 static int storeCheckReservedLock(sqlite3_file *f, int *r) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xCheckReservedLock(REAL(f), r); }
 static int storeFileControl(sqlite3_file *f, int op, void *a) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xFileControl(REAL(f), op, a); }
 static int storeSectorSize(sqlite3_file *f) { return REAL(f)->pMethods->xSectorSize(REAL(f)); }
 static int storeDeviceCharacteristics(sqlite3_file *f) { return REAL(f)->pMethods->xDeviceCharacteristics(REAL(f)); }
 static int storeShmMap(sqlite3_file *f, int i, int sz, int ext, void volatile **p) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xShmMap(REAL(f), i, sz, ext, p); }
-static int storeShmLock(sqlite3_file *f, int o, int n, int fl) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xShmLock(REAL(f), o, n, fl); }
+static int storeShmLock(sqlite3_file *f, int o, int n, int fl)
+{
+	int rc = walWrittenAtLockChange(f);
+	if (rc != SQLITE_OK && !(fl & SQLITE_SHM_UNLOCK))
+		return rc;
+	WRITTEN_FIRST(f);
+	return REAL(f)->pMethods->xShmLock(REAL(f), o, n, fl);
+}
 static void storeShmBarrier(sqlite3_file *f) { REAL(f)->pMethods->xShmBarrier(REAL(f)); }
 static int storeShmUnmap(sqlite3_file *f, int d) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xShmUnmap(REAL(f), d); }
 static int storeFetch(sqlite3_file *f, sqlite3_int64 o, int n, void **p) { WRITTEN_FIRST(f); return REAL(f)->pMethods->xFetch(REAL(f), o, n, p); }
@@ -355,6 +399,15 @@ static int storeOpen(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f, i
 	p->base.pMethods = p->real->pMethods ? &storeMethods : NULL;
 	p->isWAL = (flags & SQLITE_OPEN_WAL) != 0;
 	p->untouched = 1;
+	/* SQLite names a WAL by a string it keeps beside its database's name, from which it
+	 * finds the database's handle: opened through this VFS too, as the default. */
+	if (p->isWAL && rc == SQLITE_OK && p->base.pMethods != NULL) {
+		sqlite3_file *db = sqlite3_database_file_object(name);
+		if (db != NULL && db->pMethods == &storeMethods) {
+			p->db = (StoreFile *)db;
+			p->db->wal = p;
+		}
+	}
 	return rc;
 }
 

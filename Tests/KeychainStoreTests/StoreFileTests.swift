@@ -116,6 +116,47 @@ final class StoreFileTests: XCTestCase {
         XCTAssertEqual(try recovered(path, query), expected, "the commit, recovered from a copy of the files")
     }
 
+    /// A transaction rolled back after it spilled leaves frames the VFS gathered: written when
+    /// it ends (its write lock's release), not later, over the commit another process has
+    /// written at the same place since. That commit must survive this connection's next read.
+    func testARolledBackSpilledTransactionDoesNotOverwriteAnotherProcessCommit() throws {
+        let (queue, path) = try plainWALDatabase()
+        try queue.writeWithoutTransaction { db in
+            try db.execute(sql: "INSERT INTO t (v) VALUES ('first')")
+            _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+            try db.execute(sql: "PRAGMA cache_size = 5")
+            try db.execute(sql: "BEGIN")
+            for _ in 0..<40 { try db.execute(sql: "INSERT INTO t (v) VALUES (randomblob(1500))") }
+            try db.execute(sql: "ROLLBACK")
+        }
+        try runSQLite(path, "INSERT INTO t (v) VALUES ('committed by another process')")
+        XCTAssertEqual(try queue.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") }, 2, "this connection")
+        XCTAssertEqual(try runSQLite(path, "SELECT group_concat(v, '|') FROM t"), "first|committed by another process",
+                       "another process, after this connection read")
+        XCTAssertEqual(try recovered(path, "SELECT count(*) FROM t"), "2", "recovered from a copy of the files")
+    }
+
+    /// Without SQLite's power-safe overwrite, a commit at `synchronous = FULL` is padded to a
+    /// sector with copies of its last frame, and the write that crosses the boundary is split
+    /// around a sync: all of it must be in the file when the commit returns.
+    func testACommitPaddedToASectorIsInTheWALWhenItReturns() throws {
+        _ = try store.create()
+        let path = store.directory + "/padded.db"
+        // psow=0 in the name: the WAL's handle takes it from there.
+        let queue = try DatabaseQueue(path: "file:" + path + "?psow=0")
+        try queue.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA page_size = 1024")
+            _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+            try db.execute(sql: "CREATE TABLE t (n INTEGER PRIMARY KEY, v TEXT)")
+        }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: path), "the URI named the file")
+        for i in 1...12 {
+            try queue.write { try $0.execute(sql: "INSERT INTO t (v) VALUES (?)", arguments: [String(repeating: "p", count: 100 * i)]) }
+            XCTAssertEqual(try runSQLite(path, "SELECT count(*), max(length(v)) FROM t"), "\(i)|\(100 * i)", "commit \(i)")
+        }
+    }
+
     /// A database of its own in WAL mode through the store's VFS, at `synchronous = OFF`: no sync
     /// writes what the VFS gathered.
     private func plainWALDatabase() throws -> (DatabaseQueue, String) {
