@@ -2,12 +2,16 @@
 """Catches a client (the git helper, the CLI) holding a secret and scans its memory, as root can.
 
     client_memory.py NAME DAEMON_PID MEMSCAN --feed FILE [MARKER...] -- COMMAND...
+    client_memory.py NAME DAEMON_PID MEMSCAN --feed-sent FILE [MARKER...] -- COMMAND...
     client_memory.py NAME DAEMON_PID MEMSCAN --block FD[:ROOM] [MARKER...] -- COMMAND...
     client_memory.py NAME DAEMON_PID MEMSCAN --block-tty FD [MARKER...] -- COMMAND...
 
 --feed: COMMAND's standard input is a pipe it waits on; once it blocks reading it, the daemon
 is stopped (SIGSTOP) and FILE (holding the secrets) is written, so the client reads it and then
-waits for the daemon's answer. --block FD: descriptor FD (1 or 2) of COMMAND is a pipe filled
+waits for the daemon's answer. --feed-sent: the same, but the daemon runs on, and strace
+delays its second recvmsg(2) per thread by 3 s: the control server reads a request as a header,
+then its payload, so the client is caught after it has built and sent its whole request (the
+secret among it), waiting for the answer. --block FD: descriptor FD (1 or 2) of COMMAND is a pipe filled
 beforehand, with standard input from /dev/null, so the client blocks writing a secret it got;
 with ROOM, that many bytes are left free, so that it blocks only after writing that much.
 --block-tty FD: the same with a terminal (a pty whose buffer is full), for what a client writes
@@ -102,15 +106,20 @@ def main():
     daemon = int(daemon)
     stopped = False
     drain = None
-    if mode == "--feed":
+    delayer = None
+    if mode in ("--feed", "--feed-sent"):
         with open(arg, "rb") as f:
             body = f.read()
+        if mode == "--feed-sent":
+            delayer = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-p", str(daemon), "-e", "trace=recvmsg",
+                                        "-e", "inject=recvmsg:delay_enter=3000000:when=2"])
+            time.sleep(0.5)  # attached to every thread
         stdin_r, stdin_w = os.pipe()
         child = subprocess.Popen(command, stdin=stdin_r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(stdin_r)
         # read(2) is system call 0 on x86-64; its first argument the descriptor, 0.
         caught = wait_for(child.pid, lambda s: s == ("0", "0x0"))
-        if caught:
+        if caught and mode == "--feed":
             os.kill(daemon, signal.SIGSTOP)
             stopped = True
     else:
@@ -125,15 +134,17 @@ def main():
         caught = wait_for(child.pid, lambda s: s == ("1", hex(fd)))
     failed = False
     try:
-        if mode == "--feed":
+        if mode in ("--feed", "--feed-sent"):
             try:
                 os.write(stdin_w, body)
             finally:
                 os.close(stdin_w)
             if caught:
-                # Then blocked again, now on its call to the stopped daemon.
+                # Then blocked again, now on its call to the daemon: stopped, or (--feed-sent)
+                # reading its request late; past the identification's round trip, the answer's.
                 caught = wait_for(child.pid, lambda s: s[0] != "running" and s != ("0", "0x0"))
-                time.sleep(0.2)
+                time.sleep(0.5 if mode == "--feed-sent" else 0.2)
+                caught = caught and child.poll() is None
         if not caught:
             print(f"not ok {name}: the client was caught waiting")
             return 2
@@ -149,6 +160,9 @@ def main():
     finally:
         if stopped:
             os.kill(daemon, signal.SIGCONT)
+        if delayer is not None:
+            delayer.terminate()
+            delayer.wait()
         if drain is not None:
             # So that the client can finish its answer.
             drain_all(drain)

@@ -122,6 +122,12 @@ printf '%s' "$A1" >"$TEST_ROOT/a1"
 client_memory "add (secret on stdin)" "$pid" "$SCAN" --feed "$TEST_ROOT/a1" "$A1" -- \
     "$KEYCHAINFS_BIN" add-generic-password -s cli -a a1
 expect_eq "$A1" "$(cat "$MP/cli/a1")" "and the add went through"
+# And after it sent its request, the secret in it, waiting for the answer.
+A2=$(marker)
+printf '%s' "$A2" >"$TEST_ROOT/a2"
+client_memory "add, its request sent" "$pid" "$SCAN" --feed-sent "$TEST_ROOT/a2" "$A2" -- \
+    "$KEYCHAINFS_BIN" add-generic-password -s cli -a a2
+expect_eq "$A2" "$(cat "$MP/cli/a2")" "and that add went through"
 client_memory "find -w (the front)" "$pid" "$SCAN" --block 1 "$C1" -- \
     "$KEYCHAINFS_BIN" find-generic-password -s cli -a c1 -w
 client_memory "find -g (keychainfs-full, the password on stderr)" "$pid" "$SCAN" --block 2 "$C1" -- \
@@ -149,7 +155,7 @@ echo "== after lock"
 expect_exit 0 "lock" kc lock
 expect_absent "after lock no when-unlocked* secret is in the daemon's memory" "$pid" \
     "printf=$M1" "cp-300KB=$M2" "dd=$M3" "python-read=$M4" "mmap=$M5" "socket-add=$C1" "find-w=$C2" \
-    "dump-d=$C3" "socket-update=$C4" "passcode-set=$C5" "add-caught=$A1"
+    "dump-d=$C3" "socket-update=$C4" "passcode-set=$C5" "add-caught=$A1" "add-sent=$A2"
 expect_present "the 'always' secret is still cached after lock (the scan can find secrets)" "$pid" "$K1"
 release_private_mapping "$TEST_ROOT/mmap.out"
 expect_not_contains "$TEST_ROOT/mmap.out" "after $M5" "a mapping made before the lock no longer shows the secret"
