@@ -346,6 +346,10 @@ if [ "$(id -u)" -eq 0 ]; then
     python3 "$TESTS_DIR/client_memory.py" "store" "$(daemon_pid "$MP")" "$TESTS_DIR/memscan.py" \
         --feed "$TEST_ROOT/memreq" "pw=pw-MEMSCAN-7f3a" "tok=tok-MEMSCAN-c91e" -- "$GIT_HELPER_BIN" store >"$OUT" 2>"$ERR"
     report_checks "$OUT" "store: the helper's memory" $?
+    # And after it sent the store request, the password in it, waiting for the answer.
+    python3 "$TESTS_DIR/client_memory.py" "store, its request sent" "$(daemon_pid "$MP")" "$TESTS_DIR/memscan.py" \
+        --feed-sent "$TEST_ROOT/memreq" "pw=pw-MEMSCAN-7f3a" "tok=tok-MEMSCAN-c91e" -- "$GIT_HELPER_BIN" store >"$OUT" 2>"$ERR"
+    report_checks "$OUT" "store, its request sent: the helper's memory" $?
     printf 'protocol=https\nhost=mem.example\nusername=m\n' >"$TEST_ROOT/memget"
     python3 "$TESTS_DIR/client_memory.py" "get" "$(daemon_pid "$MP")" "$TESTS_DIR/memscan.py" \
         --block 1 "pw=pw-MEMSCAN-7f3a" "tok=tok-MEMSCAN-c91e" -- sh -c 'exec "$0" get <"$1"' "$GIT_HELPER_BIN" "$TEST_ROOT/memget" \
