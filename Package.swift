@@ -16,11 +16,12 @@ import PackageDescription
 // The Secret Service: SDBus (sd-bus from libsystemd, through CSystemd and CSDBusShim, in a small
 // Swift layer) → KeychainSecretService (the D-Bus API over the owner, KeychainFileSystem's
 // ServedKeychain) → KeychainDaemon, which starts it beside the mount.
-// The programs that hold secrets in memory resolve every symbol when they start (`-z now`, and
-// their relocations read-only after it). Lazily, the loader's resolver saves the vector
-// registers on the stack at each first call of a library function: registers that the last
-// copy of a secret went through (client_memory.py found a password there, in the git helper,
-// below its stack pointer where nothing wipes it). The front is static and resolves nothing.
+// keychainfs-full resolves every symbol when it starts (`-z now`, and its relocations read-only
+// after it; the front starts it with LD_BIND_NOW for its libraries). Lazily, the loader's
+// resolver saves the vector registers on the stack at each first call of a library function:
+// registers that the last copy of a secret went through (client_memory.py found a password
+// there, in the git helper, below its stack pointer where nothing wipes it). The front and the
+// git helper are static executables and resolve nothing.
 let bindNow = ["-Xlinker", "-z", "-Xlinker", "now", "-Xlinker", "-z", "-Xlinker", "relro"]
 
 let package = Package(

@@ -25,8 +25,8 @@ public enum KeychainLocations {
 
     /// Whether a dynamic loader started this process: the auxiliary vector's AT_BASE (7), the
     /// loader's address, is 0 in a static executable. Read from /proc: Swift's Glibc module
-    /// has no getauxval.
-    private static var hasLoader: Bool {
+    /// has no getauxval. Read once: it cannot change.
+    private static let hasLoader: Bool = {
         // Without /proc, as if static: /etc/passwd never crashes, NSS might.
         let fd = open("/proc/self/auxv", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return false }
@@ -37,7 +37,7 @@ public enum KeychainLocations {
             if pair.0 == 7 { return pair.1 != 0 }
         }
         return false
-    }
+    }()
 
     /// `uid`'s home in /etc/passwd, read without NSS.
     private static func filesHome(_ uid: uid_t) -> String? {
