@@ -15,7 +15,7 @@ extension Keychain {
     func checkRows() throws {
         guard !rowsChecked.withLock({ $0 }), let indexKey = keybag.withLock({ $0.indexKey }) else { return }
         let keys = try RowLedger.Keys(indexKey: indexKey)
-        let check = try rowProblems(keys, recorded: acceptsRollback ? nil : counter.readFiles())
+        let check = try rowProblems(keys, recorded: acceptsRollback ? nil : counter.readFiles(), vouching: true)
         let (problems, stored) = (check.problems, check.stored)
         if !problems.isEmpty {
             guard acceptsRollback else {
@@ -37,11 +37,14 @@ extension Keychain {
 
     /// What is wrong with the rows and the ledger. Every row is read unless the files are in
     /// the `recorded` state when the read transaction begins; that state is returned too.
-    private func rowProblems(_ keys: RowLedger.Keys, recorded: StoreFileState? = nil)
+    /// `vouching`: the state will be recorded as checked, so whatever the files' watch heard
+    /// before it was taken is answered by this check.
+    private func rowProblems(_ keys: RowLedger.Keys, recorded: StoreFileState? = nil, vouching: Bool = false)
         throws -> (problems: [String], stored: RowLedger?, state: StoreFileState?, readRows: Bool) {
         try read { db in
             // The first read pins this transaction's view; the files are looked at after it.
             _ = try Int.fetchOne(db, sql: "SELECT 1 FROM meta LIMIT 1")
+            if vouching { _ = database.watch?.drain() }
             let state = StoreFileState(storePath: database.path)
             let readRows = recorded == nil || state != recorded
             var problems: [String] = []

@@ -360,13 +360,12 @@ extension Keychain {
         let keys = try ledgerKeys ?? RowLedger.Keys(indexKey: indexKey)
         var intact = false
         let (result, counterValue, savedLedger): (T, UInt64, [UInt8]) = try Self.mappingDatabaseErrors {
-            try database.write(effect) { db in
-                // Under the write lock: no other commit can change the files before this one. The
-                // record is taken as this instance last wrote it (`recordedHere`), not read back:
-                // a commit by another process since changed the files, so that breaks the chain
-                // either way, and at worst the next open reads every row.
-                let before = StoreFileState(storePath: database.path)
-                intact = rowsChecked.withLock { $0 } && before != nil && before == counter.recordedHere()
+            // A commit on files that were as the last commit or check left them keeps the ledger
+            // true to the rows: the files as it leaves them need no reading at the next open. Any
+            // other change since breaks that chain, and the next open reads every row.
+            try database.write(effect, committed: { filesCommitted(intact: intact) }) { db in
+                // Under the write lock: no other commit can change the files before this one.
+                intact = filesAsLeft()
                 // A passphrase change by another process since this one unlocked: its keys are no longer the newest.
                 let stored = try StoreDatabase.metaBytes(db, sql: "SELECT value FROM meta WHERE name = 'key_generation'")
                     .flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
@@ -391,10 +390,6 @@ extension Keychain {
         }
         ledgerWritten.withLock { $0 = savedLedger }
         counter.record(counterValue)
-        // A commit on files that were as the last commit or check left them keeps the ledger true to
-        // the rows: the files as it leaves them need no reading at the next open. Any other change
-        // since breaks that chain, and the next open reads every row.
-        counter.recordFiles(intact ? StoreFileState(storePath: database.path) : nil)
         return result
     }
 

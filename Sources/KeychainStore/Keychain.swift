@@ -34,6 +34,8 @@ public final class Keychain: @unchecked Sendable {
     /// The ledger's bytes as this instance's last commit saved them (`RowLedger.load`): the
     /// next commit finds them unchanged unless another process committed meanwhile. Not secret.
     let ledgerWritten = Mutex<[UInt8]?>(nil)
+    /// Commits whose files state is not recorded yet (`Keychain+FilesRecord.swift`); a leaf lock.
+    let filesRecordDue = Mutex(FilesRecordDue())
     /// `RecentBlinds`; a leaf lock, taken inside `keybag`'s when a blind is remembered.
     let recentBlinds = Mutex(RecentBlinds())
 
@@ -115,6 +117,7 @@ public final class Keychain: @unchecked Sendable {
     /// machine's last commit or check left them, they still are after the close, so the next
     /// open need not read every row (`checkRows`).
     deinit {
+        recordDueFiles()
         let intact = rowsChecked.withLock { $0 } && StoreFileState(storePath: database.path) == counter.readFiles()
         try? database.close()
         if intact { counter.recordFiles(StoreFileState(storePath: database.path)) }

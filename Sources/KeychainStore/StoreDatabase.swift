@@ -15,6 +15,8 @@ struct StoreDatabase {
     /// The files before this open touched them, and after its checkpoint.
     let stateAtOpen: StoreFileState?
     let stateAfterOpen: StoreFileState?
+    /// Hears writes to the files from the end of the open on (`StoreFileWatch`); nil if it cannot.
+    let watch: StoreFileWatch?
 
     static func migrator() -> DatabaseMigrator {
         var m = DatabaseMigrator()
@@ -174,6 +176,8 @@ struct StoreDatabase {
                 wal.keepReserve()
                 self.queue = queue
                 log = wal
+                // Before the state is taken: a write after it is heard.
+                watch = StoreFileWatch(storePath: path)
                 stateAfterOpen = StoreFileState(storePath: path)
                 opened = true
                 return

@@ -1,4 +1,5 @@
 import Foundation
+import CStoreVFS
 import Synchronization
 import KeychainModel
 
@@ -163,9 +164,10 @@ final class RecordDescriptor: Sendable {
         fd.withLock { fd in
             var size: off_t?
             if fd >= 0 {
-                var st = stat()
-                if fstat(fd, &st) == 0 && st.st_nlink > 0 {
-                    size = st.st_size
+                // Without the times (file_links.c says why).
+                var links: UInt64 = 0, bytes: Int64 = 0
+                if kcfs_file_links_and_size(fd, &links, &bytes) == 0 && links > 0 {
+                    size = off_t(bytes)
                 } else {
                     close(fd)
                     fd = -1

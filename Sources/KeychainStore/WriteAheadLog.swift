@@ -135,12 +135,13 @@ enum WriteEffect {
 }
 
 extension StoreDatabase {
-    /// Runs `body` in one immediate transaction, then erases what it removed from the WAL.
-    func write<T>(_ effect: WriteEffect, _ body: (Database) throws -> T) throws -> T {
+    /// Runs `body` in one immediate transaction, then erases what it removed from the WAL;
+    /// `committed` runs after that, still under the write lock, if the commit succeeded.
+    func write<T>(_ effect: WriteEffect, committed: () -> Void = {}, _ body: (Database) throws -> T) throws -> T {
         do {
-            return try attempt(effect, body)
+            return try attempt(effect, committed, body)
         } catch let e as DatabaseError where e.resultCode == .SQLITE_FULL && effect == .deletesOnly && log.releaseReserve() {
-            return try attempt(effect, body)
+            return try attempt(effect, committed, body)
         } catch let e as DatabaseError where e.resultCode == .SQLITE_FULL {
             // Frames of the failed transaction may sit in the WAL; they go too.
             try? queue.writeWithoutTransaction { db in log.truncate(db) }
@@ -174,7 +175,7 @@ extension StoreDatabase {
 
     /// The commit is durable when this returns: synced by the checkpoint, or else by
     /// `syncFrames` (see `WriteAheadLog`).
-    private func attempt<T>(_ effect: WriteEffect, _ body: (Database) throws -> T) throws -> T {
+    private func attempt<T>(_ effect: WriteEffect, _ committed: () -> Void, _ body: (Database) throws -> T) throws -> T {
         try queue.writeWithoutTransaction { db in
             // A commit that only adds, into a WAL with nothing left to fold in, stays at `FULL`:
             // SQLite syncs the WAL's frames itself, on the descriptor it holds (an open, a sync
@@ -189,6 +190,7 @@ extension StoreDatabase {
                 }
                 if !emptied.done { try log.syncFrames() }
             }
+            committed()
             return result
         }
     }

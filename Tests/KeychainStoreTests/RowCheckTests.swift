@@ -16,11 +16,13 @@ final class RowCheckTests: XCTestCase {
     func testACleanReopenReadsNoRowsAndAnyWriteMakesTheNextOneReadThem() throws {
         let k = try store.create()
         for n in 0..<20 { try add(k, genericKey("svc", "a\(n)"), "pw\(n)") }
+        k.recordDueFiles()  // as when commits pause (testTheFilesAreRecordedOnceCommitsPause)
         let first = try store.openUnlocked()
         XCTAssertEqual(readRows(first), false, "the creating instance checked the rows and recorded each commit")
         let item = try XCTUnwrap(try first.item(for: genericKey("svc", "a3")))
         try first.update(item, to: item.record, secret: secure("changed"))
         try add(first, genericKey("svc", "new"), "fresh")
+        first.recordDueFiles()
 
         let clean = try store.openUnlocked()
         XCTAssertEqual(readRows(clean), false, "the files are as the last commit left them")
@@ -46,6 +48,7 @@ final class RowCheckTests: XCTestCase {
         XCTAssertEqual(unlink(k.counter.filesPath), 0)
         try add(k, genericKey("svc", "b"), "pw")
         XCTAssertEqual(k.commitCount, counted + 1, "the counter is made again at its path")
+        k.recordDueFiles()
         XCTAssertEqual(readRows(try store.openUnlocked()), false, "and so is the files record")
 
         // Renamed over with an older counter: the next commit raises the new file.
@@ -61,6 +64,7 @@ final class RowCheckTests: XCTestCase {
     func testTheFilesStateReadsBackFromItsTextAndDamagedTextMatchesNothing() throws {
         let k = try store.create()
         try add(k, genericKey("svc", "a"), "pw")
+        k.recordDueFiles()
         let state = try XCTUnwrap(StoreFileState(storePath: store.path))
         XCTAssertTrue(state.text.hasPrefix("db ") && state.text.contains(" wal "), state.text)
         XCTAssertEqual(StoreFileState(text: state.text), state)
@@ -76,11 +80,15 @@ final class RowCheckTests: XCTestCase {
     func testRowsChangedBehindItsBackAreStillCaught() throws {
         let k = try store.create()
         for n in 0..<5 { try add(k, genericKey("svc", "a\(n)"), "pw\(n)") }
-        let session = try store.openUnlocked()
-        let item = try XCTUnwrap(try session.item(for: genericKey("svc", "a1")))
+        k.recordDueFiles()
+        // Read before the clean session: the sqlite3 tool run as root gives the WAL its owner
+        // again (`fchown`), a change that the session would hear.
+        let item = try XCTUnwrap(try k.item(for: genericKey("svc", "a1")))
         let old = try store.sql("SELECT quote(wrapped_key), quote(attributes), quote(secret) FROM items WHERE id = \(item.id)")
             .split(separator: "|").map(String.init)
+        let session = try store.openUnlocked()
         try session.update(item, to: item.record, secret: secure("v2"))
+        session.recordDueFiles()
         XCTAssertEqual(readRows(try store.openUnlocked()), false)
 
         try store.sql("UPDATE items SET version = \(item.sealed.version), wrapped_key = \(old[0]), attributes = \(old[1]), secret = \(old[2]) WHERE id = \(item.id)")
@@ -89,10 +97,79 @@ final class RowCheckTests: XCTestCase {
         let other = try TempStore()
         let k2 = try other.create()
         for n in 0..<5 { try add(k2, genericKey("svc", "a\(n)"), "pw\(n)") }
+        k2.recordDueFiles()
         let s2 = try other.openUnlocked()
         try add(s2, genericKey("svc", "late"), "x")
+        s2.recordDueFiles()
         XCTAssertEqual(readRows(try other.openUnlocked()), false)
         try other.sql("DELETE FROM items WHERE id = 2")
         assertKeychainError(isIntegrityFailure, "removed row", try other.openUnlocked())
+    }
+
+    /// A commit does not read the files' times (that made the next commit's sync write the WAL's
+    /// inode too, `StoreFileWatch`): their state is recorded once commits pause, and at close.
+    func testTheFilesAreRecordedOnceCommitsPause() throws {
+        weak var closed: Keychain?
+        try {
+            let k = try store.create()
+            closed = k
+            XCTAssertNotNil(k.database.watch)
+            try add(k, genericKey("svc", "a"), "pw")
+            try add(k, genericKey("svc", "b"), "pw")
+            XCTAssertNotEqual(k.counter.readFiles(), StoreFileState(storePath: store.path), "not recorded at each commit")
+            let deadline = Date().addingTimeInterval(5)
+            while k.counter.readFiles() != StoreFileState(storePath: store.path) && Date() < deadline { usleep(20_000) }
+            XCTAssertEqual(k.counter.readFiles(), StoreFileState(storePath: store.path), "recorded once the commits paused")
+            try add(k, genericKey("svc", "c"), "pw")
+            XCTAssertNotEqual(k.counter.readFiles(), StoreFileState(storePath: store.path))
+        }()
+        XCTAssertNil(closed, "no timer keeps the instance")
+        XCTAssertEqual(readRows(try store.openUnlocked()), false, "the close recorded the last commit")
+    }
+
+    /// The commits' chain without the files' times: a write by anything else, between two
+    /// commits or between a commit and its record, is heard, and no state after it is recorded.
+    func testAWriteByAnythingElseBetweenCommitsIsHeard() throws {
+        func session(_ what: String, _ foreign: (Keychain) throws -> Void) throws -> Bool? {
+            let store = try TempStore()
+            let k = try store.create()
+            try add(k, genericKey("svc", "a"), "pw")
+            k.recordDueFiles()
+            XCTAssertEqual(k.counter.readFiles(), StoreFileState(storePath: store.path))
+            try foreign(k)
+            k.recordDueFiles()
+            XCTAssertNotEqual(k.counter.readFiles(), StoreFileState(storePath: store.path),
+                              "\(what): no record vouches for files written by someone else")
+            try add(k, genericKey("svc", "c"), "pw")
+            k.recordDueFiles()
+            XCTAssertNil(k.counter.readFiles(), "\(what): nor for any commit after it")
+            return readRows(try store.openUnlocked())
+        }
+        // Before a commit: a change of times, a write to the database file, a write to the WAL.
+        XCTAssertEqual(try session("times") { k in
+            XCTAssertEqual(utime(k.path, nil), 0)
+            try add(k, genericKey("svc", "b"), "pw")
+        }, true)
+        XCTAssertEqual(try session("database") { k in
+            let fd = open(k.path, O_WRONLY)
+            XCTAssertEqual(pwrite(fd, [UInt8(1)], 1, 1_000_000), 1)
+            close(fd)
+            try add(k, genericKey("svc", "b"), "pw")
+        }, true)
+        // After a commit, before its record.
+        XCTAssertEqual(try session("WAL") { k in
+            try add(k, genericKey("svc", "b"), "pw")
+            let fd = open(k.path + "-wal", O_WRONLY)
+            var st = stat()
+            fstat(fd, &st)
+            XCTAssertEqual(pwrite(fd, [UInt8(0)], 1, st.st_size + 8192), 1)
+            close(fd)
+        }, true)
+        // A copy renamed over the database.
+        XCTAssertEqual(try session("renamed") { k in
+            XCTAssertTrue(FileManager.default.createFile(atPath: k.path + ".copy", contents: FileManager.default.contents(atPath: k.path),
+                                                        attributes: [.posixPermissions: 0o600]))
+            XCTAssertEqual(rename(k.path + ".copy", k.path), 0)
+        }, true)
     }
 }

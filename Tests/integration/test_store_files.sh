@@ -370,6 +370,16 @@ expect_eq "1 0" "$(syncs "printf 'new' > '$MP/svc/b'")" "a create: one sync of t
 trace_daemon pwrite64 "$TEST_ROOT/frames.trace" "printf 'new' > '$MP/svc/c'"
 expect_eq "1" "$(grep -c 'sync.db-wal>' "$TEST_ROOT/frames.trace")" "a create writes its WAL frames with one write"
 rm "$MP/svc/c"
+# Creates look at no store file's or record's times: a look makes the kernel stamp that
+# file's next write with a fine-grained time, which moves every file's clock, and the next
+# commit's WAL write then changed its inode and its sync wrote the inode too
+# (StoreFileWatch.swift). The files' state is recorded once the commits pause.
+trace_daemon 'newfstatat,fstat,stat,lstat,statx' "$TEST_ROOT/stat.trace" \
+    "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do printf 'new' > '$MP/svc/s'\$i; done"
+expect_eq 20 "$(ls "$MP/svc" | grep -c '^s')" "20 creates"
+looks=$(grep -E "sync\.db|/stores/" "$TEST_ROOT/stat.trace" | grep -vE 'statx\([^)]*STATX_NLINK\|STATX_SIZE,' | grep -c .)
+expect_eq 1 "$([ "$looks" -le 6 ] && echo 1)" "20 creates look at the store's files' times a few times, not at each commit ($looks)"
+rm "$MP"/svc/s*
 expect_eq "2 1" "$(syncs "printf 'second' > '$MP/svc/a'")" "an update: two syncs of the WAL (its frames, its zeroed header), one of the database"
 # In that order: after the database's sync, the WAL's header alone is zeroed and synced, and
 # only then are its frames zeroed.

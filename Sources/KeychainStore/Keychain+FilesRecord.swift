@@ -1,0 +1,79 @@
+import Foundation
+import GRDB
+
+/// The files record (`StoreFileState`, beside the counter) says which state of the store's
+/// files this machine's keychainfs last left or checked, so that an open can skip reading every
+/// row. Each commit on files in such a state leaves them in one too (the chain); a write by
+/// anything else breaks it until the next check.
+///
+/// With the files watched (`StoreFileWatch`), a commit asks the watch whether anything else
+/// wrote the files since this instance's last commit, and the state is recorded once commits
+/// pause (`recordDelay` after the first unrecorded one) and at close, rather than read before
+/// and after every commit. A daemon killed in the meantime leaves the record of an earlier
+/// state: the next open reads every row, as after any change it cannot vouch for. Without a
+/// watch, every commit compares and records the files' times.
+///
+/// All of it runs under the database's write lock (GRDB's queue); `filesRecordDue` is a leaf lock.
+extension Keychain {
+    static let recordDelay: DispatchTimeInterval = .milliseconds(100)
+
+    /// Whether the files are in the state this instance's last commit, check or record left
+    /// them in. Called under the write lock, before the commit writes anything.
+    func filesAsLeft() -> Bool {
+        guard rowsChecked.withLock({ $0 }) else { return false }
+        guard let watch = database.watch else {
+            let before = StoreFileState(storePath: database.path)
+            return before != nil && before == counter.recordedHere()
+        }
+        // The record is taken as this instance last wrote it (`recordedHere`), not read back.
+        let heard = watch.drain()
+        return !heard && (filesRecordDue.withLock { $0.due } || counter.recordedHere() != nil)
+    }
+
+    /// After a commit, under the write lock: its own writes are heard and dropped, and its
+    /// state is due to be recorded, or else the record goes.
+    func filesCommitted(intact: Bool) {
+        guard intact else {
+            filesRecordDue.withLock { $0.due = false }
+            counter.recordFiles(nil)
+            return
+        }
+        guard let watch = database.watch else {
+            counter.recordFiles(StoreFileState(storePath: database.path))
+            return
+        }
+        _ = watch.drain()
+        let schedule = filesRecordDue.withLock { d in
+            defer { d.due = true; d.scheduled = true }
+            return !d.scheduled
+        }
+        if schedule {
+            DispatchQueue.global().asyncAfter(deadline: .now() + Self.recordDelay) { [weak self] in self?.recordDueFiles() }
+        }
+    }
+
+    /// Records the files' state for the commits not yet recorded, unless something else wrote
+    /// the files since the last of them. Taken under the write lock, so no commit runs meanwhile:
+    /// whatever the watch hears before or while the state is read is someone else's.
+    func recordDueFiles() {
+        try? database.queue.inDatabase { _ in
+            let due = filesRecordDue.withLock { d in
+                defer { d = FilesRecordDue() }
+                return d.due
+            }
+            guard due, let watch = database.watch else { return }
+            let heardBefore = watch.drain()
+            let state = StoreFileState(storePath: database.path)
+            let heard = watch.drain() || heardBefore
+            counter.recordFiles(heard ? nil : state)
+        }
+    }
+}
+
+/// Commits whose files state is not recorded yet (`Keychain+FilesRecord.swift`).
+struct FilesRecordDue {
+    /// Commits made on files in a vouched state since the record was last written.
+    var due = false
+    /// A recording is scheduled.
+    var scheduled = false
+}
