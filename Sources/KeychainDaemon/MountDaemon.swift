@@ -137,6 +137,9 @@ package final class MountDaemon: Sendable {
         sync?.stop()
         secretService?.stop()
         server.stop()
+        // The daemon exits without closing its store: the last commits' state is recorded here,
+        // not left to the timer (`Keychain+FilesRecord.swift`).
+        owner.recordFilesState()
         MountRegistry.unregister(record)
         owner.forgetEverything()
         mount.close()

@@ -663,6 +663,9 @@ package final class ServedKeychain: Sendable {
     }
 
     /// Wipes every open copy and cached secret and forgets every key, as at unmount.
+    /// Records the store files' state now, as once commits pause (`Keychain.recordFilesState`).
+    package func recordFilesState() { keychain.recordFilesState() }
+
     package func forgetEverything() {
         state.withLock { s in
             for f in s.files.values { f.revoke() }

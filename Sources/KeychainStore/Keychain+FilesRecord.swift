@@ -25,19 +25,26 @@ extension Keychain {
             let before = StoreFileState(storePath: database.path)
             return before != nil && before == counter.recordedHere()
         }
-        // The record is taken as this instance last wrote it (`recordedHere`), not read back.
-        let heard = watch.drain()
-        return !heard && (filesRecordDue.withLock { $0.due } || counter.recordedHere() != nil)
+        // Heard: the chain breaks now, whether or not this commit goes through (a failed one
+        // never reaches `filesCommitted`, and the next commit would hear nothing). The record
+        // is taken as this instance last wrote it (`recordedHere`), not read back.
+        if watch.drain() {
+            breakChain()
+            return false
+        }
+        return filesRecordDue.withLock { $0.due } || counter.recordedHere() != nil
+    }
+
+    /// The files are in a state no commit or check of this instance vouches for.
+    private func breakChain() {
+        filesRecordDue.withLock { $0.due = false }
+        counter.recordFiles(nil)
     }
 
     /// After a commit, under the write lock: its own writes are heard and dropped, and its
     /// state is due to be recorded, or else the record goes.
     func filesCommitted(intact: Bool) {
-        guard intact else {
-            filesRecordDue.withLock { $0.due = false }
-            counter.recordFiles(nil)
-            return
-        }
+        guard intact else { return breakChain() }
         guard let watch = database.watch else {
             counter.recordFiles(StoreFileState(storePath: database.path))
             return
@@ -48,24 +55,25 @@ extension Keychain {
             return !d.scheduled
         }
         if schedule {
-            DispatchQueue.global().asyncAfter(deadline: .now() + Self.recordDelay) { [weak self] in self?.recordDueFiles() }
+            DispatchQueue.global().asyncAfter(deadline: .now() + Self.recordDelay) { [weak self] in self?.recordFilesState() }
         }
     }
 
     /// Records the files' state for the commits not yet recorded, unless something else wrote
-    /// the files since the last of them. Taken under the write lock, so no commit runs meanwhile:
-    /// whatever the watch hears before or while the state is read is someone else's.
-    func recordDueFiles() {
+    /// the files since the last of them; the record goes if it did, even with nothing due.
+    /// Called by the timer, at close, and by the daemon when its loop ends (it exits without
+    /// closing the store). Under the write lock, so no commit runs meanwhile: whatever the watch
+    /// hears, until after the state is read, is someone else's.
+    package func recordFilesState() {
         try? database.queue.inDatabase { _ in
             let due = filesRecordDue.withLock { d in
                 defer { d = FilesRecordDue() }
                 return d.due
             }
-            guard due, let watch = database.watch else { return }
-            let heardBefore = watch.drain()
-            let state = StoreFileState(storePath: database.path)
-            let heard = watch.drain() || heardBefore
-            counter.recordFiles(heard ? nil : state)
+            guard let watch = database.watch else { return }
+            let state = due ? StoreFileState(storePath: database.path) : nil
+            if watch.drain() { return breakChain() }
+            if due { counter.recordFiles(state) }
         }
     }
 }

@@ -37,16 +37,16 @@ extension Keychain {
 
     /// What is wrong with the rows and the ledger. Every row is read unless the files are in
     /// the `recorded` state when the read transaction begins; that state is returned too.
-    /// `vouching`: the state will be recorded as checked, so whatever the files' watch heard
-    /// before it was taken is answered by this check.
+    /// `vouching`: the state will be recorded as checked, so the files' watch is read first:
+    /// whatever it heard since the open makes this check read every row.
     private func rowProblems(_ keys: RowLedger.Keys, recorded: StoreFileState? = nil, vouching: Bool = false)
         throws -> (problems: [String], stored: RowLedger?, state: StoreFileState?, readRows: Bool) {
         try read { db in
             // The first read pins this transaction's view; the files are looked at after it.
             _ = try Int.fetchOne(db, sql: "SELECT 1 FROM meta LIMIT 1")
-            if vouching { _ = database.watch?.drain() }
+            let heard = vouching && database.watch?.drain() == true
             let state = StoreFileState(storePath: database.path)
-            let readRows = recorded == nil || state != recorded
+            let readRows = recorded == nil || heard || state != recorded
             var problems: [String] = []
             var stored: RowLedger?
             do { stored = try RowLedger.load(db, keys: keys, storeID: storeID) } catch let e as KeychainError {

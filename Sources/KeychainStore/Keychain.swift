@@ -117,7 +117,7 @@ public final class Keychain: @unchecked Sendable {
     /// machine's last commit or check left them, they still are after the close, so the next
     /// open need not read every row (`checkRows`).
     deinit {
-        recordDueFiles()
+        recordFilesState()
         let intact = rowsChecked.withLock { $0 } && StoreFileState(storePath: database.path) == counter.readFiles()
         try? database.close()
         if intact { counter.recordFiles(StoreFileState(storePath: database.path)) }

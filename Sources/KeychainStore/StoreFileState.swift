@@ -164,7 +164,7 @@ final class RecordDescriptor: Sendable {
         fd.withLock { fd in
             var size: off_t?
             if fd >= 0 {
-                // Without the times (file_links.c says why).
+                // Without the times (store_files.c says why).
                 var links: UInt64 = 0, bytes: Int64 = 0
                 if kcfs_file_links_and_size(fd, &links, &bytes) == 0 && links > 0 {
                     size = off_t(bytes)

@@ -1,5 +1,6 @@
 import Foundation
 import KeychainModel
+import CStoreVFS
 
 /// Hears every write to the store's database and WAL (inotify), whoever makes it: a content
 /// write or truncation, a change of mode, owner, times or links, and a file created, removed
@@ -19,9 +20,13 @@ final class StoreFileWatch: Sendable {
     private let directory: Int32
     private let names: [[UInt8]]
 
-    /// Nil when inotify cannot watch the files (no WAL yet, or the user's inotify limits
-    /// reached): commits then compare the files' times, as before.
+    /// Nil when inotify cannot watch the files (no WAL yet, the user's inotify limits reached,
+    /// or a file system whose writes may come from elsewhere): commits then compare the files'
+    /// times, as before.
     init?(storePath: String) {
+        // inotify hears only this kernel's writes: not another machine's to a network file
+        // system, nor those to the layers under an overlay or behind a FUSE mount.
+        guard kcfs_is_local_file_system(PathText.parent(storePath)) != 0 else { return nil }
         let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         guard fd >= 0 else { return nil }
         let fileEvents = UInt32(IN_MODIFY | IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF)

@@ -16,13 +16,13 @@ final class RowCheckTests: XCTestCase {
     func testACleanReopenReadsNoRowsAndAnyWriteMakesTheNextOneReadThem() throws {
         let k = try store.create()
         for n in 0..<20 { try add(k, genericKey("svc", "a\(n)"), "pw\(n)") }
-        k.recordDueFiles()  // as when commits pause (testTheFilesAreRecordedOnceCommitsPause)
+        k.recordFilesState()  // as when commits pause (testTheFilesAreRecordedOnceCommitsPause)
         let first = try store.openUnlocked()
         XCTAssertEqual(readRows(first), false, "the creating instance checked the rows and recorded each commit")
         let item = try XCTUnwrap(try first.item(for: genericKey("svc", "a3")))
         try first.update(item, to: item.record, secret: secure("changed"))
         try add(first, genericKey("svc", "new"), "fresh")
-        first.recordDueFiles()
+        first.recordFilesState()
 
         let clean = try store.openUnlocked()
         XCTAssertEqual(readRows(clean), false, "the files are as the last commit left them")
@@ -48,7 +48,7 @@ final class RowCheckTests: XCTestCase {
         XCTAssertEqual(unlink(k.counter.filesPath), 0)
         try add(k, genericKey("svc", "b"), "pw")
         XCTAssertEqual(k.commitCount, counted + 1, "the counter is made again at its path")
-        k.recordDueFiles()
+        k.recordFilesState()
         XCTAssertEqual(readRows(try store.openUnlocked()), false, "and so is the files record")
 
         // Renamed over with an older counter: the next commit raises the new file.
@@ -64,7 +64,7 @@ final class RowCheckTests: XCTestCase {
     func testTheFilesStateReadsBackFromItsTextAndDamagedTextMatchesNothing() throws {
         let k = try store.create()
         try add(k, genericKey("svc", "a"), "pw")
-        k.recordDueFiles()
+        k.recordFilesState()
         let state = try XCTUnwrap(StoreFileState(storePath: store.path))
         XCTAssertTrue(state.text.hasPrefix("db ") && state.text.contains(" wal "), state.text)
         XCTAssertEqual(StoreFileState(text: state.text), state)
@@ -80,7 +80,7 @@ final class RowCheckTests: XCTestCase {
     func testRowsChangedBehindItsBackAreStillCaught() throws {
         let k = try store.create()
         for n in 0..<5 { try add(k, genericKey("svc", "a\(n)"), "pw\(n)") }
-        k.recordDueFiles()
+        k.recordFilesState()
         // Read before the clean session: the sqlite3 tool run as root gives the WAL its owner
         // again (`fchown`), a change that the session would hear.
         let item = try XCTUnwrap(try k.item(for: genericKey("svc", "a1")))
@@ -88,7 +88,7 @@ final class RowCheckTests: XCTestCase {
             .split(separator: "|").map(String.init)
         let session = try store.openUnlocked()
         try session.update(item, to: item.record, secret: secure("v2"))
-        session.recordDueFiles()
+        session.recordFilesState()
         XCTAssertEqual(readRows(try store.openUnlocked()), false)
 
         try store.sql("UPDATE items SET version = \(item.sealed.version), wrapped_key = \(old[0]), attributes = \(old[1]), secret = \(old[2]) WHERE id = \(item.id)")
@@ -97,10 +97,10 @@ final class RowCheckTests: XCTestCase {
         let other = try TempStore()
         let k2 = try other.create()
         for n in 0..<5 { try add(k2, genericKey("svc", "a\(n)"), "pw\(n)") }
-        k2.recordDueFiles()
+        k2.recordFilesState()
         let s2 = try other.openUnlocked()
         try add(s2, genericKey("svc", "late"), "x")
-        s2.recordDueFiles()
+        s2.recordFilesState()
         XCTAssertEqual(readRows(try other.openUnlocked()), false)
         try other.sql("DELETE FROM items WHERE id = 2")
         assertKeychainError(isIntegrityFailure, "removed row", try other.openUnlocked())
@@ -134,14 +134,14 @@ final class RowCheckTests: XCTestCase {
             let store = try TempStore()
             let k = try store.create()
             try add(k, genericKey("svc", "a"), "pw")
-            k.recordDueFiles()
+            k.recordFilesState()
             XCTAssertEqual(k.counter.readFiles(), StoreFileState(storePath: store.path))
             try foreign(k)
-            k.recordDueFiles()
+            k.recordFilesState()
             XCTAssertNotEqual(k.counter.readFiles(), StoreFileState(storePath: store.path),
                               "\(what): no record vouches for files written by someone else")
             try add(k, genericKey("svc", "c"), "pw")
-            k.recordDueFiles()
+            k.recordFilesState()
             XCTAssertNil(k.counter.readFiles(), "\(what): nor for any commit after it")
             return readRows(try store.openUnlocked())
         }
@@ -155,6 +155,11 @@ final class RowCheckTests: XCTestCase {
             XCTAssertEqual(pwrite(fd, [UInt8(1)], 1, 1_000_000), 1)
             close(fd)
             try add(k, genericKey("svc", "b"), "pw")
+        }, true)
+        // Before a commit that fails: the chain breaks all the same.
+        XCTAssertEqual(try session("failed commit") { k in
+            XCTAssertEqual(utime(k.path, nil), 0)
+            XCTAssertThrowsError(try k.write(.addsOnly) { _, _ in throw KeychainError.itemNotFound })
         }, true)
         // After a commit, before its record.
         XCTAssertEqual(try session("WAL") { k in

@@ -403,8 +403,24 @@ sleep 0.3
 kill "$tracer"; wait "$tracer" 2>/dev/null
 expect_eq "0" "$(grep -c "$XDG_STATE_HOME" "$TEST_ROOT/trunc.trace")" "an update truncates no record beside the device key"
 expect_eq "fourth" "$(cat "$MP/svc/a")" "and reads back"
+# The files' state is recorded when commits pause, and when the daemon's loop ends (it exits
+# without closing the store): an unmount right after a commit leaves that commit's state recorded.
+printf 'fifth' > "$MP/svc/a"
 kc unmount "$MP" >/dev/null
-expect_eq "fourth" "$(kc find-generic-password --store "$TEST_ROOT/sync.db" --passphrase-file "$PASSFILE" -s svc -a a -w 2>/dev/null)" \
+expect_eq "recorded" "$(python3 - "$TEST_ROOT/sync.db" "$XDG_STATE_HOME"/keychainfs/stores/*.files <<'PY'
+import os, sys
+store, records = sys.argv[1], sys.argv[2:]
+def fields(path):
+    st = os.stat(path)
+    return " ".join([str(st.st_dev), str(st.st_ino), str(st.st_size), "%d.%d" % divmod(st.st_mtime_ns, 10**9),
+                     "%d.%d" % divmod(st.st_ctime_ns, 10**9)])
+wal = store + "-wal"
+holds = os.path.exists(wal) and os.path.getsize(wal) > 0 and open(wal, "rb").read(32).strip(b"\0") != b""
+state = "db " + fields(store) + " wal " + (fields(wal) if holds else "empty")
+print("recorded" if any(open(r).read().strip() == state for r in records) else "not recorded: " + state)
+PY
+)" "an unmount right after a commit records the files' state the commit left"
+expect_eq "fifth" "$(kc find-generic-password --store "$TEST_ROOT/sync.db" --passphrase-file "$PASSFILE" -s svc -a a -w 2>/dev/null)" \
     "what was written is in the store after unmount"
 expect_exit 0 "and the store opens with its records so written" kc verify --store "$TEST_ROOT/sync.db" --passphrase-file "$PASSFILE"
 

@@ -17,8 +17,12 @@ int kcfs_store_vfs_take_wal_sync_failed(void);
 /* The most bytes of a WAL that a truncation keeps (zeroed); the rest is cut off. */
 extern const long long kcfs_wal_kept_bytes;
 
-/* A file's link count and size, by statx without its times (file_links.c says why);
+/* A file's link count and size, by statx without its times (store_files.c says why);
  * 0, or -1 with errno. */
 int kcfs_file_links_and_size(int fd, unsigned long long *links, long long *size);
+
+/* Whether the file system holding `path` is a local one whose every write this kernel makes
+ * (ext4, XFS, Btrfs, tmpfs, F2FS): inotify hears them all. */
+int kcfs_is_local_file_system(const char *path);
 
 #endif
