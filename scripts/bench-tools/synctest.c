@@ -4,6 +4,9 @@
  * blocks it has (docs/performance-notes.md, the durable create). For each variant, ROUNDS
  * rounds (interleaved with the other variants) of N commits: the frames written, then one
  * fdatasync. Prints the median and the minimum per commit. FILE is made and removed.
+ * The "stat" variants look at the file's times before each commit, as keychainfs's commits
+ * did before session 13: the kernel then gives the next write a fine-grained time, the inode
+ * changes at every commit, and on ext4 without a journal the sync writes it too.
  * Not run by scripts/bench: cc -O2 -o synctest synctest.c
  */
 #define _GNU_SOURCE
@@ -12,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static double now_us(void)
@@ -24,13 +28,14 @@ static double now_us(void)
 static const struct variant {
 	const char *name;
 	/* gathered: a commit's frames as one write, as the store's VFS writes them (CStoreVFS),
-	 * rather than SQLite's two writes per frame. */
-	int pages, page_size, overwrite, gathered;
+	 * rather than SQLite's two writes per frame. stats: a stat(2) of the file before each commit. */
+	int pages, page_size, overwrite, gathered, stats;
 } variants[] = {
 	{"append 2 x 4096", 2, 4096, 0, 0}, {"append 3 x 4096", 3, 4096, 0, 0}, {"append 5 x 4096", 5, 4096, 0, 0},
 	{"append 6 x 4096", 6, 4096, 0, 0}, {"append 6 x 1024", 6, 1024, 0, 0},
 	{"overwrite 6 x 4096", 6, 4096, 1, 0}, {"overwrite 2 x 4096", 2, 4096, 1, 0},
 	{"overwrite 8 x 4096", 8, 4096, 1, 0}, {"gathered 8 x 4096", 8, 4096, 1, 1},
+	{"gathered 6 x 4096", 6, 4096, 1, 1}, {"gathered 6, stat", 6, 4096, 1, 1, 1},
 };
 #define NV (int)(sizeof variants / sizeof variants[0])
 
@@ -71,6 +76,9 @@ int main(int argc, char *argv[])
 			}
 			double start = now_us();
 			for (int i = 0; i < n; i++) {
+				struct stat st;
+				if (v->stats && stat(argv[1], &st) != 0)
+					return 1;
 				if (v->gathered) {
 					if (pwrite(fd, buf, frame * v->pages, at) != frame * v->pages)
 						return 1;
