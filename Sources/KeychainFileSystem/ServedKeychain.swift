@@ -662,10 +662,10 @@ package final class ServedKeychain: Sendable {
         if keychain.state != before { deliver([.lockStateChanged(keychain.state)], origin: origin) }
     }
 
-    /// Wipes every open copy and cached secret and forgets every key, as at unmount.
     /// Records the store files' state now, as once commits pause (`Keychain.recordFilesState`).
     package func recordFilesState() { keychain.recordFilesState() }
 
+    /// Wipes every open copy and cached secret and forgets every key, as at unmount.
     package func forgetEverything() {
         state.withLock { s in
             for f in s.files.values { f.revoke() }

@@ -8,8 +8,8 @@ import GRDB
 ///
 /// With the files watched (`StoreFileWatch`), a commit asks the watch whether anything else
 /// wrote the files since this instance's last commit, and the state is recorded once commits
-/// pause (`recordDelay` after the first unrecorded one) and at close, rather than read before
-/// and after every commit. A daemon killed in the meantime leaves the record of an earlier
+/// pause (`recordDelay` after the first unrecorded one), at close, and when the daemon's loop
+/// ends, rather than read before and after every commit. A daemon killed in the meantime leaves the record of an earlier
 /// state: the next open reads every row, as after any change it cannot vouch for. Without a
 /// watch, every commit compares and records the files' times.
 ///
