@@ -9,11 +9,14 @@ import GRDB
 /// With the files watched (`StoreFileWatch`), a commit asks the watch whether anything else
 /// wrote the files since this instance's last commit, and the state is recorded once commits
 /// pause (`recordDelay` after the first unrecorded one), at close, and when the daemon's loop
-/// ends, rather than read before and after every commit. A daemon killed in the meantime leaves the record of an earlier
-/// state: the next open reads every row, as after any change it cannot vouch for. Without a
-/// watch, every commit compares and records the files' times.
+/// ends, rather than read before and after every commit. A daemon killed in the meantime
+/// leaves the record of an earlier state: the next open reads every row, as after any change
+/// it cannot vouch for. Without a watch, every commit compares and records the files' times.
 ///
-/// All of it runs under the database's write lock (GRDB's queue); `filesRecordDue` is a leaf lock.
+/// All of it runs under the database's write lock (GRDB's queue), as does the watch's read in
+/// `checkRows`; that check's record is written after it, at open or unlock, so a commit racing
+/// it can at worst leave an older state recorded (the next open reads every row).
+/// `filesRecordDue` is a leaf lock.
 extension Keychain {
     static let recordDelay: DispatchTimeInterval = .milliseconds(100)
 
@@ -21,13 +24,13 @@ extension Keychain {
     /// them in. Called under the write lock, before the commit writes anything.
     func filesAsLeft() -> Bool {
         guard rowsChecked.withLock({ $0 }) else { return false }
+        // The record is taken as this instance last wrote it (`recordedHere`), not read back.
         guard let watch = database.watch else {
             let before = StoreFileState(storePath: database.path)
             return before != nil && before == counter.recordedHere()
         }
         // Heard: the chain breaks now, whether or not this commit goes through (a failed one
-        // never reaches `filesCommitted`, and the next commit would hear nothing). The record
-        // is taken as this instance last wrote it (`recordedHere`), not read back.
+        // never reaches `filesCommitted`, and the next commit would hear nothing).
         if watch.drain() {
             breakChain()
             return false

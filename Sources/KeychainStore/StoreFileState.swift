@@ -10,13 +10,14 @@ import KeychainModel
 /// fine-grained one at the next. An empty, emptied (zeroed, `StoreFiles.walHoldsFrames`) or
 /// missing WAL counts as the same state: it holds nothing.
 ///
-/// Kept beside the commit counter after each commit and each check of the rows, it lets an
+/// Kept beside the commit counter after each check of the rows and once commits pause
+/// (`Keychain+FilesRecord.swift`), it lets an
 /// open skip reading every row when the files are as this machine's keychainfs left them
 /// (`Keychain.checkRows`): whoever could change them unseen could change the counter too.
 struct StoreFileState: Equatable {
     /// Per file: device, inode, size, modification and change times (seconds, nanoseconds);
-    /// the database's, then the WAL's when it holds anything. Compared as numbers: every commit
-    /// takes the state twice and formatted it as text each time; only the record is text.
+    /// the database's, then the WAL's when it holds anything. Compared as numbers (a commit
+    /// without a watch takes the state twice); only the record is text.
     private let fields: [UInt64]
     private static let perFile = 7
 
@@ -61,8 +62,8 @@ struct StoreFileState: Equatable {
     /// The record's text: "db <dev> <ino> <size> <mtime> <ctime> wal <the same, or empty>".
     var text: String { String(decoding: textBytes, as: UTF8.self) }
 
-    /// `text` as bytes, written digit by digit: every commit records it, and string
-    /// interpolation of its 14 numbers was a fortieth of an update's instructions.
+    /// `text` as bytes, written digit by digit: string interpolation of its 14 numbers was a
+    /// fortieth of an update's instructions when every commit recorded it.
     var textBytes: [UInt8] {
         guard fields.count >= Self.perFile else { return [] }
         var out: [UInt8] = []
@@ -141,8 +142,8 @@ extension StoreCounter {
 }
 
 /// The files record as this instance last wrote it (`StoreCounter.recordFiles`), and the
-/// descriptors of the two records, kept open: each commit rewrites both, and their opens and
-/// closes were 4 of its system calls.
+/// descriptors of the two records, kept open: each commit rewrites the counter, and their
+/// opens and closes were 4 of a commit's system calls.
 final class RecordedFiles: Sendable {
     let state = Mutex<StoreFileState?>(nil)
     let counter = RecordDescriptor()
@@ -187,7 +188,7 @@ final class RecordDescriptor: Sendable {
         }
     }
 
-    // Whether the open file still has a name is one `fstat` (its link count), where an open and
+    // Whether the open file still has a name is one `statx` (its link count), where an open and
     // a close each resolved the path. (A record written to a file with no name is lost, which
     // only makes the next open read every row, or the counter lag, as after a crash.)
 

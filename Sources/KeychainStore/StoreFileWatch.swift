@@ -11,7 +11,7 @@ import CStoreVFS
 /// write a fine-grained time (multigrain timestamps, Linux 6.13), so a commit that read the
 /// WAL's times before and after itself had every next commit change the WAL's inode; and on
 /// ext4 without a journal, as here, `fdatasync` then writes the inode too: a second I/O per
-/// commit, about 55 µs of a 480 µs create (docs/performance-notes.md, session 13).
+/// commit (a create took 467 µs with it, 390 without; docs/performance-notes.md, session 13).
 ///
 /// A write through a shared `mmap` raises no event; a process that can map the store's files
 /// (mode 0600, the user's) can rewrite the record beside the counter just as well.
@@ -60,6 +60,8 @@ final class StoreFileWatch: Sendable {
                 while at + 16 <= n {
                     let wd = buffer.loadUnaligned(fromByteOffset: at, as: Int32.self)
                     let nameLength = Int(buffer.loadUnaligned(fromByteOffset: at + 12, as: UInt32.self))
+                    // Overflow (IN_Q_OVERFLOW) comes with wd -1, a removed watch (IN_IGNORED)
+                    // with the file's: both count.
                     if wd != directory || named(UnsafeRawBufferPointer(buffer), from: at + 16, length: min(nameLength, n - at - 16)) {
                         changed = true
                     }

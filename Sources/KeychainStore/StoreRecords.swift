@@ -1,4 +1,5 @@
 import Foundation
+import CStoreVFS
 import GRDB
 import GRDBSQLite
 import KeychainCrypto
@@ -190,7 +191,7 @@ struct StoreCounter {
         }
     }
 
-    // Every commit reads and writes these small files: plain system calls, not Foundation's
+    // Every commit reads and writes the counter: plain system calls, not Foundation's
     // file and string machinery, which was a tenth of the daemon's time in a loop of creates.
 
     /// The file's text without surrounding white space; nil if it cannot be read.
@@ -235,12 +236,13 @@ struct StoreCounter {
     static func overwrite(_ fd: Int32, size: off_t? = nil, with bytes: [UInt8]) {
         _ = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
         // Only when the file was longer: an ftruncate is a journalled change of the inode
-        // even to the same size, and every commit rewrites these records (two ftruncates of
-        // the eight system calls that touch metadata in a durable update).
+        // even to the same size, and every commit rewrites the counter (two ftruncates of
+        // the eight system calls that touch metadata in a durable update, when both records were
+        // rewritten). The size is asked for without the times (store_files.c says why).
         var before = size ?? -1
         if size == nil {
-            var st = stat()
-            before = fstat(fd, &st) == 0 ? st.st_size : off_t.max
+            var links: UInt64 = 0, bytes: Int64 = 0
+            before = kcfs_file_links_and_size(fd, &links, &bytes) == 0 ? off_t(bytes) : off_t.max
         }
         if before > off_t(bytes.count) { _ = ftruncate(fd, off_t(bytes.count)) }
     }

@@ -18,7 +18,7 @@ final class RowCheckTests: XCTestCase {
         for n in 0..<20 { try add(k, genericKey("svc", "a\(n)"), "pw\(n)") }
         k.recordFilesState()  // as when commits pause (testTheFilesAreRecordedOnceCommitsPause)
         let first = try store.openUnlocked()
-        XCTAssertEqual(readRows(first), false, "the creating instance checked the rows and recorded each commit")
+        XCTAssertEqual(readRows(first), false, "the creating instance checked the rows and recorded its commits")
         let item = try XCTUnwrap(try first.item(for: genericKey("svc", "a3")))
         try first.update(item, to: item.record, secret: secure("changed"))
         try add(first, genericKey("svc", "new"), "fresh")
