@@ -6,8 +6,10 @@ import KeychainErrors
 /// keychain merge what arrived, commits again and pushes.
 ///
 /// Each device writes only its own directory, so a git merge never meets two changes to one
-/// file; a conflict means someone wrote where no device does, and the exchange stops (merge
-/// aborted, nothing pushed) rather than pick a side. A push refused because another device
+/// file from two devices. A conflict in this device's own directory means the remote serves
+/// another version of it (an old tree served again, or a forged one) while this device wrote
+/// on: this device's version stands. Any other conflict means someone wrote where no device
+/// does, and the exchange stops (merge aborted, nothing pushed) rather than pick a side. A push refused because another device
 /// pushed first is answered by fetching and merging again, up to `rounds` times. Whether what
 /// the remote serves is current is not git's question: a remote that serves an old tree
 /// fast-forwards cleanly, and the keychain's merge, which checks each device's authenticated
@@ -19,6 +21,8 @@ package struct GitSyncEngine {
     package let remote: String
     /// How many times a refused push is retried after a new fetch and merge.
     package var rounds = 5
+    /// This device's directory in the folder (`devices/<id>`), which only it writes.
+    package var ownDirectory: String?
     /// The git executable, found on PATH.
     package var git = "git"
 
@@ -124,13 +128,24 @@ package struct GitSyncEngine {
         return true
     }
 
-    /// Merges FETCH_HEAD. A conflict is aborted, leaving the folder as it was.
+    /// Merges FETCH_HEAD. A conflict only in this device's directory keeps the directory as
+    /// HEAD has it; any other conflict is aborted, leaving the folder as it was.
     private func integrate(_ identity: [String: String]) throws {
         let merged = try run(["merge", "--quiet", "--no-edit", "--allow-unrelated-histories", "FETCH_HEAD"],
                              identity.merging(["GIT_MERGE_AUTOEDIT": "no"]) { $1 }, failure: "git merge failed",
                              allowed: [0, 1])
         guard merged.status != 0 else { return }
         let conflicted = (try? output(["diff", "--name-only", "--diff-filter=U"], identity, failure: "")) ?? ""
+        let paths = conflicted.split(separator: "\n").map(String.init)
+        if let own = ownDirectory, !paths.isEmpty, paths.allSatisfy({ $0.hasPrefix(own + "/") }) {
+            // The whole directory as HEAD has it, the remote's other files there removed too:
+            // otherwise every later exchange would meet the same conflict, and this device
+            // could never push again. The keychain's merge then writes it as it is now.
+            _ = try run(["restore", "--source=HEAD", "--staged", "--worktree", "--", own], identity,
+                        failure: "git: keeping this device's directory in the merge failed")
+            _ = try run(["commit", "--quiet", "--no-verify", "--no-edit"], identity, failure: "git commit failed")
+            return
+        }
         _ = try? run(["merge", "--abort"], identity, failure: "")
         throw KeychainError.syncEngine(
             "git: merging \(remote) conflicts in files no device should share ("

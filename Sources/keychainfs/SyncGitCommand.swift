@@ -16,7 +16,8 @@ struct SyncGitCommand: ParsableCommand {
             one already, such as a clone of REMOTE). Each run commits this device's changes, \
             fetches and merges REMOTE's branch, merges what arrived into the keychain as 'sync now' \
             does, commits and pushes. Devices write only their own directories, so git merges \
-            never conflict; a push refused because another device pushed first is fetched, merged \
+            never conflict but over this device's own directory when REMOTE serves an old copy \
+            of it (this device's stands); a push refused because another device pushed first is fetched, merged \
             and retried. Git's failures (REMOTE unreachable, a conflict in a file no device \
             writes, pushes refused 6 times) exit 85 with nothing pushed; refused files (a tampered \
             file, a directory an old tree rolled back) exit 93 after the rest is merged and pushed. \
@@ -37,7 +38,9 @@ struct SyncGitCommand: ParsableCommand {
         let service = try owner.service()
         var refusals: [String] = []
         var published = 0, applied = 0, deleted = 0, copies = 0
-        let done = try GitSyncEngine(folder: state.folder, remote: remote).exchange {
+        var engine = GitSyncEngine(folder: state.folder, remote: remote)
+        engine.ownDirectory = "devices/" + state.device.hex
+        let done = try engine.exchange {
             let report = try service.sync(.exchange, folder: nil, passphrase: nil, scryptLogN: nil)
             refusals = report.refusals
             published += report.published; applied += report.applied; deleted += report.deleted

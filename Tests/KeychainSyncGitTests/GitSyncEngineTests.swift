@@ -223,6 +223,40 @@ final class GitSyncEngineTests: XCTestCase {
         XCTAssertEqual(try git(b, "status", "--porcelain"), "", "no merge left in progress")
     }
 
+    /// A remote that serves an old copy of this device's own directory, in a commit on top,
+    /// while this device wrote on: the merge conflicts there only, and this device's directory
+    /// stands, whole, so that its exchanges go on (before, every later one met the same conflict).
+    func testAConflictInThisDevicesOwnDirectoryKeepsItsVersion() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "devices/a/state", "1")
+        try write(a, "devices/a/items/x", "x1")
+        try engine(a).exchange {}
+        try engine(b).exchange {}
+        // The remote rolls A's directory back and adds a file there; B writes its own too.
+        try write(b, "devices/a/state", "0")
+        try write(b, "devices/a/items/planted", "p")
+        try write(b, "devices/b/state", "b1")
+        try engine(b).exchange {}
+        // A wrote on meanwhile.
+        try write(a, "devices/a/state", "2")
+        try FileManager.default.removeItem(atPath: a + "/devices/a/items/x")
+        var own = engine(a)
+        own.ownDirectory = "devices/a"
+        try own.exchange {}
+        XCTAssertEqual(read(a, "devices/a/state"), "2", "A's directory as A wrote it")
+        XCTAssertNil(read(a, "devices/a/items/x"))
+        XCTAssertNil(read(a, "devices/a/items/planted"), "the remote's file in A's directory is not kept")
+        XCTAssertEqual(read(a, "devices/b/state"), "b1", "B's directory merged")
+        XCTAssertEqual(try git(remote, "show", "main:devices/a/state"), "2", "and pushed")
+        XCTAssertEqual(try git(a, "status", "--porcelain"), "", "no merge left in progress")
+        // Without its directory named, the same conflict stops the exchange, as any other.
+        try engine(b).exchange {}
+        try write(b, "devices/a/state", "0, again")
+        try engine(b).exchange {}
+        try write(a, "devices/a/state", "3")
+        expectSyncEngineError("conflicts in files no device should share (devices/a/state)") { try engine(a).exchange {} }
+    }
+
     func testAFailedMergeOfTheKeychainPushesNothing() throws {
         let a = try device("a")
         try write(a, "dev-a/1", "one")

@@ -342,9 +342,18 @@ fi
 expect_exit 93 "git: D refuses C's directory rolled back by the remote (exit 93)" kcd d sync git "$REMOTE"
 expect_contains "$ERR" "rolled back" "the refusal says the directory was rolled back"
 expect_eq git-s3cret-g2 "$(cat "$(mnt d)/$SVC/$ACCT" 2>/dev/null)" "git: D's mount keeps the value it had, not the old tree's"
-# C's daemon may find its own directory rolled back as git's merge lands (inotify) and write it
-# again before the command's own exchange does (then exit 0 rather than 93): either way, what C
-# pushes is its directory as it is now, not the old tree.
+# C writes on meanwhile, so that its directory in its folder has moved past the tree the remote
+# serves: git's merge then conflicts in C's own directory, where C's version stands (before, that
+# conflict stopped this exchange and every later one of C's).
+state_c="$G_C/$cdir/state"
+state_before=$(cksum <"$state_c")
+printf 'moved-on' >"$(mnt c)/$SVC/own-dir-moved"
+i=0
+while [ "$(cksum <"$state_c")" = "$state_before" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+expect_eq 1 "$([ "$(cksum <"$state_c")" != "$state_before" ] && echo 1)" "C's daemon wrote its own directory on"
+# C's daemon may also find its own directory rolled back as git's merge lands (inotify) and write
+# it again before the command's own exchange does (then exit 0 rather than 93): either way, what
+# C pushes is its directory as it is now, not the old tree.
 old_tree=$(git -C "$REMOTE" rev-parse "main:$cdir")
 kcd c sync git "$REMOTE" >"$OUT" 2>"$ERR"
 rc=$?
