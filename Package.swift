@@ -68,7 +68,7 @@ let package = Package(
         // The store's SQLite VFS: the system's, with a WAL's truncation done as an overwrite with zeros.
         .target(name: "CStoreVFS"),
         .target(name: "KeychainStore", dependencies: [
-            "KeychainModel", "KeychainCrypto", "KeychainBatch", "CStoreVFS",
+            "KeychainModel", "KeychainCrypto", "KeychainBatch", "CStoreVFS", "CProcessPin",
             .product(name: "GRDB", package: "GRDB.swift"),
             .product(name: "GRDBSQLite", package: "GRDB.swift"),
             .product(name: "Logging", package: "swift-log"),

@@ -1,11 +1,10 @@
 /*
- * Calls on the store's files that Swift's Glibc module does not declare (statx needs
- * _GNU_SOURCE; sys/vfs.h is not in the module).
+ * A call on the store's files that Swift's Glibc module does not declare (statx needs
+ * _GNU_SOURCE).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 
 #include "CStoreVFS.h"
 
@@ -21,21 +20,4 @@ int kcfs_file_links_and_size(int fd, unsigned long long *links, long long *size)
 	*links = st.stx_nlink;
 	*size = (long long)st.stx_size;
 	return 0;
-}
-
-int kcfs_is_local_file_system(const char *path)
-{
-	struct statfs fs;
-	if (statfs(path, &fs) != 0)
-		return 0;
-	switch ((unsigned long)fs.f_type) {
-	case 0xEF53:     /* ext2, ext3, ext4 */
-	case 0x58465342: /* XFS */
-	case 0x9123683E: /* Btrfs */
-	case 0x01021994: /* tmpfs */
-	case 0xF2F52010: /* F2FS */
-		return 1;
-	default:
-		return 0;
-	}
 }

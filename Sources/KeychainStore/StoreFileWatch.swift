@@ -1,6 +1,6 @@
 import Foundation
 import KeychainModel
-import CStoreVFS
+import CProcessPin
 
 /// Hears every write to the store's database and WAL (inotify), whoever makes it: a content
 /// write or truncation, a change of mode, owner, times or links, and a file created, removed
@@ -26,7 +26,11 @@ final class StoreFileWatch: Sendable {
     init?(storePath: String) {
         // inotify hears only this kernel's writes: not another machine's to a network file
         // system, nor those to the layers under an overlay or behind a FUSE mount.
-        guard kcfs_is_local_file_system(PathText.parent(storePath)) != 0 else { return nil }
+        let directoryFD = open(PathText.parent(storePath), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directoryFD >= 0 else { return nil }
+        let local = kcfs_stat_is_local(directoryFD) == 1
+        close(directoryFD)
+        guard local else { return nil }
         let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         guard fd >= 0 else { return nil }
         let fileEvents = UInt32(IN_MODIFY | IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF)

@@ -450,6 +450,38 @@ expect_exit 93 "a row put back by a forged WAL beside the store is an integrity 
     kc find-generic-password $PL -s svc -a x -w
 expect_not_contains "$OUT" "first" "and the older value is not served"
 
+echo "== a row put back while the store is mounted"
+# The files' state is recorded once commits pause, not at each commit: between commits a watch
+# hears any other write. A row put back by another process while the store is mounted, then a
+# commit that fails inside its transaction and one that goes through, then the unmount: the
+# next open must read every row and refuse the store (Keychain+FilesRecord.swift).
+RB="$TEST_ROOT/replay.db"
+init_store --store "$RB"
+mount_kc "$MP" --store "$RB"
+mkdir "$MP/svc"
+printf 'first-value' >"$MP/svc/a"
+printf 'kept' >"$MP/svc/keep"
+# Read from a copy: sqlite3 opening the live store as root gives its WAL its owner again, a
+# change the daemon would hear before the row is put back.
+sleep 0.3
+cp "$RB" "$TEST_ROOT/replay-copy.db"
+cp "$RB-wal" "$TEST_ROOT/replay-copy.db-wal"
+id=$(sqlite3 "$TEST_ROOT/replay-copy.db" "SELECT min(id) FROM items")
+old=$(sqlite3 "$TEST_ROOT/replay-copy.db" "SELECT version, quote(wrapped_key), quote(attributes), quote(secret) FROM items WHERE id = $id")
+printf 'second-value' >"$MP/svc/a"
+sleep 0.3
+expect_eq "second-value" "$(cat "$MP/svc/a")" "the item updated through the mount"
+v=${old%%|*}
+rest=${old#*|}
+sqlite3 -cmd ".timeout 5000" "$RB" "UPDATE items SET version = $v, wrapped_key = ${rest%%|*}, attributes = $(echo "$rest" | cut -d'|' -f2), secret = ${rest##*|} WHERE id = $id"
+expect_exit 78 "a commit that fails inside its transaction (this-device-only and synchronizable)" \
+    kc add-generic-password --store "$RB" -s svc -a bad -w x --synchronizable --accessible when-unlocked-this-device-only
+printf 'third' >"$MP/svc/c"
+kc unmount "$MP" >/dev/null
+expect_exit 93 "the row put back meanwhile is an integrity failure at the next open" \
+    kc find-generic-password --store "$RB" --passphrase-file "$PASSFILE" -s svc -a a -w
+expect_not_contains "$OUT" "first-value" "and the older value is not served"
+
 echo "== init changes only directories it made"
 SHARED="$TEST_ROOT/shared"
 mkdir -p "$SHARED"

@@ -83,7 +83,8 @@ int kcfs_address_space_in_use(int pagemap);
 
 /* 1 when fstat of a descriptor on this file system is answered from memory (local disk file
  * systems and tmpfs), 0 when it may wait on something outside the kernel (FUSE, NFS, and any
- * other not known), -1 with errno set. */
+ * other not known), -1 with errno set. On the first kind every write is this kernel's, so
+ * inotify hears them all (the store's files' watch, KeychainStore). */
 int kcfs_stat_is_local(int fd);
 
 /* CLOCK_MONOTONIC in nanoseconds. */

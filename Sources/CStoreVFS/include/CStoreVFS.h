@@ -21,8 +21,4 @@ extern const long long kcfs_wal_kept_bytes;
  * 0, or -1 with errno. */
 int kcfs_file_links_and_size(int fd, unsigned long long *links, long long *size);
 
-/* Whether the file system holding `path` is a local one whose every write this kernel makes
- * (ext4, XFS, Btrfs, tmpfs, F2FS): inotify hears them all. */
-int kcfs_is_local_file_system(const char *path);
-
 #endif
