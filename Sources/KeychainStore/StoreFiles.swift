@@ -77,15 +77,16 @@ enum StoreFiles {
     static func makeMissingWAL(storePath path: String) throws -> [String] {
         var made: [String] = []
         for suffix in ["-wal", "-shm"] {
-            var st = stat()
-            if lstat(path + suffix, &st) == 0 { try checkExisting(path + suffix); continue }
+            let file = path + suffix
             do {
-                try createPrivate(path + suffix, existsError: .io(notOurs(path + suffix, "it appeared while the store was opened")))
+                // Another command opening the store at the same moment (two `find`s, say) may
+                // make the file between a look and the create: one found is checked as such,
+                // whoever made it, rather than refused as planted.
+                if try createPrivateIfMissing(file) { made.append(file) } else { try checkExisting(file) }
             } catch {
                 removeUnused(made)
                 throw error
             }
-            made.append(path + suffix)
         }
         return made
     }
@@ -103,14 +104,20 @@ enum StoreFiles {
 
     /// Creates an empty file of this user's, 0600, that did not exist, never through a symlink.
     static func createPrivate(_ path: String, existsError: KeychainError) throws {
+        guard try createPrivateIfMissing(path) else { throw existsError }
+    }
+
+    /// `createPrivate`, but false when something is there already (a symlink included).
+    static func createPrivateIfMissing(_ path: String) throws -> Bool {
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
-            if errno == EEXIST { throw existsError }
+            if errno == EEXIST { return false }
             throw KeychainError.io("cannot create \(path): \(String(cString: strerror(errno)))")
         }
         // A umask never widens 0600, but a default ACL of the directory could.
         _ = fchmod(fd, 0o600)
         close(fd)
+        return true
     }
 
     /// Opens a store side file for writing (the reserve), creating it 0600 if missing; nil when
