@@ -20,6 +20,12 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
     /// Each other device's last merged manifest: its sequence number and SHA-256.
     package var seen: [String: UInt64] = [:]
     package var seenDigest: [String: String] = [:]
+    /// Each device taken as gone (its directory missing, step 2a), with the last state merged
+    /// from it: its directory served again from an older tree (git history) is refused, or
+    /// what it had deleted would come back. A device joins with a new id, so one that left
+    /// never writes again; one whose directory was only taken away writes on, at a later state.
+    /// Optional: state files written before it have none.
+    package var departed: [String: UInt64]?
     /// This device's published versions.
     package var own: [SyncEntry] = []
     /// Per item id, the version the store holds as of the last exchange, and the keyed digest
@@ -201,6 +207,13 @@ package final class SyncSession: Sendable {
         for d in folder.devices() where d != state.device {
             do {
                 guard let (m, digest) = try folder.readManifest(d, folderID: state.folderID, keys: keys) else { continue }
+                if let gone = state.departed?[d.hex] {
+                    guard m.seq > gone else {
+                        refuse("device \(d.short): its directory came back at state \(m.seq) after it went at \(gone) (an old tree served again?); its files are ignored")
+                        continue
+                    }
+                    state.departed?[d.hex] = nil
+                }
                 let last = state.seen[d.hex] ?? 0
                 if m.seq < last {
                     refuse("device \(d.short): its directory was rolled back (state \(m.seq), already merged \(last)); its files are ignored")
@@ -243,7 +256,11 @@ package final class SyncSession: Sendable {
             for (hex, s) in state.synced where s.digest != nil && departed.contains(s.version.device) {
                 state.synced[hex]?.digest = Self.republish
             }
-            for d in departed { state.seen[d.hex] = nil; state.seenDigest[d.hex] = nil }
+            for d in departed {
+                state.departed = state.departed ?? [:]
+                state.departed?[d.hex] = state.seen[d.hex]
+                state.seen[d.hex] = nil; state.seenDigest[d.hex] = nil
+            }
         }
 
         // 2. Own directory: a file of ours missing or altered (a rolled-back directory) is published again.

@@ -434,6 +434,34 @@ final class SyncSessionTests: XCTestCase {
         for s in [a, c, d] { XCTAssertEqual(try secret(s, "fromB"), "changed on c") }
     }
 
+    /// A device's directory taken away for one exchange (so the device is taken as gone) and
+    /// then served again from an older tree, as git history can, brings back nothing it had
+    /// deleted; the device itself, which only lost its directory, writes on and is merged again.
+    func testADirectoryGoneAndServedAgainFromAnOlderTreeIsRefused() throws {
+        let (a, b) = try pair()
+        try put(b, "zz", "deleted later")
+        for _ in 0..<2 { for s in [b, a] { try s.exchange() } }
+        XCTAssertEqual(try secret(a, "zz"), "deleted later")
+        let hex = try XCTUnwrap(try SyncLocalState.load(forStore: b.storePath)).device.hex
+        let directory = folder + "/devices/" + hex, old = root + "/old-tree"
+        try FileManager.default.copyItem(atPath: directory, toPath: old)
+        _ = try b.owner.delete(matching: ItemQuery(kind: .generic, account: "zz", service: "mail"), all: false)
+        for _ in 0..<2 { for s in [b, a] { try s.exchange() } }
+        XCTAssertNil(try secret(a, "zz"))
+        try FileManager.default.removeItem(atPath: directory)
+        try a.exchange()
+        try FileManager.default.copyItem(atPath: old, toPath: directory)
+        let r = try a.exchange()
+        XCTAssertTrue(r.refusals.contains { $0.contains("came back") }, "\(r.refusals)")
+        XCTAssertNil(try secret(a, "zz"), "a deleted item stays deleted")
+        // B finds its own directory rolled back and writes it again, at a later state.
+        try b.exchange()
+        try put(b, "after", "written on b after")
+        for _ in 0..<2 { for s in [b, a] { XCTAssertEqual(try s.exchange().refusals.filter { $0.contains("came back") }, []) } }
+        XCTAssertEqual(try secret(a, "after"), "written on b after")
+        XCTAssertNil(try secret(a, "zz"))
+    }
+
     func testThreeDevicesConvergeAndTombstonesExpireOnceEveryDeviceHasSeenThem() throws {
         let (a, b) = try pair()
         let c = try device("c")
