@@ -134,13 +134,25 @@ package struct SyncFolder: Sendable {
         try KeychainLocations.makeDirectories(directory, lastMode: 0o700, parentMode: 0o700)
     }
 
+    /// `makePrivateDirectories` for a directory this device writes in, once the deepest part
+    /// of it that exists is known to be reached through no symbolic link: a remote that made a
+    /// device's directory a link had its `items/` made wherever the link led, outside the folder.
+    private func makeInside(_ directory: String) throws {
+        var existing = directory
+        var st = stat()
+        while existing.utf8.count > path.utf8.count && lstat(existing, &st) != 0 { existing = PathText.parent(existing) }
+        if (st.st_mode & S_IFMT) == S_IFLNK { throw KeychainError.integrityFailure("\(existing) is a symbolic link; refused") }
+        try SyncFiles.requireInside(existing, folder: self)
+        try makePrivateDirectories(directory)
+        try SyncFiles.requireInside(directory, folder: self)
+    }
+
     /// Seals `payload` (one item, `BackupPayload`'s layout; empty for a tombstone) for `entry`
     /// and writes it under the writer's directory; returns the file's SHA-256 for the manifest.
     package func writeItem(_ entry: SyncEntry, payload: SecureBytes, keys: SyncKeys) throws -> String {
         let (sealed, digest) = try Self.seal(entry, payload: payload, keys: keys)
-        try makePrivateDirectories(devicePath(entry.version.device))
-        try makePrivateDirectories(itemsPath(entry.version.device))
-        try SyncFiles.requireInside(itemsPath(entry.version.device), folder: self)
+        try makeInside(devicePath(entry.version.device))
+        try makeInside(itemsPath(entry.version.device))
         try SyncFiles.write(sealed, to: itemPath(entry))
         return digest
     }
@@ -156,8 +168,7 @@ package struct SyncFolder: Sendable {
     /// sync of thousands of items costs one flush, not one per file.
     package func writeItems(_ files: [(entry: SyncEntry, bytes: [UInt8])], device: DeviceID) throws {
         guard !files.isEmpty else { return }
-        try makePrivateDirectories(itemsPath(device))
-        try SyncFiles.requireInside(itemsPath(device), folder: self)
+        try makeInside(itemsPath(device))
         try SyncFiles.writeBatch(files.map { (itemPath($0.entry), $0.bytes) })
     }
 
@@ -236,8 +247,7 @@ package struct SyncFolder: Sendable {
         encoder.outputFormatting = [.sortedKeys]
         let body = [UInt8](try encoder.encode(m))
         let mac = HMACSHA256.authenticate(body, key: try keys.manifestKey(m.device))
-        try makePrivateDirectories(devicePath(m.device))
-        try SyncFiles.requireInside(devicePath(m.device), folder: self)
+        try makeInside(devicePath(m.device))
         try SyncFiles.write(mac + body, to: manifestPath(m.device))
         // What this device wrote is what its next exchange reads back (to find a rollback).
         Self.authenticated.withLock { $0[manifestPath(m.device) + "\n" + m.folder] = (SHA256Digest.hash(mac + body), m) }

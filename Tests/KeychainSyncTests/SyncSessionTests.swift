@@ -462,6 +462,22 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertNil(try secret(a, "zz"))
     }
 
+    /// A device's own directory made a symbolic link (git and Syncthing carry links) is
+    /// refused before anything is made through it: its `items/` was made outside the folder.
+    func testNothingIsMadeThroughADeviceDirectoryMadeALink() throws {
+        let (a, b) = try pair()
+        try put(b, "first", "1")
+        for s in [b, a] { try s.exchange() }
+        let hex = try XCTUnwrap(try SyncLocalState.load(forStore: b.storePath)).device.hex
+        let outside = root + "/outside"
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try FileManager.default.removeItem(atPath: folder + "/devices/" + hex)
+        try FileManager.default.createSymbolicLink(atPath: folder + "/devices/" + hex, withDestinationPath: outside)
+        try put(b, "second", "2")
+        XCTAssertThrowsError(try b.exchange())
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: outside), [], "nothing made outside the folder")
+    }
+
     func testThreeDevicesConvergeAndTombstonesExpireOnceEveryDeviceHasSeenThem() throws {
         let (a, b) = try pair()
         let c = try device("c")
