@@ -55,7 +55,9 @@ package struct SyncFolder: Sendable {
 
     package init(path: String) { self.path = KeychainLocations.absolute(path) }
 
-    package var envelopePath: String { path + "/sync.key" }
+    /// The sync key's envelope, at the folder's top.
+    package static let envelopeName = "sync.key"
+    package var envelopePath: String { path + "/" + Self.envelopeName }
     package var devicesPath: String { path + "/devices" }
     package func devicePath(_ d: DeviceID) -> String { devicesPath + "/" + d.hex }
     package func manifestPath(_ d: DeviceID) -> String { devicePath(d) + "/state" }

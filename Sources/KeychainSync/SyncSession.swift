@@ -557,10 +557,10 @@ package final class SyncSession: Sendable {
 }
 
 /// One exchange of a store at a time, across processes (the daemon, `sync now`).
-final class ExchangeLock: Sendable {
+package final class ExchangeLock: Sendable {
     private let fd: Int32
 
-    init(path: String) throws {
+    package init(path: String) throws {
         fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw KeychainError.io("cannot open \(path): \(String(cString: strerror(errno)))") }
         while flock(fd, LOCK_EX) != 0 {
@@ -570,7 +570,7 @@ final class ExchangeLock: Sendable {
         }
     }
 
-    func release() { close(fd) }
+    package func release() { close(fd) }
 }
 
 extension SyncSession {

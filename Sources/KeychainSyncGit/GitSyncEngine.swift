@@ -6,14 +6,18 @@ import KeychainErrors
 /// keychain merge what arrived, commits again and pushes.
 ///
 /// Each device writes only its own directory, so a git merge never meets two changes to one
-/// file from two devices. A conflict in this device's own directory means the remote serves
-/// another version of it (an old tree served again, or a forged one) while this device wrote
-/// on: this device's version stands. Any other conflict means someone wrote where no device
-/// does, and the exchange stops (merge aborted, nothing pushed) rather than pick a side. A push refused because another device
-/// pushed first is answered by fetching and merging again, up to `rounds` times. Whether what
-/// the remote serves is current is not git's question: a remote that serves an old tree
-/// fast-forwards cleanly, and the keychain's merge, which checks each device's authenticated
-/// manifest and its sequence number, is what refuses it.
+/// file from two devices. Whatever a merge does to this device's own directory (an old tree
+/// served again, a forged one, the directory removed, made a file or a link), with a conflict
+/// or without, this device's version stands, whole. Any other conflict means someone wrote
+/// where no device does, and the exchange stops (merge aborted, nothing pushed) rather than
+/// pick a side. A push refused because another device pushed first is answered by fetching
+/// and merging again, up to `rounds` times. Whether what the remote serves is current is not
+/// git's question: a remote that serves an old tree fast-forwards cleanly, and the keychain's
+/// merge, which checks each device's authenticated manifest and its sequence number, is what
+/// refuses it. What the remote can plant to steer git itself is neutralised: in-tree
+/// attributes (line-ending or filter conversions that would change sealed files as they are
+/// checked out) by the repository's own, which take precedence, and in-tree ignore rules (which
+/// would keep this device's files out of its commits) by adding its directory by force.
 package struct GitSyncEngine {
     /// The sync folder, which is (or becomes) the top of a git work tree.
     package let folder: String
@@ -21,14 +25,25 @@ package struct GitSyncEngine {
     package let remote: String
     /// How many times a refused push is retried after a new fetch and merge.
     package var rounds = 5
-    /// This device's directory in the folder (`devices/<id>`), which only it writes.
+    /// This device's directory in the folder (`devices/<id>`), which only it writes. When set,
+    /// a commit takes only it, the `.gitignore` and `sharedFiles`, never what a merge left elsewhere.
     package var ownDirectory: String?
+    /// Files at the folder's top that a device may add (the sync key's envelope, by the
+    /// device that made the folder).
+    package var sharedFiles: [String] = []
     /// The git executable, found on PATH.
     package var git = "git"
 
     /// The folder's .gitignore, written when it has none: keychainfs's temporaries
     /// (`.<name>.tmp-<pid>`) and Syncthing's.
     static let ignored = ".*.tmp-*\n.syncthing.*.tmp\n~syncthing~*.tmp\n.stfolder\n.stversions/\n"
+    /// The same temporaries as pathspecs, for adding this device's directory by force.
+    static let temporaries = [".*.tmp-*", ".syncthing.*.tmp", "~syncthing~*.tmp"].map { ":(exclude,glob)**/\($0)" }
+
+    /// The repository's own attributes (`.git/info/attributes`, which take precedence over any
+    /// `.gitattributes` in the tree): every file as bytes, no conversion or filter at checkout,
+    /// and no line merge (a conflict keeps this side's file, never one with conflict markers).
+    static let attributes = "* -text -eol -ident -filter -working-tree-encoding -merge\n"
 
     package init(folder: String, remote: String) {
         self.folder = folder
@@ -50,15 +65,18 @@ package struct GitSyncEngine {
     /// whatever `merge` throws (then nothing is pushed).
     @discardableResult
     package func exchange(merge: () throws -> Void) throws -> Exchange {
+        // git would take it as one of its options (`--upload-pack=...` runs a command).
+        guard !remote.hasPrefix("-") else { throw KeychainError.invalidInput("a git remote cannot begin with '-': \(remote)") }
         var done = Exchange()
         let identity = try preparedRepository()
+        try abortUnfinishedMerge(identity)
         let branch = try output(["symbolic-ref", "--quiet", "--short", "HEAD"], identity,
                                 failure: "git: the sync folder's HEAD is detached; check out a branch")
         // What this device wrote since the last exchange, so that the merge below starts clean.
         if try commitAll(identity) { done.committed = true }
         for round in 0...rounds {
             let before = try head(identity)
-            if try fetch(branch, identity) { try integrate(identity) }
+            if try fetch(branch, identity) { try integrate(identity, before: before) }
             let arrived = try head(identity) != before
             done.received = done.received || arrived
             // The first round also lets the keychain write what changed here (without a daemon,
@@ -98,6 +116,13 @@ package struct GitSyncEngine {
             if fd >= 0 { close(fd) }
             guard written == bytes.count else { throw KeychainError.syncEngine("git: cannot write \(ignore)") }
         }
+        let info = try output(["rev-parse", "--absolute-git-dir"], [:], failure: "git: the sync folder's repository cannot be found") + "/info"
+        if (try? String(contentsOfFile: info + "/attributes", encoding: .utf8)) != Self.attributes {
+            try? FileManager.default.createDirectory(atPath: info, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            guard (try? Data(Self.attributes.utf8).write(to: URL(fileURLWithPath: info + "/attributes"), options: .atomic)) != nil else {
+                throw KeychainError.syncEngine("git: cannot write \(info)/attributes")
+            }
+        }
         // A machine with no git identity (a server) still syncs; the author says only that
         // keychainfs made the commit.
         var identity: [String: String] = [:]
@@ -109,9 +134,31 @@ package struct GitSyncEngine {
         return identity
     }
 
-    /// Commits every change in the folder; false when there was none.
+    /// A merge an earlier run left unfinished (killed between the merge and its commit or
+    /// abort) is aborted: the next commit would otherwise conclude it with whatever it left.
+    private func abortUnfinishedMerge(_ identity: [String: String]) throws {
+        if (try? output(["rev-parse", "--quiet", "--verify", "MERGE_HEAD"], identity, failure: "")) != nil {
+            _ = try run(["merge", "--abort"], identity, failure: "git: aborting the merge an earlier exchange left unfinished failed")
+        }
+        guard try output(["ls-files", "--unmerged"], identity, failure: "git ls-files failed").isEmpty else {
+            throw KeychainError.syncEngine("git: the sync folder has unmerged files; resolve them or run 'git -C \(folder) reset --merge'")
+        }
+    }
+
+    /// Commits this device's changes (every change in the folder when `ownDirectory` is not
+    /// set); false when there was none.
     private func commitAll(_ identity: [String: String]) throws -> Bool {
-        _ = try run(["add", "--all", "."], identity, failure: "git add failed")
+        if let own = ownDirectory {
+            // By force, but for the temporaries: a .gitignore the remote planted would keep
+            // this device's files out of every commit, silently.
+            if try isPresent(own, identity) {
+                _ = try run(["add", "--all", "--force", "--", own] + Self.temporaries, identity, failure: "git add failed")
+            }
+            let shared = try ([".gitignore"] + sharedFiles).filter { try isPresent($0, identity) }
+            if !shared.isEmpty { _ = try run(["add", "--all", "--"] + shared, identity, failure: "git add failed") }
+        } else {
+            _ = try run(["add", "--all", "."], identity, failure: "git add failed")
+        }
         let staged = try run(["diff", "--cached", "--quiet"], identity, failure: "git diff failed", allowed: [0, 1])
         guard staged.status == 1 else { return false }
         _ = try run(["commit", "--quiet", "--no-verify", "-m", "keychainfs sync"], identity, failure: "git commit failed")
@@ -128,29 +175,67 @@ package struct GitSyncEngine {
         return true
     }
 
-    /// Merges FETCH_HEAD. A conflict only in this device's directory keeps the directory as
-    /// HEAD has it; any other conflict is aborted, leaving the folder as it was.
-    private func integrate(_ identity: [String: String]) throws {
-        let merged = try run(["merge", "--quiet", "--no-edit", "--allow-unrelated-histories", "FETCH_HEAD"],
+    /// Merges FETCH_HEAD (by path alone: no rename detection, which would carry a file of this
+    /// device's to wherever the remote moved its directory). This device's directory then stands
+    /// as `before` had it, whatever the merge did there, with a conflict or without; any other
+    /// conflict is aborted, leaving the folder as it was.
+    private func integrate(_ identity: [String: String], before: String?) throws {
+        let merged = try run(["-c", "merge.renames=false", "-c", "merge.directoryRenames=false",
+                              "merge", "--quiet", "--no-edit", "--allow-unrelated-histories", "FETCH_HEAD"],
                              identity.merging(["GIT_MERGE_AUTOEDIT": "no"]) { $1 }, failure: "git merge failed",
                              allowed: [0, 1])
-        guard merged.status != 0 else { return }
-        let conflicted = (try? output(["diff", "--name-only", "--diff-filter=U"], identity, failure: "")) ?? ""
-        let paths = conflicted.split(separator: "\n").map(String.init)
-        if let own = ownDirectory, !paths.isEmpty, paths.allSatisfy({ $0.hasPrefix(own + "/") }) {
-            // The whole directory as HEAD has it, the remote's other files there removed too:
-            // otherwise every later exchange would meet the same conflict, and this device
+        if merged.status != 0 {
+            let conflicted = (try? output(["diff", "--name-only", "--diff-filter=U"], identity, failure: "")) ?? ""
+            let paths = conflicted.split(separator: "\n").map(String.init)
+            guard let own = ownDirectory, let before, !paths.isEmpty, paths.allSatisfy({ isOwn($0, own) }) else {
+                _ = try run(["merge", "--abort"], identity, failure: "git: aborting a merge that conflicts failed")
+                throw KeychainError.syncEngine(
+                    "git: merging \(remote) conflicts in files no device should share ("
+                        + (conflicted.isEmpty ? merged.error : paths.joined(separator: ", "))
+                        + "); the merge was aborted and nothing was pushed")
+            }
+            // Otherwise every later exchange would meet the same conflict, and this device
             // could never push again. The keychain's merge then writes it as it is now.
-            _ = try run(["restore", "--source=HEAD", "--staged", "--worktree", "--", own], identity,
-                        failure: "git: keeping this device's directory in the merge failed")
+            try keepOwnDirectory(own, as: before, identity)
             _ = try run(["commit", "--quiet", "--no-verify", "--no-edit"], identity, failure: "git commit failed")
             return
         }
-        _ = try? run(["merge", "--abort"], identity, failure: "")
-        throw KeychainError.syncEngine(
-            "git: merging \(remote) conflicts in files no device should share ("
-                + (conflicted.isEmpty ? merged.error : conflicted.split(separator: "\n").joined(separator: ", "))
-                + "); the merge was aborted and nothing was pushed")
+        guard let own = ownDirectory, let before,
+              try !output(["diff", "--name-only", before, "HEAD", "--", own, own + "~*"], identity, failure: "git diff failed").isEmpty
+        else { return }
+        // A clean merge that changed it: the remote removed it, or made it a file or a link.
+        try keepOwnDirectory(own, as: before, identity)
+        _ = try run(["commit", "--quiet", "--no-verify", "-m", "keychainfs sync: this device's directory as it wrote it"],
+                    identity, failure: "git commit failed")
+    }
+
+    /// Whether a path a merge names is this device's directory, in it, or beside it as git
+    /// leaves a file or directory it could not put in place (`<directory>~<branch>`).
+    private func isOwn(_ path: String, _ own: String) -> Bool {
+        path == own || path.hasPrefix(own + "/") || path.hasPrefix(own + "~")
+    }
+
+    /// Puts this device's directory back as `commit` has it, whole, in the index and the work
+    /// tree; whatever the merge left in it or beside it is removed. What this device wrote
+    /// since is written again by the keychain's merge that follows.
+    private func keepOwnDirectory(_ own: String, as commit: String, _ identity: [String: String]) throws {
+        _ = try run(["rm", "-r", "-q", "-f", "--cached", "--ignore-unmatch", "--", own, own + "~*"], identity,
+                    failure: "git: keeping this device's directory in the merge failed")
+        let parent = (folder + "/" + own as NSString).deletingLastPathComponent
+        let name = (own as NSString).lastPathComponent
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: parent)) ?? [] where entry == name || entry.hasPrefix(name + "~") {
+            try? FileManager.default.removeItem(atPath: parent + "/" + entry)
+        }
+        if try run(["cat-file", "-e", "\(commit):\(own)"], identity, failure: "", allowed: [0, 1, 128]).status == 0 {
+            _ = try run(["checkout", commit, "--", own], identity, failure: "git: keeping this device's directory in the merge failed")
+        }
+    }
+
+    /// Whether git has the path in its index or the work tree has it.
+    private func isPresent(_ path: String, _ identity: [String: String]) throws -> Bool {
+        var st = stat()
+        if lstat(folder + "/" + path, &st) == 0 { return true }
+        return try !output(["ls-files", "--", path], identity, failure: "git ls-files failed").isEmpty
     }
 
     /// Pushes HEAD to the branch; false when the remote refused because it has moved on.

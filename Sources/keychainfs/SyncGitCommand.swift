@@ -15,11 +15,12 @@ struct SyncGitCommand: ParsableCommand {
             The sync folder becomes a git work tree (a new repository on branch main unless it is \
             one already, such as a clone of REMOTE). Each run commits this device's changes, \
             fetches and merges REMOTE's branch, merges what arrived into the keychain as 'sync now' \
-            does, commits and pushes. Devices write only their own directories, so git merges \
-            never conflict but over this device's own directory when REMOTE serves an old copy \
-            of it (this device's stands); a push refused because another device pushed first is fetched, merged \
-            and retried. Git's failures (REMOTE unreachable, a conflict in a file no device \
-            writes, pushes refused 6 times) exit 85 with nothing pushed; refused files (a tampered \
+            does, commits and pushes. Devices write only their own directories, and whatever a \
+            merge does to this device's own (REMOTE serving an old copy of it, removing or \
+            moving it), this device's version stands; a commit takes only that directory, the \
+            folder's .gitignore and sync.key. One run of a keychain goes at a time. A push \
+            refused because another device pushed first is fetched, merged and retried. Git's failures (REMOTE unreachable, a conflict in a file no device \
+            writes, pushes refused 6 times) exit 85 with nothing pushed, a REMOTE beginning with '-' 65; refused files (a tampered \
             file, a directory an old tree rolled back) exit 93 after the rest is merged and pushed. \
             Git history keeps every old sealed file: see the README's caveat.
             """)
@@ -38,8 +39,14 @@ struct SyncGitCommand: ParsableCommand {
         let service = try owner.service()
         var refusals: [String] = []
         var published = 0, applied = 0, deleted = 0, copies = 0
+        // One git exchange of this keychain at a time: two in one work tree at once concluded
+        // each other's merges and failed on git's index lock. Not the exchange's own lock,
+        // which the keychain's merge below takes (through the daemon, when mounted).
+        let lock = try ExchangeLock(path: SyncLocalState.path(forStore: owner.storeOptions.path) + ".git.lock")
+        defer { lock.release() }
         var engine = GitSyncEngine(folder: state.folder, remote: remote)
         engine.ownDirectory = "devices/" + state.device.hex
+        engine.sharedFiles = [SyncFolder.envelopeName]
         let done = try engine.exchange {
             let report = try service.sync(.exchange, folder: nil, passphrase: nil, scryptLogN: nil)
             refusals = report.refusals

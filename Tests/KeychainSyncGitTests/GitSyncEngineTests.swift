@@ -257,6 +257,124 @@ final class GitSyncEngineTests: XCTestCase {
         expectSyncEngineError("conflicts in files no device should share (devices/a/state)") { try engine(a).exchange {} }
     }
 
+    /// A device's engine as the keychain runs it: its own directory named.
+    private func ownEngine(_ folder: String, _ device: String) -> GitSyncEngine {
+        var e = engine(folder)
+        e.ownDirectory = "devices/" + device
+        return e
+    }
+
+    /// Whoever can push to the remote: a plain clone that changes what `change` changes and pushes.
+    private func pushFromElsewhere(_ change: (String) throws -> Void) throws {
+        let other = root + "/elsewhere"
+        if !FileManager.default.fileExists(atPath: other) { try git(root, "clone", "--quiet", remote, other) }
+        try git(other, "pull", "--quiet", "--no-rebase")
+        try change(other)
+        try git(other, "add", "--all", "--force", ".")
+        try git(other, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "--quiet", "-m", "elsewhere")
+        try git(other, "push", "--quiet", "origin", "HEAD:main")
+    }
+
+    /// A run killed between its merge and the merge's abort left a conflict in another
+    /// device's directory: the next run aborts it instead of committing it (it pushed the
+    /// conflict, markers and all, into that device's directory).
+    func testAMergeAnEarlierRunLeftUnfinishedIsAbortedNotPushed() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "devices/a/state", "1")
+        try ownEngine(a, "a").exchange {}
+        try ownEngine(b, "b").exchange {}
+        try write(a, "devices/a/state", "2")
+        try ownEngine(a, "a").exchange {}
+        // B's copy of A's file changed and committed (by anything), then a merge left half done.
+        try write(b, "devices/a/state", "changed in b")
+        try git(b, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "--quiet", "-am", "x")
+        try git(b, "fetch", "--quiet", remote, "main")
+        XCTAssertThrowsError(try git(b, "-c", "user.name=x", "-c", "user.email=x@x", "merge", "--quiet", "FETCH_HEAD"), "the merge conflicts")
+        XCTAssertNoThrow(try git(b, "rev-parse", "--verify", "MERGE_HEAD"), "and is left half done")
+        let remoteHead = try git(remote, "rev-parse", "main")
+        expectSyncEngineError("conflicts in files no device should share (devices/a/state)") { try ownEngine(b, "b").exchange {} }
+        XCTAssertEqual(try git(remote, "rev-parse", "main"), remoteHead, "nothing pushed")
+        XCTAssertEqual(try git(remote, "show", "main:devices/a/state"), "2")
+        XCTAssertEqual(try git(b, "ls-files", "--unmerged"), "", "no merge left in progress")
+    }
+
+    /// Whatever the remote does to this device's directory, with a conflict or without, this
+    /// device's version stands and its exchanges go on: made a file or a link while the device
+    /// was idle (a clean merge), its `state` made a directory or the directory moved while it
+    /// wrote on (conflicts git leaves as `name~branch` paths).
+    func testARemoteThatRemakesThisDevicesDirectoryIsUndone() throws {
+        let a = try device("a"), b = try device("b")
+        try write(b, "devices/b/state", "b1")
+        try write(b, "devices/b/items/x", "x")
+        try ownEngine(b, "b").exchange {}
+        try ownEngine(a, "a").exchange {}
+        let outside = root + "/outside"
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        let remakes: [(String, Bool, (String) throws -> Void)] = [
+            ("a file", false, { o in
+                try FileManager.default.removeItem(atPath: o + "/devices/b")
+                try self.write(o, "devices/b", "junk")
+            }),
+            ("a link", false, { o in
+                try FileManager.default.removeItem(atPath: o + "/devices/b")
+                try FileManager.default.createSymbolicLink(atPath: o + "/devices/b", withDestinationPath: outside)
+            }),
+            ("its state a directory", true, { o in
+                try FileManager.default.removeItem(atPath: o + "/devices/b/state")
+                try self.write(o, "devices/b/state/x", "junk")
+            }),
+            ("moved", true, { o in try self.git(o, "mv", "devices/b", "devices/moved") }),
+        ]
+        for (n, (what, writesOn, remake)) in remakes.enumerated() {
+            try pushFromElsewhere(remake)
+            if writesOn { try write(b, "devices/b/state", "b\(n + 2)") }
+            let state = read(b, "devices/b/state")
+            try ownEngine(b, "b").exchange {}
+            XCTAssertEqual(read(b, "devices/b/state"), state, "B's directory stands when the remote made it \(what)")
+            XCTAssertEqual(try git(remote, "show", "main:devices/b/state"), state, "and is pushed (\(what))")
+            XCTAssertEqual(try git(remote, "show", "main:devices/b/items/x"), "x", "whole (\(what))")
+            let files = try remoteFiles()
+            XCTAssertFalse(files.contains { $0.hasPrefix("devices/b~") }, "\(files)")
+            XCTAssertEqual(try git(b, "status", "--porcelain"), "", "no merge left in progress (\(what))")
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: outside), [])
+            try ownEngine(a, "a").exchange {}
+            XCTAssertEqual(read(a, "devices/b/state"), state, "A gets B's directory back (\(what))")
+        }
+    }
+
+    /// What the remote can plant to steer git has no effect: a .gitignore that would keep this
+    /// device's files out of its commits (each exchange said it pushed), and attributes that
+    /// would convert the other devices' files as they are checked out.
+    func testPlantedIgnoreRulesAndAttributesChangeNothing() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "devices/a/state", "a1")
+        try ownEngine(a, "a").exchange {}
+        try ownEngine(b, "b").exchange {}
+        try pushFromElsewhere { o in
+            try self.write(o, ".gitignore", "devices/b/\n")
+            try self.write(o, "devices/b/.gitignore", "*\n")
+            try self.write(o, ".gitattributes", "* text eol=crlf\n")
+        }
+        try ownEngine(b, "b").exchange {}
+        try write(b, "devices/b/items/y", "line 1\nline 2\n")
+        try ownEngine(b, "b").exchange {}
+        XCTAssertEqual(try git(remote, "show", "main:devices/b/items/y"), "line 1\nline 2", "B's file was pushed")
+        try write(a, "devices/a/items/z", "line 1\nline 2\n")
+        try ownEngine(a, "a").exchange {}
+        try ownEngine(b, "b").exchange {}
+        XCTAssertEqual(read(b, "devices/a/items/z"), "line 1\nline 2\n", "checked out as A wrote it, not with CRLF")
+    }
+
+    /// A remote beginning with '-' would be one of git's options (`--upload-pack` runs a command).
+    func testARemoteThatLooksLikeAnOptionIsRefused() throws {
+        let a = try device("a")
+        try write(a, "dev-a/1", "one")
+        XCTAssertThrowsError(try GitSyncEngine(folder: a, remote: "--upload-pack=touch \(root)/ran;").exchange {}) {
+            XCTAssertEqual(($0 as? KeychainError)?.exitCode, 65)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: root + "/ran"))
+    }
+
     func testAFailedMergeOfTheKeychainPushesNothing() throws {
         let a = try device("a")
         try write(a, "dev-a/1", "one")

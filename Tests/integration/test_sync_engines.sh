@@ -378,5 +378,19 @@ expect_contains "$ERR" "cannot reach" "the message says the remote cannot be rea
 make_device e
 expect_exit 69 "git: a keychain that does not sync: 69" kcd e sync git "$REMOTE"
 expect_exit 64 "git: no REMOTE: 64" kcd c sync git
+expect_exit 65 "git: a REMOTE that looks like one of git's options: 65" kce c sync git --passphrase-file "$PASSFILE" -- "--upload-pack=touch $TEST_ROOT/ran;"
+expect_eq no "$([ -e "$TEST_ROOT/ran" ] && echo yes || echo no)" "and git ran nothing"
+
+# Two runs of one device at once take turns: they shared one work tree, so one concluded the
+# other's merge or failed on git's index lock.
+: >"$TEST_ROOT/same-codes"
+for i in 1 2 3; do
+    printf 'same-%s' "$i" | kcd c add-generic-password -U -s "$SVC" -a "same" >/dev/null 2>&1
+    (kcd c sync git "$REMOTE" >>"$TEST_ROOT/same.out" 2>&1; echo $? >>"$TEST_ROOT/same-codes") &
+    p1=$!
+    (kcd c sync git "$REMOTE" >>"$TEST_ROOT/same.out" 2>&1; echo $? >>"$TEST_ROOT/same-codes") &
+    wait $p1 $!
+done
+expect_eq 6 "$(grep -c '^0$' "$TEST_ROOT/same-codes")" "git: two runs of one device at once, three times: all six succeed"
 
 finish
