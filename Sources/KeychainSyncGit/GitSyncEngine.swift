@@ -87,7 +87,7 @@ package struct GitSyncEngine {
             done.refusedPushes += 1
         }
         throw KeychainError.syncEngine(
-            "git: \(remote) refused the push \(rounds + 1) times (other devices kept pushing); "
+            "git: \(shownRemote) refused the push \(rounds + 1) times (other devices kept pushing); "
                 + "nothing was lost, run 'keychainfs sync git' again")
     }
 
@@ -168,10 +168,10 @@ package struct GitSyncEngine {
     /// Fetches the remote's branch into FETCH_HEAD; false when the remote has no such branch yet.
     private func fetch(_ branch: String, _ identity: [String: String]) throws -> Bool {
         let listed = try run(["ls-remote", "--exit-code", "--heads", remote, "refs/heads/\(branch)"], identity,
-                             failure: "git: cannot reach \(remote)", allowed: [0, 2])
+                             failure: "git: cannot reach \(shownRemote)", allowed: [0, 2])
         guard listed.status == 0 else { return false }
         _ = try run(["fetch", "--quiet", "--no-tags", remote, "refs/heads/\(branch)"], identity,
-                    failure: "git: fetching \(branch) from \(remote) failed")
+                    failure: "git: fetching \(branch) from \(shownRemote) failed")
         return true
     }
 
@@ -190,7 +190,7 @@ package struct GitSyncEngine {
             guard let own = ownDirectory, let before, !paths.isEmpty, paths.allSatisfy({ isOwn($0, own) }) else {
                 _ = try run(["merge", "--abort"], identity, failure: "git: aborting a merge that conflicts failed")
                 throw KeychainError.syncEngine(
-                    "git: merging \(remote) conflicts in files no device should share ("
+                    "git: merging \(shownRemote) conflicts in files no device should share ("
                         + (conflicted.isEmpty ? merged.error : paths.joined(separator: ", "))
                         + "); the merge was aborted and nothing was pushed")
             }
@@ -252,7 +252,17 @@ package struct GitSyncEngine {
                 || (line.contains("[remote rejected]") && line.contains("failed to update ref")))
         }
         if moved { return false }
-        throw KeychainError.syncEngine("git: pushing to \(remote) failed: \(pushed.error.isEmpty ? pushed.output : pushed.error)")
+        throw KeychainError.syncEngine("git: pushing to \(shownRemote) failed: \(pushed.error.isEmpty ? pushed.output : pushed.error)")
+    }
+
+    /// The remote as messages show it: a URL's user and password (`https://user:token@host/`)
+    /// left out, since a message may be logged or pasted where the token should not go.
+    var shownRemote: String {
+        guard let scheme = remote.range(of: "://") else { return remote }
+        let rest = remote[scheme.upperBound...]
+        let authority = rest.prefix { $0 != "/" }
+        guard let at = authority.lastIndex(of: "@") else { return remote }
+        return String(remote[..<scheme.upperBound]) + "…" + String(rest[at...])
     }
 
     private func head(_ identity: [String: String]) throws -> String? {

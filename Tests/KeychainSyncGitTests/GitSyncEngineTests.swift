@@ -375,6 +375,18 @@ final class GitSyncEngineTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: root + "/ran"))
     }
 
+    /// A token in the remote's URL stays out of the messages (they may be logged or pasted).
+    func testMessagesLeaveOutAURLsCredentials() throws {
+        XCTAssertEqual(GitSyncEngine(folder: root, remote: "https://me:t0ken@example.org/r.git").shownRemote, "https://…@example.org/r.git")
+        XCTAssertEqual(GitSyncEngine(folder: root, remote: "https://example.org/a@b.git").shownRemote, "https://example.org/a@b.git")
+        XCTAssertEqual(GitSyncEngine(folder: root, remote: "git@example.org:me/r.git").shownRemote, "git@example.org:me/r.git")
+        let a = try device("a")
+        try write(a, "dev-a/1", "one")
+        expectSyncEngineError("cannot reach file://…@") {
+            try GitSyncEngine(folder: a, remote: "file://me:t0ken@" + root + "/nowhere.git").exchange {}
+        }
+    }
+
     func testAFailedMergeOfTheKeychainPushesNothing() throws {
         let a = try device("a")
         try write(a, "dev-a/1", "one")
