@@ -51,7 +51,17 @@ struct MountTarget: ParsableArguments {
 
     var notMounted: KeychainError {
         if let mountpoint { return .notMounted("no keychainfs daemon serves \(mountpoint)") }
-        return .notMounted("\(storeOptions.path) is not mounted")
+        return .notMounted("\(storeOptions.path) is not mounted" + otherMounts)
+    }
+
+    /// This user's mounts of other stores, named when the store a command finds is not mounted:
+    /// a store made and mounted with `--store` is not the one a later command without it acts on.
+    private var otherMounts: String {
+        let store = MountRegistry.canonicalPath(storeOptions.path)
+        let others = MountTable.ourKeychainfsMounts().filter { !$0.source.isSame(as: store) }
+        guard !others.isEmpty else { return "" }
+        return " (mounted: " + others.map { "\($0.source) at \($0.mountpoint)" }.joined(separator: ", ")
+            + "; name a store with --store or KEYCHAINFS_STORE)"
     }
 
     /// `notMounted`, saying how to mount it: for the commands that need a mount to act on

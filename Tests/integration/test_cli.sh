@@ -328,6 +328,9 @@ if [ -c /dev/fuse ] && have fusermount3; then
     pid=$(daemon_pid)
     [ -n "$pid" ] && on_exit_kill "$pid"
     expect_eq "600" "$(stat -c %a "$T/mounted.db.daemon")" "the daemon's record beside the store is 0600"
+    expect_exit 69 "lock of the default store while another one is mounted: 69" kc lock
+    expect_contains "$ERR" "$T/mounted.db at $MNT" "the message names the store that is mounted, and where"
+    expect_contains "$ERR" "--store" "and how to name it"
     expect_eq "600" "$(stat -c %a "$T/mounted.db.sock")" "its control socket beside the store is 0600"
     mkdir -p "$T/mnt2"
     on_exit_unmount "$T/mnt2"
