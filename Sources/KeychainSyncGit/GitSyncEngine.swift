@@ -26,7 +26,9 @@ package struct GitSyncEngine {
     /// How many times a refused push is retried after a new fetch and merge.
     package var rounds = 5
     /// This device's directory in the folder (`devices/<id>`), which only it writes. When set,
-    /// a commit takes only it, the `.gitignore` and `sharedFiles`, never what a merge left elsewhere.
+    /// a commit takes only it and `sharedFiles`, never what a merge left elsewhere, and a merge
+    /// conflict in another device's directory (`devices/<other>`, a history the remote
+    /// rewrote) takes the remote's version: the keychain's merge judges it.
     package var ownDirectory: String?
     /// Files at the folder's top that a device may add (the sync key's envelope, by the
     /// device that made the folder).
@@ -34,8 +36,9 @@ package struct GitSyncEngine {
     /// The git executable, found on PATH.
     package var git = "git"
 
-    /// The folder's .gitignore, written when it has none: keychainfs's temporaries
-    /// (`.<name>.tmp-<pid>`) and Syncthing's.
+    /// The repository's own ignore rules (`.git/info/exclude`, never committed, so no remote
+    /// can change them, and no `.gitignore` of the tree can conflict with them): keychainfs's
+    /// temporaries (`.<name>.tmp-<pid>`) and Syncthing's.
     static let ignored = ".*.tmp-*\n.syncthing.*.tmp\n~syncthing~*.tmp\n.stfolder\n.stversions/\n"
     /// The same temporaries as pathspecs, for adding this device's directory by force.
     static let temporaries = [".*.tmp-*", ".syncthing.*.tmp", "~syncthing~*.tmp"].map { ":(exclude,glob)**/\($0)" }
@@ -105,23 +108,17 @@ package struct GitSyncEngine {
         if top.map(realPath) != realPath(folder) {
             _ = try run(["init", "--quiet", "--initial-branch=main"], [:], failure: "git init in \(folder) failed")
         }
+        // The common directory's: a linked work tree's own `info` is not read.
+        let info = try output(["rev-parse", "--path-format=absolute", "--git-common-dir"], [:],
+                              failure: "git: the sync folder's repository cannot be found") + "/info"
         // A file is written as a dot-named temporary and renamed into place (by keychainfs, and
         // by Syncthing if both run): a commit taken meanwhile must not carry the half-written one.
-        let ignore = folder + "/.gitignore"
-        if !FileManager.default.fileExists(atPath: ignore) {
-            // 0600 from its creation, as every file of the folder is.
-            let fd = open(ignore, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-            let bytes = Array(Self.ignored.utf8)
-            let written = fd >= 0 ? write(fd, bytes, bytes.count) : -1
-            if fd >= 0 { close(fd) }
-            guard written == bytes.count else { throw KeychainError.syncEngine("git: cannot write \(ignore)") }
-        }
-        let info = try output(["rev-parse", "--absolute-git-dir"], [:], failure: "git: the sync folder's repository cannot be found") + "/info"
-        if (try? String(contentsOfFile: info + "/attributes", encoding: .utf8)) != Self.attributes {
-            try? FileManager.default.createDirectory(atPath: info, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            guard (try? Data(Self.attributes.utf8).write(to: URL(fileURLWithPath: info + "/attributes"), options: .atomic)) != nil else {
-                throw KeychainError.syncEngine("git: cannot write \(info)/attributes")
-            }
+        try writeInfo(info, "exclude", Self.ignored)
+        if try writeInfo(info, "attributes", Self.attributes), let own = ownDirectory, try head([:]) != nil {
+            // Files checked out before (a clone, as the README has it, is made before any
+            // exchange) may have been converted by a `.gitattributes` of the tree: the other
+            // devices' files and the envelope are checked out again, as they are in git.
+            _ = try? run(["checkout", "HEAD", "--", ".", ":(exclude)\(own)"], [:], failure: "")
         }
         // A machine with no git identity (a server) still syncs; the author says only that
         // keychainfs made the commit.
@@ -132,6 +129,25 @@ package struct GitSyncEngine {
                         "GIT_COMMITTER_NAME": "keychainfs", "GIT_COMMITTER_EMAIL": "keychainfs@localhost"]
         }
         return identity
+    }
+
+    /// Makes `info/NAME` hold `text`, 0600 from its creation as every file of the folder is;
+    /// true when it had to be written.
+    @discardableResult
+    private func writeInfo(_ info: String, _ name: String, _ text: String) throws -> Bool {
+        let path = info + "/" + name
+        if (try? String(contentsOfFile: path, encoding: .utf8)) == text { return false }
+        if mkdir(info, 0o700) != 0 && errno != EEXIST { throw KeychainError.syncEngine("git: cannot make \(info)") }
+        let temporary = info + "/." + name + ".tmp-\(getpid())"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let bytes = Array(text.utf8)
+        let written = fd >= 0 && fchmod(fd, 0o600) == 0 ? write(fd, bytes, bytes.count) : -1
+        if fd >= 0 { close(fd) }
+        guard written == bytes.count, rename(temporary, path) == 0 else {
+            unlink(temporary)
+            throw KeychainError.syncEngine("git: cannot write \(path)")
+        }
+        return true
     }
 
     /// A merge an earlier run left unfinished (killed between the merge and its commit or
@@ -151,11 +167,10 @@ package struct GitSyncEngine {
         if let own = ownDirectory {
             // By force, but for the temporaries: a .gitignore the remote planted would keep
             // this device's files out of every commit, silently.
-            if try isPresent(own, identity) {
-                _ = try run(["add", "--all", "--force", "--", own] + Self.temporaries, identity, failure: "git add failed")
+            let paths = try ([own] + sharedFiles).filter { try isPresent($0, identity) }
+            if !paths.isEmpty {
+                _ = try run(["add", "--all", "--force", "--"] + paths + Self.temporaries, identity, failure: "git add failed")
             }
-            let shared = try ([".gitignore"] + sharedFiles).filter { try isPresent($0, identity) }
-            if !shared.isEmpty { _ = try run(["add", "--all", "--"] + shared, identity, failure: "git add failed") }
         } else {
             _ = try run(["add", "--all", "."], identity, failure: "git add failed")
         }
@@ -187,7 +202,8 @@ package struct GitSyncEngine {
         if merged.status != 0 {
             let conflicted = (try? output(["diff", "--name-only", "--diff-filter=U"], identity, failure: "")) ?? ""
             let paths = conflicted.split(separator: "\n").map(String.init)
-            guard let own = ownDirectory, let before, !paths.isEmpty, paths.allSatisfy({ isOwn($0, own) }) else {
+            guard let own = ownDirectory, let before, !paths.isEmpty,
+                  paths.allSatisfy({ isOwn($0, own) || deviceDirectory(of: $0) != nil }) else {
                 _ = try run(["merge", "--abort"], identity, failure: "git: aborting a merge that conflicts failed")
                 throw KeychainError.syncEngine(
                     "git: merging \(shownRemote) conflicts in files no device should share ("
@@ -195,39 +211,85 @@ package struct GitSyncEngine {
                         + "); the merge was aborted and nothing was pushed")
             }
             // Otherwise every later exchange would meet the same conflict, and this device
-            // could never push again. The keychain's merge then writes it as it is now.
-            try keepOwnDirectory(own, as: before, identity)
+            // could never push again. The keychain's merge then writes it as it is now, and
+            // refuses another device's directory that the remote rolled back.
+            for other in Set(paths.filter { !isOwn($0, own) }.compactMap(deviceDirectory)) {
+                try putDirectory(other, as: "MERGE_HEAD", identity)
+            }
+            if paths.contains(where: { isOwn($0, own) }) { try putDirectory(own, as: before, identity) }
             _ = try run(["commit", "--quiet", "--no-verify", "--no-edit"], identity, failure: "git commit failed")
             return
         }
-        guard let own = ownDirectory, let before,
-              try !output(["diff", "--name-only", before, "HEAD", "--", own, own + "~*"], identity, failure: "git diff failed").isEmpty
+        guard let own = ownDirectory, let before else { return }
+        let parent = (own as NSString).deletingLastPathComponent
+        let parentKept = parent.isEmpty || (try? output(["cat-file", "-t", "HEAD:\(parent)"], identity, failure: "")) == "tree"
+        guard try !parentKept
+            || !output(["diff", "--name-only", before, "HEAD", "--", own, own + "~*"], identity, failure: "git diff failed").isEmpty
         else { return }
-        // A clean merge that changed it: the remote removed it, or made it a file or a link.
-        try keepOwnDirectory(own, as: before, identity)
+        // A clean merge that changed it: the remote removed it, moved it, made it (or the
+        // directory above it) a file or a link.
+        try putDirectory(own, as: before, identity)
         _ = try run(["commit", "--quiet", "--no-verify", "-m", "keychainfs sync: this device's directory as it wrote it"],
                     identity, failure: "git commit failed")
     }
 
     /// Whether a path a merge names is this device's directory, in it, or beside it as git
-    /// leaves a file or directory it could not put in place (`<directory>~<branch>`).
+    /// leaves a file or directory it could not put in place (`<directory>~<branch>`); or the
+    /// directory above it (`devices`), made a file or a link, or left beside it likewise.
     private func isOwn(_ path: String, _ own: String) -> Bool {
-        path == own || path.hasPrefix(own + "/") || path.hasPrefix(own + "~")
+        if path == own || path.hasPrefix(own + "/") || path.hasPrefix(own + "~") { return true }
+        let parent = (own as NSString).deletingLastPathComponent
+        return !parent.isEmpty && (path == parent || path.hasPrefix(parent + "~"))
     }
 
-    /// Puts this device's directory back as `commit` has it, whole, in the index and the work
-    /// tree; whatever the merge left in it or beside it is removed. What this device wrote
-    /// since is written again by the keychain's merge that follows.
-    private func keepOwnDirectory(_ own: String, as commit: String, _ identity: [String: String]) throws {
-        _ = try run(["rm", "-r", "-q", "-f", "--cached", "--ignore-unmatch", "--", own, own + "~*"], identity,
-                    failure: "git: keeping this device's directory in the merge failed")
-        let parent = (folder + "/" + own as NSString).deletingLastPathComponent
-        let name = (own as NSString).lastPathComponent
-        for entry in (try? FileManager.default.contentsOfDirectory(atPath: parent)) ?? [] where entry == name || entry.hasPrefix(name + "~") {
-            try? FileManager.default.removeItem(atPath: parent + "/" + entry)
+    /// The device directory (`devices/<id>`) a path is in or beside (`devices/<id>~<branch>`).
+    private func deviceDirectory(of path: String) -> String? {
+        guard let own = ownDirectory else { return nil }
+        let parent = (own as NSString).deletingLastPathComponent
+        guard !parent.isEmpty, path.hasPrefix(parent + "/") else { return nil }
+        let name = path.dropFirst(parent.count + 1).prefix { $0 != "/" && $0 != "~" }
+        return name.isEmpty ? nil : parent + "/" + name
+    }
+
+    /// Puts a device's directory as `commit` has it, whole, in the index and the work tree
+    /// (this device's own as before the merge; another's as the remote has it); whatever the
+    /// merge left in it or beside it is removed. The directories above it are made real ones
+    /// of the folder first, never followed: a merge can make `devices` a link, and removing
+    /// through it would remove wherever it leads. What this device wrote since is written
+    /// again by the keychain's merge that follows.
+    private func putDirectory(_ directory: String, as commit: String, _ identity: [String: String]) throws {
+        let failure = "git: putting \(directory) back after the merge failed"
+        var above = ""
+        for part in directory.split(separator: "/").dropLast() {
+            above += (above.isEmpty ? "" : "/") + part
+            _ = try run(["rm", "-r", "-q", "-f", "--cached", "--ignore-unmatch", "--", above + "~*"], identity, failure: failure)
+            removeEntries(beside: above, itself: false)
+            var st = stat()
+            if lstat(folder + "/" + above, &st) == 0 && (st.st_mode & S_IFMT) != S_IFDIR {
+                // A link or a file where a directory belongs: itself removed, never followed.
+                guard unlink(folder + "/" + above) == 0 else { throw KeychainError.syncEngine(failure + ": cannot remove \(above)") }
+                _ = try run(["rm", "-q", "--cached", "--ignore-unmatch", "--", above], identity, failure: failure)
+            }
+            if lstat(folder + "/" + above, &st) != 0 && mkdir(folder + "/" + above, 0o700) != 0 {
+                throw KeychainError.syncEngine(failure + ": cannot make \(above)")
+            }
         }
-        if try run(["cat-file", "-e", "\(commit):\(own)"], identity, failure: "", allowed: [0, 1, 128]).status == 0 {
-            _ = try run(["checkout", commit, "--", own], identity, failure: "git: keeping this device's directory in the merge failed")
+        _ = try run(["rm", "-r", "-q", "-f", "--cached", "--ignore-unmatch", "--", directory, directory + "~*"], identity, failure: failure)
+        removeEntries(beside: directory, itself: true)
+        if try run(["cat-file", "-e", "\(commit):\(directory)"], identity, failure: "", allowed: [0, 1, 128]).status == 0 {
+            _ = try run(["checkout", commit, "--", directory], identity, failure: failure)
+        }
+    }
+
+    /// Removes from the work tree what a merge left beside `path` (`<name>~<branch>`), and
+    /// `path` itself if `itself`; the directory they are in is a real one of the folder. A
+    /// link is removed itself, never what it leads to.
+    private func removeEntries(beside path: String, itself: Bool) {
+        let parent = (folder + "/" + path as NSString).deletingLastPathComponent
+        let name = (path as NSString).lastPathComponent
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: parent)) ?? []
+        where (itself && entry == name) || entry.hasPrefix(name + "~") {
+            try? FileManager.default.removeItem(atPath: parent + "/" + entry)
         }
     }
 
@@ -292,7 +354,9 @@ package struct GitSyncEngine {
         // other devices' directories and files a merge checks out) is private from its creation,
         // as the folder is (git keeps no modes but the executable bit).
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", "umask 077 && exec \"$@\"", "sh", git, "-C", folder] + arguments
+        // The engine's commits are its own: a user's commit.gpgsign (with no agent at hand)
+        // would make every exchange fail.
+        process.arguments = ["-c", "umask 077 && exec \"$@\"", "sh", git, "-C", folder, "-c", "commit.gpgsign=false"] + arguments
         var env = ProcessInfo.processInfo.environment
         // Messages in English (they are shown to the user, and --porcelain is parsed), and no
         // editor or pager waiting for a terminal.

@@ -60,17 +60,16 @@ struct MountTarget: ParsableArguments {
         let store = MountRegistry.canonicalPath(storeOptions.path)
         let others = MountTable.ourKeychainfsMounts().filter { !$0.source.isSame(as: store) }
         guard !others.isEmpty else { return "" }
-        return " (mounted: " + others.map { "\($0.source) at \($0.mountpoint)" }.joined(separator: ", ")
-            + "; name a store with --store or KEYCHAINFS_STORE)"
+        return ". Mounted: " + others.map { "\($0.source) at \($0.mountpoint)" }.joined(separator: ", ")
+            + " (name a store with --store or KEYCHAINFS_STORE)"
     }
 
     /// `notMounted`, saying how to mount it: for the commands that need a mount to act on
     /// (lock, unlock, set-keychain-settings), not for unmount.
     var notMountedMountIt: KeychainError {
-        let message = notMounted.description
         if mountpoint != nil { return notMounted }
         let mount = storeOptions.store == nil ? "keychainfs mount" : "keychainfs mount MOUNTPOINT --store \(storeOptions.path)"
-        return .notMounted(message + "; '\(mount)' mounts it")
+        return .notMounted("\(storeOptions.path) is not mounted; '\(mount)' mounts it" + otherMounts)
     }
 }
 

@@ -17,8 +17,7 @@ struct SyncGitCommand: ParsableCommand {
             fetches and merges REMOTE's branch, merges what arrived into the keychain as 'sync now' \
             does, commits and pushes. Devices write only their own directories, and whatever a \
             merge does to this device's own (REMOTE serving an old copy of it, removing or \
-            moving it), this device's version stands; a commit takes only that directory, the \
-            folder's .gitignore and sync.key. One run of a keychain goes at a time. A push \
+            moving it), this device's version stands; a commit takes only that directory and sync.key. One run of a keychain goes at a time. A push \
             refused because another device pushed first is fetched, merged and retried. Git's failures (REMOTE unreachable, a conflict in a file no device \
             writes, pushes refused 6 times) exit 85 with nothing pushed, a REMOTE beginning with '-' 65; refused files (a tampered \
             file, a directory an old tree rolled back) exit 93 after the rest is merged and pushed. \

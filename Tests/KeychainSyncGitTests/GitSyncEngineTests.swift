@@ -93,7 +93,7 @@ final class GitSyncEngineTests: XCTestCase {
         let first = try engine(a).exchange {}
         XCTAssertTrue(first.committed)
         XCTAssertFalse(first.received, "the remote was empty")
-        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "envelope"])
+        XCTAssertEqual(try remoteFiles(), ["dev-a/1", "envelope"])
 
         let second = try engine(b).exchange { }
         XCTAssertTrue(second.received)
@@ -110,7 +110,7 @@ final class GitSyncEngineTests: XCTestCase {
         XCTAssertEqual(read(a, "dev-b/2"), "three")
         XCTAssertEqual(read(b, "dev-a/1"), "one, changed")
         XCTAssertNil(read(a, "dev-b/1"))
-        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "dev-b/2", "envelope"])
+        XCTAssertEqual(try remoteFiles(), ["dev-a/1", "dev-b/2", "envelope"])
         // Without any identity configured, the commits say keychainfs made them.
         XCTAssertEqual(try git(a, "log", "-1", "--format=%an <%ae>"), "keychainfs <keychainfs@localhost>")
     }
@@ -126,7 +126,7 @@ final class GitSyncEngineTests: XCTestCase {
             try write(b, "dev-b/state", "merged")
         }
         XCTAssertEqual(seen, "one", "the merge saw what the fetch brought")
-        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "dev-b/state"])
+        XCTAssertEqual(try remoteFiles(), ["dev-a/1", "dev-b/state"])
     }
 
     func testARefusedPushIsFetchedMergedAndRetried() throws {
@@ -147,7 +147,7 @@ final class GitSyncEngineTests: XCTestCase {
         XCTAssertEqual(result.refusedPushes, 1)
         XCTAssertEqual(merges, 2, "the merge ran again over what the second fetch brought")
         XCTAssertEqual(read(a, "dev-b/1"), "from b")
-        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "dev-a/2", "dev-b/1"])
+        XCTAssertEqual(try remoteFiles(), ["dev-a/1", "dev-a/2", "dev-b/1"])
         try engine(b).exchange {}
         XCTAssertEqual(read(b, "dev-a/2"), "two")
     }
@@ -178,7 +178,7 @@ final class GitSyncEngineTests: XCTestCase {
         let result = try engine(a).exchange {}
         XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/raced"), "the race was staged")
         XCTAssertEqual(result.refusedPushes, 1)
-        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1", "dev-a/2", "dev-b/1"])
+        XCTAssertEqual(try remoteFiles(), ["dev-a/1", "dev-a/2", "dev-b/1"])
     }
 
     func testARemoteThatRefusesForAnotherReasonIsAFailure() throws {
@@ -277,7 +277,7 @@ final class GitSyncEngineTests: XCTestCase {
 
     /// A run killed between its merge and the merge's abort left a conflict in another
     /// device's directory: the next run aborts it instead of committing it (it pushed the
-    /// conflict, markers and all, into that device's directory).
+    /// conflict, markers and all, into that device's directory), then merges again.
     func testAMergeAnEarlierRunLeftUnfinishedIsAbortedNotPushed() throws {
         let a = try device("a"), b = try device("b")
         try write(a, "devices/a/state", "1")
@@ -291,10 +291,9 @@ final class GitSyncEngineTests: XCTestCase {
         try git(b, "fetch", "--quiet", remote, "main")
         XCTAssertThrowsError(try git(b, "-c", "user.name=x", "-c", "user.email=x@x", "merge", "--quiet", "FETCH_HEAD"), "the merge conflicts")
         XCTAssertNoThrow(try git(b, "rev-parse", "--verify", "MERGE_HEAD"), "and is left half done")
-        let remoteHead = try git(remote, "rev-parse", "main")
-        expectSyncEngineError("conflicts in files no device should share (devices/a/state)") { try ownEngine(b, "b").exchange {} }
-        XCTAssertEqual(try git(remote, "rev-parse", "main"), remoteHead, "nothing pushed")
-        XCTAssertEqual(try git(remote, "show", "main:devices/a/state"), "2")
+        try ownEngine(b, "b").exchange {}
+        XCTAssertEqual(try git(remote, "show", "main:devices/a/state"), "2", "A's file as A pushed it, no conflict markers")
+        XCTAssertEqual(read(b, "devices/a/state"), "2", "and B has A's copy (a conflict in another device's directory takes the remote's)")
         XCTAssertEqual(try git(b, "ls-files", "--unmerged"), "", "no merge left in progress")
     }
 
@@ -309,7 +308,8 @@ final class GitSyncEngineTests: XCTestCase {
         try ownEngine(b, "b").exchange {}
         try ownEngine(a, "a").exchange {}
         let outside = root + "/outside"
-        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try write(outside, "b/items/keep", "precious")
+        try write(outside, "b~old/keep", "precious")
         let remakes: [(String, Bool, (String) throws -> Void)] = [
             ("a file", false, { o in
                 try FileManager.default.removeItem(atPath: o + "/devices/b")
@@ -324,6 +324,15 @@ final class GitSyncEngineTests: XCTestCase {
                 try self.write(o, "devices/b/state/x", "junk")
             }),
             ("moved", true, { o in try self.git(o, "mv", "devices/b", "devices/moved") }),
+            ("devices a file", true, { o in
+                try FileManager.default.removeItem(atPath: o + "/devices")
+                try self.write(o, "devices", "junk")
+            }),
+            // Listing or removing through the link would act outside the folder.
+            ("devices a link", false, { o in
+                try FileManager.default.removeItem(atPath: o + "/devices")
+                try FileManager.default.createSymbolicLink(atPath: o + "/devices", withDestinationPath: outside)
+            }),
         ]
         for (n, (what, writesOn, remake)) in remakes.enumerated() {
             try pushFromElsewhere(remake)
@@ -336,7 +345,9 @@ final class GitSyncEngineTests: XCTestCase {
             let files = try remoteFiles()
             XCTAssertFalse(files.contains { $0.hasPrefix("devices/b~") }, "\(files)")
             XCTAssertEqual(try git(b, "status", "--porcelain"), "", "no merge left in progress (\(what))")
-            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: outside), [])
+            XCTAssertEqual(read(outside, "b/items/keep"), "precious", "nothing outside the folder is touched (\(what))")
+            XCTAssertEqual(read(outside, "b~old/keep"), "precious")
+            XCTAssertNil(read(outside, "b/state"))
             try ownEngine(a, "a").exchange {}
             XCTAssertEqual(read(a, "devices/b/state"), state, "A gets B's directory back (\(what))")
         }
@@ -363,6 +374,80 @@ final class GitSyncEngineTests: XCTestCase {
         try ownEngine(a, "a").exchange {}
         try ownEngine(b, "b").exchange {}
         XCTAssertEqual(read(b, "devices/a/items/z"), "line 1\nline 2\n", "checked out as A wrote it, not with CRLF")
+    }
+
+    /// A history the remote rewrote (a force-push of another one) conflicts in every device's
+    /// directory: each device keeps its own and takes the remote's copy of the others' (which
+    /// the keychain's merge then judges), so that exchanges go on; before, every device
+    /// stopped at the conflicts in the others' directories, for good.
+    func testARewrittenHistoryConflictsNoDeviceIntoStopping() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, "devices/a/state", "a1")
+        try ownEngine(a, "a").exchange {}
+        try write(b, "devices/b/state", "b1")
+        try ownEngine(b, "b").exchange {}
+        try ownEngine(a, "a").exchange {}
+        let fork = root + "/fork"
+        try git(root, "init", "--quiet", "--initial-branch=main", fork)
+        try write(fork, "devices/a/state", "forged a")
+        try write(fork, "devices/b/state", "forged b")
+        try git(fork, "add", "--all")
+        try git(fork, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "--quiet", "-m", "fork")
+        try git(fork, "push", "--quiet", "--force", remote, "HEAD:main")
+        try write(a, "devices/a/state", "a2")
+        try ownEngine(a, "a").exchange {}
+        XCTAssertEqual(read(a, "devices/a/state"), "a2", "A's own stands")
+        XCTAssertEqual(read(a, "devices/b/state"), "forged b", "B's as the remote has it, for the keychain to judge")
+        try ownEngine(b, "b").exchange {}
+        XCTAssertEqual(read(b, "devices/b/state"), "b1")
+        XCTAssertEqual(read(b, "devices/a/state"), "a2")
+        try ownEngine(a, "a").exchange {}
+        XCTAssertEqual(try git(remote, "show", "main:devices/a/state"), "a2")
+        XCTAssertEqual(try git(remote, "show", "main:devices/b/state"), "b1")
+        XCTAssertEqual(read(a, "devices/b/state"), "b1", "and B's own reaches A again")
+    }
+
+    /// A .gitignore the remote removes, changes or makes a dangling link stops nothing (before,
+    /// the engine wrote its own again, which then conflicted with the remote's, or failed on
+    /// the link, at every exchange); nor does a user's commit.gpgsign without a working gpg.
+    func testTheFoldersGitignoreAndTheUsersSigningStopNothing() throws {
+        let a = try device("a"), b = try device("b")
+        try write(a, ".gitignore", "old rules\n")
+        try write(a, "devices/a/state", "a1")
+        try engine(a).exchange {}
+        try ownEngine(b, "b").exchange {}
+        try git(b, "config", "commit.gpgsign", "true")
+        try git(b, "config", "gpg.program", "false")
+        let changes: [(String) throws -> Void] = [
+            { o in try FileManager.default.removeItem(atPath: o + "/.gitignore") },
+            { o in try self.write(o, ".gitignore", "*.tmp\n") },
+            { o in
+                try FileManager.default.removeItem(atPath: o + "/.gitignore")
+                try FileManager.default.createSymbolicLink(atPath: o + "/.gitignore", withDestinationPath: "/nonexistent/x")
+            },
+        ]
+        for n in changes.indices {
+            try pushFromElsewhere(changes[n])
+            try write(b, "devices/b/state", "b\(n)")
+            try ownEngine(b, "b").exchange {}
+            try ownEngine(b, "b").exchange {}
+            XCTAssertEqual(try git(remote, "show", "main:devices/b/state"), "b\(n)", "change \(n)")
+        }
+    }
+
+    /// A clone made before any exchange (as the README has it) was checked out with the
+    /// conversions a `.gitattributes` the remote planted asked for: the first exchange checks
+    /// the other devices' files out again, as they are in git.
+    func testAFolderClonedWithPlantedAttributesIsCheckedOutAgain() throws {
+        let a = try device("a")
+        try write(a, "devices/a/items/z", "line 1\nline 2\n")
+        try ownEngine(a, "a").exchange {}
+        try pushFromElsewhere { o in try self.write(o, ".gitattributes", "* text eol=crlf\n") }
+        let c = root + "/c"
+        try git(root, "clone", "--quiet", remote, c)
+        XCTAssertEqual(read(c, "devices/a/items/z"), "line 1\r\nline 2\r\n", "the clone converted it")
+        try ownEngine(c, "c").exchange {}
+        XCTAssertEqual(read(c, "devices/a/items/z"), "line 1\nline 2\n", "checked out again as written")
     }
 
     /// A remote beginning with '-' would be one of git's options (`--upload-pack` runs a command).
@@ -416,7 +501,7 @@ final class GitSyncEngineTests: XCTestCase {
         XCTAssertEqual(try git(folder, "rev-parse", "--show-toplevel"),
                        URL(fileURLWithPath: folder).resolvingSymlinksInPath().path)
         XCTAssertEqual(try git(home, "status", "--porcelain", "--untracked-files=no"), "", "the outer repository is untouched")
-        XCTAssertEqual(try remoteFiles(), [".gitignore", "dev-a/1"])
+        XCTAssertEqual(try remoteFiles(), ["dev-a/1"])
     }
 
     func testTemporariesBeingWrittenAreNotCommitted() throws {
@@ -425,11 +510,11 @@ final class GitSyncEngineTests: XCTestCase {
         try write(a, "devices/a/.syncthing.state.tmp", "half")
         try write(a, "devices/a/items/x", "whole")
         try engine(a).exchange {}
-        XCTAssertEqual(try remoteFiles(), [".gitignore", "devices/a/items/x"])
-        // Two devices that each made their repository (no clone) both write the same .gitignore:
-        // git merges the two additions without a conflict.
+        XCTAssertEqual(try remoteFiles(), ["devices/a/items/x"])
+        // The ignore rules are the repository's own (.git/info/exclude), never committed.
+        XCTAssertEqual(read(a, ".git/info/exclude"), GitSyncEngine.ignored)
         try write(b, "devices/b/items/y", "whole")
         try engine(b).exchange {}
-        XCTAssertEqual(try remoteFiles(), [".gitignore", "devices/a/items/x", "devices/b/items/y"])
+        XCTAssertEqual(try remoteFiles(), ["devices/a/items/x", "devices/b/items/y"])
     }
 }

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The sync folder is private from its creation whatever the umask: every directory keychainfs
 # or git makes in it is 0700 and every file 0600 (`sync init`, a device's first files, `sync
-# git`'s .git and .gitignore, and the other devices' directories a git merge checks out).
+# git`'s .git, and the other devices' directories a git merge checks out).
 # Engine-free but for git: two stores with no daemon, a bare repository as the remote.
 . "$(dirname "$0")/lib.sh"
 
@@ -43,8 +43,9 @@ expect_eq "700" "$(stat -c %a "$FA/devices/"*)" "the device's own directory is 0
 echo "== sync git"
 expect_exit 0 "A: sync git REMOTE" kc sync git "$REMOTE" $P
 [ -d "$FA/.git" ] && pass "the folder is a git work tree" || fail "the folder is a git work tree"
-expect_eq "600" "$(stat -c %a "$FA/.gitignore")" "the .gitignore it writes is 0600"
-private "$FA" "after sync git: .git, .gitignore and the devices' files are private"
+expect_eq "600 600" "$(stat -c %a "$FA/.git/info/exclude" "$FA/.git/info/attributes" | tr '\n' ' ' | sed 's/ $//')" \
+    "the ignore rules and attributes it writes in .git/info are 0600"
+private "$FA" "after sync git: .git and the devices' files are private"
 
 echo "== a second device: a clone (as the README says), join, sync git"
 (umask 077 && git clone -q "$REMOTE" "$FB") 2>/dev/null
