@@ -8,9 +8,10 @@ import KeychainErrors
 /// Each device writes only its own directory, so a git merge never meets two changes to one
 /// file from two devices. Whatever a merge does to this device's own directory (an old tree
 /// served again, a forged one, the directory removed, made a file or a link), with a conflict
-/// or without, this device's version stands, whole. Any other conflict means someone wrote
-/// where no device does, and the exchange stops (merge aborted, nothing pushed) rather than
-/// pick a side. A push refused because another device pushed first is answered by fetching
+/// or without, this device's version stands, whole. A conflict in another device's directory
+/// (a history the remote rewrote) takes the remote's copy, which the keychain's merge judges as
+/// any. Any other conflict means someone wrote where no device does, and the exchange stops
+/// (merge aborted, nothing pushed) rather than pick a side. A push refused because another device pushed first is answered by fetching
 /// and merging again, up to `rounds` times. Whether what the remote serves is current is not
 /// git's question: a remote that serves an old tree fast-forwards cleanly, and the keychain's
 /// merge, which checks each device's authenticated manifest and its sequence number, is what
@@ -39,14 +40,17 @@ package struct GitSyncEngine {
     /// The repository's own ignore rules (`.git/info/exclude`, never committed, so no remote
     /// can change them, and no `.gitignore` of the tree can conflict with them): keychainfs's
     /// temporaries (`.<name>.tmp-<pid>`) and Syncthing's.
-    static let ignored = ".*.tmp-*\n.syncthing.*.tmp\n~syncthing~*.tmp\n.stfolder\n.stversions/\n"
+    static let ignored = [".*.tmp-*", ".syncthing.*.tmp", "~syncthing~*.tmp", ".stfolder", ".stversions/"]
     /// The same temporaries as pathspecs, for adding this device's directory by force.
     static let temporaries = [".*.tmp-*", ".syncthing.*.tmp", "~syncthing~*.tmp"].map { ":(exclude,glob)**/\($0)" }
 
     /// The repository's own attributes (`.git/info/attributes`, which take precedence over any
-    /// `.gitattributes` in the tree): every file as bytes, no conversion or filter at checkout,
-    /// and no line merge (a conflict keeps this side's file, never one with conflict markers).
-    static let attributes = "* -text -eol -ident -filter -working-tree-encoding -merge\n"
+    /// `.gitattributes` in the tree) for the folder's files: bytes, no conversion or filter at
+    /// checkout, and no line merge (a conflict keeps one side's file, never conflict markers).
+    /// Only these paths: a folder that is a linked work tree shares the file with the rest of
+    /// its repository.
+    static let attributes = ["devices/** -text -eol -ident -filter -working-tree-encoding -merge",
+                             "sync.key -text -eol -ident -filter -working-tree-encoding -merge"]
 
     package init(folder: String, remote: String) {
         self.folder = folder
@@ -113,12 +117,13 @@ package struct GitSyncEngine {
                               failure: "git: the sync folder's repository cannot be found") + "/info"
         // A file is written as a dot-named temporary and renamed into place (by keychainfs, and
         // by Syncthing if both run): a commit taken meanwhile must not carry the half-written one.
-        try writeInfo(info, "exclude", Self.ignored)
-        if try writeInfo(info, "attributes", Self.attributes), let own = ownDirectory, try head([:]) != nil {
+        try addInfo(info, "exclude", Self.ignored)
+        if try addInfo(info, "attributes", Self.attributes), let own = ownDirectory, try head([:]) != nil {
             // Files checked out before (a clone, as the README has it, is made before any
             // exchange) may have been converted by a `.gitattributes` of the tree: the other
             // devices' files and the envelope are checked out again, as they are in git.
-            _ = try? run(["checkout", "HEAD", "--", ".", ":(exclude)\(own)"], [:], failure: "")
+            _ = try? run(["checkout", "HEAD", "--", "devices", ":(exclude)\(own)"], [:], failure: "")
+            _ = try? run(["checkout", "HEAD", "--", "sync.key"], [:], failure: "")
         }
         // A machine with no git identity (a server) still syncs; the author says only that
         // keychainfs made the commit.
@@ -131,12 +136,16 @@ package struct GitSyncEngine {
         return identity
     }
 
-    /// Makes `info/NAME` hold `text`, 0600 from its creation as every file of the folder is;
-    /// true when it had to be written.
+    /// Adds `lines` to `info/NAME` where missing, at its end (later lines win), keeping the
+    /// user's; 0600 from its creation, as every file of the folder is. True when it was written.
     @discardableResult
-    private func writeInfo(_ info: String, _ name: String, _ text: String) throws -> Bool {
+    private func addInfo(_ info: String, _ name: String, _ lines: [String]) throws -> Bool {
         let path = info + "/" + name
-        if (try? String(contentsOfFile: path, encoding: .utf8)) == text { return false }
+        let old = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        let have = Set(old.split(separator: "\n").map(String.init))
+        let missing = lines.filter { !have.contains($0) }
+        if missing.isEmpty { return false }
+        let text = old + (old.isEmpty || old.hasSuffix("\n") ? "" : "\n") + missing.joined(separator: "\n") + "\n"
         if mkdir(info, 0o700) != 0 && errno != EEXIST { throw KeychainError.syncEngine("git: cannot make \(info)") }
         let temporary = info + "/." + name + ".tmp-\(getpid())"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -192,22 +201,26 @@ package struct GitSyncEngine {
 
     /// Merges FETCH_HEAD (by path alone: no rename detection, which would carry a file of this
     /// device's to wherever the remote moved its directory). This device's directory then stands
-    /// as `before` had it, whatever the merge did there, with a conflict or without; any other
-    /// conflict is aborted, leaving the folder as it was.
+    /// as `before` had it, whatever the merge did there, with a conflict or without; another
+    /// device's conflicted directory is taken as the remote has it; any other conflict (or a
+    /// merge git refused to start) is aborted, leaving the folder as it was.
     private func integrate(_ identity: [String: String], before: String?) throws {
         let merged = try run(["-c", "merge.renames=false", "-c", "merge.directoryRenames=false",
                               "merge", "--quiet", "--no-edit", "--allow-unrelated-histories", "FETCH_HEAD"],
                              identity.merging(["GIT_MERGE_AUTOEDIT": "no"]) { $1 }, failure: "git merge failed",
                              allowed: [0, 1])
         if merged.status != 0 {
-            let conflicted = (try? output(["diff", "--name-only", "--diff-filter=U"], identity, failure: "")) ?? ""
-            let paths = conflicted.split(separator: "\n").map(String.init)
+            // NUL-separated: git quotes a name with other bytes, which then matched nothing.
+            let conflicted = (try? run(["diff", "--name-only", "-z", "--diff-filter=U"], identity, failure: ""))?.output ?? ""
+            let paths = conflicted.split(separator: "\0").map(String.init)
             guard let own = ownDirectory, let before, !paths.isEmpty,
                   paths.allSatisfy({ isOwn($0, own) || deviceDirectory(of: $0) != nil }) else {
-                _ = try run(["merge", "--abort"], identity, failure: "git: aborting a merge that conflicts failed")
+                if (try? output(["rev-parse", "--quiet", "--verify", "MERGE_HEAD"], identity, failure: "")) != nil {
+                    _ = try run(["merge", "--abort"], identity, failure: "git: aborting a merge that conflicts failed")
+                }
                 throw KeychainError.syncEngine(
                     "git: merging \(shownRemote) conflicts in files no device should share ("
-                        + (conflicted.isEmpty ? merged.error : paths.joined(separator: ", "))
+                        + (paths.isEmpty ? merged.error : paths.joined(separator: ", "))
                         + "); the merge was aborted and nothing was pushed")
             }
             // Otherwise every later exchange would meet the same conflict, and this device
@@ -216,7 +229,9 @@ package struct GitSyncEngine {
             for other in Set(paths.filter { !isOwn($0, own) }.compactMap(deviceDirectory)) {
                 try putDirectory(other, as: "MERGE_HEAD", identity)
             }
-            if paths.contains(where: { isOwn($0, own) }) { try putDirectory(own, as: before, identity) }
+            // Its own too, conflicted or not: a clean change there, kept by this merge, would be
+            // in `before` from now on, and never put back.
+            try putDirectory(own, as: before, identity)
             _ = try run(["commit", "--quiet", "--no-verify", "--no-edit"], identity, failure: "git commit failed")
             return
         }
@@ -274,10 +289,15 @@ package struct GitSyncEngine {
                 throw KeychainError.syncEngine(failure + ": cannot make \(above)")
             }
         }
-        _ = try run(["rm", "-r", "-q", "-f", "--cached", "--ignore-unmatch", "--", directory, directory + "~*"], identity, failure: failure)
+        // Literal pathspecs: another device's directory is named by the remote, and `*` would
+        // be every one.
+        let beside = try run(["ls-files", "-z", "--", ":(literal)" + (directory as NSString).deletingLastPathComponent], identity, failure: failure).output
+            .split(separator: "\0").map(String.init).filter { $0.hasPrefix(directory + "~") }
+        _ = try run(["rm", "-r", "-q", "-f", "--cached", "--ignore-unmatch", "--", ":(literal)" + directory]
+                    + beside.map { ":(literal)" + $0 }, identity, failure: failure)
         removeEntries(beside: directory, itself: true)
         if try run(["cat-file", "-e", "\(commit):\(directory)"], identity, failure: "", allowed: [0, 1, 128]).status == 0 {
-            _ = try run(["checkout", commit, "--", directory], identity, failure: failure)
+            _ = try run(["checkout", commit, "--", ":(literal)" + directory], identity, failure: failure)
         }
     }
 
