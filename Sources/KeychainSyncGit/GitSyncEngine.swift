@@ -279,11 +279,15 @@ package struct GitSyncEngine {
             above += (above.isEmpty ? "" : "/") + part
             _ = try run(["rm", "-r", "-q", "-f", "--cached", "--ignore-unmatch", "--", above + "~*"], identity, failure: failure)
             removeEntries(beside: above, itself: false)
+            // An entry of its own name in the index (a link or a file, merged or not) goes.
+            let named = try run(["ls-files", "-z", "--stage", "--", ":(literal)" + above], identity, failure: failure).output
+            if named.split(separator: "\0").contains(where: { $0.hasSuffix("\t" + above) }) {
+                _ = try run(["rm", "-q", "-f", "--cached", "--", ":(literal)" + above], identity, failure: failure)
+            }
             var st = stat()
             if lstat(folder + "/" + above, &st) == 0 && (st.st_mode & S_IFMT) != S_IFDIR {
                 // A link or a file where a directory belongs: itself removed, never followed.
                 guard unlink(folder + "/" + above) == 0 else { throw KeychainError.syncEngine(failure + ": cannot remove \(above)") }
-                _ = try run(["rm", "-q", "--cached", "--ignore-unmatch", "--", above], identity, failure: failure)
             }
             if lstat(folder + "/" + above, &st) != 0 && mkdir(folder + "/" + above, 0o700) != 0 {
                 throw KeychainError.syncEngine(failure + ": cannot make \(above)")
