@@ -8,17 +8,18 @@ import KeychainErrors
 /// Each device writes only its own directory, so a git merge never meets two changes to one
 /// file from two devices. Whatever a merge does to this device's own directory (an old tree
 /// served again, a forged one, the directory removed, made a file or a link), with a conflict
-/// or without, this device's version stands, whole. A conflict in another device's directory
-/// (a history the remote rewrote) takes the remote's copy, which the keychain's merge judges as
+/// or without, this device's version stands, whole. A conflict in another device's directory (a
+/// history the remote rewrote) takes the remote's copy, which the keychain's merge judges as
 /// any. Any other conflict means someone wrote where no device does, and the exchange stops
-/// (merge aborted, nothing pushed) rather than pick a side. A push refused because another device pushed first is answered by fetching
-/// and merging again, up to `rounds` times. Whether what the remote serves is current is not
-/// git's question: a remote that serves an old tree fast-forwards cleanly, and the keychain's
-/// merge, which checks each device's authenticated manifest and its sequence number, is what
-/// refuses it. What the remote can plant to steer git itself is neutralised: in-tree
-/// attributes (line-ending or filter conversions that would change sealed files as they are
-/// checked out) by the repository's own, which take precedence, and in-tree ignore rules (which
-/// would keep this device's files out of its commits) by adding its directory by force.
+/// (merge aborted, nothing pushed) rather than pick a side. A push refused because another
+/// device pushed first is answered by fetching and merging again, up to `rounds` times. Whether
+/// what the remote serves is current is not git's question: a remote that serves an old tree
+/// fast-forwards cleanly, and the keychain's merge, which checks each device's authenticated
+/// manifest and its sequence number, is what refuses it. What the remote can plant to steer git
+/// itself is neutralised: in-tree attributes (line-ending or filter conversions that would
+/// change sealed files as they are checked out) by the repository's own, which take precedence,
+/// and in-tree ignore rules (which would keep this device's files out of its commits) by adding
+/// its directory by force.
 package struct GitSyncEngine {
     /// The sync folder, which is (or becomes) the top of a git work tree.
     package let folder: String
@@ -295,7 +296,8 @@ package struct GitSyncEngine {
         }
         // Literal pathspecs: another device's directory is named by the remote, and `*` would
         // be every one.
-        let beside = try run(["ls-files", "-z", "--", ":(literal)" + (directory as NSString).deletingLastPathComponent], identity, failure: failure).output
+        let parent = ":(literal)" + (directory as NSString).deletingLastPathComponent
+        let beside = try run(["ls-files", "-z", "--", parent], identity, failure: failure).output
             .split(separator: "\0").map(String.init).filter { $0.hasPrefix(directory + "~") }
         _ = try run(["rm", "-r", "-q", "-f", "--cached", "--ignore-unmatch", "--", ":(literal)" + directory]
                     + beside.map { ":(literal)" + $0 }, identity, failure: failure)
