@@ -50,8 +50,7 @@ package struct GitSyncEngine {
     /// checkout, and no line merge (a conflict keeps one side's file, never conflict markers).
     /// Only these paths: a folder that is a linked work tree shares the file with the rest of
     /// its repository.
-    static let attributes = ["devices/** -text -eol -ident -filter -working-tree-encoding -merge",
-                             "sync.key -text -eol -ident -filter -working-tree-encoding -merge"]
+    static let attributes = ["devices/**", "sync.key"].map { "\($0) -text -eol -ident -filter -working-tree-encoding -merge" }
 
     package init(folder: String, remote: String) {
         self.folder = folder

@@ -275,6 +275,22 @@ final class GitSyncEngineTests: XCTestCase {
         try git(other, "push", "--quiet", "origin", "HEAD:main")
     }
 
+    /// Whoever can push rewrites the remote's history: a clone reset to `base` (a new history
+    /// when nil), changed by `change`, force-pushed.
+    private func forcePushRewritten(from base: String?, _ change: (String) throws -> Void) throws {
+        let fork = root + "/fork"
+        if let base {
+            try git(root, "clone", "--quiet", remote, fork)
+            try git(fork, "reset", "--quiet", "--hard", base)
+        } else {
+            try git(root, "init", "--quiet", "--initial-branch=main", fork)
+        }
+        try change(fork)
+        try git(fork, "add", "--all")
+        try git(fork, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "--quiet", "-m", "rewritten")
+        try git(fork, "push", "--quiet", "--force", remote, "HEAD:main")
+    }
+
     /// A run killed between its merge and the merge's abort left a conflict in another
     /// device's directory: the next run aborts it instead of committing it (it pushed the
     /// conflict, markers and all, into that device's directory), then merges again.
@@ -387,13 +403,10 @@ final class GitSyncEngineTests: XCTestCase {
         try write(b, "devices/b/state", "b1")
         try ownEngine(b, "b").exchange {}
         try ownEngine(a, "a").exchange {}
-        let fork = root + "/fork"
-        try git(root, "init", "--quiet", "--initial-branch=main", fork)
-        try write(fork, "devices/a/state", "forged a")
-        try write(fork, "devices/b/state", "forged b")
-        try git(fork, "add", "--all")
-        try git(fork, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "--quiet", "-m", "fork")
-        try git(fork, "push", "--quiet", "--force", remote, "HEAD:main")
+        try forcePushRewritten(from: nil) { fork in
+            try self.write(fork, "devices/a/state", "forged a")
+            try self.write(fork, "devices/b/state", "forged b")
+        }
         try write(a, "devices/a/state", "a2")
         try ownEngine(a, "a").exchange {}
         XCTAssertEqual(read(a, "devices/a/state"), "a2", "A's own stands")
@@ -424,15 +437,11 @@ final class GitSyncEngineTests: XCTestCase {
         try ownEngine(a, "a").exchange {}
         try write(a, "devices/a/state", "a2")
         try ownEngine(a, "a").exchange {}
-        let fork = root + "/fork"
-        try git(root, "clone", "--quiet", remote, fork)
-        try git(fork, "reset", "--quiet", "--hard", base)
-        for name in ["b", "é", "*"] { try write(fork, "devices/\(name)/f", "2") }
-        try FileManager.default.removeItem(atPath: fork + "/devices/a/items")
-        try write(fork, "devices/a/items", "a file now")
-        try git(fork, "add", "--all")
-        try git(fork, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "--quiet", "-m", "rewritten")
-        try git(fork, "push", "--quiet", "--force", remote, "HEAD:main")
+        try forcePushRewritten(from: base) { fork in
+            for name in ["b", "é", "*"] { try self.write(fork, "devices/\(name)/f", "2") }
+            try FileManager.default.removeItem(atPath: fork + "/devices/a/items")
+            try self.write(fork, "devices/a/items", "a file now")
+        }
         try ownEngine(a, "a").exchange {}
         XCTAssertEqual(read(a, "devices/a/items/x"), "x1", "A's own directory as A wrote it")
         XCTAssertEqual(read(a, "devices/a/state"), "a2")
