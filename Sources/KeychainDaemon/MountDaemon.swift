@@ -137,9 +137,9 @@ package final class MountDaemon: Sendable {
         sync?.stop()
         secretService?.stop()
         server.stop()
-        // The daemon exits without closing its store: the last commits' state is recorded here,
-        // not left to the timer (`Keychain+FilesRecord.swift`).
-        owner.recordFilesState()
+        // The daemon exits without closing its store: what waits for commits to pause is done
+        // here, not left to the timer (`Keychain+FilesRecord.swift`).
+        owner.settle()
         MountRegistry.unregister(record)
         owner.forgetEverything()
         mount.close()

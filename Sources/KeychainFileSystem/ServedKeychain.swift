@@ -662,8 +662,8 @@ package final class ServedKeychain: Sendable {
         if keychain.state != before { deliver([.lockStateChanged(keychain.state)], origin: origin) }
     }
 
-    /// Records the store files' state now, as once commits pause (`Keychain.recordFilesState`).
-    package func recordFilesState() { keychain.recordFilesState() }
+    /// Does now what waits for commits to pause (`Keychain.settle`).
+    package func settle() { keychain.settle() }
 
     /// Wipes every open copy and cached secret and forgets every key, as at unmount.
     package func forgetEverything() {

@@ -62,11 +62,11 @@ extension Keychain {
             }
             let insert = try db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
             // The new rows' attribute index entries, written sorted after the rows
-            // (`insertAttributeTags`); before any replacement, which reads a row's entries.
+            // (`insertTags`); before any replacement, which reads a row's entries.
             var newTags: [(tag: [UInt8], id: Int64)] = []
             func writeNewTags() throws {
                 newTags.sort { $0.tag.lexicographicallyPrecedes($1.tag) || ($0.tag == $1.tag && $0.id < $1.id) }
-                try Self.insertAttributeTags(newTags, db)
+                try Self.insertTags(newTags, .index, db)
                 newTags.removeAll()
             }
             // Sealing (encoding and encryption) is most of the work, and ids and versions, which

@@ -191,11 +191,11 @@ struct AttributeTagList {
         for e in entries {
             tags.append((bytes(e), e.id))
             if tags.count == 100_000 {
-                try Keychain.insertAttributeTags(tags, db)
+                try Keychain.insertTags(tags, .index, db)
                 tags.removeAll(keepingCapacity: true)
             }
         }
-        try Keychain.insertAttributeTags(tags, db)
+        try Keychain.insertTags(tags, .index, db)
         entries = []
     }
 }

@@ -45,32 +45,47 @@ extension Keychain {
     }
 
     /// After a commit, under the write lock: its own writes are heard and dropped, and its
-    /// state is due to be recorded, or else the record goes.
-    func filesCommitted(intact: Bool) {
-        guard intact else { return breakChain() }
-        guard let watch = database.watch else {
+    /// state is due to be recorded, or else the record goes. Either way, the work left for when
+    /// commits pause is scheduled (`settle`), unless this is `settle`'s own commit.
+    func filesCommitted(intact: Bool, settling: Bool = false) {
+        if !intact {
+            breakChain()
+        } else if let watch = database.watch {
+            _ = watch.drain()
+            filesRecordDue.withLock { $0.due = true }
+        } else {
             counter.recordFiles(StoreFileState(storePath: database.path))
-            return
         }
-        _ = watch.drain()
+        if settling { return }
         let schedule = filesRecordDue.withLock { d in
-            defer { d.due = true; d.scheduled = true }
+            defer { d.scheduled = true }
             return !d.scheduled
         }
         if schedule {
-            DispatchQueue.global().asyncAfter(deadline: .now() + Self.recordDelay) { [weak self] in self?.recordFilesState() }
+            DispatchQueue.global().asyncAfter(deadline: .now() + Self.recordDelay) { [weak self] in self?.settle() }
         }
+    }
+
+    /// What waits for commits to pause: the index entries of new rows moved into the index
+    /// (`indexPendingTags`, a commit that schedules no other `settle`), then the files' state
+    /// recorded. Called by the timer, at close, and by the daemon when its loop ends. A commit
+    /// from the moment it starts schedules the next one. A failure to move the entries leaves
+    /// them waiting, still found.
+    package func settle() {
+        filesRecordDue.withLock { $0.scheduled = false }
+        try? indexPendingTags(settling: true)
+        recordFilesState()
     }
 
     /// Records the files' state for the commits not yet recorded, unless something else wrote
     /// the files since the last of them; the record goes if it did, even with nothing due.
-    /// Called by the timer, at close, and by the daemon when its loop ends (it exits without
-    /// closing the store). Under the write lock, so no commit runs meanwhile: whatever the watch
-    /// hears, until after the state is read, is someone else's.
-    package func recordFilesState() {
+    /// Part of `settle` (the daemon exits without closing the store). Under the write lock, so
+    /// no commit runs meanwhile: whatever the watch hears, until after the state is read, is
+    /// someone else's.
+    func recordFilesState() {
         try? database.queue.inDatabase { _ in
             let due = filesRecordDue.withLock { d in
-                defer { d = FilesRecordDue() }
+                defer { d.due = false }
                 return d.due
             }
             guard let watch = database.watch else { return }
@@ -85,6 +100,6 @@ extension Keychain {
 struct FilesRecordDue {
     /// Commits made on files in a vouched state since the record was last written.
     var due = false
-    /// A recording is scheduled.
+    /// `settle` is scheduled.
     var scheduled = false
 }

@@ -451,7 +451,9 @@ extension Keychain {
     static func insertRow(_ sealed: SealedItem, _ db: Database) throws {
         // Bound straight from the row's arrays (`SealedItem.insert`), as an import does.
         try sealed.insert(with: db.cachedStatement(sql: "INSERT INTO items (\(SealedItem.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"))
-        try writeAttributeTags(sealed, replacing: false, db)
+        // Its entries wait at the end of their own table, not on the index's random pages
+        // (`indexPendingTags`).
+        try insertTags(newAttributeTags(sealed), .pending, db)
     }
 
     /// Overwrites the row of `sealed`'s id at `previousVersion` with `sealed`, in place: one

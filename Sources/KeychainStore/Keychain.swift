@@ -117,7 +117,9 @@ public final class Keychain: @unchecked Sendable {
     /// machine's last commit or check left them, they still are after the close, so the next
     /// open need not read every row (`checkRows`).
     deinit {
-        recordFilesState()
+        // Commits since the last `settle` leave it to do; an instance that only looked changes
+        // nothing (not even entries a crash left waiting).
+        if filesRecordDue.withLock({ $0.scheduled }) { settle() } else { recordFilesState() }
         let intact = rowsChecked.withLock { $0 } && StoreFileState(storePath: database.path) == counter.readFiles()
         try? database.close()
         if intact { counter.recordFiles(StoreFileState(storePath: database.path)) }

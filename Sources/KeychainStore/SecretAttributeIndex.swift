@@ -193,10 +193,8 @@ extension Keychain {
     }
 
     /// The ids, ascending, of the items whose attributes hold every pair of `query`, in
-    /// `collection` (nil: any; the default: those in no other `others`), readable now or not.
-    /// A leapfrog join of the pairs' index entries: each step is one seek of the index (an
-    /// index search, `AttributeQuery`), and the walk skips over what the rarest pair rules out,
-    /// so it costs O(matching items × pairs) seeks, whatever the store's size.
+    /// `collection` (nil: any; the default: those in no other `others`), readable now or not:
+    /// from the index (`indexedIDs`) and the entries still waiting for it (`indexPendingTags`).
     package func itemIDs(matching query: [String: String], collection: String?, others: [String] = []) throws -> [Int64] {
         var tags = try query.map { try tag(SecretAttributeLines.indexBytes(name: $0.key, value: $0.value)) }
         let isDefault = collection == SecretAttributes.defaultCollection
@@ -204,47 +202,54 @@ extension Keychain {
         let excluded = isDefault ? try others.filter { $0 != SecretAttributes.defaultCollection }
             .map { try tag(SecretAttributeLines.collectionBytes($0)) } : []
         return try select { db in
-            let seek = try db.cachedStatement(sql: AttributeQuery.seek)
             let probe = try db.cachedStatement(sql: AttributeQuery.probe)
-            func next(_ tag: [UInt8], atLeast id: Int64) throws -> Int64? {
-                try Int64.fetchOne(seek, arguments: [Data(tag), id])
-            }
-            var out: [Int64] = []
-            if tags.isEmpty {
-                // Nothing asked: every row of the store (or of the default collection) matches.
-                let all = try Int64.fetchAll(db.cachedStatement(sql: "SELECT id FROM items ORDER BY id"))
-                return try excluded.isEmpty ? all : all.filter { id in
+            func kept(_ ids: [Int64]) throws -> [Int64] {
+                try excluded.isEmpty ? ids : ids.filter { id in
                     try !excluded.contains { try Int64.fetchOne(probe, arguments: [Data($0), id]) != nil }
                 }
             }
-            if tags.count == 1 {
-                // One pair: its entries in order, one range of the index.
-                let found = try Int64.fetchAll(db.cachedStatement(sql: AttributeQuery.range), arguments: [Data(tags[0])])
-                return try excluded.isEmpty ? found : found.filter { id in
-                    try !excluded.contains { try Int64.fetchOne(probe, arguments: [Data($0), id]) != nil }
-                }
-            }
-            var candidate = Int64.min
-            var agreed = 0
-            var i = 0
-            while let found = try next(tags[i], atLeast: candidate) {
-                if found == candidate {
-                    agreed += 1
-                } else {
-                    candidate = found
-                    agreed = 1
-                }
-                if agreed == tags.count {
-                    let elsewhere = try excluded.contains { try Int64.fetchOne(probe, arguments: [Data($0), candidate]) != nil }
-                    if !elsewhere { out.append(candidate) }
-                    guard candidate < Int64.max else { break }
-                    candidate += 1
-                    agreed = 0
-                }
-                i = (i + 1) % tags.count
-            }
-            return out
+            // Nothing asked: every row of the store (or of the default collection) matches.
+            if tags.isEmpty { return try kept(Int64.fetchAll(db.cachedStatement(sql: "SELECT id FROM items ORDER BY id"))) }
+            // Rows whose entries wait to be moved into the index: a few, read whole. Read before
+            // the index, outside a transaction: a row moved in between is then found in one or
+            // the other, never in neither.
+            let waiting = try Int64.fetchAll(db.cachedStatement(sql: AttributeQuery.pending(tags.count)),
+                                             arguments: StatementArguments(tags.map { Data($0) } + [tags.count]))
+            let indexed = try indexedIDs(db, tags)
+            return try kept(waiting.isEmpty ? indexed : Array(Set(indexed).union(waiting)).sorted())
         }
+    }
+
+    /// The ids, ascending, of the rows whose index entries hold every one of `tags`. A leapfrog
+    /// join of the tags' entries: each step is one seek of the index (an index search,
+    /// `AttributeQuery`), and the walk skips over what the rarest tag rules out, so it costs
+    /// O(matching items × tags) seeks, whatever the store's size.
+    private func indexedIDs(_ db: Database, _ tags: [[UInt8]]) throws -> [Int64] {
+        if tags.count == 1 {
+            // One pair: its entries in order, one range of the index.
+            return try Int64.fetchAll(db.cachedStatement(sql: AttributeQuery.range), arguments: [Data(tags[0])])
+        }
+        let seek = try db.cachedStatement(sql: AttributeQuery.seek)
+        var out: [Int64] = []
+        var candidate = Int64.min
+        var agreed = 0
+        var i = 0
+        while let found = try Int64.fetchOne(seek, arguments: [Data(tags[i]), candidate]) {
+            if found == candidate {
+                agreed += 1
+            } else {
+                candidate = found
+                agreed = 1
+            }
+            if agreed == tags.count {
+                out.append(candidate)
+                guard candidate < Int64.max else { break }
+                candidate += 1
+                agreed = 0
+            }
+            i = (i + 1) % tags.count
+        }
+        return out
     }
 
     /// Whether the row `id` is in `collection` (by its tag; the default: in none of `others`).
@@ -286,10 +291,13 @@ extension Keychain {
 
     /// Beside every write of a row, in its transaction: its tags replace the old. Only the
     /// tags that changed are written, so an update of the secret alone writes no index page.
+    /// A row whose entries still wait (`attribute_pending`) has them replaced there, whole.
     static func writeAttributeTags(_ sealed: SealedItem, replacing: Bool, _ db: Database) throws {
         var new: [[UInt8]] = []
         for tag in sealed.attributeTags where !new.contains(tag) { new.append(tag) }
         if replacing {
+            try db.cachedStatement(sql: "DELETE FROM attribute_pending WHERE item_id = ?").execute(arguments: [sealed.id])
+            if db.changesCount > 0 { return try insertTags(new.map { ($0, sealed.id) }, .pending, db) }
             let old = try Data.fetchAll(db.cachedStatement(sql: "SELECT tag FROM attribute_index WHERE item_id = ?"),
                                         arguments: [sealed.id])
             for tag in old {
@@ -301,24 +309,31 @@ extension Keychain {
                     .execute(arguments: [tag, sealed.id])
             }
         }
-        try insertAttributeTags(new.map { ($0, sealed.id) }, db)
+        try insertTags(new.map { ($0, sealed.id) }, .index, db)
     }
 
-    /// The distinct tags of a new row, for `insertAttributeTags`.
+    /// The distinct tags of a new row, for `insertTags`.
     static func newAttributeTags(_ sealed: SealedItem) -> [(tag: [UInt8], id: Int64)] {
         var new: [[UInt8]] = []
         for tag in sealed.attributeTags where !new.contains(tag) { new.append(tag) }
         return new.map { ($0, sealed.id) }
     }
 
-    /// Inserts index entries that are not there yet. A batch gives them sorted by tag: the
+    /// Where a row's entries are written: the index, or the end of the table of entries that
+    /// wait for it. Every entry of a row is in one of the two.
+    enum TagTable: String {
+        case index = "attribute_index"
+        case pending = "attribute_pending"
+    }
+
+    /// Inserts entries that are not there yet. A batch gives them sorted by tag: the
     /// entries of random tags then go into the index in one pass over its pages, not each to
     /// a page of its own that a big store's cache may have let go (and spilled to the WAL) since.
-    static func insertAttributeTags(_ entries: [(tag: [UInt8], id: Int64)], _ db: Database) throws {
+    static func insertTags(_ entries: [(tag: [UInt8], id: Int64)], _ table: TagTable, _ db: Database) throws {
         guard !entries.isEmpty else { return }
         // Bound straight from the arrays, as a row is (`SealedItem.insert`): an import writes
         // a few of these per item, and GRDB's arguments and `Data` copies doubled its time.
-        let raw = try db.cachedStatement(sql: "INSERT INTO attribute_index (tag, item_id) VALUES (?, ?)").sqliteStatement
+        let raw = try db.cachedStatement(sql: "INSERT INTO \(table.rawValue) (tag, item_id) VALUES (?, ?)").sqliteStatement
         for (tag, id) in entries {
             sqlite3_reset(raw)
             var rc = tag.withUnsafeBytes {
@@ -335,6 +350,33 @@ extension Keychain {
 
     static func deleteAttributeTags(_ id: Int64, _ db: Database) throws {
         try db.cachedStatement(sql: "DELETE FROM attribute_index WHERE item_id = ?").execute(arguments: [id])
+        try db.cachedStatement(sql: "DELETE FROM attribute_pending WHERE item_id = ?").execute(arguments: [id])
+    }
+
+    /// Moves the entries that wait into the index, in one commit, sorted by tag (one pass over
+    /// the index's pages). A create writes its row's entries to the end of `attribute_pending`,
+    /// a page it writes anyway for the next rows, not into the index, whose random tags put
+    /// each entry on a page of its own: two to four pages fewer in each create's commit. They
+    /// are moved once commits pause (`settle`), at close, and before the index is completed.
+    /// A crash in between loses nothing: the entries are in the store, and a search reads
+    /// both tables; so the move is not synced (`StoreDatabase.unsynced`), and a crash that
+    /// loses it leaves the entries waiting. Needs no key: the entries are tags already. `settling`: called by `settle`,
+    /// whose commit schedules no other.
+    package func indexPendingTags(settling: Bool = false) throws {
+        let waiting = try select { db in
+            try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM attribute_pending)")) ?? false
+        }
+        guard waiting else { return }
+        var intact = false
+        try Self.mappingDatabaseErrors {
+            try database.unsynced(committed: { filesCommitted(intact: intact, settling: settling) }) { db in
+                intact = filesAsLeft()
+                try db.execute(sql: """
+                    INSERT OR IGNORE INTO attribute_index (tag, item_id) SELECT tag, item_id FROM attribute_pending ORDER BY tag, item_id;
+                    DELETE FROM attribute_pending;
+                    """)
+            }
+        }
     }
 
     /// Indexes the rows written before this rule (ids below `attribute_index_from`, which the
@@ -343,6 +385,7 @@ extension Keychain {
     /// flag in the store makes this a single read.
     @discardableResult
     package func completeAttributeIndex() throws -> Int {
+        try indexPendingTags()
         func meta(_ db: Database, _ name: String) throws -> String? {
             try Data.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE name = ?"), arguments: [name])
                 .map { String(decoding: $0, as: UTF8.self) }
@@ -403,6 +446,12 @@ extension Keychain {
         CREATE TABLE attribute_index (tag BLOB NOT NULL, item_id INTEGER NOT NULL, PRIMARY KEY (tag, item_id)) WITHOUT ROWID;
         CREATE INDEX attribute_index_item ON attribute_index (item_id);
         """
+
+    /// The entries of new rows until they are moved into the index (`indexPendingTags`): keyed
+    /// by row first, so that a create appends to the table's last page.
+    static let pendingTagsSchema = """
+        CREATE TABLE attribute_pending (item_id INTEGER NOT NULL, tag BLOB NOT NULL, PRIMARY KEY (item_id, tag)) WITHOUT ROWID;
+        """
 }
 
 /// The statements of a search (`itemIDs(matching:collection:)`); AttributeIndexTests checks that each
@@ -412,8 +461,18 @@ package enum AttributeQuery {
     package static let seek = "SELECT item_id FROM attribute_index WHERE tag = ? AND item_id >= ? ORDER BY item_id LIMIT 1"
     /// Every id with the tag `?1`, in order.
     package static let range = "SELECT item_id FROM attribute_index WHERE tag = ? ORDER BY item_id"
-    /// Whether the row `?2` has the tag `?1`.
-    package static let probe = "SELECT item_id FROM attribute_index WHERE tag = ? AND item_id = ?"
+    /// Whether the row `?2` has the tag `?1`, in the index or waiting for it.
+    package static let probe = """
+        SELECT item_id FROM attribute_index WHERE tag = ?1 AND item_id = ?2
+        UNION ALL SELECT item_id FROM attribute_pending WHERE item_id = ?2 AND tag = ?1
+        """
+    /// The rows whose waiting entries hold all `count` distinct tags `?1`…`?count` (`?count+1`
+    /// is the count again). A pass over the waiting entries, which are few: they are moved
+    /// into the index once commits pause.
+    package static func pending(_ count: Int) -> String {
+        let list = (1...count).map { "?\($0)" }.joined(separator: ", ")
+        return "SELECT item_id FROM attribute_pending WHERE tag IN (\(list)) GROUP BY item_id HAVING COUNT(*) = ?\(count + 1)"
+    }
 }
 
 extension SealedItem {

@@ -70,6 +70,8 @@ struct StoreDatabase {
         m.registerMigration("directory-access") { db in try db.execute(sql: Keychain.directoryAccessSchema) }
         // Every row's attributes, name fields included, from here on; earlier rows later.
         m.registerMigration("secret-attributes-2") { db in try db.execute(sql: Keychain.attributeIndexFrom) }
+        // New rows' index entries, until they are moved into the index (SecretAttributeIndex.swift).
+        m.registerMigration("attribute-pending") { db in try db.execute(sql: Keychain.pendingTagsSchema) }
         return m
     }
 

@@ -24,7 +24,8 @@ import CStoreVFS
 /// WAL (`syncFrames`). A commit that only adds, with no checkpoint pending, stays at `FULL`,
 /// whose commit is one `fdatasync` of the WAL. The first commit into an emptied WAL costs one
 /// more: SQLite syncs the new WAL's header before its frames. Every other write transaction
-/// commits at `FULL` (`StoreDatabase.durable`). The level is switched only when a commit needs
+/// commits at `FULL` (`StoreDatabase.durable`), but the one whose loss loses nothing
+/// (`StoreDatabase.unsynced`, the move of new rows' index entries). The level is switched only when a commit needs
 /// the other one, so a run of updates, or of creates, switches it no more.
 ///
 /// An empty WAL needs new disk blocks for the next commit, so a full disk would refuse even a
@@ -170,6 +171,19 @@ extension StoreDatabase {
         try queue.writeWithoutTransaction { db in
             try log.setSynchronous(db, normal: false)
             return try Self.immediateTransaction(db) { try body(db) }
+        }
+    }
+
+    /// A write transaction whose loss in a crash loses nothing, so it is not synced: committed
+    /// at `NORMAL`, its frames are made durable by the next durable commit's sync of the WAL,
+    /// or never, and then the store is as before it (`Keychain.indexPendingTags` moves index
+    /// entries from one table to another). It must remove no sealed value.
+    func unsynced<T>(committed: () -> Void, _ body: (Database) throws -> T) throws -> T {
+        try queue.writeWithoutTransaction { db in
+            try log.setSynchronous(db, normal: true)
+            let result = try Self.immediateTransaction(db) { try body(db) }
+            committed()
+            return result
         }
     }
 

@@ -115,7 +115,7 @@ final class AttributeIndexTests: XCTestCase {
         let tree = try add(k, genericKey("mail", "alice"), "1")
         let dbus = try k.add(ItemRecord(key: try genericKey("app", "ann"), attributes: ItemAttributes()), secret: secure("s"),
                              extras: extras(["service": "app", "username": "ann", "kind": "token"]))
-        let entries = "SELECT hex(tag), item_id FROM attribute_index ORDER BY tag, item_id;"
+        let entries = "SELECT hex(tag), item_id FROM attribute_index UNION ALL SELECT hex(tag), item_id FROM attribute_pending ORDER BY 1, 2;"
         let before = try store.sql(entries)
         let tree2 = try k.update(tree, to: tree.record, secret: secure("2"))
         let dbus2 = try k.update(dbus, to: dbus.record, secret: secure("t"))
@@ -161,13 +161,79 @@ final class AttributeIndexTests: XCTestCase {
 
     /// Every statement of a search is a search of the index's primary key: no pass over a
     /// table, no sort, so a search costs the same in a store of any size.
+    /// The waiting entries (`indexPendingTags`) are read in one pass over their table, in its
+    /// order, with no sort.
     func testSearchStatementsSearchTheIndex() throws {
         _ = try store.create()
+        func plan(_ sql: String) throws -> String {
+            let bound = sql.replacingOccurrences(of: "\\?[0-9]*", with: "x'00'", options: .regularExpression)
+            return try store.sql("EXPLAIN QUERY PLAN " + bound)
+        }
         for sql in [AttributeQuery.seek, AttributeQuery.probe, AttributeQuery.range] {
-            let plan = try store.sql("EXPLAIN QUERY PLAN " + sql.replacingOccurrences(of: "?", with: "x'00'"))
+            let plan = try plan(sql)
             XCTAssertTrue(plan.contains("SEARCH attribute_index USING PRIMARY KEY (tag=?"), "\(sql): \(plan)")
             XCTAssertFalse(plan.contains("SCAN") || plan.contains("TEMP B-TREE"), "\(sql): \(plan)")
         }
+        XCTAssertTrue(try plan(AttributeQuery.probe).contains("SEARCH attribute_pending USING PRIMARY KEY (item_id=? AND tag=?)"))
+        let waiting = try plan(AttributeQuery.pending(3))
+        XCTAssertTrue(waiting.contains("SCAN attribute_pending"), waiting)
+        XCTAssertFalse(waiting.contains("TEMP B-TREE"), waiting)
+    }
+
+    /// A create's entries wait in `attribute_pending` until commits pause, found by every
+    /// search meanwhile, in every lock state and after a crash; an update or delete of such a
+    /// row changes them where they are; `settle` moves them into the index, where they answer
+    /// alike.
+    func testEntriesOfNewRowsWaitUntilCommitsPauseAndAreFoundMeanwhile() throws {
+        let k = try store.create()
+        func count(_ table: String) throws -> Int {
+            Int(try store.sql("SELECT COUNT(*) FROM \(table);").trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+        }
+        let indexedBefore = try count("attribute_index")
+        let alice = try add(k, genericKey("mail", "alice"), "1")
+        let bob = try add(k, genericKey("mail", "bob"), "2", class: .always)
+        let work = try k.add(ItemRecord(key: try genericKey("mail", "work"), attributes: ItemAttributes()), secret: secure("s"),
+                             extras: SecureBytes(copying: SecretAttributeLines.encode(["service": "mail", "username": "work"],
+                                                                                     contentType: "text/plain", collection: "work")))
+        XCTAssertEqual(try count("attribute_index"), indexedBefore, "a create writes no index page")
+        XCTAssertEqual(try count("attribute_pending"), 3 + 3 + 3)
+        let all = ["login", "work"]
+        func assertFound(_ when: String) throws {
+            XCTAssertEqual(try k.itemIDs(matching: ["service": "mail"], collection: nil), [alice.id, bob.id, work.id], when)
+            XCTAssertEqual(try k.itemIDs(matching: ["service": "mail", "account": "bob"], collection: nil), [bob.id], when)
+            XCTAssertEqual(try k.itemIDs(matching: ["service": "mail", "account": "carol"], collection: nil), [], when)
+            XCTAssertEqual(try k.itemIDs(matching: ["service": "mail"], collection: "work", others: all), [work.id], when)
+            XCTAssertEqual(try k.itemIDs(matching: ["service": "mail"], collection: "login", others: all), [alice.id, bob.id], when)
+            XCTAssertEqual(try k.itemIDs(matching: [:], collection: "login", others: all), [alice.id, bob.id], when)
+            XCTAssertTrue(try k.item(work.id, isIn: "work", others: all), when)
+            XCTAssertFalse(try k.item(work.id, isIn: "login", others: all), when)
+        }
+        try assertFound("waiting")
+        // As after a crash before they moved: the next open, before first unlock, finds them.
+        let boot = try store.open()
+        XCTAssertEqual(try boot.itemIDs(matching: ["service": "mail", "account": "alice"], collection: nil), [alice.id])
+        k.settle()
+        XCTAssertEqual(try count("attribute_pending"), 0)
+        XCTAssertEqual(try count("attribute_index"), indexedBefore + 9)
+        try assertFound("moved into the index")
+
+        // A rename and a delete of rows whose entries wait, and of rows whose entries moved.
+        let carol = try add(k, genericKey("mail", "carol"), "3")
+        let dave = try add(k, genericKey("mail", "dave"), "4")
+        let erin = try k.update(carol, to: ItemRecord(key: try genericKey("mail", "erin"), attributes: carol.record.attributes))
+        let frank = try k.update(alice, to: ItemRecord(key: try genericKey("mail", "frank"), attributes: alice.record.attributes))
+        try k.delete([dave, bob])
+        for when in ["waiting", "moved"] {
+            XCTAssertEqual(try k.itemIDs(matching: ["service": "mail"], collection: nil), [frank.id, work.id, erin.id], when)
+            for gone in ["alice", "bob", "carol", "dave"] {
+                XCTAssertEqual(try k.itemIDs(matching: ["account": gone], collection: nil), [], "\(gone), \(when)")
+            }
+            XCTAssertEqual(try k.itemIDs(matching: ["account": "erin"], collection: nil), [erin.id], when)
+            XCTAssertEqual(try k.itemIDs(matching: ["username": "frank"], collection: nil), [frank.id], when)
+            k.settle()
+        }
+        XCTAssertEqual(try count("attribute_pending"), 0)
+        XCTAssertEqual(try count("attribute_index"), indexedBefore + 9, "frank's, work's and erin's three entries")
     }
 
     /// Among many items a search finds exactly its matches (its cost is that of the seeks
@@ -210,7 +276,7 @@ final class AttributeIndexTests: XCTestCase {
     func testOldRowsAreIndexedOnceReadable() throws {
         let k = try store.create()
         let a = try add(k, genericKey("mail", "alice"), "1")
-        let forget = "DELETE FROM attribute_index; DELETE FROM meta WHERE name = 'attribute_index';"
+        let forget = "DELETE FROM attribute_index; DELETE FROM attribute_pending; DELETE FROM meta WHERE name = 'attribute_index';"
             + "UPDATE meta SET value = CAST('\(a.id + 1)' AS BLOB) WHERE name = 'attribute_index_from';"
         try store.sql(forget)
         XCTAssertEqual(try k.itemIDs(matching: ["service": "mail"], collection: nil), [])

@@ -341,6 +341,9 @@ final class ErasedValueTests: StoreTestCase {
         let salts = walFrameSalts()
         XCTAssertGreaterThan(Set(salts).count, 1, "the WAL wrapped: frames of an earlier pass follow the current ones")
         XCTAssertNotNil(filesBytes().range(of: Data(first[0].sealed.secret)), "the test sees a first item's row in the files")
+        // The creates' index entries are moved now, not by a timer's commit after the delete,
+        // whose frames (index pages only) the empty WAL checked below would then hold.
+        k.settle()
         try k.delete(first)
         assertGone(first.map(\.sealed.secret), "delete after the WAL wrapped")
     }

@@ -172,6 +172,21 @@ expect_not_contains() {
 
 # init_store [ARGS...]: a fresh store with the test passphrase (fast scrypt), at $KEYCHAINFS_STORE
 # unless --store is among ARGS.
+# store_sum STORE: a hash of the store's database, WAL and shared memory.
+store_sum() { cat "$1" "$1-wal" "$1-shm" 2>/dev/null | sha256sum | cut -c1-64; }
+# store_settled STORE: waits until the daemon's own commit after creates (their index entries
+# moved, 0.1 s after the first) is done: the same sum 0.3 s apart (at most 3 s); prints it.
+store_settled() {
+    a=$(store_sum "$1")
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        sleep 0.3
+        b=$(store_sum "$1")
+        [ "$a" = "$b" ] && break
+        a=$b
+    done
+    echo "$a"
+}
+
 init_store() {
     kc init --scrypt-log-n 10 --passphrase-file "$PASSFILE" "$@" >/dev/null
 }

@@ -12,9 +12,6 @@ WIRE="$TESTS_DIR/control_wire.py"
 P="--passphrase-file $PASSFILE"
 S=$KEYCHAINFS_STORE
 
-# Every store file, hashed: a refused command must leave them as they were.
-store_sum() { cat "$1" "$1-wal" "$1-shm" 2>/dev/null | sha256sum | cut -c1-64; }
-
 echo "== layering: the git helper and the keychainfs front link neither GRDB nor SQLite"
 # SQLite is a system library, so ldd sees it whether the Swift runtime is linked in or not;
 # GRDB is Swift, linked in either way, so nm sees its symbols. Both are static executables,
@@ -74,7 +71,9 @@ expect_eq "x" "$(cat "$OUT")" "the write through the mount was kept"
 
 echo "== a daemon that cannot be reached: every command refuses with 75"
 mv "$S.sock" "$S.sock.away"
-before=$(store_sum "$S")
+# Every store file, hashed (lib.sh), once the daemon's own work after the creates is done: a
+# refused command must leave them as they were.
+before=$(store_settled "$S")
 expect_exit 75 "find refuses" kc find-generic-password -s github -a alice -w $P
 expect_contains "$ERR" "process $pid" "the refusal names the process that holds the store"
 expect_eq "1" "$(wc -l <"$ERR")" "in one line"
