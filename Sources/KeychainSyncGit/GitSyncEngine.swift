@@ -232,20 +232,45 @@ package struct GitSyncEngine {
             // Its own too, conflicted or not: a clean change there, kept by this merge, would be
             // in `before` from now on, and never put back.
             try putDirectory(own, as: before, identity)
+            try putBackRemovedSharedFiles(before, identity)
             _ = try run(["commit", "--quiet", "--no-verify", "--no-edit"], identity, failure: "git commit failed")
             return
         }
         guard let own = ownDirectory, let before else { return }
+        var putBack = try putBackRemovedSharedFiles(before, identity)
         let parent = (own as NSString).deletingLastPathComponent
         let parentKept = parent.isEmpty || (try? output(["cat-file", "-t", "HEAD:\(parent)"], identity, failure: "")) == "tree"
-        guard try !parentKept
-            || !output(["diff", "--name-only", before, "HEAD", "--", own, own + "~*"], identity, failure: "git diff failed").isEmpty
-        else { return }
-        // A clean merge that changed it: the remote removed it, moved it, made it (or the
-        // directory above it) a file or a link.
-        try putDirectory(own, as: before, identity)
-        _ = try run(["commit", "--quiet", "--no-verify", "-m", "keychainfs sync: this device's directory as it wrote it"],
+        if try !parentKept
+            || !output(["diff", "--name-only", before, "HEAD", "--", own, own + "~*"], identity, failure: "git diff failed").isEmpty {
+            // A clean merge that changed it: the remote removed it, moved it, made it (or the
+            // directory above it) a file or a link.
+            try putDirectory(own, as: before, identity)
+            putBack = true
+        }
+        guard putBack else { return }
+        _ = try run(["commit", "--quiet", "--no-verify", "-m", "keychainfs sync: this device's files as it wrote them"],
                     identity, failure: "git commit failed")
+    }
+
+    /// Puts back the shared files (`sharedFiles`) `before` had and the merge removed: the sync
+    /// key's envelope is written once, by `sync init`, and a remote that deleted it would leave
+    /// every device without it, so that none could join until it was restored from history.
+    /// True when one was put back.
+    @discardableResult
+    private func putBackRemovedSharedFiles(_ before: String, _ identity: [String: String]) throws -> Bool {
+        var putBack = false
+        for name in sharedFiles {
+            // `before:name` in that commit, `:name` in the index (as the merge left it,
+            // committed or not).
+            func has(_ at: String) throws -> Bool {
+                try run(["cat-file", "-e", "\(at):\(name)"], identity, failure: "", allowed: [0, 1, 128]).status == 0
+            }
+            guard try has(before), try !has("") else { continue }
+            removeEntries(beside: name, itself: true)
+            _ = try run(["checkout", before, "--", ":(literal)" + name], identity, failure: "git: putting \(name) back after the merge failed")
+            putBack = true
+        }
+        return putBack
     }
 
     /// Whether a path a merge names is this device's directory, in it, or beside it as git

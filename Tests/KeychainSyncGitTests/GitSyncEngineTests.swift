@@ -369,6 +369,39 @@ final class GitSyncEngineTests: XCTestCase {
         }
     }
 
+    /// The sync key's envelope is written once, by `sync init`: a remote that deleted it gets
+    /// it back from the next device that exchanges, whether the merge also conflicts (in that
+    /// device's own directory) or not. Before, no device put it back, and none could join.
+    func testTheEnvelopeTheRemoteRemovedIsPutBack() throws {
+        let a = try device("a"), b = try device("b")
+        var ea = ownEngine(a, "a"), eb = ownEngine(b, "b")
+        ea.sharedFiles = ["sync.key"]
+        eb.sharedFiles = ["sync.key"]
+        try write(a, "sync.key", "envelope")
+        try write(a, "devices/a/state", "a1")
+        try ea.exchange {}
+        try write(b, "devices/b/state", "b1")
+        try eb.exchange {}
+        XCTAssertEqual(read(b, "sync.key"), "envelope")
+        try pushFromElsewhere { o in try FileManager.default.removeItem(atPath: o + "/sync.key") }
+        try eb.exchange {}
+        XCTAssertEqual(read(b, "sync.key"), "envelope", "B puts it back")
+        XCTAssertEqual(try git(remote, "show", "main:sync.key"), "envelope", "and pushes it")
+
+        try pushFromElsewhere { o in
+            try FileManager.default.removeItem(atPath: o + "/sync.key")
+            try self.write(o, "devices/b/state", "the remote's")
+        }
+        try write(b, "devices/b/state", "b2")
+        try eb.exchange {}
+        XCTAssertEqual(read(b, "sync.key"), "envelope", "put back in a merge that conflicts too")
+        XCTAssertEqual(try git(remote, "show", "main:sync.key"), "envelope")
+        XCTAssertEqual(try git(remote, "show", "main:devices/b/state"), "b2", "B's own directory as it wrote it")
+        try ea.exchange {}
+        XCTAssertEqual(read(a, "sync.key"), "envelope")
+        XCTAssertEqual(try git(b, "status", "--porcelain"), "", "no merge left in progress")
+    }
+
     /// What the remote can plant to steer git has no effect: a .gitignore that would keep this
     /// device's files out of its commits (each exchange said it pushed), and attributes that
     /// would convert the other devices' files as they are checked out.
