@@ -132,6 +132,9 @@ package struct SyncReport: Sendable, Equatable {
 /// taken under it, one call at a time, and never held while the folder is read or written.
 /// Nothing the owner holds ever waits for the exchange lock.
 package final class SyncSession: Sendable {
+    /// How the refusal of this device's own directory, found older than this device wrote it,
+    /// begins (`sync git` tells it apart when its own merge put that directory back).
+    package static let ownDirectoryRolledBack = "this device's own directory was rolled back"
     package let owner: ServedKeychain
     package let storePath: String
     private let log = Logger(label: "keychainfs.sync")
@@ -266,7 +269,7 @@ package final class SyncSession: Sendable {
         // 2. Own directory: a file of ours missing or altered (a rolled-back directory) is published again.
         if let (mine, _) = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys) {
             if mine.seq < state.seq {
-                refuse("this device's own directory was rolled back (state \(mine.seq), written \(state.seq)); it is written again")
+                refuse("\(Self.ownDirectoryRolledBack) (state \(mine.seq), written \(state.seq)); it is written again")
             }
             // An exchange killed after its manifest, before this state: its seq and Lamport
             // times are not used again, so no file name (item, Lamport) gets other bytes.

@@ -65,6 +65,11 @@ package struct GitSyncEngine {
         package var received = false
         /// Pushes refused because the remote had moved, each followed by a new fetch and merge.
         package var refusedPushes = 0
+        /// Whether a merge changed this device's own directory and it was put back as the
+        /// device had committed it: what the keychain wrote there since is then older on disk
+        /// than in its state, and its next merge writes it again (`SyncSession`'s "own
+        /// directory was rolled back", expected here rather than a sign of a rolled-back remote).
+        package var restoredOwnDirectory = false
     }
 
     /// One exchange; `merge` is the keychain's merge (what `sync now` runs), called after each
@@ -83,7 +88,7 @@ package struct GitSyncEngine {
         if try commitAll(identity) { done.committed = true }
         for round in 0...rounds {
             let before = try head(identity)
-            if try fetch(branch, identity) { try integrate(identity, before: before) }
+            if try fetch(branch, identity), try integrate(identity, before: before) { done.restoredOwnDirectory = true }
             let arrived = try head(identity) != before
             done.received = done.received || arrived
             // The first round also lets the keychain write what changed here (without a daemon,
@@ -203,8 +208,9 @@ package struct GitSyncEngine {
     /// device's to wherever the remote moved its directory). This device's directory then stands
     /// as `before` had it, whatever the merge did there, with a conflict or without; another
     /// device's conflicted directory is taken as the remote has it; any other conflict (or a
-    /// merge git refused to start) is aborted, leaving the folder as it was.
-    private func integrate(_ identity: [String: String], before: String?) throws {
+    /// merge git refused to start) is aborted, leaving the folder as it was. True when this
+    /// device's directory was put back.
+    private func integrate(_ identity: [String: String], before: String?) throws -> Bool {
         let merged = try run(["-c", "merge.renames=false", "-c", "merge.directoryRenames=false",
                               "merge", "--quiet", "--no-edit", "--allow-unrelated-histories", "FETCH_HEAD"],
                              identity.merging(["GIT_MERGE_AUTOEDIT": "no"]) { $1 }, failure: "git merge failed",
@@ -234,10 +240,11 @@ package struct GitSyncEngine {
             try putDirectory(own, as: before, identity)
             try putBackRemovedSharedFiles(before, identity)
             _ = try run(["commit", "--quiet", "--no-verify", "--no-edit"], identity, failure: "git commit failed")
-            return
+            return true
         }
-        guard let own = ownDirectory, let before else { return }
+        guard let own = ownDirectory, let before else { return false }
         var putBack = try putBackRemovedSharedFiles(before, identity)
+        var ownPutBack = false
         let parent = (own as NSString).deletingLastPathComponent
         let parentKept = parent.isEmpty || (try? output(["cat-file", "-t", "HEAD:\(parent)"], identity, failure: "")) == "tree"
         if try !parentKept
@@ -246,10 +253,12 @@ package struct GitSyncEngine {
             // directory above it) a file or a link.
             try putDirectory(own, as: before, identity)
             putBack = true
+            ownPutBack = true
         }
-        guard putBack else { return }
+        guard putBack else { return false }
         _ = try run(["commit", "--quiet", "--no-verify", "-m", "keychainfs sync: this device's files as it wrote them"],
                     identity, failure: "git commit failed")
+        return ownPutBack
     }
 
     /// Puts back the shared files (`sharedFiles`) `before` had and the merge removed: the sync

@@ -242,7 +242,7 @@ final class GitSyncEngineTests: XCTestCase {
         try FileManager.default.removeItem(atPath: a + "/devices/a/items/x")
         var own = engine(a)
         own.ownDirectory = "devices/a"
-        try own.exchange {}
+        XCTAssertTrue(try own.exchange {}.restoredOwnDirectory, "the exchange says it put A's directory back")
         XCTAssertEqual(read(a, "devices/a/state"), "2", "A's directory as A wrote it")
         XCTAssertNil(read(a, "devices/a/items/x"))
         XCTAssertNil(read(a, "devices/a/items/planted"), "the remote's file in A's directory is not kept")
@@ -354,7 +354,7 @@ final class GitSyncEngineTests: XCTestCase {
             try pushFromElsewhere(remake)
             if writesOn { try write(b, "devices/b/state", "b\(n + 2)") }
             let state = read(b, "devices/b/state")
-            try ownEngine(b, "b").exchange {}
+            XCTAssertTrue(try ownEngine(b, "b").exchange {}.restoredOwnDirectory, "put back (\(what))")
             XCTAssertEqual(read(b, "devices/b/state"), state, "B's directory stands when the remote made it \(what)")
             XCTAssertEqual(try git(remote, "show", "main:devices/b/state"), state, "and is pushed (\(what))")
             XCTAssertEqual(try git(remote, "show", "main:devices/b/items/x"), "x", "whole (\(what))")
@@ -364,7 +364,7 @@ final class GitSyncEngineTests: XCTestCase {
             XCTAssertEqual(read(outside, "b/items/keep"), "precious", "nothing outside the folder is touched (\(what))")
             XCTAssertEqual(read(outside, "b~old/keep"), "precious")
             XCTAssertNil(read(outside, "b/state"))
-            try ownEngine(a, "a").exchange {}
+            XCTAssertFalse(try ownEngine(a, "a").exchange {}.restoredOwnDirectory, "A's own directory was not touched (\(what))")
             XCTAssertEqual(read(a, "devices/b/state"), state, "A gets B's directory back (\(what))")
         }
     }
