@@ -14,7 +14,9 @@
  *
  * The header goes first, synced on its own (storeTruncate says why); the frames' zeros are
  * then as durable as the truncation they replace (SQLite syncs neither: the next sync of the
- * WAL, the next commit's, carries them). It runs inside SQLite's checkpoint, with the WAL's
+ * WAL, the next durable commit's, carries them; the move of index entries commits without
+ * one, StoreDatabase.unsynced, so the zeros may wait for the commit after it, as they wait
+ * after a delete no commit follows). It runs inside SQLite's checkpoint, with the WAL's
  * writer and reader locks held, so no connection of any process reads or writes the WAL
  * meanwhile.
  *

@@ -234,6 +234,11 @@ final class AttributeIndexTests: XCTestCase {
         }
         XCTAssertEqual(try count("attribute_pending"), 0)
         XCTAssertEqual(try count("attribute_index"), indexedBefore + 9, "frank's, work's and erin's three entries")
+
+        // An instance that created moves its entries at close (one that only looked moves
+        // nothing: test_probes.sh).
+        do { _ = try add(try store.openUnlocked(), genericKey("mail", "gina"), "5") }
+        XCTAssertEqual(try count("attribute_pending"), 0, "moved at close")
     }
 
     /// Among many items a search finds exactly its matches (its cost is that of the seeks

@@ -52,7 +52,10 @@ nothing_recoverable "rm: the deleted value is gone"
 # A create leaves the WAL as it is (its frames hold no earlier value); the next write that
 # replaces one empties it, the create's frames with the rest: the created value, replaced at
 # once, is in none of the files, though its pages sat in the WAL until then.
+# The move of the create's index entries (0.1 s after it, a commit of its own) is waited for
+# first: after the update it would write frames into the WAL the update emptied.
 sh -c "printf 'created-eight' > '$MP/svc/eight'"
+store_settled "$KEYCHAINFS_STORE" >/dev/null
 expect_eq 1 "$([ "$(wal_left "$KEYCHAINFS_STORE")" -gt 0 ] && echo 1)" "a create leaves its frames in the WAL"
 sh -c "printf 'updated-eight' > '$MP/svc/eight'"
 expect_eq "updated-eight" "$(cat "$MP/svc/eight")" "the new item updated at once"
