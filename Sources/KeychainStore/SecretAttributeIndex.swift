@@ -360,8 +360,8 @@ extension Keychain {
     /// are moved once commits pause (`settle`), at close, and before the index is completed.
     /// A crash in between loses nothing: the entries are in the store, and a search reads
     /// both tables; so the move is not synced (`StoreDatabase.unsynced`), and a crash that
-    /// loses it leaves the entries waiting. Needs no key: the entries are tags already. `settling`: called by `settle`,
-    /// whose commit schedules no other.
+    /// loses it leaves the entries waiting. Needs no key: the entries are tags already.
+    /// `settling`: called by `settle`, whose commit schedules no other.
     package func indexPendingTags(settling: Bool = false) throws {
         let waiting = try select { db in
             try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM attribute_pending)")) ?? false

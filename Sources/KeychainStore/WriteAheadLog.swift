@@ -25,8 +25,8 @@ import CStoreVFS
 /// whose commit is one `fdatasync` of the WAL. The first commit into an emptied WAL costs one
 /// more: SQLite syncs the new WAL's header before its frames. Every other write transaction
 /// commits at `FULL` (`StoreDatabase.durable`), but the one whose loss loses nothing
-/// (`StoreDatabase.unsynced`, the move of new rows' index entries). The level is switched only when a commit needs
-/// the other one, so a run of updates, or of creates, switches it no more.
+/// (`StoreDatabase.unsynced`, the move of new rows' index entries). The level is switched only
+/// when a commit needs the other one, so a run of updates, or of creates, switches it no more.
 ///
 /// An empty WAL needs new disk blocks for the next commit, so a full disk would refuse even a
 /// delete. A small reserve file beside the store is given up for a delete that meets a full
