@@ -103,6 +103,16 @@ package struct GitSyncEngine {
                 + "nothing was lost, run 'keychainfs sync git' again")
     }
 
+    /// For `sync join` of a folder that is a clone (the top of a git work tree; nothing
+    /// otherwise): the engine's ignore and attribute lines added, and the devices' files and
+    /// the envelope checked out again, before the keychain reads the envelope, so that a
+    /// `.gitattributes` the remote planted cannot have converted them at the clone.
+    package func protectClone() throws {
+        let top = try? output(["rev-parse", "--show-toplevel"], [:], failure: "")
+        guard top.map(realPath) == realPath(folder) else { return }
+        _ = try preparedRepository()
+    }
+
     // MARK: - Steps
 
     /// Makes the folder the top of a git work tree (a new repository on branch main if it is
@@ -123,11 +133,11 @@ package struct GitSyncEngine {
         // A file is written as a dot-named temporary and renamed into place (by keychainfs, and
         // by Syncthing if both run): a commit taken meanwhile must not carry the half-written one.
         try addInfo(info, "exclude", Self.ignored)
-        if try addInfo(info, "attributes", Self.attributes), let own = ownDirectory, try head([:]) != nil {
+        if try addInfo(info, "attributes", Self.attributes), try head([:]) != nil {
             // Files checked out before (a clone, as the README has it, is made before any
             // exchange) may have been converted by a `.gitattributes` of the tree: the other
             // devices' files and the envelope are checked out again, as they are in git.
-            _ = try? run(["checkout", "HEAD", "--", "devices", ":(exclude)\(own)"], [:], failure: "")
+            _ = try? run(["checkout", "HEAD", "--", "devices"] + (ownDirectory.map { [":(exclude)\($0)"] } ?? []), [:], failure: "")
             _ = try? run(["checkout", "HEAD", "--", "sync.key"], [:], failure: "")
         }
         // A machine with no git identity (a server) still syncs; the author says only that

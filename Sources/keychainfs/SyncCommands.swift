@@ -7,6 +7,7 @@ import KeychainFileSystem
 import KeychainModel
 import KeychainStore
 import KeychainSync
+import KeychainSyncGit
 
 struct SyncCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -133,7 +134,10 @@ struct SyncJoinCommand: ParsableCommand {
     func run() throws {
         try tombstones.check()
         let service = try owner.service()
-        let o = try service.sync(.join, folder: KeychainLocations.absolute(dir), passphrase: try syncPassphrase.read(new: false),
+        let folder = KeychainLocations.absolute(dir)
+        // A clone of a `sync git` remote: its files as they are in git before the envelope is read.
+        try GitSyncEngine(folder: folder, remote: "").protectClone()
+        let o = try service.sync(.join, folder: folder, passphrase: try syncPassphrase.read(new: false),
                                  scryptLogN: nil)
         try tombstones.apply(forStore: owner.storeOptions.path)
         Output.line("joined \(o.folder); this device is \(o.device)")

@@ -526,6 +526,28 @@ final class GitSyncEngineTests: XCTestCase {
         XCTAssertEqual(read(c, "devices/a/items/z"), "line 1\nline 2\n", "checked out again as written")
     }
 
+    /// `sync join` of a clone made with planted attributes: the envelope and the devices' files
+    /// are as in git before the keychain reads them (the join read a converted envelope).
+    func testAClonePreparedForJoiningHasItsFilesAsInGit() throws {
+        let a = try device("a")
+        var e = ownEngine(a, "a")
+        e.sharedFiles = ["sync.key"]
+        try write(a, "sync.key", "envelope\nline 2\n")
+        try write(a, "devices/a/items/z", "line 1\nline 2\n")
+        try e.exchange {}
+        try pushFromElsewhere { o in try self.write(o, ".gitattributes", "* text eol=crlf\n") }
+        let c = root + "/c"
+        try git(root, "clone", "--quiet", remote, c)
+        XCTAssertEqual(read(c, "sync.key"), "envelope\r\nline 2\r\n", "the clone converted it")
+        try engine(c).protectClone()
+        XCTAssertEqual(read(c, "sync.key"), "envelope\nline 2\n", "checked out again as written")
+        XCTAssertEqual(read(c, "devices/a/items/z"), "line 1\nline 2\n")
+        // A folder that is not a work tree's top is left alone: no repository made in it.
+        let plain = try device("plain")
+        try engine(plain).protectClone()
+        XCTAssertFalse(FileManager.default.fileExists(atPath: plain + "/.git"))
+    }
+
     /// A remote beginning with '-' would be one of git's options (`--upload-pack` runs a command).
     func testARemoteThatLooksLikeAnOptionIsRefused() throws {
         let a = try device("a")
