@@ -293,11 +293,10 @@ extension Keychain {
     /// tags that changed are written, so an update of the secret alone writes no index page.
     /// A row whose entries still wait (`attribute_pending`) has them replaced there, whole.
     static func writeAttributeTags(_ sealed: SealedItem, replacing: Bool, _ db: Database) throws {
-        var new: [[UInt8]] = []
-        for tag in sealed.attributeTags where !new.contains(tag) { new.append(tag) }
+        var new = newAttributeTags(sealed).map(\.tag)
         if replacing {
             try db.cachedStatement(sql: "DELETE FROM attribute_pending WHERE item_id = ?").execute(arguments: [sealed.id])
-            if db.changesCount > 0 { return try insertTags(new.map { ($0, sealed.id) }, .pending, db) }
+            if db.changesCount > 0 { return try insertTags(newAttributeTags(sealed), .pending, db) }
             let old = try Data.fetchAll(db.cachedStatement(sql: "SELECT tag FROM attribute_index WHERE item_id = ?"),
                                         arguments: [sealed.id])
             for tag in old {
@@ -312,7 +311,7 @@ extension Keychain {
         try insertTags(new.map { ($0, sealed.id) }, .index, db)
     }
 
-    /// The distinct tags of a new row, for `insertTags`.
+    /// The distinct tags of a row, each with its id, for `insertTags`.
     static func newAttributeTags(_ sealed: SealedItem) -> [(tag: [UInt8], id: Int64)] {
         var new: [[UInt8]] = []
         for tag in sealed.attributeTags where !new.contains(tag) { new.append(tag) }

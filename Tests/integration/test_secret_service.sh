@@ -171,6 +171,35 @@ expect_contains "$OUT" "stdin -> socket:" "the prompt program ran, on a socket o
 expect_eq "" "$(grep -v '^stdin -> ' "$OUT" | grep -E 'socket:|/dev/fuse')" "it was given no socket or FUSE device of the daemon's"
 expect_eq "" "$(grep -v "$PINENTRY_DIR/" "$OUT" | grep "$TEST_ROOT/")" "nor any file of the store's"
 
+echo "== items a crash left with their index entries waiting are found after it, through the mount"
+# A create's entries wait in attribute_pending until commits pause (0.1 s after it); a daemon
+# killed before then leaves them there. The next mount finds the items by search, before the
+# first unlock and after it, and moves the entries at the unlock.
+STORE4="$TEST_ROOT/crash.db"
+kc init --store "$STORE4" --passphrase-file "$PASSFILE" --scrypt-log-n 10 >/dev/null
+export KEYCHAINFS_STORE="$STORE4"
+expect_exit 0 "mount a new store with --secret-service" kc mount "$MNT" --secret-service --passphrase-file "$PASSFILE"
+pid=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' "$STORE4.daemon")
+mkdir "$MNT/crashsvc" && printf 'a' >"$MNT/crashsvc/ann" && printf 'b' >"$MNT/crashsvc/bob" && kill -9 "$pid"
+wait_gone() { i=0; while kill -0 "$1" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done; }
+wait_gone "$pid"
+fusermount3 -u -z "$MNT" 2>/dev/null
+pending=$(sqlite3 -readonly "$STORE4" "SELECT COUNT(*) FROM attribute_pending" 2>&1)
+expect_eq 1 "$([ "$pending" -gt 0 ] 2>/dev/null && echo 1)" "the kill left the creates' index entries waiting ($pending)"
+# found SERVICE: how many items a SearchItems for service=SERVICE returns, unlocked and locked.
+found() {
+    busctl --user call org.freedesktop.secrets /org/freedesktop/secrets org.freedesktop.Secret.Service \
+        SearchItems 'a{ss}' 1 service "$1" 2>&1 | grep -o '/org/freedesktop/secrets/[^"]*' | grep -c .
+}
+expect_exit 0 "mount it again before the first unlock" kc mount "$MNT" --secret-service --locked
+expect_eq 2 "$(found crashsvc)" "a search before the first unlock finds both items"
+expect_exit 0 "unlock" kc unlock --passphrase-file "$PASSFILE"
+expect_eq 2 "$(found crashsvc)" "and after it"
+expect_eq "a b" "$(secret-tool lookup service crashsvc account ann) $(secret-tool lookup service crashsvc account bob)" \
+    "secret-tool looks them up"
+expect_eq 0 "$(sqlite3 -readonly "$STORE4" "SELECT COUNT(*) FROM attribute_pending")" "the unlock moved the entries into the index"
+kc unmount "$MNT" >/dev/null 2>&1
+
 # A store with no passphrase: Unlock needs no prompt.
 STORE3="$TEST_ROOT/nopass.db"
 kc init --store "$STORE3" --no-passphrase >/dev/null
