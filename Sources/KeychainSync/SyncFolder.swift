@@ -244,15 +244,21 @@ package struct SyncFolder: Sendable {
     // MARK: manifests
 
     /// Writes the device's manifest, authenticated under its device key, after its item files.
-    package func writeManifest(_ m: SyncManifest, keys: SyncKeys) throws {
+    /// `announce` is given the SHA-256 of its bytes (as `readManifest` returns it) before
+    /// anything is written. Returns that SHA-256.
+    @discardableResult
+    package func writeManifest(_ m: SyncManifest, keys: SyncKeys, announce: (String) throws -> Void = { _ in }) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let body = [UInt8](try encoder.encode(m))
         let mac = HMACSHA256.authenticate(body, key: try keys.manifestKey(m.device))
+        let digest = SHA256Digest.hash(mac + body)
+        try announce(SyncHex.encode(digest))
         try makeInside(devicePath(m.device))
         try SyncFiles.write(mac + body, to: manifestPath(m.device))
         // What this device wrote is what its next exchange reads back (to find a rollback).
-        Self.authenticated.withLock { $0[manifestPath(m.device) + "\n" + m.folder] = (SHA256Digest.hash(mac + body), m) }
+        Self.authenticated.withLock { $0[manifestPath(m.device) + "\n" + m.folder] = (digest, m) }
+        return SyncHex.encode(digest)
     }
 
     /// The device's manifest, if it has one; `integrityFailure` if it fails authentication or

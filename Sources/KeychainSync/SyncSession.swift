@@ -17,6 +17,10 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
     /// The sequence number of this device's last manifest, and its Lamport clock.
     package var seq: UInt64 = 0
     package var lamport: UInt64 = 0
+    /// The SHA-256 of the manifest this device wrote at `seq`: another one there was written
+    /// by another keychain with this identity (`SyncSession.writtenElsewhere`). Optional:
+    /// state files written before it have none.
+    package var ownDigest: String?
     /// Each other device's last merged manifest: its sequence number and SHA-256.
     package var seen: [String: UInt64] = [:]
     package var seenDigest: [String: String] = [:]
@@ -198,6 +202,16 @@ package final class SyncSession: Sendable {
         }
         let keys = try SyncKeys(syncKey: try syncKey(state))
         let folder = SyncFolder(path: state.folder)
+        // 0. This device's own manifest, written by this device: by another keychain with its
+        // identity, it stops here, before anything of that keychain's is merged or written over.
+        let mine = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys)
+        if let (m, digest) = mine, let why = writtenElsewhere(m.seq, digest: digest, state: state, announced: lock.announced()) {
+            log.error("sync: \(why)")
+            state.refusals = [why]
+            state.lastExchange = now
+            try state.save(forStore: storePath)
+            throw KeychainError.integrityFailure(why)
+        }
         folder.removeTemporaries(state.device)
         var report = SyncReport()
         func refuse(_ why: String) {
@@ -267,7 +281,7 @@ package final class SyncSession: Sendable {
         }
 
         // 2. Own directory: a file of ours missing or altered (a rolled-back directory) is published again.
-        if let (mine, _) = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys) {
+        if let (mine, _) = mine {
             if mine.seq < state.seq {
                 refuse("\(Self.ownDirectoryRolledBack) (state \(mine.seq), written \(state.seq)); it is written again")
             }
@@ -503,7 +517,7 @@ package final class SyncSession: Sendable {
         for (d, m) in manifests where !inFlight.contains(d) { state.seen[d.hex] = m.seq }
         let manifest = SyncManifest(device: state.device, folder: state.folderID, seq: state.seq, written: now,
                                     seen: state.seen, entries: state.own.sorted { $0.item < $1.item })
-        try folder.writeManifest(manifest, keys: keys)
+        state.ownDigest = try folder.writeManifest(manifest, keys: keys, announce: lock.announce)
         // Then the files it no longer names (older versions, expired tombstones) go.
         folder.removeUnnamedItems(manifest)
         state.refusals = report.refusals
@@ -511,6 +525,31 @@ package final class SyncSession: Sendable {
         try state.save(forStore: storePath)
         return report
     }
+
+    /// Why this device's own manifest, at state `seq` with SHA-256 `digest`, was not written
+    /// by this keychain; nil if it was (or if that cannot be told). A copy of the store made
+    /// with its sync state and device key is a second device with this one's identity: each
+    /// would write over the other's directory, and what one wrote might never reach the others.
+    /// The manifest at
+    /// the state this device last wrote is the one it wrote (`ownDigest`); one state further
+    /// is an exchange of its own killed after the manifest and before the state was saved
+    /// only if it is the one this device announced before writing it (`ExchangeLock.announce`).
+    /// An older state is a rollback (step 2). State files, and lock files, written before
+    /// these records tell nothing.
+    func writtenElsewhere(_ seq: UInt64, digest: String, state: SyncLocalState, announced: String?) -> String? {
+        let foreign = seq == state.seq ? state.ownDigest.map { $0 != digest } ?? false
+            : seq > state.seq && announced.map { $0 != digest } ?? false
+        guard foreign else { return nil }
+        let statePath = SyncLocalState.path(forStore: storePath)
+        return "\(Self.writtenElsewherePrefix) (state \(seq); this device wrote \(state.seq)): another keychain "
+            + "syncs with this device's identity: a copy of this store made with \(statePath) and the device key "
+            + "(a cloned machine or home directory). This keychain merges and writes nothing until it has an "
+            + "identity of its own: unmount it, remove \(statePath), and run 'keychainfs sync join \(state.folder)' "
+            + "(not 'sync leave', which would remove the directory the two share)"
+    }
+
+    /// How the refusal of a twin begins (`writtenElsewhere`).
+    package static let writtenElsewherePrefix = "this device's own directory holds a state it did not write"
 
     /// The record and secret in a version's file, checked to be the item its name says and
     /// allowed to travel.
@@ -559,7 +598,8 @@ package final class SyncSession: Sendable {
     static func text(_ error: Error) -> String { (error as? KeychainError)?.description ?? "\(error)" }
 }
 
-/// One exchange of a store at a time, across processes (the daemon, `sync now`).
+/// One exchange of a store at a time, across processes (the daemon, `sync now`). The lock
+/// file also holds the SHA-256 of the manifest the last exchange began to write (`announce`).
 package final class ExchangeLock: Sendable {
     private let fd: Int32
 
@@ -574,6 +614,26 @@ package final class ExchangeLock: Sendable {
     }
 
     package func release() { close(fd) }
+
+    /// Records, durably, the SHA-256 of the manifest about to be written: an exchange killed
+    /// after the manifest and before its state was saved leaves a manifest one state ahead,
+    /// which the next exchange knows as its own by this (`SyncSession.writtenElsewhere`).
+    package func announce(_ digest: String) throws {
+        let bytes = Array(digest.utf8)
+        let written = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        if written >= 0 && written < bytes.count { errno = ENOSPC }
+        guard written == bytes.count, ftruncate(fd, off_t(bytes.count)) == 0, fdatasync(fd) == 0 else {
+            throw errno == ENOSPC ? KeychainError.diskFull : KeychainError.io("cannot write the sync lock file: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// What the last `announce` recorded; nil if none did (a lock file of an older version).
+    package func announced() -> String? {
+        var buffer = [UInt8](repeating: 0, count: 128)
+        let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+        guard n == 64 else { return nil }
+        return String(decoding: buffer[0..<64], as: UTF8.self)
+    }
 }
 
 extension SyncSession {

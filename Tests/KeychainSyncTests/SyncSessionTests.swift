@@ -497,4 +497,99 @@ final class SyncSessionTests: XCTestCase {
         for s in [a, c] { try s.exchange(now: later) }
         for s in [a, b, c] { XCTAssertNil(try secret(s, "frank"), "an expired tombstone resurrects nothing") }
     }
+
+    /// A copy of device `name`'s whole directory (its store, device key and sync state, as a
+    /// backup of a data directory holds them), opened as a second device with its identity.
+    func copy(of name: String, as copyName: String) throws -> SyncSession {
+        let dir = root + "/" + copyName
+        try FileManager.default.copyItem(atPath: root + "/" + name, toPath: dir)
+        let keychain = try Keychain(openingAt: dir + "/k.db", deviceKeyPath: dir + "/device.key", acceptRollback: true)
+        try keychain.unlock(passphrase: SecureBytes(copying: Array("pw".utf8)))
+        return SyncSession(owner: try ServedKeychain(keychain: keychain), storePath: dir + "/k.db")
+    }
+
+    func ownManifest(_ s: SyncSession) throws -> Data {
+        let state = try XCTUnwrap(try SyncLocalState.load(forStore: s.storePath))
+        return try Data(contentsOf: URL(fileURLWithPath: SyncFolder(path: folder).manifestPath(state.device)))
+    }
+
+    func assertStopsAsACopy(_ s: SyncSession, file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertThrowsError(try s.exchange(), file: file, line: line) { e in
+            guard case KeychainError.integrityFailure(let why) = e else { return XCTFail("\(e)", file: file, line: line) }
+            XCTAssertTrue(why.hasPrefix(SyncSession.writtenElsewherePrefix) && why.contains("sync join"), why, file: file, line: line)
+        }
+    }
+
+    /// A copy of a store made with its sync state writes as the same device. The first of the
+    /// two to write goes on; the other finds its own directory at a state it did not write,
+    /// and stops before it merges or writes anything, until it joins again as a device of its own.
+    func testACopyOfAStoreWithItsSyncStateStopsBeforeItWritesOverTheOriginal() throws {
+        let (a, b) = try pair()
+        try put(a, "dave", "one")
+        try a.exchange(); try b.exchange()
+        let twin = try copy(of: "a", as: "twin")
+        try put(a, "dave", "two")
+        try a.exchange()
+        let written = try ownManifest(a)
+        try put(twin, "dave", "the twin's")
+        assertStopsAsACopy(twin)
+        XCTAssertEqual(try ownManifest(a), written, "the twin wrote nothing over A's directory")
+        XCTAssertEqual(try secret(twin, "dave"), "the twin's", "and merged nothing")
+        let twinState = try XCTUnwrap(try SyncLocalState.load(forStore: twin.storePath))
+        XCTAssertTrue(twinState.refusals.first?.hasPrefix(SyncSession.writtenElsewherePrefix) == true, "sync status shows why")
+        XCTAssertEqual(try a.exchange().refusals, [], "A goes on")
+        try b.exchange()
+        XCTAssertEqual(try secret(b, "dave"), "two")
+        assertStopsAsACopy(twin)
+        // As the message says: its own identity, by its state removed and a join.
+        XCTAssertEqual(unlink(SyncLocalState.path(forStore: twin.storePath)), 0)
+        _ = try twin.join(folder: folder, passphrase: passphrase)
+        XCTAssertNotEqual(try XCTUnwrap(try SyncLocalState.load(forStore: twin.storePath)).device, twinState.device)
+        for _ in 0..<2 { for s in [twin, a, b] { XCTAssertEqual(try s.exchange().refusals, []) } }
+        let values = try [a, b, twin].map { s in try XCTUnwrap(try secret(s, "dave")) }
+        XCTAssertEqual(Set(values).count, 1, "the three agree: \(values)")
+        let kept = try a.owner.items(matching: ItemQuery(kind: .generic, service: "mail")).filter { $0.key.account.hasPrefix("dave.conflict-") }
+        XCTAssertEqual(kept.count, 1, "the value that lost is kept as a conflict copy")
+    }
+
+    /// Both write the same state (each before the engine brought it the other's): the one whose
+    /// manifest the engine kept goes on, the other stops.
+    func testOfTwoCopiesThatWroteTheSameStateTheOneTheEngineDidNotKeepStops() throws {
+        let (a, b) = try pair()
+        try put(a, "erin", "one")
+        try a.exchange(); try b.exchange()
+        let stateA = try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath))
+        let dir = SyncFolder(path: folder).devicePath(stateA.device)
+        let before = root + "/before"
+        try FileManager.default.copyItem(atPath: dir, toPath: before)
+        let twin = try copy(of: "a", as: "twin")
+        try put(twin, "erin", "the twin's")
+        try twin.exchange()
+        // A's machine has not got the twin's write yet: its directory as it was.
+        try FileManager.default.removeItem(atPath: dir)
+        try FileManager.default.copyItem(atPath: before, toPath: dir)
+        try put(a, "erin", "two")
+        try a.exchange()
+        XCTAssertEqual(try XCTUnwrap(try SyncLocalState.load(forStore: twin.storePath)).seq, try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath)).seq)
+        assertStopsAsACopy(twin)
+        XCTAssertEqual(try a.exchange().refusals, [])
+        try b.exchange()
+        XCTAssertEqual(try secret(b, "erin"), "two")
+    }
+
+    /// An exchange killed after its manifest and before its state was saved leaves the manifest
+    /// one state ahead of the state: that one is this device's own (it announced it), not a copy's.
+    func testAManifestOneStateAheadThatThisDeviceAnnouncedIsItsOwn() throws {
+        let (a, b) = try pair()
+        try put(a, "fay", "one")
+        try a.exchange()
+        let statePath = SyncLocalState.path(forStore: a.storePath)
+        let saved = try Data(contentsOf: URL(fileURLWithPath: statePath))
+        try put(a, "fay", "two")
+        try a.exchange()
+        try saved.write(to: URL(fileURLWithPath: statePath))
+        XCTAssertEqual(try a.exchange().refusals, [])
+        try b.exchange()
+        XCTAssertEqual(try secret(b, "fay"), "two")
+    }
 }

@@ -202,6 +202,47 @@ kc sync now $P >/dev/null
 expect_exit 0 "sync now on B after passwd" kcb sync now --passphrase-file "$T/new-pass"
 expect_eq "carol-secret" "$(kcb find-generic-password --passphrase-file "$T/new-pass" -s mail -a carol -w)" "sync still works"
 
+echo "== a copy of a device"
+# A cloned machine or home directory: A's store with its sync state and its device key (without
+# the key the copy could not read its sync key, a this-device-only item). The copy writes as A.
+mkdir -p "$T/d/home" "$T/d/config" "$T/d/run"
+chmod 700 "$T/d/run"
+cp -a "$XDG_DATA_HOME" "$T/d/data"
+cp -a "$XDG_STATE_HOME" "$T/d/state"
+kcd() {
+    HOME="$T/d/home" XDG_DATA_HOME="$T/d/data" XDG_STATE_HOME="$T/d/state" XDG_CONFIG_HOME="$T/d/config" \
+        XDG_RUNTIME_DIR="$T/d/run" KEYCHAINFS_STORE="$T/d/data/keychainfs/keychain.db" "$KEYCHAINFS_BIN" "$@"
+}
+dev_a=$(kc sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+expect_eq "$dev_a" "$(kcd sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')" "the copy has A's identity"
+kc add-generic-password $P -s mail -a dora -w 'dora-on-a' --synchronizable
+expect_exit 0 "A writes first" kc sync now $P
+a_state=$(sha256sum "$FOLDER/devices/$dev_a/state")
+kcd add-generic-password $P -s mail -a dora -w 'dora-on-the-copy' --synchronizable
+expect_exit 93 "the copy's sync now: 93" kcd sync now $P
+expect_contains "$ERR" "another keychain syncs with this device's identity" "it says what happened"
+expect_contains "$ERR" "remove $T/d/data/keychainfs/keychain.db.sync.json" "and names the copy's state to remove"
+expect_eq "$a_state" "$(sha256sum "$FOLDER/devices/$dev_a/state")" "the copy wrote nothing over A's directory"
+expect_eq "dora-on-the-copy" "$(kcd find-generic-password $P -s mail -a dora -w)" "and merged nothing"
+expect_contains "$(kcd sync status $P)" "refused: this device's own directory holds a state it did not write" "sync status on the copy shows it"
+expect_exit 0 "A goes on" kc sync now $P
+expect_exit 0 "B merges A's change" kcb sync now --passphrase-file "$T/new-pass"
+expect_eq "dora-on-a" "$(kcb find-generic-password --passphrase-file "$T/new-pass" -s mail -a dora -w)" "B has A's value"
+expect_exit 93 "the copy stays stopped" kcd sync now $P
+rm "$T/d/data/keychainfs/keychain.db.sync.json"
+expect_exit 0 "the copy joins again, as a device of its own" kcd sync join "$FOLDER" $P $S
+dev_d=$(kcd sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+[ -n "$dev_d" ] && [ "$dev_d" != "$dev_a" ] && pass "with an identity of its own" || fail "with an identity of its own" "$dev_d"
+kc sync now $P >/dev/null; kcd sync now $P >/dev/null; kc sync now $P >/dev/null
+expect_eq "$(kc find-generic-password $P -s mail -a dora -w)" "$(kcd find-generic-password $P -s mail -a dora -w)" "A and the copy agree on the item"
+copy_name=$(kcd sync status $P | sed -n 's|.*conflict: /mail/\(dora\.conflict-[^ ]*\).*|\1|p' | head -1)
+kept=$(kcd find-generic-password $P -s mail -a dora -w)
+kept_copy=$(kcd find-generic-password $P -s mail -a "$copy_name" -w)
+expect_eq "dora-on-a dora-on-the-copy" "$(printf '%s\n%s\n' "$kept" "$kept_copy" | sort | tr '\n' ' ' | sed 's/ $//')" \
+    "and neither value is lost: the other is kept as a conflict copy"
+expect_exit 0 "the copy leaves" kcd sync leave $P
+kc sync now $P >/dev/null
+
 echo "== leave"
 kcb add-generic-password --passphrase-file "$T/new-pass" -s mail -a fromb -w 'written-on-b' --synchronizable
 kcb sync now --passphrase-file "$T/new-pass" >/dev/null
