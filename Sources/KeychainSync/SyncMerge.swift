@@ -157,11 +157,18 @@ package struct SyncState: Hashable, Sendable {
     /// the greatest of them (`winner`: by Lamport counter, then device), and the others that
     /// hold a value (`conflicts`): concurrent edits, kept as conflict copies. A tombstone wins
     /// over every older version; a concurrent edit it beat is a conflict, so nothing is lost.
+    /// Versions with one vector are one version, published again by another device (every
+    /// write counts itself in its vector, so two writes never share one): never a conflict.
     package func resolve(_ item: SyncItemID) -> SyncResolution? {
         let all = versions(of: item)
         let heads = all.filter { e in !all.contains { e.vector.isDominated(by: $0.vector) } }
         guard let winner = heads.max(by: { $0.version < $1.version }) else { return nil }
-        let conflicts = heads.filter { $0 != winner && !$0.isTombstone }.sorted { $0.version < $1.version }
+        var distinct: [VersionVector: SyncEntry] = [:]
+        for h in heads where !h.isTombstone && h.vector != winner.vector {
+            if let seen = distinct[h.vector], h.version < seen.version { continue }
+            distinct[h.vector] = h
+        }
+        let conflicts = distinct.values.sorted { $0.version < $1.version }
         return SyncResolution(winner: winner, conflicts: conflicts, heads: heads)
     }
 }

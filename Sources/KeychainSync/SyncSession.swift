@@ -168,6 +168,14 @@ package final class SyncSession: Sendable {
     }
     /// A digest no value has: the item is published again at the next exchange.
     static let republish = "republish"
+    /// Marks an item to be published again as the version it is (`republishAsIs`), while its
+    /// value is still the one of `digest`: a digest no value has either.
+    static func republishAsIs(_ digest: String) -> String { republish + " " + digest }
+    /// The digest a `republishAsIs` mark holds.
+    static func republishedDigest(_ mark: String?) -> String? {
+        guard let mark, mark.hasPrefix(republish + " ") else { return nil }
+        return String(mark.dropFirst(republish.count + 1))
+    }
 
     /// The sync key, from its item in the store (`keychainfs-sync/<folder id>`, this device only).
     package func syncKey(_ state: SyncLocalState) throws -> SecureBytes {
@@ -265,13 +273,17 @@ package final class SyncSession: Sendable {
         // 2a. A device that left (`sync leave`: its directory gone after this one merged it)
         // took its files with it, and no one else publishes what it wrote: the items whose
         // version here is its are published again, so that a device that joins later still
-        // gets them. By one device only, the smallest id still in the folder, since two would
-        // make concurrent versions of one value (a conflict copy of it everywhere).
+        // gets them. As the versions they are (their vectors, `republishAsIs`): a later version
+        // of the departed device (its directory back, as it wrote on) follows them, so a delete
+        // it made meanwhile deletes them, and none is a conflict with it. By one device only,
+        // the smallest id still in the folder (two make the same version twice, which is no
+        // conflict either, but costs a file each).
         let listed = Set(folder.devices())
         let departed = Set(state.seen.keys.compactMap { try? DeviceID(hex: $0) }).subtracting(listed)
         if !departed.isEmpty && listed.allSatisfy({ $0 >= state.device }) {
-            for (hex, s) in state.synced where s.digest != nil && departed.contains(s.version.device) {
-                state.synced[hex]?.digest = Self.republish
+            for (hex, s) in state.synced where departed.contains(s.version.device) {
+                guard let digest = s.digest, Self.republishedDigest(digest) == nil, digest != Self.republish else { continue }
+                state.synced[hex]?.digest = Self.republishAsIs(digest)
             }
             for d in departed {
                 state.departed = state.departed ?? [:]
@@ -314,7 +326,8 @@ package final class SyncSession: Sendable {
         let remembered = owner.notSynchronizableRows.withLock { $0 }
         var newlyNotSynchronizable: [Int64: Int64] = [:]
         for (rowID, version) in rows {
-            if let seen = seenRow[rowID], seen.version == version, let d = state.synced[seen.hex]?.digest, d != Self.republish,
+            if let seen = seenRow[rowID], seen.version == version, let d = state.synced[seen.hex]?.digest,
+               d != Self.republish, Self.republishedDigest(d) == nil,
                let id = try? SyncItemID(hex: seen.hex) {
                 local[id] = LocalRow(row: rowID, version: version, item: nil)
                 continue
@@ -347,11 +360,13 @@ package final class SyncSession: Sendable {
         for e in state.own { ownState.insert(e) }
         // Every version published now comes after every version in the folder.
         let top = others.entries.values.flatMap(\.values).map(\.version.lamport).max() ?? 0
-        func nextEntry(_ id: SyncItemID, tombstone: Bool) -> SyncEntry {
+        /// A new version of this device's, after every one known here; or, given `asIs`, a
+        /// version already written (by another device) published again: the same vector.
+        func nextEntry(_ id: SyncItemID, tombstone: Bool, asIs: VersionVector? = nil) -> SyncEntry {
             let known = [state.synced[id.hex]?.vector, own[id]?.vector].compactMap { $0 }
             state.lamport = max(state.lamport, top) + 1
             return SyncEntry(item: id, version: SyncVersion(lamport: state.lamport, device: state.device),
-                             vector: VersionVector.next(after: known, by: state.device), isTombstone: tombstone,
+                             vector: asIs ?? VersionVector.next(after: known, by: state.device), isTombstone: tombstone,
                              deletedAt: tombstone ? now : nil, writtenSeq: state.seq + 1, fileDigest: "")
         }
         // Files are sealed as they are published and written in batches (one flush each).
@@ -392,7 +407,10 @@ package final class SyncSession: Sendable {
                 state.synced[id.hex] = .init(version: arrived.version, vector: arrived.vector, digest: digest, row: row)
                 continue
             }
-            let e = nextEntry(id, tombstone: false)
+            // Unchanged here since it was marked: that version again; changed: a new one.
+            let held = state.synced[id.hex]
+            let asIs = Self.republishedDigest(held?.digest) == digest ? held?.vector : nil
+            let e = nextEntry(id, tombstone: false, asIs: asIs)
             try publish(e, payload: payload)
             state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: digest, row: row)
         }
@@ -420,6 +438,24 @@ package final class SyncSession: Sendable {
             local[id]?.item = item
             return item
         }
+        /// Publishes again, as the version it is, what is held here of `id` (`held`): its
+        /// value, if that is still the one held, or its delete.
+        func republishHeld(_ id: SyncItemID, _ held: SyncLocalState.SyncedItem) throws {
+            guard let digest = held.digest.map({ Self.republishedDigest($0) ?? $0 }) else {
+                let e = nextEntry(id, tombstone: true, asIs: held.vector)
+                try publish(e, payload: SecureBytes())
+                state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: nil)
+                return
+            }
+            guard let item = localItem(id), let payload = try? Self.payload(of: item, owner: owner),
+                  keys.digest(of: payload) == digest else {
+                report.deferred += 1  // not readable now, or changed here: the next exchange sees to it
+                return
+            }
+            let e = nextEntry(id, tombstone: false, asIs: held.vector)
+            try publish(e, payload: payload)
+            state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: digest, row: [item.id, item.sealed.version])
+        }
         // 4. The merge, applied through the owner in one change.
         let full = others.merged(ownState)
         var puts = ItemBatch()
@@ -436,7 +472,17 @@ package final class SyncSession: Sendable {
             state.conflicts += r.conflicts
             let w = r.winner
             if w.version.device != state.device && state.synced[id.hex]?.version != w.version {
-                if local[id] != nil && localItem(id) == nil {
+                if let held = state.synced[id.hex], held.digest != Self.republish, w.vector.isCovered(by: held.vector) {
+                    // What is held here is this version, published again by another device (the
+                    // same vector), or follows every version the folder still has: its writer's
+                    // directory went before every device had merged it (2a). A delete held here
+                    // would otherwise come back with the value another device published again.
+                    if w.vector == held.vector {
+                        state.synced[id.hex]?.version = w.version
+                    } else {
+                        try republishHeld(id, held)
+                    }
+                } else if local[id] != nil && localItem(id) == nil {
                     report.deferred += 1  // held here, but not readable now: merged once it is
                 } else if w.isTombstone {
                     if let item = localItem(id) {
@@ -486,6 +532,8 @@ package final class SyncSession: Sendable {
                 }
             }
         }
+        try flush()
+        state.own = own.values.sorted { $0.item < $1.item }
         if !puts.isEmpty || !deletes.isEmpty {
             let skipped = Set(try owner.applySync(puts: puts, deletes: deletes, expected: expected))
             for (id, synced, key) in appliedIDs {

@@ -164,4 +164,23 @@ final class SyncMergeTests: XCTestCase {
         XCTAssertEqual(r.winner, later)
         XCTAssertEqual(r.conflicts, [edit])
     }
+
+    /// A version published again by another device keeps its vector: it is that version, not a
+    /// concurrent edit of it; a later version of its writer follows it (a delete deletes it).
+    func testAVersionPublishedAgainIsNoConflictAndItsWritersNextVersionFollowsIt() {
+        var v = SimulatedDevice(id: Self.devices[0]), s = SimulatedDevice(id: Self.devices[1])
+        let item = Self.items[0]
+        let original = v.write(item, tombstone: false, value: 1)
+        var again = original
+        again.version = SyncVersion(lamport: original.version.lamport + 7, device: s.id)
+        s.state.insert(again)
+        var r = v.published().merged(s.published()).resolve(item)!
+        XCTAssertEqual(r.winner, again, "the later Lamport counter is the winner")
+        XCTAssertEqual(r.conflicts, [], "the same version twice is no conflict")
+        let gone = v.write(item, tombstone: true, value: 0)
+        r = v.published().merged(s.published()).resolve(item)!
+        XCTAssertEqual(r.winner, gone, "the writer's delete follows the version published again")
+        XCTAssertEqual(r.heads, [gone])
+        XCTAssertEqual(r.conflicts, [])
+    }
 }

@@ -592,4 +592,71 @@ final class SyncSessionTests: XCTestCase {
         try b.exchange()
         XCTAssertEqual(try secret(b, "fay"), "two")
     }
+
+    func state(_ s: SyncSession) throws -> SyncLocalState { try XCTUnwrap(try SyncLocalState.load(forStore: s.storePath)) }
+
+    func conflictCopies(_ s: SyncSession) throws -> Int {
+        try s.owner.items(matching: ItemQuery(kind: .generic, service: "mail")).filter { $0.key.account.contains(".conflict-") }.count
+    }
+
+    /// A device's directory goes (an engine removed it) before the others merged a delete it
+    /// made; the smallest device publishes its items again; the directory comes back at a later
+    /// state (the device wrote on). The items were published again as the versions they were,
+    /// so the delete follows them: the item goes everywhere, and no conflict copy is made.
+    func testADeleteMadeJustBeforeADirectoryWentIsNotUndoneByTheItemsPublishedAgain() throws {
+        let (a, b) = try pair()
+        let v = try device("v")
+        _ = try v.join(folder: folder, passphrase: passphrase)
+        try put(v, "gone", "deleted on v"); try put(v, "kept", "kept on v")
+        for _ in 0..<2 { for s in [v, a, b] { try s.exchange() } }
+        for s in [a, b] { XCTAssertEqual(try secret(s, "gone"), "deleted on v") }
+        _ = try v.owner.delete(matching: ItemQuery(kind: .generic, account: "gone", service: "mail"), all: false)
+        try v.exchange()
+        let dirV = SyncFolder(path: folder).devicePath(try state(v).device)
+        try FileManager.default.moveItem(atPath: dirV, toPath: root + "/v-away")
+        var copies = 0
+        var published = 0
+        for s in [a, b] { let r = try s.exchange(); copies += r.conflictCopies; published += r.published }
+        XCTAssertEqual(published, 2, "one device published V's two items again")
+        try FileManager.default.moveItem(atPath: root + "/v-away", toPath: dirV)
+        try put(v, "later", "written on v later")
+        for _ in 0..<2 { for s in [v, a, b] { copies += try s.exchange().conflictCopies } }
+        for s in [a, b, v] {
+            XCTAssertNil(try secret(s, "gone"), "the delete holds")
+            XCTAssertEqual(try secret(s, "kept"), "kept on v")
+            XCTAssertEqual(try secret(s, "later"), "written on v later")
+            XCTAssertEqual(try conflictCopies(s), 0, "no conflict copy")
+        }
+        XCTAssertEqual(copies, 0)
+    }
+
+    /// A device that merged the delete before the writer's directory went holds a later version
+    /// than the value the smallest device publishes again: it publishes the delete again, as the
+    /// version it is, and the item goes on the smallest device too.
+    func testADeleteMergedBeforeTheWritersDirectoryWentIsPublishedAgainOverTheOlderValue() throws {
+        let (a, b) = try pair()
+        let v = try device("v")
+        _ = try v.join(folder: folder, passphrase: passphrase)
+        try put(v, "gone", "deleted on v")
+        for _ in 0..<2 { for s in [v, a, b] { try s.exchange() } }
+        // S publishes V's items again (the smaller of A and B); T merged V's delete first.
+        let (s, t) = try state(a).device < state(b).device ? (a, b) : (b, a)
+        _ = try v.owner.delete(matching: ItemQuery(kind: .generic, account: "gone", service: "mail"), all: false)
+        try v.exchange()
+        try t.exchange()
+        XCTAssertNil(try secret(t, "gone"))
+        try FileManager.default.removeItem(atPath: SyncFolder(path: folder).devicePath(try state(v).device))
+        var copies = 0
+        for _ in 0..<3 { for d in [s, t] { copies += try d.exchange().conflictCopies } }
+        for d in [s, t] {
+            XCTAssertNil(try secret(d, "gone"), "deleted everywhere")
+            XCTAssertEqual(try conflictCopies(d), 0)
+        }
+        XCTAssertEqual(copies, 0)
+        // A device that joins later does not get it either.
+        let c = try device("c")
+        _ = try c.join(folder: folder, passphrase: passphrase)
+        try c.exchange()
+        XCTAssertNil(try secret(c, "gone"))
+    }
 }
