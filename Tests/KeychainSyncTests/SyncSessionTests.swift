@@ -511,8 +511,7 @@ final class SyncSessionTests: XCTestCase {
     }
 
     func ownManifest(_ s: SyncSession) throws -> Data {
-        let state = try XCTUnwrap(try SyncLocalState.load(forStore: s.storePath))
-        return try Data(contentsOf: URL(fileURLWithPath: SyncFolder(path: folder).manifestPath(state.device)))
+        try Data(contentsOf: URL(fileURLWithPath: SyncFolder(path: folder).manifestPath(try state(s).device)))
     }
 
     func assertStopsAsACopy(_ s: SyncSession, file: StaticString = #filePath, line: UInt = #line) {
@@ -537,7 +536,7 @@ final class SyncSessionTests: XCTestCase {
         assertStopsAsACopy(twin)
         XCTAssertEqual(try ownManifest(a), written, "the twin wrote nothing over A's directory")
         XCTAssertEqual(try secret(twin, "dave"), "the twin's", "and merged nothing")
-        let twinState = try XCTUnwrap(try SyncLocalState.load(forStore: twin.storePath))
+        let twinState = try state(twin)
         XCTAssertTrue(twinState.refusals.first?.hasPrefix(SyncSession.writtenElsewherePrefix) == true, "sync status shows why")
         XCTAssertEqual(try a.exchange().refusals, [], "A goes on")
         try b.exchange()
@@ -546,7 +545,7 @@ final class SyncSessionTests: XCTestCase {
         // As the message says: its own identity, by its state removed and a join.
         XCTAssertEqual(unlink(SyncLocalState.path(forStore: twin.storePath)), 0)
         _ = try twin.join(folder: folder, passphrase: passphrase)
-        XCTAssertNotEqual(try XCTUnwrap(try SyncLocalState.load(forStore: twin.storePath)).device, twinState.device)
+        XCTAssertNotEqual(try state(twin).device, twinState.device)
         for _ in 0..<2 { for s in [twin, a, b] { XCTAssertEqual(try s.exchange().refusals, []) } }
         let values = try [a, b, twin].map { s in try XCTUnwrap(try secret(s, "dave")) }
         XCTAssertEqual(Set(values).count, 1, "the three agree: \(values)")
@@ -560,8 +559,7 @@ final class SyncSessionTests: XCTestCase {
         let (a, b) = try pair()
         try put(a, "erin", "one")
         try a.exchange(); try b.exchange()
-        let stateA = try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath))
-        let dir = SyncFolder(path: folder).devicePath(stateA.device)
+        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
         let before = root + "/before"
         try FileManager.default.copyItem(atPath: dir, toPath: before)
         let twin = try copy(of: "a", as: "twin")
@@ -572,7 +570,7 @@ final class SyncSessionTests: XCTestCase {
         try FileManager.default.copyItem(atPath: before, toPath: dir)
         try put(a, "erin", "two")
         try a.exchange()
-        XCTAssertEqual(try XCTUnwrap(try SyncLocalState.load(forStore: twin.storePath)).seq, try XCTUnwrap(try SyncLocalState.load(forStore: a.storePath)).seq)
+        XCTAssertEqual(try state(twin).seq, try state(a).seq)
         assertStopsAsACopy(twin)
         XCTAssertEqual(try a.exchange().refusals, [])
         try b.exchange()
