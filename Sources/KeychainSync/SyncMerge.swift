@@ -72,10 +72,13 @@ package struct VersionVector: Hashable, Sendable, Codable {
         VersionVector(counts.merging(other.counts, uniquingKeysWith: max))
     }
 
-    /// The vector of a new version by `device` that follows all of `known`.
-    package static func next(after known: [VersionVector], by device: DeviceID) -> VersionVector {
+    /// The vector of a new version by `device` that follows all of `known`. Its own count is
+    /// at least `atLeast`: the writer passes its Lamport clock, which has passed every count it
+    /// ever gave, so no two of its writes share a count, even when what it knows of its earlier
+    /// ones is gone (an own version written over and dropped, a state restored from a copy).
+    package static func next(after known: [VersionVector], by device: DeviceID, atLeast: UInt64 = 0) -> VersionVector {
         var v = known.reduce(VersionVector()) { $0.joined($1) }
-        v.counts[device] = v[device] + 1
+        v.counts[device] = max(v[device] + 1, atLeast)
         return v
     }
 
@@ -106,22 +109,34 @@ package struct SyncEntry: Hashable, Sendable, Codable {
     package var writtenSeq: UInt64
     /// SHA-256 of the item's sealed file, so that a file swapped under a signed manifest fails.
     package var fileDigest: String
+    /// The version as its writer wrote it, when another device publishes it again (its writer's
+    /// directory gone, or this device's own directory lost): the same vector, and the same
+    /// place in the order of versions (`order`). Nil for a version as written.
+    package var writtenAs: SyncVersion?
 
     package init(item: SyncItemID, version: SyncVersion, vector: VersionVector, isTombstone: Bool,
-                 deletedAt: Int64? = nil, writtenSeq: UInt64, fileDigest: String) {
+                 deletedAt: Int64? = nil, writtenSeq: UInt64, fileDigest: String, writtenAs: SyncVersion? = nil) {
         self.item = item; self.version = version; self.vector = vector; self.isTombstone = isTombstone
         self.deletedAt = deletedAt; self.writtenSeq = writtenSeq; self.fileDigest = fileDigest
+        self.writtenAs = writtenAs
     }
 
-    /// Of two versions a device wrote of one item, the later: its own count is higher. The
-    /// rest only makes the order total, so that merging stays commutative whatever arrives.
+    /// Where the version stands among concurrent ones: where its writer put it.
+    package var order: SyncVersion { writtenAs ?? version }
+
+    /// Of two versions a device published of one item, the later: its Lamport counter, which
+    /// grows at every version the device publishes (one published again too, whose vector
+    /// does not count it). The rest only makes the order total, so that merging stays
+    /// commutative whatever arrives.
     static func precedesFromOneWriter(_ a: SyncEntry, _ b: SyncEntry) -> Bool {
-        let d = a.version.device
-        if a.vector[d] != b.vector[d] { return a.vector[d] < b.vector[d] }
         if a.version != b.version { return a.version < b.version }
         if a.isTombstone != b.isTombstone { return !a.isTombstone }
         return a.fileDigest < b.fileDigest
     }
+
+    /// The order of concurrent versions: where their writers put them, then where they were
+    /// published (two publications of one version), so every device picks the same winner.
+    static func ranksBelow(_ a: SyncEntry, _ b: SyncEntry) -> Bool { (a.order, a.version) < (b.order, b.version) }
 }
 
 /// The versions the folder holds: per device (each writes only its own directory), per item,
@@ -158,17 +173,18 @@ package struct SyncState: Hashable, Sendable {
     /// hold a value (`conflicts`): concurrent edits, kept as conflict copies. A tombstone wins
     /// over every older version; a concurrent edit it beat is a conflict, so nothing is lost.
     /// Versions with one vector are one version, published again by another device (every
-    /// write counts itself in its vector, so two writes never share one): never a conflict.
+    /// write counts itself in its vector with a count its writer never gave before, so two
+    /// writes never share one): never a conflict, and ranked where its writer put it (`order`).
     package func resolve(_ item: SyncItemID) -> SyncResolution? {
         let all = versions(of: item)
         let heads = all.filter { e in !all.contains { e.vector.isDominated(by: $0.vector) } }
-        guard let winner = heads.max(by: { $0.version < $1.version }) else { return nil }
+        guard let winner = heads.max(by: SyncEntry.ranksBelow) else { return nil }
         var distinct: [VersionVector: SyncEntry] = [:]
         for h in heads where !h.isTombstone && h.vector != winner.vector {
-            if let seen = distinct[h.vector], h.version < seen.version { continue }
+            if let seen = distinct[h.vector], SyncEntry.ranksBelow(h, seen) { continue }
             distinct[h.vector] = h
         }
-        let conflicts = distinct.values.sorted { $0.version < $1.version }
+        let conflicts = distinct.values.sorted(by: SyncEntry.ranksBelow)
         return SyncResolution(winner: winner, conflicts: conflicts, heads: heads)
     }
 }

@@ -56,6 +56,31 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
         /// is the same, the item has not changed and is not decrypted again (an exchange at
         /// every commit would otherwise decrypt every synchronizable item).
         package var row: [Int64]?
+        /// The version's `SyncEntry.writtenAs`, when it was published again; and when a
+        /// tombstone was written. Optional: state files written before them have neither.
+        package var writtenAs: SyncVersion?
+        package var deletedAt: Int64?
+
+        package init(version: SyncVersion, vector: VersionVector, digest: String?, row: [Int64]? = nil,
+                     writtenAs: SyncVersion? = nil, deletedAt: Int64? = nil) {
+            self.version = version; self.vector = vector; self.digest = digest; self.row = row
+            self.writtenAs = writtenAs; self.deletedAt = deletedAt
+        }
+
+        /// What is held of `entry`: its value's digest (nil for a tombstone), from `row`.
+        package init(_ entry: SyncEntry, digest: String?, row: [Int64]? = nil) {
+            self.init(version: entry.version, vector: entry.vector, digest: digest, row: row,
+                      writtenAs: entry.writtenAs, deletedAt: entry.deletedAt)
+        }
+
+        /// The held version's place among concurrent ones (`SyncEntry.order`).
+        var order: SyncVersion { writtenAs ?? version }
+
+        /// The held version of `item` as an entry, to publish again (`nextEntry`).
+        func entry(_ item: SyncItemID) -> SyncEntry {
+            SyncEntry(item: item, version: version, vector: vector, isTombstone: digest == nil, deletedAt: deletedAt,
+                      writtenSeq: 0, fileDigest: "", writtenAs: writtenAs)
+        }
     }
 
     package init(folder: String, folderID: String, device: DeviceID) {
@@ -262,8 +287,10 @@ package final class SyncSession: Sendable {
             // this sum overflow, and no clock accepted here can run to the top either.
             let bound = min(max(state.lamport, elsewhere.max() ?? 0), Self.clockCeiling) + Self.aheadLimit
             for e in m.entries {
-                if e.version.lamport > bound {
-                    refuse("device \(d.short): a version (\(e.version.lamport)) runs implausibly far ahead of the others (at most \(bound)); refused")
+                // A version published again ranks where its writer put it: that place too.
+                let far = max(e.version.lamport, e.writtenAs?.lamport ?? 0)
+                if far > bound {
+                    refuse("device \(d.short): a version (\(far)) runs implausibly far ahead of the others (at most \(bound)); refused")
                     continue
                 }
                 others.insert(e)
@@ -273,18 +300,27 @@ package final class SyncSession: Sendable {
         // 2a. A device that left (`sync leave`: its directory gone after this one merged it)
         // took its files with it, and no one else publishes what it wrote: the items whose
         // version here is its are published again, so that a device that joins later still
-        // gets them. As the versions they are (their vectors, `republishAsIs`): a later version
-        // of the departed device (its directory back, as it wrote on) follows them, so a delete
-        // it made meanwhile deletes them, and none is a conflict with it. By one device only,
-        // the smallest id still in the folder (two make the same version twice, which is no
-        // conflict either, but costs a file each).
+        // gets them. As the versions they are (`SyncEntry.writtenAs`: their vectors, their
+        // place in the order): a later version of the departed device (its directory back, as
+        // it wrote on) follows them, so a delete it made meanwhile deletes them, and none is a
+        // conflict with it. By every device that holds one the folder has nothing of (one
+        // that had not merged it does not have it to publish); two that publish one together
+        // make the same version twice, which is no conflict either. A delete expired is not.
+        // The smallest id still in the folder takes the departed device as gone.
         let listed = Set(folder.devices())
         let departed = Set(state.seen.keys.compactMap { try? DeviceID(hex: $0) }).subtracting(listed)
-        if !departed.isEmpty && listed.allSatisfy({ $0 >= state.device }) {
-            for (hex, s) in state.synced where departed.contains(s.version.device) {
-                guard let digest = s.digest, Self.republishedDigest(digest) == nil, digest != Self.republish else { continue }
+        var departedDeletes: [SyncEntry] = []
+        for (hex, s) in state.synced where departed.contains(s.version.device) {
+            guard let id = try? SyncItemID(hex: hex),
+                  !others.versions(of: id).contains(where: { s.vector.isCovered(by: $0.vector) }) else { continue }
+            if let digest = s.digest {
+                guard Self.republishedDigest(digest) == nil, digest != Self.republish else { continue }
                 state.synced[hex]?.digest = Self.republishAsIs(digest)
+            } else if now - (s.deletedAt ?? now) < state.tombstoneExpiry {
+                departedDeletes.append(s.entry(id))
             }
+        }
+        if !departed.isEmpty && listed.allSatisfy({ $0 >= state.device }) {
             for d in departed {
                 state.departed = state.departed ?? [:]
                 state.departed?[d.hex] = state.seen[d.hex]
@@ -302,12 +338,19 @@ package final class SyncSession: Sendable {
             state.seq = max(state.seq, mine.seq)
             state.lamport = max(state.lamport, min(mine.entries.map(\.version.lamport).max() ?? 0, Self.clockCeiling))
         }
-        // Each is published again as a version after the damaged one (its vector is kept). The
-        // bytes are checked against what was written (their SHA-256), not decrypted.
-        var republishTombstones: [SyncItemID] = []
+        // Each is published again as the version it was (as in 2a): a delete or an edit another
+        // device made since follows it. A value goes again while it is the one held here (else
+        // another device's version was merged over it, and it goes). The bytes are checked
+        // against what was written (their SHA-256), not decrypted.
+        var republishDeletes = departedDeletes
         state.own = state.own.filter { e in
             guard !folder.itemMatches(e) else { return true }
-            if e.isTombstone { republishTombstones.append(e.item) } else { state.synced[e.item.hex]?.digest = Self.republish }
+            if e.isTombstone {
+                republishDeletes.append(e)
+            } else if let held = state.synced[e.item.hex], held.version == e.version, let d = held.digest,
+                      d != Self.republish, Self.republishedDigest(d) == nil {
+                state.synced[e.item.hex]?.digest = Self.republishAsIs(d)
+            }
             return false
         }
 
@@ -360,14 +403,16 @@ package final class SyncSession: Sendable {
         for e in state.own { ownState.insert(e) }
         // Every version published now comes after every version in the folder.
         let top = others.entries.values.flatMap(\.values).map(\.version.lamport).max() ?? 0
-        /// A new version of this device's, after every one known here; or, given `asIs`, a
-        /// version already written (by another device) published again: the same vector.
-        func nextEntry(_ id: SyncItemID, tombstone: Bool, asIs: VersionVector? = nil) -> SyncEntry {
+        /// A new version of this device's, after every one known here (its own count from the
+        /// Lamport clock: `VersionVector.next`); or, given `again`, a version already written,
+        /// published again: its vector, its place in the order and a delete's date.
+        func nextEntry(_ id: SyncItemID, tombstone: Bool, again: SyncEntry? = nil) -> SyncEntry {
             let known = [state.synced[id.hex]?.vector, own[id]?.vector].compactMap { $0 }
             state.lamport = max(state.lamport, top) + 1
             return SyncEntry(item: id, version: SyncVersion(lamport: state.lamport, device: state.device),
-                             vector: asIs ?? VersionVector.next(after: known, by: state.device), isTombstone: tombstone,
-                             deletedAt: tombstone ? now : nil, writtenSeq: state.seq + 1, fileDigest: "")
+                             vector: again?.vector ?? VersionVector.next(after: known, by: state.device, atLeast: state.lamport),
+                             isTombstone: tombstone, deletedAt: tombstone ? again?.deletedAt ?? now : nil,
+                             writtenSeq: state.seq + 1, fileDigest: "", writtenAs: again?.order)
         }
         // Files are sealed as they are published and written in batches (one flush each).
         var unwritten: [(entry: SyncEntry, bytes: [UInt8])] = []
@@ -404,27 +449,27 @@ package final class SyncSession: Sendable {
                 !w.isTombstone && w.version != state.synced[id.hex]?.version
                     && (try? folder.readItem(w, keys: keys)).map { keys.digest(of: $0) == digest } == true
             }) {
-                state.synced[id.hex] = .init(version: arrived.version, vector: arrived.vector, digest: digest, row: row)
+                state.synced[id.hex] = .init(arrived, digest: digest, row: row)
                 continue
             }
             // Unchanged here since it was marked: that version again; changed: a new one.
             let held = state.synced[id.hex]
-            let asIs = Self.republishedDigest(held?.digest) == digest ? held?.vector : nil
-            let e = nextEntry(id, tombstone: false, asIs: asIs)
+            let again = held.flatMap { Self.republishedDigest($0.digest) == digest ? $0.entry(id) : nil }
+            let e = nextEntry(id, tombstone: false, again: again)
             try publish(e, payload: payload)
-            state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: digest, row: row)
+            state.synced[id.hex] = .init(e, digest: digest, row: row)
         }
-        for id in republishTombstones where local[id] == nil {
-            let e = nextEntry(id, tombstone: true)
+        for d in republishDeletes where local[d.item] == nil {
+            let e = nextEntry(d.item, tombstone: true, again: d)
             try publish(e, payload: SecureBytes())
-            state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: nil)
+            state.synced[d.item.hex] = .init(e, digest: nil)
         }
         // An item that synced and is held here no more (deleted, renamed, or made not to sync).
         for (hex, synced) in state.synced where synced.digest != nil {
             guard let id = try? SyncItemID(hex: hex), local[id] == nil else { continue }
             let e = nextEntry(id, tombstone: true)
             try publish(e, payload: SecureBytes())
-            state.synced[hex] = .init(version: e.version, vector: e.vector, digest: nil)
+            state.synced[hex] = .init(e, digest: nil)
         }
         try flush()
         state.own = own.values.sorted { $0.item < $1.item }
@@ -442,9 +487,9 @@ package final class SyncSession: Sendable {
         /// value, if that is still the one held, or its delete.
         func republishHeld(_ id: SyncItemID, _ held: SyncLocalState.SyncedItem) throws {
             guard let digest = held.digest.map({ Self.republishedDigest($0) ?? $0 }) else {
-                let e = nextEntry(id, tombstone: true, asIs: held.vector)
+                let e = nextEntry(id, tombstone: true, again: held.entry(id))
                 try publish(e, payload: SecureBytes())
-                state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: nil)
+                state.synced[id.hex] = .init(e, digest: nil)
                 return
             }
             guard let item = localItem(id), let payload = try? Self.payload(of: item, owner: owner),
@@ -452,9 +497,9 @@ package final class SyncSession: Sendable {
                 report.deferred += 1  // not readable now, or changed here: the next exchange sees to it
                 return
             }
-            let e = nextEntry(id, tombstone: false, asIs: held.vector)
+            let e = nextEntry(id, tombstone: false, again: held.entry(id))
             try publish(e, payload: payload)
-            state.synced[id.hex] = .init(version: e.version, vector: e.vector, digest: digest, row: [item.id, item.sealed.version])
+            state.synced[id.hex] = .init(e, digest: digest, row: [item.id, item.sealed.version])
         }
         // 4. The merge, applied through the owner in one change.
         let full = others.merged(ownState)
@@ -479,6 +524,7 @@ package final class SyncSession: Sendable {
                     // would otherwise come back with the value another device published again.
                     if w.vector == held.vector {
                         state.synced[id.hex]?.version = w.version
+                        state.synced[id.hex]?.writtenAs = w.writtenAs
                     } else {
                         try republishHeld(id, held)
                     }
@@ -488,9 +534,9 @@ package final class SyncSession: Sendable {
                     if let item = localItem(id) {
                         deletes.append(item.key)
                         expected[item.key] = .some(item.sealed.version)
-                        appliedIDs.append((id, .init(version: w.version, vector: w.vector, digest: nil), item.key))
+                        appliedIDs.append((id, .init(w, digest: nil), item.key))
                     } else {
-                        state.synced[id.hex] = .init(version: w.version, vector: w.vector, digest: nil)
+                        state.synced[id.hex] = .init(w, digest: nil)
                     }
                 } else {
                     do {
@@ -505,14 +551,15 @@ package final class SyncSession: Sendable {
                         r.attributes.values.access = here?.record.attributes.values.access
                         try batch.withSecretAndExtras(entry) { s, x in puts.append(r, secret: s, extras: x) }
                         expected[r.key] = .some(here?.sealed.version)
-                        appliedIDs.append((id, .init(version: w.version, vector: w.vector, digest: keys.digest(of: batch.secrets)), r.key))
+                        appliedIDs.append((id, .init(w, digest: keys.digest(of: batch.secrets)), r.key))
                     } catch {
                         refuse(Self.text(error))
                     }
                 }
             }
             for c in r.conflicts {
-                let mark = "\(id.hex)/\(c.version.lamport)/\(c.version.device.hex)"
+                // By where its writer put it: the same version published again is not copied again.
+                let mark = "\(id.hex)/\(c.order.lamport)/\(c.order.device.hex)"
                 guard !state.materialized.contains(mark) else { continue }
                 do {
                     guard let (record, batch, entry) = try open(c, keys: keys, folder: folder) else {
@@ -520,13 +567,13 @@ package final class SyncSession: Sendable {
                         continue
                     }
                     var copy = record
-                    copy.key = try Self.conflictKey(record.key, device: c.version.device)
+                    copy.key = try Self.conflictKey(record.key, device: c.order.device)
                     copy.attributes.values.synchronizable = false
                     copy.attributes.values.access = nil
                     try batch.withSecretAndExtras(entry) { s, x in puts.append(copy, secret: s, extras: x) }
                     state.materialized.append(mark)
                     report.conflictCopies += 1
-                    log.notice("sync: a concurrent change kept as a conflict copy (item \(id.hex.prefix(12))…, device \(c.version.device.short))")
+                    log.notice("sync: a concurrent change kept as a conflict copy (item \(id.hex.prefix(12))…, device \(c.order.device.short))")
                 } catch {
                     refuse(Self.text(error))
                 }
@@ -571,6 +618,7 @@ package final class SyncSession: Sendable {
         state.refusals = report.refusals
         state.lastExchange = now
         try state.save(forStore: storePath)
+        if let own = state.ownDigest { lock.settle(own) }
         return report
     }
 
@@ -578,15 +626,15 @@ package final class SyncSession: Sendable {
     /// by this keychain; nil if it was (or if that cannot be told). A copy of the store made
     /// with its sync state and device key is a second device with this one's identity: each
     /// would write over the other's directory, and what one wrote might never reach the others.
-    /// The manifest at
-    /// the state this device last wrote is the one it wrote (`ownDigest`); one state further
-    /// is an exchange of its own killed after the manifest and before the state was saved
-    /// only if it is the one this device announced before writing it (`ExchangeLock.announce`).
-    /// An older state is a rollback (step 2). State files, and lock files, written before
-    /// these records tell nothing.
-    func writtenElsewhere(_ seq: UInt64, digest: String, state: SyncLocalState, announced: String?) -> String? {
+    /// The manifest at the state this device last wrote is the one it wrote (`ownDigest`); a
+    /// later one is of exchanges of its own that stopped after the manifest and before the
+    /// state was saved (killed, a full disk) only if it is one this device announced before
+    /// writing it (`ExchangeLock.announce`). An older state is a rollback (step 2). A state
+    /// file written before these records (no `ownDigest`) tells nothing; with one, a lock file
+    /// that announces nothing was not this device's (a copy made without it).
+    func writtenElsewhere(_ seq: UInt64, digest: String, state: SyncLocalState, announced: Set<String>) -> String? {
         let foreign = seq == state.seq ? state.ownDigest.map { $0 != digest } ?? false
-            : seq > state.seq && announced.map { $0 != digest } ?? false
+            : seq > state.seq && state.ownDigest != nil && !announced.contains(digest)
         guard foreign else { return nil }
         let statePath = SyncLocalState.path(forStore: storePath)
         return "\(Self.writtenElsewherePrefix) (state \(seq); this device wrote \(state.seq)): another keychain "
@@ -647,7 +695,8 @@ package final class SyncSession: Sendable {
 }
 
 /// One exchange of a store at a time, across processes (the daemon, `sync now`). The lock
-/// file also holds the SHA-256 of the manifest the last exchange began to write (`announce`).
+/// file also holds the SHA-256 of each manifest an exchange began to write since the state was
+/// last saved (`announce`), one per line.
 package final class ExchangeLock: Sendable {
     private let fd: Int32
 
@@ -663,43 +712,59 @@ package final class ExchangeLock: Sendable {
 
     package func release() { close(fd) }
 
-    /// Records, durably, the SHA-256 of the manifest about to be written: an exchange killed
-    /// after the manifest and before its state was saved leaves a manifest one state ahead,
+    /// Adds, durably, the SHA-256 of the manifest about to be written: exchanges that stop after
+    /// their manifest and before their state is saved leave a manifest ahead of the state,
     /// which the next exchange knows as its own by this (`SyncSession.writtenElsewhere`).
     package func announce(_ digest: String) throws {
-        let bytes = Array(digest.utf8)
-        let written = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
-        if written >= 0 && written < bytes.count { errno = ENOSPC }
-        guard written == bytes.count, ftruncate(fd, off_t(bytes.count)) == 0, fdatasync(fd) == 0 else {
+        guard write((lines().filter { $0 != digest } + [digest]).suffix(Self.kept), synced: true) else {
             throw errno == ENOSPC ? KeychainError.diskFull : KeychainError.io("cannot write the sync lock file: \(String(cString: strerror(errno)))")
         }
     }
 
-    /// What the last `announce` recorded; nil if none did (a lock file of an older version).
-    package func announced() -> String? {
-        var buffer = [UInt8](repeating: 0, count: 128)
+    /// After the state is saved with `digest`: the others announced are of no use any more. Not
+    /// synced: lost in a crash, the file still holds them, which is as good.
+    package func settle(_ digest: String) { _ = write([digest], synced: false) }
+
+    /// The digests announced; none in a lock file of an older version, or one not this device's.
+    package func announced() -> Set<String> { Set(lines()) }
+
+    /// The file's digests, oldest first.
+    private func lines() -> [String] {
+        var buffer = [UInt8](repeating: 0, count: Self.kept * 65 + 65)
         let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
-        guard n == 64 else { return nil }
-        return String(decoding: buffer[0..<64], as: UTF8.self)
+        guard n > 0 else { return [] }
+        return buffer[0..<n].split(separator: UInt8(ascii: "\n")).filter { $0.count == 64 }.map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Announcements kept: one per exchange that stopped in a row, which a full disk can make many.
+    private static let kept = 64
+
+    private func write<S: Sequence<String>>(_ digests: S, synced: Bool) -> Bool {
+        let bytes = Array(digests.map { $0 + "\n" }.joined().utf8)
+        let written = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        if written >= 0 && written < bytes.count { errno = ENOSPC }
+        return written == bytes.count && ftruncate(fd, off_t(bytes.count)) == 0 && (!synced || fdatasync(fd) == 0)
     }
 }
 
 extension SyncSession {
     /// `keychainfs sync init DIR`: a new folder with a new sync key sealed under `passphrase`,
-    /// this store its first device. Refused if the store syncs already.
-    package func initialize(folder path: String, passphrase: SecureBytes, scrypt: ScryptParameters = .default) throws -> SyncLocalState {
+    /// this store its first device. Refused if the store syncs already. `device` is random but
+    /// in tests that need the order of devices fixed.
+    package func initialize(folder path: String, passphrase: SecureBytes, scrypt: ScryptParameters = .default,
+                            device: DeviceID = .random()) throws -> SyncLocalState {
         try refuseIfSyncing()
         let folder = SyncFolder(path: path)
         let (key, folderID) = try folder.create(passphrase: passphrase, scrypt: scrypt)
-        return try start(folder, key: key, folderID: folderID)
+        return try start(folder, key: key, folderID: folderID, device: device)
     }
 
     /// `keychainfs sync join DIR`: the sync key from the folder's envelope, with its passphrase.
-    package func join(folder path: String, passphrase: SecureBytes) throws -> SyncLocalState {
+    package func join(folder path: String, passphrase: SecureBytes, device: DeviceID = .random()) throws -> SyncLocalState {
         try refuseIfSyncing()
         let folder = SyncFolder(path: path)
         let (key, folderID) = try folder.openEnvelope(passphrase: passphrase)
-        return try start(folder, key: key, folderID: folderID)
+        return try start(folder, key: key, folderID: folderID, device: device)
     }
 
     private func refuseIfSyncing() throws {
@@ -708,9 +773,9 @@ extension SyncSession {
         }
     }
 
-    private func start(_ folder: SyncFolder, key: SecureBytes, folderID: String) throws -> SyncLocalState {
+    private func start(_ folder: SyncFolder, key: SecureBytes, folderID: String, device: DeviceID) throws -> SyncLocalState {
         try storeSyncKey(key, folderID: folderID)
-        let state = SyncLocalState(folder: folder.path, folderID: folderID, device: DeviceID.random())
+        let state = SyncLocalState(folder: folder.path, folderID: folderID, device: device)
         try state.save(forStore: storePath)
         try exchange()
         return try SyncLocalState.load(forStore: storePath) ?? state

@@ -235,8 +235,8 @@ struct SyncStatusCommand: ParsableCommand {
             lastExchange: state.lastExchange.map { iso.string(from: Date(timeIntervalSince1970: TimeInterval($0))) },
             pendingChanges: pending,
             conflicts: state.conflicts.map { c in
-                let copy = names[c.item].flatMap { try? SyncSession.conflictKey($0, device: c.version.device) }.map(ServedKeychain.treePath)
-                return Report.Conflict(item: c.item.hex, device: c.version.device.hex, version: c.version.lamport, copy: copy)
+                let copy = names[c.item].flatMap { try? SyncSession.conflictKey($0, device: c.order.device) }.map(ServedKeychain.treePath)
+                return Report.Conflict(item: c.item.hex, device: c.order.device.hex, version: c.order.lamport, copy: copy)
             },
             refused: state.refusals)
         if json {
