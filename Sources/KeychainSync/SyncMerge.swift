@@ -169,7 +169,8 @@ package struct SyncState: Hashable, Sendable {
     }
 
     /// What the item is once merged: the versions no other version was written over (`heads`),
-    /// the greatest of them (`winner`: by Lamport counter, then device), and the others that
+    /// the greatest of them (`winner`: by Lamport counter, then device, where their writers
+    /// put them: `SyncEntry.ranksBelow`), and the others that
     /// hold a value (`conflicts`): concurrent edits, kept as conflict copies. A tombstone wins
     /// over every older version; a concurrent edit it beat is a conflict, so nothing is lost.
     /// Versions with one vector are one version, published again by another device (every
