@@ -237,13 +237,17 @@ package final class SyncSession: Sendable {
         let folder = SyncFolder(path: state.folder)
         // 0. This device's own manifest, written by this device: by another keychain with its
         // identity, it stops here, before anything of that keychain's is merged or written over.
-        let mine = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys)
-        if let (m, digest) = mine, let why = writtenElsewhere(m.seq, digest: digest, state: state, announced: lock.announced()) {
+        /// Stops the exchange before anything is merged or written; `sync status` shows why.
+        func stop(_ why: String) throws -> Never {
             log.error("sync: \(why)")
             state.refusals = [why]
             state.lastExchange = now
             try state.save(forStore: storePath)
             throw KeychainError.integrityFailure(why)
+        }
+        let mine = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys)
+        if let (m, digest) = mine, let why = writtenElsewhere(m.seq, digest: digest, state: state, announced: lock.announced()) {
+            try stop(why)
         }
         folder.removeTemporaries(state.device)
         var report = SyncReport()
@@ -278,6 +282,16 @@ package final class SyncSession: Sendable {
             } catch {
                 refuse(Self.text(error))
             }
+        }
+        // This device's state older than another device has merged from it: put back from a
+        // backup (its own directory with it, as a git work tree is). Its clock and counts
+        // would give versions it has given before, and another device would take a new value
+        // as one it has. Like a copy, it stops before it writes, and joins again.
+        let ownDirectory = max(state.seq, mine?.0.seq ?? 0)
+        if let merged = manifests.values.compactMap({ $0.seen[state.device.hex] }).max(), merged > ownDirectory {
+            let why = "\(Self.stateRolledBackPrefix) (state \(ownDirectory); another device merged its state \(merged)): "
+                + "it was put back from a backup. " + rejoinAdvice(state)
+            try stop(why)
         }
         // Versions implausibly far ahead of every other device are refused.
         var others = SyncState()
@@ -322,8 +336,9 @@ package final class SyncSession: Sendable {
         }
         if !departed.isEmpty && listed.allSatisfy({ $0 >= state.device }) {
             for d in departed {
+                let seen = state.seen[d.hex]
                 state.departed = state.departed ?? [:]
-                state.departed?[d.hex] = state.seen[d.hex]
+                state.departed?[d.hex] = seen
                 state.seen[d.hex] = nil; state.seenDigest[d.hex] = nil
             }
         }
@@ -334,7 +349,11 @@ package final class SyncSession: Sendable {
                 refuse("\(Self.ownDirectoryRolledBack) (state \(mine.seq), written \(state.seq)); it is written again")
             }
             // An exchange killed after its manifest, before this state: its seq and Lamport
-            // times are not used again, so no file name (item, Lamport) gets other bytes.
+            // times are not used again, so no file name (item, Lamport) gets other bytes; and
+            // what it published is this device's own (its changes are found again in step 3 by
+            // their values, not published anew: as new writes they would be concurrent with
+            // what another device has written after them since).
+            if mine.seq > state.seq { state.own = mine.entries }
             state.seq = max(state.seq, mine.seq)
             state.lamport = max(state.lamport, min(mine.entries.map(\.version.lamport).max() ?? 0, Self.clockCeiling))
         }
@@ -445,7 +464,8 @@ package final class SyncSession: Sendable {
             // Another device's version merged here by an exchange killed before it saved this
             // state: the value is that version's, not a change of this device's (published, it
             // would be concurrent with its own source and make a conflict copy of one value).
-            if let arrived = others.versions(of: id).first(where: { w in
+            // Or this device's own, published by such an exchange (step 2).
+            if let arrived = (others.versions(of: id) + [own[id]].compactMap { $0 }).first(where: { w in
                 !w.isTombstone && w.version != state.synced[id.hex]?.version
                     && (try? folder.readItem(w, keys: keys)).map { keys.digest(of: $0) == digest } == true
             }) {
@@ -467,6 +487,11 @@ package final class SyncSession: Sendable {
         // An item that synced and is held here no more (deleted, renamed, or made not to sync).
         for (hex, synced) in state.synced where synced.digest != nil {
             guard let id = try? SyncItemID(hex: hex), local[id] == nil else { continue }
+            // Its delete published by an exchange killed before it saved this state (step 2).
+            if let o = own[id], o.isTombstone, synced.vector.isDominated(by: o.vector) {
+                state.synced[hex] = .init(o, digest: nil)
+                continue
+            }
             let e = nextEntry(id, tombstone: true)
             try publish(e, payload: SecureBytes())
             state.synced[hex] = .init(e, digest: nil)
@@ -636,16 +661,23 @@ package final class SyncSession: Sendable {
         let foreign = seq == state.seq ? state.ownDigest.map { $0 != digest } ?? false
             : seq > state.seq && state.ownDigest != nil && !announced.contains(digest)
         guard foreign else { return nil }
-        let statePath = SyncLocalState.path(forStore: storePath)
         return "\(Self.writtenElsewherePrefix) (state \(seq); this device wrote \(state.seq)): another keychain "
-            + "syncs with this device's identity: a copy of this store made with \(statePath) and the device key "
-            + "(a cloned machine or home directory). This keychain merges and writes nothing until it has an "
-            + "identity of its own: unmount it, remove \(statePath), and run 'keychainfs sync join \(state.folder)' "
-            + "(not 'sync leave', which would remove the directory the two share)"
+            + "syncs with this device's identity: a copy of this store made with \(SyncLocalState.path(forStore: storePath)) "
+            + "and the device key (a cloned machine or home directory). " + rejoinAdvice(state)
+    }
+
+    /// What a device stopped as a copy, or as put back from a backup, does.
+    func rejoinAdvice(_ state: SyncLocalState) -> String {
+        let statePath = SyncLocalState.path(forStore: storePath)
+        return "This keychain merges and writes nothing until it has an identity of its own: unmount it, remove "
+            + "\(statePath), and run 'keychainfs sync join \(state.folder)' (not 'sync leave', which would remove "
+            + "the directory the two share)"
     }
 
     /// How the refusal of a twin begins (`writtenElsewhere`).
     package static let writtenElsewherePrefix = "this device's own directory holds a state it did not write"
+    /// How the refusal of a state put back from a backup begins.
+    package static let stateRolledBackPrefix = "this device's sync state is older than the folder has merged from it"
 
     /// The record and secret in a version's file, checked to be the item its name says and
     /// allowed to travel.

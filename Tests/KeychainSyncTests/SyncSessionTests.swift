@@ -794,6 +794,59 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertEqual(try secret(b, "x"), "three")
     }
 
+    /// An exchange killed after its manifest and before its state was saved: what it published
+    /// is this device's own. A change another device made over it since (an edit, or the item
+    /// made again after its delete) follows it and wins, with no conflict copy.
+    func testWhatAnExchangeKilledAfterItsManifestPublishedIsFollowedByLaterChanges() throws {
+        let (a, b) = try pair()
+        try put(a, "edited", "v1"); try put(a, "deleted", "v1")
+        try a.exchange(); try b.exchange()
+        let statePath = SyncLocalState.path(forStore: a.storePath)
+        let saved = try Data(contentsOf: URL(fileURLWithPath: statePath))
+        try put(a, "edited", "v2"); try remove(a, "deleted")
+        try a.exchange()
+        try saved.write(to: URL(fileURLWithPath: statePath))
+        try b.exchange()
+        XCTAssertEqual(try secret(b, "edited"), "v2")
+        XCTAssertNil(try secret(b, "deleted"))
+        try put(b, "edited", "v3"); try put(b, "deleted", "made again")
+        try b.exchange()
+        for s in [a, b, a, b] { try s.exchange() }
+        for s in [a, b] {
+            XCTAssertEqual(try secret(s, "edited"), "v3")
+            XCTAssertEqual(try secret(s, "deleted"), "made again")
+            XCTAssertEqual(try conflictCopies(s), 0)
+        }
+    }
+
+    /// A device whose sync state and own directory were put back from a backup (a home
+    /// directory with a git work tree) while another device had merged a later state of it: its
+    /// clock and counts would give versions it has given before. It stops before it writes.
+    func testAStateAndOwnDirectoryPutBackFromABackupStop() throws {
+        let (a, b) = try pair()
+        try put(a, "x", "v1"); try a.exchange(); try b.exchange()
+        let statePath = SyncLocalState.path(forStore: a.storePath)
+        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
+        let backup = root + "/backup"
+        try FileManager.default.createDirectory(atPath: backup, withIntermediateDirectories: true)
+        for f in [statePath, statePath + ".lock"] { try FileManager.default.copyItem(atPath: f, toPath: backup + "/" + PathText.lastComponent(f)) }
+        try FileManager.default.copyItem(atPath: dir, toPath: backup + "/dir")
+        try put(a, "x", "v2"); try a.exchange(); try b.exchange()
+        for f in [statePath, statePath + ".lock"] {
+            try FileManager.default.removeItem(atPath: f)
+            try FileManager.default.copyItem(atPath: backup + "/" + PathText.lastComponent(f), toPath: f)
+        }
+        try FileManager.default.removeItem(atPath: dir)
+        try FileManager.default.copyItem(atPath: backup + "/dir", toPath: dir)
+        let before = try ownManifest(a)
+        try put(a, "x", "v3")
+        XCTAssertThrowsError(try a.exchange()) { e in
+            guard case KeychainError.integrityFailure(let why) = e else { return XCTFail("\(e)") }
+            XCTAssertTrue(why.hasPrefix(SyncSession.stateRolledBackPrefix) && why.contains("sync join"), why)
+        }
+        XCTAssertEqual(try ownManifest(a), before, "nothing written")
+    }
+
     // MARK: the model test
 
     /// A step of a random history of three devices (`testRandomHistoriesWithoutConcurrentEditsEndAtTheirLastWrite`).
