@@ -313,10 +313,16 @@ package struct SyncManifest: Codable, Sendable, Equatable {
     package var written: Int64
     /// The sequence number of each other device's manifest this device has merged.
     package var seen: [String: UInt64]
+    /// The SHA-256 of those manifests, for the devices merged at this write: a device finds a
+    /// different manifest of its own merged at one of its states (put back from a backup, or
+    /// a copy writing too). Optional: manifests written before it have none.
+    package var seenDigests: [String: String]?
     package var entries: [SyncEntry]
 
-    package init(device: DeviceID, folder: String, seq: UInt64, written: Int64, seen: [String: UInt64], entries: [SyncEntry]) {
-        self.device = device; self.folder = folder; self.seq = seq; self.written = written; self.seen = seen; self.entries = entries
+    package init(device: DeviceID, folder: String, seq: UInt64, written: Int64, seen: [String: UInt64],
+                 seenDigests: [String: String]? = nil, entries: [SyncEntry]) {
+        self.device = device; self.folder = folder; self.seq = seq; self.written = written; self.seen = seen
+        self.seenDigests = seenDigests; self.entries = entries
     }
 }
 

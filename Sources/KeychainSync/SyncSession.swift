@@ -283,14 +283,22 @@ package final class SyncSession: Sendable {
                 refuse(Self.text(error))
             }
         }
-        // This device's state older than another device has merged from it: put back from a
-        // backup (its own directory with it, as a git work tree is). Its clock and counts
-        // would give versions it has given before, and another device would take a new value
-        // as one it has. Like a copy, it stops before it writes, and joins again.
+        // This device's state older than another device has merged from it, or another
+        // manifest of it merged at its present state: put back from a backup (its own
+        // directory with it, as a git work tree is), or a copy that wrote too. Its clock and
+        // counts would give versions it has given before, and another device would take a new
+        // value as one it has. Like a copy, it stops before it writes, and joins again.
         let ownDirectory = max(state.seq, mine?.0.seq ?? 0)
         if let merged = manifests.values.compactMap({ $0.seen[state.device.hex] }).max(), merged > ownDirectory {
             let why = "\(Self.stateRolledBackPrefix) (state \(ownDirectory); another device merged its state \(merged)): "
                 + "it was put back from a backup. " + rejoinAdvice(state)
+            try stop(why)
+        }
+        if let (m, digest) = mine, manifests.values.contains(where: { other in
+            other.seen[state.device.hex] == m.seq && other.seenDigests?[state.device.hex].map { $0 != digest } == true
+        }) {
+            let why = "\(Self.stateRolledBackPrefix) (another device merged a different state \(m.seq) of it): it was put "
+                + "back from a backup, or a copy of it writes too. " + rejoinAdvice(state)
             try stop(why)
         }
         // Versions implausibly far ahead of every other device are refused.
@@ -635,8 +643,11 @@ package final class SyncSession: Sendable {
         // A device in flight is not marked as merged at this seq: its tombstones are not
         // taken as seen here before the files of its manifest were.
         for (d, m) in manifests where !inFlight.contains(d) { state.seen[d.hex] = m.seq }
+        let merged = manifests.keys.filter { !inFlight.contains($0) }
         let manifest = SyncManifest(device: state.device, folder: state.folderID, seq: state.seq, written: now,
-                                    seen: state.seen, entries: state.own.sorted { $0.item < $1.item })
+                                    seen: state.seen,
+                                    seenDigests: Dictionary(uniqueKeysWithValues: merged.compactMap { d in state.seenDigest[d.hex].map { (d.hex, $0) } }),
+                                    entries: state.own.sorted { $0.item < $1.item })
         state.ownDigest = try folder.writeManifest(manifest, keys: keys, announce: lock.announce)
         // Then the files it no longer names (older versions, expired tombstones) go.
         folder.removeUnnamedItems(manifest)
@@ -677,7 +688,7 @@ package final class SyncSession: Sendable {
     /// How the refusal of a twin begins (`writtenElsewhere`).
     package static let writtenElsewherePrefix = "this device's own directory holds a state it did not write"
     /// How the refusal of a state put back from a backup begins.
-    package static let stateRolledBackPrefix = "this device's sync state is older than the folder has merged from it"
+    package static let stateRolledBackPrefix = "this device's sync state is not the one the folder has merged from it"
 
     /// The record and secret in a version's file, checked to be the item its name says and
     /// allowed to travel.

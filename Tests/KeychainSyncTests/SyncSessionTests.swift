@@ -847,6 +847,35 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertEqual(try ownManifest(a), before, "nothing written")
     }
 
+    /// The whole home put back from a backup, the sync folder's work tree with it, so that
+    /// the device writes its next state before the other device's newer manifest arrives:
+    /// that manifest shows another manifest of it merged at the state it wrote. It stops.
+    func testAStateForkedByARestoredHomeStopsOnceTheOtherDevicesMergeArrives() throws {
+        let (a, b) = try pair()
+        try put(a, "x", "v1"); try a.exchange(); try b.exchange()
+        let statePath = SyncLocalState.path(forStore: a.storePath)
+        let backup = root + "/home-backup"
+        try FileManager.default.createDirectory(atPath: backup, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: folder, toPath: backup + "/folder")
+        for f in [statePath, statePath + ".lock"] { try FileManager.default.copyItem(atPath: f, toPath: backup + "/" + PathText.lastComponent(f)) }
+        try put(a, "x", "v2"); try a.exchange(); try b.exchange()
+        let dirB = SyncFolder(path: folder).devicePath(try state(b).device)
+        try FileManager.default.copyItem(atPath: dirB, toPath: root + "/b-newer")
+        try FileManager.default.removeItem(atPath: folder)
+        try FileManager.default.copyItem(atPath: backup + "/folder", toPath: folder)
+        for f in [statePath, statePath + ".lock"] {
+            try FileManager.default.removeItem(atPath: f)
+            try FileManager.default.copyItem(atPath: backup + "/" + PathText.lastComponent(f), toPath: f)
+        }
+        try put(a, "x", "v3"); try a.exchange()
+        try FileManager.default.removeItem(atPath: dirB)
+        try FileManager.default.copyItem(atPath: root + "/b-newer", toPath: dirB)
+        XCTAssertThrowsError(try a.exchange()) { e in
+            guard case KeychainError.integrityFailure(let why) = e else { return XCTFail("\(e)") }
+            XCTAssertTrue(why.hasPrefix(SyncSession.stateRolledBackPrefix) && why.contains("a different state"), why)
+        }
+    }
+
     // MARK: the model test
 
     /// A step of a random history of three devices (`testRandomHistoriesWithoutConcurrentEditsEndAtTheirLastWrite`).
