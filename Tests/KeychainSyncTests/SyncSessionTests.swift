@@ -514,10 +514,12 @@ final class SyncSessionTests: XCTestCase {
         try Data(contentsOf: URL(fileURLWithPath: SyncFolder(path: folder).manifestPath(try state(s).device)))
     }
 
-    func assertStopsAsACopy(_ s: SyncSession, file: StaticString = #filePath, line: UInt = #line) {
+    /// The exchange stops before it writes, saying `prefix` and how to join again.
+    func assertStops(_ s: SyncSession, saying prefix: String = SyncSession.writtenElsewherePrefix,
+                     file: StaticString = #filePath, line: UInt = #line) {
         XCTAssertThrowsError(try s.exchange(), file: file, line: line) { e in
             guard case KeychainError.integrityFailure(let why) = e else { return XCTFail("\(e)", file: file, line: line) }
-            XCTAssertTrue(why.hasPrefix(SyncSession.writtenElsewherePrefix) && why.contains("sync join"), why, file: file, line: line)
+            XCTAssertTrue(why.hasPrefix(prefix) && why.contains("sync join"), why, file: file, line: line)
         }
     }
 
@@ -533,7 +535,7 @@ final class SyncSessionTests: XCTestCase {
         try a.exchange()
         let written = try ownManifest(a)
         try put(twin, "dave", "the twin's")
-        assertStopsAsACopy(twin)
+        assertStops(twin)
         XCTAssertEqual(try ownManifest(a), written, "the twin wrote nothing over A's directory")
         XCTAssertEqual(try secret(twin, "dave"), "the twin's", "and merged nothing")
         let twinState = try state(twin)
@@ -541,7 +543,7 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertEqual(try a.exchange().refusals, [], "A goes on")
         try b.exchange()
         XCTAssertEqual(try secret(b, "dave"), "two")
-        assertStopsAsACopy(twin)
+        assertStops(twin)
         // As the message says: its own identity, by its state removed and a join.
         XCTAssertEqual(unlink(SyncLocalState.path(forStore: twin.storePath)), 0)
         _ = try twin.join(folder: folder, passphrase: passphrase)
@@ -571,7 +573,7 @@ final class SyncSessionTests: XCTestCase {
         try put(a, "erin", "two")
         try a.exchange()
         XCTAssertEqual(try state(twin).seq, try state(a).seq)
-        assertStopsAsACopy(twin)
+        assertStops(twin)
         XCTAssertEqual(try a.exchange().refusals, [])
         try b.exchange()
         XCTAssertEqual(try secret(b, "erin"), "two")
@@ -776,7 +778,7 @@ final class SyncSessionTests: XCTestCase {
         let twin = try copy(of: "a", as: "twin")
         XCTAssertEqual(unlink(SyncLocalState.path(forStore: twin.storePath) + ".lock"), 0)
         try put(a, "x", "two"); try a.exchange()
-        assertStopsAsACopy(twin)
+        assertStops(twin)
         XCTAssertEqual(try a.exchange().refusals, [])
     }
 
@@ -840,10 +842,7 @@ final class SyncSessionTests: XCTestCase {
         try FileManager.default.copyItem(atPath: backup + "/dir", toPath: dir)
         let before = try ownManifest(a)
         try put(a, "x", "v3")
-        XCTAssertThrowsError(try a.exchange()) { e in
-            guard case KeychainError.integrityFailure(let why) = e else { return XCTFail("\(e)") }
-            XCTAssertTrue(why.hasPrefix(SyncSession.stateRolledBackPrefix) && why.contains("sync join"), why)
-        }
+        assertStops(a, saying: SyncSession.stateRolledBackPrefix)
         XCTAssertEqual(try ownManifest(a), before, "nothing written")
     }
 
@@ -870,10 +869,7 @@ final class SyncSessionTests: XCTestCase {
         try put(a, "x", "v3"); try a.exchange()
         try FileManager.default.removeItem(atPath: dirB)
         try FileManager.default.copyItem(atPath: root + "/b-newer", toPath: dirB)
-        XCTAssertThrowsError(try a.exchange()) { e in
-            guard case KeychainError.integrityFailure(let why) = e else { return XCTFail("\(e)") }
-            XCTAssertTrue(why.hasPrefix(SyncSession.stateRolledBackPrefix) && why.contains("a different state"), why)
-        }
+        assertStops(a, saying: SyncSession.stateRolledBackPrefix + " (another device merged a different state")
     }
 
     // MARK: the model test
