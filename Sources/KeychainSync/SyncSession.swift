@@ -235,8 +235,6 @@ package final class SyncSession: Sendable {
         }
         let keys = try SyncKeys(syncKey: try syncKey(state))
         let folder = SyncFolder(path: state.folder)
-        // 0. This device's own manifest, written by this device: by another keychain with its
-        // identity, it stops here, before anything of that keychain's is merged or written over.
         /// Stops the exchange before anything is merged or written; `sync status` shows why.
         func stop(_ why: String) throws -> Never {
             log.error("sync: \(why)")
@@ -245,6 +243,8 @@ package final class SyncSession: Sendable {
             try state.save(forStore: storePath)
             throw KeychainError.integrityFailure(why)
         }
+        // 0. This device's own manifest, written by this device: by another keychain with its
+        // identity, it stops here, before anything of that keychain's is merged or written over.
         let mine = try? folder.readManifest(state.device, folderID: state.folderID, keys: keys)
         if let (m, digest) = mine, let why = writtenElsewhere(m.seq, digest: digest, state: state, announced: lock.announced()) {
             try stop(why)
