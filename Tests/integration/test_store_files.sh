@@ -37,8 +37,10 @@ nothing_recoverable "after creating items"
 sed -i 's/first/second/' "$MP/svc/one"
 expect_eq "second-one" "$(cat "$MP/svc/one")" "sed -i saved"
 # A create only adds (one commit, no earlier value to erase); a save that replaces one is
-# followed by the checkpoint that empties the WAL.
-expect_eq 0 "$(wal_left "$KEYCHAINFS_STORE")" "the WAL holds nothing once a write that replaced a value returns"
+# followed by the checkpoint that empties the WAL. Not checked by the WAL's bytes here: sed's
+# temporary file is a create, whose index entries are moved 0.1 s later, in frames written
+# after the emptying (index pages, no value), so that count depends on timing. The emptying
+# is checked below, after an update that leaves nothing to move; here, what the files hold.
 nothing_recoverable "sed -i: neither the old value nor sed's temporary file is left"
 
 sh -c "printf 'second-two' > '$MP/svc/tmp.two'"
