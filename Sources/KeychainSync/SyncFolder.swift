@@ -246,8 +246,7 @@ package struct SyncFolder: Sendable {
     /// Writes the device's manifest, authenticated under its device key, after its item files.
     /// `announce` is given the SHA-256 of its bytes (as `readManifest` returns it) before
     /// anything is written. Returns that SHA-256.
-    @discardableResult
-    package func writeManifest(_ m: SyncManifest, keys: SyncKeys, announce: (String) throws -> Void = { _ in }) throws -> String {
+    package func writeManifest(_ m: SyncManifest, keys: SyncKeys, announce: (String) throws -> Void) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let body = [UInt8](try encoder.encode(m))

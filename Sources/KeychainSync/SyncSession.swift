@@ -73,9 +73,6 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
                       writtenAs: entry.writtenAs, deletedAt: entry.deletedAt)
         }
 
-        /// The held version's place among concurrent ones (`SyncEntry.order`).
-        var order: SyncVersion { writtenAs ?? version }
-
         /// The held version of `item` as an entry, to publish again (`nextEntry`).
         func entry(_ item: SyncItemID) -> SyncEntry {
             SyncEntry(item: item, version: version, vector: vector, isTombstone: digest == nil, deletedAt: deletedAt,
