@@ -60,11 +60,30 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
         /// tombstone was written. Optional: state files written before them have neither.
         package var writtenAs: SyncVersion?
         package var deletedAt: Int64?
+        /// The version is to be published again as the version it is (`SyncEntry.writtenAs`),
+        /// while the value held is still the one of `digest` (steps 2a and 2). Optional: state
+        /// files written before it have none, and marked the digest instead (`migrated()`).
+        package var republishAsIs: Bool?
 
         package init(version: SyncVersion, vector: VersionVector, digest: String?, row: [Int64]? = nil,
                      writtenAs: SyncVersion? = nil, deletedAt: Int64? = nil) {
             self.version = version; self.vector = vector; self.digest = digest; self.row = row
             self.writtenAs = writtenAs; self.deletedAt = deletedAt
+        }
+
+        /// Marked to be published at the next exchange: as it is, or (`SyncSession.republish`,
+        /// from state files of earlier versions) as a new version.
+        var isMarked: Bool { republishAsIs == true || digest == SyncSession.republish }
+
+        /// The item as a state file of an earlier version wrote it: a version to publish again
+        /// as it is was marked by `"republish <digest>"` in place of its digest.
+        func migrated() -> SyncedItem {
+            let prefix = SyncSession.republish + " "
+            guard let d = digest, d.hasPrefix(prefix) else { return self }
+            var item = self
+            item.digest = String(d.dropFirst(prefix.count))
+            item.republishAsIs = true
+            return item
         }
 
         /// What is held of `entry`: its value's digest (nil for a tombstone), from `row`.
@@ -99,7 +118,8 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
         let digest = SHA256Digest.hash([UInt8](data))
         if let known = decoded.withLock({ $0[path] }), known.digest == digest { return known.state }
         do {
-            let state = try JSONDecoder().decode(SyncLocalState.self, from: data)
+            var state = try JSONDecoder().decode(SyncLocalState.self, from: data)
+            state.synced = state.synced.mapValues { $0.migrated() }
             decoded.withLock { $0[path] = (digest, state) }
             return state
         } catch {
@@ -188,16 +208,9 @@ package final class SyncSession: Sendable {
         var item: KeychainItem?
         var unreadable = false
     }
-    /// A digest no value has: the item is published again at the next exchange.
+    /// A digest no value has, which state files of earlier versions hold: the item is
+    /// published again at the next exchange, as a new version.
     static let republish = "republish"
-    /// Marks an item to be published again as the version it is (`republishAsIs`), while its
-    /// value is still the one of `digest`: a digest no value has either.
-    static func republishAsIs(_ digest: String) -> String { republish + " " + digest }
-    /// The digest a `republishAsIs` mark holds.
-    static func republishedDigest(_ mark: String?) -> String? {
-        guard let mark, mark.hasPrefix(republish + " ") else { return nil }
-        return String(mark.dropFirst(republish.count + 1))
-    }
 
     /// The sync key, from its item in the store (`keychainfs-sync/<folder id>`, this device only).
     package func syncKey(_ state: SyncLocalState) throws -> SecureBytes {
@@ -332,9 +345,9 @@ package final class SyncSession: Sendable {
         for (hex, s) in state.synced where departed.contains(s.version.device) {
             guard let id = try? SyncItemID(hex: hex),
                   !others.versions(of: id).contains(where: { s.vector.isCovered(by: $0.vector) }) else { continue }
-            if let digest = s.digest {
-                guard Self.republishedDigest(digest) == nil, digest != Self.republish else { continue }
-                state.synced[hex]?.digest = Self.republishAsIs(digest)
+            if s.digest != nil {
+                guard !s.isMarked else { continue }
+                state.synced[hex]?.republishAsIs = true
             } else if now - (s.deletedAt ?? now) < state.tombstoneExpiry {
                 departedDeletes.append(s.entry(id))
             }
@@ -371,9 +384,8 @@ package final class SyncSession: Sendable {
             guard !folder.itemMatches(e) else { return true }
             if e.isTombstone {
                 republishDeletes.append(e)
-            } else if let held = state.synced[e.item.hex], held.version == e.version, let d = held.digest,
-                      d != Self.republish, Self.republishedDigest(d) == nil {
-                state.synced[e.item.hex]?.digest = Self.republishAsIs(d)
+            } else if let held = state.synced[e.item.hex], held.version == e.version, held.digest != nil, !held.isMarked {
+                state.synced[e.item.hex]?.republishAsIs = true
             }
             return false
         }
@@ -393,8 +405,7 @@ package final class SyncSession: Sendable {
         let remembered = owner.notSynchronizableRows.withLock { $0 }
         var newlyNotSynchronizable: [Int64: Int64] = [:]
         for (rowID, version) in rows {
-            if let seen = seenRow[rowID], seen.version == version, let d = state.synced[seen.hex]?.digest,
-               d != Self.republish, Self.republishedDigest(d) == nil,
+            if let seen = seenRow[rowID], seen.version == version, let held = state.synced[seen.hex], !held.isMarked,
                let id = try? SyncItemID(hex: seen.hex) {
                 local[id] = LocalRow(row: rowID, version: version, item: nil)
                 continue
@@ -462,7 +473,8 @@ package final class SyncSession: Sendable {
                 continue  // its class is locked: published once it can be read
             }
             let digest = keys.digest(of: payload)
-            guard state.synced[id.hex]?.digest != digest else {
+            let held = state.synced[id.hex]
+            guard held?.digest != digest || held?.republishAsIs == true else {
                 state.synced[id.hex]?.row = row
                 continue
             }
@@ -478,8 +490,7 @@ package final class SyncSession: Sendable {
                 continue
             }
             // Unchanged here since it was marked: that version again; changed: a new one.
-            let held = state.synced[id.hex]
-            let again = held.flatMap { Self.republishedDigest($0.digest) == digest ? $0.entry(id) : nil }
+            let again = held.flatMap { $0.republishAsIs == true && $0.digest == digest ? $0.entry(id) : nil }
             let e = nextEntry(id, tombstone: false, again: again)
             try publish(e, payload: payload)
             state.synced[id.hex] = .init(e, digest: digest, row: row)
@@ -516,7 +527,7 @@ package final class SyncSession: Sendable {
         /// Publishes again, as the version it is, what is held here of `id` (`held`): its
         /// value, if that is still the one held, or its delete.
         func republishHeld(_ id: SyncItemID, _ held: SyncLocalState.SyncedItem) throws {
-            guard let digest = held.digest.map({ Self.republishedDigest($0) ?? $0 }) else {
+            guard let digest = held.digest else {
                 let e = nextEntry(id, tombstone: true, again: held.entry(id))
                 try publish(e, payload: SecureBytes())
                 state.synced[id.hex] = .init(e, digest: nil)
@@ -855,7 +866,8 @@ extension SyncSession {
             guard item.record.attributes.values.synchronizable == true, !item.accessible.isThisDeviceOnly else { continue }
             present.insert(id.hex)
             guard let payload = try? Self.payload(of: item, owner: owner) else { continue }
-            if state.synced[id.hex]?.digest != keys.digest(of: payload) { pending += 1 }
+            let held = state.synced[id.hex]
+            if held?.digest != keys.digest(of: payload) || held?.republishAsIs == true { pending += 1 }
         }
         pending += state.synced.filter { $0.value.digest != nil && !present.contains($0.key) }.count
         return (pending, names)

@@ -734,6 +734,31 @@ final class SyncSessionTests: XCTestCase {
         }
     }
 
+    /// A state file of an earlier version marked a version to publish again as it is by
+    /// writing "republish <digest>" for its digest: read now, it is that digest with the mark
+    /// of its own, and the version goes out as it was.
+    func testAnEarlierStateFilesRepublishMarkIsReadAsTheVersionItWas() throws {
+        let (a, b) = try pair()
+        try put(a, "kept", "old")
+        try a.exchange(); try b.exchange()
+        let path = SyncLocalState.path(forStore: a.storePath)
+        let (hex, held) = try XCTUnwrap(try state(a).synced.first { $0.value.digest != nil })
+        let digest = try XCTUnwrap(held.digest)
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        let marked = text.replacingOccurrences(of: "\"digest\":\"\(digest)\"", with: "\"digest\":\"republish \(digest)\"")
+        XCTAssertNotEqual(marked, text)
+        try marked.write(toFile: path, atomically: true, encoding: .utf8)
+        XCTAssertEqual(try state(a).synced[hex]?.digest, digest)
+        XCTAssertEqual(try state(a).synced[hex]?.republishAsIs, true)
+        XCTAssertEqual(try a.exchange().published, 1)
+        XCTAssertEqual(try state(a).synced[hex]?.vector, held.vector, "published as the version it was")
+        XCTAssertNil(try state(a).synced[hex]?.republishAsIs)
+        XCTAssertFalse(try String(contentsOfFile: path, encoding: .utf8).contains("republish"))
+        try b.exchange()
+        XCTAssertEqual(try secret(b, "kept"), "old")
+        XCTAssertEqual(try conflictCopies(b), 0)
+    }
+
     /// A delete that every device but one merged before its writer left reaches that one too:
     /// each device that holds it publishes it again, as it was.
     func testADeleteMergedBeforeItsWriterLeftReachesADeviceThatHadNotMergedIt() throws {
