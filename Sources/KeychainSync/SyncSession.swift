@@ -608,7 +608,7 @@ package final class SyncSession: Sendable {
                         continue
                     }
                     var copy = record
-                    copy.key = try Self.conflictKey(record.key, device: c.order.device)
+                    copy.key = try Self.conflictKey(record.key, of: c.order)
                     copy.attributes.values.synchronizable = false
                     copy.attributes.values.access = nil
                     try batch.withSecretAndExtras(entry) { s, x in puts.append(copy, secret: s, extras: x) }
@@ -729,9 +729,12 @@ package final class SyncSession: Sendable {
         return payload.buffer
     }
 
-    /// `<account>.conflict-<device>`: beside the item, in the same directory of the tree.
-    package static func conflictKey(_ key: ItemKey, device: DeviceID) throws -> ItemKey {
-        let suffix = ".conflict-\(device.short)"
+    /// `<account>.conflict-<device>-<lamport>`: beside the item, in the same directory of the
+    /// tree, named by the place its writer gave the version (`SyncEntry.order`), so that each
+    /// conflict version has a copy of its own (a device's later conflict keeps its earlier
+    /// copy) and every device names a version's copy alike.
+    package static func conflictKey(_ key: ItemKey, of version: SyncVersion) throws -> ItemKey {
+        let suffix = ".conflict-\(version.device.short)-\(version.lamport)"
         switch key {
         case .generic(let g):
             return .generic(try GenericPasswordKey(service: g.service, account: g.account + suffix, accessGroup: g.accessGroup))

@@ -188,6 +188,33 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertEqual(try SyncLocalState.load(forStore: b.storePath)?.conflicts, [], "the delete resolved the conflict")
     }
 
+    /// Conflict after conflict on one item: in three rounds one device loses at least twice,
+    /// and each losing value has a copy of its own on both devices (a device's later conflict
+    /// used to replace its earlier copy, which the user might not have looked at yet).
+    func testEveryConflictVersionKeepsACopyOfItsOwn() throws {
+        let (a, b) = try pair()
+        try put(a, "bob", "base")
+        try a.exchange(); try b.exchange()
+        var losers: Set<String> = []
+        for round in 1...3 {
+            try put(a, "bob", "a\(round)"); try put(b, "bob", "b\(round)")
+            try a.exchange(); try b.exchange(); try a.exchange()
+            let winner = try XCTUnwrap(try secret(a, "bob"))
+            XCTAssertEqual(try secret(b, "bob"), winner)
+            losers.insert(winner == "a\(round)" ? "b\(round)" : "a\(round)")
+        }
+        var names: [Set<String>] = []
+        for s in [a, b] {
+            let copies = try s.owner.items(matching: ItemQuery(kind: .generic, service: "mail"))
+                .filter { $0.key.account.hasPrefix("bob.conflict-") }
+            let kept = Set(try copies.map { String(decoding: try s.owner.secret(of: $0).unprotectedArray, as: UTF8.self) })
+            XCTAssertEqual(copies.count, 3)
+            XCTAssertEqual(kept, losers)
+            names.append(Set(copies.map(\.key.account)))
+        }
+        XCTAssertEqual(names[0], names[1], "every device names a version's copy alike")
+    }
+
     /// A daemon killed (kill -9) after its merge reached the store but before its manifest and
     /// state were written: at restart the merged value looked like a local change, was published
     /// as a version concurrent with the one it came from, and both devices got a conflict copy
