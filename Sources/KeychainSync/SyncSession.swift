@@ -647,18 +647,32 @@ package final class SyncSession: Sendable {
         }
 
         // 6. The manifest, after every file it names; then what this device remembers.
-        state.seq += 1
         // A device in flight is not marked as merged at this seq: its tombstones are not
         // taken as seen here before the files of its manifest were.
         for (d, m) in manifests where !inFlight.contains(d) { state.seen[d.hex] = m.seq }
         let merged = manifests.keys.filter { !inFlight.contains($0) }
-        let manifest = SyncManifest(device: state.device, folder: state.folderID, seq: state.seq, written: now,
-                                    seen: state.seen,
-                                    seenDigests: Dictionary(uniqueKeysWithValues: merged.compactMap { d in state.seenDigest[d.hex].map { (d.hex, $0) } }),
-                                    entries: state.own.sorted { $0.item < $1.item })
-        state.ownDigest = try folder.writeManifest(manifest, keys: keys, announce: lock.announce)
-        // Then the files it no longer names (older versions, expired tombstones) go.
-        folder.removeUnnamedItems(manifest)
+        let entries = state.own.sorted { $0.item < $1.item }
+        // A manifest is written when this device's versions changed, or to say it merged a
+        // version another device wrote after the state it last said it merged of that device
+        // (tombstones expire on it). Not for a manifest that only said it merged one of this
+        // device's: two daemons would answer each other's manifests forever.
+        let owesMerge = merged.contains { d in
+            (manifests[d]?.entries.map(\.writtenSeq).max() ?? 0) > (mine?.0.seen[d.hex] ?? 0)
+        }
+        if let (m, digest) = mine, m.seq == state.seq, m.entries == entries, !owesMerge {
+            // This device's, checked at step 0: at the state saved, or one an exchange killed
+            // before its state was saved had announced (step 2 took up its seq).
+            state.ownDigest = digest
+        } else {
+            state.seq += 1
+            let manifest = SyncManifest(device: state.device, folder: state.folderID, seq: state.seq, written: now,
+                                        seen: state.seen,
+                                        seenDigests: Dictionary(uniqueKeysWithValues: merged.compactMap { d in state.seenDigest[d.hex].map { (d.hex, $0) } }),
+                                        entries: entries)
+            state.ownDigest = try folder.writeManifest(manifest, keys: keys, announce: lock.announce)
+            // Then the files it no longer names (older versions, expired tombstones) go.
+            folder.removeUnnamedItems(manifest)
+        }
         state.refusals = report.refusals
         state.lastExchange = now
         try state.save(forStore: storePath)

@@ -50,7 +50,7 @@ package struct GitSyncEngine {
     /// checkout, and no line merge (a conflict keeps one side's file, never conflict markers).
     /// Only these paths: a folder that is a linked work tree shares the file with the rest of
     /// its repository.
-    static let attributes = ["devices/**", "sync.key"].map { "\($0) -text -eol -ident -filter -working-tree-encoding -merge" }
+    var attributes: [String] { (["devices/**"] + sharedFiles).map { "\($0) -text -eol -ident -filter -working-tree-encoding -merge" } }
 
     package init(folder: String, remote: String) {
         self.folder = folder
@@ -133,12 +133,12 @@ package struct GitSyncEngine {
         // A file is written as a dot-named temporary and renamed into place (by keychainfs, and
         // by Syncthing if both run): a commit taken meanwhile must not carry the half-written one.
         try addInfo(info, "exclude", Self.ignored)
-        if try addInfo(info, "attributes", Self.attributes), try head([:]) != nil {
+        if try addInfo(info, "attributes", attributes), try head([:]) != nil {
             // Files checked out before (a clone, as the README has it, is made before any
             // exchange) may have been converted by a `.gitattributes` of the tree: the other
             // devices' files and the envelope are checked out again, as they are in git.
             _ = try? run(["checkout", "HEAD", "--", "devices"] + (ownDirectory.map { [":(exclude)\($0)"] } ?? []), [:], failure: "")
-            _ = try? run(["checkout", "HEAD", "--", "sync.key"], [:], failure: "")
+            for name in sharedFiles { _ = try? run(["checkout", "HEAD", "--", name], [:], failure: "") }
         }
         // A machine with no git identity (a server) still syncs; the author says only that
         // keychainfs made the commit.

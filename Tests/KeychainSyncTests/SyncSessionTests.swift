@@ -873,6 +873,39 @@ final class SyncSessionTests: XCTestCase {
         }
     }
 
+    /// An exchange with nothing new writes no manifest: two daemons, each exchanging when the
+    /// other's manifest arrives, answered each other's manifests forever (about 30 a second
+    /// each, in `test_sync.sh`). A version another device wrote is still answered once, to say
+    /// it was merged (its tombstones expire on it).
+    func testAnExchangeWithNothingNewWritesNoManifest() throws {
+        let (a, b) = try pair()
+        try put(a, "x", "v1")
+        for s in [a, b, a, b] { try s.exchange() }
+        let (seqA, seqB) = (try state(a).seq, try state(b).seq)
+        let manifestA = try Data(contentsOf: URL(fileURLWithPath: SyncFolder(path: folder).manifestPath(try state(a).device)))
+        for s in [a, b, a, b, a, b] { try s.exchange() }
+        XCTAssertEqual(try state(a).seq, seqA)
+        XCTAssertEqual(try state(b).seq, seqB)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: SyncFolder(path: folder).manifestPath(try state(a).device))), manifestA)
+        try put(b, "x", "v2")
+        for s in [b, a, b, a, b, a] { try s.exchange() }
+        XCTAssertEqual(try state(b).seq, seqB + 1, "b published its change")
+        XCTAssertEqual(try state(a).seq, seqA + 1, "a said once that it merged it")
+        XCTAssertEqual(try secret(a, "x"), "v2")
+        // An exchange killed after its manifest, before its state: the next one finds nothing
+        // new, takes that manifest as its own, and the one after goes on (no false copy).
+        let statePath = SyncLocalState.path(forStore: a.storePath)
+        let saved = try Data(contentsOf: URL(fileURLWithPath: statePath))
+        try put(a, "x", "v3")
+        try a.exchange()
+        try saved.write(to: URL(fileURLWithPath: statePath))
+        try a.exchange()
+        XCTAssertEqual(try state(a).seq, seqA + 2)
+        try a.exchange(); try b.exchange()
+        XCTAssertEqual(try secret(b, "x"), "v3")
+        XCTAssertEqual(try conflictCopies(b), 0)
+    }
+
     /// A device whose sync state and own directory were put back from a backup (a home
     /// directory with a git work tree) while another device had merged a later state of it: its
     /// clock and counts would give versions it has given before. It stops before it writes.

@@ -9,6 +9,7 @@
 #     git clone --depth 1 -b "v$v" https://github.com/git/git /tmp/git-src
 #     cd /tmp/git-src && make NO_CURL=1 NO_GETTEXT=1 NO_TCLTK=1 NO_PERL=1 NO_PYTHON=1 \
 #         t/helper/test-tool GIT-BUILD-OPTIONS
+#     make -C templates SHELL_PATH=/bin/sh PERL_PATH=/usr/bin/perl   # test-lib wants templates/blt
 #
 # then run this script (GIT_SRC_DIR=/elsewhere if it is not /tmp/git-src). Without it, it
 # says so and skips. The tests run the installed git (GIT_TEST_INSTALLED), which finds the

@@ -449,6 +449,59 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
         expect_eq "$named" "$(ls "$d/items" | wc -l | tr -d ' ')" "device ${d##*/}: as many item files as its manifest names"
     done
 
+    echo "== two idle daemons"
+    # With nothing new to say they write nothing: each used to answer the other's manifest
+    # with one of its own, about 30 a second each, for as long as both ran.
+    seqs() { /usr/bin/python3 -c 'import json,sys; print(*(json.load(open(f))["seq"] for f in sys.argv[1:]))' "$A2.sync.json" "$B2.sync.json"; }
+    quiet() { q=$(seqs); sleep 1; [ "$q" = "$(seqs)" ]; }
+    wait_for "A and B settle: neither writes a manifest for a second" quiet
+
+    echo "== a copy of a device, mounted"
+    # A's mounted store copied with its sync state and device key (a cloned machine), the copy
+    # mounted by a daemon of its own: that daemon's exchanges stop before they write, and its
+    # mount goes on serving what it holds.
+    kc unmount "$MPA" >/dev/null 2>&1
+    E2="$T/e/a2.db" MPE="$T/mnte"
+    mkdir -p "$T/e/home" "$T/e/config" "$T/e/run" "$MPE"
+    chmod 700 "$T/e/run"
+    cp -a "$XDG_STATE_HOME" "$T/e/state"
+    for f in "$A2" "$A2"-* "$A2".sync.json*; do [ -e "$f" ] && cp -a "$f" "$T/e/${f##*/}"; done
+    kce() {
+        HOME="$T/e/home" XDG_DATA_HOME="$T/e/data" XDG_STATE_HOME="$T/e/state" XDG_CONFIG_HOME="$T/e/config" \
+            XDG_RUNTIME_DIR="$T/e/run" "$KEYCHAINFS_BIN" "$@"
+    }
+    kc mount "$MPA" --store "$A2" --passphrase-file "$T/newer-pass" >/dev/null 2>&1
+    pid_a=$(daemon_pid "$MPA")
+    [ -n "$pid_a" ] && on_exit_kill "$pid_a"
+    dev_a2=$(kc sync status --json --store "$A2" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+    state_a2() { sha256sum "$F2/devices/$dev_a2/state" | cut -d' ' -f1; }
+    before=$(state_a2)
+    printf 'erin-on-a-after-the-copy' >"$MPA/web/erin"
+    wait_for "A's daemon publishes its change" sh -c "[ \"\$(sha256sum '$F2/devices/$dev_a2/state' | cut -d' ' -f1)\" != '$before' ]"
+    mount_e() {
+        on_exit_unmount "$MPE"
+        kce mount "$MPE" --store "$E2" --passphrase-file "$T/newer-pass" >"$OUT" 2>"$ERR"
+        rc=$?
+        pid_e=$(daemon_pid "$MPE")
+        [ -n "$pid_e" ] && on_exit_kill "$pid_e"
+        return $rc
+    }
+    expect_exit 0 "mount the copy" mount_e
+    printf 'erin-on-the-copy' >"$MPE/web/erin"
+    wait_for "the copy's daemon stops its exchange" sh -c "HOME='$T/e/home' XDG_STATE_HOME='$T/e/state' XDG_CONFIG_HOME='$T/e/config' XDG_RUNTIME_DIR='$T/e/run' '$KEYCHAINFS_BIN' sync status --store '$E2' | grep -q 'another keychain syncs with this device.s identity'"
+    expect_exit 93 "sync now through the copy's daemon: 93" kce sync now --store "$E2"
+    expect_contains "$ERR" "remove $E2.sync.json" "it names the copy's state to remove"
+    own_a2() { [ "$(state_a2)" = "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ownDigest"])' "$A2.sync.json")" ]; }
+    wait_for "the copy's daemon wrote nothing over A's directory: the manifest there is the one A wrote" own_a2
+    expect_eq "erin-on-the-copy" "$(cat "$MPE/web/erin")" "the copy's mount merged nothing and still serves its value"
+    expect_eq "erin-on-a-after-the-copy" "$(cat "$MPA/web/erin")" "A's mount keeps its own"
+    after=$(state_a2)
+    printf 'erin-on-a-again' >"$MPA/web/erin"
+    wait_for "A goes on publishing" sh -c "[ \"\$(sha256sum '$F2/devices/$dev_a2/state' | cut -d' ' -f1)\" != '$after' ]"
+    expect_exit 0 "B merges A's later change" kcb sync now --store "$B2"
+    expect_eq "erin-on-a-again" "$(cat "$MPB/web/erin")" "B has it"
+    kce unmount "$MPE" >/dev/null 2>&1
+
     echo "== leave and init through a daemon"
     expect_exit 0 "sync leave while mounted" kcb sync leave --store "$B2"
     expect_exit 69 "B does not sync any more" kcb sync status --store "$B2"
