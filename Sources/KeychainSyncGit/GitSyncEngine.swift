@@ -33,8 +33,8 @@ package struct GitSyncEngine {
     /// rewrote) takes the remote's version: the keychain's merge judges it.
     package var ownDirectory: String?
     /// Files at the folder's top that a device may add (the sync key's envelope, by the
-    /// device that made the folder).
-    package var sharedFiles: [String] = []
+    /// device that made the folder), checked out as in git like the devices' files.
+    package let sharedFiles: [String]
     /// The git executable, found on PATH.
     package var git = "git"
 
@@ -52,9 +52,10 @@ package struct GitSyncEngine {
     /// its repository.
     var attributes: [String] { (["devices/**"] + sharedFiles).map { "\($0) -text -eol -ident -filter -working-tree-encoding -merge" } }
 
-    package init(folder: String, remote: String) {
+    package init(folder: String, remote: String, sharedFiles: [String]) {
         self.folder = folder
         self.remote = remote
+        self.sharedFiles = sharedFiles
     }
 
     /// What one exchange did.

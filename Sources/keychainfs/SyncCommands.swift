@@ -136,7 +136,7 @@ struct SyncJoinCommand: ParsableCommand {
         let service = try owner.service()
         let folder = KeychainLocations.absolute(dir)
         // A clone of a `sync git` remote: its files as they are in git before the envelope is read.
-        try GitSyncEngine(folder: folder, remote: "").protectClone()
+        try GitSyncEngine(folder: folder, remote: "", sharedFiles: [SyncFolder.envelopeName]).protectClone()
         let o = try service.sync(.join, folder: folder, passphrase: try syncPassphrase.read(new: false),
                                  scryptLogN: nil)
         try tombstones.apply(forStore: owner.storeOptions.path)

@@ -43,9 +43,8 @@ struct SyncGitCommand: ParsableCommand {
         // which the keychain's merge below takes (through the daemon, when mounted).
         let lock = try ExchangeLock(path: SyncLocalState.path(forStore: owner.storeOptions.path) + ".git.lock")
         defer { lock.release() }
-        var engine = GitSyncEngine(folder: state.folder, remote: remote)
+        var engine = GitSyncEngine(folder: state.folder, remote: remote, sharedFiles: [SyncFolder.envelopeName])
         engine.ownDirectory = "devices/" + state.device.hex
-        engine.sharedFiles = [SyncFolder.envelopeName]
         let done = try engine.exchange {
             let report = try service.sync(.exchange, folder: nil, passphrase: nil, scryptLogN: nil)
             refusals = report.refusals

@@ -69,7 +69,7 @@ final class GitSyncEngineTests: XCTestCase {
         try git(remote, "ls-tree", "-r", "--name-only", "main").split(separator: "\n").map(String.init)
     }
 
-    private func engine(_ folder: String) -> GitSyncEngine { GitSyncEngine(folder: folder, remote: remote) }
+    private func engine(_ folder: String) -> GitSyncEngine { GitSyncEngine(folder: folder, remote: remote, sharedFiles: ["sync.key"]) }
 
     private func expectSyncEngineError(_ needle: String, _ body: () throws -> Void,
                                        file: StaticString = #filePath, line: UInt = #line) {
@@ -374,9 +374,7 @@ final class GitSyncEngineTests: XCTestCase {
     /// device's own directory) or not. Before, no device put it back, and none could join.
     func testTheEnvelopeTheRemoteRemovedIsPutBack() throws {
         let a = try device("a"), b = try device("b")
-        var ea = ownEngine(a, "a"), eb = ownEngine(b, "b")
-        ea.sharedFiles = ["sync.key"]
-        eb.sharedFiles = ["sync.key"]
+        let ea = ownEngine(a, "a"), eb = ownEngine(b, "b")
         try write(a, "sync.key", "envelope")
         try write(a, "devices/a/state", "a1")
         try ea.exchange {}
@@ -530,8 +528,7 @@ final class GitSyncEngineTests: XCTestCase {
     /// are as in git before the keychain reads them (the join read a converted envelope).
     func testAClonePreparedForJoiningHasItsFilesAsInGit() throws {
         let a = try device("a")
-        var e = ownEngine(a, "a")
-        e.sharedFiles = ["sync.key"]
+        let e = ownEngine(a, "a")
         try write(a, "sync.key", "envelope\nline 2\n")
         try write(a, "devices/a/items/z", "line 1\nline 2\n")
         try e.exchange {}
@@ -552,7 +549,7 @@ final class GitSyncEngineTests: XCTestCase {
     func testARemoteThatLooksLikeAnOptionIsRefused() throws {
         let a = try device("a")
         try write(a, "dev-a/1", "one")
-        XCTAssertThrowsError(try GitSyncEngine(folder: a, remote: "--upload-pack=touch \(root)/ran;").exchange {}) {
+        XCTAssertThrowsError(try GitSyncEngine(folder: a, remote: "--upload-pack=touch \(root)/ran;", sharedFiles: []).exchange {}) {
             XCTAssertEqual(($0 as? KeychainError)?.exitCode, 65)
         }
         XCTAssertFalse(FileManager.default.fileExists(atPath: root + "/ran"))
@@ -560,13 +557,13 @@ final class GitSyncEngineTests: XCTestCase {
 
     /// A token in the remote's URL stays out of the messages (they may be logged or pasted).
     func testMessagesLeaveOutAURLsCredentials() throws {
-        XCTAssertEqual(GitSyncEngine(folder: root, remote: "https://me:t0ken@example.org/r.git").shownRemote, "https://…@example.org/r.git")
-        XCTAssertEqual(GitSyncEngine(folder: root, remote: "https://example.org/a@b.git").shownRemote, "https://example.org/a@b.git")
-        XCTAssertEqual(GitSyncEngine(folder: root, remote: "git@example.org:me/r.git").shownRemote, "git@example.org:me/r.git")
+        XCTAssertEqual(GitSyncEngine(folder: root, remote: "https://me:t0ken@example.org/r.git", sharedFiles: []).shownRemote, "https://…@example.org/r.git")
+        XCTAssertEqual(GitSyncEngine(folder: root, remote: "https://example.org/a@b.git", sharedFiles: []).shownRemote, "https://example.org/a@b.git")
+        XCTAssertEqual(GitSyncEngine(folder: root, remote: "git@example.org:me/r.git", sharedFiles: []).shownRemote, "git@example.org:me/r.git")
         let a = try device("a")
         try write(a, "dev-a/1", "one")
         expectSyncEngineError("cannot reach file://…@") {
-            try GitSyncEngine(folder: a, remote: "file://me:t0ken@" + root + "/nowhere.git").exchange {}
+            try GitSyncEngine(folder: a, remote: "file://me:t0ken@" + root + "/nowhere.git", sharedFiles: []).exchange {}
         }
     }
 
@@ -582,7 +579,7 @@ final class GitSyncEngineTests: XCTestCase {
         let a = try device("a")
         try write(a, "dev-a/1", "one")
         expectSyncEngineError("cannot reach \(root)/nowhere.git") {
-            try GitSyncEngine(folder: a, remote: root + "/nowhere.git").exchange {}
+            try GitSyncEngine(folder: a, remote: root + "/nowhere.git", sharedFiles: []).exchange {}
         }
     }
 
