@@ -196,6 +196,7 @@ package final class ServedKeychainService: KeychainService {
             outcome.published = report.published; outcome.applied = report.applied; outcome.deleted = report.deleted
             outcome.conflictCopies = report.conflictCopies; outcome.deferred = report.deferred
             outcome.refusals = report.refusals
+            outcome.ownDirectoryRewritten = report.ownDirectoryRewritten
         }
         return outcome
     }

@@ -233,6 +233,7 @@ package enum ControlReply {
                     w.field(tag, UInt64(max(n, 0)))
                 }
                 for r in o.refusals { w.nested(.refusal) { $0.field(.message, r) } }
+                if let note = o.ownDirectoryRewritten { w.field(.ownDirectoryRewritten, note) }
             case .failed(let error): WireError.write(error, to: w)
             }
         }
@@ -269,6 +270,7 @@ package enum ControlReply {
             o.published = try n(.published); o.applied = try n(.applied); o.deleted = try n(.removed)
             o.conflictCopies = try n(.conflictCopies); o.deferred = try n(.deferred)
             o.refusals = try f.nestedAll(.refusal).map { try $0.string(required: .message) }
+            o.ownDirectoryRewritten = try f.string(.ownDirectoryRewritten)
             self = .synced(o)
         case .failed: self = .failed(try WireError.read(f))
         }

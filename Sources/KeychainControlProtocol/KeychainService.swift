@@ -84,6 +84,8 @@ package struct SyncOutcome: Sendable, Equatable {
     package var device = ""
     package var published = 0, applied = 0, deleted = 0, conflictCopies = 0, deferred = 0
     package var refusals: [String] = []
+    /// `SyncReport.ownDirectoryRewritten`.
+    package var ownDirectoryRewritten: String?
     package init() {}
 }
 

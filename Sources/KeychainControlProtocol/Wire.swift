@@ -93,6 +93,7 @@ package enum WireTag: UInt16, CaseIterable {
     case deferred = 117              // u64
     case refusal = 118               // nested, repeated: message
     case syncDevice = 119            // string
+    case ownDirectoryRewritten = 121 // string: `SyncOutcome.ownDirectoryRewritten`
 
     // Access lists.
     case repin = 120                 // nested attributes: the programs `setAccess` pins anew

@@ -165,6 +165,13 @@ package struct SyncReport: Sendable, Equatable {
     package var refusals: [String] = []
     /// Items changed here while the merge ran: left for the next exchange.
     package var deferred = 0
+    /// This device's own directory was found older than this device wrote it (an engine
+    /// served an old copy), and was written again. Apart from `refusals`: nothing in the
+    /// folder was refused, and `sync git` expects it when its own merge put the directory back.
+    package var ownDirectoryRewritten: String?
+    /// A manifest named files not in the folder yet (an engine delivers a device's files in
+    /// no set order): what needs them waits for an exchange after they land.
+    package var waitingForFiles = false
 }
 
 /// One device's exchange with its sync folder: publish this store's changes of synchronizable
@@ -178,9 +185,6 @@ package struct SyncReport: Sendable, Equatable {
 /// taken under it, one call at a time, and never held while the folder is read or written.
 /// Nothing the owner holds ever waits for the exchange lock.
 package final class SyncSession: Sendable {
-    /// How the refusal of this device's own directory, found older than this device wrote it,
-    /// begins (`sync git` tells it apart when its own merge put that directory back).
-    package static let ownDirectoryRolledBack = "this device's own directory was rolled back"
     package let owner: ServedKeychain
     package let storePath: String
     private let log = Logger(label: "keychainfs.sync")
@@ -364,7 +368,9 @@ package final class SyncSession: Sendable {
         // 2. Own directory: a file of ours missing or altered (a rolled-back directory) is published again.
         if let (mine, _) = mine {
             if mine.seq < state.seq {
-                refuse("\(Self.ownDirectoryRolledBack) (state \(mine.seq), written \(state.seq)); it is written again")
+                let why = "this device's own directory was rolled back (state \(mine.seq), written \(state.seq)); it is written again"
+                log.error("sync: \(why)")
+                report.ownDirectoryRewritten = why
             }
             // An exchange killed after its manifest, before this state: its seq and Lamport
             // times are not used again, so no file name (item, Lamport) gets other bytes; and
@@ -650,6 +656,7 @@ package final class SyncSession: Sendable {
         // A device in flight is not marked as merged at this seq: its tombstones are not
         // taken as seen here before the files of its manifest were.
         for (d, m) in manifests where !inFlight.contains(d) { state.seen[d.hex] = m.seq }
+        report.waitingForFiles = !inFlight.isEmpty
         let merged = manifests.keys.filter { !inFlight.contains($0) }
         let entries = state.own.sorted { $0.item < $1.item }
         // A manifest is written when this device's versions changed, or to say it merged a
@@ -673,7 +680,7 @@ package final class SyncSession: Sendable {
             // Then the files it no longer names (older versions, expired tombstones) go.
             folder.removeUnnamedItems(manifest)
         }
-        state.refusals = report.refusals
+        state.refusals = report.refusals + [report.ownDirectoryRewritten].compactMap { $0 }
         state.lastExchange = now
         try state.save(forStore: storePath)
         if let own = state.ownDigest { lock.settle(own) }

@@ -73,19 +73,23 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
 
     private func run() {
         var due = true
+        // While an exchange waits for files a manifest named, it runs again soon, then less
+        // often (milliseconds): the manifest it heard does not change when they land (and an
+        // item file's landing is not watched: a first sync lands thousands).
+        var retry: Int32?
         while true {
             if due {
-                exchangeOnce()
+                retry = exchangeOnce() ? min(2 * (retry ?? 125), 5_000) : nil
                 due = false
             }
             var fds = [pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
                        pollfd(fd: inotify, events: Int16(POLLIN), revents: 0)]
             // Every few seconds, a look at the folder: a folder made or joined after the daemon
             // started, a watch that could not be set, an engine that replaced a directory whole.
-            let n = poll(&fds, 2, 5_000)
+            let n = poll(&fds, 2, retry ?? 5_000)
             // The round itself costs a few stats; an exchange reads every row's version and
             // every manifest (it decrypts only what changed).
-            if n == 0 { due = folderFingerprint() != lastFingerprint; continue }
+            if n == 0 { due = retry != nil || folderFingerprint() != lastFingerprint; continue }
             if n < 0 { continue }
             if fds[0].revents != 0 {
                 var buf = [UInt8](repeating: 0, count: 256)
@@ -118,15 +122,18 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
         }
     }
 
-    private func exchangeOnce() {
+    /// Whether the exchange waits for files a manifest named (`SyncReport.waitingForFiles`).
+    private func exchangeOnce() -> Bool {
         // Loaded once for both: every commit of a mount wakes this thread, with sync or without.
         let state = try? SyncLocalState.load(forStore: session.storePath)
         lastFingerprint = fingerprint(of: state)
-        guard let state else { return }
+        guard let state else { return false }
         watchFolder(state)
+        var waiting = false
         do {
             let report = try session.exchange()
-            if report != SyncReport() {
+            waiting = report.waitingForFiles
+            if report.published + report.applied + report.deleted + report.conflictCopies > 0 {
                 log.info("sync: published \(report.published), applied \(report.applied), deleted \(report.deleted), conflict copies \(report.conflictCopies)")
             }
         } catch KeychainError.unavailable {
@@ -137,6 +144,7 @@ package final class SyncWatcher: ItemChangeObserver, @unchecked Sendable {
             log.error("sync: the exchange failed: \((error as? KeychainError)?.description ?? "\(error)")")
         }
         exchanges.add(1, ordering: .sequentiallyConsistent)
+        return waiting
     }
 
     /// Watches `devices/` and every other device's directory (for its manifest's rename).

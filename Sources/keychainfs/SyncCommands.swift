@@ -161,9 +161,10 @@ struct SyncNowCommand: ParsableCommand {
         let report = try owner.service().sync(.exchange, folder: nil, passphrase: nil, scryptLogN: nil)
         Output.line("published \(report.published), applied \(report.applied), deleted \(report.deleted), conflict copies \(report.conflictCopies)"
             + (report.deferred > 0 ? ", deferred \(report.deferred)" : ""))
-        if !report.refusals.isEmpty {
-            for r in report.refusals { FileHandle.standardError.write(Data("keychainfs: refused: \(r)\n".utf8)) }
-            throw KeychainError.integrityFailure("\(report.refusals.count) refused in the sync folder (the rest was merged)")
+        let refused = report.refusals + [report.ownDirectoryRewritten].compactMap { $0 }
+        if !refused.isEmpty {
+            for r in refused { FileHandle.standardError.write(Data("keychainfs: refused: \(r)\n".utf8)) }
+            throw KeychainError.integrityFailure("\(refused.count) refused in the sync folder (the rest was merged)")
         }
     }
 }

@@ -37,6 +37,7 @@ struct SyncGitCommand: ParsableCommand {
         // git runs, so that a wrong passphrase stops it first.
         let service = try owner.service()
         var refusals: [String] = []
+        var rewritten: String?
         var published = 0, applied = 0, deleted = 0, copies = 0
         // One git exchange of this keychain at a time: two in one work tree at once concluded
         // each other's merges and failed on git's index lock. Not the exchange's own lock,
@@ -48,6 +49,7 @@ struct SyncGitCommand: ParsableCommand {
         let done = try engine.exchange {
             let report = try service.sync(.exchange, folder: nil, passphrase: nil, scryptLogN: nil)
             refusals = report.refusals
+            rewritten = report.ownDirectoryRewritten
             published += report.published; applied += report.applied; deleted += report.deleted
             copies += report.conflictCopies
         }
@@ -57,12 +59,12 @@ struct SyncGitCommand: ParsableCommand {
         // This run put the device's own directory back after a merge changed it: what the
         // keychain wrote there meanwhile (its daemon merges as files land) was older on disk
         // than in its state, and the merge wrote it again. Said, not a failure.
-        let expected = done.restoredOwnDirectory ? refusals.filter { $0.hasPrefix(SyncSession.ownDirectoryRolledBack) } : []
-        for r in expected {
-            FileHandle.standardError.write(Data("keychainfs: note: \(r) (this run put it back after the merge)\n".utf8))
+        if let note = rewritten, done.restoredOwnDirectory {
+            FileHandle.standardError.write(Data("keychainfs: note: \(note) (this run put it back after the merge)\n".utf8))
+            rewritten = nil
         }
         // What the last merge refused is what the folder now holds: reported as `sync now` does.
-        let refused = refusals.filter { !expected.contains($0) }
+        let refused = refusals + [rewritten].compactMap { $0 }
         if !refused.isEmpty {
             for r in refused { FileHandle.standardError.write(Data("keychainfs: refused: \(r)\n".utf8)) }
             throw KeychainError.integrityFailure("\(refused.count) refused in the sync folder (the rest was merged and pushed)")

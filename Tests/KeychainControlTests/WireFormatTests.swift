@@ -300,12 +300,27 @@ final class WireFormatTests: XCTestCase {
         guard case .exportEnd(_, _, nil) = try roundTrip(.exportEnd(count: 0, damaged: [], next: nil)) else { return XCTFail("last page") }
     }
 
+    /// A sync's outcome: its counts, its refusals and, apart from them, the note that this
+    /// device's own directory was written again (`sync git` tells the two apart by field).
+    func testASyncOutcomeRoundTrips() throws {
+        var o = SyncOutcome()
+        o.folder = "/f"; o.device = "ab12"
+        o.published = 1; o.applied = 2; o.deleted = 3; o.conflictCopies = 4; o.deferred = 5
+        o.refusals = ["one", "two"]
+        o.ownDirectoryRewritten = "written again"
+        guard case .synced(let back) = try roundTrip(.synced(o)) else { return XCTFail("kind") }
+        XCTAssertEqual(back, o)
+        o.ownDirectoryRewritten = nil
+        guard case .synced(let none) = try roundTrip(.synced(o)) else { return XCTFail("kind") }
+        XCTAssertEqual(none, o)
+    }
+
     func testTheBackupKindsAreNumberedAfterTheOthers() {
         XCTAssertEqual(ControlRequest.Kind.importItems.rawValue, 11)
         XCTAssertEqual(ControlRequest.Kind.exportItems.rawValue, 12)
         XCTAssertEqual(ControlReply.Kind.imported.rawValue, 0x8008)
         XCTAssertEqual(ControlReply.Kind.identified.rawValue, 0x800B)
-        XCTAssertEqual(ControlProtocol.version, 8)
+        XCTAssertEqual(ControlProtocol.version, 9)
     }
 
     func testTheHeaderLayoutIsFrozen() throws {
