@@ -272,11 +272,18 @@ package final class SyncSession: Sendable {
 
         // 1. The other devices' manifests: authenticated, never older than what was merged.
         var manifests: [DeviceID: SyncManifest] = [:]
+        // Devices whose manifest is older than, or another than, the one merged of them: this
+        // device's next manifest says which it merged (step 6), so that a device put back
+        // from a backup learns it and stops (below), though that one only said it had merged
+        // this device's, which no manifest answers.
+        var disputed: Set<DeviceID> = []
         for d in folder.devices() where d != state.device {
             do {
                 guard let (m, digest) = try folder.readManifest(d, folderID: state.folderID, keys: keys) else { continue }
                 if let gone = state.departed?[d.hex] {
-                    guard m.seq > gone else {
+                    // The same manifest put back (an engine took the directory away for a
+                    // while): nothing in it is older than what was merged.
+                    guard m.seq > gone || (m.seq == gone && state.seenDigest[d.hex] == digest) else {
                         refuse("device \(d.short): its directory came back at state \(m.seq) after it went at \(gone) (an old tree served again?); its files are ignored")
                         continue
                     }
@@ -285,10 +292,12 @@ package final class SyncSession: Sendable {
                 let last = state.seen[d.hex] ?? 0
                 if m.seq < last {
                     refuse("device \(d.short): its directory was rolled back (state \(m.seq), already merged \(last)); its files are ignored")
+                    disputed.insert(d)
                     continue
                 }
                 if m.seq == last, let known = state.seenDigest[d.hex], known != digest {
                     refuse("device \(d.short): its state \(m.seq) differs from the one merged before (replayed or forked); ignored")
+                    disputed.insert(d)
                     continue
                 }
                 manifests[d] = m
@@ -361,7 +370,8 @@ package final class SyncSession: Sendable {
                 let seen = state.seen[d.hex]
                 state.departed = state.departed ?? [:]
                 state.departed?[d.hex] = seen
-                state.seen[d.hex] = nil; state.seenDigest[d.hex] = nil
+                // Its digest stays: the same manifest put back is taken again (step 1).
+                state.seen[d.hex] = nil
             }
         }
 
@@ -658,6 +668,7 @@ package final class SyncSession: Sendable {
         for (d, m) in manifests where !inFlight.contains(d) { state.seen[d.hex] = m.seq }
         report.waitingForFiles = !inFlight.isEmpty
         let merged = manifests.keys.filter { !inFlight.contains($0) }
+        let told = merged + disputed
         let entries = state.own.sorted { $0.item < $1.item }
         // A manifest is written when this device's versions changed, or to say it merged a
         // version another device wrote after the state it last said it merged of that device
@@ -665,6 +676,8 @@ package final class SyncSession: Sendable {
         // device's: two daemons would answer each other's manifests forever.
         let owesMerge = merged.contains { d in
             (manifests[d]?.entries.map(\.writtenSeq).max() ?? 0) > (mine?.0.seen[d.hex] ?? 0)
+        } || disputed.contains { d in
+            mine?.0.seen[d.hex] != state.seen[d.hex] || mine?.0.seenDigests?[d.hex] != state.seenDigest[d.hex]
         }
         if let (m, digest) = mine, m.seq == state.seq, m.entries == entries, !owesMerge {
             // This device's, checked at step 0: at the state saved, or one an exchange killed
@@ -674,7 +687,7 @@ package final class SyncSession: Sendable {
             state.seq += 1
             let manifest = SyncManifest(device: state.device, folder: state.folderID, seq: state.seq, written: now,
                                         seen: state.seen,
-                                        seenDigests: Dictionary(uniqueKeysWithValues: merged.compactMap { d in state.seenDigest[d.hex].map { (d.hex, $0) } }),
+                                        seenDigests: Dictionary(uniqueKeysWithValues: told.compactMap { d in state.seenDigest[d.hex].map { (d.hex, $0) } }),
                                         entries: entries)
             state.ownDigest = try folder.writeManifest(manifest, keys: keys, announce: lock.announce)
             // Then the files it no longer names (older versions, expired tombstones) go.
@@ -753,17 +766,33 @@ package final class SyncSession: Sendable {
     /// `<account>.conflict-<device>-<lamport>`: beside the item, in the same directory of the
     /// tree, named by the place its writer gave the version (`SyncEntry.order`), so that each
     /// conflict version has a copy of its own (a device's later conflict keeps its earlier
-    /// copy) and every device names a version's copy alike.
+    /// copy) and every device names a version's copy alike. The suffix alone tells copies
+    /// apart (a device gives no two versions one Lamport time), so an account too long to
+    /// take it is cut short until the name fits.
     package static func conflictKey(_ key: ItemKey, of version: SyncVersion) throws -> ItemKey {
-        let suffix = ".conflict-\(version.device.short)-\(version.lamport)"
-        switch key {
-        case .generic(let g):
-            return .generic(try GenericPasswordKey(service: g.service, account: g.account + suffix, accessGroup: g.accessGroup))
-        case .internet(let i):
-            return .internet(try InternetPasswordKey(server: i.server, port: i.port, path: i.path, protocol: i.protocol,
-                                                     authenticationType: i.authenticationType, securityDomain: i.securityDomain,
-                                                     account: i.account + suffix, accessGroup: i.accessGroup))
+        let suffix = conflictSuffix(of: version)
+        func named(_ account: String) throws -> ItemKey {
+            switch key {
+            case .generic(let g):
+                return .generic(try GenericPasswordKey(service: g.service, account: account, accessGroup: g.accessGroup))
+            case .internet(let i):
+                return .internet(try InternetPasswordKey(server: i.server, port: i.port, path: i.path, protocol: i.protocol,
+                                                         authenticationType: i.authenticationType, securityDomain: i.securityDomain,
+                                                         account: account, accessGroup: i.accessGroup))
+            }
         }
+        var account = key.account
+        while true {
+            do { return try named(account + suffix) } catch {
+                guard !account.isEmpty else { throw error }
+                account.removeLast()
+            }
+        }
+    }
+
+    /// How the name of a conflict version's copy ends (`conflictKey`).
+    package static func conflictSuffix(of version: SyncVersion) -> String {
+        ".conflict-\(version.device.short)-\(version.lamport)"
     }
 
     static func text(_ error: Error) -> String { (error as? KeychainError)?.description ?? "\(error)" }
@@ -895,5 +924,17 @@ extension SyncSession {
         }
         pending += state.synced.filter { $0.value.digest != nil && !present.contains($0.key) }.count
         return (pending, names)
+    }
+
+    /// The copy of conflict version `c` among the items here (`names`, from `pendingChanges`),
+    /// if it was not deleted since: the item named by the version (`conflictSuffix`), found
+    /// without the item's own name (gone when a delete won), or the one an earlier version
+    /// made, `<account>.conflict-<device>`.
+    package static func conflictCopy(of c: SyncEntry, among names: [SyncItemID: ItemKey]) -> ItemKey? {
+        let suffix = conflictSuffix(of: c.order)
+        if let key = names.values.first(where: { $0.account.hasSuffix(suffix) }) { return key }
+        guard let item = names[c.item] else { return nil }
+        let earlier = ServedKeychain.treePath(item) + ".conflict-\(c.order.device.short)"
+        return names.values.first { ServedKeychain.treePath($0) == earlier }
     }
 }

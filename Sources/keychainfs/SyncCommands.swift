@@ -236,8 +236,8 @@ struct SyncStatusCommand: ParsableCommand {
             lastExchange: state.lastExchange.map { iso.string(from: Date(timeIntervalSince1970: TimeInterval($0))) },
             pendingChanges: pending,
             conflicts: state.conflicts.map { c in
-                let copy = names[c.item].flatMap { try? SyncSession.conflictKey($0, of: c.order) }.map(ServedKeychain.treePath)
-                return Report.Conflict(item: c.item.hex, device: c.order.device.hex, version: c.order.lamport, copy: copy)
+                Report.Conflict(item: c.item.hex, device: c.order.device.hex, version: c.order.lamport,
+                                copy: SyncSession.conflictCopy(of: c, among: names).map(ServedKeychain.treePath))
             },
             refused: state.refusals)
         if json {

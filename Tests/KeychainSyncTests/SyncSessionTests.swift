@@ -942,6 +942,99 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertEqual(try conflictCopies(b), 0)
     }
 
+    /// A state and own directory put back from a backup taken before states of the device
+    /// that only said it had merged another device's change: the other device merged those
+    /// states, but answers none of them (nothing new in them). Once the put-back device writes
+    /// a state the other merged another of, the other says which it merged, and it stops,
+    /// instead of having every later change of its refused as a fork.
+    func testAStatePutBackFromBeforeStatesThatOnlySaidWhatItMergedStops() throws {
+        let (a, b) = try pair()
+        try put(a, "x", "v1")
+        for s in [a, b, a, b] { try s.exchange() }
+        let statePath = SyncLocalState.path(forStore: a.storePath)
+        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
+        let backup = root + "/backup"
+        try FileManager.default.createDirectory(atPath: backup, withIntermediateDirectories: true)
+        for f in [statePath, statePath + ".lock"] { try FileManager.default.copyItem(atPath: f, toPath: backup + "/" + PathText.lastComponent(f)) }
+        try FileManager.default.copyItem(atPath: dir, toPath: backup + "/dir")
+        let backedUp = try state(a).seq
+        try put(b, "y", "b1")
+        try b.exchange(); try a.exchange(); try b.exchange()
+        XCTAssertEqual(try state(a).seq, backedUp + 1, "a said it merged b's change")
+        for f in [statePath, statePath + ".lock"] {
+            try FileManager.default.removeItem(atPath: f)
+            try FileManager.default.copyItem(atPath: backup + "/" + PathText.lastComponent(f), toPath: f)
+        }
+        try FileManager.default.removeItem(atPath: dir)
+        try FileManager.default.copyItem(atPath: backup + "/dir", toPath: dir)
+        try put(a, "x", "v2")
+        try a.exchange()
+        XCTAssertTrue(try b.exchange().refusals.contains { $0.contains("replayed or forked") })
+        assertStops(a, saying: SyncSession.stateRolledBackPrefix)
+        XCTAssertEqual(try b.exchange().refusals.count, 1, "b still refuses the fork, and writes nothing more")
+    }
+
+    /// A device's directory taken away for an exchange and put back unchanged, by a device
+    /// that then has nothing new to publish (so writes no later state): the same manifest is
+    /// taken again, not refused as an old tree served again.
+    func testADirectoryPutBackUnchangedIsMergedAgain() throws {
+        let (a, b) = try pair()
+        try put(a, "x", "v1")
+        for s in [a, b, a, b] { try s.exchange() }
+        let dirB = SyncFolder(path: folder).devicePath(try state(b).device)
+        try FileManager.default.moveItem(atPath: dirB, toPath: root + "/b-away")
+        try a.exchange()
+        XCTAssertNotNil(try state(a).departed?[try state(b).device.hex], "a took b as gone")
+        try FileManager.default.moveItem(atPath: root + "/b-away", toPath: dirB)
+        for _ in 0..<2 {
+            try b.exchange()
+            XCTAssertEqual(try a.exchange().refusals, [])
+        }
+        try put(b, "x", "v2")
+        try b.exchange(); try a.exchange()
+        XCTAssertEqual(try secret(a, "x"), "v2")
+    }
+
+    /// A conflict in an item whose account is near the name limit: its copy's account is cut
+    /// short to take the version's suffix, alike on both devices, and nothing is refused.
+    func testAConflictCopyOfALongAccountIsCutShortToFit() throws {
+        let (a, b) = try pair()
+        let account = String(repeating: "n", count: 250)
+        try put(a, account, "base")
+        for s in [a, b, a, b] { try s.exchange() }
+        try put(a, account, "from-a"); try put(b, account, "from-b")
+        var refusals: [String] = []
+        for s in [a, b, a, b] { refusals += try s.exchange().refusals }
+        XCTAssertEqual(refusals, [])
+        var names: [Set<String>] = []
+        for s in [a, b] {
+            let copies = try s.owner.items(matching: ItemQuery(kind: .generic, service: "mail")).filter { $0.key.account.contains(".conflict-") }
+            XCTAssertEqual(copies.count, 1)
+            XCTAssertTrue(copies.allSatisfy { $0.key.account.hasPrefix("nnnn") && $0.key.account.utf8.count <= 255 })
+            names.append(Set(copies.map(\.key.account)))
+        }
+        XCTAssertEqual(names[0], names[1])
+    }
+
+    /// `sync status` names a conflict's copy only while it is there: by the version's suffix,
+    /// or by the name an earlier version gave it (`<account>.conflict-<device>`).
+    func testAConflictsCopyIsFoundByItsVersionOrItsEarlierName() throws {
+        let (a, b) = try pair()
+        try put(a, "bob", "base")
+        for s in [a, b, a, b] { try s.exchange() }
+        try put(a, "bob", "from-a"); try put(b, "bob", "from-b")
+        for s in [a, b, a, b] { try s.exchange() }
+        let c = try XCTUnwrap(try state(b).conflicts.first)
+        let copy = try XCTUnwrap(try b.owner.items(matching: ItemQuery(kind: .generic, service: "mail"))
+            .first { $0.key.account.contains(".conflict-") })
+        XCTAssertEqual(SyncSession.conflictCopy(of: c, among: try b.pendingChanges().1), copy.key)
+        _ = try b.owner.delete(matching: ItemQuery(kind: .generic, account: copy.key.account, service: "mail"), all: false)
+        XCTAssertNil(SyncSession.conflictCopy(of: c, among: try b.pendingChanges().1), "deleted: none")
+        let earlier = "bob.conflict-\(c.order.device.short)"
+        try put(b, earlier, "from an earlier version", synchronizable: false)
+        XCTAssertEqual(SyncSession.conflictCopy(of: c, among: try b.pendingChanges().1)?.account, earlier)
+    }
+
     /// A device whose sync state and own directory were put back from a backup (a home
     /// directory with a git work tree) while another device had merged a later state of it: its
     /// clock and counts would give versions it has given before. It stops before it writes.

@@ -88,8 +88,8 @@ expect_eq "through the mount" "$(cat "$OUT")" "the lookup under strace"
 dumpable=$(grep -nE "PR_SET_DUMPABLE, (0|SUID_DUMP_DISABLE)\\)" "$TEST_ROOT/front.trace" | head -1 | cut -d: -f1)
 # The daemon's first frame, `identified` (kind 0x800B), comes before the request: the daemon
 # reads who the front is while it is still dumpable (per-program access). The secret comes after.
-# Any protocol version (strace shows its two bytes in octal, "\0\10" for 8).
-identified=$(grep -n 'recvfrom.*"KCFS\\0\\[0-7][0-7]*\\200\\v' "$TEST_ROOT/front.trace" | head -1 | cut -d: -f1)
+# Any protocol version (strace shows its second byte as C does: "\10" for 8, "\t" for 9, "A" for 65).
+identified=$(grep -nE 'recvfrom.*"KCFS\\0(\\[0-7]+|\\[a-z]|[^\\])\\200\\v' "$TEST_ROOT/front.trace" | head -1 | cut -d: -f1)
 received=$(grep -n "recvfrom" "$TEST_ROOT/front.trace" | awk -F: -v after="${identified:-0}" '$1 > after { print $1; exit }')
 [ -n "$identified" ] && [ -n "$dumpable" ] && [ "$identified" -lt "$dumpable" ] \
     && pass "the front is identified by the daemon before it hardens" \
