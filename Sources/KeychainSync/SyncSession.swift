@@ -277,13 +277,20 @@ package final class SyncSession: Sendable {
         // from a backup learns it and stops (below), though that one only said it had merged
         // this device's, which no manifest answers.
         var disputed: Set<DeviceID> = []
+        // Each merged manifest's SHA-256: recorded with its seq (step 6), never apart, so that
+        // one whose files were still in flight is not taken as merged.
+        var digests: [DeviceID: String] = [:]
         for d in folder.devices() where d != state.device {
             do {
                 guard let (m, digest) = try folder.readManifest(d, folderID: state.folderID, keys: keys) else { continue }
                 if let gone = state.departed?[d.hex] {
                     // The same manifest put back (an engine took the directory away for a
-                    // while): nothing in it is older than what was merged.
-                    guard m.seq > gone || (m.seq == gone && state.seenDigest[d.hex] == digest) else {
+                    // while), every item of which is still known here: nothing in it is older
+                    // than what was merged. (An item not known any more was deleted and its
+                    // tombstone expired, which a device taken as gone is not waited for.)
+                    let same = m.seq == gone && state.seenDigest[d.hex] == digest
+                        && m.entries.allSatisfy { state.synced[$0.item.hex] != nil }
+                    guard m.seq > gone || same else {
                         refuse("device \(d.short): its directory came back at state \(m.seq) after it went at \(gone) (an old tree served again?); its files are ignored")
                         continue
                     }
@@ -301,7 +308,7 @@ package final class SyncSession: Sendable {
                     continue
                 }
                 manifests[d] = m
-                state.seenDigest[d.hex] = digest
+                digests[d] = digest
             } catch {
                 refuse(Self.text(error))
             }
@@ -458,7 +465,11 @@ package final class SyncSession: Sendable {
         /// Lamport clock: `VersionVector.next`); or, given `again`, a version already written,
         /// published again: its vector, its place in the order and a delete's date.
         func nextEntry(_ id: SyncItemID, tombstone: Bool, again: SyncEntry? = nil) -> SyncEntry {
+            // A change made after a conflict was merged here follows the versions that lost
+            // too (their copies are beside the item): it resolves the conflict. Else a delete
+            // would leave a losing version standing, to win again once the tombstone expired.
             let known = [state.synced[id.hex]?.vector, own[id]?.vector].compactMap { $0 }
+                + state.conflicts.filter { $0.item == id }.map(\.vector)
             state.lamport = max(state.lamport, top) + 1
             return SyncEntry(item: id, version: SyncVersion(lamport: state.lamport, device: state.device),
                              vector: again?.vector ?? VersionVector.next(after: known, by: state.device, atLeast: state.lamport),
@@ -665,7 +676,10 @@ package final class SyncSession: Sendable {
         // 6. The manifest, after every file it names; then what this device remembers.
         // A device in flight is not marked as merged at this seq: its tombstones are not
         // taken as seen here before the files of its manifest were.
-        for (d, m) in manifests where !inFlight.contains(d) { state.seen[d.hex] = m.seq }
+        for (d, m) in manifests where !inFlight.contains(d) {
+            state.seen[d.hex] = m.seq
+            state.seenDigest[d.hex] = digests[d]
+        }
         report.waitingForFiles = !inFlight.isEmpty
         let merged = manifests.keys.filter { !inFlight.contains($0) }
         let told = merged + disputed
@@ -931,10 +945,11 @@ extension SyncSession {
     /// without the item's own name (gone when a delete won), or the one an earlier version
     /// made, `<account>.conflict-<device>`.
     package static func conflictCopy(of c: SyncEntry, among names: [SyncItemID: ItemKey]) -> ItemKey? {
-        let suffix = conflictSuffix(of: c.order)
-        if let key = names.values.first(where: { $0.account.hasSuffix(suffix) }) { return key }
+        // By bytes: a suffix can begin inside the account's last Character (U+0600 joins the '.').
+        let suffix = Array(conflictSuffix(of: c.order).utf8)
+        if let key = names.values.first(where: { $0.account.utf8.reversed().starts(with: suffix.reversed()) }) { return key }
         guard let item = names[c.item] else { return nil }
-        let earlier = ServedKeychain.treePath(item) + ".conflict-\(c.order.device.short)"
-        return names.values.first { ServedKeychain.treePath($0) == earlier }
+        let earlier = Array((ServedKeychain.treePath(item) + ".conflict-\(c.order.device.short)").utf8)
+        return names.values.first { ServedKeychain.treePath($0).utf8.elementsEqual(earlier) }
     }
 }

@@ -995,6 +995,71 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertEqual(try secret(a, "x"), "v2")
     }
 
+    /// A device's manifest seen while its files were still in flight, then its directory
+    /// served again at the state merged before (an old tree): that is the state merged, not a
+    /// fork, and the device, live and never put back, writes its directory again instead of
+    /// being stopped as put back from a backup.
+    func testAManifestSeenWhileItsFilesWereInFlightIsNotTakenAsMerged() throws {
+        let (a, b) = try pair()
+        try put(b, "x", "v1")
+        for s in [a, b, a, b] { try s.exchange() }
+        let dirB = SyncFolder(path: folder).devicePath(try state(b).device)
+        let items = dirB + "/items"
+        try FileManager.default.copyItem(atPath: dirB, toPath: root + "/b-old")
+        let before = Set(try FileManager.default.contentsOfDirectory(atPath: items))
+        try put(b, "x", "v2")
+        try b.exchange()
+        let new = Set(try FileManager.default.contentsOfDirectory(atPath: items)).subtracting(before)
+        XCTAssertEqual(new.count, 1)
+        for f in new { try FileManager.default.moveItem(atPath: items + "/" + f, toPath: root + "/held-" + f) }
+        XCTAssertTrue(try a.exchange().waitingForFiles)
+        try FileManager.default.removeItem(atPath: dirB)
+        try FileManager.default.copyItem(atPath: root + "/b-old", toPath: dirB)
+        XCTAssertEqual(try a.exchange().refusals, [], "the state a merged, served again")
+        XCTAssertNotNil(try b.exchange().ownDirectoryRewritten, "b writes its directory again")
+        for s in [a, b, a, b] { try s.exchange() }
+        XCTAssertEqual(try secret(a, "x"), "v2")
+    }
+
+    /// A device that left, its directory served again as it was (an old tree, the manifest
+    /// last merged) after the delete of one of its items expired here: refused, so the item
+    /// does not come back (a device taken as gone is not waited for to expire tombstones).
+    func testALeftDevicesDirectoryServedAgainAfterADeleteOfItsItemExpiredIsRefused() throws {
+        let (a, d) = try pair()
+        try put(d, "x", "from-d")
+        for s in [a, d, a, d] { try s.exchange() }
+        let dirD = SyncFolder(path: folder).devicePath(try state(d).device)
+        try FileManager.default.copyItem(atPath: dirD, toPath: root + "/d-old")
+        _ = try d.leave()
+        try a.exchange()
+        try remove(a, "x")
+        try a.exchange()
+        let later = Int64(Date().timeIntervalSince1970) + 91 * 86_400
+        try a.exchange(now: later)
+        XCTAssertFalse(try state(a).own.contains { $0.isTombstone }, "the tombstone expired")
+        try FileManager.default.copyItem(atPath: root + "/d-old", toPath: dirD)
+        XCTAssertTrue(try a.exchange(now: later + 10).refusals.contains { $0.contains("came back") })
+        XCTAssertNil(try secret(a, "x"))
+    }
+
+    /// A delete made after a conflict resolves it: it follows the losing version too, whose
+    /// writer then stops publishing it, so nothing wins again once the tombstone expires.
+    func testADeleteAfterAConflictStaysDeletedAfterItsTombstoneExpires() throws {
+        let (a, b) = try pair()
+        try put(a, "x", "base")
+        for s in [a, b, a, b] { try s.exchange() }
+        try put(a, "x", "from-a"); try put(b, "x", "from-b")
+        for s in [a, b, a, b] { try s.exchange() }
+        let winner = try XCTUnwrap(try secret(a, "x"))
+        try remove(winner == "from-a" ? a : b, "x")
+        for s in [a, b, a, b] { try s.exchange() }
+        XCTAssertNil(try secret(a, "x")); XCTAssertNil(try secret(b, "x"))
+        let later = Int64(Date().timeIntervalSince1970) + 91 * 86_400
+        for s in [a, b, a, b, a, b] { try s.exchange(now: later) }
+        XCTAssertNil(try secret(a, "x")); XCTAssertNil(try secret(b, "x"))
+        XCTAssertEqual(try conflictCopies(a), 1); XCTAssertEqual(try conflictCopies(b), 1)
+    }
+
     /// A conflict in an item whose account is near the name limit: its copy's account is cut
     /// short to take the version's suffix, alike on both devices, and nothing is refused.
     func testAConflictCopyOfALongAccountIsCutShortToFit() throws {
@@ -1033,6 +1098,10 @@ final class SyncSessionTests: XCTestCase {
         let earlier = "bob.conflict-\(c.order.device.short)"
         try put(b, earlier, "from an earlier version", synchronizable: false)
         XCTAssertEqual(SyncSession.conflictCopy(of: c, among: try b.pendingChanges().1)?.account, earlier)
+        // An account whose last character joins the suffix's '.' into one Character (U+0600).
+        let joined = "bob\u{0600}" + SyncSession.conflictSuffix(of: c.order)
+        try put(b, joined, "copy", synchronizable: false)
+        XCTAssertEqual(SyncSession.conflictCopy(of: c, among: try b.pendingChanges().1)?.account, joined)
     }
 
     /// A device whose sync state and own directory were put back from a backup (a home
