@@ -577,6 +577,25 @@ final class SyncSessionTests: XCTestCase {
         try Data(contentsOf: URL(fileURLWithPath: SyncFolder(path: folder).manifestPath(try state(s).device)))
     }
 
+    /// Copies `s`'s sync state, its lock file and its own directory aside (a backup of a home
+    /// directory holding the folder's git work tree); the closure puts them back.
+    func backUp(_ s: SyncSession) throws -> () throws -> Void {
+        let statePath = SyncLocalState.path(forStore: s.storePath)
+        let dir = SyncFolder(path: folder).devicePath(try state(s).device)
+        let backup = root + "/backup-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: backup, withIntermediateDirectories: true)
+        for f in [statePath, statePath + ".lock"] { try FileManager.default.copyItem(atPath: f, toPath: backup + "/" + PathText.lastComponent(f)) }
+        try FileManager.default.copyItem(atPath: dir, toPath: backup + "/dir")
+        return {
+            for f in [statePath, statePath + ".lock"] {
+                try FileManager.default.removeItem(atPath: f)
+                try FileManager.default.copyItem(atPath: backup + "/" + PathText.lastComponent(f), toPath: f)
+            }
+            try FileManager.default.removeItem(atPath: dir)
+            try FileManager.default.copyItem(atPath: backup + "/dir", toPath: dir)
+        }
+    }
+
     /// The exchange stops before it writes, saying `prefix` and how to join again.
     func assertStops(_ s: SyncSession, saying prefix: String = SyncSession.writtenElsewherePrefix,
                      file: StaticString = #filePath, line: UInt = #line) {
@@ -918,11 +937,11 @@ final class SyncSessionTests: XCTestCase {
         try put(a, "x", "v1")
         for s in [a, b, a, b] { try s.exchange() }
         let (seqA, seqB) = (try state(a).seq, try state(b).seq)
-        let manifestA = try Data(contentsOf: URL(fileURLWithPath: SyncFolder(path: folder).manifestPath(try state(a).device)))
+        let manifestA = try ownManifest(a)
         for s in [a, b, a, b, a, b] { try s.exchange() }
         XCTAssertEqual(try state(a).seq, seqA)
         XCTAssertEqual(try state(b).seq, seqB)
-        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: SyncFolder(path: folder).manifestPath(try state(a).device))), manifestA)
+        XCTAssertEqual(try ownManifest(a), manifestA)
         try put(b, "x", "v2")
         for s in [b, a, b, a, b, a] { try s.exchange() }
         XCTAssertEqual(try state(b).seq, seqB + 1, "b published its change")
@@ -951,22 +970,12 @@ final class SyncSessionTests: XCTestCase {
         let (a, b) = try pair()
         try put(a, "x", "v1")
         for s in [a, b, a, b] { try s.exchange() }
-        let statePath = SyncLocalState.path(forStore: a.storePath)
-        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
-        let backup = root + "/backup"
-        try FileManager.default.createDirectory(atPath: backup, withIntermediateDirectories: true)
-        for f in [statePath, statePath + ".lock"] { try FileManager.default.copyItem(atPath: f, toPath: backup + "/" + PathText.lastComponent(f)) }
-        try FileManager.default.copyItem(atPath: dir, toPath: backup + "/dir")
+        let putBack = try backUp(a)
         let backedUp = try state(a).seq
         try put(b, "y", "b1")
         try b.exchange(); try a.exchange(); try b.exchange()
         XCTAssertEqual(try state(a).seq, backedUp + 1, "a said it merged b's change")
-        for f in [statePath, statePath + ".lock"] {
-            try FileManager.default.removeItem(atPath: f)
-            try FileManager.default.copyItem(atPath: backup + "/" + PathText.lastComponent(f), toPath: f)
-        }
-        try FileManager.default.removeItem(atPath: dir)
-        try FileManager.default.copyItem(atPath: backup + "/dir", toPath: dir)
+        try putBack()
         try put(a, "x", "v2")
         try a.exchange()
         XCTAssertTrue(try b.exchange().refusals.contains { $0.contains("replayed or forked") })
@@ -1110,19 +1119,9 @@ final class SyncSessionTests: XCTestCase {
     func testAStateAndOwnDirectoryPutBackFromABackupStop() throws {
         let (a, b) = try pair()
         try put(a, "x", "v1"); try a.exchange(); try b.exchange()
-        let statePath = SyncLocalState.path(forStore: a.storePath)
-        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
-        let backup = root + "/backup"
-        try FileManager.default.createDirectory(atPath: backup, withIntermediateDirectories: true)
-        for f in [statePath, statePath + ".lock"] { try FileManager.default.copyItem(atPath: f, toPath: backup + "/" + PathText.lastComponent(f)) }
-        try FileManager.default.copyItem(atPath: dir, toPath: backup + "/dir")
+        let putBack = try backUp(a)
         try put(a, "x", "v2"); try a.exchange(); try b.exchange()
-        for f in [statePath, statePath + ".lock"] {
-            try FileManager.default.removeItem(atPath: f)
-            try FileManager.default.copyItem(atPath: backup + "/" + PathText.lastComponent(f), toPath: f)
-        }
-        try FileManager.default.removeItem(atPath: dir)
-        try FileManager.default.copyItem(atPath: backup + "/dir", toPath: dir)
+        try putBack()
         let before = try ownManifest(a)
         try put(a, "x", "v3")
         assertStops(a, saying: SyncSession.stateRolledBackPrefix)
