@@ -71,6 +71,10 @@ package struct SyncLocalState: Codable, Sendable, Equatable {
             self.writtenAs = writtenAs; self.deletedAt = deletedAt
         }
 
+        /// Published with the value of `digest`, and not marked to be published again: nothing
+        /// of it is left to publish while the value is that one.
+        func isPublished(as digest: String) -> Bool { self.digest == digest && republishAsIs != true }
+
         /// Marked to be published at the next exchange: as it is, or (`SyncSession.republish`,
         /// from state files of earlier versions) as a new version.
         var isMarked: Bool { republishAsIs == true || digest == SyncSession.republish }
@@ -501,7 +505,7 @@ package final class SyncSession: Sendable {
             }
             let digest = keys.digest(of: payload)
             let held = state.synced[id.hex]
-            guard held?.digest != digest || held?.republishAsIs == true else {
+            if held?.isPublished(as: digest) == true {
                 state.synced[id.hex]?.row = row
                 continue
             }
@@ -933,8 +937,7 @@ extension SyncSession {
             guard item.record.attributes.values.synchronizable == true, !item.accessible.isThisDeviceOnly else { continue }
             present.insert(id.hex)
             guard let payload = try? Self.payload(of: item, owner: owner) else { continue }
-            let held = state.synced[id.hex]
-            if held?.digest != keys.digest(of: payload) || held?.republishAsIs == true { pending += 1 }
+            if state.synced[id.hex]?.isPublished(as: keys.digest(of: payload)) != true { pending += 1 }
         }
         pending += state.synced.filter { $0.value.digest != nil && !present.contains($0.key) }.count
         return (pending, names)

@@ -11,13 +11,24 @@ printf 'the sync passphrase\n' >"$SYNCPASS"
 S="--sync-passphrase-file $SYNCPASS"
 FOLDER="$T/folder"
 
-# Device B: its own HOME and XDG directories, so its own store, device key, config and runtime dir.
-mkdir -p "$T/b/home" "$T/b/data" "$T/b/state" "$T/b/config" "$T/b/run"
-chmod 700 "$T/b/run"
-kcb() {
-    HOME="$T/b/home" XDG_DATA_HOME="$T/b/data" XDG_STATE_HOME="$T/b/state" XDG_CONFIG_HOME="$T/b/config" \
-        XDG_RUNTIME_DIR="$T/b/run" KEYCHAINFS_STORE="$T/b/data/keychainfs/keychain.db" "$KEYCHAINFS_BIN" "$@"
+# device_dirs NAME: the directories of another device under $T/NAME (its data and state are
+# made by init, or copied from A's for a copy of A). kc_as NAME ARGS...: keychainfs as that
+# device: its own HOME and XDG directories, so its own store, device key, config and runtime dir.
+device_dirs() {
+    mkdir -p "$T/$1/home" "$T/$1/config" "$T/$1/run"
+    chmod 700 "$T/$1/run"
 }
+kc_as() {
+    kc_as_dir="$T/$1"
+    shift
+    HOME="$kc_as_dir/home" XDG_DATA_HOME="$kc_as_dir/data" XDG_STATE_HOME="$kc_as_dir/state" \
+        XDG_CONFIG_HOME="$kc_as_dir/config" XDG_RUNTIME_DIR="$kc_as_dir/run" \
+        KEYCHAINFS_STORE="$kc_as_dir/data/keychainfs/keychain.db" "$KEYCHAINFS_BIN" "$@"
+}
+
+# Device B.
+device_dirs b
+kcb() { kc_as b "$@"; }
 
 init_store
 kcb init --scrypt-log-n 10 $P >/dev/null
@@ -205,14 +216,10 @@ expect_eq "carol-secret" "$(kcb find-generic-password --passphrase-file "$T/new-
 echo "== a copy of a device"
 # A cloned machine or home directory: A's store with its sync state and its device key (without
 # the key the copy could not read its sync key, a this-device-only item). The copy writes as A.
-mkdir -p "$T/d/home" "$T/d/config" "$T/d/run"
-chmod 700 "$T/d/run"
+device_dirs d
 cp -a "$XDG_DATA_HOME" "$T/d/data"
 cp -a "$XDG_STATE_HOME" "$T/d/state"
-kcd() {
-    HOME="$T/d/home" XDG_DATA_HOME="$T/d/data" XDG_STATE_HOME="$T/d/state" XDG_CONFIG_HOME="$T/d/config" \
-        XDG_RUNTIME_DIR="$T/d/run" KEYCHAINFS_STORE="$T/d/data/keychainfs/keychain.db" "$KEYCHAINFS_BIN" "$@"
-}
+kcd() { kc_as d "$@"; }
 dev_a=$(kc sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
 expect_eq "$dev_a" "$(kcd sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')" "the copy has A's identity"
 kc add-generic-password $P -s mail -a dora -w 'dora-on-a' --synchronizable
@@ -252,12 +259,8 @@ expect_eq "1" "$(ls "$FOLDER/devices" | wc -l | tr -d ' ')" "only A's directory 
 expect_exit 69 "B does not sync any more" kcb sync status --passphrase-file "$T/new-pass"
 expect_eq "carol-secret" "$(kcb find-generic-password --passphrase-file "$T/new-pass" -s mail -a carol -w)" "B's items stay"
 # A device that joins after B left still gets what B wrote: A publishes it again.
-mkdir -p "$T/c/home" "$T/c/data" "$T/c/state" "$T/c/config" "$T/c/run"
-chmod 700 "$T/c/run"
-kcc() {
-    HOME="$T/c/home" XDG_DATA_HOME="$T/c/data" XDG_STATE_HOME="$T/c/state" XDG_CONFIG_HOME="$T/c/config" \
-        XDG_RUNTIME_DIR="$T/c/run" KEYCHAINFS_STORE="$T/c/data/keychainfs/keychain.db" "$KEYCHAINFS_BIN" "$@"
-}
+device_dirs c
+kcc() { kc_as c "$@"; }
 kcc init --scrypt-log-n 10 $P >/dev/null
 expect_exit 0 "sync now on A after B left" kc sync now $P
 expect_exit 0 "C joins after B left" kcc sync join "$FOLDER" $P $S
@@ -348,6 +351,21 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     loser=$(cat "$MPA/web/"erin.conflict-*)
     expect_eq "erin-offline-a erin-online-b" "$(printf '%s\n%s\n' "$winner" "$loser" | sort | tr '\n' ' ' | sed 's/ $//')" "both values are kept"
     expect_contains "$(kc sync status --store "$A2" $P)" "conflict: " "sync status lists the conflict while mounted"
+    # A second conflict on the item, the first copy still there: each keeps a copy of its own.
+    kc unmount "$MPA" >/dev/null
+    kc add-generic-password --store "$A2" $P -U -s web -a erin -w 'erin-offline-a2'
+    printf 'erin-online-b2' >"$MPB/web/erin"
+    sleep 0.3
+    expect_exit 0 "mount A again" mount_kc "$MPA" --store "$A2"
+    copies() { ls "$1/web" | grep -c '^erin\.conflict-'; }
+    two_copies() { [ "$(copies "$1")" -eq 2 ]; }
+    wait_for "a second conflict: A's mount shows two conflict copies" two_copies "$MPA"
+    wait_for "so does B's" two_copies "$MPB"
+    winner2=$(cat "$MPA/web/erin")
+    values() { for f in "$1/web/"erin.conflict-*; do cat "$f"; echo; done | sort | tr '\n' ' '; }
+    lost=$(printf '%s\n%s\n%s\n' "$loser" erin-offline-a2 erin-online-b2 | grep -vx "$winner2" | sort | tr '\n' ' ')
+    expect_eq "$lost" "$(values "$MPA")" "the first conflict's losing value and the second's are both kept on A"
+    expect_eq "$lost" "$(values "$MPB")" "and on B"
     rm "$MPA/web/"erin.conflict-* "$MPB/web/"erin.conflict-*
     printf 'erin-resolved' >"$MPA/web/erin"
     wait_for "an edit after the conflict settles it on both" reads "$MPB/web/erin" "erin-resolved"
@@ -462,22 +480,20 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     # mount goes on serving what it holds.
     kc unmount "$MPA" >/dev/null 2>&1
     E2="$T/e/a2.db" MPE="$T/mnte"
-    mkdir -p "$T/e/home" "$T/e/config" "$T/e/run" "$MPE"
-    chmod 700 "$T/e/run"
+    device_dirs e
+    mkdir -p "$MPE"
     cp -a "$XDG_STATE_HOME" "$T/e/state"
     for f in "$A2" "$A2"-* "$A2".sync.json*; do [ -e "$f" ] && cp -a "$f" "$T/e/${f##*/}"; done
-    kce() {
-        HOME="$T/e/home" XDG_DATA_HOME="$T/e/data" XDG_STATE_HOME="$T/e/state" XDG_CONFIG_HOME="$T/e/config" \
-            XDG_RUNTIME_DIR="$T/e/run" "$KEYCHAINFS_BIN" "$@"
-    }
+    kce() { kc_as e "$@"; }
     kc mount "$MPA" --store "$A2" --passphrase-file "$T/newer-pass" >/dev/null 2>&1
     pid_a=$(daemon_pid "$MPA")
     [ -n "$pid_a" ] && on_exit_kill "$pid_a"
     dev_a2=$(kc sync status --json --store "$A2" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
     state_a2() { sha256sum "$F2/devices/$dev_a2/state" | cut -d' ' -f1; }
+    state_a2_is_not() { [ "$(state_a2)" != "$1" ]; }
     before=$(state_a2)
     printf 'erin-on-a-after-the-copy' >"$MPA/web/erin"
-    wait_for "A's daemon publishes its change" sh -c "[ \"\$(sha256sum '$F2/devices/$dev_a2/state' | cut -d' ' -f1)\" != '$before' ]"
+    wait_for "A's daemon publishes its change" state_a2_is_not "$before"
     mount_e() {
         on_exit_unmount "$MPE"
         kce mount "$MPE" --store "$E2" --passphrase-file "$T/newer-pass" >"$OUT" 2>"$ERR"
@@ -488,7 +504,8 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     }
     expect_exit 0 "mount the copy" mount_e
     printf 'erin-on-the-copy' >"$MPE/web/erin"
-    wait_for "the copy's daemon stops its exchange" sh -c "HOME='$T/e/home' XDG_STATE_HOME='$T/e/state' XDG_CONFIG_HOME='$T/e/config' XDG_RUNTIME_DIR='$T/e/run' '$KEYCHAINFS_BIN' sync status --store '$E2' | grep -q 'another keychain syncs with this device.s identity'"
+    copy_stopped() { kce sync status --store "$E2" | grep -q "another keychain syncs with this device's identity"; }
+    wait_for "the copy's daemon stops its exchange" copy_stopped
     expect_exit 93 "sync now through the copy's daemon: 93" kce sync now --store "$E2"
     expect_contains "$ERR" "remove $E2.sync.json" "it names the copy's state to remove"
     own_a2() { [ "$(state_a2)" = "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ownDigest"])' "$A2.sync.json")" ]; }
@@ -497,7 +514,7 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     expect_eq "erin-on-a-after-the-copy" "$(cat "$MPA/web/erin")" "A's mount keeps its own"
     after=$(state_a2)
     printf 'erin-on-a-again' >"$MPA/web/erin"
-    wait_for "A goes on publishing" sh -c "[ \"\$(sha256sum '$F2/devices/$dev_a2/state' | cut -d' ' -f1)\" != '$after' ]"
+    wait_for "A goes on publishing" state_a2_is_not "$after"
     expect_exit 0 "B merges A's later change" kcb sync now --store "$B2"
     expect_eq "erin-on-a-again" "$(cat "$MPB/web/erin")" "B has it"
     kce unmount "$MPE" >/dev/null 2>&1
