@@ -362,11 +362,15 @@ package final class SyncSession: Sendable {
         // conflict with it. By every device that holds one the folder has nothing of (one
         // that had not merged it does not have it to publish); two that publish one together
         // make the same version twice, which is no conflict either. A delete expired is not.
-        // The smallest id still in the folder takes the departed device as gone.
+        // The smallest id still in the folder takes the departed device as gone. A directory
+        // refused as rolled back or forked (step 1: put back from a backup, an old tree served
+        // again) lost the versions it wrote since as surely, and a device that merged them
+        // publishes them again the same way, or the devices that had not would never get them.
         let listed = Set(folder.devices())
         let departed = Set(state.seen.keys.compactMap { try? DeviceID(hex: $0) }).subtracting(listed)
+        let lost = departed.union(disputed)
         var departedDeletes: [SyncEntry] = []
-        for (hex, s) in state.synced where departed.contains(s.version.device) {
+        for (hex, s) in state.synced where lost.contains(s.version.device) {
             guard let id = try? SyncItemID(hex: hex),
                   !others.versions(of: id).contains(where: { s.vector.isCovered(by: $0.vector) }) else { continue }
             if s.digest != nil {

@@ -1128,6 +1128,34 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertEqual(try ownManifest(a), before, "nothing written")
     }
 
+    /// What a device wrote after its backup, merged by another device, is not lost with its
+    /// directory put back: the device that refuses the older directory publishes those
+    /// versions again (as a departed device's), so that the put-back device once it joins
+    /// again, and a device that joins later, get them, and the devices end alike. They
+    /// go as the versions they were: a change made since follows them.
+    func testVersionsARolledBackDirectoryNoLongerHasArePublishedAgainByADeviceThatMergedThem() throws {
+        let (a, b) = try pair()
+        try put(a, "x", "v1"); try put(a, "y", "y1"); try a.exchange(); try b.exchange()
+        let putBack = try backUp(a)
+        try put(a, "x", "v2"); _ = try a.owner.delete(matching: ItemQuery(kind: .generic, account: "y", service: "mail"), all: false); try a.exchange(); try b.exchange()
+        XCTAssertEqual(try secret(b, "x"), "v2")
+        try putBack()
+        XCTAssertTrue(try b.exchange().refusals.contains { $0.contains("rolled back") }, "b refuses a's directory")
+        let c = try device("c")
+        _ = try c.join(folder: folder, passphrase: passphrase)
+        XCTAssertEqual(try secret(c, "x"), "v2", "a device that joins later gets the version the old directory lacks")
+        XCTAssertNil(try secret(c, "y"), "and the delete")
+        try FileManager.default.removeItem(atPath: SyncLocalState.path(forStore: a.storePath))
+        _ = try a.join(folder: folder, passphrase: passphrase)
+        try a.exchange(); try b.exchange(); try c.exchange(); try a.exchange()
+        XCTAssertEqual(try secret(a, "x"), "v2", "the put-back device, joined again, gets what it wrote after its backup")
+        XCTAssertNil(try secret(a, "y"))
+        try put(c, "x", "v3"); try c.exchange()
+        try a.exchange(); try b.exchange()
+        for s in [a, b] { XCTAssertEqual(try secret(s, "x"), "v3", "a change made since follows them, no conflict") }
+        XCTAssertTrue(try state(a).conflicts.isEmpty && state(b).conflicts.isEmpty)
+    }
+
     /// The whole home put back from a backup, the sync folder's work tree with it, so that
     /// the device writes its next state before the other device's newer manifest arrives:
     /// that manifest shows another manifest of it merged at the state it wrote. It stops.

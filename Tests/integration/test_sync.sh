@@ -519,6 +519,63 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     expect_eq "erin-on-a-again" "$(cat "$MPB/web/erin")" "B has it"
     kce unmount "$MPE" >/dev/null 2>&1
 
+    echo "== a device put back from a backup, mounted"
+    # A's data directory backed up while unmounted (its own directory in the folder beside it,
+    # as a home directory with the folder's git work tree would have it); A then changes an
+    # item, publishes it and B merges it. Put back, the store mounts with --accept-rollback
+    # and its daemon stops before it writes: with its data directory alone, its own directory
+    # holds a state it did not write; with that directory put back too, B merged a later state.
+    kc unmount "$MPA" >/dev/null 2>&1
+    BK="$T/backup-a"
+    mkdir -p "$BK/own"
+    for f in "$A2" "$A2"-* "$A2".sync.json*; do [ -e "$f" ] && cp -a "$f" "$BK/"; done
+    cp -a "$F2/devices/$dev_a2/." "$BK/own/"
+    mount_a() {
+        on_exit_unmount "$MPA"
+        kc mount "$MPA" --store "$A2" --passphrase-file "$T/newer-pass" "$@" >"$OUT" 2>"$ERR"
+        rc=$?
+        pid_a=$(daemon_pid "$MPA")
+        [ -n "$pid_a" ] && on_exit_kill "$pid_a"
+        return $rc
+    }
+    put_back() {
+        rm -f "$A2" "$A2"-* "$A2".sync.json*
+        for f in "$BK"/*; do [ -f "$f" ] && cp -a "$f" "$T/"; done
+    }
+    mount_a >/dev/null 2>&1
+    before=$(state_a2)
+    printf 'erin-after-the-backup' >"$MPA/web/erin"
+    wait_for "A publishes a change made after its backup" state_a2_is_not "$before"
+    after_backup=$(state_a2)
+    wait_for "B's mount merges it" reads "$MPB/web/erin" "erin-after-the-backup"
+    kc unmount "$MPA" >/dev/null 2>&1
+    put_back
+    expect_exit 93 "the store put back is refused as rolled back at mount" mount_a
+    expect_exit 0 "and mounts with --accept-rollback" mount_a --accept-rollback
+    put_back_stopped() { kc sync status --store "$A2" | grep -q "$1"; }
+    wait_for "its daemon stops: its own directory holds a state it did not write" \
+        put_back_stopped "own directory holds a state it did not write"
+    expect_exit 93 "sync now through it: 93" kc sync now --store "$A2"
+    expect_eq "$after_backup" "$(state_a2)" "it wrote nothing over its directory"
+    expect_eq "erin-on-a-again" "$(cat "$MPA/web/erin")" "its mount serves the store as put back: the value before the backup"
+    kc unmount "$MPA" >/dev/null 2>&1
+    rm -rf "$F2/devices/$dev_a2"
+    cp -a "$BK/own" "$F2/devices/$dev_a2"
+    put_back
+    expect_exit 0 "with its own directory put back too, it mounts (--accept-rollback)" mount_a --accept-rollback
+    wait_for "its daemon stops once it reads that B merged a later state of it" \
+        put_back_stopped "not the one the folder has merged from it"
+    expect_exit 93 "sync now through it: 93" kc sync now --store "$A2"
+    expect_contains "$ERR" "put back from a backup" "it says why"
+    expect_eq "$(sha256sum "$BK/own/state" | cut -d' ' -f1)" "$(state_a2)" "it wrote nothing over its directory"
+    expect_eq "erin-after-the-backup" "$(cat "$MPB/web/erin")" "B keeps the value A wrote after its backup"
+    kc unmount "$MPA" >/dev/null 2>&1
+    rm "$A2.sync.json"
+    expect_exit 0 "mounted again without its sync state" mount_a
+    expect_exit 0 "it joins again, as a device of its own" kc sync join "$F2" --store "$A2" $S
+    expect_eq "erin-after-the-backup" "$(cat "$MPA/web/erin")" "and gets back, from B, what it wrote after its backup"
+    wait_for "B's mount still has it" reads "$MPB/web/erin" "erin-after-the-backup"
+
     echo "== leave and init through a daemon"
     expect_exit 0 "sync leave while mounted" kcb sync leave --store "$B2"
     expect_exit 69 "B does not sync any more" kcb sync status --store "$B2"
