@@ -575,6 +575,11 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     expect_exit 0 "it joins again, as a device of its own" kc sync join "$F2" --store "$A2" $S
     expect_eq "erin-after-the-backup" "$(cat "$MPA/web/erin")" "and gets back, from B, what it wrote after its backup"
     wait_for "B's mount still has it" reads "$MPB/web/erin" "erin-after-the-backup"
+    expect_exit 93 "B refuses the old directory put back, at every exchange" kcb sync now --store "$B2"
+    rm -r "$F2/devices/$dev_a2"
+    expect_exit 0 "once it is removed, B's exchanges refuse nothing" kcb sync now --store "$B2"
+    expect_exit 0 "nor A's" kc sync now --store "$A2"
+    expect_eq "erin-after-the-backup erin-after-the-backup" "$(cat "$MPA/web/erin") $(cat "$MPB/web/erin")" "and both keep the value"
 
     echo "== leave and init through a daemon"
     expect_exit 0 "sync leave while mounted" kcb sync leave --store "$B2"
