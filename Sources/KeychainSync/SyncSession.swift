@@ -736,9 +736,12 @@ package final class SyncSession: Sendable {
         let foreign = seq == state.seq ? state.ownDigest.map { $0 != digest } ?? false
             : seq > state.seq && state.ownDigest != nil && !announced.contains(digest)
         guard foreign else { return nil }
+        // A later state may also be this keychain's own, written before its files were put
+        // back from a backup: to the folder that is a copy too.
+        let putBack = seq > state.seq ? ", or this store put back from a backup taken before that state" : ""
         return "\(Self.writtenElsewherePrefix) (state \(seq); this device wrote \(state.seq)): another keychain "
             + "syncs with this device's identity: a copy of this store made with \(SyncLocalState.path(forStore: storePath)) "
-            + "and the device key (a cloned machine or home directory). " + rejoinAdvice(state)
+            + "and the device key (a cloned machine or home directory\(putBack)). " + rejoinAdvice(state)
     }
 
     /// What a device stopped as a copy, or as put back from a backup, does.

@@ -556,6 +556,7 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     wait_for "its daemon stops: its own directory holds a state it did not write" \
         put_back_stopped "own directory holds a state it did not write"
     expect_exit 93 "sync now through it: 93" kc sync now --store "$A2"
+    expect_contains "$ERR" "or this store put back from a backup" "it names the backup among the causes"
     expect_eq "$after_backup" "$(state_a2)" "it wrote nothing over its directory"
     expect_eq "erin-on-a-again" "$(cat "$MPA/web/erin")" "its mount serves the store as put back: the value before the backup"
     kc unmount "$MPA" >/dev/null 2>&1
