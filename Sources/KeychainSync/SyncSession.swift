@@ -281,6 +281,9 @@ package final class SyncSession: Sendable {
         // from a backup learns it and stops (below), though that one only said it had merged
         // this device's, which no manifest answers.
         var disputed: Set<DeviceID> = []
+        // Of those, the ones rolled back, with the entries their older manifest still names
+        // (step 2a publishes again what it no longer has).
+        var rolledBack: [DeviceID: [SyncEntry]] = [:]
         // Each merged manifest's SHA-256: recorded with its seq (step 6), never apart, so that
         // one whose files were still in flight is not taken as merged.
         var digests: [DeviceID: String] = [:]
@@ -304,6 +307,7 @@ package final class SyncSession: Sendable {
                 if m.seq < last {
                     refuse("device \(d.short): its directory was rolled back (state \(m.seq), already merged \(last)); its files are ignored")
                     disputed.insert(d)
+                    rolledBack[d] = m.entries
                     continue
                 }
                 if m.seq == last, let known = state.seenDigest[d.hex], known != digest {
@@ -362,17 +366,25 @@ package final class SyncSession: Sendable {
         // conflict with it. By every device that holds one the folder has nothing of (one
         // that had not merged it does not have it to publish); two that publish one together
         // make the same version twice, which is no conflict either. A delete expired is not.
-        // The smallest id still in the folder takes the departed device as gone. A directory
-        // refused as rolled back or forked (step 1: put back from a backup, an old tree served
-        // again) lost the versions it wrote since as surely, and a device that merged them
-        // publishes them again the same way, or the devices that had not would never get them.
+        // The smallest id still in the folder takes the departed device as gone.
+        // A directory refused as rolled back (step 1: put back from a backup, an old tree
+        // served again) lost the versions it wrote since as surely, and a device that merged
+        // them publishes them again the same way, or the devices that had not would never get
+        // them: those its older manifest does not name, and not over a version of this
+        // device's own that lost to one (a conflict: a device publishes one version of an
+        // item, and the directory may come back). Not a forked one's: the version of it merged
+        // here may share its vector with the other's, which would then be taken as one.
         let listed = Set(folder.devices())
         let departed = Set(state.seen.keys.compactMap { try? DeviceID(hex: $0) }).subtracting(listed)
-        let lost = departed.union(disputed)
+        let ownVersions = Dictionary(state.own.map { ($0.item, $0.vector) }, uniquingKeysWith: { a, _ in a })
         var departedDeletes: [SyncEntry] = []
-        for (hex, s) in state.synced where lost.contains(s.version.device) {
+        for (hex, s) in state.synced where departed.contains(s.version.device) || rolledBack[s.version.device] != nil {
             guard let id = try? SyncItemID(hex: hex),
                   !others.versions(of: id).contains(where: { s.vector.isCovered(by: $0.vector) }) else { continue }
+            if let still = rolledBack[s.version.device] {
+                if still.contains(where: { $0.item == id && $0.vector == s.vector }) { continue }
+                if let mine = ownVersions[id], !mine.isCovered(by: s.vector) { continue }
+            }
             if s.digest != nil {
                 guard !s.isMarked else { continue }
                 state.synced[hex]?.republishAsIs = true
@@ -669,9 +681,14 @@ package final class SyncSession: Sendable {
         // 5. Own versions written over by a later one go; tombstones every device has merged expire.
         // Every device with a directory, refused ones too: one refused now has not been seen
         // to merge the tombstone (only a device that left, its directory gone, is not waited for).
+        // A version published again goes once its writer's directory names it again (it was
+        // rolled back for a while, or came back).
         let devicesNow = Set(folder.devices()).union(manifests.keys).subtracting([state.device])
         state.own = state.own.filter { e in
             let dominated = others.versions(of: e.item).contains { e.vector.isDominated(by: $0.vector) }
+                || e.writtenAs.map { w in
+                    manifests[w.device]?.entries.contains { $0.item == e.item && $0.vector == e.vector && $0.writtenAs == nil } == true
+                } == true
             let expired = e.isTombstone && now - (e.deletedAt ?? now) >= state.tombstoneExpiry
                 && devicesNow.allSatisfy { (manifests[$0]?.seen[state.device.hex] ?? 0) >= e.writtenSeq }
             if dominated || expired {

@@ -1159,6 +1159,86 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertTrue(try state(a).conflicts.isEmpty && state(b).conflicts.isEmpty)
     }
 
+    /// A forked directory's versions are not published again: a copy and its original write
+    /// the same state from one state, so their versions of an item can share a vector, and a
+    /// version published again under it would be taken for the other. Both join again; every
+    /// device ends at one value, and the other is kept as a conflict copy.
+    func testAForkedDirectorysVersionsAreNotPublishedAgain() throws {
+        let (a, b) = try pair()
+        try put(a, "erin", "one")
+        for s in [a, b, a, b] { try s.exchange() }
+        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
+        let dirB = SyncFolder(path: folder).devicePath(try state(b).device)
+        try FileManager.default.copyItem(atPath: dir, toPath: root + "/a-before")
+        try FileManager.default.copyItem(atPath: dirB, toPath: root + "/b-before")
+        let twin = try copy(of: "a", as: "twin")
+        try put(twin, "erin", "the twin's"); try twin.exchange()
+        try b.exchange()
+        // A's machine has neither the twin's write nor B's merge of it when A writes.
+        try FileManager.default.moveItem(atPath: dirB, toPath: root + "/b-new")
+        try FileManager.default.removeItem(atPath: dir)
+        try FileManager.default.copyItem(atPath: root + "/a-before", toPath: dir)
+        try FileManager.default.copyItem(atPath: root + "/b-before", toPath: dirB)
+        try put(a, "erin", "two"); try a.exchange()
+        try FileManager.default.removeItem(atPath: dirB)
+        try FileManager.default.moveItem(atPath: root + "/b-new", toPath: dirB)
+        XCTAssertTrue(try b.exchange().refusals.contains { $0.contains("forked") })
+        assertStops(twin)
+        for s in [twin, a] {
+            XCTAssertThrowsError(try s.exchange())
+            try FileManager.default.removeItem(atPath: SyncLocalState.path(forStore: s.storePath))
+            _ = try s.join(folder: folder, passphrase: passphrase)
+        }
+        for _ in 0..<3 { for s in [a, twin, b] { try s.exchange() } }
+        let values = try [a, b, twin].map { try secret($0, "erin") ?? "nil" }
+        XCTAssertEqual(Set(values).count, 1, "\(values)")
+        let kept = try [a, b, twin].flatMap { try conflictValues($0) + [try secret($0, "erin") ?? "nil"] }
+        XCTAssertEqual(Set(kept), ["two", "the twin's"], "the other value is kept as a conflict copy")
+    }
+
+    /// An old tree served for one exchange does not take a device's own losing concurrent
+    /// version out of the folder: a device that joins later still gets it as a conflict copy.
+    func testAnOldTreeServedOnceKeepsTheLosingConcurrentVersionPublished() throws {
+        let d = try devicesByID(["a", "b"]); let (b, a) = (d[0], d[1])
+        try put(a, "x", "base"); for s in [a, b, a, b] { try s.exchange() }
+        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
+        try FileManager.default.copyItem(atPath: dir, toPath: root + "/a-old")
+        try put(b, "x", "b's"); try b.exchange()
+        try put(a, "x", "a's"); try a.exchange()
+        try b.exchange(); try a.exchange()
+        XCTAssertEqual(try conflictValues(b), ["b's"])
+        try FileManager.default.moveItem(atPath: dir, toPath: root + "/a-now")
+        try FileManager.default.copyItem(atPath: root + "/a-old", toPath: dir)
+        try b.exchange()
+        try FileManager.default.removeItem(atPath: dir)
+        try FileManager.default.moveItem(atPath: root + "/a-now", toPath: dir)
+        for s in [a, b, a, b] { XCTAssertEqual(try s.exchange().refusals, []) }
+        let c = try device("c"); _ = try c.join(folder: folder, passphrase: passphrase)
+        for s in [c, a, b, c] { try s.exchange() }
+        XCTAssertEqual(try conflictValues(c), ["b's"])
+    }
+
+    /// What was published again while a directory was rolled back goes once that directory
+    /// names it again; what the old tree still had is not published again at all.
+    func testVersionsPublishedAgainForARolledBackDirectoryGoOnceItIsBack() throws {
+        let (a, b) = try pair()
+        try put(a, "z", "z1"); for s in [a, b, a, b] { try s.exchange() }
+        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
+        try FileManager.default.copyItem(atPath: dir, toPath: root + "/a-old")
+        try put(a, "x", "v1"); try a.exchange(); try b.exchange()
+        try FileManager.default.moveItem(atPath: dir, toPath: root + "/a-now")
+        try FileManager.default.copyItem(atPath: root + "/a-old", toPath: dir)
+        try b.exchange()
+        XCTAssertEqual(try state(b).own.filter { $0.writtenAs != nil }.count, 1, "x alone, which the old tree lacks")
+        try FileManager.default.removeItem(atPath: dir)
+        try FileManager.default.moveItem(atPath: root + "/a-now", toPath: dir)
+        for s in [a, b, a, b] { XCTAssertEqual(try s.exchange().refusals, []) }
+        XCTAssertEqual(try state(b).own.filter { $0.writtenAs != nil }.count, 0)
+        let c = try device("c"); _ = try c.join(folder: folder, passphrase: passphrase)
+        XCTAssertEqual(try secret(c, "x"), "v1")
+        XCTAssertEqual(try secret(c, "z"), "z1")
+    }
+
     /// The whole home put back from a backup, the sync folder's work tree with it, so that
     /// the device writes its next state before the other device's newer manifest arrives:
     /// that manifest shows another manifest of it merged at the state it wrote. It stops.
