@@ -686,12 +686,12 @@ package final class SyncSession: Sendable {
         let devicesNow = Set(folder.devices()).union(manifests.keys).subtracting([state.device])
         state.own = state.own.filter { e in
             let dominated = others.versions(of: e.item).contains { e.vector.isDominated(by: $0.vector) }
-                || e.writtenAs.map { w in
-                    manifests[w.device]?.entries.contains { $0.item == e.item && $0.vector == e.vector && $0.writtenAs == nil } == true
-                } == true
+            let namedByItsWriter = e.writtenAs.map { w in
+                manifests[w.device]?.entries.contains { $0.item == e.item && $0.vector == e.vector && $0.writtenAs == nil } == true
+            } ?? false
             let expired = e.isTombstone && now - (e.deletedAt ?? now) >= state.tombstoneExpiry
                 && devicesNow.allSatisfy { (manifests[$0]?.seen[state.device.hex] ?? 0) >= e.writtenSeq }
-            if dominated || expired {
+            if dominated || namedByItsWriter || expired {
                 if expired { state.synced[e.item.hex] = nil }
                 return false
             }
