@@ -682,13 +682,19 @@ package final class SyncSession: Sendable {
         // Every device with a directory, refused ones too: one refused now has not been seen
         // to merge the tombstone (only a device that left, its directory gone, is not waited for).
         // A version published again goes once its writer's directory names it again (it was
-        // rolled back for a while, or came back).
+        // rolled back for a while, or came back), and what is held here is then the writer's
+        // version again: should that directory go again, step 2a publishes it again.
         let devicesNow = Set(folder.devices()).union(manifests.keys).subtracting([state.device])
         state.own = state.own.filter { e in
             let dominated = others.versions(of: e.item).contains { e.vector.isDominated(by: $0.vector) }
-            let namedByItsWriter = e.writtenAs.map { w in
-                manifests[w.device]?.entries.contains { $0.item == e.item && $0.vector == e.vector && $0.writtenAs == nil } == true
-            } ?? false
+            let named = e.writtenAs.flatMap { w in
+                manifests[w.device]?.entries.first { $0.item == e.item && $0.vector == e.vector && $0.writtenAs == nil }
+            }
+            if let n = named, state.synced[e.item.hex]?.vector == n.vector {
+                state.synced[e.item.hex]?.version = n.version
+                state.synced[e.item.hex]?.writtenAs = nil
+            }
+            let namedByItsWriter = named != nil
             let expired = e.isTombstone && now - (e.deletedAt ?? now) >= state.tombstoneExpiry
                 && devicesNow.allSatisfy { (manifests[$0]?.seen[state.device.hex] ?? 0) >= e.writtenSeq }
             if dominated || namedByItsWriter || expired {

@@ -1239,6 +1239,29 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertEqual(try secret(c, "z"), "z1")
     }
 
+    /// A version published again and then dropped (its writer's directory named it again) is
+    /// held as the writer's again: when that directory goes for good, it is published again,
+    /// and a device that joins later gets it (helper-68: the copy had won the merge on its
+    /// Lamport time, so the version held named the publisher, and no one published it).
+    func testAVersionPublishedAgainThenDroppedIsPublishedAgainWhenItsWriterLeaves() throws {
+        let d = try devicesByID(["a", "b"]); let (a, b) = (d[0], d[1])
+        try put(b, "x", "from-b"); for s in [b, a, b, a] { try s.exchange() }
+        for v in ["1", "2", "3"] { try put(a, "other", v); try a.exchange() }  // a's clock passes b's
+        try b.exchange()
+        let dir = SyncFolder(path: folder).devicePath(try state(b).device)
+        try FileManager.default.moveItem(atPath: dir, toPath: root + "/b-away")
+        try a.exchange()
+        XCTAssertEqual(try state(a).own.filter { $0.writtenAs != nil }.count, 1, "a publishes x again")
+        try FileManager.default.moveItem(atPath: root + "/b-away", toPath: dir)
+        try a.exchange()
+        XCTAssertEqual(try state(a).own.filter { $0.writtenAs != nil }.count, 0, "b names x again: a drops its copy")
+        _ = try b.leave()
+        for _ in 0..<3 { try a.exchange() }
+        let c = try device("c"); _ = try c.join(folder: folder, passphrase: passphrase)
+        for s in [c, a, c] { try s.exchange() }
+        XCTAssertEqual(try secret(c, "x"), "from-b")
+    }
+
     /// The whole home put back from a backup, the sync folder's work tree with it, so that
     /// the device writes its next state before the other device's newer manifest arrives:
     /// that manifest shows another manifest of it merged at the state it wrote. It stops.
