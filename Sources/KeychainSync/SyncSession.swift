@@ -388,7 +388,9 @@ package final class SyncSession: Sendable {
             if s.digest != nil {
                 guard !s.isMarked else { continue }
                 state.synced[hex]?.republishAsIs = true
-            } else if now - (s.deletedAt ?? now) < state.tombstoneExpiry {
+            } else if rolledBack[s.version.device] != nil || now - (s.deletedAt ?? now) < state.tombstoneExpiry {
+                // An expired delete too, while an old tree that still holds the value is there
+                // (a device that joins would take it up); it expires once that tree is gone (step 5).
                 departedDeletes.append(s.entry(id))
             }
         }
@@ -687,12 +689,13 @@ package final class SyncSession: Sendable {
         let devicesNow = Set(folder.devices()).union(manifests.keys).subtracting([state.device])
         state.own = state.own.filter { e in
             let dominated = others.versions(of: e.item).contains { e.vector.isDominated(by: $0.vector) }
+            // (Its writer may name it as published again itself: its own directory had lost it.)
             let named = e.writtenAs.flatMap { w in
-                manifests[w.device]?.entries.first { $0.item == e.item && $0.vector == e.vector && $0.writtenAs == nil }
+                manifests[w.device]?.entries.first { $0.item == e.item && $0.vector == e.vector && $0.order == w }
             }
             if let n = named, state.synced[e.item.hex]?.vector == n.vector {
                 state.synced[e.item.hex]?.version = n.version
-                state.synced[e.item.hex]?.writtenAs = nil
+                state.synced[e.item.hex]?.writtenAs = n.writtenAs
             }
             let namedByItsWriter = named != nil
             let expired = e.isTombstone && now - (e.deletedAt ?? now) >= state.tombstoneExpiry

@@ -1262,6 +1262,43 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertEqual(try secret(c, "x"), "from-b")
     }
 
+    /// A delete a rolled-back directory's old tree does not have is published again even
+    /// when it expired on its writer: a device that joins while that tree is there would take
+    /// the value up again (helper-69).
+    func testAnExpiredDeleteOfARolledBackDirectoryStaysADeleteOnADeviceThatJoins() throws {
+        let (a, b) = try pair()
+        try put(a, "y", "y1"); for s in [a, b, a, b] { try s.exchange() }
+        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
+        try FileManager.default.copyItem(atPath: dir, toPath: root + "/a-old")
+        _ = try a.owner.delete(matching: ItemQuery(kind: .generic, account: "y", service: "mail"), all: false)
+        for s in [a, b, a, b] { try s.exchange() }
+        let later = Int64(Date().timeIntervalSince1970) + 91 * 86_400
+        for s in [a, b, a, b] { try s.exchange(now: later) }
+        try FileManager.default.removeItem(atPath: dir)
+        try FileManager.default.copyItem(atPath: root + "/a-old", toPath: dir)
+        XCTAssertTrue(try b.exchange(now: later + 10).refusals.contains { $0.contains("rolled back") })
+        let c = try device("c"); _ = try c.join(folder: folder, passphrase: passphrase)
+        for s in [c, b, c] { try s.exchange(now: later + 20) }
+        XCTAssertNil(try secret(c, "y"))
+    }
+
+    /// A delete published again goes once its writer names it again, also when the writer
+    /// names it as published again itself (its own directory had lost it, step 2).
+    func testADeletePublishedAgainGoesOnceItsWriterPublishesItAgainToo() throws {
+        let (a, b) = try pair()
+        try put(a, "y", "y1"); for s in [a, b, a, b] { try s.exchange() }
+        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
+        try FileManager.default.copyItem(atPath: dir, toPath: root + "/a-old")
+        _ = try a.owner.delete(matching: ItemQuery(kind: .generic, account: "y", service: "mail"), all: false)
+        try a.exchange(); try b.exchange()
+        try FileManager.default.removeItem(atPath: dir)
+        try FileManager.default.copyItem(atPath: root + "/a-old", toPath: dir)
+        try b.exchange()
+        XCTAssertEqual(try state(b).own.filter { $0.writtenAs != nil }.count, 1)
+        for s in [a, b, a, b] { try s.exchange() }
+        XCTAssertEqual(try state(b).own.filter { $0.writtenAs != nil }.count, 0)
+    }
+
     /// The whole home put back from a backup, the sync folder's work tree with it, so that
     /// the device writes its next state before the other device's newer manifest arrives:
     /// that manifest shows another manifest of it merged at the state it wrote. It stops.
