@@ -596,6 +596,30 @@ final class SyncSessionTests: XCTestCase {
         }
     }
 
+    /// `s`'s directory as it is now, copied aside: a tree an engine may serve again later.
+    func treeAside(_ s: SyncSession) throws -> String {
+        let tree = root + "/tree-" + UUID().uuidString
+        try FileManager.default.copyItem(atPath: SyncFolder(path: folder).devicePath(try state(s).device), toPath: tree)
+        return tree
+    }
+
+    /// Serves `tree` as `s`'s directory (an old tree served again), the present one moved
+    /// aside; the closure brings that back.
+    @discardableResult
+    func serve(_ tree: String, as s: SyncSession) throws -> () throws -> Void {
+        let dir = SyncFolder(path: folder).devicePath(try state(s).device)
+        let present = root + "/present-" + UUID().uuidString
+        try FileManager.default.moveItem(atPath: dir, toPath: present)
+        try FileManager.default.copyItem(atPath: tree, toPath: dir)
+        return {
+            try FileManager.default.removeItem(atPath: dir)
+            try FileManager.default.moveItem(atPath: present, toPath: dir)
+        }
+    }
+
+    /// The versions `s` publishes again for other devices.
+    func republished(_ s: SyncSession) throws -> Int { try state(s).own.filter { $0.writtenAs != nil }.count }
+
     /// The exchange stops before it writes, saying `prefix` and how to join again.
     func assertStops(_ s: SyncSession, saying prefix: String = SyncSession.writtenElsewherePrefix,
                      file: StaticString = #filePath, line: UInt = #line) {
@@ -1137,7 +1161,7 @@ final class SyncSessionTests: XCTestCase {
         let (a, b) = try pair()
         try put(a, "x", "v1"); try put(a, "y", "y1"); try a.exchange(); try b.exchange()
         let putBack = try backUp(a)
-        try put(a, "x", "v2"); _ = try a.owner.delete(matching: ItemQuery(kind: .generic, account: "y", service: "mail"), all: false); try a.exchange(); try b.exchange()
+        try put(a, "x", "v2"); try remove(a, "y"); try a.exchange(); try b.exchange()
         XCTAssertEqual(try secret(b, "x"), "v2")
         try putBack()
         XCTAssertTrue(try b.exchange().refusals.contains { $0.contains("rolled back") }, "b refuses a's directory")
@@ -1201,17 +1225,14 @@ final class SyncSessionTests: XCTestCase {
     func testAnOldTreeServedOnceKeepsTheLosingConcurrentVersionPublished() throws {
         let d = try devicesByID(["a", "b"]); let (b, a) = (d[0], d[1])
         try put(a, "x", "base"); for s in [a, b, a, b] { try s.exchange() }
-        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
-        try FileManager.default.copyItem(atPath: dir, toPath: root + "/a-old")
+        let old = try treeAside(a)
         try put(b, "x", "b's"); try b.exchange()
         try put(a, "x", "a's"); try a.exchange()
         try b.exchange(); try a.exchange()
         XCTAssertEqual(try conflictValues(b), ["b's"])
-        try FileManager.default.moveItem(atPath: dir, toPath: root + "/a-now")
-        try FileManager.default.copyItem(atPath: root + "/a-old", toPath: dir)
+        let bringBack = try serve(old, as: a)
         try b.exchange()
-        try FileManager.default.removeItem(atPath: dir)
-        try FileManager.default.moveItem(atPath: root + "/a-now", toPath: dir)
+        try bringBack()
         for s in [a, b, a, b] { XCTAssertEqual(try s.exchange().refusals, []) }
         let c = try device("c"); _ = try c.join(folder: folder, passphrase: passphrase)
         for s in [c, a, b, c] { try s.exchange() }
@@ -1223,17 +1244,14 @@ final class SyncSessionTests: XCTestCase {
     func testVersionsPublishedAgainForARolledBackDirectoryGoOnceItIsBack() throws {
         let (a, b) = try pair()
         try put(a, "z", "z1"); for s in [a, b, a, b] { try s.exchange() }
-        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
-        try FileManager.default.copyItem(atPath: dir, toPath: root + "/a-old")
+        let old = try treeAside(a)
         try put(a, "x", "v1"); try a.exchange(); try b.exchange()
-        try FileManager.default.moveItem(atPath: dir, toPath: root + "/a-now")
-        try FileManager.default.copyItem(atPath: root + "/a-old", toPath: dir)
+        let bringBack = try serve(old, as: a)
         try b.exchange()
-        XCTAssertEqual(try state(b).own.filter { $0.writtenAs != nil }.count, 1, "x alone, which the old tree lacks")
-        try FileManager.default.removeItem(atPath: dir)
-        try FileManager.default.moveItem(atPath: root + "/a-now", toPath: dir)
+        XCTAssertEqual(try republished(b), 1, "x alone, which the old tree lacks")
+        try bringBack()
         for s in [a, b, a, b] { XCTAssertEqual(try s.exchange().refusals, []) }
-        XCTAssertEqual(try state(b).own.filter { $0.writtenAs != nil }.count, 0)
+        XCTAssertEqual(try republished(b), 0)
         let c = try device("c"); _ = try c.join(folder: folder, passphrase: passphrase)
         XCTAssertEqual(try secret(c, "x"), "v1")
         XCTAssertEqual(try secret(c, "z"), "z1")
@@ -1251,10 +1269,10 @@ final class SyncSessionTests: XCTestCase {
         let dir = SyncFolder(path: folder).devicePath(try state(b).device)
         try FileManager.default.moveItem(atPath: dir, toPath: root + "/b-away")
         try a.exchange()
-        XCTAssertEqual(try state(a).own.filter { $0.writtenAs != nil }.count, 1, "a publishes x again")
+        XCTAssertEqual(try republished(a), 1, "a publishes x again")
         try FileManager.default.moveItem(atPath: root + "/b-away", toPath: dir)
         try a.exchange()
-        XCTAssertEqual(try state(a).own.filter { $0.writtenAs != nil }.count, 0, "b names x again: a drops its copy")
+        XCTAssertEqual(try republished(a), 0, "b names x again: a drops its copy")
         _ = try b.leave()
         for _ in 0..<3 { try a.exchange() }
         let c = try device("c"); _ = try c.join(folder: folder, passphrase: passphrase)
@@ -1268,14 +1286,12 @@ final class SyncSessionTests: XCTestCase {
     func testAnExpiredDeleteOfARolledBackDirectoryStaysADeleteOnADeviceThatJoins() throws {
         let (a, b) = try pair()
         try put(a, "y", "y1"); for s in [a, b, a, b] { try s.exchange() }
-        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
-        try FileManager.default.copyItem(atPath: dir, toPath: root + "/a-old")
-        _ = try a.owner.delete(matching: ItemQuery(kind: .generic, account: "y", service: "mail"), all: false)
+        let old = try treeAside(a)
+        try remove(a, "y")
         for s in [a, b, a, b] { try s.exchange() }
         let later = Int64(Date().timeIntervalSince1970) + 91 * 86_400
         for s in [a, b, a, b] { try s.exchange(now: later) }
-        try FileManager.default.removeItem(atPath: dir)
-        try FileManager.default.copyItem(atPath: root + "/a-old", toPath: dir)
+        try serve(old, as: a)
         XCTAssertTrue(try b.exchange(now: later + 10).refusals.contains { $0.contains("rolled back") })
         let c = try device("c"); _ = try c.join(folder: folder, passphrase: passphrase)
         for s in [c, b, c] { try s.exchange(now: later + 20) }
@@ -1287,16 +1303,14 @@ final class SyncSessionTests: XCTestCase {
     func testADeletePublishedAgainGoesOnceItsWriterPublishesItAgainToo() throws {
         let (a, b) = try pair()
         try put(a, "y", "y1"); for s in [a, b, a, b] { try s.exchange() }
-        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
-        try FileManager.default.copyItem(atPath: dir, toPath: root + "/a-old")
-        _ = try a.owner.delete(matching: ItemQuery(kind: .generic, account: "y", service: "mail"), all: false)
+        let old = try treeAside(a)
+        try remove(a, "y")
         try a.exchange(); try b.exchange()
-        try FileManager.default.removeItem(atPath: dir)
-        try FileManager.default.copyItem(atPath: root + "/a-old", toPath: dir)
+        try serve(old, as: a)
         try b.exchange()
-        XCTAssertEqual(try state(b).own.filter { $0.writtenAs != nil }.count, 1)
+        XCTAssertEqual(try republished(b), 1)
         for s in [a, b, a, b] { try s.exchange() }
-        XCTAssertEqual(try state(b).own.filter { $0.writtenAs != nil }.count, 0)
+        XCTAssertEqual(try republished(b), 0)
     }
 
     /// The whole home put back from a backup, the sync folder's work tree with it, so that

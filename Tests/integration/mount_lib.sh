@@ -8,8 +8,16 @@ mkdir -p "$MP"
 mount_kc() {
     mp=$1
     shift
+    mount_with kc "$mp" --passphrase-file "$PASSFILE" "$@"
+}
+
+# mount_with COMMAND MOUNTPOINT ARGS...: the same with another keychainfs command (a device's
+# wrapper with its own XDG directories) and arguments; $pid is its daemon.
+mount_with() {
+    with=$1 mp=$2
+    shift 2
     on_exit_unmount "$mp"
-    kc mount "$mp" --passphrase-file "$PASSFILE" "$@" >"$OUT" 2>"$ERR"
+    $with mount "$mp" "$@" >"$OUT" 2>"$ERR"
     rc=$?
     pid=$(daemon_pid "$mp")
     [ -n "$pid" ] && on_exit_kill "$pid"

@@ -292,14 +292,7 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     kcb init --scrypt-log-n 10 --store "$B2" $P >/dev/null
     kc add-generic-password --store "$A2" $P -s web -a erin -w 'erin-1' --synchronizable
     kc sync init "$F2" --store "$A2" $P $S --scrypt-log-n 10 >/dev/null
-    mount_b() {
-        on_exit_unmount "$MPB"
-        kcb mount "$MPB" --store "$B2" $P >"$OUT" 2>"$ERR"
-        rc=$?
-        pid_b=$(daemon_pid "$MPB")
-        [ -n "$pid_b" ] && on_exit_kill "$pid_b"
-        return $rc
-    }
+    mount_b() { mount_with kcb "$MPB" --store "$B2" $P; }
     expect_exit 0 "mount A" mount_kc "$MPA" --store "$A2"
     expect_exit 0 "mount B (its own XDG dirs and device key)" mount_b
     expect_exit 0 "sync join while mounted, through B's daemon, without the store's passphrase" kcb sync join "$F2" --store "$B2" $S
@@ -398,9 +391,8 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     printf 'newer store passphrase\n' >"$T/newer-pass"
     kc unmount "$MPA" >/dev/null
     expect_exit 0 "passwd on A" kc passwd --store "$A2" $P --new-passphrase-file "$T/newer-pass"
-    kc mount "$MPA" --store "$A2" --passphrase-file "$T/newer-pass" >/dev/null 2>&1
-    pid_a=$(daemon_pid "$MPA")
-    [ -n "$pid_a" ] && on_exit_kill "$pid_a"
+    mount_a() { mount_with kc "$MPA" --store "$A2" --passphrase-file "$T/newer-pass" "$@"; }
+    mount_a
     printf 'erin-4' >"$MPA/web/erin"
     wait_for "sync still works after passwd" reads "$MPB/web/erin" "erin-4"
 
@@ -485,23 +477,14 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     cp -a "$XDG_STATE_HOME" "$T/e/state"
     for f in "$A2" "$A2"-* "$A2".sync.json*; do [ -e "$f" ] && cp -a "$f" "$T/e/${f##*/}"; done
     kce() { kc_as e "$@"; }
-    kc mount "$MPA" --store "$A2" --passphrase-file "$T/newer-pass" >/dev/null 2>&1
-    pid_a=$(daemon_pid "$MPA")
-    [ -n "$pid_a" ] && on_exit_kill "$pid_a"
+    mount_a
     dev_a2=$(kc sync status --json --store "$A2" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
     state_a2() { sha256sum "$F2/devices/$dev_a2/state" | cut -d' ' -f1; }
     state_a2_is_not() { [ "$(state_a2)" != "$1" ]; }
     before=$(state_a2)
     printf 'erin-on-a-after-the-copy' >"$MPA/web/erin"
     wait_for "A's daemon publishes its change" state_a2_is_not "$before"
-    mount_e() {
-        on_exit_unmount "$MPE"
-        kce mount "$MPE" --store "$E2" --passphrase-file "$T/newer-pass" >"$OUT" 2>"$ERR"
-        rc=$?
-        pid_e=$(daemon_pid "$MPE")
-        [ -n "$pid_e" ] && on_exit_kill "$pid_e"
-        return $rc
-    }
+    mount_e() { mount_with kce "$MPE" --store "$E2" --passphrase-file "$T/newer-pass"; }
     expect_exit 0 "mount the copy" mount_e
     printf 'erin-on-the-copy' >"$MPE/web/erin"
     copy_stopped() { kce sync status --store "$E2" | grep -q "another keychain syncs with this device's identity"; }
@@ -530,14 +513,6 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     mkdir -p "$BK/own"
     for f in "$A2" "$A2"-* "$A2".sync.json*; do [ -e "$f" ] && cp -a "$f" "$BK/"; done
     cp -a "$F2/devices/$dev_a2/." "$BK/own/"
-    mount_a() {
-        on_exit_unmount "$MPA"
-        kc mount "$MPA" --store "$A2" --passphrase-file "$T/newer-pass" "$@" >"$OUT" 2>"$ERR"
-        rc=$?
-        pid_a=$(daemon_pid "$MPA")
-        [ -n "$pid_a" ] && on_exit_kill "$pid_a"
-        return $rc
-    }
     put_back() {
         rm -f "$A2" "$A2"-* "$A2".sync.json*
         for f in "$BK"/*; do [ -f "$f" ] && cp -a "$f" "$T/"; done
