@@ -388,7 +388,8 @@ package final class SyncSession: Sendable {
             if s.digest != nil {
                 guard !s.isMarked else { continue }
                 state.synced[hex]?.republishAsIs = true
-            } else if rolledBack[s.version.device] != nil || now - (s.deletedAt ?? now) < state.tombstoneExpiry {
+            } else if now - (s.deletedAt ?? now) < state.tombstoneExpiry
+                        || rolledBack[s.version.device]?.contains(where: { $0.item == id && !$0.isTombstone }) == true {
                 // An expired delete too, while an old tree that still holds the value is there
                 // (a device that joins would take it up); it expires once that tree is gone (step 5).
                 departedDeletes.append(s.entry(id))

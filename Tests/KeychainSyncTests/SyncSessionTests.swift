@@ -1285,17 +1285,23 @@ final class SyncSessionTests: XCTestCase {
     /// the value up again (helper-69).
     func testAnExpiredDeleteOfARolledBackDirectoryStaysADeleteOnADeviceThatJoins() throws {
         let (a, b) = try pair()
-        try put(a, "y", "y1"); for s in [a, b, a, b] { try s.exchange() }
+        let day: Int64 = 86_400, start = Int64(Date().timeIntervalSince1970)
+        try put(a, "y", "y1"); try put(a, "gone", "g"); for s in [a, b, a, b] { try s.exchange(now: start) }
+        // Deleted, and expired everywhere, before the tree that will be served again.
+        try remove(a, "gone"); for s in [a, b, a, b] { try s.exchange(now: start + day) }
+        for s in [a, b, a, b] { try s.exchange(now: start + 92 * day) }
         let old = try treeAside(a)
         try remove(a, "y")
-        for s in [a, b, a, b] { try s.exchange() }
-        let later = Int64(Date().timeIntervalSince1970) + 91 * 86_400
+        for s in [a, b, a, b] { try s.exchange(now: start + 93 * day) }
+        let later = start + 200 * day
         for s in [a, b, a, b] { try s.exchange(now: later) }
         try serve(old, as: a)
         XCTAssertTrue(try b.exchange(now: later + 10).refusals.contains { $0.contains("rolled back") })
+        XCTAssertEqual(try republished(b), 1, "y alone: the old tree names nothing of the item deleted before it")
         let c = try device("c"); _ = try c.join(folder: folder, passphrase: passphrase)
         for s in [c, b, c] { try s.exchange(now: later + 20) }
         XCTAssertNil(try secret(c, "y"))
+        XCTAssertNil(try secret(c, "gone"))
     }
 
     /// A delete published again goes once its writer names it again, also when the writer
