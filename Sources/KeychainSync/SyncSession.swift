@@ -281,9 +281,9 @@ package final class SyncSession: Sendable {
         // from a backup learns it and stops (below), though that one only said it had merged
         // this device's, which no manifest answers.
         var disputed: Set<DeviceID> = []
-        // Of those, the ones rolled back, with the entries their older manifest still names
-        // (step 2a publishes again what it no longer has).
-        var rolledBack: [DeviceID: [SyncEntry]] = [:]
+        // Of those, the ones rolled back, with the entries their older manifest still names,
+        // by item (step 2a publishes again what it no longer has).
+        var rolledBack: [DeviceID: [SyncItemID: SyncEntry]] = [:]
         // Each merged manifest's SHA-256: recorded with its seq (step 6), never apart, so that
         // one whose files were still in flight is not taken as merged.
         var digests: [DeviceID: String] = [:]
@@ -307,7 +307,7 @@ package final class SyncSession: Sendable {
                 if m.seq < last {
                     refuse("device \(d.short): its directory was rolled back (state \(m.seq), already merged \(last)); its files are ignored")
                     disputed.insert(d)
-                    rolledBack[d] = m.entries
+                    rolledBack[d] = Dictionary(m.entries.map { ($0.item, $0) }, uniquingKeysWith: { a, _ in a })
                     continue
                 }
                 if m.seq == last, let known = state.seenDigest[d.hex], known != digest {
@@ -376,20 +376,20 @@ package final class SyncSession: Sendable {
         // here may share its vector with the other's, which would then be taken as one.
         let listed = Set(folder.devices())
         let departed = Set(state.seen.keys.compactMap { try? DeviceID(hex: $0) }).subtracting(listed)
-        let ownVersions = Dictionary(state.own.map { ($0.item, $0.vector) }, uniquingKeysWith: { a, _ in a })
+        let ownVersions = rolledBack.isEmpty ? [:] : Dictionary(state.own.map { ($0.item, $0.vector) }, uniquingKeysWith: { a, _ in a })
         var departedDeletes: [SyncEntry] = []
         for (hex, s) in state.synced where departed.contains(s.version.device) || rolledBack[s.version.device] != nil {
             guard let id = try? SyncItemID(hex: hex),
                   !others.versions(of: id).contains(where: { s.vector.isCovered(by: $0.vector) }) else { continue }
-            if let still = rolledBack[s.version.device] {
-                if still.contains(where: { $0.item == id && $0.vector == s.vector }) { continue }
+            let oldTree = rolledBack[s.version.device]
+            if let tree = oldTree {
+                if tree[id]?.vector == s.vector { continue }
                 if let mine = ownVersions[id], !mine.isCovered(by: s.vector) { continue }
             }
             if s.digest != nil {
                 guard !s.isMarked else { continue }
                 state.synced[hex]?.republishAsIs = true
-            } else if now - (s.deletedAt ?? now) < state.tombstoneExpiry
-                        || rolledBack[s.version.device]?.contains(where: { $0.item == id && !$0.isTombstone }) == true {
+            } else if now - (s.deletedAt ?? now) < state.tombstoneExpiry || oldTree?[id]?.isTombstone == false {
                 // An expired delete too, while an old tree that still holds the value is there
                 // (a device that joins would take it up); it expires once that tree is gone (step 5).
                 departedDeletes.append(s.entry(id))
@@ -692,7 +692,7 @@ package final class SyncSession: Sendable {
             let dominated = others.versions(of: e.item).contains { e.vector.isDominated(by: $0.vector) }
             // (Its writer may name it as published again itself: its own directory had lost it.)
             let named = e.writtenAs.flatMap { w in
-                manifests[w.device]?.entries.first { $0.item == e.item && $0.vector == e.vector && $0.order == w }
+                others.entries[w.device]?[e.item].flatMap { $0.vector == e.vector && $0.order == w ? $0 : nil }
             }
             if let n = named, state.synced[e.item.hex]?.vector == n.vector {
                 state.synced[e.item.hex]?.version = n.version

@@ -38,6 +38,17 @@ final class SyncSessionTests: XCTestCase {
         return (a, b)
     }
 
+    /// Two devices that changed `account` at once from one value ("from-a", "from-b"), each
+    /// having merged the other's: a conflict, its copy made on both.
+    func pairInConflict(on account: String) throws -> (SyncSession, SyncSession) {
+        let (a, b) = try pair()
+        try put(a, account, "base")
+        for s in [a, b, a, b] { try s.exchange() }
+        try put(a, account, "from-a"); try put(b, account, "from-b")
+        for s in [a, b, a, b] { try s.exchange() }
+        return (a, b)
+    }
+
     func key(_ account: String, _ service: String = "mail") -> ItemKey {
         .generic(try! GenericPasswordKey(service: service, account: account))
     }
@@ -617,6 +628,15 @@ final class SyncSessionTests: XCTestCase {
         }
     }
 
+    /// Takes `s`'s directory out of the folder (an engine removed it; the device waits); the
+    /// closure puts it back as it was.
+    func takeAway(_ s: SyncSession) throws -> () throws -> Void {
+        let dir = SyncFolder(path: folder).devicePath(try state(s).device)
+        let away = root + "/away-" + UUID().uuidString
+        try FileManager.default.moveItem(atPath: dir, toPath: away)
+        return { try FileManager.default.moveItem(atPath: away, toPath: dir) }
+    }
+
     /// The versions `s` publishes again for other devices.
     func republished(_ s: SyncSession) throws -> Int { try state(s).own.filter { $0.writtenAs != nil }.count }
 
@@ -720,13 +740,12 @@ final class SyncSessionTests: XCTestCase {
         for s in [a, b] { XCTAssertEqual(try secret(s, "gone"), "deleted on v") }
         _ = try v.owner.delete(matching: ItemQuery(kind: .generic, account: "gone", service: "mail"), all: false)
         try v.exchange()
-        let dirV = SyncFolder(path: folder).devicePath(try state(v).device)
-        try FileManager.default.moveItem(atPath: dirV, toPath: root + "/v-away")
+        let putBackV = try takeAway(v)
         var copies = 0
         var published = 0
         for s in [a, b] { let r = try s.exchange(); copies += r.conflictCopies; published += r.published }
         XCTAssertEqual(published, 2, "one device published V's two items again")
-        try FileManager.default.moveItem(atPath: root + "/v-away", toPath: dirV)
+        try putBackV()
         try put(v, "later", "written on v later")
         for _ in 0..<2 { for s in [v, a, b] { copies += try s.exchange().conflictCopies } }
         for s in [a, b, v] {
@@ -1014,11 +1033,10 @@ final class SyncSessionTests: XCTestCase {
         let (a, b) = try pair()
         try put(a, "x", "v1")
         for s in [a, b, a, b] { try s.exchange() }
-        let dirB = SyncFolder(path: folder).devicePath(try state(b).device)
-        try FileManager.default.moveItem(atPath: dirB, toPath: root + "/b-away")
+        let putBackB = try takeAway(b)
         try a.exchange()
         XCTAssertNotNil(try state(a).departed?[try state(b).device.hex], "a took b as gone")
-        try FileManager.default.moveItem(atPath: root + "/b-away", toPath: dirB)
+        try putBackB()
         for _ in 0..<2 {
             try b.exchange()
             XCTAssertEqual(try a.exchange().refusals, [])
@@ -1036,9 +1054,8 @@ final class SyncSessionTests: XCTestCase {
         let (a, b) = try pair()
         try put(b, "x", "v1")
         for s in [a, b, a, b] { try s.exchange() }
-        let dirB = SyncFolder(path: folder).devicePath(try state(b).device)
-        let items = dirB + "/items"
-        try FileManager.default.copyItem(atPath: dirB, toPath: root + "/b-old")
+        let items = SyncFolder(path: folder).devicePath(try state(b).device) + "/items"
+        let old = try treeAside(b)
         let before = Set(try FileManager.default.contentsOfDirectory(atPath: items))
         try put(b, "x", "v2")
         try b.exchange()
@@ -1046,8 +1063,7 @@ final class SyncSessionTests: XCTestCase {
         XCTAssertEqual(new.count, 1)
         for f in new { try FileManager.default.moveItem(atPath: items + "/" + f, toPath: root + "/held-" + f) }
         XCTAssertTrue(try a.exchange().waitingForFiles)
-        try FileManager.default.removeItem(atPath: dirB)
-        try FileManager.default.copyItem(atPath: root + "/b-old", toPath: dirB)
+        try serve(old, as: b)
         XCTAssertEqual(try a.exchange().refusals, [], "the state a merged, served again")
         XCTAssertNotNil(try b.exchange().ownDirectoryRewritten, "b writes its directory again")
         for s in [a, b, a, b] { try s.exchange() }
@@ -1062,7 +1078,7 @@ final class SyncSessionTests: XCTestCase {
         try put(d, "x", "from-d")
         for s in [a, d, a, d] { try s.exchange() }
         let dirD = SyncFolder(path: folder).devicePath(try state(d).device)
-        try FileManager.default.copyItem(atPath: dirD, toPath: root + "/d-old")
+        let old = try treeAside(d)
         _ = try d.leave()
         try a.exchange()
         try remove(a, "x")
@@ -1070,7 +1086,7 @@ final class SyncSessionTests: XCTestCase {
         let later = Int64(Date().timeIntervalSince1970) + 91 * 86_400
         try a.exchange(now: later)
         XCTAssertFalse(try state(a).own.contains { $0.isTombstone }, "the tombstone expired")
-        try FileManager.default.copyItem(atPath: root + "/d-old", toPath: dirD)
+        try FileManager.default.copyItem(atPath: old, toPath: dirD)
         XCTAssertTrue(try a.exchange(now: later + 10).refusals.contains { $0.contains("came back") })
         XCTAssertNil(try secret(a, "x"))
     }
@@ -1078,11 +1094,7 @@ final class SyncSessionTests: XCTestCase {
     /// A delete made after a conflict resolves it: it follows the losing version too, whose
     /// writer then stops publishing it, so nothing wins again once the tombstone expires.
     func testADeleteAfterAConflictStaysDeletedAfterItsTombstoneExpires() throws {
-        let (a, b) = try pair()
-        try put(a, "x", "base")
-        for s in [a, b, a, b] { try s.exchange() }
-        try put(a, "x", "from-a"); try put(b, "x", "from-b")
-        for s in [a, b, a, b] { try s.exchange() }
+        let (a, b) = try pairInConflict(on: "x")
         let winner = try XCTUnwrap(try secret(a, "x"))
         try remove(winner == "from-a" ? a : b, "x")
         for s in [a, b, a, b] { try s.exchange() }
@@ -1117,11 +1129,7 @@ final class SyncSessionTests: XCTestCase {
     /// `sync status` names a conflict's copy only while it is there: by the version's suffix,
     /// or by the name an earlier version gave it (`<account>.conflict-<device>`).
     func testAConflictsCopyIsFoundByItsVersionOrItsEarlierName() throws {
-        let (a, b) = try pair()
-        try put(a, "bob", "base")
-        for s in [a, b, a, b] { try s.exchange() }
-        try put(a, "bob", "from-a"); try put(b, "bob", "from-b")
-        for s in [a, b, a, b] { try s.exchange() }
+        let (a, b) = try pairInConflict(on: "bob")
         let c = try XCTUnwrap(try state(b).conflicts.first)
         let copy = try XCTUnwrap(try b.owner.items(matching: ItemQuery(kind: .generic, service: "mail"))
             .first { $0.key.account.contains(".conflict-") })
@@ -1191,21 +1199,15 @@ final class SyncSessionTests: XCTestCase {
         let (a, b) = try pair()
         try put(a, "erin", "one")
         for s in [a, b, a, b] { try s.exchange() }
-        let dir = SyncFolder(path: folder).devicePath(try state(a).device)
-        let dirB = SyncFolder(path: folder).devicePath(try state(b).device)
-        try FileManager.default.copyItem(atPath: dir, toPath: root + "/a-before")
-        try FileManager.default.copyItem(atPath: dirB, toPath: root + "/b-before")
+        let aBefore = try treeAside(a), bBefore = try treeAside(b)
         let twin = try copy(of: "a", as: "twin")
         try put(twin, "erin", "the twin's"); try twin.exchange()
         try b.exchange()
         // A's machine has neither the twin's write nor B's merge of it when A writes.
-        try FileManager.default.moveItem(atPath: dirB, toPath: root + "/b-new")
-        try FileManager.default.removeItem(atPath: dir)
-        try FileManager.default.copyItem(atPath: root + "/a-before", toPath: dir)
-        try FileManager.default.copyItem(atPath: root + "/b-before", toPath: dirB)
+        let bringBackB = try serve(bBefore, as: b)
+        try serve(aBefore, as: a)
         try put(a, "erin", "two"); try a.exchange()
-        try FileManager.default.removeItem(atPath: dirB)
-        try FileManager.default.moveItem(atPath: root + "/b-new", toPath: dirB)
+        try bringBackB()
         XCTAssertTrue(try b.exchange().refusals.contains { $0.contains("forked") })
         assertStops(twin)
         for s in [twin, a] {
@@ -1266,11 +1268,10 @@ final class SyncSessionTests: XCTestCase {
         try put(b, "x", "from-b"); for s in [b, a, b, a] { try s.exchange() }
         for v in ["1", "2", "3"] { try put(a, "other", v); try a.exchange() }  // a's clock passes b's
         try b.exchange()
-        let dir = SyncFolder(path: folder).devicePath(try state(b).device)
-        try FileManager.default.moveItem(atPath: dir, toPath: root + "/b-away")
+        let putBackB = try takeAway(b)
         try a.exchange()
         XCTAssertEqual(try republished(a), 1, "a publishes x again")
-        try FileManager.default.moveItem(atPath: root + "/b-away", toPath: dir)
+        try putBackB()
         try a.exchange()
         XCTAssertEqual(try republished(a), 0, "b names x again: a drops its copy")
         _ = try b.leave()

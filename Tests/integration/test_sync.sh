@@ -26,6 +26,14 @@ kc_as() {
         KEYCHAINFS_STORE="$kc_as_dir/data/keychainfs/keychain.db" "$KEYCHAINFS_BIN" "$@"
 }
 
+# device_of COMMAND ARGS...: the device id `COMMAND sync status --json ARGS` names (COMMAND is
+# kc or a device's kc_as wrapper).
+device_of() {
+    device_of_kc=$1
+    shift
+    $device_of_kc sync status --json "$@" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])'
+}
+
 # Device B.
 device_dirs b
 kcb() { kc_as b "$@"; }
@@ -133,7 +141,7 @@ kc sync now $P >/dev/null
 kcb sync now $P >/dev/null
 kc add-generic-password $P -U -s mail -a alice -w 'tamper-me'
 kc sync now $P >/dev/null
-dev_a=$(kc sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+dev_a=$(device_of kc $P)
 # Every file of A is altered: B has merged all but the newest version, which it must refuse.
 cp -a "$FOLDER/devices/$dev_a/items" "$T/saved-items"
 for f in "$FOLDER/devices/$dev_a/items/"*; do printf 'X' | dd of="$f" bs=1 seek=30 conv=notrunc 2>/dev/null; done
@@ -187,7 +195,7 @@ expect_contains "$ERR" "symbolic link" "the refusal says so"
 rm "$da"; mv "$T/dir-a" "$da"
 expect_exit 0 "with the folder repaired, B merges again" kcb_t sync now $P
 expect_eq "read-through-a-link" "$(kcb find-generic-password $P -s mail -a alice -w)" "and has A's value"
-dev_b=$(kcb sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+dev_b=$(device_of kcb $P)
 db="$FOLDER/devices/$dev_b"
 mkdir "$T/elsewhere"
 mv "$db/items" "$T/b-items"; ln -s "$T/elsewhere" "$db/items"
@@ -220,8 +228,8 @@ device_dirs d
 cp -a "$XDG_DATA_HOME" "$T/d/data"
 cp -a "$XDG_STATE_HOME" "$T/d/state"
 kcd() { kc_as d "$@"; }
-dev_a=$(kc sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
-expect_eq "$dev_a" "$(kcd sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')" "the copy has A's identity"
+dev_a=$(device_of kc $P)
+expect_eq "$dev_a" "$(device_of kcd $P)" "the copy has A's identity"
 kc add-generic-password $P -s mail -a dora -w 'dora-on-a' --synchronizable
 expect_exit 0 "A writes first" kc sync now $P
 a_state=$(sha256sum "$FOLDER/devices/$dev_a/state")
@@ -238,7 +246,7 @@ expect_eq "dora-on-a" "$(kcb find-generic-password --passphrase-file "$T/new-pas
 expect_exit 93 "the copy stays stopped" kcd sync now $P
 rm "$T/d/data/keychainfs/keychain.db.sync.json"
 expect_exit 0 "the copy joins again, as a device of its own" kcd sync join "$FOLDER" $P $S
-dev_d=$(kcd sync status --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+dev_d=$(device_of kcd $P)
 [ -n "$dev_d" ] && [ "$dev_d" != "$dev_a" ] && pass "with an identity of its own" || fail "with an identity of its own" "$dev_d"
 kc sync now $P >/dev/null; kcd sync now $P >/dev/null; kc sync now $P >/dev/null
 expect_eq "$(kc find-generic-password $P -s mail -a dora -w)" "$(kcd find-generic-password $P -s mail -a dora -w)" "A and the copy agree on the item"
@@ -364,7 +372,7 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     wait_for "an edit after the conflict settles it on both" reads "$MPB/web/erin" "erin-resolved"
 
     echo "== a tampered file, with daemons"
-    dev_b=$(kcb sync status --store "$B2" --json $P | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+    dev_b=$(device_of kcb --store "$B2" $P)
     printf 'gina-1' >"$MPB/web/gina"
     setfattr -n user.keychain.synchronizable -v yes "$MPB/web/gina"
     wait_for "B's new item reaches A" reads "$MPA/web/gina" "gina-1"
@@ -478,7 +486,7 @@ if [ -c /dev/fuse ] && have fusermount3 && have setfattr; then
     for f in "$A2" "$A2"-* "$A2".sync.json*; do [ -e "$f" ] && cp -a "$f" "$T/e/${f##*/}"; done
     kce() { kc_as e "$@"; }
     mount_a
-    dev_a2=$(kc sync status --json --store "$A2" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')
+    dev_a2=$(device_of kc --store "$A2")
     state_a2() { sha256sum "$F2/devices/$dev_a2/state" | cut -d' ' -f1; }
     state_a2_is_not() { [ "$(state_a2)" != "$1" ]; }
     before=$(state_a2)
