@@ -37,4 +37,16 @@ final class ExactNameTests: XCTestCase {
         XCTAssertNotEqual(nfc.exact.hashValue, nfd.exact.hashValue)
         XCTAssertEqual(nfc.exact.hashValue, "caf\u{E9}".exact.hashValue)
     }
+
+    func testEqualityComparesEveryByte() {
+        // Small strings (up to 15 bytes, kept inline) and heap strings; empty; a last byte apart.
+        for base in ["", "a", "github", "an-account-name-well-past-fifteen-bytes-\u{E9}"] {
+            let copy = String(decoding: Array(base.utf8), as: UTF8.self)
+            XCTAssertTrue(ExactName.equal(base, copy))
+            XCTAssertFalse(ExactName.equal(base, base + "x"))
+            XCTAssertFalse(ExactName.equal(base + "x", base + "y"))
+            XCTAssertFalse(ExactName.equal("y" + base, "x" + base))
+        }
+        XCTAssertFalse(ExactName.equal(nfc, nfd))
+    }
 }
