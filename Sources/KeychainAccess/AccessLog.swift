@@ -88,7 +88,7 @@ package final class AccessLog: Sendable {
         guard let json = try? encoder.encode(entry) else { throw .io("cannot encode an access log entry") }
         let line = Array(json) + [10]
         try file.withLock { (fd: inout Int32) throws(KeychainError) in
-            if fd < 0 { fd = try Self.open(path) }
+            if fd < 0 { fd = try PrivateFile.openForAppending(path) }
             let n = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
             guard n == line.count else { throw .io("\(path): \(String(cString: strerror(errno)))") }
             var st = stat()
@@ -98,17 +98,6 @@ package final class AccessLog: Sendable {
                 fd = -1
             }
         }
-    }
-
-    private static func open(_ path: String) throws(KeychainError) -> Int32 {
-        let fd = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw .io("\(path): \(String(cString: strerror(errno)))") }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_uid == geteuid(), st.st_mode & 0o077 == 0 else {
-            close(fd)
-            throw .io("\(path) is not a private regular file of ours")
-        }
-        return fd
     }
 
     /// The entries of `PATH.1` then `PATH`, oldest first. Lines that do not parse (cut by a

@@ -56,7 +56,7 @@ package final class RemoteKeychainService: KeychainService {
     /// A connection to the daemon, checked to be of this user: passphrases and secrets go to
     /// no one else. Nil when nothing listens, or when the socket's directory is not trusted.
     static func connect(_ socketPath: String, deadline: Deadline) throws -> Int32? {
-        guard TrustedPath.isTrustedDirectory(PathText.parent(socketPath)),
+        guard PrivateFile.isPrivateDirectory(PathText.parent(socketPath)),
               let fd = try UnixSocket.connect(path: socketPath, deadline: deadline) else { return nil }
         guard UnixSocket.peerUID(fd) == getuid() else {
             close(fd)

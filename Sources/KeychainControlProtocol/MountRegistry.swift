@@ -44,7 +44,7 @@ package enum MountRegistry {
         let store = canonicalPath(path)
         let beside = store + ".sock"
         if beside.utf8.count < UnixSocket.maxPathBytes,
-           TrustedPath.isTrustedDirectory(PathText.parent(store)) {
+           PrivateFile.isPrivateDirectory(PathText.parent(store)) {
             return beside
         }
         return KeychainLocations.runtimeDirectory + "/" + storeID(forStore: store) + ".sock"

@@ -12,12 +12,6 @@ import KeychainModel
 /// Anything else (a `/tmp/keychainfs-UID` another user made first, say) is ignored, never
 /// read, written or removed.
 package enum TrustedPath {
-    package static func isTrustedDirectory(_ path: String) -> Bool {
-        var st = stat()
-        return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR && st.st_uid == getuid()
-            && st.st_mode & 0o022 == 0
-    }
-
     /// The contents of a regular file this user owns that no one else can write, up to
     /// `maxBytes`; nil for anything else.
     package static func readOwnFile(_ path: String, maxBytes: Int = 64 << 10) -> [UInt8]? {
@@ -41,13 +35,13 @@ package enum TrustedPath {
     /// Makes the directory for sockets if needed (0700) and checks it is trusted; an existing
     /// directory of this user is narrowed to 0700 first.
     package static func makePrivateDirectory(_ path: String) throws {
-        try KeychainLocations.makeDirectories(path, lastMode: 0o700)
+        try KeychainLocations.makeDirectories(path, lastMode: 0o700, parentMode: 0o700)
         var st = stat()
         guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid() else {
             throw KeychainError.io("\(path) is not a directory owned by this user; refusing to use it")
         }
         if st.st_mode & 0o077 != 0 { _ = chmod(path, 0o700) }
-        guard isTrustedDirectory(path) else {
+        guard PrivateFile.isPrivateDirectory(path) else {
             throw KeychainError.io("\(path) can be written by other users; refusing to use it")
         }
     }

@@ -67,7 +67,7 @@ package final class ControlServer: Sendable {
                  identify: @escaping @Sendable (Int32) -> AccessCaller) throws {
         let directory = PathText.parent(socketPath)
         if directory == KeychainLocations.runtimeDirectory { try TrustedPath.makePrivateDirectory(directory) }
-        guard TrustedPath.isTrustedDirectory(directory) else {
+        guard PrivateFile.isPrivateDirectory(directory) else {
             throw KeychainError.io("\(directory) is not a directory of this user that only it can write; refusing to listen there")
         }
         self.socketPath = socketPath

@@ -36,11 +36,12 @@ package enum DaemonLog {
 final class LogFile: Sendable {
     private let fd: Int32
 
+    /// Nil where the log cannot be private (a directory or file of someone else's): it names
+    /// items and programs.
     init?(path: String) {
-        try? FileManager.default.createDirectory(atPath: PathText.parent(path),
-                                                 withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { return nil }
+        guard (try? KeychainLocations.makeDirectory(PathText.parent(path))) != nil,
+              let fd = try? PrivateFile.openForAppending(path) else { return nil }
+        self.fd = fd
     }
 
     deinit { close(fd) }

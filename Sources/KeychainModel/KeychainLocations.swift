@@ -95,9 +95,11 @@ public enum KeychainLocations {
         }
     }
 
-    /// Creates `path` and its parents; the last component gets `mode`. An existing directory
-    /// must be ours and not a symlink: the runtime directory's fallback is in /tmp, where
-    /// another user could have made it first to catch passphrases sent to the daemon.
+    /// Creates `path` and its parents; the last component gets `mode`, the parents made 0700 (as
+    /// the XDG spec asks of a missing base directory: a `$XDG_STATE_HOME` made open to others
+    /// would let them swap our state directory for theirs). An existing directory must be ours
+    /// and not a symlink: the runtime directory's fallback is in /tmp, where another user could
+    /// have made it first to catch passphrases sent to the daemon.
     ///
     /// With `onlyIfNew` (a store's directory, which the user chose) an existing directory is
     /// used as it is, whoever owns it, and only the directories made here get `mode`: `init
@@ -121,7 +123,7 @@ public enum KeychainLocations {
             for d in missing { _ = chmod(d, mode) }
             return
         }
-        try makeDirectories(path)
+        try makeDirectories(path, parentMode: 0o700)
         var st = stat()
         guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid(), chmod(path, mode) == 0 else {
             throw KeychainError.io("\(path) is not a directory owned by this user; refusing to use it")

@@ -102,6 +102,8 @@ public final class Keychain: @unchecked Sendable {
             throw KeychainError.notAKeychain("\(path): the store's identity or key generation is damaged")
         }
         storeID = [UInt8](id)
+        // First: it checks the state directory, where the counter is, too.
+        let deviceKey = try DeviceKey.load(path: deviceKeyPath)
         counter = StoreCounter(stateDirectory: PathText.parent(deviceKeyPath), storeID: storeID,
                                storePath: path)
         // The files were as this machine's last commit or check left them until this open: what
@@ -109,7 +111,7 @@ public final class Keychain: @unchecked Sendable {
         if let before = database.stateAtOpen, counter.readFiles() == before { counter.recordFiles(database.stateAfterOpen) }
         let wrapped = try Self.mappingDatabaseErrors { [database] in try database.queue.read { db in try Self.fetchWrapped(db) } }
         keybag = Mutex(try Keybag(wrapped: wrapped, hasPassphrase: hasPassphrase, storeID: storeID, generation: generation,
-                                  deviceKey: DeviceKey.load(path: deviceKeyPath)))
+                                  deviceKey: deviceKey))
         try checkRows()
     }
 

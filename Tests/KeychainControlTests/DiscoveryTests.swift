@@ -31,16 +31,16 @@ final class DiscoveryTests: XCTestCase {
     // MARK: Trust
 
     func testOnlyADirectoryOfThisUserThatNoOneElseCanWriteIsTrusted() throws {
-        XCTAssertTrue(TrustedPath.isTrustedDirectory(directory))
+        XCTAssertTrue(PrivateFile.isPrivateDirectory(directory))
         for (mode, trusted) in [(0o700, true), (0o755, true), (0o770, false), (0o777, false), (0o1777, false), (0o702, false)] {
             let d = directory + "/d\(mode)"
             mkdir(d, 0o700)
             chmod(d, mode_t(mode))
-            XCTAssertEqual(TrustedPath.isTrustedDirectory(d), trusted, String(mode, radix: 8))
+            XCTAssertEqual(PrivateFile.isPrivateDirectory(d), trusted, String(mode, radix: 8))
         }
         symlink(directory, directory + "/link")
-        XCTAssertFalse(TrustedPath.isTrustedDirectory(directory + "/link"), "a symlink, even to a trusted directory")
-        XCTAssertFalse(TrustedPath.isTrustedDirectory(directory + "/missing"))
+        XCTAssertFalse(PrivateFile.isPrivateDirectory(directory + "/link"), "a symlink, even to a trusted directory")
+        XCTAssertFalse(PrivateFile.isPrivateDirectory(directory + "/missing"))
     }
 
     func testAnotherUsersDirectoryOrRecordIsNotTrusted() throws {
@@ -48,7 +48,7 @@ final class DiscoveryTests: XCTestCase {
         let d = directory + "/theirs"
         mkdir(d, 0o700)
         chown(d, 65534, 65534)
-        XCTAssertFalse(TrustedPath.isTrustedDirectory(d))
+        XCTAssertFalse(PrivateFile.isPrivateDirectory(d))
         let store = makeStore()
         writeRecord(#"{"pid":1,"storePath":"\#(store)","mountpoint":"/m","socketPath":"/s"}"#, for: store)
         XCTAssertNotNil(MountRegistry.record(forStore: store))

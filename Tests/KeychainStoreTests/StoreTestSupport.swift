@@ -31,8 +31,10 @@ final class TempStore {
         }
         try FileManager.default.copyItem(atPath: fixtures.appendingPathComponent(database).path, toPath: store.path)
         try FileManager.default.copyItem(atPath: fixtures.appendingPathComponent(deviceKey).path, toPath: store.deviceKeyPath)
-        // As `init` leaves a store: one others can read is refused (StoreFiles).
+        // As `init` leaves them: a store others can read is refused (StoreFiles), a device key
+        // too (PrivateFile); git checks the fixtures out 0644.
         chmod(store.path, 0o600)
+        chmod(store.deviceKeyPath, 0o600)
         return store
     }
 

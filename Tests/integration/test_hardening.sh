@@ -243,6 +243,41 @@ expect_exit 69 "status does not follow the planted record" as_victim "$BIN" stat
 in_ns fusermount3 -u -z "$V_HOME/mnt2" 2>/dev/null
 as_attacker rm -f "$VSTORE.daemon"
 
+# The state directory (device key, rollback counters, daemon.log), under the widest umask, in
+# a place others can reach: its missing parents are made 0700, so no one can swap it for theirs.
+VX="$SHARED/vstate"
+VX_STATE="$VX/a/b/state"
+expect_exit 0 "the victim makes a store under umask 000 with a state directory in the shared place" \
+    as_victim sh -c "umask 000 && XDG_STATE_HOME='$VX_STATE' '$BIN' init --store '$V_HOME/sx.db' --scrypt-log-n 10 --passphrase-file '$USERS_ROOT/vpass'"
+expect_eq "700 700 700 700 700 600" \
+    "$(stat -c %a "$VX" "$VX/a" "$VX/a/b" "$VX_STATE" "$VX_STATE/keychainfs" "$VX_STATE/keychainfs/device.key" | tr '\n' ' ' | sed 's/ $//')" \
+    "the state directory, each parent it made, and the device key are the victim's alone"
+expect_exit 1 "the attacker cannot move the state directory aside" as_attacker mv "$VX_STATE/keychainfs" "$VX/moved"
+# A state directory another user made first, with their device key in it: never used.
+AX="$SHARED/astate"
+as_attacker sh -c "mkdir -m 777 '$AX' '$AX/keychainfs' && chmod 777 '$AX' '$AX/keychainfs' && head -c 32 /dev/urandom >'$AX/keychainfs/device.key' && chmod 644 '$AX/keychainfs/device.key' && : >'$AX/keychainfs/daemon.log' && chmod 666 '$AX/keychainfs/daemon.log'"
+expect_exit 74 "init refuses another user's state directory" \
+    as_victim env XDG_STATE_HOME="$AX" "$BIN" init --store "$V_HOME/sy.db" --no-passphrase
+expect_contains "$ERR" "$AX/keychainfs is not a directory of this user's that only it can write" "the error names it"
+expect_eq "" "$(ls "$V_HOME/sy.db" 2>/dev/null)" "no store was made with the attacker's device key"
+expect_exit 74 "an open refuses it too, before reading the key or the counter there" \
+    as_victim env XDG_STATE_HOME="$AX" "$BIN" find-generic-password --store "$V_HOME/sx.db" -s none -w --passphrase-file "$USERS_ROOT/vpass"
+expect_contains "$ERR" "$AX/keychainfs is not a directory of this user's that only it can write" "the error names it"
+expect_exit 74 "a mount refuses it" \
+    as_victim env XDG_STATE_HOME="$AX" "$BIN" mount "$V_HOME/mnt2" --store "$V_HOME/sx.db" --passphrase-file "$USERS_ROOT/vpass"
+in_ns fusermount3 -u -z "$V_HOME/mnt2" 2>/dev/null
+expect_eq "0" "$(stat -c %s "$AX/keychainfs/daemon.log")" "and no daemon wrote its log there"
+# The victim's own device key, made readable by others (a careless copy): refused, as ssh does.
+as_victim chmod 644 "$VX_STATE/keychainfs/device.key"
+expect_exit 74 "a device key others can read is refused" \
+    as_victim env XDG_STATE_HOME="$VX_STATE" "$BIN" find-generic-password --store "$V_HOME/sx.db" -s none -w --passphrase-file "$USERS_ROOT/vpass"
+expect_contains "$ERR" "device.key is not a private regular file of ours (owned by this user, mode 0600)" "the error says what it must be"
+as_victim chmod 600 "$VX_STATE/keychainfs/device.key"
+expect_exit 44 "once private again, the store opens (no such item)" \
+    as_victim env XDG_STATE_HOME="$VX_STATE" "$BIN" find-generic-password --store "$V_HOME/sx.db" -s none -w --passphrase-file "$USERS_ROOT/vpass"
+as_attacker rm -rf "$AX"
+rm -rf "$VX"
+
 echo "== 3. another user's FUSE mount naming our store"
 FAKE="$USERS_ROOT/fake_fuse"
 gcc -O2 -o "$FAKE" "$TESTS_DIR/fake_fuse.c" $(pkg-config --cflags --libs fuse3) || { fail "the fake file system builds"; finish; }
