@@ -230,8 +230,10 @@ extension BackupFile {
             count += payload.count
         }
 
-        /// Seals the last chunks, writes the first with the item count, syncs and renames.
-        package func finish() throws {
+        /// Seals the last chunks, writes the first with the item count, syncs and renames. A
+        /// backup that is not `complete` (items left out as damaged) never replaces a file, even
+        /// `replacing`: the one there may be the only copy of what this one lacks.
+        package func finish(complete: Bool = true) throws {
             first.withUnsafeMutableBytes { b in
                 for i in 0..<8 { b[i] = UInt8(truncatingIfNeeded: UInt64(count) >> UInt64(56 - 8 * i)) }
             }
@@ -245,7 +247,7 @@ extension BackupFile {
             guard fsync(fd) == 0 else { throw Self.failure("write", path) }
             close(fd)
             finished = true
-            guard replacing ? rename(temp, path) == 0 : Self.renameNoReplace(temp, path) else {
+            guard replacing && complete ? rename(temp, path) == 0 : Self.renameNoReplace(temp, path) else {
                 let code = errno
                 unlink(temp)
                 if code == EEXIST { throw Self.exists(path) }

@@ -17,7 +17,8 @@ struct ExportCommand: ParsableCommand {
             asked twice at a terminal; with --passphrase-fd and --backup-passphrase-fd on the same \
             descriptor, the store's passphrase comes first. FILE is written atomically, mode 0600; \
             an existing FILE is refused (exit 48, before any passphrase is asked, and left as it \
-            was) unless --force is given, which replaces it only with a complete backup. While \
+            was) unless --force is given, which replaces it only with a complete backup. Damaged \
+            items are left out and counted (exit 93): such a backup is written only to a new file. While \
             the store is mounted, the items are read through its daemon, which must be unlocked.
             """)
 
@@ -60,7 +61,13 @@ struct ExportCommand: ParsableCommand {
         }
         let leftOut = try service.status().itemCounts.filter { $0.key.isThisDeviceOnly }.values.reduce(0, +)
         progress.show(writer.count, of: nil, force: true)
-        try writer.finish()
+        do {
+            try writer.finish(complete: damaged == 0)
+        } catch KeychainError.fileExists where damaged > 0 {
+            progress.finish()
+            throw KeychainError.integrityFailure("\(Count.items(damaged, "damaged")) could not be exported, so \(file) was left "
+                + "as it was: a backup with items missing never replaces one (see 'keychainfs verify'; export to a new file to keep the rest)")
+        }
         progress.finish()
         Output.line("exported \(Count.items(writer.count)) to \(file)")
         Output.line("left out \(Count.items(leftOut, "this-device-only")): they never leave this device")

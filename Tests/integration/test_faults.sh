@@ -110,6 +110,29 @@ for change in "kind = 'x'" "class = X'01'" "blind = 7" "group_blind = 'g'" \
     rm -f "$T-wal" "$T-shm"
 done
 
+echo "== an export that leaves a damaged item out never replaces a backup"
+BK="$TEST_ROOT/backups"
+mkdir -p "$BK"
+expect_exit 0 "a complete backup" kc export "$BK/full.kcb" --store "$T" --scrypt-log-n 10 \
+    --passphrase-file "$PASSFILE" --backup-passphrase-file "$PASSFILE"
+cp "$BK/full.kcb" "$BK/full.before"
+cp "$T" "$T.orig"
+sqlite3 "$T" "UPDATE items SET secret = randomblob(60) WHERE id = $victim"
+expect_exit 93 "export --force over it, of a store with a damaged item" kc export "$BK/full.kcb" --force --store "$T" \
+    --scrypt-log-n 10 --passphrase-file "$PASSFILE" --backup-passphrase-file "$PASSFILE"
+expect_contains "$ERR" "1 damaged item could not be exported, so $BK/full.kcb was left as it was" "  it says the backup was kept"
+expect_exit 0 "  the complete backup is still there, byte for byte" cmp "$BK/full.kcb" "$BK/full.before"
+expect_eq "full.before full.kcb" "$(ls -A "$BK" | tr '\n' ' ' | sed 's/ $//')" "  and no temporary file is left"
+expect_exit 93 "export to a new file keeps the rest, and says what is missing" kc export "$BK/rest.kcb" --store "$T" \
+    --scrypt-log-n 10 --passphrase-file "$PASSFILE" --backup-passphrase-file "$PASSFILE"
+expect_contains "$ERR" "1 damaged item could not be exported" "  naming the count"
+kc init --store "$TEST_ROOT/restored.db" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+expect_exit 0 "  the complete backup restores both items" kc import "$BK/full.kcb" --store "$TEST_ROOT/restored.db" \
+    --passphrase-file "$PASSFILE" --backup-passphrase-file "$PASSFILE"
+expect_exit 0 "  the damaged one among them" kc find-generic-password --store "$TEST_ROOT/restored.db" -s svc -a victim -w --passphrase-file "$PASSFILE"
+expect_eq "victim-secret" "$(cat "$OUT")" "  with its secret"
+mv "$T.orig" "$T"; rm -f "$T-wal" "$T-shm"
+
 echo "== a mistyped version is a replay of that row: the store is refused until accepted"
 cp "$T" "$T.orig"
 sqlite3 "$T" "UPDATE items SET version = 'v' WHERE id = $victim"
