@@ -26,6 +26,23 @@ package enum TreeLocation: Equatable, Sendable {
         }
     }
 
+    /// Whether `name`, the last component a lookup was given for this location, is spelled as
+    /// the tree lists it. Other spellings name the same thing (any valid escape, a protocol in
+    /// capitals), but the kernel is told of a change only under the listed names, so an entry
+    /// looked up under another must not be cached (`FuseOperations.entry`).
+    package func isListedSpelling(_ name: String, isDirectory: Bool) -> Bool {
+        switch self {
+        case .root: return name.isEmpty
+        case .internetRoot: return name == Self.internetName
+        case .service(let service): return name.isSame(as: Self.serviceFileName(service))
+        case .server(let s), .genericItem(_, let s): return name.isSame(as: TreeName.escape(s))
+        case .port(_, let port): return name == String(port)
+        case .internetEntry(_, let port, _, let n):
+            guard isDirectory else { return InternetVariantName.isListedSpelling(n, port: port) }
+            return TreeName.unescape(n).map { name.isSame(as: TreeName.escape($0)) } ?? false
+        }
+    }
+
     /// The reserved root name, and how a generic service of that name is spelled.
     package static let internetName = "internet"
     package static let escapedInternetService = "%69nternet"

@@ -109,8 +109,10 @@ enum FuseOperations {
     static func lookup(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
         answer(req) { fs throws(FileSystemError) in
             let n = try FuseOperations.name(name)
-            let st = try fs.tree.stat(try fs.location(parent, n))
-            replyEntry(req, fs, fs.inodes.withLock { $0.lookedUp(parent, n) }, st)
+            let location = try fs.location(parent, n)
+            let st = try fs.tree.stat(location)
+            let alias = !location.isListedSpelling(n, isDirectory: st.isDirectory)
+            replyEntry(req, fs, fs.inodes.withLock { $0.lookedUp(parent, n, alias: alias) }, st, alias: alias)
         }
     }
 
@@ -131,7 +133,7 @@ enum FuseOperations {
     static func getattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
             var attr = attributes(try fs.stat(ino, handle: fs.fileHandle(ino, fi)), ino)
-            fuse_reply_attr(req, &attr, attrTimeout)
+            fuse_reply_attr(req, &attr, fs.inodes.withLock { $0.isAlias(ino) } ? 0 : attrTimeout)
         }
     }
 
@@ -157,7 +159,7 @@ enum FuseOperations {
             }
             // Times are accepted and not kept: an item's times are those of its secret.
             var reply = attributes(try fs.stat(ino, handle: handle), ino)
-            fuse_reply_attr(req, &reply, attrTimeout)
+            fuse_reply_attr(req, &reply, fs.inodes.withLock { $0.isAlias(ino) } ? 0 : attrTimeout)
         }
     }
 
@@ -169,7 +171,8 @@ enum FuseOperations {
             let location = try fs.location(parent, n)
             try fs.tree.makeDirectory(location)
             let st = try fs.tree.stat(location)
-            replyEntry(req, fs, fs.inodes.withLock { $0.lookedUp(parent, n) }, st)
+            let alias = !location.isListedSpelling(n, isDirectory: true)
+            replyEntry(req, fs, fs.inodes.withLock { $0.lookedUp(parent, n, alias: alias) }, st, alias: alias)
         }
     }
 
@@ -317,7 +320,8 @@ enum FuseOperations {
                        _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
             let n = try FuseOperations.name(name)
-            let h = try fs.tree.create(try fs.location(parent, n), flags: fi!.pointee.flags)
+            let location = try fs.location(parent, n)
+            let h = try fs.tree.create(location, flags: fi!.pointee.flags)
             let st: FileStat
             do throws(FileSystemError) { st = try fs.tree.stat(handle: h) } catch {
                 try? fs.tree.release(h)
@@ -325,12 +329,13 @@ enum FuseOperations {
             }
             fi!.pointee.fh = h
             fi!.pointee.direct_io = 1
+            let alias = !location.isListedSpelling(n, isDirectory: false)
             let ino = fs.inodes.withLock { t in
-                let ino = t.created(parent, n)
+                let ino = t.created(parent, n, alias: alias)
                 t.opened(ino, h)
                 return ino
             }
-            var e = entry(ino, st)
+            var e = entry(ino, st, alias: alias)
             // Interrupted: the kernel knows neither the inode nor the handle.
             if fuse_reply_create(req, &e, fi) != 0 {
                 fs.inodes.withLock { t in
@@ -452,19 +457,21 @@ enum FuseOperations {
 
     // MARK: replies
 
-    static func entry(_ ino: UInt64, _ st: FileStat) -> fuse_entry_param {
+    /// An entry the kernel may keep for the timeouts, being told of every change to it; an
+    /// `alias` (a spelling the tree does not list, of which it is never told) for none.
+    static func entry(_ ino: UInt64, _ st: FileStat, alias: Bool = false) -> fuse_entry_param {
         var e = fuse_entry_param()
         e.ino = ino
         e.attr = attributes(st, ino)
-        e.attr_timeout = attrTimeout
-        e.entry_timeout = entryTimeout
+        e.attr_timeout = alias ? 0 : attrTimeout
+        e.entry_timeout = alias ? 0 : entryTimeout
         return e
     }
 
     /// Replies with a new entry; if the reply fails (the request was interrupted), the kernel
     /// never counted the lookup.
-    static func replyEntry(_ req: fuse_req_t?, _ fs: FuseFileSystem, _ ino: UInt64, _ st: FileStat) {
-        var e = entry(ino, st)
+    static func replyEntry(_ req: fuse_req_t?, _ fs: FuseFileSystem, _ ino: UInt64, _ st: FileStat, alias: Bool = false) {
+        var e = entry(ino, st, alias: alias)
         if fuse_reply_entry(req, &e) != 0 { fs.inodes.withLock { $0.forget(ino, 1) } }
     }
 

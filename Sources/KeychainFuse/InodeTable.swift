@@ -21,6 +21,9 @@ struct InodeTable {
         var handles: Set<UInt64> = []
         /// False once the name is gone: the node then has no path.
         var linked = true
+        /// Looked up under a spelling the tree does not list (`TreeLocation.isListedSpelling`):
+        /// the kernel is never told of its changes, so it must not cache its attributes.
+        var alias = false
     }
 
     /// Byte-exact (`ExactName`): the kernel hands names as bytes, and two forms of one name
@@ -108,7 +111,7 @@ struct InodeTable {
     func handles(_ ino: UInt64) -> [UInt64] { Array(nodes[ino]?.handles ?? []) }
 
     /// The inode of `parent`/`name`, made if new, with one more lookup.
-    mutating func lookedUp(_ parent: UInt64, _ name: String) -> UInt64 {
+    mutating func lookedUp(_ parent: UInt64, _ name: String, alias: Bool = false) -> UInt64 {
         let key = ChildKey(parent: parent, name: name)
         if let ino = children[key] {
             nodes[ino]!.lookups += 1
@@ -116,16 +119,19 @@ struct InodeTable {
         }
         let ino = next
         next += 1
-        nodes[ino] = Node(parent: parent, name: name, lookups: 1)
+        nodes[ino] = Node(parent: parent, name: name, lookups: 1, alias: alias)
         children[key] = ino
         return ino
     }
 
     /// A file just made at `parent`/`name`: a new inode, whatever had that name before.
-    mutating func created(_ parent: UInt64, _ name: String) -> UInt64 {
+    mutating func created(_ parent: UInt64, _ name: String, alias: Bool = false) -> UInt64 {
         unlink(parent, name)
-        return lookedUp(parent, name)
+        return lookedUp(parent, name, alias: alias)
     }
+
+    /// Whether `ino` was looked up under a spelling the tree does not list.
+    func isAlias(_ ino: UInt64) -> Bool { nodes[ino]?.alias ?? false }
 
     /// The name is gone; an inode the kernel still holds stays, with no path.
     mutating func unlink(_ parent: UInt64, _ name: String) {

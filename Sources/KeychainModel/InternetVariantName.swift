@@ -19,12 +19,23 @@ package enum InternetVariantName {
     }
 
     static func suffix(for key: InternetPasswordKey) -> String {
-        var s = key.protocol.name
-        if key.authenticationType != .default || !key.securityDomain.isEmpty {
-            s += "," + key.authenticationType.name
-        }
-        if !key.securityDomain.isEmpty { s += "," + TreeName.escape(key.securityDomain) }
+        suffix(key.protocol, key.authenticationType, key.securityDomain)
+    }
+
+    private static func suffix(_ proto: InternetProtocol, _ auth: AuthenticationType, _ domain: String) -> String {
+        var s = proto.name
+        if auth != .default || !domain.isEmpty { s += "," + auth.name }
+        if !domain.isEmpty { s += "," + TreeName.escape(domain) }
         return s
+    }
+
+    /// Whether `fileName` is spelled as the tree lists the item it names (its plain or its
+    /// tagged name), not as one of the other spellings a lookup accepts (`%~SSH`, `%41lice`).
+    package static func isListedSpelling(_ fileName: String, port: UInt16) -> Bool {
+        guard let p = parse(fileName, port: port) else { return false }
+        let account = TreeName.escape(p.account)
+        let plain = markerRange(in: fileName) == nil
+        return fileName.isSame(as: plain ? account : account + marker + suffix(p.protocol, p.authenticationType, p.securityDomain))
     }
 
     package struct Parsed: Equatable, Sendable {

@@ -61,4 +61,28 @@ final class TreeLocationTests: XCTestCase {
             }
         }
     }
+
+    /// The kernel caches only the spellings the tree lists (the daemon tells it of changes under
+    /// those); every other spelling a lookup accepts is an alias.
+    func testListedSpellingsAndAliases() throws {
+        func listed(_ path: String, directory: Bool = false) throws -> Bool {
+            try TreeLocation.parse(path).isListedSpelling(String(path.split(separator: "/").last!), isDirectory: directory)
+        }
+        XCTAssertTrue(try listed("/github/Alice"))
+        XCTAssertFalse(try listed("/github/%41lice"))
+        XCTAssertTrue(try listed("/github/a%2Fb"))
+        XCTAssertFalse(try listed("/github/a%2fb"), "lower-case hex")
+        XCTAssertTrue(try listed("/%69nternet", directory: true))
+        XCTAssertFalse(try listed("/%67ithub", directory: true))
+        XCTAssertTrue(try listed("/internet/example.org", directory: true))
+        XCTAssertFalse(try listed("/internet/%65xample.org", directory: true))
+        XCTAssertTrue(try listed("/internet/example.org/22/u"))
+        XCTAssertTrue(try listed("/internet/example.org/22/u%~ssh"), "the tagged name of the canonical variant")
+        XCTAssertFalse(try listed("/internet/example.org/22/u%~SSH"))
+        XCTAssertTrue(try listed("/internet/example.org/443/u%~https,html-form"))
+        XCTAssertFalse(try listed("/internet/example.org/443/u%~https,HTML-form"))
+        XCTAssertTrue(try listed("/internet/example.org/443/docs", directory: true))
+        XCTAssertFalse(try listed("/internet/example.org/443/%64ocs", directory: true))
+    }
 }
+

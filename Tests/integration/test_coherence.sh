@@ -109,6 +109,31 @@ kc add-generic-password -U -s lst -a six -w longer >/dev/null
 expect_eq "four six " "$(listing)" "a value changed through the CLI leaves the names"
 expect_eq "longer" "$(cat "$MP/lst/six")" "and is read at once"
 
+echo "== 7. a name looked up under another spelling follows every change at once too"
+# The kernel is told of a change under the names the tree lists; `%41lias` (any valid escape)
+# and `%~SSH` (a protocol in capitals) name the same items and are never cached.
+mkdir "$MP/al" && printf v >"$MP/al/Alias"
+expect_eq "1" "$(stat -c %s "$MP/al/%41lias")" "an escaped spelling names the item"
+expect_eq "1" "$(stat -c %s "$MP/al/%41lias")" "and again"
+kc add-generic-password -U -s al -a Alias -w longer-value >/dev/null
+expect_eq "12" "$(stat -c %s "$MP/al/%41lias")" "a value the CLI changed: the new size at once"
+expect_eq "longer-value" "$(cat "$MP/al/%41lias")" "and the new value"
+printf x >"$MP/al/Alias"
+expect_eq "1" "$(stat -c %s "$MP/al/%41lias")" "a value changed through the listed name"
+kc delete-generic-password -s al -a Alias >/dev/null 2>&1
+expect_exit 1 "a name the CLI deleted: test -e fails at once" test -e "$MP/al/%41lias"
+printf n >"$MP/al/%41lias"
+expect_eq "Alias" "$(ls "$MP/al")" "a file created under an escaped spelling is listed by its name"
+rm "$MP/al/Alias"
+expect_exit 1 "removed through the listed name: the other spelling is gone at once" test -e "$MP/al/%41lias"
+git_cred store protocol=ssh host=al.example username=u password=ssh-one
+SSH="$MP/internet/al.example/22/u"
+expect_eq "ssh-one" "$(cat "$SSH%~SSH")" "an internet item under its protocol in capitals"
+git_cred store protocol=ssh host=al.example username=u password=ssh-two
+expect_eq "ssh-two" "$(cat "$SSH%~SSH")" "changed through git: read at once"
+git_cred erase protocol=ssh host=al.example username=u
+expect_exit 1 "erased through git: test -e fails at once" test -e "$SSH%~SSH"
+
 echo "== model test regressions (the shrunk steps, replayed)"
 # seed 1: cli_add(svc/a, 5 bytes); write(svc/a, b'', overwrite). An O_TRUNC with no write is
 # committed at the release, which the kernel sends after close(2) returns: a stat between the
