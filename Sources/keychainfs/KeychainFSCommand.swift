@@ -26,6 +26,7 @@ struct KeychainFS: ParsableCommand {
     /// The one place a `KeychainError` becomes a message and an exit status, whichever
     /// command (this file's or the mount's) threw it.
     static func main() {
+        InheritedDescriptors.note()
         if let position = CommandArguments.firstNotUTF8() {
             FileHandle.standardError.write(Data("keychainfs: \(CommandArguments.notUTF8Message(position))\n".utf8))
             Glibc.exit(KeychainError.invalidInput("").exitCode)

@@ -18,6 +18,10 @@ enum PassphraseInput {
         ProcessProtection.makeNotDumpable()
         switch self {
         case .fileDescriptor(let fd):
+            guard fd >= 0, InheritedDescriptors.wasInherited(fd) else {
+                throw KeychainError.invalidInput("file descriptor \(fd) was not open when keychainfs started; "
+                                                 + "open it for the command (e.g. --passphrase-fd 3 3<FILE) or use --passphrase-file")
+            }
             return try LineReader.readLine(fd: fd, what: "the passphrase from file descriptor \(fd)")
         case .file(let path):
             let fd = open(path, O_RDONLY | O_CLOEXEC)
