@@ -50,7 +50,12 @@ package enum DaemonLocator {
                         ? "\(record.version) (control protocol \(record.protocolVersion))" : record.version)
                 }
                 // The connection that shows the daemon answers carries the command's first request.
-                if let probe = try RemoteKeychainService.connect(record.socketPath, deadline: .after(seconds: 2)) {
+                let probe: Int32?
+                do { probe = try RemoteKeychainService.connect(record.socketPath, deadline: .after(seconds: 2)) } catch {
+                    guard error as? KeychainError == RemoteKeychainService.silent else { throw error }
+                    throw unreachable(store, holder: record.pid, socket: record.socketPath)
+                }
+                if let probe {
                     return .daemon(RemoteKeychainService(socketPath: record.socketPath, connection: probe), record)
                 }
                 throw unreachable(store, holder: record.pid, socket: record.socketPath)

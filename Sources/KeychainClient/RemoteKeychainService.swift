@@ -75,8 +75,12 @@ package final class RemoteKeychainService: KeychainService {
     /// entries from the daemon. A daemon that sends nothing is older than this handshake.
     package static func awaitIdentified(_ fd: Int32, deadline: Deadline) throws {
         let received: (ControlFrame.Header, SecureBytes)?
-        do { received = try ControlFrame.receive(from: fd, deadline: min(deadline, .after(seconds: handshakeTimeout))) } catch let e as KeychainError {
+        let limit = min(deadline, .after(seconds: handshakeTimeout))
+        do { received = try ControlFrame.receive(from: fd, deadline: limit) } catch let e as KeychainError {
             if case .daemonVersionMismatch = e { throw e }
+            // Silence is a stopped or overloaded daemon (the kernel accepts for it), not an
+            // older one: that one answers the first request, just not with `identified`.
+            if limit.hasPassed { throw silent }
             throw KeychainError.daemonVersionMismatch(running: "one that does not identify its clients (\(e.description))")
         }
         guard let (header, payload) = received else { throw KeychainError.io("the daemon closed the connection before identifying it") }
@@ -89,6 +93,9 @@ package final class RemoteKeychainService: KeychainService {
     }
 
     static let handshakeTimeout: Double = 5
+
+    /// A daemon that accepted the connection and said nothing before the deadline.
+    package static let silent = KeychainError.storeBusy("the daemon accepted the connection but did not answer in time")
 
     /// Sends `request` and reads the replies up to the last one: the single reply, or the
     /// `end` of a stream of items or deleted records, each of which goes to `onItem` or

@@ -101,6 +101,14 @@ kc status --json >"$TEST_ROOT/s.json"
 expect_eq "True unlocked $pid $(kc --version) True" \
     "$(json "$TEST_ROOT/s.json" 'd["mounted"], d["state"], d["daemon"]["pid"], d["daemon"]["version"], d["daemon"]["memoryLocked"]' | tr -d "(),'")" \
     "status --json of a mount"
+# A daemon stopped (SIGSTOP) or too busy to answer: 75 naming it, not "another version" (76).
+kill -STOP "$pid"
+expect_exit 75 "a stopped daemon: status exits 75" kc status
+expect_contains "$ERR" "is held by process $pid" "  naming the daemon's process"
+expect_contains "$ERR" "which does not answer" "  and that it does not answer"
+expect_exit 75 "  find-generic-password too" kc find-generic-password -s none -a none -w
+kill -CONT "$pid"
+expect_exit 0 "continued, it answers again" kc status
 kill -9 "$pid"
 wait_gone "$pid"
 expect_exit 69 "status after kill -9 exits 69" kc status
