@@ -56,13 +56,18 @@ enum GitCredentialHelper {
         case .failed: return
         }
         defer { input.wipe() }
-        // A request the helper would not serve anyway gets no note, but for an item too long to
-        // keep: git would go on believing it saved.
+        // A request the helper would not serve gets no note, but a credential git asks it to
+        // store that it cannot keep (an item name too long, a bad port or host, a protocol it
+        // does not know): git would go on believing it saved, and ask for it every time.
         guard let request = try? CredentialRequest(parsing: input) else { return }
-        if case .store = action, case .failure(.invalidItem(.nameTooLong(let why))) = Result(catching: { () throws(CredentialError) in
+        if case .store = action, case .failure(let error) = Result(catching: { () throws(CredentialError) in
             try CredentialStoreRequest(request: request)
         }) {
-            return note("the credential was not saved: \(why)")
+            switch error {
+            case .invalidItem(.nameTooLong(let why)): return note("the credential was not saved: \(why)")
+            case .unsupportedProtocol, .invalidHost, .invalidPort: return note("the credential was not saved: \(error)")
+            case .malformedLine, .missingField, .invalidItem, .unprintable: return
+            }
         }
         if case .store = action, let password = request.password, password.count > maxSecretBytes {
             return note("the credential was not saved: the password is \(password.count) bytes, more than a secret can be (16 MiB)")

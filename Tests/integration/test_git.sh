@@ -1,7 +1,8 @@
 #!/bin/sh
 # git-credential-keychainfs, fed directly (every behaviour of git's own helper test suite, plus
 # the keychain's: no mount, locked, port rule, extras, the tree), then driven by the real git.
-# It is silent except when the keychain is not mounted or locked: then one line on stderr.
+# It is silent except when the keychain is not mounted or locked, or a credential to store
+# cannot be kept: then one line on stderr.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/mount_lib.sh"
 
@@ -243,6 +244,12 @@ expect_exit 1 "nothing was stored" test -e "$MP/internet/huge.example"
 expect_contains "$ERR" "the credential was not saved: the password is 16777217 bytes" \
     "a password one byte over 16 MiB, in a request the helper reads: one line saying why"
 expect_exit 1 "and nothing was stored" test -e "$MP/internet/huge.example"
+for bad in "protocol=https host=badport.example:99999|port '99999' is not a number from 1 to 65535" \
+           "protocol=gopher host=badport.example|protocol 'gopher' is not supported"; do
+    printf '%s\nusername=u\npassword=p\n\n' "$(printf '%s' "${bad%%|*}" | tr ' ' '\n')" | "$GIT_HELPER_BIN" store >"$OUT" 2>"$ERR"
+    expect_contains "$ERR" "the credential was not saved: ${bad#*|}" "store of a credential it cannot keep (${bad%%|*}): one line saying why"
+done
+expect_exit 1 "and nothing was stored" test -e "$MP/internet/badport.example"
 
 echo "== unknown keys and actions"
 cred store protocol=https host=unknown.example username=u password=p
