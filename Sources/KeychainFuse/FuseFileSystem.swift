@@ -58,6 +58,13 @@ final class FuseFileSystem: Sendable {
         return location
     }
 
+    /// What `ino` names, or for an inode whose name a rename gave to another, what that name
+    /// names now (`InodeTable.Node.replaced`): for an open or a stat that raced the rename.
+    func locationOrReplaced(_ ino: UInt64) throws(FileSystemError) -> TreeLocation {
+        guard let location = inodes.withLock({ $0.location(ino) ?? $0.replacedLocation(ino) }) else { throw .notFound }
+        return location
+    }
+
     /// What `name` names in the directory `parent`.
     func location(_ parent: UInt64, _ name: String) throws(FileSystemError) -> TreeLocation {
         try location(parent).child(name)
@@ -86,6 +93,7 @@ final class FuseFileSystem: Sendable {
             }
         }
         let open = inodes.withLock { $0.handles(ino) }
+        if open.isEmpty, let replaced = inodes.withLock({ $0.replacedLocation(ino) }) { return try tree.stat(replaced) }
         return try tree.stat(anyOf: open)
     }
 

@@ -350,7 +350,7 @@ enum FuseOperations {
     static func open(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
             let flags = fi!.pointee.flags
-            let h = try fs.tree.open(try fs.location(ino), flags: flags, caller: caller(req))
+            let h = try fs.tree.open(try fs.locationOrReplaced(ino), flags: flags, caller: caller(req))
             // Secrets are never kept in the page cache: every read reaches the daemon, so a
             // lock takes effect at once.
             fi!.pointee.fh = h

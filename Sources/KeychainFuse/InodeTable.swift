@@ -21,6 +21,11 @@ struct InodeTable {
         var handles: Set<UInt64> = []
         /// False once the name is gone: the node then has no path.
         var linked = true
+        /// Its name went to another inode by a rename over it (`mv tmp item`, `sed -i`). A path
+        /// walk that reached it just before may still open or stat it: it gets what the name
+        /// holds now (a local file system would give the old value, which is erased here), not
+        /// ENOENT for a name that never stopped existing.
+        var replaced = false
         /// Looked up under a spelling the tree does not list (`TreeLocation.isListedSpelling`):
         /// the kernel is never told of its changes, so it must not cache its attributes.
         var alias = false
@@ -92,6 +97,12 @@ struct InodeTable {
         return location
     }
 
+    /// What the name `ino` lost to a rename names now (`Node.replaced`); nil for any other inode.
+    mutating func replacedLocation(_ ino: UInt64) -> TreeLocation? {
+        guard let n = nodes[ino], !n.linked, n.replaced, let parent = location(n.parent) else { return nil }
+        return try? parent.child(n.name)
+    }
+
     func child(_ parent: UInt64, _ name: String) -> UInt64? { children[ChildKey(parent: parent, name: name)] }
 
     /// The inodes the kernel holds that have a child it holds: the root, and directories.
@@ -146,7 +157,9 @@ struct InodeTable {
         guard parent != newParent || !name.isSame(as: newName) else { return }
         pathChanges += 1
         let ino = children.removeValue(forKey: ChildKey(parent: parent, name: name))
+        let target = child(newParent, newName)
         unlink(newParent, newName)
+        if let target, ino != nil { nodes[target]?.replaced = true }
         guard let ino else { return }
         nodes[ino]!.parent = newParent
         nodes[ino]!.name = newName

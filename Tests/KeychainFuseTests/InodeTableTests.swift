@@ -91,4 +91,25 @@ final class InodeTableTests: XCTestCase {
         XCTAssertNil(t.cachedLocation(file), "a create over the name unlinks the old inode")
         XCTAssertNil(t.path(file))
     }
+
+    /// A path walk that reached an item's inode just before a rename over the item opens or
+    /// stats it after: it is sent to what the name holds now, not ENOENT. An inode unlinked by
+    /// a delete, or one moved away, is not.
+    func testAnInodeReplacedByARenameFollowsItsName() {
+        var t = InodeTable()
+        let dir = t.lookedUp(InodeTable.root, "svc")
+        let item = t.lookedUp(dir, "item"), temp = t.lookedUp(dir, "tmp")
+        t.move(dir, "tmp", to: dir, "item")
+        XCTAssertNil(t.location(item), "it has no path of its own")
+        XCTAssertEqual(t.replacedLocation(item), .genericItem(service: "svc", account: "item"))
+        XCTAssertEqual(t.location(temp), .genericItem(service: "svc", account: "item"))
+        XCTAssertNil(t.replacedLocation(temp), "the inode that took the name has a path")
+        let gone = t.lookedUp(dir, "gone")
+        t.unlink(dir, "gone")
+        XCTAssertNil(t.replacedLocation(gone), "a deleted name is gone")
+        let away = t.lookedUp(dir, "away")
+        t.move(dir, "away", to: dir, "elsewhere")
+        XCTAssertNil(t.replacedLocation(away), "a moved inode follows its own new name")
+    }
 }
+

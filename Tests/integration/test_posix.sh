@@ -81,6 +81,31 @@ expect "0 1 3 10 0 2 10 0 10" "on a linked file: SEEK_DATA, SEEK_HOLE, and SEEK_
 expect "0 10 2 12 0 12" "SEEK_END sees this descriptor's own writes" \
     open "$F" O_RDWR : lseek 0 0 SEEK_END : write 0 cd : lseek 0 0 SEEK_END : close 0 : stat "$F" size
 
+echo "== a name saved by rename (mv tmp item, sed -i) never stops existing for a reader"
+# A reader whose path walk reached the replaced inode just before the rename opens or stats it
+# after: it gets what the name holds now, never ENOENT (on ext4 it would get the old value,
+# which is erased here).
+mkdir "$MP/rr" && printf init >"$MP/rr/item"
+/usr/bin/python3 - "$MP/rr/item" >"$TEST_ROOT/rr.out" 2>&1 <<'PY' &
+import errno, os, sys, time
+path, seen, end = sys.argv[1], {}, time.monotonic() + 30
+while time.monotonic() < end and not os.path.exists(path + ".done"):
+    for what, call in (("open", lambda: os.close(os.open(path, os.O_RDONLY))), ("stat", lambda: os.stat(path))):
+        try:
+            call()
+        except OSError as e:
+            seen[what + " " + errno.errorcode[e.errno]] = seen.get(what + " " + errno.errorcode[e.errno], 0) + 1
+print(sorted(seen.items()))
+PY
+READER=$!
+for i in $(seq 150); do printf "mv-$i" >"$MP/rr/tmp" && mv "$MP/rr/tmp" "$MP/rr/item"; done
+for i in $(seq 50); do sed -i "s/.*/sed-$i/" "$MP/rr/item"; done
+: >"$MP/rr/item.done" 2>/dev/null || touch "$MP/rr/item.done"
+wait "$READER"
+expect_eq "[]" "$(cat "$TEST_ROOT/rr.out")" "200 saves by rename, a reader opening and statting all along: no error"
+expect_eq "sed-50" "$(cat "$MP/rr/item")" "the last save is read"
+rm -rf "$MP/rr"
+
 echo "== stress-ng, whose hdd, seek and readahead stressors unlink their file and go on using it"
 S=$MP/internet/stress/443
 mkdir -p "$S"
