@@ -323,3 +323,24 @@ void kcfs_session_unmount_and_destroy(struct fuse_session *se) {
     fuse_session_unmount(se);
     fuse_session_destroy(se);
 }
+
+/*
+ * A mount detached by `unmount` (fusermount -u) ends the kernel's connection, and so the loop,
+ * only once no mount namespace has a copy of it: one made while it was mounted (`unshare -m`,
+ * a container, a systemd service's private mounts) keeps the superblock, and the loop serving,
+ * with every key, until it goes. So the unmount also ends the session as a stop signal does,
+ * through the same pipe; closing /dev/fuse then ends the connection for every copy.
+ */
+int kcfs_session_stop(struct fuse_session *se) {
+    if (kcfs_stop_session != se || kcfs_stop_pipe[1] < 0) return -1;
+    char byte = 0;
+    /* Non-blocking: a full pipe already wakes the loop. */
+    if (write(kcfs_stop_pipe[1], &byte, 1) != 1 && errno != EAGAIN) return -1;
+    return 0;
+}
+
+void kcfs_session_destroy_detached(struct fuse_session *se) {
+    kcfs_remove_stop_handlers(se);
+    /* Closes the session's /dev/fuse descriptor, the daemon's only one. */
+    fuse_session_destroy(se);
+}

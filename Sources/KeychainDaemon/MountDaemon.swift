@@ -101,7 +101,13 @@ package final class MountDaemon: Sendable {
             let service = Self.controlService(owner, settings) {
                 // While the loop still serves: a private mapping must not keep pages past the unmount.
                 mount.dropCachedPages(all: true)
+                // Not lazy: a mount in use here stays, and the unmount fails as busy.
                 try Fusermount.unmount(mountpoint)
+                // The kernel ends the session only if no other mount namespace has a copy of
+                // the mount; the daemon ends it, and the copies with it, as on a stop signal.
+                if !mount.stopAfterDetach() {
+                    Logger(label: "keychainfs.daemon").error("unmount of \(mountpoint): cannot end the FUSE session; a copy of the mount in another mount namespace keeps it until a stop signal")
+                }
             }
             // Each connection's peer is identified as it is accepted (per-program access), and
             // its request answered as that caller.
@@ -130,7 +136,11 @@ package final class MountDaemon: Sendable {
         // serves (a private mapping would keep them past the daemon), as `unmount` drops them
         // first; requests racing the stop are refused as after a lock.
         let status = mount.serve(stopping: { [log, settings] in
-            log.info("stop signal: forgetting every key and unmounting \(settings.mountpoint)")
+            if mount.wasDetached {
+                log.info("unmount: forgetting every key and ending the FUSE session of \(settings.mountpoint) in every mount namespace")
+            } else {
+                log.info("stop signal: forgetting every key and unmounting \(settings.mountpoint)")
+            }
             owner.forgetEverything()
             mount.dropCachedPages(all: true)
         })

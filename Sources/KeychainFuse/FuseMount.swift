@@ -21,6 +21,8 @@ package final class FuseMount: @unchecked Sendable {
     private var operations = FuseOperations.make()
     /// The session while it can take notifications; nil once closed.
     private let live = Mutex<LiveSession?>(nil)
+    /// Detached from this mount namespace already (`stopAfterDetach`): `close` unmounts nothing.
+    private let detached = Atomic<Bool>(false)
 
     // @unchecked Sendable because libfuse's notification calls are thread-safe on a live session.
     private struct LiveSession: @unchecked Sendable { let session: OpaquePointer }
@@ -109,13 +111,31 @@ package final class FuseMount: @unchecked Sendable {
         init(stopping: @escaping @Sendable () -> Void, access: AccessControl) { self.stopping = stopping; self.access = access }
     }
 
-    /// Unmounts (if still mounted) and frees libfuse's state.
+    /// Whether `stopAfterDetach` ended the session (rather than a stop signal or the kernel).
+    package var wasDetached: Bool { detached.load(ordering: .sequentiallyConsistent) }
+
+    /// Once the mount is detached here (`fusermount -u`), ends `serve` as a stop signal does
+    /// (`stopping` runs while the workers still answer, then the loop returns). The kernel ends
+    /// the connection at a detach only when no other mount namespace has a copy of the mount:
+    /// any process that made one while it was mounted (`unshare -m`, a container, a service's
+    /// private mounts) kept the loop serving, with every key, through that copy. `close` then
+    /// closes /dev/fuse, which ends the connection for every copy (ENOTCONN there). False if
+    /// this session does not take the stop signals (another was mounted later in this process).
+    @discardableResult
+    package func stopAfterDetach() -> Bool {
+        detached.store(true, ordering: .sequentiallyConsistent)
+        // `live` is nil once the loop has ended: nothing is left to stop.
+        return live.withLock { s in s.map { kcfs_session_stop($0.session) == 0 } ?? true }
+    }
+
+    /// Unmounts (if still mounted, and not detached already) and frees libfuse's state.
     package func close() {
         guard let se = session else { return }
         tree.setAfterLock(nil)
         tree.served.setBeforeWaiting(nil)
         live.withLock { $0 = nil }
         session = nil
-        kcfs_session_unmount_and_destroy(se)
+        // Detached: an unmount by path would detach whatever is mounted there by now.
+        if wasDetached { kcfs_session_destroy_detached(se) } else { kcfs_session_unmount_and_destroy(se) }
     }
 }

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Living with keychainfs: the config file, status without a mount, the commands the systemd
-# unit runs (including a restart after kill -9), unmount of a busy mountpoint, adding and
-# removing the passphrase; then, as normal users (root only): /dev/fuse diagnostics,
-# --allow-root, unlocking through PAM with pamtester, and the unit under a real systemd --user.
+# unit runs (including a restart after kill -9), unmount of a busy mountpoint and of one that
+# another mount namespace has a copy of, adding and removing the passphrase; then, as normal
+# users (root only): /dev/fuse diagnostics, --allow-root, unlocking through PAM with
+# pamtester, and the unit under a real systemd --user.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/mount_lib.sh"
 
@@ -199,6 +200,46 @@ expect_contains "$(fuser -m "$MP" 2>/dev/null)" "$holder" "fuser -m finds the ho
 expect_exit 0 "the mount still serves" kc status
 kill "$holder"; wait "$holder" 2>/dev/null
 expect_exit 0 "unmount once it is free" kc unmount
+
+echo "== unmount while another mount namespace has a copy of the mount"
+# Any process that makes a mount namespace while the keychain is mounted (unshare -m, a
+# container, a service's private mounts) gets a copy of the mount. Detaching ours left the
+# kernel's connection up for that copy: the daemon kept serving it with every key, unmount
+# waited 300 s for it to exit, and the store stayed held. A process using the copy does not
+# make the mount busy here.
+# Commands, not functions, in the background: $! is then the process itself (killed at exit).
+if [ "$(id -u)" -eq 0 ]; then
+    unshare_flags="-m --propagation private" nsenter_flags="-m"
+else
+    unshare_flags="-Urm" nsenter_flags="-U -m --preserve-credentials"
+fi
+in_copy() { nsenter -t "$nsholder" $nsenter_flags "$@"; }
+expect_exit 0 "mount" mount_kc "$MP"
+pid=$(daemon_pid "$MP")
+mkdir "$MP/nscopy" && printf 'copied-namespace-secret' >"$MP/nscopy/acct"
+unshare $unshare_flags sleep 60 &
+nsholder=$!
+on_exit_kill "$nsholder"
+sleep 0.5
+expect_exit 0 "the holder is in another mount namespace" test "$(readlink /proc/$nsholder/ns/mnt)" != "$(readlink /proc/self/ns/mnt)"
+expect_eq "copied-namespace-secret" "$(in_copy cat "$MP/nscopy/acct" 2>&1)" "the other namespace's copy serves the secret while mounted"
+nsenter -t "$nsholder" $nsenter_flags sh -c "cd '$MP/nscopy' && exec sleep 60" &
+nsuser=$!
+on_exit_kill "$nsuser"
+sleep 0.3
+start=$(date +%s%N)
+expect_exit 0 "unmount while another namespace has a copy (and uses it)" timeout 20 "$KEYCHAINFS_BIN" unmount "$MP"
+took=$((($(date +%s%N) - start) / 1000000))
+if [ "$took" -lt 3000 ]; then pass "and it returns at once (${took} ms)"; else fail "and it returns within 3 s" "after ${took} ms"; fi
+expect_not_contains "$ERR" "waiting for the daemon" "without waiting for the daemon"
+expect_exit 0 "the daemon has exited" wait_gone "$pid"
+expect_exit 32 "the mountpoint is no longer mounted here" mountpoint -q "$MP"
+expect_errno "the copy no longer serves the secret (ENOTCONN)" "Transport endpoint is not connected" in_copy cat "$MP/nscopy/acct"
+expect_not_contains "$OUT" "copied-namespace-secret" "and printed nothing of it"
+expect_exit 0 "mount again at the same place" mount_kc "$MP"
+expect_eq "copied-namespace-secret" "$(cat "$MP/nscopy/acct")" "the new mount serves"
+kill "$nsuser" "$nsholder" 2>/dev/null; wait "$nsuser" "$nsholder" 2>/dev/null
+expect_exit 0 "unmount" kc unmount "$MP"
 
 echo "== passwd --remove and --add"
 P="--passphrase-file $PASSFILE"

@@ -26,5 +26,12 @@ int kcfs_invalidate_inode(struct fuse_session *se, uint64_t nodeid);
 int kcfs_notify_inval_entry(struct fuse_session *se, uint64_t parent, const char *name);
 int kcfs_notify_delete(struct fuse_session *se, uint64_t parent, uint64_t child, const char *name);
 void kcfs_session_unmount_and_destroy(struct fuse_session *se);
+/* After the mount was detached (fusermount -u): asks the loop serving `se` to end as a stop
+ * signal does (`stopping`, then the session ends); -1 if `se` is not the session that takes
+ * the stop signals. */
+int kcfs_session_stop(struct fuse_session *se);
+/* Frees libfuse's state without unmounting, for a mount already detached: closing /dev/fuse
+ * ends the kernel's connection, also for copies of the mount in other mount namespaces. */
+void kcfs_session_destroy_detached(struct fuse_session *se);
 
 #endif
