@@ -102,7 +102,13 @@ package final class MountDaemon: Sendable {
                 // While the loop still serves: a private mapping must not keep pages past the unmount.
                 mount.dropCachedPages(all: true)
                 // Not lazy: a mount in use here stays, and the unmount fails as busy.
-                try Fusermount.unmount(mountpoint)
+                do {
+                    try Fusermount.unmount(mountpoint)
+                } catch {
+                    // Detached here already, some other way (`fusermount3 -u`, `umount`), while
+                    // a copy in another mount namespace kept the session: the daemon stops all the same.
+                    if Self.isMounted(record) { throw error }
+                }
                 // The kernel ends the session only if no other mount namespace has a copy of
                 // the mount; the daemon ends it, and the copies with it, as on a stop signal.
                 if !mount.stopAfterDetach() {
@@ -209,6 +215,13 @@ package final class MountDaemon: Sendable {
                                    logLine: { line in Logger(label: "keychainfs.access").notice("\(line)") })
         return try ServedKeychain(keychain: keychain, defaultClass: settings.defaultClass, lockAfter: settings.lockAfter,
                                   clock: clock, access: access, defaultSynchronizable: settings.defaultSynchronizable)
+    }
+
+    /// Whether the record's mount is still in this mount namespace's table.
+    static func isMounted(_ record: MountRecord) -> Bool {
+        MountTable.ourKeychainfsMounts().contains {
+            $0.mountpoint.isSame(as: record.mountpoint) && $0.source.isSame(as: record.storePath)
+        }
     }
 
     /// The control socket's service: the one service, over the mount's own owner.

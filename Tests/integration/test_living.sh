@@ -237,9 +237,20 @@ expect_exit 32 "the mountpoint is no longer mounted here" mountpoint -q "$MP"
 expect_errno "the copy no longer serves the secret (ENOTCONN)" "Transport endpoint is not connected" in_copy cat "$MP/nscopy/acct"
 expect_not_contains "$OUT" "copied-namespace-secret" "and printed nothing of it"
 expect_exit 0 "mount again at the same place" mount_kc "$MP"
+pid=$(daemon_pid "$MP")
 expect_eq "copied-namespace-secret" "$(cat "$MP/nscopy/acct")" "the new mount serves"
 kill "$nsuser" "$nsholder" 2>/dev/null; wait "$nsuser" "$nsholder" 2>/dev/null
-expect_exit 0 "unmount" kc unmount "$MP"
+# Detached here by hand while a copy lives: unmount (which then finds the daemon by the store)
+# stops it all the same, where it failed, since fusermount3 found nothing to unmount.
+unshare $unshare_flags sleep 60 &
+nsholder=$!
+on_exit_kill "$nsholder"
+sleep 0.5
+expect_exit 0 "fusermount3 -u by hand while another namespace has a copy" fusermount3 -u "$MP"
+expect_exit 0 "then unmount stops the daemon all the same" timeout 20 "$KEYCHAINFS_BIN" unmount
+expect_exit 0 "the daemon has exited" wait_gone "$pid"
+expect_errno "and the copy no longer serves the secret (ENOTCONN)" "Transport endpoint is not connected" in_copy cat "$MP/nscopy/acct"
+kill "$nsholder" 2>/dev/null; wait "$nsholder" 2>/dev/null
 
 echo "== passwd --remove and --add"
 P="--passphrase-file $PASSFILE"
