@@ -118,6 +118,19 @@ def secretstorage_api():
     check("set_secret", item.get_secret() == b"new\nsecret")
     with open(os.path.join(MNT, "myapp", "ann"), "rb") as f:
         check("set_secret shows in the tree", f.read() == b"new\nsecret")
+    # An editor's save through the tree (a temporary file renamed over the item) puts the
+    # temporary file's item in its place: a new object path (open descriptors of the old one keep
+    # their copy, as POSIX wants), with the item's label, attributes and class.
+    subprocess.run(["sed", "-i", "s/new/edited/", os.path.join(MNT, "myapp", "ann")], check=True)
+    saved = list(coll.search_items({"application": "myapp", "service": "myapp", "username": "ann"}))
+    check("sed -i through the tree: one item, the saved secret", len(saved) == 1 and saved[0].get_secret() == b"edited\nsecret",
+          [i.item_path for i in saved])
+    if saved:
+        check("  with the item's label and attributes", saved[0].get_label() == "Renamed"
+              and saved[0].get_attributes() == {"application": "myapp", "service": "myapp", "username": "ann"},
+              saved[0].get_attributes())
+        item = saved[0]
+        item.set_secret(b"new\nsecret")
     item.set_attributes({"application": "myapp", "service": "myapp", "username": "bea"})
     check("set_attributes renames it in the tree", os.path.exists(os.path.join(MNT, "myapp", "bea"))
           and not os.path.exists(os.path.join(MNT, "myapp", "ann")), os.listdir(os.path.join(MNT, "myapp")))
