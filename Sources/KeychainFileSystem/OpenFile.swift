@@ -135,6 +135,15 @@ final class OpenFile: @unchecked Sendable {
         if writes == committed { hasWrites = false }
     }
 
+    /// Another channel stored a new value of the item: every change not yet committed here is
+    /// older than that value, so no later commit of this handle may write it over it (it
+    /// would undo a change whose client already heard "done"). The copy stays, as a reader's
+    /// does; a write after this is a change of its own, committed as usual.
+    func dropUncommitted() {
+        truncatedAtOpen = false
+        hasWrites = false
+    }
+
     /// At lock, for classes whose key is gone: later reads and writes fail with ENOKEY.
     func revoke() {
         isRevoked = true

@@ -41,18 +41,19 @@ extension ServedKeychain {
         }
     }
 
-    /// The item renamed to `key` (nil: kept) with new extras, its secret kept: one change.
+    /// The item renamed to `key` (nil: kept) with new extras, its secret kept: one change. Not
+    /// a `save` of the secret read back: a write pending on the item's open file would be
+    /// dropped as older than a new value (`ItemCommit.save`), though the value did not change.
     package func rename(_ item: KeychainItem, to key: ItemKey?, extras: (SecureBytes?) -> SecureBytes,
                         origin: ChangeOrigin = .control) throws -> KeychainItem {
         try change(origin: origin) { c throws -> KeychainItem in
-            guard var current = try self.item(id: item.id) else { throw KeychainError.itemNotFound }
+            guard let current = try self.item(id: item.id) else { throw KeychainError.itemNotFound }
+            var record = current.record
             if let key, key != current.key {
                 if try c.isTaken(key) { throw KeychainError.duplicateItem }
-                current = try c.move(current, to: ItemRecord(key: key, attributes: current.record.attributes), replacing: nil)
+                record.key = key
             }
-            let secret = try self.secret(of: current, caching: false)
-            return try c.save(current.key, secret: secret, extras: extras(try self.extras(of: current)), changes: AttributeChanges(),
-                              updateExisting: true)
+            return try c.setAttributes(current, to: record, extras: extras(try self.extras(of: current)))
         }
     }
 

@@ -121,6 +121,21 @@ package final class ServedKeychain: Sendable {
             evict()
         }
 
+        /// Values stored through another channel than the item's open files (the control
+        /// socket's CLI and git, D-Bus, an import, a sync merge): what those files have not
+        /// committed yet is older, and must not be committed over them at their close or fsync
+        /// (`OpenFile.dropUncommitted`). Not for a file's own commit, nor for a change that
+        /// keeps the secret (attributes, a rename, a class), which a pending write outlives.
+        fileprivate mutating func storedElsewhere(_ id: Int64) {
+            for f in files.values where f.itemID == id { f.dropUncommitted() }
+        }
+
+        fileprivate mutating func storedElsewhere(batch items: [KeychainItem]) {
+            guard !files.isEmpty else { return }
+            let ids = Set(items.lazy.map(\.id))
+            for f in files.values where ids.contains(f.itemID) { f.dropUncommitted() }
+        }
+
         /// Makes room in the index; items with open files stay.
         mutating func evict() {
             guard index.items.count > indexLimit else { return }
@@ -309,10 +324,11 @@ package final class ServedKeychain: Sendable {
         }
 
         /// Set attributes: `record` replaces the item's (a new key renames it, a new class
-        /// re-seals it).
-        func setAttributes(_ item: KeychainItem, to record: ItemRecord) throws -> KeychainItem {
+        /// re-seals it), and `extras` its extras (nil: kept). The secret is kept, so an open
+        /// file's uncommitted change outlives this and is still committed.
+        func setAttributes(_ item: KeychainItem, to record: ItemRecord, extras: SecureBytes? = nil) throws -> KeychainItem {
             check()
-            let updated = try keychain.update(item, to: record)
+            let updated = try keychain.update(item, to: record, extras: extras)
             owner.state.withLock { $0.saved(updated) }
             note(updated.key == item.key ? .updated(updated.key) : .moved(from: item.key, to: updated.key))
             return updated
@@ -343,7 +359,9 @@ package final class ServedKeychain: Sendable {
         }
 
         /// Adds the item, or with `updateExisting` updates the one with the same key. A new
-        /// item with no class given takes the owner's default (`newItemClass`).
+        /// item with no class given takes the owner's default (`newItemClass`). A whole new
+        /// value from outside the item's open files, whichever channel: it outdates their
+        /// uncommitted changes (`State.storedElsewhere`).
         func save(_ key: ItemKey, secret: SecureBytes, extras: SecureBytes?, changes: AttributeChanges,
                   updateExisting: Bool) throws -> KeychainItem {
             check()
@@ -355,7 +373,10 @@ package final class ServedKeychain: Sendable {
             let item = try keychain.save(key, secret: secret, changes: changes, extras: extras,
                                          defaultClass: owner.defaultClass, defaultSynchronizable: owner.defaultSynchronizable,
                                          updateExisting: updateExisting)
-            owner.state.withLock { $0.saved(item) }
+            owner.state.withLock { s in
+                s.saved(item)
+                s.storedElsewhere(item.id)
+            }
             // A new row starts at version 1; an update raises it.
             note(item.sealed.version == 1 ? .added(item.key) : .updated(item.key))
             return item
@@ -381,11 +402,15 @@ package final class ServedKeychain: Sendable {
             return report
         }
 
-        /// A batch in one transaction (`Keychain.save(batch:updateExisting:)`).
+        /// A batch in one transaction (`Keychain.save(batch:updateExisting:)`): as `save`, whole
+        /// new values from outside the items' open files.
         func save(batch: ItemBatch, updateExisting: Bool) throws -> BatchSaveResult {
             check()
             let result = try keychain.save(batch: batch, updateExisting: updateExisting)
-            owner.state.withLock { s in s.saved(batch: result.saved) }
+            owner.state.withLock { s in
+                s.saved(batch: result.saved)
+                s.storedElsewhere(batch: result.saved)
+            }
             for item in result.saved { note(item.sealed.version == 1 ? .added(item.key) : .updated(item.key)) }
             return result
         }

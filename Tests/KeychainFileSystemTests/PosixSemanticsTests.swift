@@ -3,6 +3,7 @@ import XCTest
 import KeychainCrypto
 import KeychainModel
 import KeychainStore
+import KeychainBatch
 
 /// What programs expect of a regular filesystem: open files that outlive their names, times
 /// that follow changes, link counts, and renames of empty directories.
@@ -123,6 +124,97 @@ final class PosixSemanticsTests: XCTestCase {
         // What the kernel cached from the pending stat is what is stored.
         XCTAssertEqual(try tree.stat("/svc/f"), pending)
         XCTAssertEqual(try get("/svc/f"), "hel")
+    }
+
+    // MARK: a value stored through another channel while a file is open
+
+    func key(_ account: String) throws -> ItemKey { .generic(try GenericPasswordKey(service: "svc", account: account)) }
+    func secret(_ text: String) -> SecureBytes { SecureBytes(copying: Array(text.utf8)) }
+
+    /// Each way another channel stores a whole value: the CLI's and git's (`save`), D-Bus's
+    /// `SetSecret` (`replaceSecret`) and `CreateItem` with replace (`saveFirstFree`), an
+    /// import's or a sync merge's (`save(batch:)`).
+    func storeElsewhere(_ account: String, _ text: String, by way: Int) throws {
+        let served = tree.served
+        let k = try key(account)
+        let extras: (SecureBytes?) -> SecureBytes = { _ in SecureBytes(copying: [1]) }
+        switch way {
+        case 0: _ = try served.save(k, secret: secret(text), changes: AttributeChanges(), updateExisting: true)
+        case 1:
+            let item = try XCTUnwrap(try served.items(matching: .exactly(k)).first)
+            _ = try served.replaceSecret(of: item, secret: secret(text), extras: extras)
+        case 2:
+            let (_, replaced) = try served.saveFirstFree([k], secret: secret(text), label: "L", replaces: { _, _ in true }, extras: extras)
+            XCTAssertTrue(replaced)
+        default:
+            var batch = ItemBatch()
+            batch.append(ItemRecord(key: k, attributes: ItemAttributes(accessible: .whenUnlocked)), secret: secret(text))
+            _ = try served.save(batch: batch, updateExisting: true)
+        }
+    }
+
+    /// A write not yet committed on an open file was committed at its close over a value
+    /// stored after it through any other channel, whose client had heard "done" (found over
+    /// D-Bus with python3-secretstorage).
+    func testAValueStoredElsewhereIsNotUndoneByAnOlderUncommittedWrite() throws {
+        try tree.makeDirectory("/svc")
+        for way in 0..<4 {
+            let path = "/svc/a\(way)"
+            try tree.put(path, "0123456789")
+            let h = try tree.open(path, flags: O_RDWR)
+            try write(h, "MOUNT", at: 0)
+            try storeElsewhere("a\(way)", "from-dbus", by: way)
+            XCTAssertEqual(try get(path), "from-dbus", "way \(way)")
+            XCTAssertEqual(try tree.stat(path).size, 9, "way \(way): stat shows it, not the uncommitted write")
+            XCTAssertEqual(try read(h), "MOUNT56789", "way \(way): the descriptor keeps its copy")
+            try tree.flush(h)
+            try tree.sync(h)
+            try tree.release(h)
+            XCTAssertEqual(try get(path), "from-dbus", "way \(way): the close stored nothing")
+            XCTAssertEqual(try tree.served.secret(of: try XCTUnwrap(try tree.served.items(matching: .exactly(key("a\(way)"))).first))
+                .unprotectedArray, Array("from-dbus".utf8), "way \(way): the store holds it")
+        }
+    }
+
+    func testAnUncommittedTruncateAtOpenIsOutdatedLikeAWrite() throws {
+        try tree.makeDirectory("/svc")
+        try tree.put("/svc/t", "0123456789")
+        let h = try tree.open("/svc/t", flags: O_WRONLY | O_TRUNC)
+        try storeElsewhere("t", "from-other", by: 1)
+        try tree.release(h)
+        XCTAssertEqual(try get("/svc/t"), "from-other")
+    }
+
+    /// A write after the other channel's value is a later change: the close commits it (the
+    /// descriptor's whole copy, as every commit does).
+    func testAWriteAfterTheValueStoredElsewhereIsCommitted() throws {
+        try tree.makeDirectory("/svc")
+        try tree.put("/svc/w", "0123456789")
+        let h = try tree.open("/svc/w", flags: O_RDWR)
+        try write(h, "MOUNT", at: 0)
+        try storeElsewhere("w", "from-other", by: 0)
+        try write(h, "!", at: 10)
+        let copy = try read(h)
+        try tree.release(h)
+        XCTAssertEqual(try get("/svc/w"), copy)
+        XCTAssertEqual(copy, "MOUNT56789!")
+    }
+
+    /// A change that keeps the secret (D-Bus's Attributes, a label) leaves a pending write to
+    /// its commit.
+    func testAChangeThatKeepsTheSecretLeavesAnUncommittedWrite() throws {
+        try tree.makeDirectory("/svc")
+        try tree.put("/svc/r", "0123456789")
+        let h = try tree.open("/svc/r", flags: O_RDWR)
+        try write(h, "MOUNT", at: 0)
+        let item = try XCTUnwrap(try tree.served.items(matching: .exactly(key("r"))).first)
+        let renamed = try tree.served.rename(item, to: try key("r2"), extras: { _ in SecureBytes(copying: [2]) })
+        _ = try tree.served.setLabel(of: renamed, to: "label")
+        XCTAssertEqual(try get("/svc/r2"), "0123456789")
+        try tree.release(h)
+        XCTAssertEqual(try get("/svc/r2"), "MOUNT56789", "the file followed its item, and its write was committed")
+        XCTAssertEqual(try tree.served.extras(of: try XCTUnwrap(try tree.served.items(matching: .exactly(key("r2"))).first))?
+                .unprotectedArray, [2])
     }
 
     // MARK: directories

@@ -673,8 +673,82 @@ def memory():
     conn.close()
 
 
+
+# Holds a descriptor of the item's file with a write not yet committed (the mount commits at
+# close), until told to close it. A process of its own: a descriptor of this one would be
+# closed, and its write committed (FUSE flush), in every child forked here (subprocess), so
+# the change under test would no longer come after an uncommitted write.
+HOLDER = r"""
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+os.write(fd, b"MOUNT")
+print("written", flush=True)
+sys.stdin.readline()
+os.close(fd)
+print("closed", flush=True)
+"""
+
+
+def uncommitted_writes():
+    """A value stored over D-Bus (SetSecret, CreateItem with replace) or the CLI while a file of
+    the item has a write not yet committed: its client heard "done", so the file's close must
+    not write its older copy over it (it did: found by a tester with python3-secretstorage)."""
+    conn = secretstorage.dbus_init()
+    coll = secretstorage.get_default_collection(conn)
+    path = lambda account: os.path.join(MNT, "co", account)
+
+    # The tester's sequence as it was: the descriptor in this process, closed with no fork
+    # between the change and the close.
+    for how, change in [
+        ("SetSecret", lambda item, account: item.set_secret(b"from-dbus")),
+        ("CreateItem replace", lambda item, account: coll.create_item(
+            "L", {"service": "co", "username": account}, b"from-dbus", replace=True)),
+    ]:
+        account = "same-" + how.split()[0]
+        item = coll.create_item("L", {"service": "co", "username": account}, b"0123456789", replace=True)
+        fd = os.open(path(account), os.O_RDWR)
+        os.write(fd, b"MOUNT")
+        change(item, account)
+        check(f"{how} with a write pending: the file reads the new value", tree_secret("co", account) == b"from-dbus",
+              tree_secret("co", account))
+        os.close(fd)
+        check(f"{how}: the pending write's close did not undo it (tree)", tree_secret("co", account) == b"from-dbus",
+              tree_secret("co", account))
+        check(f"{how}: nor over D-Bus", item.get_secret() == b"from-dbus", item.get_secret())
+        r = kc("find-generic-password", "-s", "co", "-a", account, "-w")
+        check(f"{how}: nor in the CLI", r.stdout == b"from-dbus", r.stdout)
+
+    # The writer in another process, so that the CLI can be run while its write is pending.
+    for how, change in [
+        ("SetSecret", lambda item, account: item.set_secret(b"from-other")),
+        ("CreateItem replace", lambda item, account: coll.create_item(
+            "L", {"service": "co", "username": account}, b"from-other", replace=True)),
+        ("CLI -U", lambda item, account: kc("add-generic-password", "-s", "co", "-a", account, "-w", "from-other", "-U")),
+    ]:
+        account = "held-" + how.split()[0]
+        # Two bytes longer than the new value: stat tells the pending copy's size from its.
+        item = coll.create_item("L", {"service": "co", "username": account}, b"0123456789ab", replace=True)
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, path(account)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        check(f"{how}: the holder wrote", holder.stdout.readline() == b"written\n")
+        change(item, account)
+        r = kc("find-generic-password", "-s", "co", "-a", account, "-w")
+        check(f"{how}, the write still pending: the CLI finds the new value", r.stdout == b"from-other", r.stdout)
+        check(f"{how}, pending: so does the tree", tree_secret("co", account) == b"from-other", tree_secret("co", account))
+        check(f"{how}, pending: stat shows its size, not the pending write's", os.stat(path(account)).st_size == 10,
+              os.stat(path(account)).st_size)
+        holder.stdin.write(b"\n")
+        holder.stdin.flush()
+        check(f"{how}: the holder closed", holder.stdout.readline() == b"closed\n")
+        holder.wait()
+        check(f"{how}: the close did not undo it (tree)", tree_secret("co", account) == b"from-other",
+              tree_secret("co", account))
+        check(f"{how}: nor over D-Bus", item.get_secret() == b"from-other", item.get_secret())
+        r = kc("find-generic-password", "-s", "co", "-a", account, "-w")
+        check(f"{how}: nor in the CLI", r.stdout == b"from-other", r.stdout)
+    conn.close()
+
 {"secretstorage": secretstorage_api, "memory": memory, "aliases": aliases, "plain": plain_session, "signals": signals,
  "keyring": keyring_backend, "lock": lock_unlock, "concurrent": concurrent_search,
  "nopass": no_passphrase, "prompt": prompt, "collections": collections,
- "collections_after": collections_after, "busy": busy}[STEP]()
+ "collections_after": collections_after, "busy": busy, "uncommitted": uncommitted_writes}[STEP]()
 sys.exit(1 if failed else 0)

@@ -107,6 +107,7 @@ else
     skip "memory: what crosses the bus is wiped" "needs root: the daemon is not dumpable, so only root reads its memory"
 fi
 run_py collections
+run_py uncommitted
 # Sealed: no collection label or alias, and no attribute value, in the store's files.
 for f in "$KEYCHAINFS_STORE" "$KEYCHAINFS_STORE-wal"; do
     [ -f "$f" ] || continue
