@@ -195,6 +195,7 @@ package final class ServedKeychainService: KeychainService {
             if let state = try SyncLocalState.load(forStore: session.storePath) { note(state) }
             outcome.published = report.published; outcome.applied = report.applied; outcome.deleted = report.deleted
             outcome.conflictCopies = report.conflictCopies; outcome.deferred = report.deferred
+            outcome.heldByItemThatDoesNotSync = report.heldByItemThatDoesNotSync
             outcome.refusals = report.refusals
             outcome.ownDirectoryRewritten = report.ownDirectoryRewritten
         }

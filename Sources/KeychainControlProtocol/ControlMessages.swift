@@ -232,6 +232,7 @@ package enum ControlReply {
                                  (.conflictCopies, o.conflictCopies), (.deferred, o.deferred)] {
                     w.field(tag, UInt64(max(n, 0)))
                 }
+                for key in o.heldByItemThatDoesNotSync { w.nested(.heldHere) { WireItem.write(key, to: $0) } }
                 for r in o.refusals { w.nested(.refusal) { $0.field(.message, r) } }
                 if let note = o.ownDirectoryRewritten { w.field(.ownDirectoryRewritten, note) }
             case .failed(let error): WireError.write(error, to: w)
@@ -269,6 +270,7 @@ package enum ControlReply {
             func n(_ tag: WireTag) throws -> Int { Int(clamping: try f.integer(tag, as: UInt64.self) ?? 0) }
             o.published = try n(.published); o.applied = try n(.applied); o.deleted = try n(.removed)
             o.conflictCopies = try n(.conflictCopies); o.deferred = try n(.deferred)
+            o.heldByItemThatDoesNotSync = try f.nestedAll(.heldHere).map(WireItem.storedKey)
             o.refusals = try f.nestedAll(.refusal).map { try $0.string(required: .message) }
             o.ownDirectoryRewritten = try f.string(.ownDirectoryRewritten)
             self = .synced(o)

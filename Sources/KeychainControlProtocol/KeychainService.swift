@@ -83,6 +83,8 @@ package struct SyncOutcome: Sendable, Equatable {
     package var folder = ""
     package var device = ""
     package var published = 0, applied = 0, deleted = 0, conflictCopies = 0, deferred = 0
+    /// `SyncReport.heldByItemThatDoesNotSync`.
+    package var heldByItemThatDoesNotSync: [ItemKey] = []
     package var refusals: [String] = []
     /// `SyncReport.ownDirectoryRewritten`.
     package var ownDirectoryRewritten: String?

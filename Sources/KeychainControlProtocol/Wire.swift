@@ -94,6 +94,7 @@ package enum WireTag: UInt16, CaseIterable {
     case refusal = 118               // nested, repeated: message
     case syncDevice = 119            // string
     case ownDirectoryRewritten = 121 // string: `SyncOutcome.ownDirectoryRewritten`
+    case heldHere = 122              // nested, repeated: a key (`SyncOutcome.heldByItemThatDoesNotSync`)
 
     // Access lists.
     case repin = 120                 // nested attributes: the programs `setAccess` pins anew

@@ -931,14 +931,18 @@ package final class ServedKeychain: Sendable {
     /// version is no longer the one in `expected` (nil: absent) changed since the merge read it:
     /// it is left as it is (the next exchange publishes it and merges again), so a change made
     /// meanwhile through the mount is never overwritten unseen. Returns the keys left alone.
-    package func applySync(puts: ItemBatch, deletes: [ItemKey], expected: [ItemKey: Int64?]) throws -> [ItemKey] {
-        try change(origin: .sync) { c throws -> [ItemKey] in
-            var skipped: [ItemKey] = []
+    package func applySync(puts: ItemBatch, deletes: [ItemKey], expected: [ItemKey: Int64?]) throws -> SyncSkips {
+        try change(origin: .sync) { c throws -> SyncSkips in
+            var skipped = SyncSkips()
             func unchanged(_ key: ItemKey) throws -> Bool {
                 guard let want = expected[key] else { return true }
-                let now = try keychain.item(for: key)?.sealed.version
-                if now != want { skipped.append(key); return false }
-                return true
+                let now = try keychain.item(for: key)
+                guard now?.sealed.version != want else { return true }
+                skipped.all.insert(key)
+                if want == nil, let now, now.record.attributes.values.synchronizable != true || now.accessible.isThisDeviceOnly {
+                    skipped.heldByItemThatDoesNotSync.append(key)
+                }
+                return false
             }
             var batch = ItemBatch()
             for entry in puts.entries where try unchanged(entry.record.key) {
@@ -954,6 +958,15 @@ package final class ServedKeychain: Sendable {
             if !doomed.isEmpty { try c.delete(doomed) }
             return skipped
         }
+    }
+
+    /// What `applySync` left as it was: values changed here since the merge read them (the next
+    /// exchange sees to them), and among them names held here by an item that does not sync
+    /// (made not synchronizable or this-device-only), which wait until that item syncs, is
+    /// renamed or is deleted.
+    package struct SyncSkips: Sendable {
+        package var all: Set<ItemKey> = []
+        package var heldByItemThatDoesNotSync: [ItemKey] = []
     }
 
     // MARK: what the control socket asks

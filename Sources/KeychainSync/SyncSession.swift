@@ -169,6 +169,9 @@ package struct SyncReport: Sendable, Equatable {
     package var refusals: [String] = []
     /// Items changed here while the merge ran: left for the next exchange.
     package var deferred = 0
+    /// Of those, the names held here by an item that does not sync: the folder's item of that
+    /// name waits (at every exchange) until that item is made synchronizable, renamed or deleted.
+    package var heldByItemThatDoesNotSync: [ItemKey] = []
     /// This device's own directory was found older than this device wrote it (an engine
     /// served an old copy), and was written again. Apart from `refusals`: nothing in the
     /// folder was refused, and `sync git` expects it when its own merge put the directory back.
@@ -673,9 +676,10 @@ package final class SyncSession: Sendable {
         try flush()
         state.own = own.values.sorted { $0.item < $1.item }
         if !puts.isEmpty || !deletes.isEmpty {
-            let skipped = Set(try owner.applySync(puts: puts, deletes: deletes, expected: expected))
+            let skipped = try owner.applySync(puts: puts, deletes: deletes, expected: expected)
+            report.heldByItemThatDoesNotSync = skipped.heldByItemThatDoesNotSync
             for (id, synced, key) in appliedIDs {
-                if skipped.contains(key) { report.deferred += 1; continue }
+                if skipped.all.contains(key) { report.deferred += 1; continue }
                 state.synced[id.hex] = synced
                 if synced.digest == nil { report.deleted += 1 } else { report.applied += 1 }
             }

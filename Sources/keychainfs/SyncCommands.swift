@@ -161,10 +161,23 @@ struct SyncNowCommand: ParsableCommand {
         let report = try owner.service().sync(.exchange, folder: nil, passphrase: nil, scryptLogN: nil)
         Output.line("published \(report.published), applied \(report.applied), deleted \(report.deleted), conflict copies \(report.conflictCopies)"
             + (report.deferred > 0 ? ", deferred \(report.deferred)" : ""))
+        Self.sayWaiting(report.heldByItemThatDoesNotSync)
         let refused = report.refusals + [report.ownDirectoryRewritten].compactMap { $0 }
         if !refused.isEmpty {
             for r in refused { FileHandle.standardError.write(Data("keychainfs: refused: \(r)\n".utf8)) }
             throw KeychainError.integrityFailure("\(refused.count) refused in the sync folder (the rest was merged)")
+        }
+    }
+}
+
+extension SyncNowCommand {
+    /// Why an item of the folder is deferred at every exchange: a name it would take here is
+    /// held by an item that does not sync. Said, not a failure.
+    static func sayWaiting(_ keys: [ItemKey]) {
+        for key in keys {
+            FileHandle.standardError.write(Data(("keychainfs: waiting: \(ItemKeyText.of(key)) is an item here that does not sync "
+                + "(not synchronizable, or this-device-only); the folder's item of that name waits until it is made "
+                + "synchronizable (both are then kept, one as a conflict copy), renamed or deleted\n").utf8))
         }
     }
 }

@@ -136,6 +136,23 @@ expect_exit 0 "sync status --json" kc sync status --json $P
 kc add-generic-password $P -U -s mail -a alice -w 'after-the-conflict'
 expect_contains "$(kc sync status $P)" "pending changes: 1" "a local change is pending until the next exchange"
 
+echo "== a name held on one device by an item that does not sync"
+kcb add-generic-password $P -s held -a me -w b-local --no-synchronizable
+kc add-generic-password $P -s held -a me -w a-synced --synchronizable
+kc sync now $P >/dev/null
+expect_exit 0 "sync now on B" kcb sync now $P
+expect_contains "$OUT" "deferred 1" "the folder's item is deferred"
+expect_contains "$ERR" "waiting: generic-password service \"held\" account \"me\" is an item here that does not sync" \
+    "and sync now says which, and why"
+expect_eq "b-local" "$(kcb find-generic-password $P -s held -a me -w)" "B's own item is as it was"
+kcb add-generic-password $P -U -s held -a me -w b-local --synchronizable
+kcb sync now $P >/dev/null; kc sync now $P >/dev/null; kcb sync now $P >/dev/null
+expect_not_contains "$(kcb sync now $P 2>&1)" "waiting:" "made synchronizable, it merges: nothing waits"
+both="$(kc dump-keychain -d $P) $(kcb dump-keychain -d $P)"
+expect_contains "$both" '"a-synced"' "  A's value is kept"
+expect_contains "$both" '"b-local"' "  and B's, one of them as a conflict copy"
+expect_eq "$(kc find-generic-password $P -s held -a me -w)" "$(kcb find-generic-password $P -s held -a me -w)" "  one winner on both"
+
 echo "== tampering and rollback"
 kc sync now $P >/dev/null
 kcb sync now $P >/dev/null
