@@ -72,7 +72,8 @@ package final class RemoteKeychainService: KeychainService {
     /// The daemon identifies each client when it accepts the connection (its executable, for
     /// per-program access), while the client is still dumpable; it then sends `identified`.
     /// Only after it may the client make itself non-dumpable (`call`), which hides its /proc
-    /// entries from the daemon. A daemon that sends nothing is older than this handshake.
+    /// entries from the daemon. A daemon that answers with something else is older than this
+    /// handshake; one that says nothing before the deadline is stopped or overloaded (`silent`).
     package static func awaitIdentified(_ fd: Int32, deadline: Deadline) throws {
         let received: (ControlFrame.Header, SecureBytes)?
         let limit = min(deadline, .after(seconds: handshakeTimeout))

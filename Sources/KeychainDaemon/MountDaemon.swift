@@ -101,12 +101,15 @@ package final class MountDaemon: Sendable {
             let service = Self.controlService(owner, settings) {
                 // While the loop still serves: a private mapping must not keep pages past the unmount.
                 mount.dropCachedPages(all: true)
-                // Not lazy: a mount in use here stays, and the unmount fails as busy.
+                // Not lazy: a mount in use here stays, and the unmount fails as busy, whatever the
+                // mount table says. One detached here already, some other way (`fusermount3 -u`,
+                // `umount`), while a copy in another mount namespace kept the session: the
+                // daemon stops all the same.
                 do {
                     try Fusermount.unmount(mountpoint)
+                } catch KeychainError.mountpointBusy(let why) {
+                    throw KeychainError.mountpointBusy(why)
                 } catch {
-                    // Detached here already, some other way (`fusermount3 -u`, `umount`), while
-                    // a copy in another mount namespace kept the session: the daemon stops all the same.
                     if Self.isMounted(record) { throw error }
                 }
                 // The kernel ends the session only if no other mount namespace has a copy of

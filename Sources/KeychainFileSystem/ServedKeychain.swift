@@ -126,11 +126,7 @@ package final class ServedKeychain: Sendable {
         /// committed yet is older, and must not be committed over them at their close or fsync
         /// (`OpenFile.dropUncommitted`). Not for a file's own commit, nor for a change that
         /// keeps the secret (attributes, a rename, a class), which a pending write outlives.
-        fileprivate mutating func storedElsewhere(_ id: Int64) {
-            for f in files.values where f.itemID == id { f.dropUncommitted() }
-        }
-
-        fileprivate mutating func storedElsewhere(batch items: [KeychainItem]) {
+        fileprivate mutating func storedElsewhere<Items: Sequence<KeychainItem>>(_ items: Items) {
             guard !files.isEmpty else { return }
             let ids = Set(items.lazy.map(\.id))
             for f in files.values where ids.contains(f.itemID) { f.dropUncommitted() }
@@ -375,7 +371,7 @@ package final class ServedKeychain: Sendable {
                                          updateExisting: updateExisting)
             owner.state.withLock { s in
                 s.saved(item)
-                s.storedElsewhere(item.id)
+                s.storedElsewhere(CollectionOfOne(item))
             }
             // A new row starts at version 1; an update raises it.
             note(item.sealed.version == 1 ? .added(item.key) : .updated(item.key))
@@ -409,7 +405,7 @@ package final class ServedKeychain: Sendable {
             let result = try keychain.save(batch: batch, updateExisting: updateExisting)
             owner.state.withLock { s in
                 s.saved(batch: result.saved)
-                s.storedElsewhere(batch: result.saved)
+                s.storedElsewhere(result.saved)
             }
             for item in result.saved { note(item.sealed.version == 1 ? .added(item.key) : .updated(item.key)) }
             return result

@@ -65,6 +65,12 @@ final class FuseFileSystem: Sendable {
         return location
     }
 
+    /// How long the kernel may keep `ino`'s attributes: none for an alias
+    /// (`InodeTable.Node.alias`), whose changes it is never told of.
+    func attrTimeout(_ ino: UInt64) -> Double {
+        inodes.withLock { $0.isAlias(ino) } ? 0 : FuseOperations.attrTimeout
+    }
+
     /// What `name` names in the directory `parent`.
     func location(_ parent: UInt64, _ name: String) throws(FileSystemError) -> TreeLocation {
         try location(parent).child(name)

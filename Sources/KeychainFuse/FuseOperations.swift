@@ -133,7 +133,7 @@ enum FuseOperations {
     static func getattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
             var attr = attributes(try fs.stat(ino, handle: fs.fileHandle(ino, fi)), ino)
-            fuse_reply_attr(req, &attr, fs.inodes.withLock { $0.isAlias(ino) } ? 0 : attrTimeout)
+            fuse_reply_attr(req, &attr, fs.attrTimeout(ino))
         }
     }
 
@@ -159,7 +159,7 @@ enum FuseOperations {
             }
             // Times are accepted and not kept: an item's times are those of its secret.
             var reply = attributes(try fs.stat(ino, handle: handle), ino)
-            fuse_reply_attr(req, &reply, fs.inodes.withLock { $0.isAlias(ino) } ? 0 : attrTimeout)
+            fuse_reply_attr(req, &reply, fs.attrTimeout(ino))
         }
     }
 
@@ -180,10 +180,13 @@ enum FuseOperations {
                        _ newParent: fuse_ino_t, _ newName: UnsafePointer<CChar>?, _ flags: UInt32) {
         answer(req) { fs throws(FileSystemError) in
             let from = try FuseOperations.name(name), to = try FuseOperations.name(newName)
-            try fs.tree.rename(try fs.location(parent, from), to: try fs.location(newParent, to),
+            let target = try fs.location(newParent, to)
+            try fs.tree.rename(try fs.location(parent, from), to: target,
                                noReplace: flags & renameNoReplace != 0, exchange: flags & renameExchange != 0,
                                caller: caller(req))
-            fs.inodes.withLock { $0.move(parent, from, to: newParent, to) }
+            let isDirectory = (try? fs.tree.stat(target))?.isDirectory ?? false
+            let alias = !target.isListedSpelling(to, isDirectory: isDirectory)
+            fs.inodes.withLock { $0.move(parent, from, to: newParent, to, alias: alias) }
             fuse_reply_err(req, 0)
         }
     }

@@ -153,7 +153,7 @@ struct InodeTable {
     }
 
     /// A rename: whatever had the new name loses it (it was replaced), and the inode moves.
-    mutating func move(_ parent: UInt64, _ name: String, to newParent: UInt64, _ newName: String) {
+    mutating func move(_ parent: UInt64, _ name: String, to newParent: UInt64, _ newName: String, alias: Bool = false) {
         guard parent != newParent || !name.isSame(as: newName) else { return }
         pathChanges += 1
         let ino = children.removeValue(forKey: ChildKey(parent: parent, name: name))
@@ -163,6 +163,7 @@ struct InodeTable {
         guard let ino else { return }
         nodes[ino]!.parent = newParent
         nodes[ino]!.name = newName
+        nodes[ino]!.alias = alias
         children[ChildKey(parent: newParent, name: newName)] = ino
     }
 

@@ -123,7 +123,7 @@ public enum KeychainLocations {
             for d in missing { _ = chmod(d, mode) }
             return
         }
-        try makeDirectories(path, parentMode: 0o700)
+        try makeDirectories(path, lastMode: mode, parentMode: 0o700)
         var st = stat()
         guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid(), chmod(path, mode) == 0 else {
             throw KeychainError.io("\(path) is not a directory owned by this user; refusing to use it")

@@ -61,18 +61,19 @@ struct ExportCommand: ParsableCommand {
         }
         let leftOut = try service.status().itemCounts.filter { $0.key.isThisDeviceOnly }.values.reduce(0, +)
         progress.show(writer.count, of: nil, force: true)
+        let notExported = "\(Count.items(damaged, "damaged")) could not be exported"
         do {
             try writer.finish(complete: damaged == 0)
         } catch KeychainError.fileExists where damaged > 0 {
             progress.finish()
-            throw KeychainError.integrityFailure("\(Count.items(damaged, "damaged")) could not be exported, so \(file) was left "
-                + "as it was: a backup with items missing never replaces one (see 'keychainfs verify'; export to a new file to keep the rest)")
+            throw KeychainError.integrityFailure("\(notExported), so \(file) was left as it was: a backup with items missing "
+                + "never replaces one (see 'keychainfs verify'; export to a new file to keep the rest)")
         }
         progress.finish()
         Output.line("exported \(Count.items(writer.count)) to \(file)")
         Output.line("left out \(Count.items(leftOut, "this-device-only")): they never leave this device")
         if damaged > 0 {
-            throw KeychainError.integrityFailure("\(Count.items(damaged, "damaged")) could not be exported; see 'keychainfs verify'")
+            throw KeychainError.integrityFailure("\(notExported); see 'keychainfs verify'")
         }
     }
 }

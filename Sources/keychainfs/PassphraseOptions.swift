@@ -20,7 +20,7 @@ enum PassphraseInput {
         case .fileDescriptor(let fd):
             guard fd >= 0, InheritedDescriptors.wasInherited(fd) else {
                 throw KeychainError.invalidInput("file descriptor \(fd) was not open when keychainfs started; "
-                                                 + "open it for the command (e.g. --passphrase-fd 3 3<FILE) or use --passphrase-file")
+                                                 + "open it for the command (\(fd)<FILE in the shell) or give the file's path instead")
             }
             return try LineReader.readLine(fd: fd, what: "the passphrase from file descriptor \(fd)")
         case .file(let path):

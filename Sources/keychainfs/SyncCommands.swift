@@ -159,8 +159,7 @@ struct SyncNowCommand: ParsableCommand {
 
     func run() throws {
         let report = try owner.service().sync(.exchange, folder: nil, passphrase: nil, scryptLogN: nil)
-        Output.line("published \(report.published), applied \(report.applied), deleted \(report.deleted), conflict copies \(report.conflictCopies)"
-            + (report.deferred > 0 ? ", deferred \(report.deferred)" : ""))
+        Output.line(Self.counts(report))
         Self.sayWaiting(report.heldByItemThatDoesNotSync)
         let refused = report.refusals + [report.ownDirectoryRewritten].compactMap { $0 }
         if !refused.isEmpty {
@@ -171,6 +170,12 @@ struct SyncNowCommand: ParsableCommand {
 }
 
 extension SyncNowCommand {
+    /// What an exchange did, as `sync now` and `sync git` print it.
+    static func counts(_ o: SyncOutcome) -> String {
+        "published \(o.published), applied \(o.applied), deleted \(o.deleted), conflict copies \(o.conflictCopies)"
+            + (o.deferred > 0 ? ", deferred \(o.deferred)" : "")
+    }
+
     /// Why an item of the folder is deferred at every exchange: a name it would take here is
     /// held by an item that does not sync. Said, not a failure.
     static func sayWaiting(_ keys: [ItemKey]) {

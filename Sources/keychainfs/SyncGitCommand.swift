@@ -38,8 +38,7 @@ struct SyncGitCommand: ParsableCommand {
         let service = try owner.service()
         var refusals: [String] = []
         var rewritten: String?
-        var published = 0, applied = 0, deleted = 0, copies = 0, deferred = 0
-        var waiting: [ItemKey] = []
+        var total = SyncOutcome()
         // One git exchange of this keychain at a time: two in one work tree at once concluded
         // each other's merges and failed on git's index lock. Not the exchange's own lock,
         // which the keychain's merge below takes (through the daemon, when mounted).
@@ -51,16 +50,16 @@ struct SyncGitCommand: ParsableCommand {
             let report = try service.sync(.exchange, folder: nil, passphrase: nil, scryptLogN: nil)
             refusals = report.refusals
             rewritten = report.ownDirectoryRewritten
-            published += report.published; applied += report.applied; deleted += report.deleted
-            copies += report.conflictCopies
-            deferred = report.deferred
-            waiting = report.heldByItemThatDoesNotSync
+            total.published += report.published; total.applied += report.applied; total.deleted += report.deleted
+            total.conflictCopies += report.conflictCopies
+            // What waits is what the last merge left.
+            total.deferred = report.deferred
+            total.heldByItemThatDoesNotSync = report.heldByItemThatDoesNotSync
         }
-        Output.line("published \(published), applied \(applied), deleted \(deleted), conflict copies \(copies)"
-            + (deferred > 0 ? ", deferred \(deferred)" : "") + "; "
+        Output.line(SyncNowCommand.counts(total) + "; "
             + (done.received ? "received from" : "nothing new from") + " \(remote)"
             + (done.refusedPushes > 0 ? ", pushed after \(done.refusedPushes) refused push\(done.refusedPushes == 1 ? "" : "es")" : ", pushed"))
-        SyncNowCommand.sayWaiting(waiting)
+        SyncNowCommand.sayWaiting(total.heldByItemThatDoesNotSync)
         // This run put the device's own directory back after a merge changed it: what the
         // keychain wrote there meanwhile (its daemon merges as files land) was older on disk
         // than in its state, and the merge wrote it again. Said, not a failure.

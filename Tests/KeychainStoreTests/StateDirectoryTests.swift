@@ -34,16 +34,19 @@ final class StateDirectoryTests: XCTestCase {
         XCTAssertNoThrow(try store.open())
     }
 
-    func testADeviceKeyThatIsASymlinkIsRefused() throws {
+    func testASymlinkedDeviceKeyIsJudgedByTheFileItNames() throws {
         let real = store.directory + "/elsewhere.key"
         XCTAssertEqual(rename(store.deviceKeyPath, real), 0)
         XCTAssertEqual(symlink(real, store.deviceKeyPath), 0)
-        assertRefused("cannot open \(store.deviceKeyPath)")
+        XCTAssertNoThrow(try store.open(), "a link to a private key of ours (kept elsewhere) is followed")
+        chmod(real, 0o644)
+        assertRefused("\(store.deviceKeyPath) is not a private regular file of ours")
+        assertRefused("(chmod 600 \(store.deviceKeyPath))")
     }
 
     func testAStateDirectoryOthersCanWriteIsRefused() throws {
         chmod(stateDirectory, 0o777)
-        assertRefused("\(stateDirectory) is not a directory of this user's that only it can write (chmod 700 it")
+        assertRefused("\(stateDirectory) can be written by other users (mode 777); refusing to use it (chmod 700 \(stateDirectory))")
         chmod(stateDirectory, 0o700)
         XCTAssertNoThrow(try store.open())
     }
@@ -51,8 +54,8 @@ final class StateDirectoryTests: XCTestCase {
     func testAStateDirectoryOfAnotherUserIsRefused() throws {
         try XCTSkipUnless(getuid() == 0, "only root can give a directory to another user")
         XCTAssertEqual(chown(stateDirectory, 65534, 65534), 0)
-        assertRefused("\(stateDirectory) is not a directory of this user's")
-        // `init` of another store with this state directory refuses too, before making anything.
+        assertRefused("\(stateDirectory) belongs to user 65534, not to this one")
+        // `init` of another store with this state directory refuses too, before it makes the store.
         let other = store.directory + "/other/k.db"
         XCTAssertThrowsError(try Keychain.create(at: other, passphrase: nil, scrypt: TempStore.scrypt,
                                                  deviceKeyPath: store.deviceKeyPath))

@@ -258,11 +258,11 @@ AX="$SHARED/astate"
 as_attacker sh -c "mkdir -m 777 '$AX' '$AX/keychainfs' && chmod 777 '$AX' '$AX/keychainfs' && head -c 32 /dev/urandom >'$AX/keychainfs/device.key' && chmod 644 '$AX/keychainfs/device.key' && : >'$AX/keychainfs/daemon.log' && chmod 666 '$AX/keychainfs/daemon.log'"
 expect_exit 74 "init refuses another user's state directory" \
     as_victim env XDG_STATE_HOME="$AX" "$BIN" init --store "$V_HOME/sy.db" --no-passphrase
-expect_contains "$ERR" "$AX/keychainfs is not a directory of this user's that only it can write" "the error names it"
+expect_contains "$ERR" "$AX/keychainfs belongs to user $(id -u $ATTACKER), not to this one" "the error names it and its owner"
 expect_eq "" "$(ls "$V_HOME/sy.db" 2>/dev/null)" "no store was made with the attacker's device key"
 expect_exit 74 "an open refuses it too, before reading the key or the counter there" \
     as_victim env XDG_STATE_HOME="$AX" "$BIN" find-generic-password --store "$V_HOME/sx.db" -s none -w --passphrase-file "$USERS_ROOT/vpass"
-expect_contains "$ERR" "$AX/keychainfs is not a directory of this user's that only it can write" "the error names it"
+expect_contains "$ERR" "$AX/keychainfs belongs to user $(id -u $ATTACKER), not to this one" "the error names it and its owner"
 expect_exit 74 "a mount refuses it" \
     as_victim env XDG_STATE_HOME="$AX" "$BIN" mount "$V_HOME/mnt2" --store "$V_HOME/sx.db" --passphrase-file "$USERS_ROOT/vpass"
 in_ns fusermount3 -u -z "$V_HOME/mnt2" 2>/dev/null
@@ -271,7 +271,8 @@ expect_eq "0" "$(stat -c %s "$AX/keychainfs/daemon.log")" "and no daemon wrote i
 as_victim chmod 644 "$VX_STATE/keychainfs/device.key"
 expect_exit 74 "a device key others can read is refused" \
     as_victim env XDG_STATE_HOME="$VX_STATE" "$BIN" find-generic-password --store "$V_HOME/sx.db" -s none -w --passphrase-file "$USERS_ROOT/vpass"
-expect_contains "$ERR" "device.key is not a private regular file of ours (owned by this user, mode 0600)" "the error says what it must be"
+expect_contains "$ERR" "device.key is not a private regular file of ours (owned by this user, mode 0600; it is user $V_UID's, mode 644)" "the error says what it must be"
+expect_contains "$ERR" "(chmod 600 $VX_STATE/keychainfs/device.key)" "and the fix"
 as_victim chmod 600 "$VX_STATE/keychainfs/device.key"
 expect_exit 44 "once private again, the store opens (no such item)" \
     as_victim env XDG_STATE_HOME="$VX_STATE" "$BIN" find-generic-password --store "$V_HOME/sx.db" -s none -w --passphrase-file "$USERS_ROOT/vpass"
