@@ -112,7 +112,7 @@ enum FuseOperations {
             let location = try fs.location(parent, n)
             let st = try fs.tree.stat(location)
             let alias = !location.isListedSpelling(n, isDirectory: st.isDirectory)
-            replyEntry(req, fs, fs.inodes.withLock { $0.lookedUp(parent, n, alias: alias) }, st, alias: alias)
+            replyEntry(req, fs, fs.inodes.withLock { $0.entry(parent, n, alias: alias) }, st)
         }
     }
 
@@ -172,7 +172,7 @@ enum FuseOperations {
             try fs.tree.makeDirectory(location)
             let st = try fs.tree.stat(location)
             let alias = !location.isListedSpelling(n, isDirectory: true)
-            replyEntry(req, fs, fs.inodes.withLock { $0.lookedUp(parent, n, alias: alias) }, st, alias: alias)
+            replyEntry(req, fs, fs.inodes.withLock { $0.entry(parent, n, alias: alias) }, st)
         }
     }
 
@@ -332,11 +332,11 @@ enum FuseOperations {
             }
             fi!.pointee.fh = h
             fi!.pointee.direct_io = 1
-            let alias = !location.isListedSpelling(n, isDirectory: false)
-            let ino = fs.inodes.withLock { t in
-                let ino = t.created(parent, n, alias: alias)
+            let spelledOtherwise = !location.isListedSpelling(n, isDirectory: false)
+            let (ino, alias) = fs.inodes.withLock { t in
+                let ino = t.created(parent, n, alias: spelledOtherwise)
                 t.opened(ino, h)
-                return ino
+                return (ino, t.isAlias(ino))
             }
             var e = entry(ino, st, alias: alias)
             // Interrupted: the kernel knows neither the inode nor the handle.
@@ -473,9 +473,9 @@ enum FuseOperations {
 
     /// Replies with a new entry; if the reply fails (the request was interrupted), the kernel
     /// never counted the lookup.
-    static func replyEntry(_ req: fuse_req_t?, _ fs: FuseFileSystem, _ ino: UInt64, _ st: FileStat, alias: Bool = false) {
-        var e = entry(ino, st, alias: alias)
-        if fuse_reply_entry(req, &e) != 0 { fs.inodes.withLock { $0.forget(ino, 1) } }
+    static func replyEntry(_ req: fuse_req_t?, _ fs: FuseFileSystem, _ node: (ino: UInt64, alias: Bool), _ st: FileStat) {
+        var e = entry(node.ino, st, alias: node.alias)
+        if fuse_reply_entry(req, &e) != 0 { fs.inodes.withLock { $0.forget(node.ino, 1) } }
     }
 
     /// getxattr/listxattr convention: size 0 asks for the length; too small a buffer is ERANGE.

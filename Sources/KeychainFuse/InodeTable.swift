@@ -26,8 +26,9 @@ struct InodeTable {
         /// holds now (a local file system would give the old value, which is erased here), not
         /// ENOENT for a name that never stopped existing.
         var replaced = false
-        /// Looked up under a spelling the tree does not list (`TreeLocation.isListedSpelling`):
-        /// the kernel is never told of its changes, so it must not cache its attributes.
+        /// Looked up under a spelling the tree does not list (`TreeLocation.isListedSpelling`),
+        /// or below a directory that was: the kernel is told of changes under the listed names
+        /// only, so it must not cache this one's entry or attributes.
         var alias = false
     }
 
@@ -50,6 +51,10 @@ struct InodeTable {
     /// Counts the unlinks and moves, the only changes that change a known inode's path (a new
     /// inode gets a number never used before): a cached location from before one is stale.
     private(set) var pathChanges: UInt64 = 0
+    /// The nodes with `alias` set. While there are none, a change made through the mount was
+    /// made under the one name the kernel holds for the item (but for an internet item's two
+    /// listed names), so the kernel knows it already (`KernelCacheNotifier`).
+    private(set) var aliases = 0
     /// Nodes' paths, parsed, each as of a `pathChanges`: an open or a `stat` of a known inode
     /// then builds and parses no string. Apart from `nodes`, whose values are moved in and
     /// out on every open and release, to keep those small.
@@ -121,7 +126,8 @@ struct InodeTable {
     /// The handles open on `ino`.
     func handles(_ ino: UInt64) -> [UInt64] { Array(nodes[ino]?.handles ?? []) }
 
-    /// The inode of `parent`/`name`, made if new, with one more lookup.
+    /// The inode of `parent`/`name`, made if new, with one more lookup. A new inode is an alias
+    /// if `alias` says so or its directory is one (`Node.alias`).
     mutating func lookedUp(_ parent: UInt64, _ name: String, alias: Bool = false) -> UInt64 {
         let key = ChildKey(parent: parent, name: name)
         if let ino = children[key] {
@@ -130,9 +136,17 @@ struct InodeTable {
         }
         let ino = next
         next += 1
+        let alias = alias || isAlias(parent)
         nodes[ino] = Node(parent: parent, name: name, lookups: 1, alias: alias)
+        if alias { aliases += 1 }
         children[key] = ino
         return ino
+    }
+
+    /// `lookedUp`, with whether the inode is an alias (its own spelling or its directory's).
+    mutating func entry(_ parent: UInt64, _ name: String, alias: Bool) -> (ino: UInt64, alias: Bool) {
+        let ino = lookedUp(parent, name, alias: alias)
+        return (ino, isAlias(ino))
     }
 
     /// A file just made at `parent`/`name`: a new inode, whatever had that name before.
@@ -163,8 +177,19 @@ struct InodeTable {
         guard let ino else { return }
         nodes[ino]!.parent = newParent
         nodes[ino]!.name = newName
-        nodes[ino]!.alias = alias
         children[ChildKey(parent: newParent, name: newName)] = ino
+        setAlias(ino, alias || isAlias(newParent))
+    }
+
+    /// A moved node's spelling decides anew whether it is an alias; what lies below a directory
+    /// that became one becomes one too (a directory that stops being one leaves its inodes as
+    /// they are: uncached, which is only slower).
+    private mutating func setAlias(_ ino: UInt64, _ alias: Bool) {
+        guard nodes[ino]!.alias != alias else { return }
+        nodes[ino]!.alias = alias
+        aliases += alias ? 1 : -1
+        guard alias else { return }
+        for (child, n) in nodes where n.parent == ino && n.linked { setAlias(child, true) }
     }
 
     mutating func forget(_ ino: UInt64, _ count: UInt64) {
@@ -184,6 +209,7 @@ struct InodeTable {
     private mutating func dropIfUnused(_ ino: UInt64) {
         guard ino != Self.root, let n = nodes[ino], n.lookups == 0, n.handles.isEmpty else { return }
         nodes[ino] = nil
+        if n.alias { aliases -= 1 }
         locations[ino] = nil
         let key = ChildKey(parent: n.parent, name: n.name)
         if n.linked, children[key] == ino { children[key] = nil }

@@ -1,4 +1,5 @@
 import CFuseShim
+import Dispatch
 import Glibc
 import KeychainFileSystem
 import KeychainModel
@@ -20,14 +21,23 @@ import KeychainModel
 /// An internet item may be known to the kernel by its plain or its tagged name: both are told.
 /// A name whose directory the kernel never looked up needs nothing: no dentry below it exists.
 ///
+/// A change made through the mount under one name of an item may leave the kernel's entry for
+/// another stale: under a spelling the tree does not list (`%41lice` for `Alice`, in a directory
+/// so spelled, `alice%~SSH`), whose own entries the kernel never keeps (`InodeTable.Node.alias`),
+/// or under one of an internet item's two listed names. Such a change is told to the item's
+/// listed names too (`retold`), though the kernel knows it under the name it used, which cannot
+/// be told apart here: only entries and attributes are dropped, never a name unlinked, so
+/// telling the name used is only a lookup more. It is told after the request's reply, from
+/// `retelling`'s one thread: the kernel holds the directory's lock until that reply (rule 1).
+///
 /// Why this cannot deadlock. libfuse forbids a notification sent in the path of a related
 /// request, or while holding a lock such a request needs: the kernel handles the notification
 /// in the writer's context and takes the directory's inode lock (inval_entry, delete) or the
 /// pages' locks (inval_inode), which a task may hold while it waits for a reply from us.
-/// 1. Only changes not made through the mount are told. They are made on the control
-///    server's, the Secret Service's (its bus thread and write queue) and sync's threads,
-///    never on a libfuse worker, so a notification never waits on a request it is itself
-///    answering.
+/// 1. No notification is sent on a libfuse worker, so none waits on a request it is itself
+///    answering: changes not made through the mount are told on the control server's, the
+///    Secret Service's (its bus thread and write queue) and sync's threads; those made through
+///    it, on `retelling`'s.
 /// 2. The owner calls observers after its commit with none of its locks held (`committing`,
 ///    `state`, `unlocking`), so every worker that must answer the request the kernel is waiting
 ///    on can take whatever it needs and reply; then the kernel lets go of its lock and the
@@ -42,6 +52,9 @@ import KeychainModel
 struct KernelCacheNotifier: ItemChangeObserver {
     let fileSystem: FuseFileSystem
     let live: @Sendable (_ body: (OpaquePointer) -> Void) -> Void
+    /// Sends the notices of changes made through the mount (`retold`) once their requests have
+    /// been answered.
+    let retelling = DispatchQueue(label: "keychainfs.kernel-cache.retelling")
 
     /// One kernel call.
     enum Notice: Equatable {
@@ -51,12 +64,19 @@ struct KernelCacheNotifier: ItemChangeObserver {
     }
 
     func keychainDidChange(_ changes: [ItemChange], origin: ChangeOrigin) {
+        if origin == .tree {
+            let notices = fileSystem.inodes.withLock { t in changes.flatMap { Self.retold($0, t) } }
+            if !notices.isEmpty { retelling.async { [self] in send(notices) } }
+        }
         // An unlock is told whoever asked for it: it only ever comes from the control socket
         // (no request of the mount unlocks), and it may show names the kernel looked up in vain.
         let told = origin != .tree ? changes : changes.filter { $0 == .lockStateChanged(.unlocked) }
         guard !told.isEmpty else { return }
         let notices = fileSystem.inodes.withLock { t in told.flatMap { Self.notices(for: $0, &t) } }
-        guard !notices.isEmpty else { return }
+        if !notices.isEmpty { send(notices) }
+    }
+
+    private func send(_ notices: [Notice]) {
         live { session in
             for n in notices {
                 switch n {
@@ -68,6 +88,38 @@ struct KernelCacheNotifier: ItemChangeObserver {
                 }
             }
         }
+    }
+
+    /// What the kernel must be told of `change`, made through the mount, for the item's other
+    /// names it may hold: nothing while it holds no alias and the item has one listed name or
+    /// only one held. Invalidations only: the table's names stay (the request kept it right for
+    /// the name it used, and an unlink here could race the next request on that name).
+    static func retold(_ change: ItemChange, _ table: InodeTable) -> [Notice] {
+        func heldElsewhere(_ key: ItemKey) -> Bool {
+            if table.aliases > 0 { return true }
+            let (directory, names) = place(of: key)
+            guard names.count > 1, let parent = table.directory(directory) else { return false }
+            return names.allSatisfy { table.child(parent, $0) != nil }
+        }
+        switch change {
+        case .added(let key), .updated(let key), .removed(let key):
+            guard heldElsewhere(key) else { return [] }
+            return entriesAndAttributes(key, table)
+        case .moved(let from, let to):
+            guard heldElsewhere(from) || heldElsewhere(to) else { return [] }
+            return entriesAndAttributes(from, table) + entriesAndAttributes(to, table)
+        case .lockStateChanged: return []
+        }
+    }
+
+    /// Drops whatever the kernel keeps of `key`'s listed names: their entries and attributes,
+    /// and their directory's.
+    private static func entriesAndAttributes(_ key: ItemKey, _ table: InodeTable) -> [Notice] {
+        let (directory, names) = place(of: key)
+        guard let parent = table.directory(directory) else { return [] }
+        return names.flatMap { name -> [Notice] in
+            [.invalidateEntry(parent: parent, name: name)] + (table.child(parent, name).map { [.invalidateInode($0)] } ?? [])
+        } + [.invalidateInode(parent)]
     }
 
     /// What the kernel must be told of `change`, from what it holds (`table`); a removed name

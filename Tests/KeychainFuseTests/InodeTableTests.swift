@@ -111,5 +111,25 @@ final class InodeTableTests: XCTestCase {
         t.move(dir, "away", to: dir, "elsewhere")
         XCTAssertNil(t.replacedLocation(away), "a moved inode follows its own new name")
     }
-}
 
+    func testWhatLiesBelowAnAliasIsAnAliasAndTheyAreCounted() {
+        var t = InodeTable()
+        let listed = t.lookedUp(InodeTable.root, "al")
+        let file = t.lookedUp(listed, "Bob")
+        let dir = t.entry(InodeTable.root, "%61l", alias: true)
+        XCTAssertTrue(dir.alias)
+        XCTAssertTrue(t.entry(dir.ino, "Bob", alias: false).alias, "a listed spelling below an alias directory")
+        XCTAssertFalse(t.isAlias(file))
+        XCTAssertEqual(t.aliases, 2)
+        let other = t.lookedUp(InodeTable.root, "other")
+        let below = t.lookedUp(other, "x")
+        t.move(InodeTable.root, "other", to: InodeTable.root, "%6fther", alias: true)
+        XCTAssertTrue(t.isAlias(below), "moved below a name spelled otherwise")
+        XCTAssertEqual(t.aliases, 4)
+        t.forget(below, 1)
+        XCTAssertEqual(t.aliases, 3)
+        t.move(InodeTable.root, "%6fther", to: InodeTable.root, "other", alias: false)
+        XCTAssertFalse(t.isAlias(other))
+        XCTAssertEqual(t.aliases, 2)
+    }
+}

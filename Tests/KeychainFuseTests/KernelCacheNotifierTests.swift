@@ -84,6 +84,55 @@ final class KernelCacheNotifierTests: XCTestCase {
         XCTAssertEqual(told.value.withLock { $0 }, 2)
     }
 
+    func testAChangeThroughTheMountIsRetoldOnlyWhenTheKernelMayHoldTheItemUnderAnotherName() throws {
+        var t = InodeTable()
+        let svc = t.lookedUp(InodeTable.root, "al")
+        let bob = t.lookedUp(svc, "Bob")
+        let key = try generic("al", "Bob")
+        XCTAssertEqual(KernelCacheNotifier.retold(.updated(key), t), [], "the name used is the one the kernel holds")
+        let alias = t.lookedUp(svc, "%42ob", alias: true)
+        let dropped: [KernelCacheNotifier.Notice] = [.invalidateEntry(parent: svc, name: "Bob"), .invalidateInode(bob), .invalidateInode(svc)]
+        XCTAssertEqual(KernelCacheNotifier.retold(.updated(key), t), dropped, "an alias is held: the listed name is told")
+        XCTAssertEqual(KernelCacheNotifier.retold(.removed(key), t), dropped)
+        XCTAssertNotNil(t.child(svc, "Bob"), "a retelling unlinks nothing")
+        t.forget(alias, 1)
+        XCTAssertEqual(KernelCacheNotifier.retold(.removed(key), t), [], "the alias is forgotten")
+
+        let port = t.lookedUp(t.lookedUp(t.lookedUp(InodeTable.root, "internet"), "example.com"), "443")
+        let plain = t.lookedUp(port, "alice")
+        let internet = ItemKey.internet(try InternetPasswordKey(server: "example.com", port: 443, protocol: .https, account: "alice"))
+        XCTAssertEqual(KernelCacheNotifier.retold(.updated(internet), t), [], "one of its two names held")
+        let tagged = t.lookedUp(port, "alice%~https")
+        XCTAssertEqual(KernelCacheNotifier.retold(.updated(internet), t),
+                       [.invalidateEntry(parent: port, name: "alice"), .invalidateInode(plain),
+                        .invalidateEntry(parent: port, name: "alice%~https"), .invalidateInode(tagged), .invalidateInode(port)])
+        XCTAssertEqual(KernelCacheNotifier.retold(.moved(from: internet, to: key), t).count, 5 + 3, "both ends of a move")
+    }
+
+    func testARetoldChangeIsSentAfterTheRequestOnItsOwnThread() throws {
+        let (dir, keychain) = try Self.keychain()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let fs = FuseFileSystem(tree: try KeychainTree(keychain: keychain))
+        let told = Counter()
+        let gate = Mutex(false)
+        let notifier = KernelCacheNotifier(fileSystem: fs) { _ in
+            gate.withLock { _ in }
+            told.value.withLock { $0 += 1 }
+        }
+        fs.inodes.withLock { t in
+            let svc = t.lookedUp(InodeTable.root, "svc")
+            _ = t.lookedUp(svc, "a")
+            _ = t.lookedUp(svc, "%61", alias: true)
+        }
+        // Were it sent on the calling thread, this would wait for `gate` forever.
+        gate.withLock { _ in
+            notifier.keychainDidChange([.updated(try! generic("svc", "a"))], origin: .tree)
+            XCTAssertEqual(told.value.withLock { $0 }, 0)
+        }
+        notifier.retelling.sync {}
+        XCTAssertEqual(told.value.withLock { $0 }, 1)
+    }
+
     /// The interleaving libfuse warns of: a lookup in a directory is blocked inside the daemon
     /// (the kernel holds the directory's lock until it is answered) while a control-socket
     /// change in the same directory sends its notification, which needs that lock. The

@@ -134,6 +134,46 @@ expect_eq "ssh-two" "$(cat "$SSH%~SSH")" "changed through git: read at once"
 git_cred erase protocol=ssh host=al.example username=u
 expect_exit 1 "erased through git: test -e fails at once" test -e "$SSH%~SSH"
 
+echo "== 8. a change made through the mount under one name of an item reaches its other names"
+# The kernel keeps the listed name's entry for 60 s; it is told of a change made under another
+# spelling, a directory so spelled, or an internet item's other listed name right after the
+# request is answered (the kernel holds the directory's lock until then), so within a moment.
+soon() {
+    tries=0
+    until "$@"; do
+        tries=$((tries + 1))
+        [ "$tries" -ge 20 ] && return 1
+        sleep 0.05
+    done
+}
+size_is() { [ "$(stat -c %s "$2" 2>/dev/null)" = "$1" ]; }
+printf v >"$MP/al/Bob"
+expect_eq "1" "$(stat -c %s "$MP/al/Bob")" "the listed name, kept by the kernel"
+printf vvv >"$MP/al/%42ob"
+expect_exit 0 "a value written under an escaped spelling: the listed name's new size" soon size_is 3 "$MP/al/Bob"
+rm "$MP/al/%42ob"
+expect_exit 0 "removed under an escaped spelling: the listed name is gone" soon sh -c '! test -e "$1"' sh "$MP/al/Bob"
+printf v >"$MP/al/Bob"
+expect_eq "1" "$(stat -c %s "$MP/%61l/Bob")" "a listed name below a directory spelled otherwise"
+kc add-generic-password -U -s al -a Bob -w longer-value >/dev/null
+expect_eq "12" "$(stat -c %s "$MP/%61l/Bob")" "is not kept either: a value the CLI changed shows at once"
+kc delete-generic-password -s al -a Bob >/dev/null 2>&1
+expect_exit 1 "a name the CLI deleted: gone there at once" test -e "$MP/%61l/Bob"
+printf v >"$MP/al/Bob"
+expect_eq "1" "$(stat -c %s "$MP/al/Bob")" "the listed name, kept again"
+printf vvvv >"$MP/%61l/Bob"
+expect_exit 0 "written below the directory spelled otherwise: the listed name's new size" soon size_is 4 "$MP/al/Bob"
+kc add-internet-password -s two.example -a u -r htps -P 443 -w one >/dev/null
+TWO="$MP/internet/two.example/443"
+expect_eq "3" "$(stat -c %s "$TWO/u")" "an internet item's plain name, kept by the kernel"
+expect_eq "3" "$(stat -c %s "$TWO/u%~https")" "and its tagged name"
+printf 12345 >"$TWO/u%~https"
+expect_exit 0 "written under the tagged name: the plain name's new size" soon size_is 5 "$TWO/u"
+printf 1234567 >"$TWO/u"
+expect_exit 0 "written under the plain name: the tagged name's new size" soon size_is 7 "$TWO/u%~https"
+rm "$TWO/u%~https"
+expect_exit 0 "removed under the tagged name: the plain name is gone" soon sh -c '! test -e "$1"' sh "$TWO/u"
+
 echo "== model test regressions (the shrunk steps, replayed)"
 # seed 1: cli_add(svc/a, 5 bytes); write(svc/a, b'', overwrite). An O_TRUNC with no write is
 # committed at the release, which the kernel sends after close(2) returns: a stat between the
