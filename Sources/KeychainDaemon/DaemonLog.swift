@@ -13,6 +13,10 @@ package enum DaemonLog {
     /// swift-log allows one bootstrap per process, and `mount --foreground` runs a daemon again
     /// after a wrong passphrase: the first one sets where the process logs.
     private static let bootstrapped = Mutex(false)
+    /// Why the log file was refused (not private), and the log went to stderr instead: a
+    /// background daemon's is /dev/null, so `mount` says this to its caller (`DaemonLauncher`).
+    private static let refused = Mutex<String?>(nil)
+    package static var refusal: String? { refused.withLock { $0 } }
 
     static func bootstrap(foreground: Bool) {
         let first = bootstrapped.withLock { done in
@@ -21,7 +25,12 @@ package enum DaemonLog {
         }
         guard first else { return }
         let toStderr = foreground || ProcessInfo.processInfo.environment["JOURNAL_STREAM"] != nil
-        let file = toStderr ? nil : LogFile(path: path)
+        var file: LogFile?
+        if !toStderr {
+            do { file = try LogFile(path: path) } catch {
+                refused.withLock { $0 = "\(error); the daemon logs nothing" }
+            }
+        }
         LoggingSystem.bootstrap { label in
             if let file { return FileLogHandler(label: label, file: file) }
             var handler = StreamLogHandler.standardError(label: label)
@@ -36,12 +45,11 @@ package enum DaemonLog {
 final class LogFile: Sendable {
     private let fd: Int32
 
-    /// Nil where the log cannot be private (a directory or file of someone else's): it names
-    /// items and programs.
-    init?(path: String) {
-        guard (try? KeychainLocations.makeDirectory(PathText.parent(path))) != nil,
-              let fd = try? PrivateFile.openForAppending(path) else { return nil }
-        self.fd = fd
+    /// Refused where the log cannot be private (a directory or file of someone else's): it
+    /// names items and programs.
+    init(path: String) throws {
+        try KeychainLocations.makeDirectory(PathText.parent(path))
+        fd = try PrivateFile.openForAppending(path)
     }
 
     deinit { close(fd) }

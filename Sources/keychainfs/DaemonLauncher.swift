@@ -51,7 +51,11 @@ enum DaemonLauncher {
         close(channel)
         let answer = readAll(readyPipe[0])
         close(readyPipe[0])
-        if answer.hasPrefix("OK") { return }
+        if answer.hasPrefix("OK") {
+            let notice = answer.dropFirst(2).trimmingCharacters(in: .whitespacesAndNewlines)
+            if !notice.isEmpty { FileHandle.standardError.write(Data("keychainfs: warning: \(notice)\n".utf8)) }
+            return
+        }
         var status: Int32 = 0
         waitpid(pid, &status, 0)
         if answer.hasPrefix("ERR "),
@@ -65,11 +69,11 @@ enum DaemonLauncher {
         String(decoding: Descriptor.readToEnd(fd, chunk: 512), as: UTF8.self)
     }
 
-    /// The child's side of the ready pipe.
-    static func report(_ result: Result<Void, KeychainError>, fd: Int32) {
+    /// The child's side of the ready pipe; `notice`, with success, is for the caller to see.
+    static func report(_ result: Result<Void, KeychainError>, notice: String? = nil, fd: Int32) {
         let line: String
         switch result {
-        case .success: line = "OK\n"
+        case .success: line = notice.map { "OK \($0.replacingOccurrences(of: "\n", with: " "))\n" } ?? "OK\n"
         case .failure(let e):
             let json = (try? JSONEncoder().encode(e)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
             line = "ERR \(json)\n"

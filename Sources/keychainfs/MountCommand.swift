@@ -183,7 +183,7 @@ struct DaemonCommand: ParsableCommand {
         let secret = handover.passphraseFollows ? try? LineReader.readLine(fd: fd, what: "the passphrase pipe") : nil
         close(fd)
         let code = MountDaemon(settings: handover.settings, foreground: false).run(passphrase: secret) {
-            DaemonLauncher.report($0, fd: DaemonLauncher.readyFD)
+            DaemonLauncher.report($0, notice: DaemonLog.refusal, fd: DaemonLauncher.readyFD)
         }
         if code != 0 { throw ExitCode(code) }
     }

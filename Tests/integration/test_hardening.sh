@@ -276,6 +276,15 @@ expect_contains "$ERR" "(chmod 600 $VX_STATE/keychainfs/device.key)" "and the fi
 as_victim chmod 600 "$VX_STATE/keychainfs/device.key"
 expect_exit 44 "once private again, the store opens (no such item)" \
     as_victim env XDG_STATE_HOME="$VX_STATE" "$BIN" find-generic-password --store "$V_HOME/sx.db" -s none -w --passphrase-file "$USERS_ROOT/vpass"
+# Its daemon.log made readable by others: the daemon logs nothing rather than write item and
+# program names there, and the mount says so (a background daemon's stderr is /dev/null).
+as_victim sh -c "echo old >'$VX_STATE/keychainfs/daemon.log' && chmod 644 '$VX_STATE/keychainfs/daemon.log'"
+expect_exit 0 "a mount with a daemon.log others can read" \
+    as_victim env XDG_STATE_HOME="$VX_STATE" "$BIN" mount "$V_HOME/mnt2" --store "$V_HOME/sx.db" --passphrase-file "$USERS_ROOT/vpass"
+expect_contains "$ERR" "warning: $VX_STATE/keychainfs/daemon.log is not a private regular file of ours" "says the log was refused"
+expect_contains "$ERR" "(chmod 600 $VX_STATE/keychainfs/daemon.log); the daemon logs nothing" "with the fix"
+expect_exit 0 "it unmounts" as_victim env XDG_STATE_HOME="$VX_STATE" "$BIN" unmount "$V_HOME/mnt2"
+expect_eq "old" "$(cat "$VX_STATE/keychainfs/daemon.log")" "nothing was written to it"
 as_attacker rm -rf "$AX"
 rm -rf "$VX"
 
