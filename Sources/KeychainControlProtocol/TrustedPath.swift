@@ -31,20 +31,6 @@ package enum TrustedPath {
         }
         return out
     }
-
-    /// Makes the directory for sockets if needed (0700) and checks it is trusted; an existing
-    /// directory of this user is narrowed to 0700 first.
-    package static func makePrivateDirectory(_ path: String) throws {
-        try KeychainLocations.makeDirectories(path, lastMode: 0o700, parentMode: 0o700)
-        var st = stat()
-        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid() else {
-            throw KeychainError.io("\(path) is not a directory owned by this user; refusing to use it")
-        }
-        if st.st_mode & 0o077 != 0 { _ = chmod(path, 0o700) }
-        guard PrivateFile.isPrivateDirectory(path) else {
-            throw KeychainError.io("\(path) can be written by other users; refusing to use it")
-        }
-    }
 }
 
 /// Whether a process still runs: it exists and is not a zombie, which would still answer

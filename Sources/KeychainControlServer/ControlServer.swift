@@ -66,7 +66,7 @@ package final class ControlServer: Sendable {
     package init(socketPath: String, serving: @escaping @Sendable (AccessCaller) -> any KeychainService,
                  identify: @escaping @Sendable (Int32) -> AccessCaller) throws {
         let directory = PathText.parent(socketPath)
-        if directory == KeychainLocations.runtimeDirectory { try TrustedPath.makePrivateDirectory(directory) }
+        if directory == KeychainLocations.runtimeDirectory { try KeychainLocations.makeDirectory(directory) }
         guard PrivateFile.isPrivateDirectory(directory) else {
             throw KeychainError.io("\(directory) is not a directory of this user that only it can write; refusing to listen there")
         }
