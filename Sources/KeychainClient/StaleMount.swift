@@ -16,6 +16,9 @@ package struct MountEntry: Equatable, Sendable {
     package var source: String
     /// Who mounted it, for FUSE mounts (their `user_id` option).
     package var ownerUID: uid_t? = nil
+    /// The kernel's id of the mount, unique while it is mounted: the mountpoint's path may
+    /// change under it (a directory above renamed).
+    package var id: UInt64 = 0
 }
 
 /// The kernel's table of mounts, from /proc/self/mountinfo. It is the truth about what is
@@ -41,7 +44,8 @@ package enum MountTable {
             let prefix = Array("user_id=".utf8)
             let owner = options.first { $0.starts(with: prefix) }.flatMap { uid_t(String(decoding: $0.dropFirst(prefix.count), as: UTF8.self)) }
             return MountEntry(mountpoint: unescape(fields[4]), fstype: String(decoding: fields[dash + 1], as: UTF8.self),
-                              source: unescape(fields[dash + 2]), ownerUID: owner)
+                              source: unescape(fields[dash + 2]), ownerUID: owner,
+                              id: UInt64(String(decoding: fields[0], as: UTF8.self)) ?? 0)
         }
     }
 

@@ -140,6 +140,13 @@ package final class MountDaemon: Sendable {
         // Under systemd (Type=notify) the unit turns active only now, once the mount serves.
         SystemdNotify.send("READY=1\nSTATUS=serving \(settings.storePath) at \(settings.mountpoint)")
         ready(.success(()))
+        let detachWatch = MountTable.keychainfsMount(at: record.mountpoint).flatMap { entry in
+            DetachWatch(mountID: entry.id) { [log, settings] in
+                log.info("\(settings.mountpoint) was detached here; ending its FUSE session, and any copy of it in another mount namespace")
+                mount.stopAfterDetach()
+            }
+        }
+        if detachWatch == nil { log.error("cannot watch the mount table: a mount detached by fusermount3 -u while another mount namespace holds a copy keeps serving that copy until keychainfs unmount or a stop signal") }
 
         // A stop signal forgets the keys and drops the kernel's cached pages while the loop still
         // serves (a private mapping would keep them past the daemon), as `unmount` drops them
@@ -153,6 +160,7 @@ package final class MountDaemon: Sendable {
             owner.forgetEverything()
             mount.dropCachedPages(all: true)
         })
+        detachWatch?.stop()
         sync?.stop()
         secretService?.stop()
         server.stop()

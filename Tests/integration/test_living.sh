@@ -240,17 +240,28 @@ expect_exit 0 "mount again at the same place" mount_kc "$MP"
 pid=$(daemon_pid "$MP")
 expect_eq "copied-namespace-secret" "$(cat "$MP/nscopy/acct")" "the new mount serves"
 kill "$nsuser" "$nsholder" 2>/dev/null; wait "$nsuser" "$nsholder" 2>/dev/null
-# Detached here by hand while a copy lives: unmount (which then finds the daemon by the store)
-# stops it all the same, where it failed, since fusermount3 found nothing to unmount.
+# Detached here by hand while a copy lives: the daemon sees its mount leave the mount table
+# (DetachWatch) and ends the session, copies and all, with no `keychainfs unmount`.
 unshare $unshare_flags sleep 60 &
 nsholder=$!
 on_exit_kill "$nsholder"
 sleep 0.5
+expect_eq "copied-namespace-secret" "$(in_copy cat "$MP/nscopy/acct" 2>&1)" "the copy serves the secret"
 expect_exit 0 "fusermount3 -u by hand while another namespace has a copy" fusermount3 -u "$MP"
-expect_exit 0 "then unmount stops the daemon all the same" timeout 20 "$KEYCHAINFS_BIN" unmount
-expect_exit 0 "the daemon has exited" wait_gone "$pid"
+expect_exit 0 "the daemon sees the detach and exits by itself" wait_gone "$pid"
 expect_errno "and the copy no longer serves the secret (ENOTCONN)" "Transport endpoint is not connected" in_copy cat "$MP/nscopy/acct"
+expect_contains "$XDG_STATE_HOME/keychainfs/daemon.log" "was detached here; ending its FUSE session" "the daemon's log says why it ended"
 kill "$nsholder" 2>/dev/null; wait "$nsholder" 2>/dev/null
+# Its mountpoint's directory renamed above it, the mount stays: the daemon goes by the mount's id.
+mkdir "$TEST_ROOT/above" && mkdir "$TEST_ROOT/above/mp"
+expect_exit 0 "a mount below a directory" mount_kc "$TEST_ROOT/above/mp"
+pid=$(daemon_pid "$TEST_ROOT/above/mp")
+expect_exit 0 "the directory above it renamed" mv "$TEST_ROOT/above" "$TEST_ROOT/above2"
+sleep 0.5
+expect_eq "copied-namespace-secret" "$(cat "$TEST_ROOT/above2/mp/nscopy/acct" 2>&1)" "the mount still serves, at its new path"
+expect_exit 0 "the daemon still runs" kill -0 "$pid"
+fusermount3 -u "$TEST_ROOT/above2/mp"
+expect_exit 0 "and ends once detached" wait_gone "$pid"
 
 echo "== passwd --remove and --add"
 P="--passphrase-file $PASSFILE"
