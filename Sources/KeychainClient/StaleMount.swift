@@ -34,8 +34,12 @@ package enum MountTable {
         let fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return [] }
         defer { close(fd) }
-        let text = Descriptor.readToEnd(fd, chunk: 16 << 10)
-        return text.split(separator: UInt8(ascii: "\n")).compactMap { line in
+        return entries(Descriptor.readToEnd(fd, chunk: 16 << 10))
+    }
+
+    /// The entries of a whole `mountinfo` text.
+    package static func entries(_ text: [UInt8]) -> [MountEntry] {
+        text.split(separator: UInt8(ascii: "\n")).compactMap { line in
             // "36 35 98:0 /root /mnt opts [optional fields...] - fstype source superopts"
             let fields = line.split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
             guard fields.count > 4, let dash = fields.firstIndex(where: { $0.elementsEqual([UInt8(ascii: "-")]) }),

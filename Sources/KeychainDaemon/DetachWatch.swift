@@ -31,7 +31,7 @@ final class DetachWatch: Sendable {
             }
             var fds = [pollfd(fd: table, events: Int16(POLLPRI), revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
             // A detach between the mount and the open above changed nothing the poll would see.
-            while Self.isMounted(id) {
+            while Self.isMounted(id, table: table) {
                 guard poll(&fds, 2, -1) >= 0 || errno == EINTR else { return }
                 if fds[1].revents != 0 { return }
             }
@@ -49,5 +49,12 @@ final class DetachWatch: Sendable {
 
     deinit { close(wakeWrite) }
 
-    static func isMounted(_ id: UInt64) -> Bool { MountTable.entries().contains { $0.id == id } }
+    /// Read again from its start through the descriptor kept open, so that no failure to open
+    /// (a descriptor limit reached) is ever taken for a detach; a table that cannot be read
+    /// at all is taken for one still mounted.
+    static func isMounted(_ id: UInt64, table: Int32) -> Bool {
+        guard lseek(table, 0, SEEK_SET) == 0 else { return true }
+        let text = Descriptor.readToEnd(table, chunk: 16 << 10)
+        return text.isEmpty || MountTable.entries(text).contains { $0.id == id }
+    }
 }
