@@ -125,7 +125,9 @@ struct SetKeychainSettingsCommand: ParsableCommand {
             -v SECONDS|off MOUNTPOINT' changes it too. macOS's -l (lock on sleep) is not supported.
             """)
 
-    @Option(name: .customShort("t"), help: ArgumentHelp("Lock after this many seconds without file access.", valueName: "seconds"))
+    // Unconditional: `-t -3` is a bad timeout, not a missing value followed by an option `-3`.
+    @Option(name: .customShort("t"), parsing: .unconditional,
+            help: ArgumentHelp("Lock after this many seconds without file access.", valueName: "seconds"))
     var timeout: Int?
     @Flag(name: .customShort("u"), help: "Accepted as in macOS (implied by -t); alone, it means never.")
     var lockAfterTimeout = false

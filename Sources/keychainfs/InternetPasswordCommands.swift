@@ -11,7 +11,9 @@ private let authenticationHelp = "A name (\(AuthenticationType.knownNames.joined
 struct InternetKeyOptions: ParsableArguments {
     @Option(name: .customShort("s"), help: ArgumentHelp("The server.", valueName: "server"))
     var server: String?
-    @Option(name: .customShort("P"), help: ArgumentHelp("The port, 1-65535 (0: the protocol's well-known port).", valueName: "port"))
+    // Unconditional: `-P -1` is a bad port, not a missing value followed by an option `-1`.
+    @Option(name: .customShort("P"), parsing: .unconditional,
+            help: ArgumentHelp("The port, 1-65535 (0: the protocol's well-known port).", valueName: "port"))
     var port: String?
     @Option(name: .customShort("p"), help: ArgumentHelp("The path.", valueName: "path"))
     var path: String?

@@ -166,6 +166,8 @@ expect_exit 65 "bad creator code: 65" kc add-generic-password -s s -a a -w x -c 
 expect_exit 65 "port 99999: 65" kc add-internet-password -s h -a a -P 99999 -w x $P
 expect_exit 65 "port abc: 65" kc add-internet-password -s h -a a -P abc -w x $P
 expect_exit 65 "port 0x1bb: 65" kc find-internet-password -s h -P 0x1bb $P
+expect_exit 65 "port -1: 65" kc add-internet-password -s h -a a -P -1 -w x $P
+expect_contains "$ERR" "port '-1' is not a number from 1 to 65535" "a negative port is a bad port, not a missing value"
 long=$(printf '%0300d' 0)
 expect_exit 66 "service over 255 bytes: 66" kc add-generic-password -s "$long" -a a -w x $P
 expect_exit 66 "account over 255 bytes: 66" kc add-internet-password -s h -a "$long" -w x $P

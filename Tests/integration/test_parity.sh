@@ -287,6 +287,8 @@ expect_eq "off" "$(getfattr --only-values -n user.keychain.lock-after "$MP" 2>/d
 expect_exit 65 "-t 0: 65" kc set-keychain-settings -t 0
 expect_contains "$ERR" "for never, give -u alone" "-t 0 says how to turn lock-after off"
 expect_exit 64 "-t abc: 64" kc set-keychain-settings -t abc
+expect_exit 65 "-t -3: 65" kc set-keychain-settings -t -3
+expect_contains "$ERR" "must be a positive number of seconds" "a negative timeout is a bad timeout, not a missing value"
 expect_exit 69 "a store that is not mounted: 69" kc set-keychain-settings -t 5 --store "$T/tty.db"
 expect_contains "$ERR" "is not mounted; 'keychainfs mount MOUNTPOINT --store $T/tty.db' mounts it" "and says how to mount it"
 expect_exit 69 "unlock of a store that does not exist: 69" kc unlock --store "$T/none.db"
