@@ -76,13 +76,16 @@ package final class ServedKeychainService: KeychainService {
 
     package func dump(withSecrets: Bool) throws -> [FoundItem] {
         try owner.allItems().map { item in
-            if withSecrets { try authorize(item, .read) }
-            return FoundItem(itemID: item.id, record: item.record, secret: withSecrets ? secretForDump(item) : nil)
+            FoundItem(itemID: item.id, record: item.record, secret: withSecrets ? try secretForDump(item) : nil)
         }
     }
 
-    /// A dump reads every secret once; it does not fill the cache with them.
-    private func secretForDump(_ item: KeychainItem) -> FoundSecret {
+    /// A dump reads every secret once; it does not fill the cache with them. It goes on past
+    /// a secret it may not read, as past one locked or damaged; one whose class is locked is
+    /// not decided on (a prompt for a secret that cannot be read would ask for nothing).
+    private func secretForDump(_ item: KeychainItem) throws -> FoundSecret {
+        guard owner.isAvailable(item.accessible) else { return .unavailable(item.accessible) }
+        do { try authorize(item, .read) } catch KeychainError.accessDenied(let why) { return .refused(why) }
         do {
             return .value(try owner.secret(of: item, caching: false))
         } catch KeychainError.unavailable {

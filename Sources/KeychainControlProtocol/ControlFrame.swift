@@ -19,8 +19,9 @@ package enum ControlProtocol {
     /// Version 6 added the daemon's `identified` frame that opens every connection, and the
     /// access-denied error. Version 7 added the synchronizable attribute (tag 40), the
     /// not-synchronizable error and the `sync` request (issue 20). Version 9 said a sync's
-    /// own directory written again apart from its refusals.)
-    package static let version: UInt16 = 9
+    /// own directory written again apart from its refusals. Version 10 added the refused
+    /// secret of a dump, which goes on past it.)
+    package static let version: UInt16 = 10
     /// keychainfs's own version, which a mismatch reports to the user.
     package static let softwareVersion = "0.1.0"
 }

@@ -488,6 +488,9 @@ package enum WireItem {
         case .damaged(let reason):
             w.field(.secretState, UInt8(3))
             w.field(.damage, reason)
+        case .refused(let reason):
+            w.field(.secretState, UInt8(4))
+            w.field(.message, reason)
         case nil:
             break
         }
@@ -503,6 +506,7 @@ package enum WireItem {
             guard let c = try accessible(f) else { throw WireFields.malformed("an unavailable secret without its class") }
             secret = .unavailable(c)
         case 3: secret = .damaged(try f.string(required: .damage))
+        case 4: secret = .refused(try f.string(required: .message))
         case let s?: throw WireFields.malformed("unknown secret state \(s)")
         }
         return FoundItem(itemID: Int64(bitPattern: try f.integer(required: .itemID, as: UInt64.self)),

@@ -122,6 +122,7 @@ package struct FoundItem: Sendable {
         case .value(let bytes): return bytes
         case .unavailable(let c): throw KeychainError.unavailable(c)
         case .damaged(let reason): throw KeychainError.integrityFailure(reason)
+        case .refused(let reason): throw KeychainError.accessDenied(reason)
         case nil: throw KeychainError.invalidInput("the secret of item #\(itemID) was not requested")
         }
     }
@@ -134,6 +135,9 @@ package enum FoundSecret: Sendable {
     case unavailable(AccessibilityClass)
     /// The secret failed authentication.
     case damaged(String)
+    /// The caller may not read it (the item's access list, a prompt answered no): why, as
+    /// `KeychainError.accessDenied` says it.
+    case refused(String)
 }
 
 package struct VerifyReport: Codable, Sendable, Equatable {

@@ -52,6 +52,7 @@ struct DumpedItem: Encodable {
         case .value(let bytes): f.secret = splice.placeholder(for: bytes)
         case .unavailable(let c): f.secretError = "unavailable: '\(c.rawValue)' items are locked"
         case .damaged(let reason): f.secretError = "integrity failure: \(reason)"
+        case .refused(let reason): f.secretError = "access denied: \(reason)"
         case nil: break
         }
         fields = f

@@ -84,6 +84,7 @@ enum ItemPrinter {
         case .value: nil
         case .unavailable(let c): "secret: <unavailable: '\(c.rawValue)' items are locked>"
         case .damaged(let reason): "secret: <integrity failure: \(Printable.text(reason))>"
+        case .refused(let reason): "secret: <access denied: \(Printable.text(reason))>"
         case nil: nil
         }
     }

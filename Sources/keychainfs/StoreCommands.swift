@@ -175,8 +175,10 @@ struct DumpKeychain: ParsableCommand {
         abstract: "Show every item's attributes; -d adds the secrets.",
         discussion: """
             A secret is shown as "text" when it is UTF-8 without control characters, else as 0x and \
-            hex. A secret that cannot be read is shown as <unavailable: ...> (its class is locked) or \
-            <integrity failure: ...>; the dump goes on, and exits with status 93 at the end. With --json, bytes are base64 and an \
+            hex. A secret that cannot be read is shown as <unavailable: ...> (its class is locked), \
+            <access denied: ...> (this program is not on its access list, or a prompt said no) or \
+            <integrity failure: ...>; the dump goes on, and exits at the end with status 93 if a secret \
+            was damaged, else 77 if one was refused. With --json, bytes are base64 and an \
             unreadable secret is left out with a "secretError". Items whose attributes cannot be \
             read now are not listed ('verify' reports damaged ones).
             """)
@@ -199,7 +201,7 @@ struct DumpKeychain: ParsableCommand {
                                                        items: items.map { DumpedItem($0, splice: splice) }))
             data.append(UInt8(ascii: "\n"))
             Output.write(splice.splice(data))
-            try Self.failIfDamaged(items)
+            try Self.failIfUnread(items)
             return
         }
         // Item by item, each secret from its locked buffer: never joined into one String.
@@ -214,14 +216,19 @@ struct DumpKeychain: ParsableCommand {
                 if let line = ItemPrinter.secretLine(item.secret) { Output.line(line) }
             }
         }
-        try Self.failIfDamaged(items)
+        try Self.failIfUnread(items)
     }
 
-    /// The dump shows everything it can, then still fails like `verify` if a secret was damaged.
-    static func failIfDamaged(_ items: [FoundItem]) throws {
+    /// The dump shows everything it can, then still fails like `verify` if a secret was
+    /// damaged, else as a read would if one was refused (naming the first).
+    static func failIfUnread(_ items: [FoundItem]) throws {
         let damaged = items.filter { if case .damaged = $0.secret { true } else { false } }
         if !damaged.isEmpty {
             throw KeychainError.integrityFailure("\(damaged.count) secret\(damaged.count == 1 ? "" : "s") failed; see 'keychainfs verify'")
+        }
+        let refused = items.compactMap { if case .refused(let why) = $0.secret { why } else { nil } }
+        if let first = refused.first {
+            throw KeychainError.accessDenied(first + (refused.count > 1 ? "; \(refused.count) secrets in all were refused" : ""))
         }
     }
 }

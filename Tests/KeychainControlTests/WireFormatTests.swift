@@ -187,7 +187,7 @@ final class WireFormatTests: XCTestCase {
 
     func testFoundItemsRoundTripWithEachKindOfSecret() throws {
         let secrets: [FoundSecret?] = [.value(SecureBytes(copying: [1, 2, 3])), .value(SecureBytes()),
-                                       .unavailable(.whenUnlocked), .damaged("tampered"), nil]
+                                       .unavailable(.whenUnlocked), .damaged("tampered"), .refused("/s/a: not listed"), nil]
         for secret in secrets {
             guard case .item(let item) = try roundTrip(.item(FoundItem(itemID: 42, record: record, secret: secret))) else {
                 return XCTFail("item")
@@ -198,6 +198,7 @@ final class WireFormatTests: XCTestCase {
             case (.value(let a)?, .value(let b)?): XCTAssertTrue(a.isEqual(to: b))
             case (.unavailable(let a)?, .unavailable(let b)?): XCTAssertEqual(a, b)
             case (.damaged(let a)?, .damaged(let b)?): XCTAssertEqual(a, b)
+            case (.refused(let a)?, .refused(let b)?): XCTAssertEqual(a, b)
             case (nil, nil): break
             default: XCTFail("\(String(describing: secret)) came back as \(String(describing: item.secret))")
             }
@@ -320,7 +321,7 @@ final class WireFormatTests: XCTestCase {
         XCTAssertEqual(ControlRequest.Kind.exportItems.rawValue, 12)
         XCTAssertEqual(ControlReply.Kind.imported.rawValue, 0x8008)
         XCTAssertEqual(ControlReply.Kind.identified.rawValue, 0x800B)
-        XCTAssertEqual(ControlProtocol.version, 9)
+        XCTAssertEqual(ControlProtocol.version, 10)
     }
 
     func testTheHeaderLayoutIsFrozen() throws {

@@ -177,7 +177,10 @@ expect_contains "$ERR" "Access denied" "it says access was denied"
 expect_exit 77 "find-generic-password -g: exit 77" kc find-generic-password -s svc -a acct -g
 expect_exit 0 "find without the secret is open" kc find-generic-password -s svc -a acct
 expect_exit 77 "dump-keychain -d: exit 77" kc dump-keychain -d
-# Several items refuse it; the message names the first one met, by its path in the tree.
+# It goes on past each item that refuses it, as past a locked one, and says so in its place;
+# it ends naming the first one met, by its path in the tree.
+expect_contains "$OUT" "secret: <access denied: /svc/acct: " "each refused secret is said in its place"
+expect_eq "$(grep -c '^class: ' "$OUT")" "$(grep -c '^secret: ' "$OUT")" "every item is dumped, each with a secret line"
 NAMED=$(sed -n 's/^keychainfs: Access denied: \(\/[^:]*\): .*/\1/p' "$ERR")
 if [ -n "$NAMED" ] && [ -f "$MP$NAMED" ] && [ -n "$(list_of "$MP$NAMED")" ]; then
     pass "the refusal names the item refused ($NAMED), a guarded item of the mount"
