@@ -25,7 +25,18 @@ extension KeychainTree {
         try open(location, flags: flags, as: .unidentified("a caller the tree was not told"))
     }
 
+    /// An item found, then gone before its secret was read (a rename over it, `mv tmp item`
+    /// or `sed -i`, commits in between): what the name holds now is opened, as a path walk
+    /// just after the rename would; ENOENT only once the name itself is gone.
     private func open(_ location: TreeLocation, flags: Int32, as caller: AccessCaller) throws(FileSystemError) -> UInt64 {
+        for _ in 0..<3 {
+            if let handle = try openFound(location, flags: flags, as: caller) { return handle }
+        }
+        throw .notFound
+    }
+
+    /// `open`, or nil if the item found was gone when its secret was read.
+    private func openFound(_ location: TreeLocation, flags: Int32, as caller: AccessCaller) throws(FileSystemError) -> UInt64? {
         let mode = OpenMode(flags: flags)
         let readsStored = mode.readable || !mode.truncate
         // The common case in one hold of `state`: the secret is cached, so the handle is
@@ -59,7 +70,7 @@ extension KeychainTree {
         if !readsStored {
             contents = nil
         } else {
-            do { contents = try served.secret(of: item) } catch { throw .from(error) }
+            do { contents = try served.secret(of: item) } catch KeychainError.itemNotFound { return nil } catch { throw .from(error) }
         }
         return try register(OpenFile(itemID: item.id, accessible: item.accessible, mode: mode,
                                      contents: contents ?? SecureBytes(), shared: contents != nil,

@@ -63,6 +63,8 @@ package final class ServedKeychain: Sendable {
     private let beforeWaiting = Mutex<Hook?>(nil)
     /// Called between decrypting a secret and caching it; tests use it to force interleavings.
     private let afterDecrypt = Mutex<Hook?>(nil)
+    /// Called before a secret not cached is read from the store; tests use it likewise.
+    private let beforeSecretRead = Mutex<Hook?>(nil)
     /// Called between a fill's read of the store and its install; tests use it likewise.
     private let afterFillRead = Mutex<Hook?>(nil)
     /// The class a new item takes before the rule of its neighbours (`newItemClass`): the
@@ -203,6 +205,7 @@ package final class ServedKeychain: Sendable {
     package static let defaultIndexLimit = 16_384
 
     package func setAfterDecrypt(_ hook: (@Sendable () -> Void)?) { afterDecrypt.withLock { $0 = hook.map(Hook.init) } }
+    package func setBeforeSecretRead(_ hook: (@Sendable () -> Void)?) { beforeSecretRead.withLock { $0 = hook.map(Hook.init) } }
     package func setAfterFillRead(_ hook: (@Sendable () -> Void)?) { afterFillRead.withLock { $0 = hook.map(Hook.init) } }
 
     // MARK: observers
@@ -897,6 +900,7 @@ package final class ServedKeychain: Sendable {
         // Nothing is stored for it yet: what a new file holds is in its writer's open copy.
         if item.isPending { return SecureBytes() }
         if let hit = state.withLock({ $0.plaintext.secret(item.id) }) { return hit }
+        beforeSecretRead.withLock { $0 }?.run()
         let plain = try keychain.secret(of: keychain.complete(item))
         afterDecrypt.withLock { $0 }?.run()
         return try state.withLock { s throws -> SecureBytes in

@@ -85,6 +85,27 @@ final class OwnerRaceTests: XCTestCase {
         XCTAssertEqual(keychain.state, .locked)
     }
 
+    /// A rename over an item (`mv tmp item`, `sed -i`) committed between open's finding the
+    /// item and its reading the secret from the store: the open gets what the name holds now,
+    /// not ENOENT for a name that never stopped existing.
+    func testAnOpenRacingARenameOverTheItemOpensWhatTheNameHoldsNow() throws {
+        try tree.put("/svc/item", "old")
+        try tree.put("/svc/tmp", "new")
+        served.state.withLock { $0.plaintext.removeAll() }
+        let tree = self.tree!, renamed = Mutex(false)
+        served.setBeforeSecretRead {
+            guard !renamed.withLock({ done in defer { done = true }; return done }) else { return }
+            try? tree.rename("/svc/tmp", to: "/svc/item", noReplace: false, exchange: false)
+        }
+        defer { served.setBeforeSecretRead(nil) }
+        let h = try tree.open("/svc/item", flags: O_RDONLY)
+        var buffer = [UInt8](repeating: 0, count: 16)
+        let n = try buffer.withUnsafeMutableBytes { try tree.read(h, offset: 0, count: 16, into: $0.baseAddress!) }
+        XCTAssertEqual(String(decoding: buffer[..<n], as: UTF8.self), "new")
+        try tree.release(h)
+        XCTAssertTrue(renamed.withLock { $0 }, "the rename ran inside the open")
+    }
+
     /// A commit holds only the commit lock across its fsync: reads of another item go on.
     func testReadsProceedWhileAnotherItemCommits() throws {
         try tree.put("/svc/a", "a")
