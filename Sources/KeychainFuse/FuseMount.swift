@@ -37,7 +37,12 @@ package final class FuseMount: @unchecked Sendable {
 
     /// Mounts; after this returns the kernel routes the mountpoint to us, and `serve()` answers.
     package func mount() throws {
-        // default_permissions: the kernel enforces our 0600/0700 modes, so other users get EACCES.
+        // No default_permissions: it would have the kernel check a directory's mode before each
+        // lookup in it, with a GETATTR after every change there (a create asked one more round
+        // trip). Modes here are fixed (0600, 0700) and the kernel lets only the owner in (with
+        // allow_root, root too, and libfuse refuses the others' requests), so the check could
+        // refuse only the execution of a file, which the kernel checks against the mode anyway
+        // (access(2), which it asks of us then, `FuseOperations.access`).
         // libfuse splits options at commas; a backslash escapes the next character. Scalar by
         // scalar: `replacingOccurrences` matches characters, and would miss a `\` or `,` with a
         // combining mark after it (a store path the mount table then misnames).
@@ -48,7 +53,7 @@ package final class FuseMount: @unchecked Sendable {
         }
         // allow_root lets the kernel pass root's requests, and libfuse refuses those of any
         // other user but the owner.
-        let options = "default_permissions,fsname=\(fsname),subtype=keychainfs" + (allowRoot ? ",allow_root" : "")
+        let options = "fsname=\(fsname),subtype=keychainfs" + (allowRoot ? ",allow_root" : "")
         let args = ["keychainfs", "-o", options]
         var cArgs = args.map { strdup($0) }
         defer { cArgs.forEach { free($0) } }

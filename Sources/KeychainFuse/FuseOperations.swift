@@ -69,6 +69,7 @@ enum FuseOperations {
         ops.forget = { FuseOperations.forget($0, $1, $2) }
         ops.forget_multi = { FuseOperations.forgetMulti($0, $1, $2) }
         ops.getattr = { FuseOperations.getattr($0, $1, $2) }
+        ops.access = { FuseOperations.access($0, $1, $2) }
         ops.setattr = { FuseOperations.setattr($0, $1, $2, $3, $4) }
         ops.mkdir = { req, parent, name, _ in FuseOperations.mkdir(req, parent, name) }
         ops.unlink = { req, parent, name in
@@ -134,6 +135,17 @@ enum FuseOperations {
         answer(req) { fs throws(FileSystemError) in
             var attr = attributes(try fs.stat(ino, handle: fs.fileHandle(ino, fi)), ino)
             fuse_reply_attr(req, &attr, fs.attrTimeout(ino))
+        }
+    }
+
+    /// access(2), chdir: the kernel asks only without `default_permissions` (`FuseMount.mount`),
+    /// and, unanswered, would allow everything, `test -x` of a file too. Modes are fixed (files
+    /// 0600, directories 0700) and every caller is the owner (or root, with allow_root): only
+    /// the execution of a file is refused, as its mode says.
+    static func access(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ mask: Int32) {
+        answer(req) { fs throws(FileSystemError) in
+            if mask & X_OK != 0, try !fs.stat(ino, handle: nil).isDirectory { throw FileSystemError(EACCES) }
+            fuse_reply_err(req, 0)
         }
     }
 

@@ -183,6 +183,17 @@ expect_eq "1" "$(stat -c %h "$MP/internet/h/443/docs/alice")" "an item has one l
 expect_eq "$(python3 -c 'import os, sys; print(sum(1 for _ in os.walk(sys.argv[1])))' "$MP")" \
     "$(find "$MP" -type d | wc -l)" "find -type d sees every directory"
 
+echo "== access(2) and execution, which the daemon answers (no default_permissions)"
+expect_exit 0 "test -r, -w on an item" sh -c 'test -r "$1" && test -w "$1"' sh "$MP/internet/h/443/docs/alice"
+expect_exit 1 "test -x on an item: its mode 0600 has no x" test -x "$MP/internet/h/443/docs/alice"
+expect_exit 0 "test -x, -r, -w on a directory" sh -c 'test -x "$1" && test -r "$1" && test -w "$1"' sh "$MP/svc"
+expect_exit 0 "cd into a directory" sh -c 'cd "$1"' sh "$MP/internet/h/443"
+printf '#!/bin/sh\necho ran\n' >"$MP/svc/script"
+expect_errno "an item is not executed" "Permission denied" "$MP/svc/script"
+chmod 700 "$MP/svc/script" 2>/dev/null
+expect_errno "not even after a chmod, which is not kept" "Permission denied" "$MP/svc/script"
+rm "$MP/svc/script"
+
 echo "== renames of empty internet directories"
 mkdir "$MP/internet/r1"
 expect "0" "rename(2) of an empty server" rename "$MP/internet/r1" "$MP/internet/r2"
