@@ -20,7 +20,7 @@ static int bl_getattr(const char *path, struct stat *st, struct fuse_file_info *
 {
 	(void)fi;
 	memset(st, 0, sizeof *st);
-	/* Owned by the mounting user, or default_permissions would refuse 0600. */
+	/* Owned by the mounting user, as keychainfs's files are. */
 	st->st_uid = getuid();
 	st->st_gid = getgid();
 	if (strcmp(path, "/") == 0 || strcmp(path, "/bench") == 0) {
