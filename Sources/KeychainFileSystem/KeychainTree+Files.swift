@@ -244,7 +244,7 @@ extension KeychainTree {
     /// empty create is stored too), or the removal of an abandoned create.
     private static func commitNeeded(_ f: OpenFile, final: Bool, _ s: ServedKeychain.State) -> Bool {
         if f.isAbandoned { return true }
-        let insertsPending = f.createdItem && (s.index.item(f.itemID)?.isPending ?? false)
+        let insertsPending = f.createdItem && (f.lostName || (s.index.item(f.itemID)?.isPending ?? false))
         return (f.isDirty || insertsPending) && (final || f.hasWrites)
     }
 
@@ -263,6 +263,12 @@ extension KeychainTree {
                 guard !f.isAbandoned else {
                     f.markCommitted(writes: f.writes)
                     return .abandon(f.createdItem ? s.index.item(f.itemID) : nil)
+                }
+                if f.lostName {
+                    // Told once, by whichever of the item's files commits first; it stores nothing.
+                    for other in s.files.values where other.itemID == f.itemID { other.lostName = false }
+                    f.markCommitted(writes: f.writes)
+                    throw .exists
                 }
                 // Deleted or replaced while open: like a write to an unlinked file, it goes nowhere.
                 guard let item = s.index.item(f.itemID) else {

@@ -56,6 +56,10 @@ final class OpenFile: @unchecked Sendable {
     /// This handle's create() made the item, which is pending until this handle's first commit
     /// inserts it; an abandoned or failed create removes it again.
     var createdItem = false
+    /// The item was a new file still pending when another channel stored an item under its
+    /// name (`ServedKeychain.State.displacePending`): the file lost its name, and the first
+    /// commit of its item fails with EEXIST, as its insert would have.
+    var lostName = false
 
     init(itemID: Int64, accessible: AccessibilityClass, mode: OpenMode, contents: SecureBytes, shared: Bool = false,
          modified: Date = Date()) {

@@ -109,7 +109,9 @@ package final class ServedKeychain: Sendable {
             generation += 1
             plaintext.remove(item.id)
             evict()
+            let displaced = pendingItem(named: item)
             index.insert(item)
+            if let displaced { displacePending(displaced) }
         }
 
         /// A batch's items, with one eviction for the batch rather than one per item (an
@@ -118,9 +120,26 @@ package final class ServedKeychain: Sendable {
             generation += 1
             for item in items {
                 plaintext.remove(item.id)
+                let displaced = pendingItem(named: item)
                 index.insert(item)
+                if let displaced { displacePending(displaced) }
             }
             evict()
+        }
+
+        /// The pending item whose name the stored `item` takes: a new file not yet committed
+        /// through the mount, whose name another channel stored (or renamed an item to).
+        private func pendingItem(named item: KeychainItem) -> Int64? {
+            guard !index.pending.isEmpty, let id = index.ids[item.key], id != item.id, index.pending.contains(id) else { return nil }
+            return id
+        }
+
+        /// The pending item `id` lost its name to a stored item: it leaves the index (neither
+        /// listed nor found, whatever becomes of that item), and its files' first commit fails
+        /// (`OpenFile.lostName`); the kernel is told by the stored item's `added`.
+        private mutating func displacePending(_ id: Int64) {
+            index.remove(id: id)
+            for f in files.values where f.itemID == id { f.lostName = true }
         }
 
         /// Values stored through another channel than the item's open files (the control

@@ -18,8 +18,30 @@ final class FuseFileSystem: Sendable {
     private let listings = Mutex(DirectoryListings())
     /// Inode to the handle it was last read through.
     private let readNodes = Mutex<[UInt64: UInt64]>([:])
+    /// Sends notices to the kernel after the current request's reply (`KernelCacheNotifier`'s
+    /// rule 1); set while mounted.
+    private let tellAfterReply = Mutex<(@Sendable ([KernelCacheNotifier.Notice]) -> Void)?>(nil)
 
     init(tree: KeychainTree) { self.tree = tree }
+
+    func setTellAfterReply(_ tell: (@Sendable ([KernelCacheNotifier.Notice]) -> Void)?) {
+        tellAfterReply.withLock { $0 = tell }
+    }
+
+    /// If `ino`'s name no longer names anything in the tree, though the kernel made it through
+    /// the mount (a new file dropped at a failed commit), forgets it as an unlink does, and has
+    /// the kernel told: it would keep finding the name for the entry timeout.
+    func dropNameIfGone(_ ino: UInt64) {
+        guard let location = try? location(ino) else { return }
+        do { _ = try tree.stat(location); return } catch { guard error == .notFound else { return } }
+        let dropped = inodes.withLock { t -> (parent: UInt64, name: String)? in
+            guard let n = t.nodes[ino], n.linked, t.child(n.parent, n.name) == ino else { return nil }
+            t.unlink(n.parent, n.name)
+            return (n.parent, n.name)
+        }
+        guard let dropped, let tell = tellAfterReply.withLock({ $0 }) else { return }
+        tell([.delete(parent: dropped.parent, child: ino, name: dropped.name), .invalidateInode(dropped.parent)])
+    }
 
     func noteRead(_ ino: UInt64, handle: UInt64) {
         readNodes.withLock { if $0[ino] != handle { $0[ino] = handle } }
@@ -65,10 +87,12 @@ final class FuseFileSystem: Sendable {
         return location
     }
 
-    /// How long the kernel may keep `ino`'s attributes: none for an alias
-    /// (`InodeTable.Node.alias`), whose changes it is never told of.
-    func attrTimeout(_ ino: UInt64) -> Double {
-        inodes.withLock { $0.isAlias(ino) } ? 0 : FuseOperations.attrTimeout
+    /// How long the kernel may keep `ino`'s attributes, `stat`: none for an alias
+    /// (`InodeTable.Node.alias`), whose changes it is never told of, nor for an open file whose
+    /// item is gone: the kernel keeps one size per inode, and the copies of several such
+    /// descriptors each have their own (a closed one's would stay shown, `KeychainTree.stat(anyOf:)`).
+    func attrTimeout(_ ino: UInt64, _ stat: FileStat) -> Double {
+        stat.links == 0 || inodes.withLock({ $0.isAlias(ino) }) ? 0 : FuseOperations.attrTimeout
     }
 
     /// What `name` names in the directory `parent`.

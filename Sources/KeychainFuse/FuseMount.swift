@@ -75,9 +75,12 @@ package final class FuseMount: @unchecked Sendable {
         // The loop answers on the thread that read the request; one that may wait passes the
         // reading on first.
         tree.served.setBeforeWaiting { kcfs_loop_pass_lead() }
-        tree.served.addObserver(KernelCacheNotifier(fileSystem: fileSystem) { [weak self] body in
+        let notifier = KernelCacheNotifier(fileSystem: fileSystem) { [weak self] body in
             self?.live.withLock { s in if let s { body(s.session) } }
-        })
+        }
+        tree.served.addObserver(notifier)
+        // Cleared at `close`: the notifier holds the file system.
+        fileSystem.setTellAfterReply { notifier.tellAfterReply($0) }
     }
 
     /// Drops the kernel's cached pages of files the lock revoked (or of every file read, with
@@ -138,6 +141,7 @@ package final class FuseMount: @unchecked Sendable {
         guard let se = session else { return }
         tree.setAfterLock(nil)
         tree.served.setBeforeWaiting(nil)
+        fileSystem.setTellAfterReply(nil)
         live.withLock { $0 = nil }
         session = nil
         // Detached: an unmount by path would detach whatever is mounted there by now.

@@ -90,8 +90,8 @@ enum FuseOperations {
         ops.read = { FuseOperations.read($0, $1, $2, $3, $4) }
         ops.write = { req, _, buf, size, offset, fi in FuseOperations.write(req, buf, size, offset, fi) }
         ops.lseek = { req, _, offset, whence, fi in FuseOperations.lseek(req, offset, whence, fi) }
-        ops.flush = { req, _, fi in FuseOperations.flush(req, fi) }
-        ops.fsync = { req, _, _, fi in FuseOperations.fsync(req, fi) }
+        ops.flush = { FuseOperations.flush($0, $1, $2) }
+        ops.fsync = { req, ino, _, fi in FuseOperations.fsync(req, ino, fi) }
         ops.release = { FuseOperations.release($0, $1, $2) }
         ops.opendir = { FuseOperations.opendir($0, $1, $2) }
         ops.readdir = { FuseOperations.readdir($0, $1, $2, $3, $4) }
@@ -133,8 +133,9 @@ enum FuseOperations {
 
     static func getattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
-            var attr = attributes(try fs.stat(ino, handle: fs.fileHandle(ino, fi)), ino)
-            fuse_reply_attr(req, &attr, fs.attrTimeout(ino))
+            let st = try fs.stat(ino, handle: fs.fileHandle(ino, fi))
+            var attr = attributes(st, ino)
+            fuse_reply_attr(req, &attr, fs.attrTimeout(ino, st))
         }
     }
 
@@ -170,8 +171,9 @@ enum FuseOperations {
                 }
             }
             // Times are accepted and not kept: an item's times are those of its secret.
-            var reply = attributes(try fs.stat(ino, handle: handle), ino)
-            fuse_reply_attr(req, &reply, fs.attrTimeout(ino))
+            let st = try fs.stat(ino, handle: handle)
+            var reply = attributes(st, ino)
+            fuse_reply_attr(req, &reply, fs.attrTimeout(ino, st))
         }
     }
 
@@ -408,16 +410,16 @@ enum FuseOperations {
         }
     }
 
-    static func flush(_ req: fuse_req_t?, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    static func flush(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
-            try fs.tree.flush(fi!.pointee.fh)
+            try committing(fs, ino) { () throws(FileSystemError) in try fs.tree.flush(fi!.pointee.fh) }
             fuse_reply_err(req, 0)
         }
     }
 
-    static func fsync(_ req: fuse_req_t?, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    static func fsync(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
-            try fs.tree.sync(fi!.pointee.fh)
+            try committing(fs, ino) { () throws(FileSystemError) in try fs.tree.sync(fi!.pointee.fh) }
             fuse_reply_err(req, 0)
         }
     }
@@ -426,8 +428,20 @@ enum FuseOperations {
         let h = fi!.pointee.fh
         answer(req) { fs throws(FileSystemError) in
             defer { fs.inodes.withLock { $0.released(ino, h) } }
-            try fs.tree.release(h)
+            try committing(fs, ino) { () throws(FileSystemError) in try fs.tree.release(h) }
             fuse_reply_err(req, 0)
+        }
+    }
+
+    /// A commit that fails may drop a new file the kernel made with its create, and holds: a
+    /// pending item whose writer a lock revoked, or that a full disk or its size refused
+    /// (`KeychainTree.commit`). Its name is gone then, and the kernel is told
+    /// (`FuseFileSystem.dropNameIfGone`).
+    private static func committing(_ fs: FuseFileSystem, _ ino: fuse_ino_t,
+                                   _ commit: () throws(FileSystemError) -> Void) throws(FileSystemError) {
+        do { try commit() } catch {
+            fs.dropNameIfGone(ino)
+            throw error
         }
     }
 

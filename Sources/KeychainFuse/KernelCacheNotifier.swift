@@ -12,10 +12,12 @@ import KeychainModel
 ///
 /// - a name added: `notify_inval_entry` on it (a dentry the kernel may hold for it, negative
 ///   or stale, goes) and `notify_inval_inode` on its directory (nlink, mtime, and the
-///   listing the kernel keeps of a service directory, `FuseOperations.opendir`);
+///   listing the kernel keeps of a service directory, `FuseOperations.opendir`); where the
+///   kernel holds an inode of that name (a new file pending through the mount), as removed;
 /// - a name removed: `notify_delete` where the kernel holds its inode (the dentry goes and the
-///   inode is unlinked, as by unlink(2), so an open descriptor sees nlink 0), else
-///   `notify_inval_entry`; the inode table forgets the name as at an unlink;
+///   inode is unlinked, as by unlink(2), so an open descriptor sees nlink 0) and
+///   `notify_inval_inode` on it (its size is then the open copy's), else `notify_inval_entry`;
+///   the inode table forgets the name as at an unlink;
 /// - a value or attribute changed: `notify_inval_inode` on the inode (size, mtime).
 ///
 /// An internet item may be known to the kernel by its plain or its tagged name: both are told.
@@ -37,7 +39,8 @@ import KeychainModel
 /// 1. No notification is sent on a libfuse worker, so none waits on a request it is itself
 ///    answering: changes not made through the mount are told on the control server's, the
 ///    Secret Service's (its bus thread and write queue) and sync's threads; those made through
-///    it, on `retelling`'s.
+///    it, on `retelling`'s, as is the name of a new file a failed commit dropped
+///    (`FuseFileSystem.dropNameIfGone`).
 /// 2. The owner calls observers after its commit with none of its locks held (`committing`,
 ///    `state`, `unlocking`), so every worker that must answer the request the kernel is waiting
 ///    on can take whatever it needs and reply; then the kernel lets go of its lock and the
@@ -66,7 +69,7 @@ struct KernelCacheNotifier: ItemChangeObserver {
     func keychainDidChange(_ changes: [ItemChange], origin: ChangeOrigin) {
         if origin == .tree {
             let notices = fileSystem.inodes.withLock { t in changes.flatMap { Self.retold($0, t) } }
-            if !notices.isEmpty { retelling.async { [self] in send(notices) } }
+            if !notices.isEmpty { tellAfterReply(notices) }
         }
         // An unlock is told whoever asked for it: it only ever comes from the control socket
         // (no request of the mount unlocks), and it may show names the kernel looked up in vain.
@@ -74,6 +77,11 @@ struct KernelCacheNotifier: ItemChangeObserver {
         guard !told.isEmpty else { return }
         let notices = fileSystem.inodes.withLock { t in told.flatMap { Self.notices(for: $0, &t) } }
         if !notices.isEmpty { send(notices) }
+    }
+
+    /// Sends `notices`, made on a worker, once its request is answered (rule 1).
+    func tellAfterReply(_ notices: [Notice]) {
+        retelling.async { [self] in send(notices) }
     }
 
     private func send(_ notices: [Notice]) {
@@ -126,9 +134,9 @@ struct KernelCacheNotifier: ItemChangeObserver {
     /// also leaves the table.
     static func notices(for change: ItemChange, _ table: inout InodeTable) -> [Notice] {
         switch change {
-        case .added(let key): return added(key, table)
+        case .added(let key): return added(key, &table)
         case .removed(let key): return removed(key, &table)
-        case .moved(let from, let to): return removed(from, &table) + added(to, table)
+        case .moved(let from, let to): return removed(from, &table) + added(to, &table)
         case .updated(let key):
             let (directory, names) = place(of: key)
             guard let parent = table.directory(directory) else { return [] }
@@ -143,7 +151,7 @@ struct KernelCacheNotifier: ItemChangeObserver {
         }
     }
 
-    private static func added(_ key: ItemKey, _ table: InodeTable) -> [Notice] {
+    private static func added(_ key: ItemKey, _ table: inout InodeTable) -> [Notice] {
         let (directory, names) = place(of: key)
         // The deepest directory the kernel holds: below it, it holds nothing.
         var parent = InodeTable.root
@@ -153,19 +161,27 @@ struct KernelCacheNotifier: ItemChangeObserver {
             }
             parent = next
         }
-        return names.map { .invalidateEntry(parent: parent, name: $0) } + [.invalidateInode(parent)]
+        // A name the kernel holds already is a new file still pending through the mount, whose
+        // name the stored item took (`ServedKeychain.State.storedElsewhere`): its inode goes, as
+        // at an unlink, so that the stored item is not shown with that file's size.
+        return unlinked(names, in: parent, &table) + [.invalidateInode(parent)]
     }
 
     private static func removed(_ key: ItemKey, _ table: inout InodeTable) -> [Notice] {
         let (directory, names) = place(of: key)
         guard let parent = table.directory(directory) else { return [] }
-        var notices: [Notice] = names.map { name in
-            guard let child = table.child(parent, name) else { return .invalidateEntry(parent: parent, name: name) }
+        return unlinked(names, in: parent, &table) + [.invalidateInode(parent)]
+    }
+
+    /// Each of `names` in `parent`: unlinked where the kernel holds its inode (its dentry goes,
+    /// the inode gets no links, and its attributes are asked again: a descriptor still open on
+    /// it shows its own copy's size, not the size the item had), else its entry dropped.
+    private static func unlinked(_ names: [String], in parent: UInt64, _ table: inout InodeTable) -> [Notice] {
+        names.flatMap { name -> [Notice] in
+            guard let child = table.child(parent, name) else { return [.invalidateEntry(parent: parent, name: name)] }
             table.unlink(parent, name)
-            return .delete(parent: parent, child: child, name: name)
+            return [.delete(parent: parent, child: child, name: name), .invalidateInode(child)]
         }
-        notices.append(.invalidateInode(parent))
-        return notices
     }
 
     /// The names from the root of the directory that lists `key`, and the names it may be

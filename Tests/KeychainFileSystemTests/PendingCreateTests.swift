@@ -197,6 +197,28 @@ final class PendingCreateTests: XCTestCase {
         XCTAssertEqual(try tree.stat("/svc/race").size, 6)
     }
 
+    /// The stored item takes the pending file's name at once, not at the file's commit: a delete
+    /// of that item leaves nothing listed, the pending file's copy is its own (as an unlinked
+    /// file's), its first commit fails with EEXIST and stores nothing, and later ones do nothing.
+    func testAPendingFileWhoseNameIsStoredElsewhereLosesItAtOnce() throws {
+        let key = ItemKey.generic(try GenericPasswordKey(service: "svc", account: "taken"))
+        let h = try tree.create("/svc/taken", flags: O_RDWR)
+        try write(h, "mine")
+        _ = try tree.served.save(key, secret: SecureBytes(copying: Array("theirs".utf8)), changes: AttributeChanges(),
+                                 updateExisting: true)
+        XCTAssertEqual(try tree.list("/svc").map(\.name), ["taken"])
+        XCTAssertEqual(try tree.stat("/svc/taken").size, 6, "the stored item's size, not the pending copy's")
+        try tree.truncate(handle: h, size: 10)
+        XCTAssertEqual(try tree.stat("/svc/taken").size, 6)
+        XCTAssertEqual(try tree.stat(handle: h), .file(size: 10, modified: try tree.stat(handle: h).modified, links: 0))
+        try tree.served.delete(try XCTUnwrap(try keychain.item(for: key)))
+        XCTAssertEqual(try tree.list("/svc").map(\.name), [], "the pending file is not listed again")
+        assertErrno(.notFound, _ = try tree.stat("/svc/taken"))
+        XCTAssertEqual(try commits { assertErrno(.exists, try tree.flush(h)) }, 0)
+        XCTAssertEqual(try commits { try tree.release(h) }, 0)
+        XCTAssertNil(try stored("taken"))
+    }
+
     /// A this-device-only sibling stored between the create and the insert (the control
     /// socket, while the file is open) makes the new item this-device-only at its insert.
     func testASiblingStoredAfterTheCreateStillSetsTheClassAtTheInsert() throws {

@@ -17,9 +17,19 @@ final class KernelCacheNotifierTests: XCTestCase {
         let svc = t.lookedUp(InodeTable.root, "svc")
         let file = t.lookedUp(svc, "acct")
         let notices = KernelCacheNotifier.notices(for: .removed(try generic("svc", "acct")), &t)
-        XCTAssertEqual(notices, [.delete(parent: svc, child: file, name: "acct"), .invalidateInode(svc)])
+        XCTAssertEqual(notices, [.delete(parent: svc, child: file, name: "acct"), .invalidateInode(file), .invalidateInode(svc)],
+                       "the inode's attributes too: a descriptor open on it shows its own copy's size, not the item's last")
         XCTAssertNil(t.child(svc, "acct"), "a new lookup of the name gets a new inode")
         XCTAssertNil(t.path(file), "the old inode has no name, as after unlink(2)")
+    }
+
+    func testANameAddedWhereTheKernelHoldsAPendingFileUnlinksThatFile() throws {
+        var t = InodeTable()
+        let svc = t.lookedUp(InodeTable.root, "svc")
+        let pending = t.created(svc, "new")
+        XCTAssertEqual(KernelCacheNotifier.notices(for: .added(try generic("svc", "new")), &t),
+                       [.delete(parent: svc, child: pending, name: "new"), .invalidateInode(pending), .invalidateInode(svc)])
+        XCTAssertNil(t.child(svc, "new"), "the stored item gets its own inode at its lookup, not the pending file's")
     }
 
     func testANewNameDropsAnyEntryAndTheDirectorysAttributes() throws {
@@ -54,8 +64,8 @@ final class KernelCacheNotifierTests: XCTestCase {
                                                            account: "alice"))
         XCTAssertEqual(KernelCacheNotifier.notices(for: .updated(key), &t), [.invalidateInode(plain), .invalidateInode(tagged)])
         XCTAssertEqual(KernelCacheNotifier.notices(for: .removed(key), &t),
-                       [.delete(parent: dir, child: plain, name: "alice"), .delete(parent: dir, child: tagged, name: "alice%~https"),
-                        .invalidateInode(dir)])
+                       [.delete(parent: dir, child: plain, name: "alice"), .invalidateInode(plain),
+                        .delete(parent: dir, child: tagged, name: "alice%~https"), .invalidateInode(tagged), .invalidateInode(dir)])
     }
 
     func testAnUnlockRefreshesTheDirectoriesTheKernelHolds() throws {

@@ -20,7 +20,6 @@ through another channel (CLI, git, D-Bus, sync) drops the uncommitted writes, a 
 replaced goes nowhere. While a writer holds uncommitted changes, `stat` shows its copy's size
 and a new reader the stored value. A new file is pending until a commit: the mount shows it,
 the other channels do not, and one of them storing its name makes its commit fail (EEXIST).
-MODEL_TEST_STRICT=1 stops steering around the known bugs (see `steered`, `lock_then_unlock`).
 Hypothesis shrinks a failure to its shortest sequence and prints it as steps a person can
 replay; the first disagreement is also printed when it happens.
 
@@ -65,8 +64,6 @@ CLASSES = ["when-unlocked", "after-first-unlock", "always"]
 READABLE_LOCKED = {"after-first-unlock", "always"}
 LABELS = ["My label", "ünï label", "", "x" * 100]
 STEPS_PER_EXAMPLE = 50
-# The bugs the model knows of are steered around unless this is set (see `lock_then_unlock`).
-STRICT = os.environ.get("MODEL_TEST_STRICT") == "1"
 # Descriptors kept open across steps, readers and writers together.
 MAX_KEPT = 4
 # Where the device keeps its sync key, a this-device-only item (README, Sync): left alone.
@@ -411,14 +408,11 @@ class Coherence(RuleBasedStateMachine):
         self.kept = []
         self.next_ident = 1
         self.touched = []
-        # Pending items whose name another channel stored meanwhile: the daemon still holds
-        # them by id until a commit of theirs fails (EEXIST, README: "If that insert fails").
+        # Pending items whose name another channel stored meanwhile: they left the mount (their
+        # descriptors are as of an unlinked file), and the first commit of one fails (EEXIST).
         self.doomed = set()
-        # Those whose insert failed: the kernel still knows their descriptors by the name, now
-        # another item's, so what fstat shows of them is not defined (README says nothing).
+        # Those whose commit failed so: later ones store nothing, as for an unlinked file.
         self.lost = set()
-        # What `stat` of each item could show at the last observation, by item.
-        self.last_sizes = {}
 
     # -- paths and the model's helpers
 
@@ -458,22 +452,6 @@ class Coherence(RuleBasedStateMachine):
             if k.ident == ident:
                 k.truncated = k.written = False
         self.sizes_changed(ident)
-
-    def steer_pending(self, key):
-        """Known bugs, avoided unless MODEL_TEST_STRICT=1: once another channel stores the name
-        of a new file still pending, the daemon keeps the pending item, by id, until its writer's
-        commit fails, and meanwhile (1) `ls` lists the name again after the CLI deletes it, while
-        `stat` says it is gone (with a second new file there, twice), and (2) an ftruncate
-        through its writer sets the size `stat` of the name shows (a size never stored there).
-        So the pending file is stored first (fsync), and the other channel updates it."""
-        item = self.items.get(key)
-        if STRICT or item is None or not item.pending:
-            return
-        for k in self.kept:
-            if k.ident == item.ident and k.creator and not k.revoked:
-                want, _ = self.commit(k, final=True)
-                self.mount_call(want, lambda: MOUNT.holder.fsync(k.fd))
-                return
 
     def taken_by_other_channel(self, key):
         """Another channel stores an item at `key`, where the model may hold a pending one:
@@ -761,16 +739,7 @@ class Coherence(RuleBasedStateMachine):
         else:
             self.cli_add(key=key, data=data, update=True)
 
-    def steered(self, k):
-        """A known bug, avoided unless MODEL_TEST_STRICT=1: a write or ftruncate through the
-        writer of a new file whose name the CLI (git, sync) took meanwhile changes what `stat`
-        of that name shows (the kernel's inode is still the name's: `stat` showed the copy's
-        size, never stored there, over the CLI's value)."""
-        return not STRICT and (k.ident in self.doomed or k.ident in self.lost)
-
     def kept_pwrite(self, k, data, offset):
-        if self.steered(k):
-            return
         def act():
             n = MOUNT.holder.pwrite(k.fd, data, offset)
             expect(n == len(data), f"{k.describe()}: pwrite wrote {n} of {len(data)}")
@@ -808,8 +777,6 @@ class Coherence(RuleBasedStateMachine):
         ws = self.writers()
         k = ws[which % len(ws)]
         self.touched = [self.key_of(k.ident) or k.key]
-        if self.steered(k):
-            return
         self.mount_call(errno.ENOKEY if k.revoked else None, lambda: MOUNT.holder.ftruncate(k.fd, size))
         if not k.revoked:
             k.buffer = k.buffer[:size] + b"\0" * max(0, size - len(k.buffer))
@@ -931,7 +898,6 @@ class Coherence(RuleBasedStateMachine):
     @tracked
     def cli_add(self, key, data, update):
         self.touched = [key]
-        self.steer_pending(key)
         r = self.cli("add", key, *(["-U"] if update else []), stdin=data)
         exists = self.stored(key) is not None
         if exists and not update:
@@ -963,7 +929,6 @@ class Coherence(RuleBasedStateMachine):
     def cli_class_change(self, key, cls):
         """`add -U --accessible`: the class changes (and the same secret is stored again)."""
         self.touched = [key]
-        self.steer_pending(key)
         item = self.stored(key)
         data = item.secret if item else b"new"
         r = self.cli("add", key, "-U", "--accessible", cls, stdin=data)
@@ -991,7 +956,6 @@ class Coherence(RuleBasedStateMachine):
     def git_store(self, account, password):
         key = internet(account)
         self.touched = [key]
-        self.steer_pending(key)
         r = MOUNT.git("store", ["protocol=https", f"host={HOST}", f"username={account}", f"password={password}"])
         expect(r.returncode == 0 and not r.stderr, f"git store: {r.returncode} {r.stderr!r}")
         if self.stored(key):
@@ -1042,16 +1006,6 @@ class Coherence(RuleBasedStateMachine):
         """While locked, when-unlocked items read ENOKEY (names and sizes stay); a descriptor
         opened before the lock reads ENOKEY from then on, even after the unlock."""
         self.touched = []
-        if not STRICT:
-            # A known bug, avoided unless MODEL_TEST_STRICT=1: a new file still pending when a
-            # lock revokes its writer is dropped at that writer's close, but the kernel is not
-            # told, so `stat` finds the name for the entry timeout (60 s) while `ls` does not list
-            # it and open(2) gives ENOENT. Such files are stored before the lock instead.
-            for k in self.kept:
-                item = self.item_by_ident(k.ident)
-                if k.creator and item is not None and item.pending and not k.revoked:
-                    want, _ = self.commit(k, final=True)
-                    self.mount_call(want, lambda: MOUNT.holder.fsync(k.fd))
         r = MOUNT.kc("lock", MOUNT.mp)
         expect(r.returncode == 0, f"lock: exit {r.returncode}")
         for k in self.kept:
@@ -1166,8 +1120,6 @@ class Coherence(RuleBasedStateMachine):
         first, so that B's change is never concurrent with one of A's (which would make a
         conflict copy): B's change then applies on A as made, and the mount shows it at once."""
         self.touched = [key]
-        if data is not None:
-            self.steer_pending(key)
         for who in ("A", "B"):
             r = MOUNT.kc("sync", "now") if who == "A" else MOUNT.kc_b("sync", "now")
             expect(r.returncode == 0, f"sync now on {who} before: exit {r.returncode}: {r.stderr!r}")
@@ -1220,7 +1172,6 @@ class Coherence(RuleBasedStateMachine):
                 continue
             expect(item is not None, f"{p}: exists, the model has no such item")
             expect(st_.st_size in self.sizes(item), f"{p}: st_size {st_.st_size}, want one of {sorted(self.sizes(item))}")
-            self.last_sizes[item.ident] = self.sizes(item)
             got = read_file(p)
             expect(got == item.secret, f"{p}: content {got!r}, want {item.secret!r}")
             try:
@@ -1256,9 +1207,6 @@ class Coherence(RuleBasedStateMachine):
                     expect(got == k.buffer, f"{k.describe()}: read {got!r}, want {k.buffer!r}")
                 except OSError as e:
                     expect(k.revoked and e.errno == errno.ENOKEY, f"{k.describe()}: {e!r}")
-            if k.ident in self.doomed or k.ident in self.lost:
-                # Its name is another item's now; the daemon still holds it until its failed insert.
-                continue
             fst = MOUNT.holder.fstat(k.fd)
             if current is not None:
                 wants = {(n, 1) for n in self.sizes(current)}
@@ -1270,11 +1218,6 @@ class Coherence(RuleBasedStateMachine):
                 if any(o.revoked for o in self.kept if o.ident == k.ident):
                     # A lock wiped the copy; which size the kernel kept of it is not defined.
                     wants |= {(fst[0], 0)}
-                if not STRICT:
-                    # A known bug: the kernel keeps the size the item had when it went (the
-                    # README says one of the open copies'), e.g. a writer whose writes a value
-                    # stored elsewhere dropped, then deleted. Seed 2995207462 at 3,000 steps.
-                    wants |= {(n, 0) for n in self.last_sizes.get(k.ident, ())}
             expect(fst in wants, f"{k.describe()}: fstat size, nlink {fst}, want one of {sorted(wants)}")
         for key in self.touched:
             # Over D-Bus: a search by its natural attributes finds it and those made distinct

@@ -225,6 +225,71 @@ expect_eq "['C (2)', 'L']
 ['one', 'two']
 False" "$(cat "$OUT")" "regression 3: CreateItem without replace over a 255-byte name: a second item, its name cut to fit, at once"
 
+echo "== pending new files and kept writers (the model test once stepped around these)"
+# A writer held open by a process that never forks (a fork's close of its copy is a flush,
+# which commits): `held PATH FLAGS STEPS...` runs the steps one by one, each once the file
+# $TEST_ROOT/go.N exists, and prints what each gave; `step N` lets step N run and waits for it.
+held() {
+    rm -f "$TEST_ROOT"/go.* "$TEST_ROOT"/done.*
+    /usr/bin/python3 - "$TEST_ROOT" "$@" <<'PY' >"$OUT" 2>&1 &
+import os, sys, time
+root, path, flags, steps = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+fd = os.open(path, eval(flags), 0o600)
+for n, step in enumerate(steps, 1):
+    while not os.path.exists(f"{root}/go.{n}"): time.sleep(0.01)
+    try:
+        r = eval(step, {"os": os, "fd": fd})
+        print(step, "->", "ok" if r is None else r, flush=True)
+    except OSError as e:
+        print(step, "->", os.strerror(e.errno), flush=True)
+    open(f"{root}/done.{n}", "w").close()
+PY
+    HELD=$!
+}
+step() { : >"$TEST_ROOT/go.$1"; while [ ! -e "$TEST_ROOT/done.$1" ]; do sleep 0.01; done; }
+
+# A new file pending when a lock took its class key is dropped at its close: stat found it for
+# the entry timeout (60 s) while ls did not list it.
+mkdir -p "$MP/pend"
+held "$MP/pend/revoked" "os.O_WRONLY|os.O_CREAT|os.O_EXCL" "os.write(fd, b'abc')" "os.close(fd)"
+step 1
+kc lock "$MP" >/dev/null; kc unlock "$MP" --passphrase-file "$PASSFILE" >/dev/null
+expect_exit 0 "the pending file is there until its close (and the kernel caches its attributes)" stat "$MP/pend/revoked"
+step 2; wait "$HELD"
+expect_contains "$OUT" "os.close(fd) -> Required key not available" "a pending file revoked by a lock: close says ENOKEY"
+tries=0
+while test -e "$MP/pend/revoked" && [ $tries -lt 100 ]; do sleep 0.01; tries=$((tries + 1)); done
+expect_exit 1 "and stat no longer finds it (within 1 s, not 60)" test -e "$MP/pend/revoked"
+
+# The CLI stores the name of a file still pending through the mount: the stored item takes the
+# name at once. An ftruncate through the pending file's descriptor showed its size for the
+# stored item, and after a CLI delete of it, ls listed the name again.
+held "$MP/pend/taken" "os.O_RDWR|os.O_CREAT|os.O_EXCL" "os.write(fd, b'abc')" "os.ftruncate(fd, 10)" \
+    "(os.fstat(fd).st_size, os.fstat(fd).st_nlink)" "os.close(fd)"
+step 1
+kc add-generic-password -s pend -a taken -w xy
+expect_eq "2" "$(stat -c %s "$MP/pend/taken")" "the CLI's item takes the name of the pending file at once"
+step 2
+expect_eq "2" "$(stat -c %s "$MP/pend/taken")" "an ftruncate through the pending file does not change the stored item's size"
+expect_eq "xy" "$(cat "$MP/pend/taken")" "which reads the CLI's value"
+kc delete-generic-password -s pend -a taken >/dev/null 2>&1
+expect_eq "" "$(ls "$MP/pend")" "after the CLI deletes it, ls lists nothing (the pending file lost its name)"
+step 3; step 4; wait "$HELD"
+expect_contains "$OUT" "-> (10, 0)" "the pending file's descriptor: its own copy, with no links"
+expect_contains "$OUT" "os.close(fd) -> File exists" "its close says EEXIST"
+expect_eq "" "$(ls "$MP/pend")" "and stores nothing"
+
+# A writer's uncommitted copy, a value stored elsewhere, then a delete: fstat showed the item's
+# last size (2) rather than the copy's (8).
+kc add-generic-password -s pend -a copy -w abc
+held "$MP/pend/copy" "os.O_RDWR" "os.pwrite(fd, b'12345678', 0)" "(os.fstat(fd).st_size, os.fstat(fd).st_nlink)" "os.close(fd)"
+step 1
+kc add-generic-password -U -s pend -a copy -w xy
+expect_eq "2" "$(stat -c %s "$MP/pend/copy")" "the value stored elsewhere shows at once"
+kc delete-generic-password -s pend -a copy >/dev/null 2>&1
+step 2; step 3; wait "$HELD"
+expect_contains "$OUT" "-> (8, 0)" "after the delete, fstat of the writer shows its own copy's size"
+
 echo "== a descriptor open across a CLI delete"
 kc add-generic-password -s s -a held -w "held value" >/dev/null
 python3 - "$MP/s/held" "$KEYCHAINFS_BIN" <<'PY' >"$OUT" 2>&1
