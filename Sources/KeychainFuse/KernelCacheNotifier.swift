@@ -105,6 +105,8 @@ struct KernelCacheNotifier: ItemChangeObserver {
     static func retold(_ change: ItemChange, _ table: InodeTable) -> [Notice] {
         func heldElsewhere(_ key: ItemKey) -> Bool {
             if table.aliases > 0 { return true }
+            // A generic item has one listed name: no names built for it (each create passes here).
+            guard case .internet = key else { return false }
             let (directory, names) = place(of: key)
             guard names.count > 1, let parent = table.directory(directory) else { return false }
             return names.allSatisfy { table.child(parent, $0) != nil }

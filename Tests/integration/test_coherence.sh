@@ -126,6 +126,14 @@ printf n >"$MP/al/%41lias"
 expect_eq "Alias" "$(ls "$MP/al")" "a file created under an escaped spelling is listed by its name"
 rm "$MP/al/Alias"
 expect_exit 1 "removed through the listed name: the other spelling is gone at once" test -e "$MP/al/%41lias"
+# A directory renamed onto another spelling: what lies below it is held under that spelling too.
+mkdir "$MP/rn" && printf v >"$MP/rn/x"
+mv "$MP/rn" "$MP/%72n2"
+expect_eq "rn2" "$(ls "$MP" | grep '^rn')" "a service renamed to an escaped spelling is listed by its name"
+expect_eq "1" "$(stat -c %s "$MP/%72n2/x")" "an item below the directory, by the spelling it was renamed to"
+kc add-generic-password -U -s rn2 -a x -w longer-value >/dev/null
+expect_eq "12" "$(stat -c %s "$MP/%72n2/x")" "a value the CLI changed below it: the new size at once"
+expect_eq "longer-value" "$(cat "$MP/%72n2/x")" "and the new value"
 git_cred store protocol=ssh host=al.example username=u password=ssh-one
 SSH="$MP/internet/al.example/22/u"
 expect_eq "ssh-one" "$(cat "$SSH%~SSH")" "an internet item under its protocol in capitals"
