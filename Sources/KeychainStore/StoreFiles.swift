@@ -163,7 +163,7 @@ enum StoreFiles {
         }
     }
 
-    private static func isOurs(_ st: stat) -> Bool {
+    static func isOurs(_ st: stat) -> Bool {
         st.st_mode & S_IFMT == S_IFREG && st.st_uid == getuid() && st.st_mode & 0o077 == 0
     }
 

@@ -30,12 +30,23 @@ import CStoreVFS
 ///
 /// An empty WAL needs new disk blocks for the next commit, so a full disk would refuse even a
 /// delete. A small reserve file beside the store is given up for a delete that meets a full
-/// disk, and made again once there is room.
+/// disk, and made again once there is room. A checkpoint that must grow the database may take
+/// it too (else a replaced value would wait in the database file for space), but only half
+/// unless it is a delete's (`ReserveUse`). Its need is bounded: the pages a checkpoint adds to
+/// the database are those the commits since the last one added, and on a nearly full disk
+/// every commit is folded in at once (`isNearlyFull`), and while the last fold found no room
+/// only deletes are taken (`lacksRoom`). So the keychain's own writes cannot fill the disk
+/// with pages no delete can fold.
 final class WriteAheadLog: Sendable {
     static let reserveBytes = 512 * 1024
+    /// Below this much free space, every commit is folded into the database at once.
+    static let nearlyFullBytes = 32 * 1024 * 1024
     let walPath: String
     let reservePath: String
+    private let directory: String
     private let pending = Mutex(false)
+    /// The last checkpoint failed for want of room, with the reserve it may take given up.
+    private let roomLacking = Mutex(false)
     /// The bytes of header and frames the last checkpoint emptied: what the commits since the
     /// one before wrote.
     private let checkpointedBytes = Mutex(0)
@@ -43,9 +54,22 @@ final class WriteAheadLog: Sendable {
     init(storePath: String) {
         walPath = storePath + "-wal"
         reservePath = storePath + "-reserve"
+        directory = (storePath as NSString).deletingLastPathComponent
     }
 
     var isPending: Bool { pending.withLock { $0 } }
+    var lacksRoom: Bool { roomLacking.withLock { $0 } }
+
+    /// How much of the reserve a checkpoint may give up on a full disk: a delete's, all of it;
+    /// any other's, half, so that the rest is left for a delete.
+    enum ReserveUse { case half, whole }
+
+    /// Whether the store's file system has less than `nearlyFullBytes` free (for this user).
+    func isNearlyFull() -> Bool {
+        var fs = statvfs()
+        guard statvfs(directory.isEmpty ? "." : directory, &fs) == 0 else { return false }
+        return UInt64(fs.f_bavail) * UInt64(fs.f_frsize) < UInt64(Self.nearlyFullBytes)
+    }
 
     /// Whether the writer's connection is at `synchronous = NORMAL` (it opens at `FULL`). The
     /// level is switched only when a commit needs the other one: switched there and back at
@@ -67,19 +91,19 @@ final class WriteAheadLog: Sendable {
     /// Folds the WAL into the database and empties it; false if it could not. Never throws:
     /// the commit before it stands.
     @discardableResult
-    func truncate(_ db: Database) -> Bool {
-        truncateReportingSync(db).done
+    func truncate(_ db: Database, reserve use: ReserveUse = .half) -> Bool {
+        truncateReportingSync(db, reserve: use).done
     }
 
     /// `truncate`, and whether a sync of the WAL failed on the way (then its frames, the last
     /// commit's included, may not be on disk, whatever a later sync says).
-    func truncateReportingSync(_ db: Database) -> (done: Bool, syncFailed: Bool) {
+    func truncateReportingSync(_ db: Database, reserve use: ReserveUse) -> (done: Bool, syncFailed: Bool) {
         _ = kcfs_store_vfs_take_wal_sync_failed()
-        let done = checkpoint(db)
+        let done = checkpoint(db, reserve: use)
         return (done, kcfs_store_vfs_take_wal_sync_failed() != 0)
     }
 
-    private func checkpoint(_ db: Database) -> Bool {
+    private func checkpoint(_ db: Database, reserve use: ReserveUse) -> Bool {
         // As `PRAGMA wal_checkpoint(TRUNCATE)`, without a statement to prepare at every commit:
         // SQLITE_BUSY when a reader or writer kept it from finishing. The store's VFS
         // (CStoreVFS) does the truncation as an overwrite of the WAL's frames with zeros, so
@@ -89,13 +113,14 @@ final class WriteAheadLog: Sendable {
         // A commit may fit in the WAL's kept blocks on a full disk, and its checkpoint then find
         // no room to grow the database (a new row's page): the reserve is given up for it, as
         // for a delete's commit, so that no replaced or deleted value waits for space to return.
-        if rc & 0xff == SQLITE_FULL && releaseReserve() {
+        if rc & 0xff == SQLITE_FULL && releaseReserve(use) {
             rc = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
         }
         let done = rc == SQLITE_OK
         let emptied = Int(kcfs_store_vfs_take_emptied())
         checkpointedBytes.withLock { $0 = emptied }
         pending.withLock { $0 = !done }
+        roomLacking.withLock { $0 = rc & 0xff == SQLITE_FULL }
         if done { keepReserve() }
         return done
     }
@@ -110,19 +135,31 @@ final class WriteAheadLog: Sendable {
         guard fdatasync(fd) == 0 else { throw KeychainError.io("cannot sync \(walPath): \(String(cString: strerror(errno)))") }
     }
 
-    /// Makes the reserve if it is missing; on a full disk it stays missing until there is room.
+    /// Makes the reserve whole if it is not; on a full disk what is left of it stays as it is
+    /// until there is room.
     func keepReserve() {
         var st = stat()
-        if stat(reservePath, &st) == 0 && st.st_size >= Self.reserveBytes { return }
+        let had = stat(reservePath, &st) == 0 ? Int(st.st_size) : 0
+        if had >= Self.reserveBytes { return }
         // Never through a planted symlink, nor into a file that is not ours.
         guard let fd = StoreFiles.openPrivate(reservePath) else { return }
-        let rc = posix_fallocate(fd, 0, off_t(Self.reserveBytes))
-        close(fd)
-        if rc != 0 { unlink(reservePath) }
+        defer { close(fd) }
+        guard posix_fallocate(fd, 0, off_t(Self.reserveBytes)) != 0 else { return }
+        // Whatever part of the blocks it took goes back.
+        if had == 0 { unlink(reservePath) } else { _ = ftruncate(fd, off_t(had)) }
     }
 
-    /// Frees the reserve's blocks for a delete on a full disk; false if there was none.
-    func releaseReserve() -> Bool { unlink(reservePath) == 0 }
+    /// Frees the reserve's blocks (half of them, at most, for `.half`) for a write on a full
+    /// disk; false if that frees nothing.
+    func releaseReserve(_ use: ReserveUse = .whole) -> Bool {
+        guard use == .half else { return unlink(reservePath) == 0 }
+        let fd = open(reservePath, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, StoreFiles.isOurs(st), Int(st.st_size) > Self.reserveBytes / 2 else { return false }
+        return ftruncate(fd, off_t(Self.reserveBytes / 2)) == 0
+    }
 }
 
 /// What a write transaction does to sealed values, which decides what must follow its commit.
@@ -145,7 +182,7 @@ extension StoreDatabase {
             return try attempt(effect, committed, body)
         } catch let e as DatabaseError where e.resultCode == .SQLITE_FULL {
             // Frames of the failed transaction may sit in the WAL; they go too.
-            try? queue.writeWithoutTransaction { db in log.truncate(db) }
+            try? queue.writeWithoutTransaction { db in log.truncate(db, reserve: effect == .deletesOnly ? .whole : .half) }
             throw e
         }
     }
@@ -194,11 +231,18 @@ extension StoreDatabase {
             // A commit that only adds, into a WAL with nothing left to fold in, stays at `FULL`:
             // SQLite syncs the WAL's frames itself, on the descriptor it holds (an open, a sync
             // and a close of ours, and two switches of the level, fewer per create).
-            let checkpoints = effect != .addsOnly || log.isPending
+            // On a nearly full disk every commit is folded in at once, so that what a delete's
+            // checkpoint must fold stays within the reserve; while the last fold found no room,
+            // only deletes are taken (`WriteAheadLog`).
+            let nearlyFull = effect != .deletesOnly && log.isNearlyFull()
+            if nearlyFull && log.lacksRoom && !log.truncate(db, reserve: .half) {
+                throw DatabaseError(resultCode: .SQLITE_FULL)
+            }
+            let checkpoints = effect != .addsOnly || log.isPending || nearlyFull
             try log.setSynchronous(db, normal: checkpoints)
             let result = try Self.immediateTransaction(db) { try body(db) }
             if checkpoints {
-                let emptied = log.truncateReportingSync(db)
+                let emptied = log.truncateReportingSync(db, reserve: effect == .deletesOnly ? .whole : .half)
                 if emptied.syncFailed {
                     throw KeychainError.io("cannot sync \(log.walPath): the last commit may not be on disk")
                 }

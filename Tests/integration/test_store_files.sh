@@ -222,6 +222,33 @@ else
     fail "mount a small tmpfs (needs root)"
 fi
 
+echo "== a disk filled by the keychain's own writes"
+# New items of 100 KB until the disk is full: a checkpoint that grows the database may take half
+# the reserve, never the half a delete needs, and on a nearly full disk each commit is folded in
+# at once, so no delete meets a WAL whose pages it has no room to fold (it failed with 73).
+FS2="$TEST_ROOT/small2"
+mkdir -p "$FS2"
+if mount -t tmpfs -o size=2m tmpfs "$FS2" 2>/dev/null; then
+    on_exit "umount -l '$FS2'"
+    S4="$FS2/k.db"
+    kc init --store "$S4" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+    mount_kc "$MP" --store "$S4"
+    mkdir -p "$MP/fill"
+    n=0
+    while [ $n -lt 40 ] && head -c 100000 /dev/urandom >"$MP/fill/i$n" 2>/dev/null; do n=$((n + 1)); done
+    expect_errno "the keychain's writes fill the disk: a create fails" "No space left on device" \
+        sh -c "head -c 100000 /dev/urandom > '$MP/fill/last'"
+    expect_eq "$n" "$(ls "$MP/fill" | wc -l)" "and leaves no item behind ($n stored)"
+    expect_exit 0 "rm works on the disk the keychain filled" rm "$MP/fill/i0"
+    expect_exit 0 "delete-generic-password too" kc delete-generic-password --store "$S4" -s fill -a i1
+    expect_exit 0 "and a third delete" rm "$MP/fill/i2"
+    expect_eq "$((n - 3))" "$(ls "$MP/fill" | wc -l)" "the three are gone"
+    nothing_recoverable "nothing deleted is recoverable" "$S4"
+    kc unmount "$MP" >/dev/null
+else
+    fail "mount a small tmpfs (needs root)"
+fi
+
 echo "== a write error while the WAL's frames are zeroed"
 # The emptying zeroes the WAL's frames in 64 KiB writes, and each later emptying stops at the
 # first frame header of zeros. One of those writes failing part way (ENOSPC on a full disk
