@@ -18,20 +18,30 @@ final class FuseFileSystem: Sendable {
     private let listings = Mutex(DirectoryListings())
     /// Inode to the handle it was last read through.
     private let readNodes = Mutex<[UInt64: UInt64]>([:])
-    /// Sends notices to the kernel after the current request's reply (`KernelCacheNotifier`'s
-    /// rule 1); set while mounted.
-    private let tellAfterReply = Mutex<(@Sendable ([KernelCacheNotifier.Notice]) -> Void)?>(nil)
+    /// What tells the kernel of changes (`KernelCacheNotifier`); set while mounted.
+    private let notifier = Mutex<KernelCacheNotifier?>(nil)
 
     init(tree: KeychainTree) { self.tree = tree }
 
-    func setTellAfterReply(_ tell: (@Sendable ([KernelCacheNotifier.Notice]) -> Void)?) {
-        tellAfterReply.withLock { $0 = tell }
+    /// Cleared at unmount: the notifier holds this file system.
+    func setNotifier(_ notifier: KernelCacheNotifier?) {
+        self.notifier.withLock { $0 = notifier }
     }
 
     /// If `ino`'s name no longer names anything in the tree, though the kernel made it through
-    /// the mount (a new file dropped at a failed commit), forgets it as an unlink does, and has
-    /// the kernel told: it would keep finding the name for the entry timeout.
-    func dropNameIfGone(_ ino: UInt64) {
+    /// the mount (a new file dropped at a failed commit), forgets it as an unlink does, and
+    /// tells the kernel, which would keep finding the name for the entry timeout. With
+    /// `entryBeforeReply` (a FLUSH or an FSYNC, whose caller waits on the reply), the entry is
+    /// dropped before this request's reply, so that the caller of close(2) or fsync(2) finds
+    /// the name gone; the rest (and the entry, for a RELEASE) just after the reply.
+    ///
+    /// The entry, from the worker answering the request, is against `KernelCacheNotifier`'s
+    /// rule 1: an entry invalidation takes only the directory's lock, which the kernel never
+    /// holds across a FLUSH or an FSYNC (FSYNC holds the file's, which `notify_delete` would
+    /// take: not sent here), and the worker first passes the lead, so that a request holding
+    /// it is read and answered by another. A RELEASE may come with the directory held (a
+    /// create whose open failed), so it is told after the reply only.
+    func dropNameIfGone(_ ino: UInt64, entryBeforeReply: Bool) {
         guard let location = try? location(ino) else { return }
         do { _ = try tree.stat(location); return } catch { guard error == .notFound else { return } }
         let dropped = inodes.withLock { t -> (parent: UInt64, name: String)? in
@@ -39,8 +49,13 @@ final class FuseFileSystem: Sendable {
             t.unlink(n.parent, n.name)
             return (n.parent, n.name)
         }
-        guard let dropped, let tell = tellAfterReply.withLock({ $0 }) else { return }
-        tell([.delete(parent: dropped.parent, child: ino, name: dropped.name), .invalidateInode(dropped.parent)])
+        guard let dropped, let notifier = notifier.withLock({ $0 }) else { return }
+        let entry = KernelCacheNotifier.Notice.invalidateEntry(parent: dropped.parent, name: dropped.name)
+        if entryBeforeReply {
+            kcfs_loop_pass_lead()
+            notifier.tellNow([entry])
+        }
+        notifier.tellAfterReply((entryBeforeReply ? [] : [entry]) + [.invalidateInode(ino), .invalidateInode(dropped.parent)])
     }
 
     func noteRead(_ ino: UInt64, handle: UInt64) {

@@ -79,8 +79,7 @@ package final class FuseMount: @unchecked Sendable {
             self?.live.withLock { s in if let s { body(s.session) } }
         }
         tree.served.addObserver(notifier)
-        // Cleared at `close`: the notifier holds the file system.
-        fileSystem.setTellAfterReply { notifier.tellAfterReply($0) }
+        fileSystem.setNotifier(notifier)
     }
 
     /// Drops the kernel's cached pages of files the lock revoked (or of every file read, with
@@ -141,7 +140,7 @@ package final class FuseMount: @unchecked Sendable {
         guard let se = session else { return }
         tree.setAfterLock(nil)
         tree.served.setBeforeWaiting(nil)
-        fileSystem.setTellAfterReply(nil)
+        fileSystem.setNotifier(nil)
         live.withLock { $0 = nil }
         session = nil
         // Detached: an unmount by path would detach whatever is mounted there by now.

@@ -412,14 +412,14 @@ enum FuseOperations {
 
     static func flush(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
-            try committing(fs, ino) { () throws(FileSystemError) in try fs.tree.flush(fi!.pointee.fh) }
+            try committing(fs, ino, answering: .flush) { () throws(FileSystemError) in try fs.tree.flush(fi!.pointee.fh) }
             fuse_reply_err(req, 0)
         }
     }
 
     static func fsync(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
-            try committing(fs, ino) { () throws(FileSystemError) in try fs.tree.sync(fi!.pointee.fh) }
+            try committing(fs, ino, answering: .fsync) { () throws(FileSystemError) in try fs.tree.sync(fi!.pointee.fh) }
             fuse_reply_err(req, 0)
         }
     }
@@ -428,19 +428,22 @@ enum FuseOperations {
         let h = fi!.pointee.fh
         answer(req) { fs throws(FileSystemError) in
             defer { fs.inodes.withLock { $0.released(ino, h) } }
-            try committing(fs, ino) { () throws(FileSystemError) in try fs.tree.release(h) }
+            try committing(fs, ino, answering: .release) { () throws(FileSystemError) in try fs.tree.release(h) }
             fuse_reply_err(req, 0)
         }
     }
+
+    /// The requests that commit an open file.
+    private enum Commit { case flush, fsync, release }
 
     /// A commit that fails may drop a new file the kernel made with its create, and holds: a
     /// pending item whose writer a lock revoked, or that a full disk or its size refused
     /// (`KeychainTree.commit`). Its name is gone then, and the kernel is told
     /// (`FuseFileSystem.dropNameIfGone`).
-    private static func committing(_ fs: FuseFileSystem, _ ino: fuse_ino_t,
+    private static func committing(_ fs: FuseFileSystem, _ ino: fuse_ino_t, answering request: Commit,
                                    _ commit: () throws(FileSystemError) -> Void) throws(FileSystemError) {
         do { try commit() } catch {
-            fs.dropNameIfGone(ino)
+            fs.dropNameIfGone(ino, entryBeforeReply: request != .release)
             throw error
         }
     }

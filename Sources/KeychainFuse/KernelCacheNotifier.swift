@@ -40,7 +40,8 @@ import KeychainModel
 ///    answering: changes not made through the mount are told on the control server's, the
 ///    Secret Service's (its bus thread and write queue) and sync's threads; those made through
 ///    it, on `retelling`'s, as is the name of a new file a failed commit dropped
-///    (`FuseFileSystem.dropNameIfGone`).
+///    (`FuseFileSystem.dropNameIfGone`; but its entry, which a FLUSH's or an FSYNC's caller
+///    must find gone, before their reply, where it says why that cannot deadlock).
 /// 2. The owner calls observers after its commit with none of its locks held (`committing`,
 ///    `state`, `unlocking`), so every worker that must answer the request the kernel is waiting
 ///    on can take whatever it needs and reply; then the kernel lets go of its lock and the
@@ -48,8 +49,9 @@ import KeychainModel
 /// 3. Here, the inode table's mutex is held only to read and update the table, never across a
 ///    notification, and a worker never waits for anything while holding it.
 /// 4. `live` is held across the notifications so that none reaches a session being destroyed;
-///    the workers never take it, and the only other taker (`FuseMount.serve`'s end and
-///    `close`) runs after the loop has stopped serving, when no request can be waiting.
+///    a worker takes it only for the entry of a dropped new file (above), which waits on no
+///    other notification; the takers that end the session (`FuseMount.serve`'s end and
+///    `close`) run after the loop has stopped serving, when no request can be waiting.
 /// `KernelCacheNotifierTests` forces the interleaving: a notification sent while a worker is
 /// blocked inside a request on the same directory completes once the worker is let go.
 struct KernelCacheNotifier: ItemChangeObserver {
@@ -76,15 +78,15 @@ struct KernelCacheNotifier: ItemChangeObserver {
         let told = origin != .tree ? changes : changes.filter { $0 == .lockStateChanged(.unlocked) }
         guard !told.isEmpty else { return }
         let notices = fileSystem.inodes.withLock { t in told.flatMap { Self.notices(for: $0, &t) } }
-        if !notices.isEmpty { send(notices) }
+        if !notices.isEmpty { tellNow(notices) }
     }
 
     /// Sends `notices`, made on a worker, once its request is answered (rule 1).
     func tellAfterReply(_ notices: [Notice]) {
-        retelling.async { [self] in send(notices) }
+        retelling.async { [self] in tellNow(notices) }
     }
 
-    private func send(_ notices: [Notice]) {
+    func tellNow(_ notices: [Notice]) {
         live { session in
             for n in notices {
                 switch n {
