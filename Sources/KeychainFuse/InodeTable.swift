@@ -126,6 +126,9 @@ struct InodeTable {
     /// The handles open on `ino`.
     func handles(_ ino: UInt64) -> [UInt64] { Array(nodes[ino]?.handles ?? []) }
 
+    /// Whether a file is open on `ino`.
+    func isOpen(_ ino: UInt64) -> Bool { !(nodes[ino]?.handles.isEmpty ?? true) }
+
     /// The inode of `parent`/`name`, made if new, with one more lookup. A new inode is an alias
     /// if `alias` says so or its directory is one (`Node.alias`).
     mutating func lookedUp(_ parent: UInt64, _ name: String, alias: Bool = false) -> UInt64 {

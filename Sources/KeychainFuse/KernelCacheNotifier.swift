@@ -165,24 +165,29 @@ struct KernelCacheNotifier: ItemChangeObserver {
             }
             parent = next
         }
-        // A name the kernel holds already is a new file still pending through the mount, whose
-        // name the stored item took (`ServedKeychain.State.storedElsewhere`): its inode goes, as
-        // at an unlink, so that the stored item is not shown with that file's size.
-        return unlinked(names, in: parent, &table) + [.invalidateInode(parent)]
+        // A name the kernel holds open already is a new file still pending through the mount,
+        // whose name the stored item took (`ServedKeychain.State.displacePending`): its inode
+        // goes, as at an unlink, so that the stored item is not shown with that file's size. (A
+        // directory of that name, which an internet item's account may share, has no open file.)
+        return unlinked(names, in: parent, &table, onlyOpen: true) + [.invalidateInode(parent)]
     }
 
     private static func removed(_ key: ItemKey, _ table: inout InodeTable) -> [Notice] {
         let (directory, names) = place(of: key)
         guard let parent = table.directory(directory) else { return [] }
-        return unlinked(names, in: parent, &table) + [.invalidateInode(parent)]
+        return unlinked(names, in: parent, &table, onlyOpen: false) + [.invalidateInode(parent)]
     }
 
-    /// Each of `names` in `parent`: unlinked where the kernel holds its inode (its dentry goes,
-    /// the inode gets no links, and its attributes are asked again: a descriptor still open on
-    /// it shows its own copy's size, not the size the item had), else its entry dropped.
-    private static func unlinked(_ names: [String], in parent: UInt64, _ table: inout InodeTable) -> [Notice] {
+    /// Each of `names` in `parent`: unlinked where the kernel holds its inode (with `onlyOpen`,
+    /// one with a file open on it): its dentry goes, the inode gets no links, and its attributes
+    /// are asked again (a descriptor still open on it shows its own copy's size, not the size
+    /// the item had); else its entry dropped.
+    private static func unlinked(_ names: [String], in parent: UInt64, _ table: inout InodeTable,
+                                 onlyOpen: Bool) -> [Notice] {
         names.flatMap { name -> [Notice] in
-            guard let child = table.child(parent, name) else { return [.invalidateEntry(parent: parent, name: name)] }
+            guard let child = table.child(parent, name), !onlyOpen || table.isOpen(child) else {
+                return [.invalidateEntry(parent: parent, name: name)]
+            }
             table.unlink(parent, name)
             return [.delete(parent: parent, child: child, name: name), .invalidateInode(child)]
         }

@@ -27,9 +27,25 @@ final class KernelCacheNotifierTests: XCTestCase {
         var t = InodeTable()
         let svc = t.lookedUp(InodeTable.root, "svc")
         let pending = t.created(svc, "new")
+        t.opened(pending, 7)
         XCTAssertEqual(KernelCacheNotifier.notices(for: .added(try generic("svc", "new")), &t),
                        [.delete(parent: svc, child: pending, name: "new"), .invalidateInode(pending), .invalidateInode(svc)])
         XCTAssertNil(t.child(svc, "new"), "the stored item gets its own inode at its lookup, not the pending file's")
+    }
+
+    /// An internet item's account may be the name of a path directory beside it: a new item of
+    /// that name leaves the directory's inode as it is.
+    func testANameAddedWhereTheKernelHoldsADirectoryOnlyDropsTheEntry() throws {
+        var t = InodeTable()
+        let inet = t.lookedUp(InodeTable.root, "internet")
+        let server = t.lookedUp(inet, "example.com")
+        let port = t.lookedUp(server, "443")
+        let docs = t.lookedUp(port, "docs")
+        let key = ItemKey.internet(try InternetPasswordKey(server: "example.com", port: 443, path: "", protocol: .https, account: "docs"))
+        XCTAssertEqual(KernelCacheNotifier.notices(for: .added(key), &t),
+                       [.invalidateEntry(parent: port, name: "docs"), .invalidateEntry(parent: port, name: "docs%~https"),
+                        .invalidateInode(port)])
+        XCTAssertEqual(t.child(port, "docs"), docs)
     }
 
     func testANewNameDropsAnyEntryAndTheDirectorysAttributes() throws {
