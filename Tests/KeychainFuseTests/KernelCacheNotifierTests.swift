@@ -12,6 +12,12 @@ import XCTest
 final class KernelCacheNotifierTests: XCTestCase {
     private func generic(_ s: String, _ a: String) throws -> ItemKey { .generic(try GenericPasswordKey(service: s, account: a)) }
 
+    /// `internet/example.com/443`, looked up.
+    private func port443(_ t: inout InodeTable) -> UInt64 {
+        let inet = t.lookedUp(InodeTable.root, "internet")
+        return t.lookedUp(t.lookedUp(inet, "example.com"), "443")
+    }
+
     func testANameTheKernelHoldsIsDeletedAndLeavesTheTable() throws {
         var t = InodeTable()
         let svc = t.lookedUp(InodeTable.root, "svc")
@@ -37,9 +43,7 @@ final class KernelCacheNotifierTests: XCTestCase {
     /// that name leaves the directory's inode as it is.
     func testANameAddedWhereTheKernelHoldsADirectoryOnlyDropsTheEntry() throws {
         var t = InodeTable()
-        let inet = t.lookedUp(InodeTable.root, "internet")
-        let server = t.lookedUp(inet, "example.com")
-        let port = t.lookedUp(server, "443")
+        let port = port443(&t)
         let docs = t.lookedUp(port, "docs")
         let key = ItemKey.internet(try InternetPasswordKey(server: "example.com", port: 443, path: "", protocol: .https, account: "docs"))
         XCTAssertEqual(KernelCacheNotifier.notices(for: .added(key), &t),
@@ -70,10 +74,7 @@ final class KernelCacheNotifierTests: XCTestCase {
 
     func testAnInternetItemIsToldByItsPlainAndItsTaggedName() throws {
         var t = InodeTable()
-        let inet = t.lookedUp(InodeTable.root, "internet")
-        let server = t.lookedUp(inet, "example.com")
-        let port = t.lookedUp(server, "443")
-        let dir = t.lookedUp(port, "docs")
+        let dir = t.lookedUp(port443(&t), "docs")
         let plain = t.lookedUp(dir, "alice")
         let tagged = t.lookedUp(dir, "alice%~https")
         let key = ItemKey.internet(try InternetPasswordKey(server: "example.com", port: 443, path: "docs", protocol: .https,

@@ -187,6 +187,17 @@ store_settled() {
     echo "$a"
 }
 
+# A store alone on a tmpfs of SIZE at $TEST_ROOT/NAME (a full disk is then a few writes
+# away): sets SMALL_FS and SMALL_STORE. Fails when the tmpfs cannot be mounted (needs root).
+small_store() {
+    SMALL_FS="$TEST_ROOT/$1"
+    mkdir -p "$SMALL_FS"
+    mount -t tmpfs -o "size=$2" tmpfs "$SMALL_FS" 2>/dev/null || return 1
+    on_exit "umount -l '$SMALL_FS'"
+    SMALL_STORE="$SMALL_FS/k.db"
+    kc init --store "$SMALL_STORE" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+}
+
 init_store() {
     kc init --scrypt-log-n 10 --passphrase-file "$PASSFILE" "$@" >/dev/null
 }

@@ -25,12 +25,8 @@ expect_not_contains "$LOG" "svc/bad" "nor a name"
 expect_contains "$LOG" "unmounted" "and the unmount"
 
 echo "== a full disk"
-FS="$TEST_ROOT/small"
-mkdir -p "$FS"
-if mount -t tmpfs -o size=2m tmpfs "$FS" 2>/dev/null; then
-    on_exit "umount -l '$FS'"
-    S="$FS/k.db"
-    kc init --store "$S" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+if small_store small 2m; then
+    FS=$SMALL_FS S=$SMALL_STORE
     kc mount "$MP" --store "$S" --passphrase-file "$PASSFILE" >/dev/null
     on_exit_unmount "$MP"
     pid=$(daemon_pid "$MP"); [ -n "$pid" ] && on_exit_kill "$pid"

@@ -164,12 +164,8 @@ nothing_recoverable "and no row of a weaker class is left" "$S2" --classes 4,5,6
 kc unmount "$MP" >/dev/null
 
 echo "== a full disk"
-FS="$TEST_ROOT/small"
-mkdir -p "$FS"
-if mount -t tmpfs -o size=3m tmpfs "$FS" 2>/dev/null; then
-    on_exit "umount -l '$FS'"
-    S3="$FS/k.db"
-    kc init --store "$S3" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+if small_store small 3m; then
+    FS=$SMALL_FS S3=$SMALL_STORE
     mount_kc "$MP" --store "$S3"
     mkdir -p "$MP/svc"
     for a in a b c d; do sh -c "printf 'kept-$a' > '$MP/svc/$a'"; done
@@ -226,12 +222,8 @@ echo "== a disk filled by the keychain's own writes"
 # New items of 100 KB until the disk is full: a checkpoint that grows the database may take half
 # the reserve, never the half a delete needs, and on a nearly full disk each commit is folded in
 # at once, so no delete meets a WAL whose pages it has no room to fold (it failed with 73).
-FS2="$TEST_ROOT/small2"
-mkdir -p "$FS2"
-if mount -t tmpfs -o size=2m tmpfs "$FS2" 2>/dev/null; then
-    on_exit "umount -l '$FS2'"
-    S4="$FS2/k.db"
-    kc init --store "$S4" --scrypt-log-n 10 --passphrase-file "$PASSFILE" >/dev/null
+if small_store small2 2m; then
+    S4=$SMALL_STORE
     mount_kc "$MP" --store "$S4"
     mkdir -p "$MP/fill"
     n=0
