@@ -199,12 +199,13 @@ extension KeychainTree {
 
     /// Commits the open copy as one atomic, durable update (at close(2) and fsync(2)).
     package func flush(_ handle: UInt64) throws(FileSystemError) {
-        try commit(try withFile(handle) { $0 }, final: false)
+        try commit(try withFile(handle) { $0 }, final: false, closing: true)
     }
 
-    /// fsync(2): everything, a pending O_TRUNC included, is committed.
+    /// fsync(2): everything, a pending O_TRUNC included, is committed. A new file whose insert
+    /// fails here stays as it is (pending), for its close to try again or drop.
     package func sync(_ handle: UInt64) throws(FileSystemError) {
-        try commit(try withFile(handle) { $0 }, final: true)
+        try commit(try withFile(handle) { $0 }, final: true, closing: false)
     }
 
     package func release(_ handle: UInt64) throws(FileSystemError) {
@@ -229,7 +230,7 @@ extension KeychainTree {
                 f.close()
             }
         }
-        try commit(f, final: true)
+        try commit(f, final: true, closing: true)
     }
 
     /// What a commit of an open copy writes: taken under `state`, written without it.
@@ -248,7 +249,10 @@ extension KeychainTree {
         return (f.isDirty || insertsPending) && (final || f.hasWrites)
     }
 
-    private func commit(_ f: OpenFile, final: Bool) throws(FileSystemError) {
+    /// `closing`: at close(2)'s FLUSH or the RELEASE, where a new file whose insert fails is
+    /// dropped; not at fsync(2), which holds the file's lock in the kernel, so that the kernel
+    /// could not be told of the name's going before its reply (`FuseFileSystem.dropNameIfGone`).
+    private func commit(_ f: OpenFile, final: Bool, closing: Bool) throws(FileSystemError) {
         // A reader's close commits nothing, and must not wait for another item's commit.
         let needed = served.state.withLock { s in Self.commitNeeded(f, final: final, s) }
         guard needed else { return }
@@ -257,12 +261,12 @@ extension KeychainTree {
                 guard Self.commitNeeded(f, final: final, s) else { return .nothing }
                 guard !f.isRevoked else {
                     // A pending item whose writer lost its key is never stored.
-                    s.discardPending(f.itemID)
+                    if closing { s.discardPending(f.itemID) }
                     throw .keyUnavailable
                 }
                 guard !f.isAbandoned else {
                     f.markCommitted(writes: f.writes)
-                    return .abandon(f.createdItem ? s.index.item(f.itemID) : nil)
+                    return .abandon(f.createdItem && closing ? s.index.item(f.itemID) : nil)
                 }
                 if f.lostName {
                     // Told once, by whichever of the item's files commits first; it stores nothing.
@@ -292,8 +296,10 @@ extension KeychainTree {
                     // stricter: the store applies the class rule again, where no commit can come.
                     _ = try c.store(pending: item, as: record, secret: value)
                 } catch {
-                    // Not stored (a full disk): the new file is gone, and close(2) says why,
-                    // but not at a release, which no program waits for: the log does. No name.
+                    // Not stored (a full disk): at close the new file is gone, and close(2)
+                    // says why, but not at a release, which no program waits for: the log
+                    // does. No name. At fsync it stays pending, its writes to be tried again.
+                    guard closing else { throw .from(error) }
                     Self.log.warning("a new file could not be stored: \(FileSystemError.from(error).description)")
                     served.state.withLock { s in
                         s.discardPending(item.id)

@@ -29,18 +29,20 @@ final class FuseFileSystem: Sendable {
     }
 
     /// If `ino`'s name no longer names anything in the tree, though the kernel made it through
-    /// the mount (a new file dropped at a failed commit), forgets it as an unlink does, and
-    /// tells the kernel, which would keep finding the name for the entry timeout. With
-    /// `entryBeforeReply` (a FLUSH or an FSYNC, whose caller waits on the reply), the entry is
-    /// dropped before this request's reply, so that the caller of close(2) or fsync(2) finds
-    /// the name gone; the rest (and the entry, for a RELEASE) just after the reply.
+    /// the mount (a new file dropped at a failed commit at close), forgets it as an unlink does,
+    /// and tells the kernel, which would keep finding the name for the entry timeout. With
+    /// `entryBeforeReply` (a FLUSH, whose caller, close(2), waits on the reply), the entry is
+    /// dropped before this request's reply, so that close(2) returns with the name gone; the
+    /// rest (and the entry, for a RELEASE) just after the reply.
     ///
-    /// The entry, from the worker answering the request, is against `KernelCacheNotifier`'s
-    /// rule 1: an entry invalidation takes only the directory's lock, which the kernel never
-    /// holds across a FLUSH or an FSYNC (FSYNC holds the file's, which `notify_delete` would
-    /// take: not sent here), and the worker first passes the lead, so that a request holding
-    /// it is read and answered by another. A RELEASE may come with the directory held (a
-    /// create whose open failed), so it is told after the reply only.
+    /// The entry, from the worker answering the FLUSH, is against `KernelCacheNotifier`'s
+    /// rule 1: an entry invalidation takes only the directory's lock, and the kernel holds no
+    /// lock across a FLUSH, so a task holding the directory's (an unlink, a create there) waits
+    /// on nothing the FLUSH holds; the worker first passes the lead, so that such a task's
+    /// request is read and answered by another. Not at an FSYNC, which holds the file's lock
+    /// (an unlink holding the directory's waits for it), and which drops nothing
+    /// (`KeychainTree.sync`); nor at a RELEASE, which may come with the directory held (a
+    /// create whose open failed): told after the reply.
     func dropNameIfGone(_ ino: UInt64, entryBeforeReply: Bool) {
         guard let location = try? location(ino) else { return }
         do { _ = try tree.stat(location); return } catch { guard error == .notFound else { return } }

@@ -91,7 +91,7 @@ enum FuseOperations {
         ops.write = { req, _, buf, size, offset, fi in FuseOperations.write(req, buf, size, offset, fi) }
         ops.lseek = { req, _, offset, whence, fi in FuseOperations.lseek(req, offset, whence, fi) }
         ops.flush = { FuseOperations.flush($0, $1, $2) }
-        ops.fsync = { req, ino, _, fi in FuseOperations.fsync(req, ino, fi) }
+        ops.fsync = { req, _, _, fi in FuseOperations.fsync(req, fi) }
         ops.release = { FuseOperations.release($0, $1, $2) }
         ops.opendir = { FuseOperations.opendir($0, $1, $2) }
         ops.readdir = { FuseOperations.readdir($0, $1, $2, $3, $4) }
@@ -412,14 +412,15 @@ enum FuseOperations {
 
     static func flush(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
-            try committing(fs, ino, answering: .flush) { () throws(FileSystemError) in try fs.tree.flush(fi!.pointee.fh) }
+            try committing(fs, ino, entryBeforeReply: true) { () throws(FileSystemError) in try fs.tree.flush(fi!.pointee.fh) }
             fuse_reply_err(req, 0)
         }
     }
 
-    static func fsync(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    static func fsync(_ req: fuse_req_t?, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         answer(req) { fs throws(FileSystemError) in
-            try committing(fs, ino, answering: .fsync) { () throws(FileSystemError) in try fs.tree.sync(fi!.pointee.fh) }
+            // A failed fsync drops nothing (`KeychainTree.sync`).
+            try fs.tree.sync(fi!.pointee.fh)
             fuse_reply_err(req, 0)
         }
     }
@@ -428,22 +429,19 @@ enum FuseOperations {
         let h = fi!.pointee.fh
         answer(req) { fs throws(FileSystemError) in
             defer { fs.inodes.withLock { $0.released(ino, h) } }
-            try committing(fs, ino, answering: .release) { () throws(FileSystemError) in try fs.tree.release(h) }
+            try committing(fs, ino, entryBeforeReply: false) { () throws(FileSystemError) in try fs.tree.release(h) }
             fuse_reply_err(req, 0)
         }
     }
 
-    /// The requests that commit an open file.
-    private enum Commit { case flush, fsync, release }
-
-    /// A commit that fails may drop a new file the kernel made with its create, and holds: a
-    /// pending item whose writer a lock revoked, or that a full disk or its size refused
-    /// (`KeychainTree.commit`). Its name is gone then, and the kernel is told
+    /// A close's commit (FLUSH, RELEASE) that fails may drop a new file the kernel made with its
+    /// create, and holds: a pending item whose writer a lock revoked, or that a full disk or its
+    /// size refused (`KeychainTree.commit`). Its name is gone then, and the kernel is told
     /// (`FuseFileSystem.dropNameIfGone`).
-    private static func committing(_ fs: FuseFileSystem, _ ino: fuse_ino_t, answering request: Commit,
+    private static func committing(_ fs: FuseFileSystem, _ ino: fuse_ino_t, entryBeforeReply: Bool,
                                    _ commit: () throws(FileSystemError) -> Void) throws(FileSystemError) {
         do { try commit() } catch {
-            fs.dropNameIfGone(ino, entryBeforeReply: request != .release)
+            fs.dropNameIfGone(ino, entryBeforeReply: entryBeforeReply)
             throw error
         }
     }

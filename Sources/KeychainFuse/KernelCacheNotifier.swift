@@ -40,8 +40,8 @@ import KeychainModel
 ///    answering: changes not made through the mount are told on the control server's, the
 ///    Secret Service's (its bus thread and write queue) and sync's threads; those made through
 ///    it, on `retelling`'s, as is the name of a new file a failed commit dropped
-///    (`FuseFileSystem.dropNameIfGone`; but its entry, which a FLUSH's or an FSYNC's caller
-///    must find gone, before their reply, where it says why that cannot deadlock).
+///    (`FuseFileSystem.dropNameIfGone`; but its entry, which close(2) must find gone, before
+///    the FLUSH's reply, where it says why that cannot deadlock).
 /// 2. The owner calls observers after its commit with none of its locks held (`committing`,
 ///    `state`, `unlocking`), so every worker that must answer the request the kernel is waiting
 ///    on can take whatever it needs and reply; then the kernel lets go of its lock and the

@@ -242,6 +242,21 @@ final class PendingCreateTests: XCTestCase {
         XCTAssertNil(try stored("locked"))
     }
 
+    /// fsync(2) drops nothing (the FUSE binding could not tell the kernel before its reply):
+    /// the file goes at its close.
+    func testAnFsyncAfterALockKeepsThePendingFileUntilItsClose() throws {
+        let h = try tree.create("/svc/synced", flags: O_WRONLY)
+        try write(h, "lost")
+        tree.lock()
+        try tree.unlock(passphrase: SecureBytes(copying: Array("pw".utf8)))
+        assertErrno(.keyUnavailable, try tree.sync(h))
+        XCTAssertEqual(try tree.list("/svc").map(\.name), ["synced"], "still there after the fsync")
+        assertErrno(.keyUnavailable, try tree.flush(h))
+        assertErrno(.notFound, _ = try tree.stat("/svc/synced"))
+        try? tree.release(h)
+        XCTAssertNil(try stored("synced"))
+    }
+
     func testAnAbandonedPendingFileLeavesNothing() throws {
         let h = try tree.create("/svc/huge", flags: O_WRONLY)
         assertErrno(.tooLarge, try tree.truncate(handle: h, size: maxSecretBytes + 1))

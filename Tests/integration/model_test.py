@@ -783,11 +783,12 @@ class Coherence(RuleBasedStateMachine):
             k.written = True
             self.sizes_changed(k.ident)
 
-    def commit(self, k, final):
+    def commit(self, k, final, closing=True):
         """What the daemon's commit of `k` does (KeychainTree.commit): at close(2)'s flush
         (`final` False: only written changes) or at fsync and the release (`final`: an O_TRUNC
-        and a pending create too). Returns the errno the caller gets (None: success) and what
-        changed: "stored", "inserted", "discarded" or None."""
+        and a pending create too); a pending create revoked by a lock is dropped when
+        `closing` (the flush and the release), not at fsync. Returns the errno the caller gets
+        (None: success) and what changed: "stored", "inserted", "discarded" or None."""
         item = self.item_by_ident(k.ident)
         needed = (k.truncated or k.written) if final else k.written
         if final and k.creator and ((item is not None and item.pending) or k.ident in self.doomed):
@@ -801,7 +802,7 @@ class Coherence(RuleBasedStateMachine):
             if k.ident in self.doomed:
                 self.doomed.discard(k.ident)
                 self.lost.add(k.ident)
-            elif item is not None and item.pending:
+            elif item is not None and item.pending and closing:
                 del self.items[self.key_of(k.ident)]
                 return errno.ENOKEY, "discarded"
             return errno.ENOKEY, None
@@ -828,7 +829,7 @@ class Coherence(RuleBasedStateMachine):
         ws = self.writers()
         k = ws[which % len(ws)]
         self.touched = [self.key_of(k.ident) or k.key]
-        want, _ = self.commit(k, final=True)
+        want, _ = self.commit(k, final=True, closing=False)
         self.mount_call(want, lambda: MOUNT.holder.fsync(k.fd))
 
     @precondition(lambda self: len(self.kept) > 0)
@@ -846,7 +847,7 @@ class Coherence(RuleBasedStateMachine):
             MOUNT.holder.close(k.fd)
             return
         if fsync_first:
-            want, _ = self.commit(k, final=True)
+            want, _ = self.commit(k, final=True, closing=False)
             self.mount_call(want, lambda: MOUNT.holder.fsync(k.fd))
         want, _ = self.commit(k, final=False)
         self.mount_call(want, lambda: MOUNT.holder.close(k.fd))
