@@ -111,8 +111,8 @@ final class WriteAheadLog: Sendable {
         _ = kcfs_store_vfs_take_emptied()
         var rc = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
         // A commit may fit in the WAL's kept blocks on a full disk, and its checkpoint then find
-        // no room to grow the database (a new row's page): the reserve is given up for it, as
-        // for a delete's commit, so that no replaced or deleted value waits for space to return.
+        // no room to grow the database (a new row's page): the reserve is given up for it (half
+        // of it, but for a delete's), so that no replaced or deleted value waits for space.
         if rc & 0xff == SQLITE_FULL && releaseReserve(use) {
             rc = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
         }
