@@ -236,7 +236,8 @@ False" "$(cat "$OUT")" "regression 3: CreateItem without replace over a 255-byte
 echo "== pending new files and kept writers (the model test once stepped around these)"
 # A writer held open by a process that never forks (a fork's close of its copy is a flush,
 # which commits): `held PATH FLAGS STEPS...` runs the steps one by one, each once the file
-# $TEST_ROOT/go.N exists, and prints what each gave; `step N` lets step N run and waits for it.
+# $TEST_ROOT/go.N exists, and prints what each gave; `step N` lets step N run and waits for it
+# (or for the holder's end).
 held() {
     rm -f "$TEST_ROOT"/go.* "$TEST_ROOT"/done.*
     /usr/bin/python3 - "$TEST_ROOT" "$@" <<'PY' >"$OUT" 2>&1 &
@@ -254,7 +255,11 @@ for n, step in enumerate(steps, 1):
 PY
     HELD=$!
 }
-step() { : >"$TEST_ROOT/go.$1"; while [ ! -e "$TEST_ROOT/done.$1" ]; do sleep 0.01; done; }
+step() {
+    : >"$TEST_ROOT/go.$1"
+    # Not forever: a holder that died (its error is in $OUT) writes no more.
+    while [ ! -e "$TEST_ROOT/done.$1" ] && kill -0 "$HELD" 2>/dev/null; do sleep 0.01; done
+}
 
 # A new file pending when a lock took its class key is dropped at its close: stat found it for
 # the entry timeout (60 s) while ls did not list it.
