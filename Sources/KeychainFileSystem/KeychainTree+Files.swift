@@ -199,13 +199,13 @@ extension KeychainTree {
 
     /// Commits the open copy as one atomic, durable update (at close(2) and fsync(2)).
     package func flush(_ handle: UInt64) throws(FileSystemError) {
-        try commit(try withFile(handle) { $0 }, final: false, closing: true)
+        try commit(try withFile(handle) { $0 }, at: .flush)
     }
 
     /// fsync(2): everything, a pending O_TRUNC included, is committed. A new file whose insert
     /// fails here stays as it is (pending), for its close to try again or drop.
     package func sync(_ handle: UInt64) throws(FileSystemError) {
-        try commit(try withFile(handle) { $0 }, final: true, closing: false)
+        try commit(try withFile(handle) { $0 }, at: .fsync)
     }
 
     package func release(_ handle: UInt64) throws(FileSystemError) {
@@ -230,7 +230,7 @@ extension KeychainTree {
                 f.close()
             }
         }
-        try commit(f, final: true, closing: true)
+        try commit(f, at: .release)
     }
 
     /// What a commit of an open copy writes: taken under `state`, written without it.
@@ -249,10 +249,19 @@ extension KeychainTree {
         return (f.isDirty || insertsPending) && (final || f.hasWrites)
     }
 
-    /// `closing`: at close(2)'s FLUSH or the RELEASE, where a new file whose insert fails is
-    /// dropped; not at fsync(2), which holds the file's lock in the kernel, so that the kernel
-    /// could not be told of the name's going before its reply (`FuseFileSystem.dropNameIfGone`).
-    private func commit(_ f: OpenFile, final: Bool, closing: Bool) throws(FileSystemError) {
+    /// Where a commit comes from: close(2)'s FLUSH commits only written changes; fsync(2) and
+    /// the RELEASE also an O_TRUNC and a pending create (`final`). At the two of a close a new
+    /// file whose insert fails is dropped (`closing`); not at fsync(2), which holds the file's
+    /// lock in the kernel, so that the kernel could not be told of the name's going before its
+    /// reply (`FuseFileSystem.dropNameIfGone`).
+    private enum CommitPoint {
+        case flush, fsync, release
+        var final: Bool { self != .flush }
+        var closing: Bool { self != .fsync }
+    }
+
+    private func commit(_ f: OpenFile, at point: CommitPoint) throws(FileSystemError) {
+        let final = point.final, closing = point.closing
         // A reader's close commits nothing, and must not wait for another item's commit.
         let needed = served.state.withLock { s in Self.commitNeeded(f, final: final, s) }
         guard needed else { return }

@@ -57,7 +57,7 @@ final class OpenFile: @unchecked Sendable {
     /// inserts it; an abandoned or failed create removes it again.
     var createdItem = false
     /// The item was a new file still pending when another channel stored an item under its
-    /// name (`ServedKeychain.State.displacePending`): the file lost its name, and the first
+    /// name (`ServedKeychain.State.insertStored`): the file lost its name, and the first
     /// commit of its item fails with EEXIST, as its insert would have.
     var lostName = false
 

@@ -109,9 +109,7 @@ package final class ServedKeychain: Sendable {
             generation += 1
             plaintext.remove(item.id)
             evict()
-            let displaced = pendingItem(named: item)
-            index.insert(item)
-            if let displaced { displacePending(displaced) }
+            insertStored(item)
         }
 
         /// A batch's items, with one eviction for the batch rather than one per item (an
@@ -120,26 +118,24 @@ package final class ServedKeychain: Sendable {
             generation += 1
             for item in items {
                 plaintext.remove(item.id)
-                let displaced = pendingItem(named: item)
-                index.insert(item)
-                if let displaced { displacePending(displaced) }
+                insertStored(item)
             }
             evict()
         }
 
-        /// The pending item whose name the stored `item` takes: a new file not yet committed
-        /// through the mount, whose name another channel stored (or renamed an item to).
-        private func pendingItem(named item: KeychainItem) -> Int64? {
-            guard !index.pending.isEmpty, let id = index.ids[item.key], id != item.id, index.pending.contains(id) else { return nil }
-            return id
-        }
-
-        /// The pending item `id` lost its name to a stored item: it leaves the index (neither
-        /// listed nor found, whatever becomes of that item), and its files' first commit fails
-        /// (`OpenFile.lostName`); the kernel is told by the stored item's `added`.
-        private mutating func displacePending(_ id: Int64) {
-            index.remove(id: id)
-            for f in files.values where f.itemID == id { f.lostName = true }
+        /// Puts a stored item's version in the index. A pending item of its name (a new file not
+        /// yet committed through the mount, whose name another channel stored or renamed an
+        /// item to) loses it: it leaves the index (neither listed nor found, whatever becomes of
+        /// that item), and its files' first commit fails (`OpenFile.lostName`); the kernel is
+        /// told by the stored item's `added`.
+        private mutating func insertStored(_ item: KeychainItem) {
+            let displaced = index.pending.isEmpty ? nil : index.ids[item.key].flatMap { id in
+                id != item.id && index.pending.contains(id) ? id : nil
+            }
+            index.insert(item)
+            guard let displaced else { return }
+            index.remove(id: displaced)
+            for f in files.values where f.itemID == displaced { f.lostName = true }
         }
 
         /// Values stored through another channel than the item's open files (the control

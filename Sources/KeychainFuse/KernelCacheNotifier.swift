@@ -166,7 +166,7 @@ struct KernelCacheNotifier: ItemChangeObserver {
             parent = next
         }
         // A name the kernel holds open already is a new file still pending through the mount,
-        // whose name the stored item took (`ServedKeychain.State.displacePending`): its inode
+        // whose name the stored item took (`ServedKeychain.State.insertStored`): its inode
         // goes, as at an unlink, so that the stored item is not shown with that file's size. (A
         // directory of that name, which an internet item's account may share, has no open file.)
         return unlinked(names, in: parent, &table, onlyOpen: true) + [.invalidateInode(parent)]
